@@ -1,0 +1,340 @@
+"""FlashAttention configuration: tuning knobs, legality rules and memory budgets.
+
+`FAConfig` is the one place where the kernel's compile-time knobs are checked
+(fa-pipeline.md section 11). The tiles the builder allocates are listed here, by
+`tile_plan`, and the builder allocates exactly those: the memory budget is
+computed from the same list, so the two cannot drift apart.
+
+`ProblemShape` holds the runtime arguments (B, N, S0, S1) and checks them
+against a config.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+KIB = 1024
+
+# Local memory capacities of one A2/A3 block (pto-ir.md 6.4; ptoas PlanMemory A3 MemSpec).
+CAPACITY = {
+    "vec": 192 * KIB,  # UB, per vector core
+    "mat": 512 * KIB,  # L1
+    "left": 64 * KIB,  # L0A
+    "right": 64 * KIB,  # L0B
+    "acc": 128 * KIB,  # L0C
+}
+# Planner alignment per space (fa-pipeline.md 3.2).
+ALIGNMENT = {"vec": 32, "mat": 32, "left": 512, "right": 512, "acc": 512}
+SPACE_NAMES = {"vec": "UB", "mat": "L1", "left": "L0A", "right": "L0B", "acc": "L0C"}
+
+# ptoas materialises a hidden UB scratch for every trowexpand* op written without a
+# tmp operand: 1x2048 f32 = 8 KiB each (pto-ir.md section 0, item 5).
+HIDDEN_ROWEXPAND_TMP_BYTES = 8 * KIB
+# The vector function emits one trowexpandsub (softmax), one trowexpandmul (GU)
+# and one trowexpanddiv (final normalisation), each once in the IR.
+ROWEXPAND_OPS_IN_VECTOR_FUNC = 3
+
+DTYPE_BYTES = {"f16": 2, "f32": 4, "i64": 8}
+VEC_CORES = 2
+SUPPORTED_TILE_S1 = (128, 256, 512)
+SUPPORTED_HEAD = (64, 128)
+MAX_MATMUL_DIM = 4095
+
+
+class ConfigError(ValueError):
+    """A configuration or problem shape breaks a legality rule."""
+
+
+@dataclass(frozen=True)
+class TileSpec:
+    """One `pto.alloc_tile` of the kernel, as the builder emits it."""
+
+    name: str
+    core: str  # "cube" or "vector"
+    loc: str  # vec / mat / left / right / acc
+    rows: int
+    cols: int
+    dtype: str
+    blayout: str = "row_major"
+    slayout: str = "none_box"
+    fractal: int = 512
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows * self.cols * DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True)
+class PipeSpec:
+    """One of the three global-entry GM slot pipes."""
+
+    name: str
+    pipe_id: int
+    dir_mask: int  # 1 = cube->vector (C2V), 2 = vector->cube (V2C)
+    rows: int  # full (cube-side) slot shape
+    cols: int
+    dtype: str
+
+    @property
+    def slot_bytes(self) -> int:
+        return self.rows * self.cols * DTYPE_BYTES[self.dtype]
+
+    @property
+    def half_rows(self) -> int:
+        return self.rows // VEC_CORES
+
+
+def _align(nbytes: int, alignment: int) -> int:
+    return (nbytes + alignment - 1) // alignment * alignment
+
+
+@dataclass(frozen=True)
+class FAConfig:
+    """Compile-time knobs of the FlashAttention kernel, validated on creation."""
+
+    head: int = 128
+    tile_s1: int = 256
+    qk_preload: int = 3
+    cube_s0: int = 128
+    cube_s1: int = 128
+    slot_num: int = 8
+    exp_ring: int | None = None  # defaults to qk_preload; any other value is rejected
+    in_dtype: str = "f16"
+    out_dtype: str = "f32"
+    target: str = "a3"
+    # Fault injection for simulator tests only: "drop_tfree", "extra_tpop", "swap_pipe_ids".
+    fault: str | None = field(default=None, compare=True)
+
+    def __post_init__(self) -> None:
+        if self.exp_ring is None:
+            object.__setattr__(self, "exp_ring", self.qk_preload)
+        _check_config(self)
+        plan = budget(self)
+        over = [row for row in plan.rows if row.used > row.capacity]
+        if over:
+            raise ConfigError(
+                "memory budget exceeded (rule: local tiles must fit each on-chip space):\n"
+                + plan.table(only_over=True)
+            )
+        if self.qk_preload == 4:
+            warnings.warn(
+                "qk_preload=4 risks the ptoas --enable-insert-sync event-id deadlock "
+                "(fa-pipeline.md 13.4); 2 or 3 is the tested range on hardware",
+                stacklevel=2,
+            )
+
+    # Derived sizes (fa-pipeline.md 5, 6).
+    @property
+    def tile_factor(self) -> int:
+        """kTileFactor: CUBE_S1-wide sub-tiles per logical S1 tile."""
+        return self.tile_s1 // self.cube_s1
+
+    @property
+    def vec_rows(self) -> int:
+        """Rows each vector core owns in a block (TILE_UP_DOWN split)."""
+        return self.cube_s0 // VEC_CORES
+
+    @property
+    def vec_s0(self) -> int:
+        """Rows of one softmax row slice: CUBE_S0 / VEC_CORES / kTileFactor."""
+        return self.cube_s0 // VEC_CORES // self.tile_factor
+
+    @property
+    def sync_period(self) -> int:
+        return self.slot_num if self.slot_num <= 2 else self.slot_num // 2
+
+    @property
+    def pipes(self) -> tuple[PipeSpec, PipeSpec, PipeSpec]:
+        return (
+            PipeSpec("qk", 0, 1, self.cube_s0, self.tile_s1, "f32"),
+            PipeSpec("p", 1, 2, self.cube_s0, self.tile_s1, "f16"),
+            PipeSpec("pv", 2, 1, self.cube_s0, self.head, "f32"),
+        )
+
+    @property
+    def gm_slot_bytes_per_block(self) -> int:
+        return sum(p.slot_bytes * self.slot_num for p in self.pipes)
+
+    @property
+    def gm_slot_f32_per_block(self) -> int:
+        """Per-block stride of the slot workspace in f32 elements."""
+        return self.gm_slot_bytes_per_block // 4
+
+    def summary(self) -> str:
+        return (
+            f"head={self.head} tile_s1={self.tile_s1} qk_preload={self.qk_preload} "
+            f"cube_s0={self.cube_s0} cube_s1={self.cube_s1} slot_num={self.slot_num} "
+            f"exp_ring={self.exp_ring} k_tile_factor={self.tile_factor} vec_s0={self.vec_s0}"
+        )
+
+
+def _check_config(c: FAConfig) -> None:
+    def fail(rule: str, detail: str) -> None:
+        raise ConfigError(f"{rule}: {detail}")
+
+    if c.fault not in (None, "drop_tfree", "extra_tpop", "swap_pipe_ids"):
+        fail("fault injection", f"fault={c.fault!r} is not one of drop_tfree, extra_tpop, swap_pipe_ids")
+    if c.in_dtype != "f16" or c.out_dtype != "f32":
+        fail("dtypes", f"in_dtype={c.in_dtype!r}, out_dtype={c.out_dtype!r}; only f16 in, f32 out are built")
+    if c.target not in ("a2", "a3"):
+        fail("target", f"target={c.target!r}; only a2/a3 (dav-c220) are supported")
+    if c.head not in SUPPORTED_HEAD:
+        fail("head dim", f"head={c.head} must be one of {SUPPORTED_HEAD}")
+    if c.cube_s0 != 128 or c.cube_s1 != 128:
+        fail("cube tile", f"cube_s0={c.cube_s0}, cube_s1={c.cube_s1}; the builder is written for 128 x 128")
+    if c.tile_s1 % c.cube_s1 != 0:
+        fail("divisibility", f"cube_s1={c.cube_s1} must divide tile_s1={c.tile_s1}")
+    if c.tile_s1 not in SUPPORTED_TILE_S1:
+        fail("tile_s1", f"tile_s1={c.tile_s1} must be one of {SUPPORTED_TILE_S1} (1024 needs a new schedule)")
+    k = c.tile_factor
+    if c.cube_s0 % (VEC_CORES * k) != 0:
+        fail("divisibility", f"cube_s0={c.cube_s0} must be a multiple of 2*k_tile_factor={2 * k}")
+    vec_s0 = c.vec_s0
+    if vec_s0 < 8 or (vec_s0 * 4) % 32 != 0:
+        fail("vector row slice", f"vec_s0={vec_s0} rows: vec_s0*4 bytes must be a multiple of 32 (vec_s0 >= 8)")
+    if c.cube_s0 * c.cube_s1 * 4 > 64 * KIB:
+        fail("L0C", f"cube_s0*cube_s1*4 = {c.cube_s0 * c.cube_s1 * 4} B exceeds 64 KiB")
+    if c.cube_s0 * c.head * 4 > 64 * KIB:
+        fail("L0C", f"cube_s0*head*4 = {c.cube_s0 * c.head * 4} B exceeds 64 KiB")
+    if max(c.cube_s0, c.cube_s1, c.head, c.tile_s1) > MAX_MATMUL_DIM:
+        fail("matmul dims", f"m/k/n and ACC cols must be <= {MAX_MATMUL_DIM}")
+    if c.slot_num < 1:
+        fail("slot_num", f"slot_num={c.slot_num} must be >= 1")
+    if c.exp_ring != c.qk_preload:
+        fail("exp ring", f"exp_ring={c.exp_ring} must equal qk_preload={c.qk_preload}")
+    if c.qk_preload < 1:
+        fail("qk_preload", f"qk_preload={c.qk_preload} must be >= 1")
+    limit = c.slot_num - c.sync_period + 1
+    if c.qk_preload >= limit:
+        fail(
+            "preload vs slot ring",
+            f"qk_preload={c.qk_preload} must be < slot_num - sync_period + 1 = "
+            f"{c.slot_num} - {c.sync_period} + 1 = {limit} (batched free credits)",
+        )
+    if c.qk_preload == 1 and k != 1:
+        fail("preload vs tile factor", f"qk_preload=1 needs k_tile_factor=1 (tile_s1=128), got tile_s1={c.tile_s1}")
+
+
+def tile_plan(c: FAConfig) -> list[TileSpec]:
+    """Every tile the builder allocates, per core. The builder allocates from this list."""
+    d, s0, s1, ts1 = c.head, c.cube_s0, c.cube_s1, c.tile_s1
+    rows, vs0 = c.vec_rows, c.vec_s0
+    nz = dict(blayout="col_major", slayout="row_major")
+    col = dict(blayout="col_major")
+    tiles = [
+        # cube: L1 staging, L0A/L0B operands, L0C accumulators
+        TileSpec("q_mat", "cube", "mat", s0, d, "f16", **nz),
+        TileSpec("k_mat", "cube", "mat", d, s1, "f16", slayout="col_major"),
+        TileSpec("v_mat", "cube", "mat", s1, d, "f16", **nz),
+        TileSpec("p_mat", "cube", "mat", s0, s1, "f16", **nz),
+        TileSpec("q_left", "cube", "left", s0, d, "f16", slayout="row_major"),
+        TileSpec("p_left", "cube", "left", s0, s1, "f16", slayout="row_major"),
+        TileSpec("k_right", "cube", "right", d, s1, "f16", slayout="col_major"),
+        TileSpec("v_right", "cube", "right", s1, d, "f16", slayout="col_major"),
+        TileSpec("s_acc", "cube", "acc", s0, s1, "f32", blayout="col_major", slayout="row_major", fractal=1024),
+        TileSpec("o_acc", "cube", "acc", s0, d, "f32", blayout="col_major", slayout="row_major", fractal=1024),
+        # vector: softmax working set for one row slice
+        TileSpec("s_tile", "vector", "vec", vs0, ts1, "f32"),
+        TileSpec("red_tmp", "vector", "vec", vs0, ts1, "f32"),
+        TileSpec("p_half", "vector", "vec", vs0, ts1, "f16"),
+        TileSpec("m_slice", "vector", "vec", vs0, 1, "f32", **col),
+        TileSpec("l_slice", "vector", "vec", vs0, 1, "f32", **col),
+        # vector: per-row state of the core's rows, and GU tiles
+        TileSpec("m_all", "vector", "vec", rows, 1, "f32", **col),
+        TileSpec("l_all", "vector", "vec", rows, 1, "f32", **col),
+        TileSpec("alpha_new", "vector", "vec", rows, 1, "f32", **col),
+        TileSpec("alpha_cur", "vector", "vec", rows, 1, "f32", **col),
+        TileSpec("pv_tile", "vector", "vec", rows, d, "f32"),
+        TileSpec("o_tile", "vector", "vec", rows, d, "f32"),
+    ]
+    tiles += [TileSpec(f"exp_ring{r}", "vector", "vec", rows, 1, "f32", **col) for r in range(c.exp_ring)]
+    return tiles
+
+
+@dataclass(frozen=True)
+class BudgetRow:
+    space: str
+    used: int
+    capacity: int
+    items: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class Budget:
+    rows: tuple[BudgetRow, ...]
+    gm_slot_bytes_per_block: int
+
+    def table(self, only_over: bool = False) -> str:
+        lines = [f"{'space':<5} {'used':>10} {'capacity':>10}  tiles"]
+        for r in self.rows:
+            if only_over and r.used <= r.capacity:
+                continue
+            flag = "  OVER" if r.used > r.capacity else ""
+            items = ", ".join(f"{n} {b // KIB if b % KIB == 0 else b / KIB:g}K" for n, b in r.items)
+            lines.append(f"{SPACE_NAMES[r.space]:<5} {r.used:>10} {r.capacity:>10}  {items}{flag}")
+        if not only_over:
+            lines.append(f"GM slots per block: {self.gm_slot_bytes_per_block} bytes")
+        return "\n".join(lines)
+
+
+def budget(c: FAConfig) -> Budget:
+    """Bytes per on-chip space (UB per vector core) from `tile_plan`, with alignment."""
+    rows = []
+    for space in ("vec", "mat", "left", "right", "acc"):
+        items = [(t.name, _align(t.nbytes, ALIGNMENT[space])) for t in tile_plan(c) if t.loc == space]
+        if space == "vec":
+            items += [
+                (f"hidden_rowexpand_tmp{i}", HIDDEN_ROWEXPAND_TMP_BYTES)
+                for i in range(ROWEXPAND_OPS_IN_VECTOR_FUNC)
+            ]
+        rows.append(BudgetRow(space, sum(b for _, b in items), CAPACITY[space], tuple(items)))
+    return Budget(tuple(rows), c.gm_slot_bytes_per_block)
+
+
+@dataclass(frozen=True)
+class ProblemShape:
+    """Runtime arguments of one launch: Q [B,S0,N,D], K/V [B,S1,N,D], O [B,S0,N,D]."""
+
+    batch: int = 1
+    heads: int = 1
+    s0: int = 128
+    s1: int = 1024
+
+    def check(self, c: FAConfig) -> None:
+        for name in ("batch", "heads", "s0", "s1"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"problem shape: {name}={getattr(self, name)} must be >= 1")
+        if self.s0 % c.cube_s0 != 0:
+            raise ConfigError(f"divisibility: s0={self.s0} must be a multiple of cube_s0={c.cube_s0}")
+        if self.s1 % c.tile_s1 != 0:
+            raise ConfigError(f"divisibility: s1={self.s1} must be a multiple of tile_s1={c.tile_s1}")
+        if self.s1 < c.qk_preload * c.tile_s1:
+            raise ConfigError(
+                f"minimum S1: s1={self.s1} must be >= qk_preload*tile_s1 = "
+                f"{c.qk_preload}*{c.tile_s1} = {c.qk_preload * c.tile_s1}"
+            )
+
+    def num_tiles(self, c: FAConfig) -> int:
+        return self.s1 // c.tile_s1
+
+    @property
+    def q_blocks(self) -> int:
+        return self.s0 // 128
+
+    @property
+    def work_units(self) -> int:
+        """(batch, head, 128-row Q block) units shared by the persistent blocks."""
+        return self.batch * self.heads * self.q_blocks
+
+    def flops(self, head: int) -> int:
+        """Matmul-only convention A: 4*B*N*S0*S1*D."""
+        return 4 * self.batch * self.heads * self.s0 * self.s1 * head
+
+    def default_scale(self, head: int) -> float:
+        return 1.0 / math.sqrt(head)
+
+
+def default_block_dim(shape: ProblemShape, cube_cores: int = 24) -> int:
+    return max(1, min(shape.work_units, cube_cores))

@@ -1,0 +1,1 @@
+"""CPU simulator of a parsed `.pto` module (see `executor`)."""
