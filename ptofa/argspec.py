@@ -73,7 +73,9 @@ ENTRY_ARGS: tuple[EntryArg, ...] = (
 
 # Launcher return codes (caller.cpp returns them; the runner maps them to errors).
 RC_OK = 0
-RC_FFTS_FAILED = 1
+RC_FFTS_FAILED = 1  # rtGetC2cCtrlAddr failed or returned a null FFTS address
+LAUNCHER_RETURN_C_TYPE = "int32_t"
+LAUNCHER_RESTYPE = ctypes.c_int32
 
 
 def launcher_argtypes() -> list[type]:

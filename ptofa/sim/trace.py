@@ -34,6 +34,9 @@ class TraceOp:
     pipe_index: int = -1  # producer t or consumer u counter value used by this op
     scalar_ops: int = 0  # for op == "scalar": number of scalar/control ops batched
     extra: dict = field(default_factory=dict)
+    # elements read from the source by a vector op, when that differs from `elems`
+    # (row reductions: src [r, c] -> dst [r, 1]); 0 means "same as elems"
+    src_elems: int = 0
 
 
 @dataclass

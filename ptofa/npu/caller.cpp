@@ -1,0 +1,47 @@
+// Generated from ptofa/argspec.py by `python -m ptofa.toolchain gen-caller`; do not edit.
+// Host launcher of the FlashAttention kernel. bisheng compiles this file in mix mode
+// with -DKERNEL_CPP="\"<ptoas output>\"" (pto-ir.md 13.2, compile.sh).
+#include <cstdint>
+
+#include KERNEL_CPP
+
+extern "C" int32_t rtGetC2cCtrlAddr(uint64_t* addr, uint32_t* len);
+
+constexpr int32_t RC_OK = 0;
+constexpr int32_t RC_FFTS_FAILED = 1;
+
+extern "C" int32_t call_fa_fwd(
+        uint32_t block_dim,
+        void* stream,
+        uint8_t* slots,
+        uint8_t* q,
+        uint8_t* k,
+        uint8_t* v,
+        uint8_t* o,
+        int64_t batch,
+        int64_t heads,
+        int64_t s0,
+        int64_t s1,
+        float scale)
+{
+    // The entry's first argument is the FFTS base that cube/vector cross-core flags use.
+    uint64_t ffts_addr = 0;
+    uint32_t ffts_len = 0;
+    if (rtGetC2cCtrlAddr(&ffts_addr, &ffts_len) != 0 || ffts_addr == 0) {
+        return RC_FFTS_FAILED;
+    }
+    fa_fwd<<<block_dim, nullptr, stream>>>(
+        (__gm__ int64_t*)ffts_addr,
+        (__gm__ float*)slots,
+        (__gm__ half*)slots,
+        (__gm__ half*)q,
+        (__gm__ half*)k,
+        (__gm__ half*)v,
+        (__gm__ float*)o,
+        batch,
+        heads,
+        s0,
+        s1,
+        scale);
+    return RC_OK;
+}

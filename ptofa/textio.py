@@ -1,0 +1,234 @@
+"""Parse, print and check `.pto` text with the ptofa PTO dialect.
+
+`parse_pto` returns the module and a map from op to its 1-based source line, so
+that the verifier, the `run_fa check` command and the simulator can point at
+the `.pto` line. `verify_module` runs the op verifiers and the function-level
+rules (kernel kinds, pipe pairing) and raises `PtoCheckError` with line numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects import arith, builtin, func, scf
+from xdsl.ir import Operation
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
+
+from ptofa import dialect as d
+
+
+class PtoCheckError(Exception):
+    """A `.pto` file does not parse or verify; `errors` are (line, message) pairs."""
+
+    def __init__(self, errors: list[tuple[int, str]], path: str = "<pto>"):
+        self.errors = errors
+        self.path = path
+        super().__init__("\n".join(f"{path}:{line}: error: {msg}" for line, msg in errors))
+
+
+def make_context() -> Context:
+    ctx = Context()
+    for dialect in (builtin.Builtin, func.Func, arith.Arith, scf.Scf, d.PTO):
+        ctx.load_dialect(dialect)
+    return ctx
+
+
+class _LineParser(Parser):
+    """A parser that remembers the source line of every op it parses."""
+
+    def __init__(self, ctx: Context, text: str, name: str):
+        super().__init__(ctx, text, name)
+        self.op_lines: dict[Operation, int] = {}
+        self._line_starts = [0]
+        for i, ch in enumerate(text):
+            if ch == "\n":
+                self._line_starts.append(i + 1)
+
+    def line_of(self, pos: int) -> int:
+        import bisect
+
+        return bisect.bisect_right(self._line_starts, pos)
+
+    def parse_operation(self) -> Operation:
+        start = self._current_token.span.start
+        op = super().parse_operation()
+        self.op_lines[op] = self.line_of(start)
+        return op
+
+
+@dataclass
+class ParsedModule:
+    module: builtin.ModuleOp
+    op_lines: dict[Operation, int] = field(default_factory=dict)
+    path: str = "<pto>"
+
+    def line(self, op: Operation) -> int:
+        return self.op_lines.get(op, 0)
+
+
+def parse_pto(text: str, path: str = "<pto>") -> ParsedModule:
+    """Parse `.pto` text (custom or generic syntax, aliases allowed). Raises PtoCheckError."""
+    parser = _LineParser(make_context(), text, path)
+    try:
+        module = parser.parse_module()
+    except ParseError as exc:
+        line = parser.line_of(exc.span.start) if getattr(exc, "span", None) else 0
+        raise PtoCheckError([(line, _first_line(str(exc)))], path) from None
+    return ParsedModule(module, parser.op_lines, path)
+
+
+def _first_line(msg: str) -> str:
+    lines = [ln for ln in msg.strip().splitlines() if ln.strip()]
+    # xDSL's messages quote the source around the error; keep the message lines.
+    for ln in reversed(lines):
+        if "^" not in ln and not ln.lstrip().startswith(("|", "~")):
+            return ln.strip()
+    return lines[-1].strip() if lines else msg
+
+
+def print_pto(module: builtin.ModuleOp) -> str:
+    from io import StringIO
+
+    out = StringIO()
+    Printer(stream=out).print_op(module)
+    return out.getvalue().rstrip("\n") + "\n"
+
+
+def verify_module(parsed: ParsedModule) -> None:
+    """Op verifiers + function rules; raises PtoCheckError listing every error with its line."""
+    errors: list[tuple[int, str]] = []
+    for op in parsed.module.walk():
+        if op is parsed.module:
+            continue
+        try:
+            op.verify(verify_nested_ops=False)
+        except (VerifyException, DiagnosticException) as exc:
+            errors.append((parsed.line(op), _first_line(str(exc))))
+    for func_op in parsed.module.walk():
+        if isinstance(func_op, func.FuncOp):
+            errors += [(parsed.line(op) if op else parsed.line(func_op), msg) for op, msg in function_errors(func_op)]
+    errors += [(parsed.line(op) if op else 0, msg) for op, msg in module_errors(parsed.module)]
+    if errors:
+        errors.sort(key=lambda e: e[0])
+        raise PtoCheckError(errors, parsed.path)
+
+
+def kernel_kind(func_op: func.FuncOp) -> str | None:
+    attrs = func_op.attributes
+    kind = attrs.get("pto.kernel_kind")
+    if isinstance(kind, d.KernelKindAttr):
+        return kind.value.data
+    return None
+
+
+def function_errors(func_op: func.FuncOp) -> list[tuple[Operation | None, str]]:
+    """Rules that span a function: op placement by kernel kind, pipe init/use pairing."""
+    errors: list[tuple[Operation | None, str]] = []
+    kind = kernel_kind(func_op)
+    fname = func_op.sym_name.data
+    inits: dict[int, d._InitPipeOp] = {}
+    init_kinds: set[type] = set()
+    for op in func_op.walk():
+        if isinstance(op, d.PIPE_INIT_OPS):
+            if op.parent_op() is not func_op:
+                errors.append((op, f"'{op.name}' placement: pipe init must be at the top level of the function (it constructs a TPipe), not inside a loop or branch"))
+            if kind != op.CORE:
+                errors.append((op, f"'{op.name}' kernel kind: needs a {op.CORE} kernel function, @{fname} is {kind or 'not a kernel function'}"))
+            if op.id_value in inits:
+                errors.append((op, f"'{op.name}' id: pipe id {op.id_value} is initialised twice in @{fname} (requires 'id' to be unique)"))
+            inits[op.id_value] = op
+            init_kinds.add(type(op))
+        elif isinstance(op, d.PIPE_DATA_OPS):
+            if kind != op.CORE:
+                errors.append((op, f"'{op.name}' kernel kind: runs in {op.CORE} code, @{fname} is {kind or 'not a kernel function'}"))
+            init = inits.get(op.id_value)
+            if init is None:
+                errors.append((op, f"'{op.name}' pipe: id {op.id_value} is not initialised earlier in @{fname}"))
+                continue
+            if init.dir_value != op.DIRECTION:
+                errors.append((op, f"'{op.name}' direction: pipe id {op.id_value} has dir_mask={init.dir_value}, this op needs dir_mask={op.DIRECTION}"))
+            if op.entry_type != init.gm_slot_tensor.type:
+                errors.append((op, f"'{op.name}' entry type: {op.entry_type} must equal the init's gm_slot_tensor type {init.gm_slot_tensor.type}"))
+            errors += _split_errors(op, init)
+        elif isinstance(op, d.CUBE_ONLY_OPS) and kind == "vector":
+            errors.append((op, f"'{op.name}' kernel kind: cube op in vector function @{fname}"))
+    if len(init_kinds) > 1:
+        errors.append((None, f"@{fname}: cannot mix pto.aic_initialize_pipe and pto.aiv_initialize_pipe in one function"))
+    if 2 * len(inits) > 16:
+        errors.append((None, f"@{fname}: {len(inits)} one-way pipes need {2 * len(inits)} flag ids; at most 16 fit (8 pipes)"))
+    return errors
+
+
+def _split_errors(op: d._PipeDataOp, init: d._InitPipeOp) -> list[tuple[Operation | None, str]]:
+    """The vector side of a split pipe must declare the half shape (ptoas does not check it)."""
+    t = init.gm_slot_tensor.type
+    assert isinstance(t, d.TensorViewType)
+    nbytes = t.nbytes or 0
+    full = init.slot_size.value.data
+    split = op.split_value
+    if op.CORE == "vector":
+        if split != 0 and nbytes * 2 != full:
+            return [(op, f"'{op.name}' split: split={split} on the vector side needs the half-slot descriptor ({full // 2} bytes), the init declares {nbytes} bytes of slot_size={full}")]
+        if split == 0 and nbytes != full:
+            return [(op, f"'{op.name}' split: split=0 needs the full-slot descriptor ({full} bytes), got {nbytes}")]
+        if split == 1 and t.dims[-2] % 1 != 0:
+            return []
+    elif nbytes != full:
+        return [(op, f"'{op.name}' split: the cube side declares the full slot ({full} bytes), got {nbytes}")]
+    return []
+
+
+def module_errors(module: builtin.ModuleOp) -> list[tuple[Operation | None, str]]:
+    """Rules across functions: one entry, peers agree on pipe parameters and split."""
+    errors: list[tuple[Operation | None, str]] = []
+    funcs = [op for op in module.walk() if isinstance(op, func.FuncOp)]
+    entries = [f for f in funcs if "pto.entry" in f.attributes]
+    if len(entries) != 1:
+        errors.append((None, f"module: exactly one function needs the pto.entry attribute, found {len(entries)}"))
+    for entry in entries:
+        for arg in entry.body.blocks[0].args if entry.body.blocks else []:
+            if isinstance(arg.type, d.TileBufType):
+                errors.append((entry, f"'func.func' entry arguments: @{entry.sym_name.data} takes a !pto.tile_buf argument; tiles are only legal in callee functions"))
+        first = next(iter(entry.body.ops), None) if entry.body.blocks else None
+        if not isinstance(first, d.SetFftsOp):
+            errors.append((entry, f"'func.func' set_ffts: the entry @{entry.sym_name.data} must call pto.set_ffts first (pipes need the FFTS base)"))
+    cube_inits: dict[int, d._InitPipeOp] = {}
+    vec_inits: dict[int, d._InitPipeOp] = {}
+    splits: dict[tuple[str, int], set[int]] = {}
+    for f in funcs:
+        for op in f.walk():
+            if isinstance(op, d.AicInitializePipeOp):
+                cube_inits[op.id_value] = op
+            elif isinstance(op, d.AivInitializePipeOp):
+                vec_inits[op.id_value] = op
+            elif isinstance(op, d.PIPE_DATA_OPS):
+                splits.setdefault(("all", op.id_value), set()).add(op.split_value)
+    for pid in sorted(set(cube_inits) | set(vec_inits)):
+        c, v = cube_inits.get(pid), vec_inits.get(pid)
+        if c is None or v is None:
+            present = c or v
+            errors.append((present, f"pipe id {pid}: initialised on the {'cube' if c else 'vector'} side only; the peer init is missing"))
+            continue
+        for attr, cv, vv in (("dir_mask", c.dir_value, v.dir_value), ("slot_size", c.slot_size.value.data, v.slot_size.value.data), ("slot_num", c.slot_num_value, v.slot_num_value)):
+            if cv != vv:
+                errors.append((v, f"pipe id {pid}: {attr} differs between cube ({cv}) and vector ({vv})"))
+        ct, vt = c.gm_slot_tensor.type, v.gm_slot_tensor.type
+        assert isinstance(ct, d.TensorViewType) and isinstance(vt, d.TensorViewType)
+        if ct.elem != vt.elem:
+            errors.append((v, f"pipe id {pid}: slot element type differs between cube and vector"))
+        used = splits.get(("all", pid), set())
+        if 0 in used and len(used) > 1:
+            errors.append((v, f"pipe id {pid}: split values {sorted(used)} mix 0 with non-zero; one logical pipe uses only 0 or only non-zero"))
+        elif len(used) > 1:
+            errors.append((v, f"pipe id {pid}: split values {sorted(used)} differ between ops of one pipe"))
+    return errors
+
+
+def check_text(text: str, path: str = "<pto>") -> ParsedModule:
+    """Parse and verify; raises PtoCheckError with every error and its line."""
+    parsed = parse_pto(text, path)
+    verify_module(parsed)
+    return parsed
