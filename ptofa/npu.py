@@ -1,0 +1,223 @@
+"""The NPU backend: compile a `.pto`, load the `.so` with ctypes, launch, check.
+
+`run_npu` builds the kernel (cached, `ptofa.toolchain`), loads `caller.cpp`'s
+launcher with the argtypes of `ptofa.argspec`, allocates BSND fp16 Q/K/V, fp32 O
+and the GM slot workspace with torch_npu, launches on the current stream and
+checks O with the accuracy rule of `ptofa.reference`. It also compares O with
+`torch_npu.npu_fused_infer_attention_score` (fa-pipeline.md 16.2) and reports the
+difference in `RunResult.extra`; the pass/fail status comes from the reference rule.
+
+Without torch_npu or a device every entry point raises `BackendUnavailable`
+with one line saying what is missing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ptofa import argspec
+from ptofa.pipeline import FAConfig, ProblemShape, default_block_dim
+from ptofa.reference import check_accuracy, make_inputs, reference_attention
+from ptofa.runner import BackendUnavailable, RunResult
+from ptofa.toolchain import compile_pto
+
+# Cube cores of a 910B3/B4 (fa-pipeline.md 17.3), used when torch_npu cannot say.
+FALLBACK_CUBE_CORES = 20
+# Tolerance of the comparison with the fused op (fa-pipeline.md 14).
+FUSED_RTOL = FUSED_ATOL = 1e-3
+# next_tokens for a non-causal fused-op call (fa-pipeline.md 16.2).
+FUSED_NEXT_TOKENS_NON_CAUSAL = 65535
+
+
+class NpuLaunchError(RuntimeError):
+    """The launcher returned an error code instead of launching."""
+
+
+def npu_available() -> tuple[bool, str]:
+    """(True, device name) when torch_npu imports and sees a device, else (False, what is missing)."""
+    try:
+        import torch_npu  # noqa: F401  (registers torch.npu)
+    except ImportError:
+        return False, "npu backend: torch_npu is not installed (on an Ascend host with CANN: pip install '.[npu]')"
+    except Exception as failure:  # torch_npu raises assorted errors when CANN libraries are missing
+        return False, f"npu backend: torch_npu failed to import: {type(failure).__name__}: {failure}"
+    if not torch.npu.is_available() or torch.npu.device_count() < 1:
+        return False, "npu backend: torch_npu is installed but sees no NPU (check `npu-smi info`, ASCEND_RT_VISIBLE_DEVICES)"
+    return True, torch.npu.get_device_name(0)
+
+
+def require_npu() -> None:
+    """Raise `BackendUnavailable` (one line) unless an NPU is usable."""
+    available, reason = npu_available()
+    if not available:
+        raise BackendUnavailable(reason)
+
+
+def cube_core_count() -> int:
+    """Cube cores (AIC) of device 0, from torch_npu; 20 when the property is absent."""
+    try:
+        return int(torch.npu.get_device_properties(0).cube_core_num)
+    except (AttributeError, RuntimeError):
+        return FALLBACK_CUBE_CORES
+
+
+def load_launcher(so_path: Path | str) -> Callable[..., int]:
+    """`argspec.LAUNCHER_NAME` from the built `.so`, with argtypes and restype from argspec."""
+    library = ctypes.CDLL(str(so_path))
+    launcher = getattr(library, argspec.LAUNCHER_NAME)
+    launcher.argtypes = argspec.launcher_argtypes()
+    launcher.restype = argspec.LAUNCHER_RESTYPE
+    return launcher
+
+
+def check_launch_code(code: int) -> None:
+    """Turn a launcher return code into an exception naming the cause."""
+    if code == argspec.RC_OK:
+        return
+    if code == argspec.RC_FFTS_FAILED:
+        raise NpuLaunchError(
+            f"{argspec.LAUNCHER_NAME} returned {code}: rtGetC2cCtrlAddr failed or gave a null FFTS address "
+            "(is the CANN runtime initialised on this device?)"
+        )
+    raise NpuLaunchError(f"{argspec.LAUNCHER_NAME} returned unknown code {code}")
+
+
+@dataclass
+class FALaunch:
+    """One ready-to-launch kernel call: launcher, device buffers and runtime arguments."""
+
+    launcher: Callable[..., int]
+    block_dim: int
+    shape: ProblemShape
+    scale: float
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    o: torch.Tensor
+    slots: torch.Tensor
+
+    def host_args(self) -> list[int | float]:
+        """Values for `argspec.HOST_PARAMS`, in its order."""
+        by_name: dict[str, int | float] = {
+            "slots": self.slots.data_ptr(),
+            "q": self.q.data_ptr(),
+            "k": self.k.data_ptr(),
+            "v": self.v.data_ptr(),
+            "o": self.o.data_ptr(),
+            "batch": self.shape.batch,
+            "heads": self.shape.heads,
+            "s0": self.shape.s0,
+            "s1": self.shape.s1,
+            "scale": self.scale,
+        }
+        return [by_name[param.name] for param in argspec.HOST_PARAMS]
+
+    def __call__(self) -> None:
+        """Enqueue the kernel on the current stream (asynchronous)."""
+        stream = torch.npu.current_stream()._as_parameter_
+        check_launch_code(self.launcher(self.block_dim, stream, *self.host_args()))
+
+
+def prepare_launch(
+    config: FAConfig,
+    shape: ProblemShape,
+    so_path: Path | str,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    block_dim: int | None = None,
+) -> FALaunch:
+    """Copy Q/K/V to the NPU and allocate O and the slot workspace (`gm_slot_f32_per_block * block_dim`)."""
+    if block_dim is None:
+        block_dim = default_block_dim(shape, cube_core_count())
+    elif block_dim < 1:
+        raise ValueError(f"block_dim={block_dim} must be >= 1")
+    device = torch.device("npu", torch.npu.current_device())
+    return FALaunch(
+        launcher=load_launcher(so_path),
+        block_dim=block_dim,
+        shape=shape,
+        scale=scale,
+        q=q.to(device).contiguous(),
+        k=k.to(device).contiguous(),
+        v=v.to(device).contiguous(),
+        o=torch.zeros(shape.batch, shape.s0, shape.heads, config.head, dtype=torch.float32, device=device),
+        slots=torch.zeros(config.gm_slot_f32_per_block * block_dim, dtype=torch.float32, device=device),
+    )
+
+
+def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """torch_npu's fused attention on BSND device tensors (non-causal); fp16 [B,S0,N,D]."""
+    import torch_npu
+
+    heads = q.shape[2]
+    try:
+        out, _ = torch_npu.npu_fused_infer_attention_score(
+            q, k, v, num_heads=heads, input_layout="BSND", scale=scale, next_tokens=FUSED_NEXT_TOKENS_NON_CAUSAL
+        )
+    except TypeError:  # torch_npu < 2.5 names the argument scale_value
+        out, _ = torch_npu.npu_fused_infer_attention_score(
+            q, k, v, num_heads=heads, input_layout="BSND", scale_value=scale, next_tokens=FUSED_NEXT_TOKENS_NON_CAUSAL
+        )
+    return out
+
+
+def compare_with_fused(launch: FALaunch) -> dict[str, float | bool | str]:
+    """Max |O - fused| and whether it is within rtol = atol = 1e-3."""
+    try:
+        fused = fused_attention(launch.q, launch.k, launch.v, launch.scale).float()
+    except Exception as failure:  # the baseline is optional: report, do not fail the run
+        return {"fused_error": f"{type(failure).__name__}: {failure}"}
+    diff = (launch.o - fused).abs().max().item()
+    close = torch.allclose(launch.o, fused, rtol=FUSED_RTOL, atol=FUSED_ATOL)
+    return {"fused_max_abs_diff": diff, "fused_close": bool(close)}
+
+
+def run_npu(
+    config: FAConfig,
+    shape: ProblemShape,
+    pto_path: Path | str,
+    seed: int = 0,
+    block_dim: int | None = None,
+    scale: float | None = None,
+    compare_fused: bool = True,
+) -> RunResult:
+    """Compile (cached), launch once on NPU 0, synchronise and check O against the reference."""
+    require_npu()
+    shape.check(config)
+    scale = shape.default_scale(config.head) if scale is None else scale
+    compiled = compile_pto(pto_path, config_summary=config.summary())
+    q, k, v = make_inputs(shape, config.head, seed)
+    launch = prepare_launch(config, shape, compiled.so_path, q, k, v, scale, block_dim)
+    result = RunResult.start(config, shape, "npu", block_dim=launch.block_dim)
+    result.extra["so_path"] = str(compiled.so_path)
+    result.extra["cache_hit"] = compiled.cache_hit
+
+    started = time.perf_counter()
+    try:
+        launch()
+        torch.npu.synchronize()
+    except (NpuLaunchError, RuntimeError) as failure:  # RuntimeError: aicore exception or timeout at sync
+        result.status = "error"
+        result.message = str(failure).strip().splitlines()[0]
+        return result
+    result.wall_s = time.perf_counter() - started
+
+    ref32, ref16 = reference_attention(q, k, v, scale)
+    accuracy = check_accuracy(launch.o.cpu(), ref32, ref16)
+    result.status = "pass" if accuracy.passed else "fail"
+    result.err, result.ref16_err, result.tolerance = accuracy.err, accuracy.ref16_err, accuracy.tolerance
+    result.max_abs_err, result.max_rel_err = accuracy.max_abs_err, accuracy.max_rel_err
+    result.message = accuracy.summary()
+    if compare_fused:
+        result.extra.update(compare_with_fused(launch))
+        if result.extra.get("fused_close") is False:
+            result.message += f"; differs from the fused op by {result.extra['fused_max_abs_diff']:.3g} (> 1e-3)"
+    return result

@@ -1,0 +1,720 @@
+"""Timing model of the emitted kernel: replays a functional-simulator `Trace`.
+
+Model (constants in `ptofa.sim.socspec`, nothing fitted to measurements):
+
+* Each core (cube, vec0, vec1 of a block) has in-order hardware queues
+  (pto-ir.md 11.1): cube MTE2 / MTE1 / M / FIX, vector MTE2 / V / MTE3, and the
+  scalar unit S. An op occupies its queue for a fixed cost plus its size over the
+  queue's rate; queues run concurrently.
+* The scalar unit issues ops in program order, `op_dispatch_cycles` apart;
+  `scalar` records cost `scalar_ops * scalar_op_cycles`. Only cross-core waits
+  (`talloc` waiting for a free credit, `tpop` waiting for data) stall issue.
+* An op starts when it is issued, its queue is free and its buffers are ready:
+  RAW waits for the last writer, WAR for the last readers, WAW for the last
+  writer (what `ptoas --enable-insert-sync` enforces with flags), plus
+  `intra_core_flag_cycles` when the two ops sit on different queues.
+* Pipes follow pto-ir.md 10.5: `tpush` sets "ready" on the producer's store queue
+  (FIX on the cube, MTE3 on a vector), so it completes after the stores issued
+  before it; `tfree` sets "free" on MTE2 after the preceding loads, and only
+  every `P = sync_period` pops. Pop u waits for push u of every producer of the
+  pipe (both AIVs for V2C); talloc t >= S with t % P == 0 waits for free credit
+  (t - S) / P + 1 of every consumer (both AIVs for C2V). A flag becomes visible
+  to the peer `cross_core_flag_cycles` after it is set.
+* Queues are private to a core and cores interact only through pipe flags, so
+  each op's times are fixed once its predecessors are known; the replay computes
+  them in dependency order (identical to a discrete-event simulation of this
+  model). A pop or talloc whose matching flag is never set is a deadlock.
+* Launch time: blocks are independent. Block i of a persistent launch runs units
+  i, i + block_dim, ... A block missing from the trace takes the time of a traced
+  block with the same unit count, else a traced block's time scaled by the unit
+  ratio. Blocks beyond the cube-core count run in waves: core c runs blocks
+  c, c + cores, ... back to back. The result is at least the HBM time of the
+  compulsory traffic (Q, K, V read once, O written once). Launch overhead on the
+  host is not included.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ptofa.pipeline import DTYPE_BYTES, FAConfig, ProblemShape
+from ptofa.sim.socspec import SocSpec, get_soc
+from ptofa.sim.trace import Trace, TraceOp
+
+CUBE_QUEUES = ("MTE2", "MTE1", "M", "FIX", "S")
+VEC_QUEUES = ("MTE2", "V", "MTE3", "S")
+
+TRANSCENDENTAL_OPS = frozenset(
+    {"texp", "tlog", "tsqrt", "trsqrt", "trecip", "tdiv", "tdivs", "trowexpanddiv", "trowexpandexpdif"}
+)
+REDUCTION_OPS = frozenset({"trowmax", "trowsum", "trowmin", "trowprod", "tcolmax", "tcolmin", "tcolsum"})
+
+# Resource names used by the critical-path summary.
+BOUND_NAMES = {
+    ("cube", "M"): "cube M",
+    ("cube", "MTE1"): "MTE1",
+    ("cube", "FIX"): "FIX",
+    ("vec", "V"): "vector V",
+    ("vec", "MTE3"): "MTE3",
+}
+PIPE_WAITS = "pipe waits"
+SCALAR = "scalar issue"
+INTRA_SYNC = "intra-core sync"
+# Part of the critical path counted as "steady state": the middle half of the block's time.
+STEADY_WINDOW = (0.25, 0.75)
+
+
+class TimingError(RuntimeError):
+    """The trace cannot be replayed (unknown op, deadlocked pipes, bad block index)."""
+
+
+@dataclass(frozen=True)
+class OpInterval:
+    """Where and when one traced op ran (µs from the block's start)."""
+
+    block: int
+    core: str
+    queue: str
+    op: str
+    stage: str
+    line: int
+    start_us: float
+    end_us: float
+    wait_from_us: float  # issue time; < start_us when the op waited (pipe waits: cross-core)
+    pipe_id: int = -1
+    pipe_kind: str = ""
+    pipe_index: int = -1  # producer t / consumer u counter before this op, as replayed
+
+
+@dataclass
+class TimingResult:
+    soc: SocSpec
+    block_dim: int
+    kernel_us: float
+    flops: int
+    block_us: dict[int, float]  # replayed blocks
+    busy: dict[tuple[int, str, str], float]  # (block, core, queue) -> busy fraction of the block time
+    bound: str  # resource that bounds the steady state of the slowest replayed block
+    bound_shares: dict[str, float]  # share of that block's steady critical path per resource
+    intervals: list[OpInterval]
+    waves: int
+    cube_bound_us: float  # all matmul MACs on the used cube cores at peak
+    hbm_bound_us: float  # compulsory Q/K/V/O bytes at the HBM rate
+    extrapolation: str
+
+    @property
+    def tflops(self) -> float:
+        return self.flops / (self.kernel_us * 1e-6) / 1e12 if self.kernel_us > 0 else 0.0
+
+    @property
+    def critical_block(self) -> int:
+        return max(self.block_us, key=lambda b: self.block_us[b])
+
+    def summary(self) -> str:
+        block = self.critical_block
+        busy = ", ".join(
+            f"{core} {queue} {frac:.0%}"
+            for (b, core, queue), frac in sorted(self.busy.items(), key=lambda kv: -kv[1])
+            if b == block and queue != "S" and frac >= 0.05
+        )
+        shares = ", ".join(f"{name} {share:.0%}" for name, share in self.bound_shares.items() if share >= 0.05)
+        return (
+            f"Predicted {self.kernel_us:.2f} us on {self.soc.name} "
+            f"({self.tflops:.1f} TFLOPS, 4*B*N*S0*S1*D; block_dim={self.block_dim}, {self.waves} wave(s)); "
+            f"steady state bound by {self.bound} (critical path of block {block}: {shares}); "
+            f"busy in block {block}: {busy or 'none'}; "
+            f"limits: cube {self.cube_bound_us:.2f} us, HBM {self.hbm_bound_us:.2f} us; {self.extrapolation}."
+        )
+
+
+@dataclass
+class _Scheduled:
+    """Replay state of one executed op (cycles from the block start)."""
+
+    queue: str
+    issue: float
+    start: float
+    end: float
+    # What fixed `start`: ("queue"|"sync"|"pipe", (core, index)) or ("issue", None).
+    cause: tuple[str, tuple[str, int] | None]
+    # What fixed `issue`: the previous op in program order, via its issue or (blocking) its end.
+    issue_cause: tuple[str, tuple[str, int] | None]
+    pipe_index: int = -1
+
+
+@dataclass
+class BlockReplay:
+    """Per-core op timings of one block."""
+
+    block: int
+    cycles: float
+    ops: dict[str, list[TraceOp]]
+    sched: dict[str, list[_Scheduled]]
+
+
+def core_kind(core: str) -> str:
+    return "cube" if core == "cube" else "vec"
+
+
+def queue_of(op: TraceOp) -> str:
+    """The hardware queue an op runs on (pto-ir.md 11.1)."""
+    kind = core_kind(op.core)
+    if op.op == "scalar":
+        return "S"
+    if op.pipe_kind:
+        if op.pipe_kind in ("talloc", "tpop"):
+            return "S"
+        if op.pipe_kind == "tpush":
+            return "FIX" if kind == "cube" else "MTE3"
+        if op.pipe_kind == "tfree":
+            return "MTE2"
+        raise TimingError(f"line {op.line}: unknown pipe_kind {op.pipe_kind!r} on {op.op}")
+    name = op.op.removeprefix("pto.")
+    if name == "tload":
+        return "MTE2"
+    if name == "tstore":
+        return "FIX" if op.src_loc == "acc" else "MTE3"
+    if name.startswith("tmatmul"):
+        return "M"
+    if name == "treshape":
+        return "S"
+    if name == "tmov":
+        if op.src_loc == "mat" and op.dst_loc in ("left", "right", "bias"):
+            return "MTE1"
+        if op.src_loc == "acc":
+            return "FIX"
+        if op.src_loc == "vec" and op.dst_loc != "vec":
+            return "MTE3"
+    if kind == "vec":
+        return "V"
+    raise TimingError(f"line {op.line}: no cube queue for {op.op} ({op.src_loc} -> {op.dst_loc})")
+
+
+def duration_cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
+    """Cycles an op occupies its queue."""
+    if op.pipe_kind:
+        return soc.pipe_op_cycles
+    if queue == "S":
+        return op.scalar_ops * soc.scalar_op_cycles
+    if queue == "MTE2":
+        rate = soc.mte2_gm_to_l1_bytes if op.dst_loc == "mat" else soc.mte2_gm_to_ub_bytes
+        return soc.mte2_op_cycles + op.nbytes * soc.gm_scale / rate
+    if queue == "MTE1":
+        return soc.mte1_op_cycles + op.nbytes / soc.mte1_l1_to_l0_bytes
+    if queue == "M":
+        return soc.m_op_cycles + math.ceil(op.macs / soc.cube_macs_per_cycle)
+    if queue == "FIX":
+        return soc.fix_op_cycles + op.nbytes * soc.gm_scale / soc.fix_l0c_to_gm_bytes
+    if queue == "MTE3":
+        return soc.mte3_op_cycles + op.nbytes * soc.gm_scale / soc.mte3_ub_to_gm_bytes
+    name = op.op.removeprefix("pto.")
+    # Vector work is counted in fp32 bytes: the FA vector stage computes in fp32.
+    elems = max(op.elems, op.src_elems)
+    factor = 1.0
+    if name in TRANSCENDENTAL_OPS:
+        factor = soc.vec_transcendental_factor
+    elif name in REDUCTION_OPS:
+        factor = soc.vec_reduce_factor
+    return soc.v_op_cycles + factor * math.ceil(elems * DTYPE_BYTES["f32"] / soc.vec_bytes_per_cycle)
+
+
+def _pipe_roles(ops: dict[str, list[TraceOp]]) -> dict[int, tuple[list[str], list[str]]]:
+    """pipe id -> (producer cores, consumer cores) seen in one block."""
+    producers: dict[int, set[str]] = defaultdict(set)
+    consumers: dict[int, set[str]] = defaultdict(set)
+    for core, core_ops in ops.items():
+        for op in core_ops:
+            if op.pipe_kind in ("talloc", "tpush"):
+                producers[op.pipe_id].add(core)
+            elif op.pipe_kind in ("tpop", "tfree"):
+                consumers[op.pipe_id].add(core)
+    return {p: (sorted(producers[p]), sorted(consumers[p])) for p in set(producers) | set(consumers)}
+
+
+class _BlockReplayer:
+    def __init__(self, block: int, ops: dict[str, list[TraceOp]], soc: SocSpec, slot_num: int) -> None:
+        self.block = block
+        self.ops = ops
+        self.soc = soc
+        self.slot_num = slot_num
+        self.period = slot_num if slot_num <= 2 else slot_num // 2
+        self.roles = _pipe_roles(ops)
+        self.sched: dict[str, list[_Scheduled]] = {c: [] for c in ops}
+        self.queue_last: dict[str, dict[str, int]] = {c: {} for c in ops}
+        self.last_writer: dict[str, dict[int, int]] = {c: {} for c in ops}
+        self.readers: dict[str, dict[int, list[int]]] = {c: defaultdict(list) for c in ops}
+        self.counters: dict[str, dict[tuple[int, str], int]] = {c: defaultdict(int) for c in ops}
+        # Flag events visible to the peer: (pipe, producer core, push index) and
+        # (pipe, consumer core, credit number) -> (visible time, (core, op index)).
+        self.ready: dict[tuple[int, str, int], tuple[float, tuple[str, int]]] = {}
+        self.free: dict[tuple[int, str, int], tuple[float, tuple[str, int]]] = {}
+
+    def run(self) -> BlockReplay:
+        pending = {c for c, core_ops in self.ops.items() if core_ops}
+        while pending:
+            progressed = False
+            for core in sorted(pending):
+                while len(self.sched[core]) < len(self.ops[core]):
+                    if not self._step(core):
+                        break
+                    progressed = True
+                if len(self.sched[core]) == len(self.ops[core]):
+                    pending.discard(core)
+            if pending and not progressed:
+                raise TimingError(self._deadlock_message(pending))
+        end = max((s.end for ss in self.sched.values() for s in ss), default=0.0)
+        return BlockReplay(self.block, end, self.ops, self.sched)
+
+    def _deadlock_message(self, pending: set[str]) -> str:
+        stuck = []
+        for core in sorted(pending):
+            op = self.ops[core][len(self.sched[core])]
+            stuck.append(f"{core} at line {op.line} {op.op} (pipe {op.pipe_id} {op.pipe_kind})")
+        return f"pipe deadlock in block {self.block}: blocked on " + "; ".join(stuck)
+
+    def _pipe_wait(self, core: str, op: TraceOp) -> tuple[float, tuple[str, int] | None] | None:
+        """(time the cross-core flag is visible, op that set it); (0, None) if no wait; None if unknown yet."""
+        producers, consumers = self.roles[op.pipe_id]
+        index = self.counters[core][(op.pipe_id, op.pipe_kind)]
+        if op.pipe_kind == "tpop":
+            events = [self.ready.get((op.pipe_id, p, index)) for p in producers]
+        elif op.pipe_kind == "talloc":
+            s, p = self.slot_num, self.period
+            if not (index >= s and (s == 1 or index % p == 0)):
+                return 0.0, None
+            credit = index - s + 1 if s == 1 else (index - s) // p + 1
+            events = [self.free.get((op.pipe_id, c, credit)) for c in consumers]
+        else:
+            return 0.0, None
+        if not events or any(e is None for e in events):
+            return None
+        return max(events, key=lambda e: e[0])
+
+    def _step(self, core: str) -> bool:
+        i = len(self.sched[core])
+        op = self.ops[core][i]
+        soc = self.soc
+        queue = queue_of(op)
+        if core_kind(core) == "cube" and queue not in CUBE_QUEUES or core_kind(core) == "vec" and queue not in VEC_QUEUES:
+            raise TimingError(f"line {op.line}: {op.op} runs on {queue}, which {core} does not have")
+
+        wait = self._pipe_wait(core, op) if op.pipe_kind else (0.0, None)
+        if wait is None:
+            return False
+
+        issue, issue_cause = 0.0, ("start", None)
+        if i > 0:
+            prev, prev_op = self.sched[core][i - 1], self.ops[core][i - 1]
+            if prev.queue == "S":  # scalar work and cross-core waits stall issue until done
+                issue, issue_cause = prev.end + soc.op_dispatch_cycles, ("end", (core, i - 1))
+            else:
+                issue, issue_cause = prev.issue + soc.op_dispatch_cycles, ("issue", (core, i - 1))
+
+        candidates: list[tuple[float, str, tuple[str, int] | None]] = [(issue, "issue", None)]
+        if wait[1] is not None:
+            candidates.append((wait[0], "pipe", wait[1]))
+        if queue in self.queue_last[core]:
+            j = self.queue_last[core][queue]
+            candidates.append((self.sched[core][j].end, "queue", (core, j)))
+        for j in self._hazards(core, op):
+            other = self.sched[core][j]
+            if other.queue == queue:
+                candidates.append((other.end, "queue", (core, j)))
+            else:
+                candidates.append((other.end + soc.intra_core_flag_cycles, "sync", (core, j)))
+        start, kind, ref = max(candidates, key=lambda c: c[0])
+
+        index = -1
+        if op.pipe_kind:
+            index = self.counters[core][(op.pipe_id, op.pipe_kind)]
+            self.counters[core][(op.pipe_id, op.pipe_kind)] += 1
+        end = start + duration_cycles(op, queue, soc)
+        self.sched[core].append(_Scheduled(queue, issue, start, end, (kind, ref), issue_cause, index))
+        self.queue_last[core][queue] = i
+        self._record_buffers(core, op, i)
+        visible = end + soc.cross_core_flag_cycles
+        if op.pipe_kind == "tpush":
+            self.ready[(op.pipe_id, core, index)] = (visible, (core, i))
+        elif op.pipe_kind == "tfree":
+            popped = self.counters[core][(op.pipe_id, "tpop")]  # u: pops so far (pto-ir.md 10.5)
+            if popped % self.period == 0:
+                self.free[(op.pipe_id, core, popped // self.period)] = (visible, (core, i))
+        return True
+
+    def _hazards(self, core: str, op: TraceOp) -> list[int]:
+        deps: list[int] = []
+        writer = self.last_writer[core]
+        for buf in op.reads:  # RAW
+            if buf in writer:
+                deps.append(writer[buf])
+        for buf in op.writes:  # WAW, WAR
+            if buf in writer:
+                deps.append(writer[buf])
+            deps.extend(self.readers[core][buf])
+        return deps
+
+    def _record_buffers(self, core: str, op: TraceOp, i: int) -> None:
+        for buf in op.reads:
+            self.readers[core][buf].append(i)
+        for buf in op.writes:
+            self.last_writer[core][buf] = i
+            self.readers[core][buf] = []
+
+
+def replay(trace: Trace, soc: str | SocSpec = "910B2", slot_num: int = 8) -> dict[int, BlockReplay]:
+    """Replay every block in the trace; raises `TimingError` on a pipe deadlock."""
+    spec = get_soc(soc)
+    by_block: dict[int, dict[str, list[TraceOp]]] = defaultdict(dict)
+    for (block, core), ops in trace.cores.items():
+        by_block[block][core] = ops
+    return {b: _BlockReplayer(b, cores, spec, slot_num).run() for b, cores in sorted(by_block.items())}
+
+
+def _bound_name(core: str, queue: str) -> str:
+    if queue == "MTE2":
+        return "MTE2"
+    if queue == "S":
+        return SCALAR
+    return BOUND_NAMES[(core_kind(core), queue)]
+
+
+def critical_path_shares(rep: BlockReplay, window: tuple[float, float] = STEADY_WINDOW) -> dict[str, float]:
+    """Walk the critical path back from the last op and share its steady window by resource.
+
+    Time on an op is charged to its queue (cross-core waits `tpop`/`talloc`/`tpush`/
+    `tfree` to pipe waits), gaps to the link that caused them: cross-core flag
+    latency to pipe waits, intra-core flag latency to intra-core sync, dispatch to
+    scalar issue.
+    """
+    lo, hi = window[0] * rep.cycles, window[1] * rep.cycles
+    charged: dict[str, float] = defaultdict(float)
+
+    def charge(name: str, a: float, b: float) -> None:
+        overlap = min(b, hi) - max(a, lo)
+        if overlap > 0:
+            charged[name] += overlap
+
+    last = max(
+        ((c, i) for c, ss in rep.sched.items() for i in range(len(ss))),
+        key=lambda ci: rep.sched[ci[0]][ci[1]].end,
+        default=None,
+    )
+    node: tuple[str, int] | None = last
+    at_issue = False  # walking "issue" links: at the op's issue time, not its end
+    while node is not None:
+        core, i = node
+        s = rep.sched[core][i]
+        op = rep.ops[core][i]
+        if not at_issue:
+            charge(PIPE_WAITS if op.pipe_kind else _bound_name(core, s.queue), s.start, s.end)
+            kind, ref = s.cause
+            if kind != "issue":
+                pred = rep.sched[ref[0]][ref[1]]
+                if kind in ("pipe", "sync"):  # a "queue" predecessor leaves no gap
+                    charge(PIPE_WAITS if kind == "pipe" else INTRA_SYNC, pred.end, s.start)
+                node = ref
+                continue
+            at_issue = True
+        kind, ref = s.issue_cause
+        if ref is None:
+            break
+        pred = rep.sched[ref[0]][ref[1]]
+        if kind == "end":
+            charge(SCALAR, pred.end, s.issue)
+            at_issue = False
+        else:
+            charge(SCALAR, pred.issue, s.issue)
+        node = ref
+    total = sum(charged.values())
+    return {k: v / total for k, v in sorted(charged.items(), key=lambda kv: -kv[1])} if total else {}
+
+
+def steady_bound(shares: dict[str, float]) -> str:
+    """The resource holding at least half the steady critical path; else the cores wait on
+    each other through the pipes (the path alternates between cube and vector work)."""
+    top = next(iter(shares), None)
+    if top is None:
+        return "none"
+    return top if shares[top] >= 0.5 else PIPE_WAITS
+
+
+def busy_fractions(rep: BlockReplay) -> dict[tuple[int, str, str], float]:
+    busy: dict[tuple[int, str, str], float] = defaultdict(float)
+    for core, ss in rep.sched.items():
+        for s in ss:
+            busy[(rep.block, core, s.queue)] += s.end - s.start
+    return {k: v / rep.cycles for k, v in busy.items()} if rep.cycles else dict(busy)
+
+
+def units_of_block(block: int, block_dim: int, work_units: int) -> int:
+    """Work units of block `block` when block i runs units i, i + block_dim, ..."""
+    return len(range(block, work_units, block_dim))
+
+
+def launch_cycles(
+    block_cycles: dict[int, float], block_dim: int, work_units: int, cube_cores: int
+) -> tuple[float, int, str]:
+    """(launch cycles, waves, how missing blocks were extrapolated)."""
+    if any(b >= block_dim for b in block_cycles):
+        raise TimingError(f"trace has block {max(block_cycles)} but block_dim={block_dim}")
+    traced_units = {b: units_of_block(b, block_dim, work_units) for b in block_cycles}
+    per_block: list[float] = []
+    copied = scaled = 0
+    for b in range(block_dim):
+        n = units_of_block(b, block_dim, work_units)
+        if b in block_cycles:
+            per_block.append(block_cycles[b])
+            continue
+        same = [block_cycles[t] for t, u in traced_units.items() if u == n]
+        if same:
+            per_block.append(max(same))
+            copied += 1
+        else:
+            ref = min(traced_units, key=lambda t: (abs(traced_units[t] - n), t))
+            per_block.append(block_cycles[ref] * n / traced_units[ref] if traced_units[ref] else 0.0)
+            scaled += 1
+    waves = math.ceil(block_dim / cube_cores)
+    per_core = [sum(per_block[c::cube_cores]) for c in range(min(block_dim, cube_cores))]
+    note = (
+        f"{len(block_cycles)} of {block_dim} blocks replayed, {copied} copied from a block "
+        f"with the same unit count, {scaled} scaled by unit count"
+    )
+    return max(per_core, default=0.0), waves, note
+
+
+def compulsory_bytes(config: FAConfig, shape: ProblemShape) -> int:
+    """Q, K, V read once and O written once (BSND)."""
+    b, n, d = shape.batch, shape.heads, config.head
+    in_b, out_b = DTYPE_BYTES[config.in_dtype], DTYPE_BYTES[config.out_dtype]
+    return b * n * d * (shape.s0 * in_b + 2 * shape.s1 * in_b + shape.s0 * out_b)
+
+
+def predict(
+    trace: Trace,
+    config: FAConfig,
+    shape: ProblemShape,
+    soc: str | SocSpec = "910B2",
+    block_dim: int | None = None,
+) -> TimingResult:
+    """Predicted kernel time of the launch the trace was recorded from."""
+    spec = get_soc(soc)
+    block_dim = block_dim or trace.block_dim
+    replays = replay(trace, spec, config.slot_num)
+    if not replays:
+        raise TimingError("the trace has no ops")
+    block_cycles = {b: r.cycles for b, r in replays.items()}
+    cycles, waves, note = launch_cycles(block_cycles, block_dim, shape.work_units, spec.cube_cores)
+    cores_used = min(block_dim, spec.cube_cores)
+    macs = 2 * shape.batch * shape.heads * shape.s0 * shape.s1 * config.head
+    cube_bound_us = spec.cycles_to_us(macs / (cores_used * spec.cube_macs_per_cycle))
+    # The compulsory traffic is spread over the launch; a block alone may exceed its
+    # share (its own ports limit it), so the bound takes every core's share.
+    hbm_rate = spec.hbm_bytes_per_cycle_per_core * spec.cube_cores
+    hbm_bound_us = spec.cycles_to_us(compulsory_bytes(config, shape) / hbm_rate)
+    kernel_us = max(spec.cycles_to_us(cycles), hbm_bound_us)
+
+    critical = max(replays.values(), key=lambda r: r.cycles)
+    shares = critical_path_shares(critical)
+    bound = steady_bound(shares)
+    if hbm_bound_us >= spec.cycles_to_us(cycles):
+        bound = "HBM"
+    busy: dict[tuple[int, str, str], float] = {}
+    for r in replays.values():
+        busy.update(busy_fractions(r))
+    return TimingResult(
+        soc=spec,
+        block_dim=block_dim,
+        kernel_us=kernel_us,
+        flops=shape.flops(config.head),
+        block_us={b: spec.cycles_to_us(c) for b, c in block_cycles.items()},
+        busy=busy,
+        bound=bound,
+        bound_shares=shares,
+        intervals=intervals(replays, spec),
+        waves=waves,
+        cube_bound_us=cube_bound_us,
+        hbm_bound_us=hbm_bound_us,
+        extrapolation=note,
+    )
+
+
+def intervals(replays: dict[int, BlockReplay], soc: SocSpec) -> list[OpInterval]:
+    us = soc.cycles_to_us
+    return [
+        OpInterval(
+            block=r.block,
+            core=core,
+            queue=s.queue,
+            op=op.op,
+            stage=op.stage,
+            line=op.line,
+            start_us=us(s.start),
+            end_us=us(s.end),
+            wait_from_us=us(s.issue),
+            pipe_id=op.pipe_id,
+            pipe_kind=op.pipe_kind,
+            pipe_index=s.pipe_index,
+        )
+        for r in replays.values()
+        for core in sorted(r.sched, key=_core_order)
+        for op, s in zip(r.ops[core], r.sched[core])
+    ]
+
+
+def _core_order(core: str) -> tuple[int, str]:
+    return (0 if core == "cube" else 1, core)
+
+
+# --- timeline picture -------------------------------------------------------------
+
+STAGE_COLOURS = {"qk": "#4c78a8", "p": "#f58518", "pv": "#54a24b", "gu": "#b279a2", "other": "#9d9d9d"}
+WAIT_COLOUR = "#bbbbbb"
+DEFAULT_WINDOW_US = 40.0
+
+
+@dataclass
+class _Lane:
+    core: str
+    queue: str
+    bars: list[OpInterval] = field(default_factory=list)
+
+
+def _timeline_lanes(result: TimingResult, block: int, window_us: float) -> list[_Lane]:
+    lanes: dict[tuple[str, str], _Lane] = {}
+    cores = sorted({iv.core for iv in result.intervals if iv.block == block}, key=_core_order)
+    for core in cores:
+        for queue in CUBE_QUEUES if core == "cube" else VEC_QUEUES:
+            lanes[(core, queue)] = _Lane(core, queue)
+    for iv in result.intervals:
+        if iv.block == block and iv.wait_from_us < window_us:
+            lanes[(iv.core, iv.queue)].bars.append(iv)
+    return list(lanes.values())
+
+
+def _pipe_wait(iv: OpInterval) -> bool:
+    """A cross-core wait worth drawing: a pop/alloc that waited past its issue."""
+    return iv.pipe_kind in ("tpop", "talloc") and iv.start_us > iv.wait_from_us
+
+
+def write_timeline(
+    result: TimingResult, path: str | Path, block: int | None = None, window_us: float = DEFAULT_WINDOW_US
+) -> Path:
+    """Draw one block's queues over time: `.svg` (plain SVG text) or `.png` (matplotlib).
+
+    Only the first `window_us` microseconds are drawn (long runs repeat the same
+    steady pattern; the title gives the full block time). Bars are coloured by
+    stage; hatched grey bars on a core's S lane are cross-core pipe waits.
+    """
+    path = Path(path)
+    block = result.critical_block if block is None else block
+    total_us = result.block_us[block]
+    shown_us = min(window_us, total_us) or 1e-3
+    lanes = _timeline_lanes(result, block, shown_us)
+    title = (
+        f"block {block} on {result.soc.name}: first {shown_us:.1f} of {total_us:.1f} us; "
+        f"kernel {result.kernel_us:.1f} us, bound by {result.bound}"
+    )
+    if path.suffix.lower() == ".svg":
+        path.write_text(_svg(lanes, shown_us, title))
+    elif path.suffix.lower() == ".png":
+        _png(lanes, shown_us, title, path)
+    else:
+        raise ValueError(f"timeline path {path} must end in .svg or .png")
+    return path
+
+
+def _nice_step(span: float, ticks: int = 8) -> float:
+    raw = span / ticks
+    mag = 10 ** math.floor(math.log10(raw))
+    return next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+
+
+def _svg(lanes: list[_Lane], shown_us: float, title: str) -> str:
+    left, top, lane_h, width = 110, 40, 22, 1100
+    height = top + lane_h * len(lanes) + 70
+    scale = width / shown_us
+
+    def x(t: float) -> float:
+        return left + min(t, shown_us) * scale
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 20}" height="{height}" '
+        'font-family="sans-serif" font-size="11">',
+        '<defs><pattern id="wait" patternUnits="userSpaceOnUse" width="6" height="6" '
+        'patternTransform="rotate(45)"><rect width="6" height="6" fill="#eeeeee"/>'
+        f'<line x1="0" y1="0" x2="0" y2="6" stroke="{WAIT_COLOUR}" stroke-width="3"/></pattern></defs>',
+        f'<text x="{left}" y="20" font-size="13">{_escape(title)}</text>',
+    ]
+    for n, lane in enumerate(lanes):
+        y = top + n * lane_h
+        out.append(f'<text x="{left - 8}" y="{y + 15}" text-anchor="end">{lane.core} {lane.queue}</text>')
+        out.append(f'<rect x="{left}" y="{y}" width="{width}" height="{lane_h - 4}" fill="#fafafa"/>')
+        for iv in lane.bars:
+            if _pipe_wait(iv):
+                out.append(
+                    f'<rect x="{x(iv.wait_from_us):.2f}" y="{y}" '
+                    f'width="{max(x(iv.start_us) - x(iv.wait_from_us), 0.5):.2f}" height="{lane_h - 4}" '
+                    f'fill="url(#wait)"><title>{_escape(_label(iv))} waiting</title></rect>'
+                )
+            if iv.start_us < shown_us:
+                out.append(
+                    f'<rect x="{x(iv.start_us):.2f}" y="{y}" width="{max(x(iv.end_us) - x(iv.start_us), 0.5):.2f}" '
+                    f'height="{lane_h - 4}" fill="{STAGE_COLOURS.get(iv.stage, STAGE_COLOURS["other"])}">'
+                    f"<title>{_escape(_label(iv))}</title></rect>"
+                )
+    axis_y = top + lane_h * len(lanes) + 4
+    out.append(f'<line x1="{left}" y1="{axis_y}" x2="{left + width}" y2="{axis_y}" stroke="black"/>')
+    step = _nice_step(shown_us)
+    for k in range(int(shown_us / step) + 1):
+        t = k * step
+        out.append(f'<line x1="{x(t):.2f}" y1="{axis_y}" x2="{x(t):.2f}" y2="{axis_y + 4}" stroke="black"/>')
+        out.append(f'<text x="{x(t):.2f}" y="{axis_y + 16}" text-anchor="middle">{t:g}</text>')
+    out.append(f'<text x="{left + width / 2}" y="{axis_y + 30}" text-anchor="middle">time (us)</text>')
+    legend_y = axis_y + 46
+    entries = [(name, f'fill="{colour}"') for name, colour in STAGE_COLOURS.items()]
+    entries.append(("pipe wait", 'fill="url(#wait)"'))
+    for k, (name, fill) in enumerate(entries):
+        lx = left + k * 110
+        out.append(f'<rect x="{lx}" y="{legend_y - 10}" width="14" height="12" {fill}/>')
+        out.append(f'<text x="{lx + 18}" y="{legend_y}">{name}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def _label(iv: OpInterval) -> str:
+    pipe = f" pipe {iv.pipe_id} {iv.pipe_kind} #{iv.pipe_index}" if iv.pipe_kind else ""
+    return f"{iv.op} line {iv.line} [{iv.stage}]{pipe} {iv.start_us:.3f}-{iv.end_us:.3f} us"
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _png(lanes: list[_Lane], shown_us: float, title: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    fig, ax = plt.subplots(figsize=(14, 0.35 * len(lanes) + 1.6))
+    for n, lane in enumerate(lanes):
+        y = len(lanes) - 1 - n
+        waits = [(iv.wait_from_us, iv.start_us - iv.wait_from_us) for iv in lane.bars if _pipe_wait(iv)]
+        ax.broken_barh(waits, (y - 0.4, 0.8), facecolors="#eeeeee", edgecolor=WAIT_COLOUR, hatch="///", lw=0)
+        for stage, colour in STAGE_COLOURS.items():
+            bars = [(iv.start_us, iv.end_us - iv.start_us) for iv in lane.bars if iv.stage == stage]
+            ax.broken_barh(bars, (y - 0.4, 0.8), facecolors=colour)
+    ax.set_yticks(range(len(lanes)), [f"{lane.core} {lane.queue}" for lane in reversed(lanes)])
+    ax.set_xlim(0, shown_us)
+    ax.set_xlabel("time (us)")
+    ax.set_title(title, fontsize=10)
+    handles = [Patch(facecolor=c, label=s) for s, c in STAGE_COLOURS.items()]
+    handles.append(Patch(facecolor="#eeeeee", edgecolor=WAIT_COLOUR, hatch="///", label="pipe wait"))
+    ax.legend(handles=handles, loc="upper right", ncol=6, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,628 @@
+"""Parameter sweeps: run a grid of configs and shapes, resumably, in parallel.
+
+Each grid point is validated first (`FAConfig`, `ProblemShape.check`); a point
+that breaks a legality rule becomes a row with status "rejected" and the rule's
+message. The others run through a run function (`ptofa.runner.run_case` unless
+one is injected) in worker processes. Every finished row is appended to
+`results.jsonl` at once, so an interrupted sweep resumes where it stopped: on
+restart, points whose key (config + shape + backend) is already in the file are
+not run again. At the end `results.csv`, `results.json` and `results.png` are
+written from the rows of the grid, and a summary table is printed.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.metadata
+import itertools
+import json
+import math
+import multiprocessing
+import os
+import signal
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from pathlib import Path
+from types import FrameType
+
+import click
+import numpy
+import torch
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+import ptofa
+from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
+from ptofa.runner import BACKENDS, BackendUnavailable, RunResult
+
+RunFunction = Callable[..., RunResult]
+
+JSONL_NAME = "results.jsonl"
+CSV_NAME = "results.csv"
+JSON_NAME = "results.json"
+PNG_NAME = "results.png"
+
+FAILED_STATUSES = ("fail", "deadlock", "error")
+# Metrics that rank passing points, in order of preference (lower is better).
+TIME_METRICS = (
+    ("predicted_us", "predicted time (timing model)"),
+    ("kernel_us", "kernel time"),
+    ("wall_s", "wall time"),
+)
+RESULT_FIELDS = tuple(f.name for f in fields(RunResult))
+VERSION_PACKAGES = ("ptofa", "torch", "xdsl", "numpy")
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One grid point: the config knobs the sweep varies, the problem shape and the backend."""
+
+    head: int
+    tile_s1: int
+    qk_preload: int
+    batch: int
+    heads: int
+    s0: int
+    s1: int
+    backend: str
+
+    @property
+    def key(self) -> str:
+        """Identity of the point in `results.jsonl`; a point whose key is there is not run again."""
+        return (
+            f"head={self.head},tile_s1={self.tile_s1},qk_preload={self.qk_preload},"
+            f"batch={self.batch},heads={self.heads},s0={self.s0},s1={self.s1},backend={self.backend}"
+        )
+
+    @property
+    def shape(self) -> ProblemShape:
+        return ProblemShape(batch=self.batch, heads=self.heads, s0=self.s0, s1=self.s1)
+
+    @property
+    def config_label(self) -> str:
+        return f"head={self.head} tile_s1={self.tile_s1} qk_preload={self.qk_preload}"
+
+
+@dataclass(frozen=True)
+class SweepGrid:
+    """The values of each swept axis; the grid is their product."""
+
+    tile_s1: Sequence[int]
+    qk_preload: Sequence[int]
+    head: Sequence[int]
+    s1: Sequence[int]
+    s0: Sequence[int] = (128,)
+    batch: Sequence[int] = (1,)
+    heads: Sequence[int] = (1,)
+
+    def points(self, backend: str) -> list[SweepPoint]:
+        """Points ordered by shape, then by config, so a partial sweep covers whole shapes first."""
+        return [
+            SweepPoint(head, tile_s1, qk_preload, batch, heads, s0, s1, backend)
+            for batch, heads, s0, s1, head, tile_s1, qk_preload in itertools.product(
+                self.batch, self.heads, self.s0, self.s1, self.head, self.tile_s1, self.qk_preload
+            )
+        ]
+
+
+@dataclass
+class SweepOutcome:
+    """The rows of the grid (from `results.jsonl`, in grid order) and how the sweep ended."""
+
+    rows: list[dict]
+    ran: int  # points run by this invocation
+    skipped: int  # points found in results.jsonl and not run again
+    interrupted: bool
+    best_metric: str | None  # the column that ranked passing points, None if nothing passed
+    out_dir: Path
+
+    @property
+    def failed(self) -> list[dict]:
+        return [row for row in self.rows if row["status"] in FAILED_STATUSES]
+
+
+def package_versions() -> dict[str, str]:
+    return {
+        "ptofa": ptofa.__version__,
+        "torch": torch.__version__,
+        "xdsl": importlib.metadata.version("xdsl"),
+        "numpy": numpy.__version__,
+    }
+
+
+def validate_point(point: SweepPoint) -> tuple[FAConfig | None, str, list[str]]:
+    """(config, rejection message, config warnings); config is None when a legality rule rejects the point."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            config = FAConfig(head=point.head, tile_s1=point.tile_s1, qk_preload=point.qk_preload)
+            point.shape.check(config)
+        except ConfigError as exc:
+            return None, str(exc), []
+    return config, "", [str(w.message) for w in caught]
+
+
+def rejected_result(point: SweepPoint, message: str) -> RunResult:
+    return RunResult(
+        head=point.head,
+        tile_s1=point.tile_s1,
+        qk_preload=point.qk_preload,
+        batch=point.batch,
+        heads=point.heads,
+        s0=point.s0,
+        s1=point.s1,
+        backend=point.backend,
+        status="rejected",
+        message=message,
+    )
+
+
+def _resolve_run_function(run_fn: RunFunction | None) -> RunFunction:
+    if run_fn is not None:
+        return run_fn
+    from ptofa.runner import run_case
+
+    return run_case
+
+
+def run_point(run_fn: RunFunction, config: FAConfig, point: SweepPoint, seed: int) -> RunResult:
+    """Run one valid point. A crash of the run function becomes an "error" row instead of ending the sweep;
+    `BackendUnavailable` and `KeyboardInterrupt` propagate."""
+    try:
+        return run_fn(config, point.shape, backend=point.backend, seed=seed, timing=True)
+    except (BackendUnavailable, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - one broken point must not lose the others
+        return RunResult.start(config, point.shape, point.backend, status="error", message=f"{type(exc).__name__}: {exc}")
+
+
+def _init_worker(single_thread: bool) -> None:
+    # Ctrl-C reaches the whole process group; the parent decides when to stop,
+    # and workers finish the point they are running.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if single_thread:
+        torch.set_num_threads(1)
+
+
+class ResultsLog:
+    """`results.jsonl`: one JSON row per finished point, flushed and fsynced as it is written."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.rows: dict[str, dict] = {}
+        if path.exists():
+            self._load()
+
+    def _load(self) -> None:
+        lines = self.path.read_text().splitlines()
+        for line in lines:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                # A write cut short by a hard kill: that point simply runs again.
+                continue
+            self.rows[row["key"]] = row
+        if len(self.rows) != len(lines):
+            self._rewrite()
+
+    def _rewrite(self) -> None:
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(row) + "\n" for row in self.rows.values()))
+        os.replace(tmp, self.path)
+
+    def append(self, row: dict) -> None:
+        with self.path.open("a") as log:
+            log.write(json.dumps(row) + "\n")
+            log.flush()
+            os.fsync(log.fileno())
+        self.rows[row["key"]] = row
+
+
+def make_row(point: SweepPoint, result: RunResult, seed: int, versions: dict[str, str], warnings_: list[str]) -> dict:
+    row = {"key": point.key, **result.as_dict(), "seed": seed, "versions": versions}
+    if warnings_:
+        row["extra"] = {**row["extra"], "config_warnings": warnings_}
+    return row
+
+
+class _StopRequest:
+    """The first Ctrl-C asks the sweep to stop after the points in flight; the second aborts."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.requested = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        self.console.print("[yellow]interrupted: finishing the points in flight (Ctrl-C again to abort)[/]")
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.signal(signal.SIGINT, self)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
+def run_sweep(
+    grid: SweepGrid,
+    out_dir: Path,
+    backend: str = "sim",
+    jobs: int | None = None,
+    seed: int = 0,
+    run_fn: RunFunction | None = None,
+    console: Console | None = None,
+) -> SweepOutcome:
+    """Run the grid's points not yet in `out_dir/results.jsonl`, then write the CSV, JSON and PNG.
+
+    `run_fn` has `ptofa.runner.run_case`'s signature (the default); with `jobs` > 1
+    it runs in spawned worker processes and must be picklable (a module-level function).
+    """
+    if backend not in BACKENDS:
+        raise click.BadParameter(f"backend={backend!r} must be one of {BACKENDS}")
+    console = console or Console()
+    jobs = jobs or os.cpu_count() or 1
+    run_fn = _resolve_run_function(run_fn)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log = ResultsLog(out_dir / JSONL_NAME)
+    versions = package_versions()
+    points = grid.points(backend)
+    keys = {point.key for point in points}
+    if len(keys) != len(points):
+        raise click.BadParameter("the grid lists a value twice on some axis; each point must be unique")
+    pending = [point for point in points if point.key not in log.rows]
+    skipped = len(points) - len(pending)
+
+    to_run: list[tuple[SweepPoint, FAConfig, list[str]]] = []
+    for point in pending:
+        config, rejection, config_warnings = validate_point(point)
+        if config is None:
+            log.append(make_row(point, rejected_result(point, rejection), seed, versions, []))
+        else:
+            to_run.append((point, config, config_warnings))
+
+    stop = _StopRequest(console)
+    ran = 0
+    progress = Progress(
+        TextColumn("sweep"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=console,
+    )
+    with progress, stop.installed():
+        task = progress.add_task("", total=len(points), completed=len(points) - len(to_run))
+
+        def record(point: SweepPoint, config_warnings: list[str], result: RunResult) -> None:
+            nonlocal ran
+            log.append(make_row(point, result, seed, versions, config_warnings))
+            ran += 1
+            progress.update(task, advance=1, description=f"{point.config_label} s1={point.s1}: {result.status}")
+
+        if jobs == 1 or len(to_run) <= 1:
+            for point, config, config_warnings in to_run:
+                if stop.requested:
+                    break
+                try:
+                    result = run_point(run_fn, config, point, seed)
+                except KeyboardInterrupt:
+                    stop.requested = True
+                    break
+                record(point, config_warnings, result)
+        else:
+            _run_parallel(to_run, run_fn, seed, min(jobs, len(to_run)), stop, record)
+
+    rows = [log.rows[point.key] for point in points if point.key in log.rows]
+    best_metric = mark_best(rows)
+    write_outputs(rows, out_dir)
+    return SweepOutcome(
+        rows=rows,
+        ran=ran,
+        skipped=skipped,
+        interrupted=stop.requested,
+        best_metric=best_metric,
+        out_dir=out_dir,
+    )
+
+
+def _run_parallel(
+    to_run: list[tuple[SweepPoint, FAConfig, list[str]]],
+    run_fn: RunFunction,
+    seed: int,
+    workers: int,
+    stop: _StopRequest,
+    record: Callable[[SweepPoint, list[str], RunResult], None],
+) -> None:
+    context = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(True,))
+    futures: dict[Future, tuple[SweepPoint, list[str]]] = {
+        pool.submit(run_point, run_fn, config, point, seed): (point, config_warnings)
+        for point, config, config_warnings in to_run
+    }
+    collected: set[Future] = set()
+
+    def collect(future: Future) -> None:
+        collected.add(future)
+        try:
+            result = future.result()
+        except KeyboardInterrupt:
+            stop.requested = True
+            return
+        record(*futures[future], result)
+
+    try:
+        for future in as_completed(futures):
+            collect(future)
+            if stop.requested:
+                break
+        # Stopping: drop the queued points, wait for those already running.
+        for future in [f for f in futures if f not in collected and not f.cancel()]:
+            collect(future)
+    except KeyboardInterrupt:
+        # A second Ctrl-C: abandon the running points too.
+        for worker in multiprocessing.active_children():
+            worker.terminate()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _time_metric(rows: list[dict]) -> str | None:
+    passing = [row for row in rows if row["status"] == "pass"]
+    for metric, _ in TIME_METRICS:
+        if any(row.get(metric) is not None for row in passing):
+            return metric
+    return None
+
+
+def mark_best(rows: list[dict]) -> str | None:
+    """Set `best` on the fastest passing row of each problem (head, batch, heads, s0, s1).
+
+    The head dim belongs to the problem: the tuning choice is (tile_s1, qk_preload).
+    Ranks by the first of predicted_us, kernel_us, wall_s that any passing row has;
+    returns that column's name.
+    """
+    metric = _time_metric(rows)
+    for row in rows:
+        row["best"] = False
+    if metric is None:
+        return None
+    best: dict[tuple[int, ...], dict] = {}
+    for row in rows:
+        if row["status"] != "pass" or row.get(metric) is None:
+            continue
+        problem = (row["head"], row["batch"], row["heads"], row["s0"], row["s1"])
+        if problem not in best or row[metric] < best[problem][metric]:
+            best[problem] = row
+    for row in best.values():
+        row["best"] = True
+    return metric
+
+
+def _csv_columns() -> list[str]:
+    return ["key", *RESULT_FIELDS, "seed", "best", *(f"{name}_version" for name in VERSION_PACKAGES)]
+
+
+def write_outputs(rows: list[dict], out_dir: Path) -> None:
+    """results.csv and results.json (one row per point) and results.png."""
+    with (out_dir / CSV_NAME).open("w", newline="") as csv_file:
+        writer = csv.DictWriter(csv_file, fieldnames=_csv_columns())
+        writer.writeheader()
+        for row in rows:
+            flat = {key: value for key, value in row.items() if key != "versions"}
+            flat["extra"] = json.dumps(row["extra"]) if row["extra"] else ""
+            flat.update({f"{name}_version": row["versions"].get(name, "") for name in VERSION_PACKAGES})
+            writer.writerow(flat)
+    (out_dir / JSON_NAME).write_text(json.dumps(rows, indent=1) + "\n")
+    plot_results(rows, out_dir / PNG_NAME)
+
+
+def _series_label(row: dict, varying_shape_fields: list[str]) -> str:
+    label = f"D={row['head']} tile_s1={row['tile_s1']} qk_preload={row['qk_preload']}"
+    return " ".join([label, *(f"{name}={row[name]}" for name in varying_shape_fields)])
+
+
+def plot_results(rows: list[dict], path: Path) -> None:
+    """Measured time (sim: wall time; npu: TFLOPS) against S1, one line per config through its
+    passing points, and a second panel with the timing model's predicted TFLOPS when any row has it.
+    Failed points are red markers; rejected points are 'x' markers along the bottom."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    on_npu = any(row["backend"] == "npu" and row.get("tflops") is not None for row in rows)
+    measured = ("tflops", "TFLOPS (measured)") if on_npu else ("wall_s", "wall time (s)")
+    panels = [measured]
+    if any(row.get("predicted_tflops") is not None for row in rows):
+        panels.append(("predicted_tflops", "predicted TFLOPS (timing model)"))
+
+    varying = [name for name in ("batch", "heads", "s0") if len({row[name] for row in rows}) > 1]
+    figure, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 5), squeeze=False)
+    for axis, (column, ylabel) in zip(axes[0], panels):
+        series: dict[str, list[dict]] = {}
+        for row in rows:
+            if row["status"] == "pass":
+                series.setdefault(_series_label(row, varying), []).append(row)
+        for label, series_rows in series.items():
+            points = sorted((row["s1"], row[column]) for row in series_rows if row.get(column) is not None)
+            if points:
+                axis.plot(*zip(*points), marker="o", label=label)
+        failed = [row for row in rows if row["status"] in FAILED_STATUSES]
+        failed_with_value = [(row["s1"], row[column]) for row in failed if row.get(column) is not None]
+        failed_without_value = [row["s1"] for row in failed if row.get(column) is None]
+        bottom = axis.get_xaxis_transform()  # x in data, y in axes fraction
+        if failed_with_value:
+            axis.scatter(*zip(*failed_with_value), color="red", marker="o", s=60, zorder=3, label="failed / deadlock / error")
+        if failed_without_value:
+            axis.scatter(
+                failed_without_value, [0.03] * len(failed_without_value), transform=bottom,
+                color="red", marker="o", s=60, zorder=3,
+                label=None if failed_with_value else "failed / deadlock / error",
+            )
+        rejected = [row["s1"] for row in rows if row["status"] == "rejected"]
+        if rejected:
+            axis.scatter(
+                rejected, [0.03] * len(rejected), transform=bottom,
+                color="gray", marker="x", s=50, zorder=3, label="rejected by a config rule",
+            )
+        axis.set_xscale("log", base=2)
+        # Set explicitly: markers drawn at the bottom do not widen the data limits.
+        all_s1 = [row["s1"] for row in rows]
+        axis.set_xlim(min(all_s1) / 1.5, max(all_s1) * 1.5)
+        axis.set_xticks(sorted(set(all_s1)), [str(s1) for s1 in sorted(set(all_s1))])
+        axis.set_ylim(bottom=0)
+        axis.set_xlabel("S1")
+        axis.set_ylabel(ylabel)
+        axis.grid(True, alpha=0.3)
+        axis.legend(fontsize="small")
+    figure.suptitle("ptofa sweep")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def _format_number(value: float | None, spec: str) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float) and math.isinf(value):
+        return "inf"
+    return format(value, spec)
+
+
+STATUS_STYLE = {"pass": "green", "fail": "red", "deadlock": "red", "error": "red", "rejected": "dim"}
+# (header, row column, format); columns empty in every row are left out of the table.
+TABLE_NUMBERS = (
+    ("err", "err", ".1e"),
+    ("tol", "tolerance", ".1e"),
+    ("wall s", "wall_s", ".3g"),
+    ("kern us", "kernel_us", ".4g"),
+    ("TFLOPS", "tflops", ".3g"),
+    ("pred us", "predicted_us", ".4g"),
+    ("pred TF", "predicted_tflops", ".3g"),
+)
+# Shape columns shown only when they vary; constant ones go into the caption.
+TABLE_SHAPE = (("D", "head"), ("B", "batch"), ("N", "heads"), ("S0", "s0"))
+
+
+def _table_note(row: dict) -> str:
+    """The rule's name for a rejected point (the full message is in the files), else run_case's message."""
+    if row["status"] == "rejected":
+        return row["message"].split(":", 1)[0]
+    return row["message"]
+
+
+def summary_table(outcome: SweepOutcome) -> Table:
+    rows = outcome.rows
+    metric_names = dict(TIME_METRICS)
+    if outcome.best_metric is None:
+        title = "sweep results (no passing point, no best config)"
+    else:
+        title = f"sweep: * = best of each (D, B, N, S0, S1) by {metric_names[outcome.best_metric]}"
+    shape_columns = [(header, name) for header, name in TABLE_SHAPE if len({row[name] for row in rows}) > 1]
+    constant = [f"{header}={rows[0][name]}" for header, name in TABLE_SHAPE if (header, name) not in shape_columns]
+    number_columns = [column for column in TABLE_NUMBERS if any(row.get(column[1]) is not None for row in rows)]
+
+    table = Table(
+        title=title, caption=" ".join(constant) if rows else None, box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0)
+    )
+    table.add_column("")
+    for header, _ in shape_columns:
+        table.add_column(header, justify="right", no_wrap=True)
+    table.add_column("tile", justify="right", no_wrap=True)
+    table.add_column("pre", justify="right", no_wrap=True)
+    table.add_column("S1", justify="right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    for header, _, _ in number_columns:
+        table.add_column(header, justify="right", no_wrap=True)
+    table.add_column("note", min_width=16)
+    for row in rows:
+        style = STATUS_STYLE.get(row["status"], "")
+        table.add_row(
+            "*" if row["best"] else "",
+            *(str(row[name]) for _, name in shape_columns),
+            str(row["tile_s1"]),
+            str(row["qk_preload"]),
+            str(row["s1"]),
+            f"[{style}]{row['status']}[/]",
+            *(_format_number(row.get(name), spec) for _, name, spec in number_columns),
+            _table_note(row),
+            style="bold" if row["best"] else "",
+        )
+    return table
+
+
+def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(item) for item in value.split(",") if item.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers") from None
+    if not values:
+        raise click.BadParameter("needs at least one value")
+    return values
+
+
+@click.command("sweep")
+@click.option("--tile-s1", default="256,512", callback=_int_list, show_default=True, help="TILE_S1 values.")
+@click.option("--qk-preload", default="2,3", callback=_int_list, show_default=True, help="QK_PRELOAD values.")
+@click.option("--head-dim", default="128", callback=_int_list, show_default=True, help="Head dims D.")
+@click.option("--s1", default="1024,2048,4096,8192", callback=_int_list, show_default=True, help="KV lengths.")
+@click.option("--s0", default="128", callback=_int_list, show_default=True, help="Query lengths.")
+@click.option("--batch", default="1", callback=_int_list, show_default=True, help="Batch sizes B.")
+@click.option("--heads", default="1", callback=_int_list, show_default=True, help="Head counts N.")
+@click.option("--backend", type=click.Choice(BACKENDS), default="sim", show_default=True)
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+              help="Worker processes (default: the number of CPUs).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
+              show_default=True, help="Directory for results.jsonl/.csv/.json/.png; a rerun resumes from it.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
+def sweep_cmd(
+    tile_s1: tuple[int, ...],
+    qk_preload: tuple[int, ...],
+    head_dim: tuple[int, ...],
+    s1: tuple[int, ...],
+    s0: tuple[int, ...],
+    batch: tuple[int, ...],
+    heads: tuple[int, ...],
+    backend: str,
+    jobs: int | None,
+    out_dir: Path,
+    seed: int,
+) -> None:
+    """Run every (config, shape) of a grid, check accuracy and time it; resumable.
+
+    Points breaking a config rule are listed as "rejected" with the rule. Exits
+    non-zero if any point fails, deadlocks or errors, and with 130 when
+    interrupted (rerun the same command to resume).
+    """
+    console = Console()
+    grid = SweepGrid(tile_s1=tile_s1, qk_preload=qk_preload, head=head_dim, s1=s1, s0=s0, batch=batch, heads=heads)
+    try:
+        outcome = run_sweep(grid, out_dir, backend=backend, jobs=jobs, seed=seed, console=console)
+    except BackendUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+    console.print(summary_table(outcome))
+    console.print(
+        f"{len(outcome.rows)} points ({outcome.ran} run now, {outcome.skipped} from {out_dir / JSONL_NAME}); "
+        f"wrote {out_dir / CSV_NAME}, {out_dir / JSON_NAME}, {out_dir / PNG_NAME}"
+    )
+    if outcome.interrupted:
+        console.print("[yellow]interrupted: rerun the same command to resume[/]")
+        raise SystemExit(130)
+    if outcome.failed:
+        raise click.ClickException(
+            f"{len(outcome.failed)} of {len(outcome.rows)} points failed, deadlocked or errored: "
+            + "; ".join(f"{row['key']} {row['status']}" for row in outcome.failed)
+        )

@@ -1,0 +1,292 @@
+"""ptofa.toolchain and compile.sh: command lines, missing tools, the build cache."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ptofa import toolchain
+from ptofa.toolchain import Tools, ToolchainError, ToolNotFound, compile_commands, compile_pto, compile_cmd
+
+REPO = Path(__file__).resolve().parents[1]
+COMPILE_SH = REPO / "compile.sh"
+SAMPLE_PTO = REPO.parent / "shared" / "samples" / "fa_min_verified.pto"
+
+FAKE_TOOL = """#!/usr/bin/env bash
+# Fake {name}: prints a version, or records its argv (one line per argument, then ---) and writes its -o file.
+if [[ "$1" == --version ]]; then echo "{name} 9.9-fake"; exit 0; fi
+{{ printf '%s\\n' "$0" "$@"; echo ---; }} >> "$FAKE_TOOL_LOG"
+if [[ "${{FAKE_TOOL_FAIL:-}}" == {name} ]]; then echo "{name}: error: fake failure" >&2; exit 3; fi
+out=""
+while [[ $# -gt 0 ]]; do [[ "$1" == -o ]] && out="$2"; shift; done
+echo "// output of fake {name}" > "$out"
+"""
+
+
+def recorded_commands(log: Path) -> list[list[str]]:
+    if not log.exists():
+        return []
+    commands, current = [], []
+    for line in log.read_text().splitlines():
+        if line == "---":
+            commands.append(current)
+            current = []
+        else:
+            current.append(line)
+    return commands
+
+
+@pytest.fixture
+def no_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An environment with no ptoas, bisheng or pto-isa (PATH is an empty directory)."""
+    empty_bin = tmp_path / "empty_bin"
+    empty_bin.mkdir()
+    for name in ("PTOAS", "BISHENG", "PTO_LIB_PATH", "ASCEND_HOME_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PATH", str(empty_bin))
+    monkeypatch.setenv("PTOFA_CACHE", str(tmp_path / "cache"))
+    return tmp_path
+
+
+@pytest.fixture
+def fake_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Tools:
+    """Fake ptoas and bisheng that record their argv in $FAKE_TOOL_LOG, and a fake pto-isa checkout."""
+    bin_dir = tmp_path / "fake_bin"
+    bin_dir.mkdir()
+    paths = {}
+    for name in ("ptoas", "bisheng"):
+        tool = bin_dir / name
+        tool.write_text(FAKE_TOOL.format(name=name))
+        tool.chmod(0o755)
+        paths[name] = str(tool)
+    pto_lib = tmp_path / "pto-isa"
+    (pto_lib / "include").mkdir(parents=True)
+    monkeypatch.setenv("PTOAS", paths["ptoas"])
+    monkeypatch.setenv("BISHENG", paths["bisheng"])
+    monkeypatch.setenv("PTO_LIB_PATH", str(pto_lib))
+    monkeypatch.setenv("PTOFA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("FAKE_TOOL_LOG", str(tmp_path / "tool_log.txt"))
+    return Tools(paths["ptoas"], paths["bisheng"], str(pto_lib))
+
+
+@pytest.fixture
+def pto_file(tmp_path: Path) -> Path:
+    path = tmp_path / "kernels" / "fa.pto"
+    path.parent.mkdir()
+    path.write_text("module {}\n")
+    return path
+
+
+def bash_array(name: str) -> tuple[str, ...]:
+    match = re.search(rf"^{name}=\((.*?)\)$", COMPILE_SH.read_text(), re.MULTILINE | re.DOTALL)
+    assert match, f"compile.sh has no {name}=(...) array"
+    return tuple(shlex.split(match.group(1)))
+
+
+# --- compile.sh and Python build the same commands ----------------------------------------------
+
+
+def test_compile_sh_flag_arrays_equal_python_flags() -> None:
+    assert bash_array("PTOAS_FLAGS") == toolchain.PTOAS_FLAGS
+    assert bash_array("BISHENG_FLAGS") == toolchain.BISHENG_FLAGS
+
+
+def test_flags_are_the_mixed_cube_vector_recipe() -> None:
+    assert toolchain.PTOAS_FLAGS == ("--pto-arch=a3", "--enable-insert-sync")
+    flags = toolchain.BISHENG_FLAGS
+    for required in ("-cce-enable-mix", "--npu-arch=dav-2201", "-DMEMORY_BASE", "-xcce", "-shared", "-fPIC"):
+        assert required in flags
+    assert flags[flags.index("-cce-aicore-stack-size=0x8000") - 1] == "-mllvm"
+
+
+def test_compile_sh_runs_the_python_commands_and_writes_the_same_metadata(
+    fake_tools: Tools, pto_file: Path, tmp_path: Path
+) -> None:
+    build = tmp_path / "build_sh"
+    done = subprocess.run(
+        ["bash", str(COMPILE_SH), str(pto_file), "-o", str(build)], capture_output=True, text=True, env=os.environ
+    )
+    assert done.returncode == 0, done.stderr
+    assert recorded_commands(tmp_path / "tool_log.txt") == compile_commands(pto_file, build, fake_tools)
+    assert (build / "fa.so").is_file()
+    key = toolchain.build_key(pto_file.read_bytes(), fake_tools)
+    assert (build / "metadata.txt").read_text() == toolchain.metadata_text(key)
+    assert "ptoas_version: ptoas 9.9-fake" in (build / "metadata.txt").read_text()
+
+
+def test_compile_commands_pass_kernel_cpp_and_caller(fake_tools: Tools, pto_file: Path, tmp_path: Path) -> None:
+    ptoas_argv, bisheng_argv = compile_commands(pto_file, tmp_path / "out", fake_tools)
+    kernel_cpp = tmp_path / "out" / "fa.cpp"
+    assert ptoas_argv == [fake_tools.ptoas, "--pto-arch=a3", "--enable-insert-sync", str(pto_file), "-o", str(kernel_cpp)]
+    assert bisheng_argv[:2] == [fake_tools.bisheng, f"-I{fake_tools.pto_lib_path}/include"]
+    assert bisheng_argv[-4:] == [
+        f'-DKERNEL_CPP="{kernel_cpp}"',
+        str(REPO / "ptofa" / "npu" / "caller.cpp"),
+        "-o",
+        str(tmp_path / "out" / "fa.so"),
+    ]
+
+
+# --- missing tools -----------------------------------------------------------------------------
+
+
+def test_find_tools_names_every_missing_piece(no_tools: Path) -> None:
+    with pytest.raises(ToolNotFound) as raised:
+        toolchain.find_tools()
+    lines = raised.value.missing
+    assert len(lines) == 3
+    assert lines[0].startswith("ptoas: not found") and "PTOAS=" in lines[0] and "pip install ptoas" in lines[0]
+    assert lines[1].startswith("bisheng: not found") and "ASCEND_HOME_PATH" in lines[1] and "BISHENG=" in lines[1]
+    assert lines[2].startswith("pto-isa headers: PTO_LIB_PATH is not set")
+    assert all("\n" not in line for line in lines)
+
+
+def test_env_vars_pointing_at_nothing_are_named(no_tools: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    not_executable = no_tools / "ptoas.txt"
+    not_executable.write_text("")
+    monkeypatch.setenv("PTOAS", str(not_executable))
+    monkeypatch.setenv("BISHENG", str(no_tools / "nowhere" / "bisheng"))
+    monkeypatch.setenv("PTO_LIB_PATH", str(no_tools))
+    assert toolchain.find_ptoas() == (None, f"ptoas: PTOAS={not_executable} is not an executable file; {toolchain.INSTALL_PTOAS}")
+    assert f"BISHENG={no_tools}/nowhere/bisheng is not an executable file" in toolchain.find_bisheng()[1]
+    assert toolchain.find_pto_lib_path()[1].startswith(f"pto-isa headers: {no_tools}/include is not a directory")
+
+
+def test_bisheng_is_found_under_ascend_home(no_tools: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bisheng = no_tools / "ascend" / "compiler" / "ccec_compiler" / "bin" / "bisheng"
+    bisheng.parent.mkdir(parents=True)
+    bisheng.write_text("#!/bin/sh\n")
+    bisheng.chmod(0o755)
+    monkeypatch.setenv("ASCEND_HOME_PATH", str(no_tools / "ascend"))
+    assert toolchain.find_bisheng() == (str(bisheng), "")
+
+
+def test_compile_command_without_tools_exits_2_with_one_line_per_missing_piece(no_tools: Path, pto_file: Path) -> None:
+    result = CliRunner().invoke(compile_cmd, [str(pto_file), "-o", str(no_tools / "build")])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert [line.split(":")[1].strip() for line in lines] == ["ptoas", "bisheng", "pto-isa headers"]
+    assert all(line.startswith("error: ") for line in lines)
+
+
+def test_compile_sh_without_tools_exits_2_with_one_line_per_missing_piece(no_tools: Path, pto_file: Path) -> None:
+    env = {**os.environ, "PATH": f"{no_tools / 'empty_bin'}:/usr/bin:/bin"}
+    if any(shutil.which(tool, path=env["PATH"]) for tool in ("ptoas", "bisheng")):
+        pytest.skip("ptoas or bisheng is installed in /usr/bin or /bin")
+    done = subprocess.run(["/bin/bash", str(COMPILE_SH), str(pto_file)], capture_output=True, text=True, env=env)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 3
+    assert lines[0].startswith("error: ptoas: not found") and "PTOAS=" in lines[0]
+    assert lines[1].startswith("error: bisheng: not found") and "BISHENG=" in lines[1]
+    assert lines[2].startswith("error: pto-isa headers: PTO_LIB_PATH is not set")
+
+
+# --- dry run -----------------------------------------------------------------------------------
+
+
+def test_dry_run_without_tools_prints_the_commands_with_placeholders(no_tools: Path, pto_file: Path) -> None:
+    build = no_tools / "build"
+    result = CliRunner().invoke(compile_cmd, [str(pto_file), "-o", str(build), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    printed = [shlex.split(line) for line in result.stdout.strip().splitlines()]
+    assert printed == compile_commands(pto_file, build, Tools("ptoas", "bisheng", "$PTO_LIB_PATH"))
+    assert printed[1][1] == "-I$PTO_LIB_PATH/include"
+    assert [line.split(":")[1].strip() for line in result.stderr.strip().splitlines()] == [
+        "ptoas", "bisheng", "pto-isa headers",
+    ]  # fmt: skip
+    assert not build.exists()
+
+
+def test_dry_run_with_tools_prints_their_paths_and_runs_nothing(
+    fake_tools: Tools, pto_file: Path, tmp_path: Path
+) -> None:
+    result = CliRunner().invoke(compile_cmd, [str(pto_file), "-o", str(tmp_path / "build"), "--dry-run"])
+    assert result.exit_code == 0
+    printed = [shlex.split(line) for line in result.stdout.strip().splitlines()]
+    assert printed == compile_commands(pto_file, tmp_path / "build", fake_tools)
+    assert result.stderr == ""
+    assert recorded_commands(tmp_path / "tool_log.txt") == []
+
+
+def test_every_option_has_help() -> None:
+    for option in compile_cmd.params:
+        if option.param_type_name == "option":
+            assert option.help, option.name
+
+
+# --- compile_pto and the cache -----------------------------------------------------------------
+
+
+def test_compile_pto_runs_the_commands_then_hits_the_cache(fake_tools: Tools, pto_file: Path, tmp_path: Path) -> None:
+    log = tmp_path / "tool_log.txt"
+    first = compile_pto(pto_file, tmp_path / "build1")
+    assert not first.cache_hit
+    assert recorded_commands(log) == first.commands == compile_commands(pto_file, tmp_path / "build1", fake_tools)
+    assert first.so_path == tmp_path / "build1" / "fa.so" and first.so_path.is_file()
+
+    second = compile_pto(pto_file, tmp_path / "build2")
+    assert second.cache_hit and second.commands == []
+    assert len(recorded_commands(log)) == 2, "the cache hit must not run the tools again"
+    assert (tmp_path / "build2" / "fa.so").read_text() == first.so_path.read_text()
+    assert (tmp_path / "build2" / "metadata.txt").is_file()
+
+    in_cache = compile_pto(pto_file)
+    assert in_cache.cache_hit and in_cache.so_path == first.cache_entry / "fa.so"
+    assert in_cache.cache_entry.parent == tmp_path / "cache"
+
+
+def test_cache_key_changes_with_the_pto_text_and_the_config(fake_tools: Tools, pto_file: Path, tmp_path: Path) -> None:
+    first = compile_pto(pto_file, config_summary="head=128")
+    other_config = compile_pto(pto_file, config_summary="head=64")
+    pto_file.write_text("module { }\n")
+    other_text = compile_pto(pto_file, config_summary="head=128")
+    assert not other_config.cache_hit and not other_text.cache_hit
+    assert len({first.cache_entry, other_config.cache_entry, other_text.cache_entry}) == 3
+    assert len(recorded_commands(tmp_path / "tool_log.txt")) == 6
+    assert "config: head=64" in (other_config.cache_entry / "metadata.txt").read_text()
+
+
+def test_no_cache_rebuilds(fake_tools: Tools, pto_file: Path, tmp_path: Path) -> None:
+    compile_pto(pto_file, tmp_path / "build")
+    rebuilt = compile_pto(pto_file, tmp_path / "build", use_cache=False)
+    assert not rebuilt.cache_hit
+    assert len(recorded_commands(tmp_path / "tool_log.txt")) == 4
+
+
+def test_a_failing_tool_raises_with_its_exit_code_and_stderr_and_is_not_cached(
+    fake_tools: Tools, pto_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_TOOL_FAIL", "bisheng")
+    with pytest.raises(ToolchainError, match=r"bisheng failed with exit code 3.*\n.*fake failure"):
+        compile_pto(pto_file, tmp_path / "build")
+    monkeypatch.delenv("FAKE_TOOL_FAIL")
+    assert not compile_pto(pto_file, tmp_path / "build").cache_hit
+
+
+def test_compile_command_builds_and_reports_the_cache_hit(fake_tools: Tools, pto_file: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    first = runner.invoke(compile_cmd, [str(pto_file), "-o", str(tmp_path / "build")])
+    second = runner.invoke(compile_cmd, [str(pto_file), "-o", str(tmp_path / "build")])
+    assert first.exit_code == 0 and first.stdout.startswith("built: ")
+    assert second.exit_code == 0 and second.stdout.startswith("cached build: ")
+
+
+# --- real tools (skip without them) ------------------------------------------------------------
+
+
+@pytest.mark.ptoas
+def test_real_ptoas_compiles_the_verified_sample(tmp_path: Path) -> None:
+    if not SAMPLE_PTO.is_file():
+        pytest.skip(f"{SAMPLE_PTO} is absent (../shared beside the repository)")
+    ptoas_argv = compile_commands(SAMPLE_PTO, tmp_path)[0]
+    done = subprocess.run(ptoas_argv, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert 'extern "C" __global__ AICORE void fa_fwd(' in (tmp_path / "fa.cpp").read_text()
