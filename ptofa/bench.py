@@ -22,6 +22,7 @@ import datetime
 import json
 import os
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from pathlib import Path
 import click
 import torch
 
+from ptofa.fa_builder import emit_fa
 from ptofa.npu import fused_attention, prepare_launch, require_npu, run_npu
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
 from ptofa.reference import make_inputs
@@ -163,12 +165,24 @@ def bench_case(
     """Check the kernel once (run_npu), then time it and, optionally, the fused op."""
     checked = run_npu(config, shape, pto_path, seed=seed, block_dim=block_dim, compare_fused=with_fused)
     row = BenchRow(
-        config.head, config.tile_s1, config.qk_preload, shape.batch, shape.heads, shape.s0, shape.s1,
-        checked.block_dim, timing, warmup, iters, checked.status, err=checked.err, message=checked.message,
+        head=config.head,
+        tile_s1=config.tile_s1,
+        qk_preload=config.qk_preload,
+        batch=shape.batch,
+        heads=shape.heads,
+        s0=shape.s0,
+        s1=shape.s1,
+        block_dim=checked.block_dim,
+        timing=timing,
+        warmup=warmup,
+        iters=iters,
+        status=checked.status,
+        err=checked.err,
+        message=checked.message,
         fused_max_abs_diff=checked.extra.get("fused_max_abs_diff"),
         timestamp=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         **environment_versions(),
-    )  # fmt: skip
+    )
     if checked.status == "error":
         return row
 
@@ -216,8 +230,9 @@ def _format_row(row: BenchRow) -> str:
 
 
 @click.command("bench")
-@click.option("--pto", "pto_path", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="The kernel's .pto file, built for the --head/--tile-s1/--qk-preload given here.")
+@click.option("--pto", "pto_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A .pto built for the --head/--tile-s1/--qk-preload given here "
+                   "[default: emit it with ptofa.fa_builder].")
 @click.option("--head", type=int, default=128, show_default=True, help="Head dimension D.")
 @click.option("--tile-s1", type=int, default=256, show_default=True, help="TILE_S1 of the kernel.")
 @click.option("--qk-preload", type=int, default=3, show_default=True, help="QK_PRELOAD of the kernel.")
@@ -226,7 +241,8 @@ def _format_row(row: BenchRow) -> str:
 @click.option("--s0", type=int, default=3072, show_default=True, help="Query length S0.")
 @click.option("--s1", "s1_values", type=int, multiple=True, default=(1024, 2048, 4096, 8192), show_default=True,
               help="Key/value length S1; repeat the option for several.")
-@click.option("--block-dim", type=int, default=None, help="Blocks to launch [default: cube cores, capped by work units].")
+@click.option("--block-dim", type=int, default=None,
+              help="Blocks to launch [default: cube cores, capped by work units].")
 @click.option("--timing", type=click.Choice(TIMING_MODES), default="event", show_default=True,
               help="event: NPU events with L2 flush; sync: host timer between synchronisations.")
 @click.option("--warmup", type=int, default=10, show_default=True, help="Untimed iterations first.")
@@ -238,7 +254,7 @@ def _format_row(row: BenchRow) -> str:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("bench.json"),
               show_default=True, help="JSON file (a list of rows) the rows are appended to.")  # fmt: skip
 def bench_cmd(
-    pto_path: Path, head: int, tile_s1: int, qk_preload: int, batch: int, heads: int, s0: int,
+    pto_path: Path | None, head: int, tile_s1: int, qk_preload: int, batch: int, heads: int, s0: int,
     s1_values: tuple[int, ...], block_dim: int | None, timing: str, warmup: int, iters: int, seed: int,
     no_fused: bool, csv_path: Path, json_path: Path,
 ) -> None:  # fmt: skip
@@ -248,11 +264,14 @@ def bench_cmd(
     except BackendUnavailable as unavailable:
         click.echo(f"error: {unavailable}", err=True)
         click.get_current_context().exit(2)
-    if not pto_path.is_file():
+    if pto_path is not None and not pto_path.is_file():
         raise click.BadParameter(f"{pto_path} is not a file", param_hint="--pto")
     rows = []
     try:
         config = FAConfig(head=head, tile_s1=tile_s1, qk_preload=qk_preload)
+        if pto_path is None:
+            pto_path = Path(tempfile.mkdtemp(prefix="ptofa-bench-")) / "fa.pto"
+            pto_path.write_text(emit_fa(config))
         for s1 in s1_values:
             shape = ProblemShape(batch=batch, heads=heads, s0=s0, s1=s1)
             shape.check(config)

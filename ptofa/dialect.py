@@ -262,13 +262,18 @@ class TileBufType(ParametrizedAttribute, TypeAttribute):
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        start = parser.pos
         with parser.in_angle_brackets():
             first = parser.parse_identifier()
             if first == "loc":
                 fields = cls._parse_legacy(parser)
             else:
                 fields = cls._parse_compact(parser, first)
-        t = cls(**fields)  # type: ignore[arg-type]
+        try:
+            t = cls(**fields)  # type: ignore[arg-type]
+        except VerifyException as exc:
+            # A tile type broken by a verifier rule is reported at its source position.
+            parser.raise_error(str(exc), start)
         return tuple(t.parameters)
 
     @classmethod
@@ -970,8 +975,8 @@ class TMovOp(_InsOutsOp):
             _fail(self, "memory space", f"{s.space} -> {d.space} is not a legal A2/A3 tmov (legal: mat->left/right/bias/scaling, vec->vec, acc->mat)")
         if s.shape != d.shape:
             _fail(self, "shape agreement", f"src {s.shape[0]}x{s.shape[1]} != dst {d.shape[0]}x{d.shape[1]}")
-        if s.space == "vec" and not d.is_row_major:
-            _fail(self, "layout", "vec->vec tmov needs blayout=row_major tiles")
+        if s.space == "vec" and not (s.is_row_major and d.is_row_major):
+            _fail(self, "layout", f"vec->vec tmov needs blayout=row_major tiles, got src {s.blayout.data}, dst {d.blayout.data}")
 
 
 @irdl_op_definition
@@ -1010,7 +1015,7 @@ class TReshapeOp(IRDLOperation):
         if s.nbytes != r.nbytes:
             _fail(self, "size", f"{s.nbytes} bytes -> {r.nbytes} bytes: treshape keeps the byte size")
         if s.is_boxed != r.is_boxed:
-            _fail(self, "layout", "treshape cannot switch between boxed and non-boxed layouts")
+            _fail(self, "layout", f"slayout {s.slayout.data} -> {r.slayout.data}: treshape cannot switch between boxed and non-boxed layouts")
 
 
 @irdl_op_definition
@@ -1061,7 +1066,7 @@ class SubviewOp(IRDLOperation):
         s, r = _tile(self, self.src, "src"), self.result.type
         assert isinstance(r, TileBufType)
         if (s.space, s.dtype, s.blayout, s.slayout) != (r.space, r.dtype, r.blayout, r.slayout):
-            _fail(self, "type agreement", "subview keeps loc, dtype and layout of its source")
+            _fail(self, "type agreement", f"subview keeps loc, dtype and layout of its source: {s.describe()} {s.blayout.data}/{s.slayout.data} -> {r.describe()} {r.blayout.data}/{r.slayout.data}")
         for name, off, size, full in (("row", self.row, r.rows.data, s.rows.data), ("col", self.col, r.cols.data, s.cols.data)):
             const = constant_index(off)
             if size > full or (const is not None and const + size > full):
@@ -1374,14 +1379,17 @@ class TExpandsOp(_InsOutsOp):
             _fail(self, "memory space", f"texpands writes loc=vec or loc=mat, got {d.space}")
 
 
-def _check_col_vector(op: Operation, col: TileBufType, rows: int, role: str) -> None:
+def _check_col_vector(op: Operation, col: TileBufType, rows: int, role: str, nd_valid_cols: int | None = None) -> None:
+    """A per-row vector: DN [R,1], or ND with `nd_valid_cols` valid columns (default 32 bytes' worth)."""
+    if nd_valid_cols is None:
+        nd_valid_cols = 32 // elem_bytes(col.dtype)
     if col.space != "vec":
-        _fail(op, "memory space", f"{role} must be loc=vec")
+        _fail(op, "memory space", f"{role} must be loc=vec, got loc={col.space}")
     if not col.is_row_major:
         if col.valid[1] != 1:
             _fail(op, "shape agreement", f"{role} DN column vector needs 1 valid column, got {col.valid[1]}")
-    elif col.valid[1] != 32 // elem_bytes(col.dtype):
-        _fail(op, "shape agreement", f"{role} row_major per-row vector needs {32 // elem_bytes(col.dtype)} valid columns, got {col.valid[1]}")
+    elif col.valid[1] != nd_valid_cols:
+        _fail(op, "shape agreement", f"{role} row_major per-row vector needs {nd_valid_cols} valid columns, got {col.valid[1]}")
     if col.valid[0] != DYN and rows != DYN and col.valid[0] != rows:
         _fail(op, "shape agreement", f"{role} valid rows {col.valid[0]} != {rows} rows of the tile")
 
@@ -1398,12 +1406,12 @@ class _RowReduceOp(_InsOutsOp):
         s, d = _tile(self, self.src, "src"), _tile(self, self.dst, "dst")
         _check_vec(self, [s, d])
         if not s.is_row_major or s.is_boxed:
-            _fail(self, "layout", "src must be ND (row_major, none_box)")
+            _fail(self, "layout", f"src must be ND (row_major, none_box), got {s.blayout.data}, {s.slayout.data}")
         if s.dtype != d.dtype:
             _fail(self, "dtype", f"src {s.elem} != dst {d.elem}")
         if 0 in s.valid:
-            _fail(self, "shape agreement", "src valid dims must be non-zero")
-        _check_col_vector(self, d, s.valid[0], "dst")
+            _fail(self, "shape agreement", f"src valid dims must be non-zero, got {_dims_str(s.valid)}")
+        _check_col_vector(self, d, s.valid[0], "dst", nd_valid_cols=1)  # ND dst: valid cols = 1 (pto-ir.md 9)
         if self.tmp is not None:
             t = _tile(self, self.tmp, "tmp")
             if t.space != "vec" or t.dtype != s.dtype:
@@ -1447,7 +1455,7 @@ class _RowExpandOp(_InsOutsOp):
         s, c, d = _tile(self, self.src, "src0"), _tile(self, self.col, "src1"), _tile(self, self.dst, "dst")
         _check_vec(self, [s, c, d])
         if not s.is_row_major or not d.is_row_major:
-            _fail(self, "layout", "src0 and dst must be blayout=row_major")
+            _fail(self, "layout", f"src0 and dst must be blayout=row_major, got src0 {s.blayout.data}, dst {d.blayout.data}")
         if s.valid != d.valid:
             _fail(self, "shape agreement", f"src0 valid {_dims_str(s.valid)} != dst valid {_dims_str(d.valid)}")
         if not (s.dtype == c.dtype == d.dtype) or s.elem not in ("f16", "f32"):
@@ -1550,7 +1558,7 @@ class TMatmulAccOp(_InsOutsOp):
         c = _tile(self, self.dst, "dst")
         _check_matmul(self, _tile(self, self.lhs, "lhs"), _tile(self, self.rhs, "rhs"), c)
         if self.acc_in.type != c:
-            _fail(self, "type agreement", "acc_in and dst must have the same tile type")
+            _fail(self, "type agreement", f"acc_in {self.acc_in.type} and dst {c} must have the same tile type")
 
 
 # --------------------------------------------------------------------------------------
@@ -1566,6 +1574,14 @@ _PIPE_INIT_KEYS: dict[str, Attribute] = {
     "nosplit": IntegerType(1),
 }
 _PIPE_INIT_ORDER = ("id", "dir_mask", "slot_size", "slot_num", "local_slot_num", "nosplit")
+
+
+def _check_prop_types(op: Operation, widths: dict[str, Attribute]) -> None:
+    """The generic form must spell each pipe attribute with its storage type (pto-ir.md 4.1)."""
+    for key, want in widths.items():
+        attr = op.properties.get(key)
+        if isinstance(attr, IntegerAttr) and attr.type != want:
+            _fail(op, "attribute type", f"'{key}' must be {want}, got {attr.type} (e.g. `{key} = {attr.value.data} : {want}`)")
 
 
 class _InitPipeOp(IRDLOperation):
@@ -1637,14 +1653,15 @@ class _InitPipeOp(IRDLOperation):
         return 4 if self.dir_value == 3 else 8
 
     def verify_(self) -> None:
+        _check_prop_types(self, _PIPE_INIT_KEYS)
         t = self.gm_slot_tensor.type
         assert isinstance(t, TensorViewType)
         if self.dir_value not in (1, 2, 3):
             _fail(self, "dir_mask", f"dir_mask={self.dir_value} must be 1 (C2V), 2 (V2C) or 3")
         if self.dir_value == 3:
-            _fail(self, "dir_mask", "global entries on a dir_mask = 3 pipe would share slots in both directions; use two one-way pipes")
+            _fail(self, "dir_mask", "dir_mask=3: global entries on a bidirectional pipe would share slots in both directions; use two one-way pipes")
         if self.local_slot_num is not None:
-            _fail(self, "local_slot_num", "globaltensor pipe init does not use 'local_slot_num'")
+            _fail(self, "local_slot_num", f"globaltensor pipe init does not use 'local_slot_num' (got local_slot_num={self.local_slot_num.value.data} with gm_slot_tensor)")
         nbytes = t.nbytes
         size = self.slot_size.value.data
         if nbytes is None:
@@ -1685,7 +1702,8 @@ def _parse_id_split(parser: Parser) -> dict[str, Attribute]:
         parser.raise_error(f"expected 'split' (attribute order is fixed: {{id = N, split = S}}), got '{key}'")
     parser.parse_punctuation("=")
     props["split"] = IntegerAttr(parser.parse_integer(allow_boolean=False), i8)
-    parser.parse_punctuation("}")
+    if parser.parse_optional_punctuation("}") is None:
+        parser.raise_error("expected '}' (attribute order is fixed: {id = N, split = S}; ptoas rejects 'id' after 'split')")
     return props
 
 
@@ -1710,6 +1728,7 @@ class _PipeDataOp(IRDLOperation):
         printer.print_string(f" {{id = {self.id_value}, split = {self.split_value}}}")
 
     def verify_(self) -> None:
+        _check_prop_types(self, {"id": i32, "split": i8})
         if self.split_value not in (0, 1, 2):
             _fail(self, "split", f"split={self.split_value} must be 0 (no split), 1 (up/down) or 2 (left/right) for global entries")
 

@@ -48,7 +48,9 @@ def npu_available() -> tuple[bool, str]:
     except Exception as failure:  # torch_npu raises assorted errors when CANN libraries are missing
         return False, f"npu backend: torch_npu failed to import: {type(failure).__name__}: {failure}"
     if not torch.npu.is_available() or torch.npu.device_count() < 1:
-        return False, "npu backend: torch_npu is installed but sees no NPU (check `npu-smi info`, ASCEND_RT_VISIBLE_DEVICES)"
+        return False, (
+            "npu backend: torch_npu is installed but sees no NPU (check `npu-smi info`, ASCEND_RT_VISIBLE_DEVICES)"
+        )
     return True, torch.npu.get_device_name(0)
 
 

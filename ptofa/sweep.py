@@ -23,7 +23,7 @@ import signal
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -57,6 +57,7 @@ TIME_METRICS = (
 )
 RESULT_FIELDS = tuple(f.name for f in fields(RunResult))
 VERSION_PACKAGES = ("ptofa", "torch", "xdsl", "numpy")
+STOP_POLL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -102,11 +103,13 @@ class SweepGrid:
     heads: Sequence[int] = (1,)
 
     def points(self, backend: str) -> list[SweepPoint]:
-        """Points ordered by shape, then by config, so a partial sweep covers whole shapes first."""
+        """Points ordered by shape, then by config, so a partial sweep covers whole shapes first.
+        A value listed twice on an axis gives one point."""
+        axes = (self.batch, self.heads, self.s0, self.s1, self.head, self.tile_s1, self.qk_preload)
         return [
             SweepPoint(head, tile_s1, qk_preload, batch, heads, s0, s1, backend)
             for batch, heads, s0, s1, head, tile_s1, qk_preload in itertools.product(
-                self.batch, self.heads, self.s0, self.s1, self.head, self.tile_s1, self.qk_preload
+                *(dict.fromkeys(axis) for axis in axes)
             )
         ]
 
@@ -120,7 +123,6 @@ class SweepOutcome:
     skipped: int  # points found in results.jsonl and not run again
     interrupted: bool
     best_metric: str | None  # the column that ranked passing points, None if nothing passed
-    out_dir: Path
 
     @property
     def failed(self) -> list[dict]:
@@ -182,12 +184,12 @@ def run_point(run_fn: RunFunction, config: FAConfig, point: SweepPoint, seed: in
         return RunResult.start(config, point.shape, point.backend, status="error", message=f"{type(exc).__name__}: {exc}")
 
 
-def _init_worker(single_thread: bool) -> None:
+def _init_worker() -> None:
     # Ctrl-C reaches the whole process group; the parent decides when to stop,
     # and workers finish the point they are running.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if single_thread:
-        torch.set_num_threads(1)
+    # One intra-op thread per worker: the workers already fill the cores.
+    torch.set_num_threads(1)
 
 
 class ResultsLog:
@@ -224,10 +226,12 @@ class ResultsLog:
         self.rows[row["key"]] = row
 
 
-def make_row(point: SweepPoint, result: RunResult, seed: int, versions: dict[str, str], warnings_: list[str]) -> dict:
+def make_row(
+    point: SweepPoint, result: RunResult, seed: int, versions: dict[str, str], config_warnings: list[str]
+) -> dict:
     row = {"key": point.key, **result.as_dict(), "seed": seed, "versions": versions}
-    if warnings_:
-        row["extra"] = {**row["extra"], "config_warnings": warnings_}
+    if config_warnings:
+        row["extra"] = {**row["extra"], "config_warnings": config_warnings}
     return row
 
 
@@ -271,7 +275,7 @@ def run_sweep(
     it runs in spawned worker processes and must be picklable (a module-level function).
     """
     if backend not in BACKENDS:
-        raise click.BadParameter(f"backend={backend!r} must be one of {BACKENDS}")
+        raise ValueError(f"backend={backend!r} must be one of {BACKENDS}")
     console = console or Console()
     jobs = jobs or os.cpu_count() or 1
     run_fn = _resolve_run_function(run_fn)
@@ -279,9 +283,6 @@ def run_sweep(
     log = ResultsLog(out_dir / JSONL_NAME)
     versions = package_versions()
     points = grid.points(backend)
-    keys = {point.key for point in points}
-    if len(keys) != len(points):
-        raise click.BadParameter("the grid lists a value twice on some axis; each point must be unique")
     pending = [point for point in points if point.key not in log.rows]
     skipped = len(points) - len(pending)
 
@@ -334,7 +335,6 @@ def run_sweep(
         skipped=skipped,
         interrupted=stop.requested,
         best_metric=best_metric,
-        out_dir=out_dir,
     )
 
 
@@ -346,31 +346,31 @@ def _run_parallel(
     stop: _StopRequest,
     record: Callable[[SweepPoint, list[str], RunResult], None],
 ) -> None:
+    """Keep exactly `workers` points in flight, so that stopping waits for no more than those."""
     context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(True,))
-    futures: dict[Future, tuple[SweepPoint, list[str]]] = {
-        pool.submit(run_point, run_fn, config, point, seed): (point, config_warnings)
-        for point, config, config_warnings in to_run
-    }
-    collected: set[Future] = set()
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker)
+    queued = iter(to_run)
+    in_flight: dict[Future, tuple[SweepPoint, list[str]]] = {}
 
-    def collect(future: Future) -> None:
-        collected.add(future)
-        try:
-            result = future.result()
-        except KeyboardInterrupt:
-            stop.requested = True
-            return
-        record(*futures[future], result)
+    def submit(count: int) -> None:
+        for point, config, config_warnings in itertools.islice(queued, count):
+            in_flight[pool.submit(run_point, run_fn, config, point, seed)] = (point, config_warnings)
 
     try:
-        for future in as_completed(futures):
-            collect(future)
-            if stop.requested:
-                break
-        # Stopping: drop the queued points, wait for those already running.
-        for future in [f for f in futures if f not in collected and not f.cancel()]:
-            collect(future)
+        submit(workers)
+        while in_flight:
+            # The timeout lets the main thread run the Ctrl-C handler while it waits.
+            done, _ = wait(in_flight, timeout=STOP_POLL_S, return_when=FIRST_COMPLETED)
+            for future in done:
+                point, config_warnings = in_flight.pop(future)
+                try:
+                    result = future.result()
+                except KeyboardInterrupt:
+                    stop.requested = True
+                    continue
+                record(point, config_warnings, result)
+            if not stop.requested:
+                submit(workers - len(in_flight))
     except KeyboardInterrupt:
         # A second Ctrl-C: abandon the running points too.
         for worker in multiprocessing.active_children():

@@ -75,7 +75,12 @@ def parse_pto(text: str, path: str = "<pto>") -> ParsedModule:
     try:
         module = parser.parse_module()
     except ParseError as exc:
-        line = parser.line_of(exc.span.start) if getattr(exc, "span", None) else 0
+        span = getattr(exc, "span", None)  # a zero-length span is falsy: test for None
+        line = parser.line_of(span.start) if span is not None else 0
+        raise PtoCheckError([(line, _first_line(str(exc)))], path) from None
+    except (VerifyException, DiagnosticException) as exc:
+        # An attribute or type verifier that fires while parsing: report the parser's position.
+        line = parser.line_of(parser._current_token.span.start)
         raise PtoCheckError([(line, _first_line(str(exc)))], path) from None
     return ParsedModule(module, parser.op_lines, path)
 
@@ -174,11 +179,25 @@ def _split_errors(op: d._PipeDataOp, init: d._InitPipeOp) -> list[tuple[Operatio
             return [(op, f"'{op.name}' split: split={split} on the vector side needs the half-slot descriptor ({full // 2} bytes), the init declares {nbytes} bytes of slot_size={full}")]
         if split == 0 and nbytes != full:
             return [(op, f"'{op.name}' split: split=0 needs the full-slot descriptor ({full} bytes), got {nbytes}")]
-        if split == 1 and t.dims[-2] % 1 != 0:
-            return []
     elif nbytes != full:
         return [(op, f"'{op.name}' split: the cube side declares the full slot ({full} bytes), got {nbytes}")]
+    elif split in (1, 2) and t.dims[-3 + split] % 2 != 0:
+        axis = "rows" if split == 1 else "cols"
+        return [(op, f"'{op.name}' split: split={split} halves the slot's {axis}, {t.dims[-3 + split]} {axis} is odd")]
     return []
+
+
+def _vector_slot_dims(cube_dims: tuple[int, ...], split: int) -> tuple[int, ...] | None:
+    """The vector-side descriptor of a pipe whose cube side is `cube_dims` (split 1 halves rows, 2 cols)."""
+    dims = list(cube_dims)
+    if split in (1, 2):
+        axis = len(dims) - 3 + split
+        if dims[axis] % 2 != 0:
+            return None
+        dims[axis] //= 2
+    elif split != 0:
+        return None
+    return tuple(dims)
 
 
 def module_errors(module: builtin.ModuleOp) -> list[tuple[Operation | None, str]]:
@@ -218,8 +237,15 @@ def module_errors(module: builtin.ModuleOp) -> list[tuple[Operation | None, str]
         ct, vt = c.gm_slot_tensor.type, v.gm_slot_tensor.type
         assert isinstance(ct, d.TensorViewType) and isinstance(vt, d.TensorViewType)
         if ct.elem != vt.elem:
-            errors.append((v, f"pipe id {pid}: slot element type differs between cube and vector"))
+            errors.append((v, f"pipe id {pid}: slot element type differs between cube ({d.elem_name(ct.elem)}) and vector ({d.elem_name(vt.elem)})"))
         used = splits.get(("all", pid), set())
+        if len(used) == 1 and ct.elem == vt.elem and len(ct.dims) >= 2:
+            want = _vector_slot_dims(ct.dims, next(iter(used)))
+            if want is not None and vt.dims != want:
+                errors.append((v, f"pipe id {pid}: vector slot shape {d._dims_str(vt.dims)} does not match cube slot {d._dims_str(ct.dims)} with split={next(iter(used))} (expected {d._dims_str(want)})"))
+        nosplit = [side for side, init in (("cube", c), ("vector", v)) if init.nosplit is not None and init.nosplit.value.data]
+        if nosplit and used - {0}:
+            errors.append((v, f"pipe id {pid}: nosplit = true on the {' and '.join(nosplit)} init requires split = 0 everywhere, ops use split {sorted(used)}"))
         if 0 in used and len(used) > 1:
             errors.append((v, f"pipe id {pid}: split values {sorted(used)} mix 0 with non-zero; one logical pipe uses only 0 or only non-zero"))
         elif len(used) > 1:

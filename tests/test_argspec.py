@@ -65,7 +65,8 @@ def test_caller_launch_arguments_equal_argspec() -> None:
 
 def test_caller_includes_the_kernel_and_checks_the_ffts_call() -> None:
     assert "#include KERNEL_CPP" in CALLER_TEXT
-    assert re.search(r"if \(rtGetC2cCtrlAddr\(&ffts_addr, &ffts_len\) != 0 \|\| ffts_addr == 0\) \{\s*return RC_FFTS_FAILED;", CALLER_TEXT)
+    checked_call = r"if \(rtGetC2cCtrlAddr\(&ffts_addr, &ffts_len\) != 0 \|\| ffts_addr == 0\) \{\s*return RC_FFTS_FAILED;"
+    assert re.search(checked_call, CALLER_TEXT)
     codes = dict(re.findall(r"constexpr int32_t (RC_\w+) = (\d+);", CALLER_TEXT))
     assert codes == {"RC_OK": str(argspec.RC_OK), "RC_FFTS_FAILED": str(argspec.RC_FFTS_FAILED)}
 
@@ -139,3 +140,13 @@ def test_ctypes_call_delivers_every_host_argument(tmp_path: Path) -> None:
     seen_ints = (ctypes.c_int64 * len(ints)).in_dll(library, "seen_ints")
     assert dict(zip(ints, seen_ints)) == {"batch": 2, "heads": 3, "s0": 256, "s1": 1024}
     assert ctypes.c_float.in_dll(library, "seen_scale").value == 0.125
+
+
+def test_emitted_entry_has_argspec_names_and_types() -> None:
+    from ptofa.fa_builder import emit_fa
+    from ptofa.pipeline import FAConfig
+
+    match = re.search(rf"func\.func @{argspec.ENTRY_NAME}\(([^)]*)\) attributes \{{pto\.entry\}}", emit_fa(FAConfig()))
+    assert match, f"no pto.entry function @{argspec.ENTRY_NAME} in the emitted .pto"
+    emitted = [tuple(part.strip().lstrip("%").split(": ", 1)) for part in match.group(1).split(", %")]
+    assert emitted == [(arg.name, arg.ir_type) for arg in argspec.ENTRY_ARGS]

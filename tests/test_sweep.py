@@ -87,6 +87,8 @@ def test_grid_points_cover_the_product_with_unique_keys() -> None:
     assert points[0].key == "head=64,tile_s1=128,qk_preload=1,batch=1,heads=1,s0=128,s1=256,backend=sim"
     # Shapes vary slowest: the first four points share S1=256.
     assert {p.s1 for p in points[:4]} == {256}
+    repeated = SweepGrid(tile_s1=(128, 128), qk_preload=(2,), head=(64,), s1=(512, 256, 512))
+    assert [(p.tile_s1, p.s1) for p in repeated.points("npu")] == [(128, 512), (128, 256)]
 
 
 def test_sweep_rows_and_files(tmp_path: Path) -> None:
@@ -233,10 +235,10 @@ CLI_ARGS = ["--tile-s1", "128,256", "--qk-preload", "1,2", "--head-dim", "64", "
 
 def test_cli_exit_code_zero_with_rejected_points(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ptofa.runner, "run_case", fake_run, raising=False)
-    result = CliRunner().invoke(sweep_cmd, [*CLI_ARGS, "--out", str(tmp_path)])
+    result = CliRunner().invoke(sweep_cmd, [*CLI_ARGS, "--out", str(tmp_path)], env={"COLUMNS": "160"})
     assert result.exit_code == 0, result.output
     assert "* = best of each (D, B, N, S0, S1) by predicted time (timing model)" in result.output
-    assert "rejected" in result.output
+    assert "rejected" in result.output and "preload vs tile factor" in result.output
     assert "12 points (8 run now, 0 from" in result.output
 
 
@@ -280,3 +282,20 @@ def test_sweep_end_to_end_on_the_simulator(tmp_path: Path) -> None:
         assert rows[point]["wall_s"] > 0
     assert sum(row["best"] for row in rows.values()) == 1
     assert png_size(tmp_path / "results.png")[0] >= 700
+
+
+def test_npu_rows_rank_by_kernel_time(tmp_path: Path) -> None:
+    def npu_run(config: FAConfig, shape: ProblemShape, backend: str = "npu", **_: object) -> RunResult:
+        kernel_us = shape.s1 / config.tile_s1 * (10.0 / config.qk_preload)
+        return RunResult.start(
+            config, shape, backend, status="pass", err=2e-5, tolerance=3.1e-4, wall_s=0.5,
+            kernel_us=kernel_us, tflops=shape.flops(config.head) / kernel_us / 1e6,
+        )
+
+    outcome = run_sweep(GRID, tmp_path, backend="npu", jobs=1, run_fn=npu_run, console=quiet())
+    assert outcome.best_metric == "kernel_us"
+    assert sorted((r["tile_s1"], r["qk_preload"], r["s1"]) for r in outcome.rows if r["best"]) == [
+        (128, 2, 256), (256, 2, 512), (256, 2, 1024)
+    ]
+    assert all(r["key"].endswith("backend=npu") for r in outcome.rows)
+    assert png_size(tmp_path / "results.png") == (700, 500)

@@ -13,6 +13,7 @@ from ptofa.sim.socspec import SOCS, SocSpec
 from ptofa.sim.timing import (
     PIPE_WAITS,
     TimingError,
+    blocks_to_trace,
     predict,
     queue_of,
     replay,
@@ -67,31 +68,47 @@ class _TraceWriter:
     def scalar(self, core: str, n: int) -> None:
         self.op(core, "scalar", "other", scalar_ops=n)
 
+    def load(self, core: str, stage: str, dst: str, nbytes: int, slot: int | None = None) -> None:
+        """GM (a tensor or, with `slot`, a pipe slot) -> L1 on the cube, UB on a vector core."""
+        loc = "mat" if core == "cube" else "vec"
+        reads = [] if slot is None else [slot]
+        self.op(core, "pto.tload", stage, reads=reads, writes=[dst], nbytes=nbytes, src_loc="gm", dst_loc=loc)
+
+    def mov(self, stage: str, src: str, dst: str, nbytes: int, loc: str) -> None:
+        """L1 -> L0A/L0B on the cube."""
+        self.op("cube", "pto.tmov", stage, reads=[src], writes=[dst], nbytes=nbytes, src_loc="mat", dst_loc=loc)
+
+    def store(self, core: str, stage: str, src: str, nbytes: int, slot: int | None = None) -> None:
+        """L0C (cube) or UB (vector) -> GM (a pipe slot, or the output without `slot`)."""
+        loc = "acc" if core == "cube" else "vec"
+        writes = [] if slot is None else [slot]
+        self.op(core, "pto.tstore", stage, reads=[src], writes=writes, nbytes=nbytes, src_loc=loc, dst_loc="gm")
+
 
 def _cube_unit(w: _TraceWriter, num_tiles: int, tile_s1: int, preload: int, head: int) -> None:
     c = "cube"
     k = tile_s1 // CUBE
-    w.op(c, "pto.tload", "qk", writes=["q_mat"], nbytes=CUBE * head * 2, src_loc="gm", dst_loc="mat")
-    w.op(c, "pto.tmov", "qk", reads=["q_mat"], writes=["q_left"], nbytes=CUBE * head * 2, src_loc="mat", dst_loc="left")
+    w.load(c, "qk", "q_mat", CUBE * head * 2)
+    w.mov("qk", "q_mat", "q_left", CUBE * head * 2, "left")
 
     def qk_sub(t: int, sub: int, slot: int) -> None:
-        w.op(c, "pto.tload", "qk", writes=["k_mat"], nbytes=head * CUBE * 2, src_loc="gm", dst_loc="mat")
-        w.op(c, "pto.tmov", "qk", reads=["k_mat"], writes=["k_right"], nbytes=head * CUBE * 2, src_loc="mat", dst_loc="right")
+        w.load(c, "qk", "k_mat", head * CUBE * 2)
+        w.mov("qk", "k_mat", "k_right", head * CUBE * 2, "right")
         w.op(c, "pto.tmatmul", "qk", reads=["q_left", "k_right"], writes=["s_acc"], macs=CUBE * head * CUBE)
-        w.op(c, "pto.tstore", "qk", reads=["s_acc"], writes=[slot], nbytes=CUBE * CUBE * 4, src_loc="acc", dst_loc="gm")
+        w.store(c, "qk", "s_acc", CUBE * CUBE * 4, slot)
 
     def pv_sub(sub: int, p_slot: int) -> None:
-        w.op(c, "pto.tload", "pv", reads=[p_slot], writes=["p_mat"], nbytes=CUBE * CUBE * 2, src_loc="gm", dst_loc="mat")
-        w.op(c, "pto.tmov", "pv", reads=["p_mat"], writes=["p_left"], nbytes=CUBE * CUBE * 2, src_loc="mat", dst_loc="left")
-        w.op(c, "pto.tload", "pv", writes=["v_mat"], nbytes=CUBE * head * 2, src_loc="gm", dst_loc="mat")
-        w.op(c, "pto.tmov", "pv", reads=["v_mat"], writes=["v_right"], nbytes=CUBE * head * 2, src_loc="mat", dst_loc="right")
+        w.load(c, "pv", "p_mat", CUBE * CUBE * 2, p_slot)
+        w.mov("pv", "p_mat", "p_left", CUBE * CUBE * 2, "left")
+        w.load(c, "pv", "v_mat", CUBE * head * 2)
+        w.mov("pv", "v_mat", "v_right", CUBE * head * 2, "right")
         name = "pto.tmatmul" if sub == 0 else "pto.tmatmul.acc"
         acc_reads = ["p_left", "v_right"] + (["o_acc"] if sub else [])
         w.op(c, name, "pv", reads=acc_reads, writes=["o_acc"], macs=CUBE * CUBE * head)
 
     def pv_finish() -> None:
         slot = w.pipe(c, "talloc", PV, "pv")
-        w.op(c, "pto.tstore", "pv", reads=["o_acc"], writes=[slot], nbytes=CUBE * head * 4, src_loc="acc", dst_loc="gm")
+        w.store(c, "pv", "o_acc", CUBE * head * 4, slot)
         w.pipe(c, "tpush", PV, "pv")
 
     for t in range(min(preload, num_tiles)):  # prologue: QK(0..P-1)
@@ -119,7 +136,7 @@ def _vec_unit(w: _TraceWriter, core: str, num_tiles: int, tile_s1: int, preload:
     k = tile_s1 // CUBE
     rows = CUBE // 2
     vs0 = rows // k
-    slice_elems = vs0 * tile_s1
+    n = vs0 * tile_s1  # elements of one [vec_s0, tile_s1] row slice
     v = core
     for name in ("m_all", "l_all", "o_tile"):
         w.op(v, "pto.texpands", "other", writes=[name], elems=rows * (head if name == "o_tile" else 1))
@@ -129,32 +146,33 @@ def _vec_unit(w: _TraceWriter, core: str, num_tiles: int, tile_s1: int, preload:
         qk_slot = w.pipe(v, "tpop", QK, "p")
         p_slot = w.pipe(v, "talloc", P, "p")
         for _ in range(k):
-            w.op(v, "pto.tload", "p", reads=[qk_slot], writes=["s_tile"], nbytes=slice_elems * 4, src_loc="gm", dst_loc="vec")
-            w.op(v, "pto.tmuls", "p", reads=["s_tile"], writes=["s_tile"], elems=slice_elems)
-            w.op(v, "pto.trowmax", "p", reads=["s_tile"], writes=["red_tmp", "m_slice"], elems=vs0, src_elems=slice_elems)
+            w.load(v, "p", "s_tile", n * 4, qk_slot)
+            w.op(v, "pto.tmuls", "p", reads=["s_tile"], writes=["s_tile"], elems=n)
+            w.op(v, "pto.trowmax", "p", reads=["s_tile"], writes=["red_tmp", "m_slice"], elems=vs0, src_elems=n)
             w.op(v, "pto.tmax", "p", reads=["m_slice", "m_all"], writes=["m_all"], elems=vs0)
             w.op(v, "pto.tsub", "p", reads=["m_slice", "m_all"], writes=[f"exp_ring{t % preload}"], elems=vs0)
             w.op(v, "pto.texp", "p", reads=[f"exp_ring{t % preload}"], writes=[f"exp_ring{t % preload}"], elems=vs0)
-            w.op(v, "pto.trowexpandsub", "p", reads=["s_tile", "m_all"], writes=["s_tile"], elems=slice_elems)
-            w.op(v, "pto.texp", "p", reads=["s_tile"], writes=["s_tile"], elems=slice_elems)
-            w.op(v, "pto.trowsum", "p", reads=["s_tile"], writes=["red_tmp", "l_slice"], elems=vs0, src_elems=slice_elems)
+            w.op(v, "pto.trowexpandsub", "p", reads=["s_tile", "m_all"], writes=["s_tile"], elems=n)
+            w.op(v, "pto.texp", "p", reads=["s_tile"], writes=["s_tile"], elems=n)
+            w.op(v, "pto.trowsum", "p", reads=["s_tile"], writes=["red_tmp", "l_slice"], elems=vs0, src_elems=n)
             w.op(v, "pto.tmul", "p", reads=["l_all", f"exp_ring{t % preload}"], writes=["l_all"], elems=vs0)
             w.op(v, "pto.tadd", "p", reads=["l_all", "l_slice"], writes=["l_all"], elems=vs0)
-            w.op(v, "pto.tcvt", "p", reads=["s_tile"], writes=["p_half"], elems=slice_elems)
-            w.op(v, "pto.tstore", "p", reads=["p_half"], writes=[p_slot], nbytes=slice_elems * 2, src_loc="vec", dst_loc="gm")
+            w.op(v, "pto.tcvt", "p", reads=["s_tile"], writes=["p_half"], elems=n)
+            w.store(v, "p", "p_half", n * 2, p_slot)
         w.pipe(v, "tfree", QK, "p")
         w.pipe(v, "tpush", P, "p")
 
     def gu(t: int, last: bool) -> None:
         w.scalar(v, 8)
         pv_slot = w.pipe(v, "tpop", PV, "gu")
-        w.op(v, "pto.tload", "gu", reads=[pv_slot], writes=["pv_tile"], nbytes=rows * head * 4, src_loc="gm", dst_loc="vec")
+        w.load(v, "gu", "pv_tile", rows * head * 4, pv_slot)
         w.pipe(v, "tfree", PV, "gu")
-        w.op(v, "pto.trowexpandmul", "gu", reads=["o_tile", f"exp_ring{t % preload}"], writes=["o_tile"], elems=rows * head)
+        alpha = f"exp_ring{t % preload}"
+        w.op(v, "pto.trowexpandmul", "gu", reads=["o_tile", alpha], writes=["o_tile"], elems=rows * head)
         w.op(v, "pto.tadd", "gu", reads=["o_tile", "pv_tile"], writes=["o_tile"], elems=rows * head)
         if last:
             w.op(v, "pto.trowexpanddiv", "gu", reads=["o_tile", "l_all"], writes=["o_tile"], elems=rows * head)
-            w.op(v, "pto.tstore", "gu", reads=["o_tile"], nbytes=rows * head * 4, src_loc="vec", dst_loc="gm")
+            w.store(v, "gu", "o_tile", rows * head * 4)
 
     for t in range(min(preload, num_tiles)):
         softmax(t)
@@ -296,12 +314,12 @@ def _stream_trace(entries: int) -> Trace:
     w = _TraceWriter(trace, 0)
     for _ in range(entries):
         slot = w.pipe("cube", "talloc", QK, "qk")
-        w.op("cube", "pto.tstore", "qk", writes=[slot], nbytes=CUBE * CUBE * 4, src_loc="acc", dst_loc="gm")
+        w.store("cube", "qk", "s_acc", CUBE * CUBE * 4, slot)
         w.pipe("cube", "tpush", QK, "qk")
     for core in ("vec0", "vec1"):
         for _ in range(entries):
             slot = w.pipe(core, "tpop", QK, "p")
-            w.op(core, "pto.tload", "p", reads=[slot], writes=["s"], nbytes=CUBE * CUBE * 2, src_loc="gm", dst_loc="vec")
+            w.load(core, "p", "s", CUBE * CUBE * 2, slot)
             w.pipe(core, "tfree", QK, "p")
             w.op(core, "pto.texp", "p", reads=["s"], writes=["s"], elems=CUBE * CUBE // 2)
     return trace
@@ -313,7 +331,8 @@ def test_back_pressure_from_a_slow_consumer_stalls_the_producer() -> None:
     spec = SOCS["910B2"]
     allocs = [s for op, s in zip(rep.ops["cube"], rep.sched["cube"]) if op.pipe_kind == "talloc"]
     frees = {
-        core: [s for op, s in zip(rep.ops[core], rep.sched[core]) if op.pipe_kind == "tfree"] for core in ("vec0", "vec1")
+        core: [s for op, s in zip(rep.ops[core], rep.sched[core]) if op.pipe_kind == "tfree"]
+        for core in ("vec0", "vec1")
     }
     for t, alloc in enumerate(allocs):
         if t < SLOT_NUM or t % 4:
@@ -360,6 +379,12 @@ def test_launch_extrapolates_blocks_and_waves() -> None:
     assert two_waves.kernel_us == pytest.approx(2 * two_waves.block_us[0])
     with pytest.raises(TimingError, match="block_dim"):
         predict(fa_trace(num_tiles=8, blocks=(3,), block_dim=2), config, ProblemShape(s0=256, s1=2048), block_dim=2)
+
+
+def test_blocks_to_trace_picks_one_block_per_unit_count() -> None:
+    assert blocks_to_trace(24, 30) == [0, 6]  # blocks 0..5 run 2 units, 6..23 run 1
+    assert blocks_to_trace(24, 48) == [0]
+    assert blocks_to_trace(4, 3) == [0, 3]  # block 3 has no unit
 
 
 def test_hbm_bound_applies_when_compute_is_tiny() -> None:

@@ -124,7 +124,9 @@ def test_compile_sh_runs_the_python_commands_and_writes_the_same_metadata(
 def test_compile_commands_pass_kernel_cpp_and_caller(fake_tools: Tools, pto_file: Path, tmp_path: Path) -> None:
     ptoas_argv, bisheng_argv = compile_commands(pto_file, tmp_path / "out", fake_tools)
     kernel_cpp = tmp_path / "out" / "fa.cpp"
-    assert ptoas_argv == [fake_tools.ptoas, "--pto-arch=a3", "--enable-insert-sync", str(pto_file), "-o", str(kernel_cpp)]
+    assert ptoas_argv == [
+        fake_tools.ptoas, "--pto-arch=a3", "--enable-insert-sync", str(pto_file), "-o", str(kernel_cpp),
+    ]  # fmt: skip
     assert bisheng_argv[:2] == [fake_tools.bisheng, f"-I{fake_tools.pto_lib_path}/include"]
     assert bisheng_argv[-4:] == [
         f'-DKERNEL_CPP="{kernel_cpp}"',
@@ -154,7 +156,8 @@ def test_env_vars_pointing_at_nothing_are_named(no_tools: Path, monkeypatch: pyt
     monkeypatch.setenv("PTOAS", str(not_executable))
     monkeypatch.setenv("BISHENG", str(no_tools / "nowhere" / "bisheng"))
     monkeypatch.setenv("PTO_LIB_PATH", str(no_tools))
-    assert toolchain.find_ptoas() == (None, f"ptoas: PTOAS={not_executable} is not an executable file; {toolchain.INSTALL_PTOAS}")
+    expected = f"ptoas: PTOAS={not_executable} is not an executable file; {toolchain.INSTALL_PTOAS}"
+    assert toolchain.find_ptoas() == (None, expected)
     assert f"BISHENG={no_tools}/nowhere/bisheng is not an executable file" in toolchain.find_bisheng()[1]
     assert toolchain.find_pto_lib_path()[1].startswith(f"pto-isa headers: {no_tools}/include is not a directory")
 
@@ -290,3 +293,19 @@ def test_real_ptoas_compiles_the_verified_sample(tmp_path: Path) -> None:
     done = subprocess.run(ptoas_argv, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert 'extern "C" __global__ AICORE void fa_fwd(' in (tmp_path / "fa.cpp").read_text()
+
+
+@pytest.mark.bisheng
+def test_real_toolchain_builds_the_emitted_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ptofa.fa_builder import emit_fa
+    from ptofa.pipeline import FAConfig
+
+    monkeypatch.setenv("PTOFA_CACHE", str(tmp_path / "cache"))
+    config = FAConfig()
+    pto_path = tmp_path / "fa.pto"
+    pto_path.write_text(emit_fa(config))
+    built = compile_pto(pto_path, tmp_path / "build", config_summary=config.summary())
+    assert built.so_path.is_file() and built.so_path.stat().st_size > 0
+    metadata = (tmp_path / "build" / "metadata.txt").read_text()
+    assert "ptoas_version: " in metadata and "bisheng_version: " in metadata
+    assert compile_pto(pto_path, config_summary=config.summary()).cache_hit

@@ -91,6 +91,14 @@ class OpInterval:
 
 @dataclass
 class TimingResult:
+    """Predicted launch time, what bounds it, and the replayed blocks' op intervals.
+
+    `bound` is the resource holding at least half of the slowest replayed block's
+    critical path inside its steady window (`STEADY_WINDOW`), "pipe waits" when no
+    resource does (cube and vector wait on each other), or "HBM" when the
+    compulsory-traffic bound exceeds the replayed time.
+    """
+
     soc: SocSpec
     block_dim: int
     kernel_us: float
@@ -298,7 +306,7 @@ class _BlockReplayer:
         op = self.ops[core][i]
         soc = self.soc
         queue = queue_of(op)
-        if core_kind(core) == "cube" and queue not in CUBE_QUEUES or core_kind(core) == "vec" and queue not in VEC_QUEUES:
+        if queue not in (CUBE_QUEUES if core_kind(core) == "cube" else VEC_QUEUES):
             raise TimingError(f"line {op.line}: {op.op} runs on {queue}, which {core} does not have")
 
         wait = self._pipe_wait(core, op) if op.pipe_kind else (0.0, None)
@@ -454,6 +462,14 @@ def units_of_block(block: int, block_dim: int, work_units: int) -> int:
     return len(range(block, work_units, block_dim))
 
 
+def blocks_to_trace(block_dim: int, work_units: int) -> list[int]:
+    """One block per distinct unit count: enough for `predict` to time the whole launch."""
+    first: dict[int, int] = {}
+    for b in range(block_dim):
+        first.setdefault(units_of_block(b, block_dim, work_units), b)
+    return sorted(first.values())
+
+
 def launch_cycles(
     block_cycles: dict[int, float], block_dim: int, work_units: int, cube_cores: int
 ) -> tuple[float, int, str]:
@@ -606,7 +622,9 @@ def write_timeline(
 
     Only the first `window_us` microseconds are drawn (long runs repeat the same
     steady pattern; the title gives the full block time). Bars are coloured by
-    stage; hatched grey bars on a core's S lane are cross-core pipe waits.
+    stage; hatched grey bars on a core's S lane are cross-core pipe waits (the
+    scalar unit stalled on a `tpop`/`talloc` flag from issue to release; the core's
+    other queues may still be draining work issued before it).
     """
     path = Path(path)
     block = result.critical_block if block is None else block
@@ -714,7 +732,7 @@ def _png(lanes: list[_Lane], shown_us: float, title: str, path: Path) -> None:
     ax.set_title(title, fontsize=10)
     handles = [Patch(facecolor=c, label=s) for s, c in STAGE_COLOURS.items()]
     handles.append(Patch(facecolor="#eeeeee", edgecolor=WAIT_COLOUR, hatch="///", label="pipe wait"))
-    ax.legend(handles=handles, loc="upper right", ncol=6, fontsize=8)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=6, fontsize=8, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -1,0 +1,164 @@
+"""`run_fa`: build, check, compile, run, sweep and bench the FlashAttention kernel.
+
+Exit codes: 0 success; 1 the kernel failed (wrong numbers, deadlock, a `.pto`
+that does not verify); 2 bad input or a backend/tool that is not available here.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, budget
+
+console = Console()
+
+
+def _config_options(f):
+    """The FAConfig knobs shared by build, run and compile."""
+    f = click.option("--qk-preload", type=int, default=3, show_default=True,
+                     help="QK tiles computed ahead of PV (1..4; exp_max ring depth = this).")(f)
+    f = click.option("--tile-s1", type=int, default=256, show_default=True,
+                     help="Logical S1 tile width per pipeline step (128, 256 or 512).")(f)
+    f = click.option("--head", "--head-dim", "head", type=int, default=128, show_default=True,
+                     help="Head dimension D (64 or 128).")(f)
+    return f
+
+
+class InputError(click.ClickException):
+    """Bad input or an unavailable backend: one clear line, exit code 2."""
+
+    exit_code = 2
+
+
+def make_config(head: int, tile_s1: int, qk_preload: int, fault: str | None = None) -> FAConfig:
+    """An FAConfig, or exit 2 with the broken rule on one line."""
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            config = FAConfig(head=head, tile_s1=tile_s1, qk_preload=qk_preload, fault=fault)
+        for w in caught:
+            console.print(f"[yellow]warning:[/] {w.message}")
+        return config
+    except ConfigError as exc:
+        raise InputError(f"invalid config: {exc}") from None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="ptofa")
+def main() -> None:
+    """Write, build, check and run a FlashAttention forward kernel for Ascend A2/A3 (PTO IR)."""
+
+
+@main.command()
+@_config_options
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("fa.pto"),
+              show_default=True, help="Where to write the .pto file.")
+def build(head: int, tile_s1: int, qk_preload: int, output: Path) -> None:
+    """Emit the kernel as PTO IR, and print the config and its memory budget."""
+    from ptofa.fa_builder import emit_fa
+
+    config = make_config(head, tile_s1, qk_preload)
+    text = emit_fa(config)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_suffix(output.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(output)
+    console.print(f"config: {config.summary()}")
+    console.print(budget(config).table(), markup=False)
+    console.print(f"wrote {output} ({len(text.splitlines())} lines)")
+
+
+@main.command()
+@click.argument("pto_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def check(pto_file: Path) -> None:
+    """Parse and verify any .pto file; report every error with its line number."""
+    from ptofa.textio import PtoCheckError, check_text
+
+    try:
+        check_text(pto_file.read_text(), str(pto_file))
+    except PtoCheckError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(1)
+    console.print(f"{pto_file}: ok")
+
+
+@main.command()
+@click.option("--backend", type=click.Choice(["sim", "npu", "auto"]), default="auto", show_default=True,
+              help="sim = CPU simulator of the emitted .pto; npu = Ascend device; auto = npu when available, else sim.")
+@click.option("--batch", type=int, default=1, show_default=True, help="B (batch).")
+@click.option("--heads", type=int, default=2, show_default=True, help="N (heads).")
+@click.option("--s0", type=int, default=256, show_default=True, help="Query length S0 (multiple of 128).")
+@click.option("--s1", type=int, default=4096, show_default=True, help="Key/value length S1 (multiple of tile-s1).")
+@_config_options
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random fp16 inputs.")
+@click.option("--block-dim", type=int, default=None,
+              help="Blocks to launch (default: min(work units, cube cores)).")
+@click.option("--keep", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Keep the .pto (and build files) in this folder.")
+@click.option("--timeline", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the timing model's timeline of one block (.svg or .png); sim backend only.")
+@click.option("--soc", default="910B2", show_default=True, help="Chip of the timing model (910B1..910B4).")
+@click.option("--inject-fault", type=click.Choice(["drop_tfree", "extra_tpop", "swap_pipe_ids"]), default=None,
+              hidden=True, help="Test only: build a broken kernel to exercise the simulator's reports.")
+def run(backend: str, batch: int, heads: int, s0: int, s1: int, head: int, tile_s1: int, qk_preload: int,
+        seed: int, block_dim: int | None, keep: Path | None, timeline: Path | None, soc: str,
+        inject_fault: str | None) -> None:
+    """Build, run and check the kernel against the torch reference; print one result row."""
+    from ptofa.runner import BackendUnavailable, run_case
+
+    config = make_config(head, tile_s1, qk_preload, inject_fault)
+    shape = ProblemShape(batch, heads, s0, s1)
+    try:
+        shape.check(config)
+    except ConfigError as exc:
+        raise InputError(f"invalid shape: {exc}") from None
+    try:
+        result = run_case(config, shape, backend=backend, seed=seed, keep_dir=keep, block_dim=block_dim,
+                          timing=True, timeline=timeline, soc=soc)
+    except BackendUnavailable as exc:
+        raise InputError(str(exc)) from None
+    print_results([result])
+    if result.message and not result.passed:
+        click.echo(result.message, err=True)
+    if timeline is not None and result.predicted_us is not None:
+        console.print(f"timeline written to {timeline}")
+    sys.exit(0 if result.passed else 1)
+
+
+def print_results(results) -> None:
+    table = Table(title="ptofa run")
+    for col in ("backend", "D", "tile_s1", "preload", "B", "N", "S0", "S1", "status", "max abs err",
+                "max rel err", "tolerance", "wall s", "pred. us", "pred. TFLOPS"):
+        table.add_column(col, justify="right")
+
+    def fmt(x, spec):
+        return "-" if x is None else format(x, spec)
+
+    for r in results:
+        style = "green" if r.passed else "red"
+        table.add_row(r.backend, str(r.head), str(r.tile_s1), str(r.qk_preload), str(r.batch), str(r.heads),
+                      str(r.s0), str(r.s1), f"[{style}]{r.status}[/]", fmt(r.max_abs_err, ".2e"),
+                      fmt(r.max_rel_err, ".2e"), fmt(r.tolerance, ".2e"), fmt(r.wall_s, ".2f"),
+                      fmt(r.predicted_us, ".1f"), fmt(r.predicted_tflops, ".1f"))
+    console.print(table)
+
+
+def _register_optional_commands() -> None:
+    from ptofa.bench import bench_cmd
+    from ptofa.sweep import sweep_cmd
+    from ptofa.toolchain import compile_cmd
+
+    for cmd in (compile_cmd, sweep_cmd, bench_cmd):
+        main.add_command(cmd)
+
+
+_register_optional_commands()
+
+if __name__ == "__main__":
+    main()

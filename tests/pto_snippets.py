@@ -1,0 +1,97 @@
+"""Small `.pto` modules for the dialect tests: a snippet wrapped in a module that passes
+the module rules (one `pto.entry` calling `set_ffts` first), and a cube/vector pair with
+two global-entry pipes (id 0 QK C2V f32, id 1 P V2C f16, split 1, half descriptors).
+"""
+
+from __future__ import annotations
+
+from ptofa.textio import PtoCheckError, check_text, print_pto
+
+ENTRY = """  func.func @entry(%ffts: !pto.ptr<i64>) attributes {pto.entry} {
+    pto.set_ffts %ffts : !pto.ptr<i64>
+    return
+  }
+"""
+# Lines before a snippet's first line in `wrap`: `module {`, 4 entry lines, `func.func @k`.
+WRAP_FIRST_BODY_LINE = 7
+
+
+def wrap(body: str, kind: str = "vector", args: str = "") -> str:
+    """`body` inside a kernel function of `kind`, next to a valid entry."""
+    body = "\n".join("    " + line.strip() for line in body.strip().splitlines())
+    return (
+        "module {\n" + ENTRY
+        + f"  func.func @k({args}) attributes {{pto.kernel_kind = #pto.kernel_kind<{kind}>}} {{\n"
+        + f"{body}\n    return\n  }}\n}}\n"
+    )
+
+
+QK = "!pto.tensor_view<128x128xf32>"
+QKH = "!pto.tensor_view<64x128xf32>"
+PP = "!pto.tensor_view<128x128xf16>"
+PPH = "!pto.tensor_view<64x128xf16>"
+
+CUBE_PRE = f"""%c1 = arith.constant 1 : index
+%c128 = arith.constant 128 : index
+%qk_slot = pto.make_tensor_view %f, shape = [%c128, %c128], strides = [%c128, %c1] : {QK}
+%p_slot = pto.make_tensor_view %h, shape = [%c128, %c128], strides = [%c128, %c1] : {PP}
+pto.aic_initialize_pipe {{id = 0, dir_mask = 1, slot_size = 65536}} (gm_slot_tensor = %qk_slot : {QK})
+pto.aic_initialize_pipe {{id = 1, dir_mask = 2, slot_size = 32768}} (gm_slot_tensor = %p_slot : {PP})
+"""
+VEC_PRE = f"""%c1 = arith.constant 1 : index
+%c64 = arith.constant 64 : index
+%c128 = arith.constant 128 : index
+%qk_slot = pto.make_tensor_view %f, shape = [%c64, %c128], strides = [%c128, %c1] : {QKH}
+%p_slot = pto.make_tensor_view %h, shape = [%c64, %c128], strides = [%c128, %c1] : {PPH}
+pto.aiv_initialize_pipe {{id = 0, dir_mask = 1, slot_size = 65536}} (gm_slot_tensor = %qk_slot : {QKH})
+pto.aiv_initialize_pipe {{id = 1, dir_mask = 2, slot_size = 32768}} (gm_slot_tensor = %p_slot : {PPH})
+"""
+CUBE_BODY = f"""%e = pto.talloc_to_aiv {{id = 0, split = 1}} -> {QK}
+pto.tpush_to_aiv(%e : {QK}) {{id = 0, split = 1}}
+%g = pto.tpop_from_aiv {{id = 1, split = 1}} -> {PP}
+pto.tfree_from_aiv(%g : {PP}) {{id = 1, split = 1}}
+"""
+VEC_BODY = f"""%e = pto.tpop_from_aic {{id = 0, split = 1}} -> {QKH}
+pto.tfree_from_aic(%e : {QKH}) {{id = 0, split = 1}}
+%g = pto.talloc_to_aic {{id = 1, split = 1}} -> {PPH}
+pto.tpush_to_aic(%g : {PPH}) {{id = 1, split = 1}}
+"""
+
+
+def _func(name: str, kind: str, body: str) -> str:
+    body = "\n".join("    " + line.strip() for line in body.strip().splitlines())
+    return (
+        f"  func.func @{name}(%f: !pto.ptr<f32>, %h: !pto.ptr<f16>) "
+        f"attributes {{pto.kernel_kind = #pto.kernel_kind<{kind}>}} {{\n{body}\n    return\n  }}\n"
+    )
+
+
+def pipes(cube: str = CUBE_PRE + CUBE_BODY, vec: str = VEC_PRE + VEC_BODY) -> str:
+    """A module with the entry, a cube function and a vector function."""
+    return "module {\n" + ENTRY + _func("cube", "cube", cube) + _func("vec", "vector", vec) + "}\n"
+
+
+def roundtrip(text: str) -> str:
+    """check_text, print, and print(parse(print)) == print; returns the printed text."""
+    printed = print_pto(check_text(text).module)
+    again = print_pto(check_text(printed).module)
+    assert again == printed
+    return printed
+
+
+def errors_of(text: str) -> list[tuple[int, str]]:
+    """The (line, message) errors of `check_text(text)`; fails the test when it passes."""
+    try:
+        check_text(text)
+    except PtoCheckError as exc:
+        return exc.errors
+    raise AssertionError("expected a PtoCheckError, the text verified:\n" + text)
+
+
+def line_of(text: str, needle: str) -> int:
+    """1-based line of the first line containing `needle`."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if needle in line:
+            return number
+    raise AssertionError(f"{needle!r} not in text")
+

@@ -1,0 +1,386 @@
+"""Every op and type of the PTO dialect parses, verifies, prints, and prints back identically.
+
+Each case is a small snippet inside a valid module (pto-ir.md sections 5-10); the
+check is `check_text` on the source, then print(parse(print)) == print.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from pto_snippets import CUBE_BODY, CUBE_PRE, ENTRY, PP, PPH, QK, QKH, VEC_BODY, VEC_PRE, pipes, roundtrip, wrap
+
+from ptofa import dialect as d
+from ptofa.textio import check_text, parse_pto, print_pto
+
+SAMPLE = Path("/work/shared/samples/fa_min_verified.pto")
+
+V32 = "!pto.tile_buf<vec, 16x64xf32>"
+V16 = "!pto.tile_buf<vec, 16x64xf16>"
+COL = "!pto.tile_buf<vec, 16x1xf32, blayout=col_major>"
+ROW = "!pto.tile_buf<vec, 1x16xf32>"
+ND8 = "!pto.tile_buf<vec, 16x8xf32>"  # row_major per-row vector: 32 bytes of columns
+ND1 = "!pto.tile_buf<vec, 16x8xf32, valid=16x1>"  # ND reduction result: 1 valid column
+MAT = "!pto.tile_buf<mat, 128x128xf16, blayout=col_major, slayout=row_major>"
+MATT = "!pto.tile_buf<mat, 128x128xf16, slayout=col_major>"
+LEFT = "!pto.tile_buf<left, 128x128xf16, slayout=row_major>"
+RIGHT = "!pto.tile_buf<right, 128x128xf16, slayout=col_major>"
+ACC = "!pto.tile_buf<acc, 128x128xf32, blayout=col_major, slayout=row_major, fractal=1024>"
+
+
+def _allocs(**tiles: str) -> str:
+    return "\n".join(f"%{name} = pto.alloc_tile : {t}" for name, t in tiles.items())
+
+
+VEC_TILES = _allocs(a=V32, b=V32, o=V32, t=V32, h=V16, col=COL, nd8=ND8, nd1=ND1)
+CUBE_TILES = _allocs(mat=MAT, matt=MATT, left=LEFT, right=RIGHT, acc=ACC)
+SCALAR = "%s = arith.constant 2.0 : f32"
+
+# --------------------------------------------------------------------------------------
+# Types
+# --------------------------------------------------------------------------------------
+
+TILE_TYPES = {
+    "compact": "!pto.tile_buf<vec, 16x64xf32>",
+    "compact_f16": "!pto.tile_buf<vec, 16x64xf16>",
+    "valid_static": "!pto.tile_buf<vec, 16x64xf32, valid=8x32>",
+    "blayout": "!pto.tile_buf<vec, 16x1xf32, blayout=col_major>",
+    "slayout_row": "!pto.tile_buf<mat, 128x128xf16, blayout=col_major, slayout=row_major>",
+    "slayout_col": "!pto.tile_buf<mat, 128x128xf16, slayout=col_major>",
+    "fractal_1024": "!pto.tile_buf<acc, 128x128xf32, blayout=col_major, slayout=row_major, fractal=1024>",
+    "fractal_32": "!pto.tile_buf<mat, 16x16xf16, slayout=row_major, fractal=32>",
+    "pad_1": "!pto.tile_buf<vec, 16x64xf32, pad=1>",
+    "pad_2": "!pto.tile_buf<vec, 16x64xf32, pad=2>",
+    "pad_3": "!pto.tile_buf<vec, 16x64xf32, pad=3>",
+    "compact_1": "!pto.tile_buf<vec, 16x64xf32, compact=1>",
+    "overrides_any_order": "!pto.tile_buf<acc, 128x128xf32, fractal=1024, slayout=row_major, blayout=col_major>",
+    "every_override": "!pto.tile_buf<mat, 32x32xf16, valid=16x32, blayout=col_major, slayout=row_major, fractal=512, pad=1, compact=1>",
+    "left": "!pto.tile_buf<left, 128x128xf16, slayout=row_major>",
+    "right": "!pto.tile_buf<right, 128x128xf16, slayout=col_major>",
+    "bias": "!pto.tile_buf<bias, 1x128xf32>",
+    "scaling": "!pto.tile_buf<scaling, 1x128xf16>",
+    "i32_vec": "!pto.tile_buf<vec, 8x8xi32>",
+    "bf16_vec": "!pto.tile_buf<vec, 8x16xbf16>",
+    "legacy": "!pto.tile_buf<loc=vec, dtype=f32, rows=64, cols=256, v_row=64, v_col=256, blayout=row_major, slayout=none_box, fractal=512, pad=0>",
+    "legacy_partial_valid": "!pto.tile_buf<loc=vec, dtype=f16, rows=64, cols=256, v_row=32, v_col=128, blayout=row_major, slayout=none_box, fractal=512, pad=1>",
+    "legacy_boxed_compact": "!pto.tile_buf<loc=mat, dtype=f16, rows=128, cols=128, v_row=128, v_col=128, blayout=col_major, slayout=row_major, fractal=512, pad=0, compact=1>",
+}
+
+
+@pytest.mark.parametrize("tile_type", TILE_TYPES.values(), ids=TILE_TYPES.keys())
+def test_tile_buf_type(tile_type: str) -> None:
+    printed = roundtrip(wrap(f"%t = pto.alloc_tile : {tile_type}"))
+    assert "loc=" not in printed  # legacy spelling prints compact
+
+
+DYNAMIC_TILES = {
+    "compact_dyn": "!pto.tile_buf<vec, 16x64xf32, valid=?x?>",
+    "compact_dyn_row": "!pto.tile_buf<vec, 16x64xf32, valid=?x64>",
+    "compact_dyn_col": "!pto.tile_buf<vec, 16x64xf32, valid=16x?>",
+    "legacy_question": "!pto.tile_buf<loc=vec, dtype=f32, rows=16, cols=64, v_row=?, v_col=?, blayout=row_major, slayout=none_box, fractal=512, pad=0>",
+    "legacy_minus_one": "!pto.tile_buf<loc=vec, dtype=f32, rows=16, cols=64, v_row=-1, v_col=-1, blayout=row_major, slayout=none_box, fractal=512, pad=0>",
+}
+
+
+@pytest.mark.parametrize("tile_type", DYNAMIC_TILES.values(), ids=DYNAMIC_TILES.keys())
+def test_dynamic_valid_tile_with_valid_operands(tile_type: str) -> None:
+    printed = roundtrip(wrap(f"%r = arith.constant 8 : index\n%t = pto.alloc_tile valid_row = %r valid_col = %r : {tile_type}"))
+    assert "valid_row = %r valid_col = %r" in printed
+    assert "?" in printed
+
+
+def test_legacy_and_compact_spellings_are_one_type() -> None:
+    legacy = parse_pto(wrap(f"%t = pto.alloc_tile : {TILE_TYPES['legacy']}")).module
+    compact = parse_pto(wrap("%t = pto.alloc_tile : !pto.tile_buf<vec, 64x256xf32>")).module
+    assert print_pto(legacy) == print_pto(compact)
+    (t1,) = [op.result.type for op in legacy.walk() if isinstance(op, d.AllocTileOp)]
+    (t2,) = [op.result.type for op in compact.walk() if isinstance(op, d.AllocTileOp)]
+    assert t1 == t2 and t1.valid == (64, 256) and t1.shape == (64, 256)
+
+
+def test_tile_buf_as_callee_argument() -> None:
+    roundtrip(wrap(f"pto.tadd ins(%x, %x : {V32}, {V32}) outs(%x : {V32})", args=f"%x: {V32}"))
+
+
+PTR_ARGS = {space: f"%p: !pto.ptr<f32, {space}>" for space in d.MEMORY_SPACES if space != "gm"}
+PTR_ARGS["gm_default"] = "%p: !pto.ptr<f32>"
+PTR_ARGS["i8"] = "%p: !pto.ptr<i8>"
+PTR_ARGS["bf16"] = "%p: !pto.ptr<bf16>"
+
+
+@pytest.mark.parametrize("args", PTR_ARGS.values(), ids=PTR_ARGS.keys())
+def test_ptr_type(args: str) -> None:
+    printed = roundtrip(wrap("", args=args))
+    assert args.split(": ")[1] in printed
+
+
+def test_ptr_gm_space_prints_as_default() -> None:
+    assert "!pto.ptr<f32>" in roundtrip(wrap("", args="%p: !pto.ptr<f32, gm>"))
+
+
+VIEWS = {
+    "nd_static": ("[%c16, %c64]", "[%c64, %c1]", "", "16x64xf32"),
+    "dyn_rows": ("[%n, %c64]", "[%c64, %c1]", "", "?x64xf32"),
+    "dyn_both": ("[%n, %n]", "[%n, %c1]", "", "?x?xf32"),
+    "dn_layout": ("[%c64, %n]", "[%c1, %c64]", " {layout = #pto.layout<dn>}", "64x?xf32"),
+    "nd_layout": ("[%c16, %c64]", "[%c64, %c1]", " {layout = #pto.layout<nd>}", "16x64xf32"),
+    "nz_layout": ("[%c16, %c64]", "[%c64, %c1]", " {layout = #pto.layout<nz>}", "16x64xf32"),
+    "rank1": ("[%c64]", "[%c1]", "", "64xf32"),
+    "rank3": ("[%c1, %c16, %c64]", "[%c1, %c64, %c1]", "", "1x16x64xf32"),
+}
+VIEW_PRE = """%c1 = arith.constant 1 : index
+%c16 = arith.constant 16 : index
+%c64 = arith.constant 64 : index
+%n = arith.index_cast %ni : i64 to index"""
+
+
+@pytest.mark.parametrize("shape, strides, layout, dims", VIEWS.values(), ids=VIEWS.keys())
+def test_make_tensor_view(shape: str, strides: str, layout: str, dims: str) -> None:
+    body = f"{VIEW_PRE}\n%tv = pto.make_tensor_view %p, shape = {shape}, strides = {strides}{layout} : !pto.tensor_view<{dims}>"
+    printed = roundtrip(wrap(body, args="%p: !pto.ptr<f32>, %ni: i64"))
+    assert f"!pto.tensor_view<{dims}>" in printed
+    assert layout in printed
+
+
+PARTITIONS = {
+    "static": ("[%c0, %c0]", "[%c16, %c64]", "16x64xf32"),
+    "dynamic_offset": ("[%n, %c0]", "[%c16, %c64]", "16x64xf32"),
+    "dynamic_size": ("[%c0, %c0]", "[%n, %c64]", "?x64xf32"),
+}
+
+
+@pytest.mark.parametrize("offsets, sizes, dims", PARTITIONS.values(), ids=PARTITIONS.keys())
+def test_partition_view(offsets: str, sizes: str, dims: str) -> None:
+    body = (f"{VIEW_PRE}\n%c0 = arith.constant 0 : index\n"
+            "%tv = pto.make_tensor_view %p, shape = [%n, %c64], strides = [%c64, %c1] : !pto.tensor_view<?x64xf32>\n"
+            f"%pv = pto.partition_view %tv, offsets = {offsets}, sizes = {sizes} : !pto.tensor_view<?x64xf32> -> !pto.partition_tensor_view<{dims}>")
+    assert f"!pto.partition_tensor_view<{dims}>" in roundtrip(wrap(body, args="%p: !pto.ptr<f32>, %ni: i64"))
+
+
+# --------------------------------------------------------------------------------------
+# Ops: a snippet per op form. (kind, body)
+# --------------------------------------------------------------------------------------
+
+GM = """%c0 = arith.constant 0 : index
+%c1 = arith.constant 1 : index
+%c16 = arith.constant 16 : index
+%c64 = arith.constant 64 : index
+%c128 = arith.constant 128 : index
+%tv = pto.make_tensor_view %p, shape = [%c128, %c128], strides = [%c128, %c1] : !pto.tensor_view<128x128xf32>
+%tvh = pto.make_tensor_view %ph, shape = [%c128, %c128], strides = [%c128, %c1] : !pto.tensor_view<128x128xf16>
+%pv = pto.partition_view %tv, offsets = [%c0, %c0], sizes = [%c16, %c64] : !pto.tensor_view<128x128xf32> -> !pto.partition_tensor_view<16x64xf32>
+%pvh = pto.partition_view %tvh, offsets = [%c0, %c0], sizes = [%c128, %c128] : !pto.tensor_view<128x128xf16> -> !pto.partition_tensor_view<128x128xf16>
+%pacc = pto.partition_view %tv, offsets = [%c0, %c0], sizes = [%c128, %c128] : !pto.tensor_view<128x128xf32> -> !pto.partition_tensor_view<128x128xf32>"""
+GM_ARGS = "%p: !pto.ptr<f32>, %ph: !pto.ptr<f16>"
+
+OPS: dict[str, tuple[str, str]] = {
+    "runtime_ids": ("vector", "%b = pto.get_block_idx\n%n = pto.get_block_num\n%s = pto.get_subblock_idx\n%m = pto.get_subblock_num"),
+    "addptr": ("vector", "%c8 = arith.constant 8 : index\n%q = pto.addptr %p, %c8 : !pto.ptr<f32> -> !pto.ptr<f32>"),
+    "alloc_tile": ("vector", f"%t = pto.alloc_tile : {V32}"),
+    "tload_vec": ("vector", f"{GM}\n%t = pto.alloc_tile : {V32}\npto.tload ins(%pv : !pto.partition_tensor_view<16x64xf32>) outs(%t : {V32})"),
+    "tload_mat": ("cube", f"{GM}\n%t = pto.alloc_tile : {MAT}\npto.tload ins(%pvh : !pto.partition_tensor_view<128x128xf16>) outs(%t : {MAT})"),
+    "tstore_vec": ("vector", f"{GM}\n%t = pto.alloc_tile : {V32}\npto.tstore ins(%t : {V32}) outs(%pv : !pto.partition_tensor_view<16x64xf32>)"),
+    "tstore_acc_f32": ("cube", f"{GM}\n%t = pto.alloc_tile : {ACC}\npto.tstore ins(%t : {ACC}) outs(%pacc : !pto.partition_tensor_view<128x128xf32>)"),
+    "tstore_acc_f16": ("cube", f"{GM}\n%t = pto.alloc_tile : {ACC}\npto.tstore ins(%t : {ACC}) outs(%pvh : !pto.partition_tensor_view<128x128xf16>)"),
+    "tstore_mat": ("cube", f"{GM}\n%t = pto.alloc_tile : {MAT}\npto.tstore ins(%t : {MAT}) outs(%pvh : !pto.partition_tensor_view<128x128xf16>)"),
+    "tmov_mat_left": ("cube", f"{CUBE_TILES}\npto.tmov ins(%mat : {MAT}) outs(%left : {LEFT})"),
+    "tmov_mat_right": ("cube", f"{CUBE_TILES}\npto.tmov ins(%matt : {MATT}) outs(%right : {RIGHT})"),
+    "tmov_acc_mat": ("cube", f"{CUBE_TILES}\n%m32 = pto.alloc_tile : !pto.tile_buf<mat, 128x128xf32, blayout=col_major, slayout=row_major>\npto.tmov ins(%acc : {ACC}) outs(%m32 : !pto.tile_buf<mat, 128x128xf32, blayout=col_major, slayout=row_major>)"),
+    "tmov_mat_bias": ("cube", "%m = pto.alloc_tile : !pto.tile_buf<mat, 1x128xf32>\n%b = pto.alloc_tile : !pto.tile_buf<bias, 1x128xf32>\npto.tmov ins(%m : !pto.tile_buf<mat, 1x128xf32>) outs(%b : !pto.tile_buf<bias, 1x128xf32>)"),
+    "tmov_mat_scaling": ("cube", "%m = pto.alloc_tile : !pto.tile_buf<mat, 1x128xf16>\n%b = pto.alloc_tile : !pto.tile_buf<scaling, 1x128xf16>\npto.tmov ins(%m : !pto.tile_buf<mat, 1x128xf16>) outs(%b : !pto.tile_buf<scaling, 1x128xf16>)"),
+    "tmov_vec_vec": ("vector", f"{VEC_TILES}\npto.tmov ins(%a : {V32}) outs(%b : {V32})"),
+    "treshape": ("vector", f"%c = pto.alloc_tile : {COL}\n%r = pto.treshape %c : {COL} -> {ROW}"),
+    "subview": ("vector", f"%c0 = arith.constant 0 : index\n%c8 = arith.constant 8 : index\n%a = pto.alloc_tile : {V32}\n%s = pto.subview %a[%c8, %c0] sizes [8, 64] : {V32} -> !pto.tile_buf<vec, 8x64xf32>"),
+    "subview_row": ("vector", f"%c0 = arith.constant 0 : index\n%c = pto.alloc_tile : {COL}\n%r = pto.treshape %c : {COL} -> {ROW}\n%s = pto.subview %r[%c0, %c0] sizes [1, 8] : {ROW} -> !pto.tile_buf<vec, 1x8xf32>"),
+    "tcvt_tmp": ("vector", f"{VEC_TILES}\npto.tcvt ins(%a, %t {{rmode = #pto<round_mode CAST_RINT>}} : {V32}, {V32}) outs(%h : {V16})"),
+    "tcvt_default_rmode": ("vector", f"{VEC_TILES}\npto.tcvt ins(%a : {V32}) outs(%h : {V16})"),
+    "tcvt_f16_to_f32": ("vector", f"{VEC_TILES}\npto.tcvt ins(%h {{rmode = #pto<round_mode NONE>}} : {V16}) outs(%a : {V32})"),
+    "texpands_vec": ("vector", f"{SCALAR}\n%r = pto.alloc_tile : {ROW}\npto.texpands ins(%s : f32) outs(%r : {ROW})"),
+    "texpands_mat": ("cube", f"{SCALAR}\n%m = pto.alloc_tile : {MAT}\npto.texpands ins(%s : f32) outs(%m : {MAT})"),
+    "texpands_row_view": ("vector", f"{SCALAR}\n%c = pto.alloc_tile : {COL}\n%r = pto.treshape %c : {COL} -> {ROW}\npto.texpands ins(%s : f32) outs(%r : {ROW})"),
+    "tmatmul": ("cube", f"{CUBE_TILES}\npto.tmatmul ins(%left, %right : {LEFT}, {RIGHT}) outs(%acc : {ACC})"),
+    "tmatmul_acc": ("cube", f"{CUBE_TILES}\npto.tmatmul.acc ins(%acc, %left, %right : {ACC}, {LEFT}, {RIGHT}) outs(%acc : {ACC})"),
+    "tmatmul_rect": ("cube", "%l = pto.alloc_tile : !pto.tile_buf<left, 128x64xf16, slayout=row_major>\n"
+                     "%r = pto.alloc_tile : !pto.tile_buf<right, 64x256xf16, slayout=col_major>\n"
+                     "%c = pto.alloc_tile : !pto.tile_buf<acc, 128x256xf32, blayout=col_major, slayout=row_major, fractal=1024>\n"
+                     "pto.tmatmul ins(%l, %r : !pto.tile_buf<left, 128x64xf16, slayout=row_major>, !pto.tile_buf<right, 64x256xf16, slayout=col_major>) "
+                     "outs(%c : !pto.tile_buf<acc, 128x256xf32, blayout=col_major, slayout=row_major, fractal=1024>)"),
+}
+
+for _dtype, _acc in (("bf16", "f32"), ("f32", "f32"), ("i8", "i32")):
+    _l = f"!pto.tile_buf<left, 32x32x{_dtype}, slayout=row_major>"
+    _r = f"!pto.tile_buf<right, 32x32x{_dtype}, slayout=col_major>"
+    _c = f"!pto.tile_buf<acc, 32x32x{_acc}, blayout=col_major, slayout=row_major, fractal=1024>"
+    OPS[f"tmatmul_{_dtype}"] = ("cube", f"%l = pto.alloc_tile : {_l}\n%r = pto.alloc_tile : {_r}\n%c = pto.alloc_tile : {_c}\n"
+                                        f"pto.tmatmul ins(%l, %r : {_l}, {_r}) outs(%c : {_c})")
+
+for _mode in d.ROUND_MODES:
+    OPS[f"tcvt_{_mode}"] = ("vector", f"{VEC_TILES}\npto.tcvt ins(%a {{rmode = #pto<round_mode {_mode}>}} : {V32}) outs(%h : {V16})")
+
+for _op in ("tadd", "tsub", "tmul", "tdiv", "tmax", "tmin"):
+    OPS[_op] = ("vector", f"{VEC_TILES}\npto.{_op} ins(%a, %b : {V32}, {V32}) outs(%o : {V32})")
+    OPS[f"{_op}_in_place"] = ("vector", f"{VEC_TILES}\npto.{_op} ins(%a, %b : {V32}, {V32}) outs(%a : {V32})")
+OPS["tadd_f16_rows"] = ("vector", "%a = pto.alloc_tile : !pto.tile_buf<vec, 1x16xf16>\n"
+                        "pto.tadd ins(%a, %a : !pto.tile_buf<vec, 1x16xf16>, !pto.tile_buf<vec, 1x16xf16>) outs(%a : !pto.tile_buf<vec, 1x16xf16>)")
+OPS["tadd_i32"] = ("vector", "%a = pto.alloc_tile : !pto.tile_buf<vec, 8x8xi32>\n"
+                   "pto.tadd ins(%a, %a : !pto.tile_buf<vec, 8x8xi32>, !pto.tile_buf<vec, 8x8xi32>) outs(%a : !pto.tile_buf<vec, 8x8xi32>)")
+
+for _op in ("texp", "tlog", "tsqrt", "trsqrt", "trecip", "tabs", "tneg", "trelu"):
+    OPS[_op] = ("vector", f"{VEC_TILES}\npto.{_op} ins(%a : {V32}) outs(%o : {V32})")
+OPS["texp_in_place"] = ("vector", f"{VEC_TILES}\npto.texp ins(%a : {V32}) outs(%a : {V32})")
+
+for _op in ("tadds", "tsubs", "tmuls", "tdivs", "tmaxs", "tmins"):
+    OPS[_op] = ("vector", f"{VEC_TILES}\n{SCALAR}\npto.{_op} ins(%a, %s : {V32}, f32) outs(%o : {V32})")
+OPS["tmuls_in_place"] = ("vector", f"{VEC_TILES}\n{SCALAR}\npto.tmuls ins(%a, %s : {V32}, f32) outs(%a : {V32})")
+
+for _op in ("trowmax", "trowsum", "trowmin"):
+    OPS[f"{_op}_tmp"] = ("vector", f"{VEC_TILES}\npto.{_op} ins(%a, %t : {V32}, {V32}) outs(%col : {COL})")
+    OPS[f"{_op}_no_tmp"] = ("vector", f"{VEC_TILES}\npto.{_op} ins(%a : {V32}) outs(%col : {COL})")
+    OPS[f"{_op}_nd_dst"] = ("vector", f"{VEC_TILES}\npto.{_op} ins(%a, %t : {V32}, {V32}) outs(%nd1 : {ND1})")
+
+for _op in ("trowexpandsub", "trowexpandmul", "trowexpanddiv", "trowexpandadd", "trowexpandmax", "trowexpandmin", "trowexpandexpdif"):
+    OPS[f"{_op}_dn"] = ("vector", f"{VEC_TILES}\npto.{_op} ins(%a, %col : {V32}, {COL}) outs(%o : {V32})")
+    OPS[f"{_op}_tmp"] = ("vector", f"{VEC_TILES}\npto.{_op} ins(%a, %col, %t : {V32}, {COL}, {V32}) outs(%o : {V32})")
+    OPS[f"{_op}_nd_col"] = ("vector", f"{VEC_TILES}\npto.{_op} ins(%a, %nd8 : {V32}, {ND8}) outs(%a : {V32})")
+
+OPS["scf_for_body"] = ("vector", f"""%c0 = arith.constant 0 : index
+%c1 = arith.constant 1 : index
+%c4 = arith.constant 4 : index
+{VEC_TILES}
+scf.for %i = %c0 to %c4 step %c1 {{
+  pto.texp ins(%a : {V32}) outs(%a : {V32})
+}}""")
+
+
+@pytest.mark.parametrize("kind, body", OPS.values(), ids=OPS.keys())
+def test_op_roundtrip(kind: str, body: str) -> None:
+    printed = roundtrip(wrap(body, kind=kind, args=GM_ARGS))
+    last = body.strip().splitlines()[-1].strip()
+    op_name = last.split("=")[-1].split()[0] if "=" in last.split("(")[0] else last.split()[0]
+    assert op_name in printed
+
+
+def test_every_dialect_op_has_a_roundtrip_case() -> None:
+    sources = "\n".join(body for _, body in OPS.values()) + CUBE_BODY + VEC_BODY + CUBE_PRE + VEC_PRE
+    sources += "pto.set_ffts pto.make_tensor_view pto.partition_view"
+    used = set(re.findall(r"pto\.[a-z_.]+?(?=[\s(])", sources + "\n"))
+    missing = [op.name for op in d.PTO.operations if op.name not in used]
+    assert missing == []
+
+
+def test_tcvt_default_rmode_prints_cast_rint() -> None:
+    printed = roundtrip(wrap(OPS["tcvt_default_rmode"][1]))
+    assert "{rmode = #pto<round_mode CAST_RINT>}" in printed
+
+
+@pytest.mark.parametrize("ptr", ["!pto.ptr<i64>", "!pto.ptr<i8>"])
+def test_set_ffts_pointer_types(ptr: str) -> None:
+    text = ("module {\n  func.func @entry(%ffts: " + ptr + ") attributes {pto.entry} {\n"
+            f"    pto.set_ffts %ffts : {ptr}\n    return\n  }}\n}}\n")
+    assert f"pto.set_ffts %ffts : {ptr}" in roundtrip(text)
+
+
+# --------------------------------------------------------------------------------------
+# Pipes
+# --------------------------------------------------------------------------------------
+
+
+def test_all_eight_pipe_data_ops() -> None:
+    printed = roundtrip(pipes())
+    for op in d.PIPE_DATA_OPS:
+        assert f"{op.name}" in printed
+    assert printed.count("{id = 0, split = 1}") == 4 and printed.count("{id = 1, split = 1}") == 4
+
+
+def test_pipe_data_op_id_may_be_omitted_when_zero() -> None:
+    vec = VEC_BODY.replace(f"pto.tpop_from_aic {{id = 0, split = 1}} -> {QKH}", f"pto.tpop_from_aic {{split = 1}} -> {QKH}")
+    assert "{split = 1}" in vec
+    assert f"pto.tpop_from_aic {{id = 0, split = 1}} -> {QKH}" in roundtrip(pipes(vec=VEC_PRE + vec))
+
+
+@pytest.mark.parametrize("extra", ["slot_num = 4", "slot_num = 8", "slot_num = 2, nosplit = false"])
+def test_pipe_init_optional_attrs(extra: str) -> None:
+    cube = CUBE_PRE.replace("slot_size = 65536}", f"slot_size = 65536, {extra}}}")
+    vec = VEC_PRE.replace("slot_size = 65536}", f"slot_size = 65536, {extra}}}")
+    printed = roundtrip(pipes(cube + CUBE_BODY, vec + VEC_BODY))
+    assert printed.count(f"slot_size = 65536, {extra}}}") == 2
+
+
+def test_pipe_init_keywords_in_any_order() -> None:
+    cube = CUBE_PRE.replace("{id = 0, dir_mask = 1, slot_size = 65536}", "{slot_size = 65536, slot_num = 4, dir_mask = 1, id = 0}")
+    vec = VEC_PRE.replace("{id = 0, dir_mask = 1, slot_size = 65536}", "{slot_num = 4, id = 0, slot_size = 65536, dir_mask = 1}")
+    printed = roundtrip(pipes(cube + CUBE_BODY, vec + VEC_BODY))
+    assert printed.count("{id = 0, dir_mask = 1, slot_size = 65536, slot_num = 4}") == 2
+
+
+def test_pipe_init_default_id_is_zero() -> None:
+    cube = CUBE_PRE.replace("{id = 0, dir_mask = 1,", "{dir_mask = 1,")
+    assert "{id = 0, dir_mask = 1, slot_size = 65536}" in roundtrip(pipes(cube + CUBE_BODY))
+
+
+def test_pipe_split_zero_full_descriptor_on_both_sides() -> None:
+    vec_pre = (VEC_PRE.replace(QKH, QK).replace(PPH, PP).replace("shape = [%c64, %c128]", "shape = [%c128, %c128]"))
+    vec = VEC_BODY.replace(QKH, QK).replace(PPH, PP).replace("split = 1", "split = 0")
+    cube = CUBE_BODY.replace("split = 1", "split = 0")
+    roundtrip(pipes(CUBE_PRE + cube, vec_pre + vec))
+
+
+def test_generic_form_pipe_data_ops() -> None:
+    cube = CUBE_BODY.replace(f"%e = pto.talloc_to_aiv {{id = 0, split = 1}} -> {QK}",
+                             f'%e = "pto.talloc_to_aiv"() <{{id = 0 : i32, split = 1 : i8}}> : () -> {QK}')
+    cube = cube.replace(f"pto.tfree_from_aiv(%g : {PP}) {{id = 1, split = 1}}",
+                        f'"pto.tfree_from_aiv"(%g) <{{id = 1 : i32, split = 1 : i8}}> : ({PP}) -> ()')
+    assert '"pto.' in cube
+    printed = roundtrip(pipes(CUBE_PRE + cube))
+    assert f"%e = pto.talloc_to_aiv {{id = 0, split = 1}} -> {QK}" in printed
+    assert f"pto.tfree_from_aiv(%g : {PP}) {{id = 1, split = 1}}" in printed
+
+
+def test_pipe_ops_inside_loops() -> None:
+    loop = "%c0 = arith.constant 0 : index\n%c4 = arith.constant 4 : index\nscf.for %i = %c0 to %c4 step %c1 {\n"
+    cube = CUBE_PRE + loop + CUBE_BODY + "}"
+    vec = VEC_PRE + loop + VEC_BODY + "}"
+    assert "scf.for" in roundtrip(pipes(cube, vec))
+
+
+# --------------------------------------------------------------------------------------
+# Whole files
+# --------------------------------------------------------------------------------------
+
+
+def test_sample_parses_verifies_and_roundtrips() -> None:
+    text = SAMPLE.read_text()
+    parsed = check_text(text, str(SAMPLE))
+    names = {op.name for op in parsed.module.walk()}
+    assert {"pto.aic_initialize_pipe", "pto.tpop_from_aic", "pto.trowmax", "pto.tcvt", "pto.tmatmul"} <= names
+    roundtrip(text)
+
+
+def test_sample_keeps_line_numbers() -> None:
+    text = SAMPLE.read_text()
+    parsed = check_text(text)
+    (init,) = [op for op in parsed.module.walk() if isinstance(op, d.AicInitializePipeOp) and op.id_value == 1]
+    assert "pto.aic_initialize_pipe {id = 1" in text.splitlines()[parsed.line(init) - 1]
+
+
+def test_top_level_type_and_attribute_aliases() -> None:
+    text = (f"!qk = {QK}\n!v32 = {V32}\n#cube = #pto.kernel_kind<cube>\n#vec = #pto.kernel_kind<vector>\n"
+            + "module {\n" + ENTRY
+            + "  func.func @k(%x: !v32) attributes {pto.kernel_kind = #vec} {\n"
+            + "    pto.texp ins(%x : !v32) outs(%x : !v32)\n    return\n  }\n"
+            + "  func.func @c() attributes {pto.kernel_kind = #cube} {\n    return\n  }\n}\n")
+    printed = roundtrip(text)
+    assert f"pto.texp ins(%x : {V32}) outs(%x : {V32})" in printed
+    assert "#pto.kernel_kind<cube>" in printed
+
+
+def test_module_attributes_and_builtin_module_spelling() -> None:
+    text = wrap("").replace("module {", 'builtin.module attributes {"pto.target_arch" = "a3"} {', 1)
+    assert 'pto.target_arch = "a3"' in roundtrip(text)  # MLIR accepts the bare key too
+
+
+def test_file_without_module_wrapper() -> None:
+    text = ENTRY + "  func.func @k() attributes {pto.kernel_kind = #pto.kernel_kind<vector>} {\n    return\n  }\n"
+    roundtrip(text)
