@@ -11,12 +11,14 @@ import warnings
 from pathlib import Path
 
 import click
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, budget
 
-console = Console()
+# Non-terminal output (logs, pipes) gets a width that fits a result row instead of 80 columns.
+console = Console() if sys.stdout.isatty() else Console(width=120)
 
 
 def _config_options(f):
@@ -132,21 +134,24 @@ def run(backend: str, batch: int, heads: int, s0: int, s1: int, head: int, tile_
 
 
 def print_results(results) -> None:
-    table = Table(title="ptofa run")
-    for col in ("backend", "D", "tile_s1", "preload", "B", "N", "S0", "S1", "status", "max abs err",
-                "max rel err", "tolerance", "wall s", "pred. us", "pred. TFLOPS"):
-        table.add_column(col, justify="right")
+    """One row per result: backend, config, shape, status, errors, times."""
+    table = Table(title="ptofa run", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for col in ("backend", "D/tile/pre", "BxN", "S0xS1", "status", "err", "tol", "wall s", "predicted"):
+        table.add_column(col, justify="right", no_wrap=True)
 
     def fmt(x, spec):
         return "-" if x is None else format(x, spec)
 
     for r in results:
         style = "green" if r.passed else "red"
-        table.add_row(r.backend, str(r.head), str(r.tile_s1), str(r.qk_preload), str(r.batch), str(r.heads),
-                      str(r.s0), str(r.s1), f"[{style}]{r.status}[/]", fmt(r.max_abs_err, ".2e"),
-                      fmt(r.max_rel_err, ".2e"), fmt(r.tolerance, ".2e"), fmt(r.wall_s, ".2f"),
-                      fmt(r.predicted_us, ".1f"), fmt(r.predicted_tflops, ".1f"))
+        predicted = "-" if r.predicted_us is None else f"{r.predicted_us:.1f} us {r.predicted_tflops:.0f} TF"
+        table.add_row(r.backend, f"{r.head}/{r.tile_s1}/{r.qk_preload}", f"{r.batch}x{r.heads}", f"{r.s0}x{r.s1}",
+                      f"[{style}]{r.status}[/]", fmt(r.err, ".1e"), fmt(r.tolerance, ".1e"),
+                      fmt(r.wall_s, ".2f"), predicted)
     console.print(table)
+    for r in results:
+        if r.extra.get("timing_summary"):
+            console.print(r.extra["timing_summary"], markup=False)
 
 
 def _register_optional_commands() -> None:

@@ -11,6 +11,7 @@ alignment); rules spanning a function (pipe init / use pairing) live in
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
@@ -41,7 +42,7 @@ from xdsl.irdl import (
 from xdsl.irdl.operations import AttrSizedOperandSegments
 from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
-from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.exceptions import ParseError, VerifyException
 
 DYN = -1  # a dynamic (`?`) dimension
 
@@ -131,6 +132,10 @@ def _parse_shaped(parser: AttrParser) -> tuple[list[int], Attribute]:
     return dims, elem
 
 
+# Shared bases declare their parameters as dataclass fields so that the generated
+# __eq__/__hash__ of the concrete attribute compare them (without the decorator a
+# subclass's dataclass sees no fields, and every !pto.tensor_view<...> compares equal).
+@dataclass(frozen=True, init=False)
 class _ViewType(ParametrizedAttribute, TypeAttribute):
     shape: ArrayAttr[IntAttr]
     elem: Attribute
@@ -396,6 +401,7 @@ class TileBufType(ParametrizedAttribute, TypeAttribute):
 # --------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, init=False)
 class _EnumAttr(ParametrizedAttribute):
     """`#pto.<name><value>` with one identifier parameter."""
 
@@ -639,6 +645,7 @@ class MakeTensorViewOp(IRDLOperation):
 
     @classmethod
     def parse(cls, parser: Parser) -> "MakeTensorViewOp":
+        start = parser.pos  # errors raised after the last token point back at the op
         ptr = parser.parse_unresolved_operand()
         parser.parse_punctuation(",")
         parser.parse_keyword("shape")
@@ -652,12 +659,17 @@ class MakeTensorViewOp(IRDLOperation):
         parser.parse_punctuation(":")
         result_type = parser.parse_type()
         if not isinstance(result_type, TensorViewType):
-            parser.raise_error(f"expected a !pto.tensor_view result type, got {result_type}")
+            parser.raise_error(f"expected a !pto.tensor_view result type, got {result_type}", start)
         layout = attrs.pop("layout", None)
         if attrs:
-            parser.raise_error(f"unexpected attributes {sorted(attrs)}")
+            parser.raise_error(f"unexpected attributes {sorted(attrs)}", start)
         idx = IndexType()
-        ptr_val = parser.resolve_operand(ptr, PtrType(result_type.elem))
+        try:
+            ptr_val = parser.resolve_operand(ptr, PtrType(result_type.elem))
+        except ParseError as exc:
+            parser.raise_error(
+                f"'{cls.name}' element type: the pointer must be {PtrType(result_type.elem)} for a view of "
+                f"{elem_name(result_type.elem)} ({exc.msg})", start)
         op = cls.build(
             operands=[ptr_val, [parser.resolve_operand(s, idx) for s in shape], [parser.resolve_operand(s, idx) for s in strides]],
             result_types=[result_type],
@@ -859,6 +871,7 @@ class _InsOutsOp(IRDLOperation):
 
     @classmethod
     def parse(cls, parser: Parser):
+        start = parser.pos
         parser.parse_keyword("ins")
         parser.parse_punctuation("(")
         ins, in_types = _parse_typed_list(parser)
@@ -868,25 +881,27 @@ class _InsOutsOp(IRDLOperation):
         outs, out_types = _parse_typed_list(parser)
         parser.parse_punctuation(")")
         attrs = parser.parse_optional_attr_dict()
-        return cls._from_parsed(parser, ins, in_types, outs, out_types, attrs)
+        return cls._from_parsed(parser, ins, in_types, outs, out_types, attrs, start)
 
     @classmethod
-    def _from_parsed(cls, parser: Parser, ins, in_types, outs, out_types, attrs):
+    def _from_parsed(cls, parser: Parser, ins, in_types, outs, out_types, attrs, start: int | None = None):
         allowed = cls.N_INS + (1 if cls.HAS_TMP else 0)
         if not cls.N_INS <= len(ins) <= allowed or len(outs) != 1:
-            parser.raise_error(f"{cls.name} takes {cls.N_INS}{'-' + str(allowed) if cls.HAS_TMP else ''} ins and 1 outs operand")
+            parser.raise_error(
+                f"{cls.name} takes {cls.N_INS}{'-' + str(allowed) if cls.HAS_TMP else ''} ins and 1 outs operand, "
+                f"got {len(ins)} ins and {len(outs)} outs", start)
         values = [parser.resolve_operand(o, t) for o, t in zip(ins, in_types)]
         dst = parser.resolve_operand(outs[0], out_types[0])
         operands: list = values[: cls.N_INS]
         if cls.HAS_TMP:
             operands.append(values[cls.N_INS :])
         operands.append(dst)
-        return cls.build(operands=operands, properties=cls._props_from_attrs(parser, attrs))
+        return cls.build(operands=operands, properties=cls._props_from_attrs(parser, attrs, start))
 
     @classmethod
-    def _props_from_attrs(cls, parser: Parser, attrs: dict[str, Attribute]) -> dict[str, Attribute]:
+    def _props_from_attrs(cls, parser: Parser, attrs: dict[str, Attribute], start: int | None = None) -> dict[str, Attribute]:
         if attrs:
-            parser.raise_error(f"{cls.name}: unexpected attributes {sorted(attrs)}")
+            parser.raise_error(f"{cls.name}: unexpected attributes {sorted(attrs)}", start)
         return {}
 
     def print(self, printer: Printer) -> None:
@@ -1033,6 +1048,7 @@ class SubviewOp(IRDLOperation):
 
     @classmethod
     def parse(cls, parser: Parser) -> "SubviewOp":
+        start = parser.pos
         src = parser.parse_unresolved_operand()
         offsets = _parse_index_list(parser)
         if len(offsets) != 2:
@@ -1044,7 +1060,7 @@ class SubviewOp(IRDLOperation):
         parser.parse_punctuation("->")
         res_t = parser.parse_type()
         if not isinstance(res_t, TileBufType) or list(res_t.shape) != sizes:
-            parser.raise_error(f"subview sizes {sizes} must equal the result tile shape")
+            parser.raise_error(f"'{cls.name}' sizes: sizes {sizes} must equal the result tile shape {res_t}", start)
         idx = IndexType()
         return cls.build(
             operands=[parser.resolve_operand(src, src_t), parser.resolve_operand(offsets[0], idx), parser.resolve_operand(offsets[1], idx)],
@@ -1089,6 +1105,7 @@ class TCvtOp(_InsOutsOp):
 
     @classmethod
     def parse(cls, parser: Parser) -> "TCvtOp":
+        start = parser.pos
         parser.parse_keyword("ins")
         parser.parse_punctuation("(")
         ins = [parser.parse_unresolved_operand()]
@@ -1108,8 +1125,8 @@ class TCvtOp(_InsOutsOp):
         outs, out_types = _parse_typed_list(parser)
         parser.parse_punctuation(")")
         if len(in_types) != len(ins):
-            parser.raise_error(f"{len(ins)} operands but {len(in_types)} types")
-        op = cls._from_parsed(parser, ins, in_types, outs, out_types, {})
+            parser.raise_error(f"{len(ins)} operands but {len(in_types)} types", start)
+        op = cls._from_parsed(parser, ins, in_types, outs, out_types, {}, start)
         op.properties["rmode"] = StringAttr(rmode)
         return op
 
@@ -1143,7 +1160,7 @@ def _parse_round_mode(parser: Parser) -> str:
         parser.raise_error("expected #pto<round_mode MODE>")
     mode = compact[len(prefix):-1]
     if mode not in ROUND_MODES:
-        parser.raise_error(f"round mode '{mode}' is not one of {', '.join(ROUND_MODES)}")
+        parser.raise_error(f"'pto.tcvt' round mode: '{mode}' is not one of {', '.join(ROUND_MODES)}")
     parser._resume_from(end + 1)
     return mode
 
@@ -1598,6 +1615,7 @@ class _InitPipeOp(IRDLOperation):
 
     @classmethod
     def parse(cls, parser: Parser):
+        start = parser.pos
         props = _parse_brace_ints(parser, _PIPE_INIT_KEYS)
         for required in ("dir_mask", "slot_size"):
             if required not in props:
@@ -1618,7 +1636,8 @@ class _InitPipeOp(IRDLOperation):
         parser.parse_punctuation(")")
         if set(operands) != {"gm_slot_tensor"}:
             parser.raise_error(
-                f"ptofa supports global-only pipes: give exactly 'gm_slot_tensor', got {sorted(operands)}"
+                f"'{cls.name}' operands: ptofa supports global-only pipes: give exactly 'gm_slot_tensor', got {sorted(operands)}",
+                start,
             )
         value, t = operands["gm_slot_tensor"]
         return cls.build(operands=[parser.resolve_operand(value, t)], properties=props)

@@ -16,6 +16,7 @@ from xdsl.ir import Operation
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
+from xdsl.utils.lexer import Span
 
 from ptofa import dialect as d
 
@@ -42,6 +43,7 @@ class _LineParser(Parser):
     def __init__(self, ctx: Context, text: str, name: str):
         super().__init__(ctx, text, name)
         self.op_lines: dict[Operation, int] = {}
+        self._frames: list[bool] = []  # per op being parsed: has it parsed a nested op yet?
         self._line_starts = [0]
         for i, ch in enumerate(text):
             if ch == "\n":
@@ -54,7 +56,25 @@ class _LineParser(Parser):
 
     def parse_operation(self) -> Operation:
         start = self._current_token.span.start
-        op = super().parse_operation()
+        if self._frames:
+            self._frames[-1] = True  # the enclosing op has a nested op
+        self._frames.append(False)
+        try:
+            op = super().parse_operation()
+        except ParseError as exc:
+            # A leaf op's error found at the lookahead token (the next line) belongs to the op:
+            # e.g. "Operation pto.x is not registered" or a custom parser's check after its last token.
+            has_nested = self._frames[-1]
+            span = exc.span
+            if not has_nested and not getattr(exc, "_ptofa_located", False) and self.line_of(span.start) > self.line_of(start):
+                text = self.lexer.input.content
+                line_start = text.rfind("\n", 0, span.start) + 1
+                if not text[line_start:span.start].strip():
+                    exc = ParseError(Span(start, start, self.lexer.input), exc.msg)
+            exc._ptofa_located = True  # type: ignore[attr-defined]
+            raise exc from None
+        finally:
+            self._frames.pop()
         self.op_lines[op] = self.line_of(start)
         return op
 

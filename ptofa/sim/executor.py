@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,7 +24,7 @@ from ptofa.sim.compiler import FuncProgram, Program, compile_module, invoke
 from ptofa.sim.errors import SimDeadlock, SimError, SimImbalance, SimStepLimit
 from ptofa.sim.memory import GmPointer, LocalMemory
 from ptofa.sim.pipes import PipeProtocol
-from ptofa.sim.report import deadlock_report, imbalance_report
+from ptofa.sim.report import deadlock_report, imbalance_report, ring_warnings
 from ptofa.sim.tileops import np_dtype
 from ptofa.sim.trace import Trace, TraceOp
 from ptofa.textio import ParsedModule
@@ -42,6 +43,7 @@ class SimResult:
     steps_per_core: dict[tuple[int, str], int] = field(default_factory=dict)
     peak_bytes: dict[tuple[int, str], dict[str, int]] = field(default_factory=dict)  # (block, core) -> space -> bytes
     pipe_counts: dict[tuple[int, int], dict[str, dict[str, int]]] = field(default_factory=dict)  # (block, id) -> counter -> core -> n
+    warnings: list[str] = field(default_factory=list)  # GM slot rings that overlap or differ between sides
     trace: Trace | None = None
 
 
@@ -56,6 +58,7 @@ class LaunchState:
         self.progress = 0
         self.trace = trace
         self.slot_ids: dict[tuple[int, int, int], int] = {}
+        self.rings: list[tuple] = []  # (block, pipe id, core, buffer, lo, hi) per pipe end
         self._next_id = 0
 
     def new_buffer_id(self) -> int:
@@ -72,7 +75,7 @@ class BlockState:
 class Core:
     """One AIC or AIV of a block: identity, local memory, pipe ends, report state."""
 
-    def __init__(self, launch: LaunchState, block_state: BlockState, name: str):
+    def __init__(self, launch: LaunchState, block_state: BlockState, name: str, traced: bool):
         self.launch = launch
         self.program = launch.program
         self.block_state = block_state
@@ -91,7 +94,7 @@ class Core:
         self.wait = None
         self.done = False
         self.steps = 0
-        self.trace_ops: list[TraceOp] | None = launch.trace.ops(self.block, name) if launch.trace is not None else None
+        self.trace_ops: list[TraceOp] | None = launch.trace.ops(self.block, name) if traced else None
         self.pending_scalar = 0
         self.pending_line = 0
         self.gen = None
@@ -144,9 +147,9 @@ def _context(core: Core, exc: BaseException) -> str:
     return f"block {core.block} {core.name}: in {where}: {exc}"
 
 
-def _run_block(launch: LaunchState, block: int, entry: FuncProgram, args: list) -> tuple[list[Core], BlockState]:
+def _run_block(launch: LaunchState, block: int, entry: FuncProgram, args: list, traced: bool) -> tuple[list[Core], BlockState]:
     state = BlockState(block)
-    cores = [Core(launch, state, name) for name in CORE_NAMES]
+    cores = [Core(launch, state, name, traced) for name in CORE_NAMES]
     for core in cores:
         core.gen = invoke(entry, core, args)
     live = list(cores)
@@ -167,7 +170,7 @@ def _run_block(launch: LaunchState, block: int, entry: FuncProgram, args: list) 
                 continue
             except SimError as exc:
                 raise type(exc)(_context(core, exc)) from exc
-            except (ValueError, TypeError, IndexError, FloatingPointError, ZeroDivisionError) as exc:
+            except (ValueError, TypeError, IndexError, AttributeError, RuntimeError, ZeroDivisionError) as exc:
                 raise SimError(_context(core, exc)) from exc
             if core.name in fresh:
                 fresh.discard(core.name)
@@ -189,10 +192,15 @@ def simulate(
     *,
     trace: bool = False,
     max_steps: int | None = None,
+    blocks: Iterable[int] | None = None,
+    trace_blocks: Iterable[int] | None = None,
 ) -> SimResult:
     """Run the module's `pto.entry` on `block_dim` blocks (1 cube + 2 vector cores each).
 
     `args` maps entry argument names (without `%`) to `GmPointer`s and Python scalars.
+    `blocks` restricts execution to some block indices (blocks are independent; the
+    others' outputs stay unwritten), `trace_blocks` restricts recording to some of the
+    executed blocks (default: all of them when `trace` is set).
     Raises `SimError` (bad access, bad shapes), `SimDeadlock`, `SimImbalance`,
     `SimMemoryOverflow` or `SimStepLimit` with a report.
     """
@@ -204,8 +212,13 @@ def simulate(
     tr = Trace(block_dim) if trace else None
     launch = LaunchState(program, block_dim, max_steps, tr)
     result = SimResult(block_dim=block_dim, steps=0, wall_s=0.0, trace=tr)
-    for block in range(block_dim):
-        cores, state = _run_block(launch, block, program.entry, bound)
+    run = sorted(set(blocks)) if blocks is not None else list(range(block_dim))
+    bad = [b for b in run if not 0 <= b < block_dim]
+    if bad:
+        raise SimError(f"blocks {bad} are outside [0, block_dim={block_dim})")
+    traced = set(trace_blocks) if trace_blocks is not None else set(run)
+    for block in run:
+        cores, state = _run_block(launch, block, program.entry, bound, trace and block in traced)
         for core in cores:
             result.steps_per_core[(block, core.name)] = core.steps
             result.peak_bytes[(block, core.name)] = {s: n for s, n in core.mem.peak.items() if n}
@@ -216,6 +229,7 @@ def simulate(
                 "tpop": dict(proto.pops),
                 "tfree": dict(proto.frees),
             }
+    result.warnings = ring_warnings(launch.rings)
     result.steps = launch.steps
     result.wall_s = time.perf_counter() - start
     return result

@@ -55,6 +55,7 @@ def init_pipe(op: d._InitPipeOp, slot, pipe_slot: int, opid: int):
         tv = vals[tv_s]
         is_producer = core.name in proto.producers
         vals[pipe_slot] = PipeEnd(proto, core.name, tv.buf, tv.offset, is_producer, opid)
+        core.launch.rings.append((core.block, pid, core.name, tv.buf, tv.offset, tv.offset + slot_num * slot_size))
         core.ends.append(vals[pipe_slot])
 
     return fn

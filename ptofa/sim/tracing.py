@@ -19,6 +19,8 @@ def wrap_scalar(fn, line: int):
     def traced_scalar(vals):
         fn(vals)
         core = vals[0]
+        if core.trace_ops is None:
+            return
         if core.pending_scalar == 0:
             core.pending_line = line
         core.pending_scalar += 1
@@ -50,6 +52,8 @@ def wrap_tile_op(op, fn, opid: int, slot, infos):
     def traced(vals):
         fn(vals)
         core = vals[0]
+        if core.trace_ops is None:
+            return
         info = infos[opid]
         reads = tuple(b for b in (_buffer_id(vals[s]) for s in ins) if b is not None)
         out = vals[dst]

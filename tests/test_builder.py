@@ -1,0 +1,393 @@
+"""The FA builder over the config grid, FAConfig / ProblemShape legality rules, the
+memory budget, the structure of the emitted IR, and the `run_fa build` / `check` commands.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from collections import Counter
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from xdsl.dialects import func, scf
+
+from ptofa import argspec, pipeline
+from ptofa import dialect as d
+from ptofa.api import parse_ir_type, tile_type
+from ptofa.cli import main
+from ptofa.fa_builder import emit_fa
+from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, TileSpec, budget, tile_plan
+from ptofa.textio import ParsedModule, PtoCheckError, check_text, print_pto
+
+GRID = list(itertools.product((64, 128), (128, 256, 512), (1, 2, 3, 4)))
+
+
+def _grid_id(point: tuple[int, int, int]) -> str:
+    return "head{}-s1tile{}-preload{}".format(*point)
+
+
+def make(**knobs) -> FAConfig:
+    """An FAConfig without the qk_preload=4 warning (tested on its own)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return FAConfig(**knobs)
+
+
+def is_legal(head: int, tile_s1: int, qk_preload: int) -> bool:
+    return not (qk_preload == 1 and tile_s1 > 128)
+
+
+LEGAL = [p for p in GRID if is_legal(*p)]
+
+
+@lru_cache(maxsize=None)
+def emitted(head: int, tile_s1: int, qk_preload: int) -> tuple[str, ParsedModule]:
+    text = emit_fa(make(head=head, tile_s1=tile_s1, qk_preload=qk_preload))
+    return text, check_text(text)
+
+
+def functions(parsed: ParsedModule) -> dict[str, func.FuncOp]:
+    return {op.sym_name.data: op for op in parsed.module.walk() if isinstance(op, func.FuncOp)}
+
+
+# --------------------------------------------------------------------------------------
+# The grid
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("head, tile_s1, qk_preload", GRID, ids=[_grid_id(p) for p in GRID])
+def test_grid_config_is_rejected_or_emits_valid_ir(head: int, tile_s1: int, qk_preload: int) -> None:
+    if not is_legal(head, tile_s1, qk_preload):
+        with pytest.raises(ConfigError, match=r"^preload vs tile factor: qk_preload=1 needs k_tile_factor=1 \(tile_s1=128\), got tile_s1="):
+            FAConfig(head=head, tile_s1=tile_s1, qk_preload=qk_preload)
+        return
+    text, parsed = emitted(head, tile_s1, qk_preload)
+    assert print_pto(parsed.module) == text
+    assert print_pto(check_text(print_pto(parsed.module)).module) == text
+
+
+@pytest.mark.parametrize("head, tile_s1, qk_preload", LEGAL, ids=[_grid_id(p) for p in LEGAL])
+def test_cli_build_writes_the_emitted_text(tmp_path: Path, head: int, tile_s1: int, qk_preload: int) -> None:
+    out = tmp_path / "sub" / "fa.pto"
+    result = CliRunner().invoke(main, ["build", "--head", str(head), "--tile-s1", str(tile_s1),
+                                       "--qk-preload", str(qk_preload), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_text() == emitted(head, tile_s1, qk_preload)[0]
+    flat = " ".join(result.output.split())  # rich wraps long lines at the terminal width
+    config = make(head=head, tile_s1=tile_s1, qk_preload=qk_preload)
+    assert " ".join(budget(config).table().split()) in flat
+    assert f"config: {config.summary()}" in flat
+    assert ("warning: qk_preload=4" in flat) == (qk_preload == 4)
+
+
+def test_qk_preload_4_warns() -> None:
+    with pytest.warns(UserWarning, match="qk_preload=4 risks the ptoas --enable-insert-sync event-id deadlock"):
+        FAConfig(qk_preload=4)
+
+
+def test_illegal_grid_point_is_the_only_one() -> None:
+    illegal = [p for p in GRID if p not in LEGAL]
+    assert illegal == [(64, 256, 1), (64, 512, 1), (128, 256, 1), (128, 512, 1)]
+
+
+# --------------------------------------------------------------------------------------
+# FAConfig and ProblemShape rules
+# --------------------------------------------------------------------------------------
+
+ILLEGAL_CONFIGS = {
+    "head_96": (dict(head=96), "head dim: head=96 must be one of (64, 128)"),
+    "tile_s1_1024": (dict(tile_s1=1024), "tile_s1: tile_s1=1024 must be one of (128, 256, 512)"),
+    "tile_s1_not_multiple": (dict(tile_s1=192), "divisibility: cube_s1=128 must divide tile_s1=192"),
+    "qk_preload_0": (dict(qk_preload=0), "qk_preload: qk_preload=0 must be >= 1"),
+    "qk_preload_5": (dict(qk_preload=5), "preload vs slot ring: qk_preload=5 must be < slot_num - sync_period + 1 = 8 - 4 + 1 = 5"),
+    "exp_ring": (dict(qk_preload=3, exp_ring=2), "exp ring: exp_ring=2 must equal qk_preload=3"),
+    "slot_num_4_preload_4": (dict(slot_num=4, qk_preload=4), "preload vs slot ring: qk_preload=4 must be < slot_num - sync_period + 1 = 4 - 2 + 1 = 3"),
+    "slot_num_0": (dict(slot_num=0, qk_preload=1, tile_s1=128), "slot_num: slot_num=0 must be >= 1"),
+    "preload_1_tile_256": (dict(qk_preload=1, tile_s1=256), "preload vs tile factor: qk_preload=1 needs k_tile_factor=1"),
+    "fault": (dict(fault="bogus"), "fault injection: fault='bogus' is not one of drop_tfree, extra_tpop, swap_pipe_ids"),
+    "out_dtype": (dict(out_dtype="f16"), "dtypes: in_dtype='f16', out_dtype='f16'; only f16 in, f32 out are built"),
+    "in_dtype": (dict(in_dtype="bf16"), "dtypes: in_dtype='bf16'"),
+    "target": (dict(target="a5"), "target: target='a5'; only a2/a3"),
+    "cube_tile": (dict(cube_s0=64), "cube tile: cube_s0=64, cube_s1=128"),
+}
+
+
+@pytest.mark.parametrize("knobs, message", ILLEGAL_CONFIGS.values(), ids=ILLEGAL_CONFIGS.keys())
+def test_illegal_config(knobs: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        make(**knobs)
+    assert str(info.value).startswith(message)
+
+
+def test_legal_fault_configs() -> None:
+    for fault in ("drop_tfree", "extra_tpop", "swap_pipe_ids"):
+        assert make(fault=fault).fault == fault
+
+
+SHAPES = {
+    "s0_not_multiple": (ProblemShape(s0=100, s1=1024), "divisibility: s0=100 must be a multiple of cube_s0=128"),
+    "s1_not_multiple": (ProblemShape(s0=128, s1=1000), "divisibility: s1=1000 must be a multiple of tile_s1=256"),
+    "s1_below_preload": (ProblemShape(s0=128, s1=512), "minimum S1: s1=512 must be >= qk_preload*tile_s1 = 3*256 = 768"),
+    "batch_zero": (ProblemShape(batch=0), "problem shape: batch=0 must be >= 1"),
+    "heads_zero": (ProblemShape(heads=0), "problem shape: heads=0 must be >= 1"),
+}
+
+
+@pytest.mark.parametrize("shape, message", SHAPES.values(), ids=SHAPES.keys())
+def test_problem_shape_check(shape: ProblemShape, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        shape.check(make(tile_s1=256, qk_preload=3))
+    assert str(info.value) == message
+
+
+def test_problem_shape_minimum_is_accepted() -> None:
+    ProblemShape(s0=128, s1=768).check(make(tile_s1=256, qk_preload=3))
+    ProblemShape(batch=2, heads=3, s0=256, s1=128).check(make(tile_s1=128, qk_preload=1))
+
+
+# --------------------------------------------------------------------------------------
+# Memory budget
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("head, tile_s1, qk_preload", LEGAL, ids=[_grid_id(p) for p in LEGAL])
+def test_budget_is_the_tile_plan(head: int, tile_s1: int, qk_preload: int) -> None:
+    config = make(head=head, tile_s1=tile_s1, qk_preload=qk_preload)
+    plan = budget(config)
+    tiles = tile_plan(config)
+    for row in plan.rows:
+        names = [name for name, _ in row.items if not name.startswith("hidden_")]
+        assert names == [t.name for t in tiles if t.loc == row.space]
+        assert row.used == sum(b for _, b in row.items) <= row.capacity
+        assert row.capacity == pipeline.CAPACITY[row.space]
+    ub = next(r for r in plan.rows if r.space == "vec")
+    hidden = [b for name, b in ub.items if name.startswith("hidden_rowexpand_tmp")]
+    assert hidden == [pipeline.HIDDEN_ROWEXPAND_TMP_BYTES] * pipeline.ROWEXPAND_OPS_IN_VECTOR_FUNC
+    assert plan.gm_slot_bytes_per_block == sum(p.slot_bytes for p in config.pipes) * config.slot_num
+
+
+def test_budget_alignment() -> None:
+    acc = next(r for r in budget(make()).rows if r.space == "vec")
+    # A 32x1 f32 column (128 B) is rounded up to the 32 B UB alignment, a 64x1 (256 B) stays.
+    items = dict(acc.items)
+    assert items["m_slice"] % pipeline.ALIGNMENT["vec"] == 0
+    assert items["m_all"] == 64 * 4
+
+
+def test_budget_overflow_is_rejected_naming_space_and_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(pipeline.CAPACITY, "vec", 64 * 1024)
+    with pytest.raises(ConfigError) as info:
+        make(head=128, tile_s1=512, qk_preload=3)
+    message = str(info.value)
+    assert message.startswith("memory budget exceeded (rule: local tiles must fit each on-chip space):")
+    lines = message.splitlines()
+    over = [line for line in lines if line.startswith("UB ")]
+    assert len(over) == 1 and over[0].endswith("OVER")
+    assert "65536" in over[0]
+    for tile in ("s_tile", "red_tmp", "p_half", "pv_tile", "o_tile", "hidden_rowexpand_tmp0"):
+        assert tile in over[0]
+    assert not any(line.startswith(("L1 ", "L0A", "L0B", "L0C")) for line in lines)  # only the spaces over
+
+
+def test_budget_table_lists_every_space() -> None:
+    table = budget(make()).table()
+    for name in ("UB", "L1", "L0A", "L0B", "L0C", "GM slots per block"):
+        assert name in table
+    assert "OVER" not in table
+
+
+def test_budget_from_tile_specs() -> None:
+    """`budget` sums whatever `tile_plan` lists, with alignment: an oversized plan is reported."""
+    spec = TileSpec("huge", "vector", "vec", 512, 128, "f32")
+    assert spec.nbytes == 256 * 1024
+    config = make()
+    original = pipeline.tile_plan
+    try:
+        pipeline.tile_plan = lambda c: original(c) + [spec]
+        plan = budget(config)
+    finally:
+        pipeline.tile_plan = original
+    ub = next(r for r in plan.rows if r.space == "vec")
+    assert ub.used > ub.capacity and ("huge", 256 * 1024) in ub.items
+    assert "huge 256K" in plan.table(only_over=True) and "OVER" in plan.table(only_over=True)
+
+
+# --------------------------------------------------------------------------------------
+# Structure of the emitted IR
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("head, tile_s1, qk_preload", LEGAL, ids=[_grid_id(p) for p in LEGAL])
+def test_pipes_on_each_side(head: int, tile_s1: int, qk_preload: int) -> None:
+    config = make(head=head, tile_s1=tile_s1, qk_preload=qk_preload)
+    funcs = functions(emitted(head, tile_s1, qk_preload)[1])
+    for name, init_cls in ((argspec.CUBE_FUNC_NAME, d.AicInitializePipeOp), (argspec.VECTOR_FUNC_NAME, d.AivInitializePipeOp)):
+        inits = [op for op in funcs[name].walk() if isinstance(op, d.PIPE_INIT_OPS)]
+        assert all(isinstance(op, init_cls) and op.parent_op() is funcs[name] for op in inits)
+        assert [(op.id_value, op.dir_value) for op in inits] == [(0, 1), (1, 2), (2, 1)]
+        for op, pipe in zip(inits, config.pipes):
+            t = op.gm_slot_tensor.type
+            assert op.slot_size.value.data == pipe.slot_bytes
+            assert op.slot_num_value == config.slot_num
+            if name == argspec.VECTOR_FUNC_NAME:  # half descriptor: slot_size is twice its bytes
+                assert t.dims == (pipe.half_rows, pipe.cols) and 2 * t.nbytes == pipe.slot_bytes
+            else:
+                assert t.dims == (pipe.rows, pipe.cols) and t.nbytes == pipe.slot_bytes
+    for op in parsed_ops(head, tile_s1, qk_preload):
+        if isinstance(op, d.PIPE_DATA_OPS):
+            assert op.split_value == 1
+
+
+def parsed_ops(head: int, tile_s1: int, qk_preload: int):
+    return emitted(head, tile_s1, qk_preload)[1].module.walk()
+
+
+def _schedule_loops(kernel: func.FuncOp) -> list[scf.ForOp]:
+    """The prologue, steady and epilogue loops: the scf.for ops directly in the work-unit loop."""
+    (unit_loop,) = [op for op in kernel.body.block.ops if isinstance(op, scf.ForOp)]
+    return [op for op in unit_loop.body.block.ops if isinstance(op, scf.ForOp)]
+
+
+def _pipe_ops(region_op) -> Counter:
+    return Counter((op.ROLE, op.id_value) for op in region_op.walk() if isinstance(op, d.PIPE_DATA_OPS))
+
+
+# Pipe ops per schedule stage: (role, pipe id) -> count per iteration.
+CUBE_SCHEDULE = (
+    {("talloc", 0): 1, ("tpush", 0): 1},  # prologue: QK(t)
+    {("tpop", 1): 1, ("tfree", 1): 1, ("talloc", 0): 1, ("tpush", 0): 1, ("talloc", 2): 1, ("tpush", 2): 1},  # PV(t) + QK(t+P)
+    {("tpop", 1): 1, ("tfree", 1): 1, ("talloc", 2): 1, ("tpush", 2): 1},  # epilogue: PV(t)
+)
+VECTOR_SCHEDULE = (
+    {("tpop", 0): 1, ("tfree", 0): 1, ("talloc", 1): 1, ("tpush", 1): 1},  # softmax(t)
+    {("tpop", 2): 1, ("tfree", 2): 1, ("tpop", 0): 1, ("tfree", 0): 1, ("talloc", 1): 1, ("tpush", 1): 1},  # GU(t) + softmax(t+P)
+    {("tpop", 2): 1, ("tfree", 2): 1},  # epilogue: GU(t)
+)
+
+
+@pytest.mark.parametrize("head, tile_s1, qk_preload", LEGAL, ids=[_grid_id(p) for p in LEGAL])
+def test_schedule_pipe_op_counts(head: int, tile_s1: int, qk_preload: int) -> None:
+    text, parsed = emitted(head, tile_s1, qk_preload)
+    funcs = functions(parsed)
+    totals: dict[str, Counter] = {}
+    for name, expected in ((argspec.CUBE_FUNC_NAME, CUBE_SCHEDULE), (argspec.VECTOR_FUNC_NAME, VECTOR_SCHEDULE)):
+        loops = _schedule_loops(funcs[name])
+        assert [dict(_pipe_ops(loop)) for loop in loops] == list(expected)
+        # Every pipe op of the function sits in one of the three stages.
+        assert sum(_pipe_ops(funcs[name]).values()) == sum(sum(c.values()) for c in map(_pipe_ops, loops))
+        prologue_hi = d.constant_index(loops[0].ub)
+        assert prologue_hi == qk_preload and d.constant_index(loops[0].lb) == 0
+        assert loops[1].ub is loops[2].lb  # steady ends where the epilogue starts
+        # Trip counts P, N-P, P for N tiles: every pipe balances for any N >= P.
+        n_tiles = qk_preload + 5
+        trips = (qk_preload, n_tiles - qk_preload, qk_preload)
+        totals[name] = Counter()
+        for stage, trip in zip(expected, trips):
+            for key, count in stage.items():
+                totals[name][key] += count * trip
+    cube, vec = totals[argspec.CUBE_FUNC_NAME], totals[argspec.VECTOR_FUNC_NAME]
+    n_tiles = qk_preload + 5
+    for producer, consumer, pid in ((cube, vec, 0), (vec, cube, 1), (cube, vec, 2)):
+        assert producer[("talloc", pid)] == producer[("tpush", pid)] == n_tiles
+        assert consumer[("tpop", pid)] == consumer[("tfree", pid)] == n_tiles
+    # The static text agrees: two copies of each QK/P/PV op on each side.
+    cube_text = text.split(f"func.func @{argspec.VECTOR_FUNC_NAME}")[0].split(f"func.func @{argspec.CUBE_FUNC_NAME}")[1]
+    assert cube_text.count("pto.talloc_to_aiv {id = 0,") == 2 and cube_text.count("pto.tpush_to_aiv(") == 4
+    assert cube_text.count("pto.talloc_to_aiv {id = 2,") == 2 and cube_text.count("pto.tpop_from_aiv {id = 1,") == 2
+
+
+def test_entry_arguments_follow_argspec() -> None:
+    """One argument spec: the entry's arguments are ENTRY_ARGS, names and types in order."""
+    text, parsed = emitted(128, 256, 3)
+    entry = functions(parsed)[argspec.ENTRY_NAME]
+    assert "pto.entry" in entry.attributes
+    args = entry.body.block.args
+    assert [a.name_hint for a in args] == [a.name for a in argspec.ENTRY_ARGS]
+    assert [a.type for a in args] == [parse_ir_type(a.ir_type) for a in argspec.ENTRY_ARGS]
+    signature = ", ".join(f"%{a.name}: {a.ir_type}" for a in argspec.ENTRY_ARGS)
+    assert f"func.func @{argspec.ENTRY_NAME}({signature}) attributes {{pto.entry}}" in text
+    first = next(iter(entry.body.block.ops))
+    assert isinstance(first, d.SetFftsOp) and first.ptr is args[0]
+    callees = [op.callee.root_reference.data for op in entry.body.block.ops if isinstance(op, func.CallOp)]
+    assert callees == [argspec.CUBE_FUNC_NAME, argspec.VECTOR_FUNC_NAME]
+
+
+@pytest.mark.parametrize("head, tile_s1, qk_preload", LEGAL, ids=[_grid_id(p) for p in LEGAL])
+def test_alloc_tiles_are_the_tile_plan(head: int, tile_s1: int, qk_preload: int) -> None:
+    """Every alloc_tile corresponds 1:1 to tile_plan(config): the budget's source of truth."""
+    config = make(head=head, tile_s1=tile_s1, qk_preload=qk_preload)
+    funcs = functions(emitted(head, tile_s1, qk_preload)[1])
+    kind_of = {argspec.CUBE_FUNC_NAME: "cube", argspec.VECTOR_FUNC_NAME: "vector"}
+    allocated = []
+    for name, f in funcs.items():
+        for op in f.walk():
+            if isinstance(op, d.AllocTileOp):
+                assert name in kind_of, f"alloc_tile in @{name}"
+                assert op.parent_op() is f, "tiles are allocated once, at the top of the kernel function"
+                allocated.append((kind_of[name], op.result.name_hint, op.result.type))
+    planned = [(t.core, t.name, tile_type(t.loc, t.rows, t.cols, t.dtype, blayout=t.blayout, slayout=t.slayout, fractal=t.fractal))
+               for t in tile_plan(config)]
+    assert allocated == planned
+    assert len({name for _, name, _ in allocated}) == len(allocated)
+
+
+def test_fault_injection_builds() -> None:
+    """Pipe-balance faults pass the static verifier (the simulator catches them); swapped
+    pipe ids are caught statically when the QK and PV slots differ in shape."""
+    check_text(emit_fa(make(fault="drop_tfree")))
+    check_text(emit_fa(make(fault="extra_tpop")))
+    check_text(emit_fa(make(fault="swap_pipe_ids", head=128, tile_s1=128, qk_preload=2)))  # same 128x128 f32 slots
+    with pytest.raises(PtoCheckError, match="pipe id 0: slot_size differs between cube \\(131072\\) and vector \\(65536\\)"):
+        check_text(emit_fa(make(fault="swap_pipe_ids", head=128, tile_s1=256)))
+
+
+# --------------------------------------------------------------------------------------
+# CLI errors
+# --------------------------------------------------------------------------------------
+
+
+def test_cli_check_ok(tmp_path: Path) -> None:
+    path = tmp_path / "fa.pto"
+    path.write_text(emitted(128, 256, 3)[0])
+    result = CliRunner().invoke(main, ["check", str(path)])
+    assert result.exit_code == 0 and "ok" in result.output
+
+
+def test_cli_check_broken_file(tmp_path: Path) -> None:
+    text = emitted(128, 256, 3)[0]
+    bad_line = next(i for i, line in enumerate(text.splitlines()) if "pto.trowexpandsub" in line)
+    lines = text.splitlines()
+    lines[bad_line] = lines[bad_line].replace("pto.trowexpandsub", "pto.trecip", 1)
+    lines[bad_line] = lines[bad_line].split(" ins(")[0] + " ins(%s_tile : !pto.tile_buf<vec, 32x256xf32>) outs(%s_tile : !pto.tile_buf<vec, 32x256xf32>)"
+    path = tmp_path / "broken.pto"
+    path.write_text("\n".join(lines) + "\n")
+    result = CliRunner().invoke(main, ["check", str(path)])
+    assert result.exit_code == 1
+    assert f"{path}:{bad_line + 1}: error: 'pto.trecip' in place" in result.output
+
+
+def test_cli_check_parse_error(tmp_path: Path) -> None:
+    path = tmp_path / "garbage.pto"
+    path.write_text("module {\n  func.func @f() {\n    pto.nonsense\n  }\n}\n")
+    result = CliRunner().invoke(main, ["check", str(path)])
+    assert result.exit_code == 1
+    assert f"{path}:3: error:" in result.output
+
+
+@pytest.mark.parametrize("args, rule", [
+    (["--head", "96"], "head dim: head=96 must be one of (64, 128)"),
+    (["--tile-s1", "1024"], "tile_s1: tile_s1=1024"),
+    (["--qk-preload", "0"], "qk_preload: qk_preload=0 must be >= 1"),
+    (["--qk-preload", "5"], "preload vs slot ring: qk_preload=5"),
+    (["--qk-preload", "1", "--tile-s1", "512"], "preload vs tile factor: qk_preload=1 needs k_tile_factor=1"),
+])
+def test_cli_build_illegal_config(tmp_path: Path, args: list[str], rule: str) -> None:
+    out = tmp_path / "fa.pto"
+    result = CliRunner().invoke(main, ["build", *args, "-o", str(out)])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: invalid config: ") and rule in lines[0]
+    assert not out.exists() and list(tmp_path.iterdir()) == []

@@ -1,0 +1,511 @@
+"""Every verifier rule of the dialect (dialect.py) and of the function/module checks
+(textio.py) fed bad IR: `check_text` raises PtoCheckError whose message names the op,
+the rule and the numbers, on the line of the offending op.
+
+Each case is (text, expected message substring, text of the line the error points at
+or None when the rule is about a whole function or module).
+"""
+
+from __future__ import annotations
+
+import pytest
+from pto_snippets import CUBE_BODY, CUBE_PRE, ENTRY, PP, PPH, QK, QKH, VEC_BODY, VEC_PRE, errors_of, line_of, pipes, wrap
+
+from ptofa.textio import PtoCheckError, check_text
+
+V32 = "!pto.tile_buf<vec, 16x64xf32>"
+V16 = "!pto.tile_buf<vec, 16x64xf16>"
+COL = "!pto.tile_buf<vec, 16x1xf32, blayout=col_major>"
+ROW = "!pto.tile_buf<vec, 1x16xf32>"
+MAT = "!pto.tile_buf<mat, 128x128xf16, blayout=col_major, slayout=row_major>"
+LEFT = "!pto.tile_buf<left, 128x128xf16, slayout=row_major>"
+RIGHT = "!pto.tile_buf<right, 128x128xf16, slayout=col_major>"
+ACC = "!pto.tile_buf<acc, 128x128xf32, blayout=col_major, slayout=row_major, fractal=1024>"
+
+
+def vec(body: str, args: str = "") -> str:
+    return wrap(body, "vector", args)
+
+
+def cube(body: str, args: str = "") -> str:
+    return wrap(body, "cube", args)
+
+
+def alloc(name: str, t: str) -> str:
+    return f"%{name} = pto.alloc_tile : {t}\n"
+
+
+def tile_case(t: str) -> str:
+    return vec(alloc("t", t))
+
+
+GM = """%c0 = arith.constant 0 : index
+%c1 = arith.constant 1 : index
+%c16 = arith.constant 16 : index
+%c64 = arith.constant 64 : index
+%c128 = arith.constant 128 : index
+%tv = pto.make_tensor_view %p, shape = [%c128, %c128], strides = [%c128, %c1] : !pto.tensor_view<128x128xf32>
+%pv = pto.partition_view %tv, offsets = [%c0, %c0], sizes = [%c16, %c64] : !pto.tensor_view<128x128xf32> -> !pto.partition_tensor_view<16x64xf32>
+%pacc = pto.partition_view %tv, offsets = [%c0, %c0], sizes = [%c128, %c128] : !pto.tensor_view<128x128xf32> -> !pto.partition_tensor_view<128x128xf32>
+"""
+P = "%p: !pto.ptr<f32>"
+PV16x64 = "!pto.partition_tensor_view<16x64xf32>"
+PACC = "!pto.partition_tensor_view<128x128xf32>"
+SCALAR = "%s = arith.constant 2.0 : f32\n"
+VEC_TILES = alloc("a", V32) + alloc("b", V32) + alloc("h", V16) + alloc("col", COL)
+CUBE_TILES = alloc("mat", MAT) + alloc("left", LEFT) + alloc("right", RIGHT) + alloc("acc", ACC)
+
+
+def _ops(kind_wrap, tiles: str, line: str, args: str = "") -> tuple[str, str]:
+    """A snippet whose last line is the offending op; returns (text, that line)."""
+    return kind_wrap(tiles + line, args), line.strip()
+
+
+CASES: dict[str, tuple[str, str, str | None]] = {}
+
+
+def case(name: str, text: str, message: str, line: str | None = None) -> None:
+    assert name not in CASES
+    CASES[name] = (text, message, line)
+
+
+def op_case(name: str, kind_wrap, tiles: str, line: str, message: str, args: str = "") -> None:
+    text, at = _ops(kind_wrap, tiles, line, args)
+    case(name, text, message, at)
+
+
+# ---------------------------------------------------------------------------- types
+for _name, _type, _msg in (
+    ("tile_shape_positive", "!pto.tile_buf<loc=mat, dtype=f16, rows=0, cols=64, v_row=0, v_col=64, blayout=row_major, slayout=none_box, fractal=512, pad=0>",
+     "shape 0x64 must be positive"),
+    ("tile_blayout", "!pto.tile_buf<vec, 16x64xf32, blayout=diagonal>", "blayout 'diagonal' not in"),
+    ("tile_slayout", "!pto.tile_buf<vec, 16x64xf32, slayout=diagonal>", "slayout 'diagonal' not in"),
+    ("tile_fractal", "!pto.tile_buf<mat, 16x64xf16, fractal=256>", "fractal=256 must be one of (32, 512, 1024)"),
+    ("tile_pad", "!pto.tile_buf<vec, 16x64xf32, pad=4>", "pad=4 must be 0..3"),
+    ("tile_valid_rows_gt_shape", "!pto.tile_buf<vec, 16x64xf32, valid=17x64>", "valid shape v_row=17 must be within 0..16"),
+    ("tile_valid_cols_gt_shape", "!pto.tile_buf<vec, 16x64xf32, valid=16x65>", "valid shape v_col=65 must be within 0..64"),
+    ("tile_legacy_valid_gt_shape", "!pto.tile_buf<loc=vec, dtype=f32, rows=16, cols=64, v_row=16, v_col=128, blayout=row_major, slayout=none_box, fractal=512, pad=0>",
+     "valid shape v_col=128 must be within 0..64"),
+    ("vec_nd_alignment", "!pto.tile_buf<vec, 16x3xf32>", "ND tile needs cols*sizeof(T) % 32 == 0, got 3*4 = 12"),
+    ("vec_nd_alignment_f16", "!pto.tile_buf<vec, 16x8xf16>", "ND tile needs cols*sizeof(T) % 32 == 0, got 8*2 = 16"),
+    ("vec_dn_alignment", "!pto.tile_buf<vec, 4x1xf32, blayout=col_major>", "DN tile needs rows*sizeof(T) % 32 == 0, got 4*4 = 16"),
+    ("element_type", "!pto.tile_buf<vec, 16x64xf64>", "unsupported element type f64"),
+    ("tile_loc", "!pto.tile_buf<ub, 16x64xf32>", "unknown tile_buf loc 'ub'"),
+    ("tile_field", "!pto.tile_buf<vec, 16x64xf32, layout=nd>", "unknown tile_buf field 'layout'"),
+    ("legacy_field_order", "!pto.tile_buf<loc=vec, rows=16, dtype=f32, cols=64, v_row=16, v_col=64, blayout=row_major, slayout=none_box, fractal=512, pad=0>",
+     "legacy tile_buf: expected field 'dtype', got 'rows'"),
+    ("legacy_extra_field", "!pto.tile_buf<loc=vec, dtype=f32, rows=16, cols=64, v_row=16, v_col=64, blayout=row_major, slayout=none_box, fractal=512, pad=0, valid=1>",
+     "legacy tile_buf: unexpected field 'valid'"),
+):
+    case(_name, tile_case(_type), _msg, "%t = pto.alloc_tile")
+
+case("ptr_space", vec("", "%p: !pto.ptr<f32, hbm>"), "unknown pointer memory space 'hbm'")
+case("view_rank0", vec("", "%v: !pto.tensor_view<f32>"), "a view type needs rank >= 1")
+case("layout_value", vec("%c1 = arith.constant 1 : index\n%tv = pto.make_tensor_view %p, shape = [%c1], strides = [%c1] {layout = #pto.layout<zn>} : !pto.tensor_view<1xf32>", P),
+     "#pto.layout: 'zn' is not one of nd, dn, nz", "pto.make_tensor_view")
+case("kernel_kind_value", vec("").replace("#pto.kernel_kind<vector>", "#pto.kernel_kind<aiv>"), "#pto.kernel_kind: 'aiv' is not one of cube, vector")
+
+# ---------------------------------------------------------------------------- scalar / pointer / view ops
+case("set_ffts_type", "module {\n  func.func @e(%f: !pto.ptr<f32>) attributes {pto.entry} {\n    pto.set_ffts %f : !pto.ptr<f32>\n    return\n  }\n}\n",
+     "'pto.set_ffts' operand type: set_ffts takes !pto.ptr<i64> or !pto.ptr<i8>, got !pto.ptr<f32>", "pto.set_ffts")
+op_case("addptr_type", vec, "%c8 = arith.constant 8 : index\n", "%q = pto.addptr %p, %c8 : !pto.ptr<f32> -> !pto.ptr<f16>",
+        "'pto.addptr' type agreement: result !pto.ptr<f16> must equal the pointer type !pto.ptr<f32>", P)
+op_case("make_tensor_view_rank", vec, "%c1 = arith.constant 1 : index\n",
+        "%tv = pto.make_tensor_view %p, shape = [%c1], strides = [%c1] : !pto.tensor_view<1x1xf32>",
+        "'pto.make_tensor_view' rank: view rank 2 needs 2 shape and 2 stride operands, got 1 and 1", P)
+op_case("make_tensor_view_static_shape", vec, "%c1 = arith.constant 1 : index\n%c8 = arith.constant 8 : index\n",
+        "%tv = pto.make_tensor_view %p, shape = [%c8, %c8], strides = [%c8, %c1] : !pto.tensor_view<8x16xf32>",
+        "'pto.make_tensor_view' static shape: dim 1 of the type is 16 but the shape operand is the constant 8", P)
+op_case("make_tensor_view_ptr_element", vec, "%c1 = arith.constant 1 : index\n",
+        "%tv = pto.make_tensor_view %p, shape = [%c1], strides = [%c1] : !pto.tensor_view<1xf16>",
+        "'pto.make_tensor_view' element type: the pointer must be !pto.ptr<f16> for a view of f16", P)
+op_case("partition_view_element_type", vec, GM,
+        "%pw = pto.partition_view %tv, offsets = [%c0, %c0], sizes = [%c16, %c64] : !pto.tensor_view<128x128xf32> -> !pto.partition_tensor_view<16x64xf16>",
+        "'pto.partition_view' element type: source f32 != result f16", P)
+op_case("partition_view_rank", vec, GM,
+        "%pw = pto.partition_view %tv, offsets = [%c0], sizes = [%c16] : !pto.tensor_view<128x128xf32> -> !pto.partition_tensor_view<16xf32>",
+        "'pto.partition_view' rank: source rank 2 needs 2 offsets, sizes and result dims", P)
+op_case("partition_view_static_shape", vec, GM,
+        "%pw = pto.partition_view %tv, offsets = [%c0, %c0], sizes = [%c16, %c64] : !pto.tensor_view<128x128xf32> -> !pto.partition_tensor_view<16x32xf32>",
+        "'pto.partition_view' static shape: result dim 1 is 32 but the size operand is the constant 64", P)
+op_case("partition_view_bounds", vec, GM + "%n = arith.index_cast %ni : i64 to index\n",
+        "%pw = pto.partition_view %tv, offsets = [%c0, %c0], sizes = [%n, %n] : !pto.tensor_view<128x128xf32> -> !pto.partition_tensor_view<256x?xf32>",
+        "'pto.partition_view' bounds: size 256 of dim 0 exceeds the source dim 128", P + ", %ni: i64")
+
+# ---------------------------------------------------------------------------- alloc_tile
+op_case("alloc_tile_addr_level2", vec, "%a = arith.constant 0 : i64\n", f"%t = pto.alloc_tile addr = %a : {V32}",
+        "'pto.alloc_tile' level2: 'addr' is rejected at --pto-level=level2")
+op_case("alloc_tile_dynamic_without_operands", vec, "", "%t = pto.alloc_tile : !pto.tile_buf<vec, 16x64xf32, valid=?x64>",
+        "'pto.alloc_tile' valid shape: a dynamic valid shape (?x64) needs valid_row/valid_col operands")
+op_case("alloc_tile_operands_with_static_valid", vec, "%r = arith.constant 8 : index\n", f"%t = pto.alloc_tile valid_row = %r valid_col = %r : {V32}",
+        "'pto.alloc_tile' valid shape: a dynamic valid shape (16x64) needs valid_row/valid_col operands, and only then")
+
+# ---------------------------------------------------------------------------- tload / tstore / tmov / treshape / subview
+op_case("tload_dst_space", cube, GM + alloc("t", ACC), f"pto.tload ins(%pacc : {PACC}) outs(%t : {ACC})",
+        "'pto.tload' memory space: dst must be loc=vec or loc=mat on A2/A3, got loc=acc", P)
+op_case("tload_shape", vec, GM + alloc("t", "!pto.tile_buf<vec, 16x32xf32>"), f"pto.tload ins(%pv : {PV16x64}) outs(%t : !pto.tile_buf<vec, 16x32xf32>)",
+        "'pto.tload' shape agreement: view 16x64 (as 16x64) must equal the tile valid shape 16x32", P)
+op_case("tload_valid_shape", vec, GM + alloc("t", "!pto.tile_buf<vec, 16x64xf32, valid=8x64>"),
+        f"pto.tload ins(%pv : {PV16x64}) outs(%t : !pto.tile_buf<vec, 16x64xf32, valid=8x64>)",
+        "'pto.tload' shape agreement: view 16x64 (as 16x64) must equal the tile valid shape 8x64", P)
+op_case("tload_dtype_size", vec, GM + alloc("t", V16), f"pto.tload ins(%pv : {PV16x64}) outs(%t : {V16})",
+        "'pto.tload' dtype: view element f32 and tile element f16 differ in size", P)
+op_case("tstore_src_space", cube, GM + alloc("t", "!pto.tile_buf<left, 128x128xf32, slayout=row_major>"),
+        f"pto.tstore ins(%t : !pto.tile_buf<left, 128x128xf32, slayout=row_major>) outs(%pacc : {PACC})",
+        "'pto.tstore' memory space: src must be loc=vec, mat or acc on A2/A3, got loc=left", P)
+op_case("tstore_shape", vec, GM + alloc("t", "!pto.tile_buf<vec, 8x64xf32>"), f"pto.tstore ins(%t : !pto.tile_buf<vec, 8x64xf32>) outs(%pv : {PV16x64})",
+        "'pto.tstore' shape agreement: view 16x64 (as 16x64) must equal the tile valid shape 8x64", P)
+_ACC_I8 = "!pto.tile_buf<acc, 128x128xi8, blayout=col_major, slayout=row_major, fractal=1024>"
+op_case("tstore_acc_dtype_pair", cube, GM + alloc("t", _ACC_I8), f"pto.tstore ins(%t : {_ACC_I8}) outs(%pacc : {PACC})",
+        "'pto.tstore' dtype pair: acc store i8 -> f32 is not allowed", P)
+_ACC_WIDE = "!pto.tile_buf<acc, 16x4096xf32, blayout=col_major, slayout=row_major, fractal=1024>"
+op_case("tstore_acc_cols", cube, GM.replace("128x128", "16x4096").replace("[%c128, %c128]", "[%c16, %c4096]").replace("%c128 = ", "%c4096 = arith.constant 4096 : index\n%c128 = ")
+        + alloc("t", _ACC_WIDE), f"pto.tstore ins(%t : {_ACC_WIDE}) outs(%pacc : !pto.partition_tensor_view<16x4096xf32>)",
+        "'pto.tstore' acc cols: ACC tile cols 4096 must be <= 4095", P)
+op_case("tmov_acc_to_vec", cube, alloc("acc", ACC) + alloc("v", "!pto.tile_buf<vec, 128x128xf32>"),
+        f"pto.tmov ins(%acc : {ACC}) outs(%v : !pto.tile_buf<vec, 128x128xf32>)",
+        "'pto.tmov' memory space: acc -> vec is not a legal A2/A3 tmov")
+op_case("tmov_left_to_mat", cube, CUBE_TILES, f"pto.tmov ins(%left : {LEFT}) outs(%mat : {MAT})",
+        "'pto.tmov' memory space: left -> mat is not a legal A2/A3 tmov")
+op_case("tmov_shape", cube, alloc("mat", MAT) + alloc("l", "!pto.tile_buf<left, 128x64xf16, slayout=row_major>"),
+        f"pto.tmov ins(%mat : {MAT}) outs(%l : !pto.tile_buf<left, 128x64xf16, slayout=row_major>)",
+        "'pto.tmov' shape agreement: src 128x128 != dst 128x64")
+op_case("tmov_vec_col_major", vec, alloc("c", COL) + alloc("d", COL), f"pto.tmov ins(%c : {COL}) outs(%d : {COL})",
+        "'pto.tmov' layout: vec->vec tmov needs blayout=row_major tiles, got src col_major, dst col_major")
+op_case("treshape_bytes", vec, alloc("c", COL), f"%r = pto.treshape %c : {COL} -> !pto.tile_buf<vec, 1x32xf32>",
+        "'pto.treshape' size: 64 bytes -> 128 bytes: treshape keeps the byte size")
+op_case("treshape_space", cube, alloc("m", "!pto.tile_buf<mat, 16x16xf16>"),
+        "%r = pto.treshape %m : !pto.tile_buf<mat, 16x16xf16> -> !pto.tile_buf<vec, 16x16xf16>",
+        "'pto.treshape' memory space: loc mat -> vec")
+op_case("treshape_boxed", cube, alloc("m", "!pto.tile_buf<mat, 16x16xf16>"),
+        "%r = pto.treshape %m : !pto.tile_buf<mat, 16x16xf16> -> !pto.tile_buf<mat, 16x16xf16, slayout=row_major>",
+        "'pto.treshape' layout: slayout none_box -> row_major")
+op_case("subview_type", vec, "%c0 = arith.constant 0 : index\n" + alloc("a", V32),
+        f"%s = pto.subview %a[%c0, %c0] sizes [8, 64] : {V32} -> !pto.tile_buf<vec, 8x64xf16>",
+        "'pto.subview' type agreement: subview keeps loc, dtype and layout of its source")
+op_case("subview_bounds", vec, "%c0 = arith.constant 0 : index\n%c12 = arith.constant 12 : index\n" + alloc("a", V32),
+        f"%s = pto.subview %a[%c12, %c0] sizes [8, 64] : {V32} -> !pto.tile_buf<vec, 8x64xf32>",
+        "'pto.subview' bounds: row window [12, +8) exceeds the source's 16")
+op_case("subview_sizes_vs_type", vec, "%c0 = arith.constant 0 : index\n" + alloc("a", V32),
+        f"%s = pto.subview %a[%c0, %c0] sizes [4, 64] : {V32} -> !pto.tile_buf<vec, 8x64xf32>",
+        "'pto.subview' sizes: sizes [4, 64] must equal the result tile shape !pto.tile_buf<vec, 8x64xf32>")
+
+# ---------------------------------------------------------------------------- vector ops
+op_case("tcvt_round_mode", vec, VEC_TILES, f"pto.tcvt ins(%a {{rmode = #pto<round_mode UP>}} : {V32}) outs(%h : {V16})",
+        "'pto.tcvt' round mode: 'UP' is not one of")
+op_case("tcvt_shape", vec, VEC_TILES + alloc("h8", "!pto.tile_buf<vec, 8x64xf16>"),
+        f"pto.tcvt ins(%a : {V32}) outs(%h8 : !pto.tile_buf<vec, 8x64xf16>)",
+        "'pto.tcvt' shape agreement: src valid 16x64 != dst valid 8x64")
+op_case("tcvt_space", cube, alloc("m", "!pto.tile_buf<mat, 16x64xf32>") + alloc("n", "!pto.tile_buf<mat, 16x64xf16>"),
+        "pto.tcvt ins(%m : !pto.tile_buf<mat, 16x64xf32>) outs(%n : !pto.tile_buf<mat, 16x64xf16>)",
+        "'pto.tcvt' memory space: vector ops take loc=vec tiles, got mat 16x64xf32")
+op_case("elementwise_col_major", vec, VEC_TILES, f"pto.tadd ins(%col, %col : {COL}, {COL}) outs(%col : {COL})",
+        "'pto.tadd' layout: elementwise ops need blayout=row_major tiles, got vec 16x1xf32 col_major")
+op_case("elementwise_space", cube, alloc("m", "!pto.tile_buf<mat, 16x64xf32>"),
+        "pto.tmul ins(%m, %m : !pto.tile_buf<mat, 16x64xf32>, !pto.tile_buf<mat, 16x64xf32>) outs(%m : !pto.tile_buf<mat, 16x64xf32>)",
+        "'pto.tmul' memory space: vector ops take loc=vec tiles, got mat 16x64xf32")
+op_case("elementwise_dtype_mix", vec, VEC_TILES, f"pto.tsub ins(%a, %h : {V32}, {V16}) outs(%a : {V32})",
+        "'pto.tsub' dtype: operands must share one dtype, got f32 and f16")
+op_case("elementwise_dtype_i8", vec, alloc("q", "!pto.tile_buf<vec, 16x32xi8>"),
+        "pto.tmax ins(%q, %q : !pto.tile_buf<vec, 16x32xi8>, !pto.tile_buf<vec, 16x32xi8>) outs(%q : !pto.tile_buf<vec, 16x32xi8>)",
+        "'pto.tmax' dtype: i8 is not a vector arithmetic type")
+op_case("elementwise_valid_shape", vec, VEC_TILES + alloc("s8", "!pto.tile_buf<vec, 16x64xf32, valid=8x64>"),
+        f"pto.tdiv ins(%a, %s8 : {V32}, !pto.tile_buf<vec, 16x64xf32, valid=8x64>) outs(%a : {V32})",
+        "'pto.tdiv' shape agreement: valid shapes 16x64 and 8x64 differ")
+op_case("unary_float_only", vec, alloc("i", "!pto.tile_buf<vec, 8x8xi32>"),
+        "pto.texp ins(%i : !pto.tile_buf<vec, 8x8xi32>) outs(%i : !pto.tile_buf<vec, 8x8xi32>)",
+        "'pto.texp' dtype: pto.texp takes f16/f32 tiles, got i32")
+op_case("trecip_in_place", vec, VEC_TILES, f"pto.trecip ins(%a : {V32}) outs(%a : {V32})",
+        "'pto.trecip' in place: trecip cannot run in place on a3 (src == dst)")
+op_case("scalar_operand_type", vec, VEC_TILES + "%i = arith.constant 2 : index\n", f"pto.tadds ins(%a, %i : {V32}, index) outs(%a : {V32})",
+        "'pto.tadds' operand type: scalar must be an int or float, got index")
+op_case("texpands_col_major", vec, SCALAR + VEC_TILES, f"pto.texpands ins(%s : f32) outs(%col : {COL})",
+        "'pto.texpands' layout: a loc=vec destination must be blayout=row_major, got vec 16x1xf32 col_major")
+op_case("texpands_space", cube, SCALAR + alloc("acc", ACC), f"pto.texpands ins(%s : f32) outs(%acc : {ACC})",
+        "'pto.texpands' memory space: texpands writes loc=vec or loc=mat, got acc")
+op_case("rowreduce_src_layout", vec, VEC_TILES + alloc("c2", COL), f"pto.trowmax ins(%col : {COL}) outs(%c2 : {COL})",
+        "'pto.trowmax' layout: src must be ND (row_major, none_box), got col_major, none_box")
+op_case("rowreduce_dtype", vec, VEC_TILES + alloc("c16", "!pto.tile_buf<vec, 16x1xf16, blayout=col_major>"),
+        f"pto.trowsum ins(%a : {V32}) outs(%c16 : !pto.tile_buf<vec, 16x1xf16, blayout=col_major>)",
+        "'pto.trowsum' dtype: src f32 != dst f16")
+op_case("rowreduce_zero_valid", vec, VEC_TILES + alloc("z", "!pto.tile_buf<vec, 16x64xf32, valid=16x0>"),
+        f"pto.trowmin ins(%z : !pto.tile_buf<vec, 16x64xf32, valid=16x0>) outs(%col : {COL})",
+        "'pto.trowmin' shape agreement: src valid dims must be non-zero, got 16x0")
+op_case("rowreduce_dst_rows", vec, VEC_TILES + alloc("c8", "!pto.tile_buf<vec, 8x1xf32, blayout=col_major>"),
+        f"pto.trowmax ins(%a : {V32}) outs(%c8 : !pto.tile_buf<vec, 8x1xf32, blayout=col_major>)",
+        "'pto.trowmax' shape agreement: dst valid rows 8 != 16 rows of the tile")
+op_case("rowreduce_dn_dst_cols", vec, VEC_TILES + alloc("d2", "!pto.tile_buf<vec, 16x2xf32, blayout=col_major>"),
+        f"pto.trowmax ins(%a : {V32}) outs(%d2 : !pto.tile_buf<vec, 16x2xf32, blayout=col_major>)",
+        "'pto.trowmax' shape agreement: dst DN column vector needs 1 valid column, got 2")
+op_case("rowreduce_nd_dst_cols", vec, VEC_TILES + alloc("n8", "!pto.tile_buf<vec, 16x8xf32>"),
+        f"pto.trowsum ins(%a : {V32}) outs(%n8 : !pto.tile_buf<vec, 16x8xf32>)",
+        "'pto.trowsum' shape agreement: dst row_major per-row vector needs 1 valid columns, got 8")
+op_case("rowreduce_tmp_type", vec, VEC_TILES, f"pto.trowmax ins(%a, %h : {V32}, {V16}) outs(%col : {COL})",
+        "'pto.trowmax' operand type: tmp must be a loc=vec f32 tile, got vec 16x64xf16")
+op_case("rowreduce_tmp_size", vec, VEC_TILES + alloc("t8", "!pto.tile_buf<vec, 8x64xf32>"),
+        f"pto.trowsum ins(%a, %t8 : {V32}, !pto.tile_buf<vec, 8x64xf32>) outs(%col : {COL})",
+        "'pto.trowsum' tmp size: tmp of 2048 bytes is smaller than the src (4096 bytes)")
+op_case("rowexpand_layout", vec, VEC_TILES + alloc("w", "!pto.tile_buf<vec, 16x64xf32, blayout=col_major>"),
+        f"pto.trowexpandsub ins(%w, %col : !pto.tile_buf<vec, 16x64xf32, blayout=col_major>, {COL}) outs(%a : {V32})",
+        "'pto.trowexpandsub' layout: src0 and dst must be blayout=row_major, got src0 col_major, dst row_major")
+op_case("rowexpand_shape", vec, VEC_TILES + alloc("a8", "!pto.tile_buf<vec, 16x64xf32, valid=16x32>"),
+        f"pto.trowexpandmul ins(%a, %col : {V32}, {COL}) outs(%a8 : !pto.tile_buf<vec, 16x64xf32, valid=16x32>)",
+        "'pto.trowexpandmul' shape agreement: src0 valid 16x64 != dst valid 16x32")
+op_case("rowexpand_dtype", vec, alloc("i", "!pto.tile_buf<vec, 16x8xi32>") + alloc("ic", "!pto.tile_buf<vec, 16x1xi32, blayout=col_major>"),
+        "pto.trowexpanddiv ins(%i, %ic : !pto.tile_buf<vec, 16x8xi32>, !pto.tile_buf<vec, 16x1xi32, blayout=col_major>) outs(%i : !pto.tile_buf<vec, 16x8xi32>)",
+        "'pto.trowexpanddiv' dtype: src0/src1/dst must share f16 or f32, got i32, i32, i32")
+op_case("rowexpand_nd_src1_cols", vec, VEC_TILES + alloc("n16", "!pto.tile_buf<vec, 16x16xf32>"),
+        f"pto.trowexpandadd ins(%a, %n16 : {V32}, !pto.tile_buf<vec, 16x16xf32>) outs(%a : {V32})",
+        "'pto.trowexpandadd' shape agreement: src1 row_major per-row vector needs 8 valid columns, got 16")
+op_case("rowexpand_src1_rows", vec, VEC_TILES + alloc("c8", "!pto.tile_buf<vec, 8x1xf32, blayout=col_major>"),
+        f"pto.trowexpandmax ins(%a, %c8 : {V32}, !pto.tile_buf<vec, 8x1xf32, blayout=col_major>) outs(%a : {V32})",
+        "'pto.trowexpandmax' shape agreement: src1 valid rows 8 != 16 rows of the tile")
+op_case("rowexpand_space", vec, VEC_TILES + alloc("mc", "!pto.tile_buf<mat, 16x1xf32, blayout=col_major>"),
+        f"pto.trowexpandexpdif ins(%a, %mc : {V32}, !pto.tile_buf<mat, 16x1xf32, blayout=col_major>) outs(%a : {V32})",
+        "'pto.trowexpandexpdif' memory space: vector ops take loc=vec tiles, got mat 16x1xf32")
+op_case("ins_outs_arity", vec, VEC_TILES, f"pto.tadd ins(%a : {V32}) outs(%a : {V32})",
+        "pto.tadd takes 2 ins and 1 outs operand, got 1 ins and 1 outs")
+
+# ---------------------------------------------------------------------------- matmul
+_L32 = "!pto.tile_buf<left, 128x128xf32, slayout=row_major>"
+_R32 = "!pto.tile_buf<right, 128x128xf32, slayout=col_major>"
+op_case("matmul_lhs_space", cube, CUBE_TILES, f"pto.tmatmul ins(%mat, %right : {MAT}, {RIGHT}) outs(%acc : {ACC})",
+        "'pto.tmatmul' memory space: lhs must be loc=left, got loc=mat")
+op_case("matmul_rhs_space", cube, CUBE_TILES, f"pto.tmatmul ins(%left, %left : {LEFT}, {LEFT}) outs(%acc : {ACC})",
+        "'pto.tmatmul' memory space: rhs must be loc=right, got loc=left")
+op_case("matmul_dst_space", cube, CUBE_TILES, f"pto.tmatmul ins(%left, %right : {LEFT}, {RIGHT}) outs(%mat : {MAT})",
+        "'pto.tmatmul' memory space: dst must be loc=acc, got loc=mat")
+op_case("matmul_dtype_triple", cube, CUBE_TILES + alloc("r32", _R32), f"pto.tmatmul ins(%left, %r32 : {LEFT}, {_R32}) outs(%acc : {ACC})",
+        "'pto.tmatmul' dtype triple: (dst f32; lhs f16, rhs f32) is not one of")
+_L64 = "!pto.tile_buf<left, 128x64xf16, slayout=row_major>"
+op_case("matmul_k_mismatch", cube, CUBE_TILES + alloc("l64", _L64), f"pto.tmatmul ins(%l64, %right : {_L64}, {RIGHT}) outs(%acc : {ACC})",
+        "'pto.tmatmul' shape agreement: lhs 128x64 @ rhs 128x128 -> dst 128x128")
+_ACC64 = "!pto.tile_buf<acc, 64x128xf32, blayout=col_major, slayout=row_major, fractal=1024>"
+op_case("matmul_m_mismatch", cube, CUBE_TILES + alloc("a64", _ACC64), f"pto.tmatmul ins(%left, %right : {LEFT}, {RIGHT}) outs(%a64 : {_ACC64})",
+        "'pto.tmatmul' shape agreement: lhs 128x128 @ rhs 128x128 -> dst 64x128")
+_LB = "!pto.tile_buf<left, 16x4096xf16, slayout=row_major>"
+_RB = "!pto.tile_buf<right, 4096x16xf16, slayout=col_major>"
+_AB = "!pto.tile_buf<acc, 16x16xf32, blayout=col_major, slayout=row_major, fractal=1024>"
+op_case("matmul_dims", cube, alloc("l", _LB) + alloc("r", _RB) + alloc("c", _AB), f"pto.tmatmul ins(%l, %r : {_LB}, {_RB}) outs(%c : {_AB})",
+        "'pto.tmatmul' matmul dims: k=4096 must be <= 4095")
+op_case("matmul_acc_type", cube, CUBE_TILES + alloc("a64", _ACC64),
+        f"pto.tmatmul.acc ins(%a64, %left, %right : {_ACC64}, {LEFT}, {RIGHT}) outs(%acc : {ACC})",
+        "'pto.tmatmul.acc' type agreement: acc_in !pto.tile_buf<acc, 64x128xf32")
+op_case("matmul_acc_shapes", cube, CUBE_TILES + alloc("l64", _L64),
+        f"pto.tmatmul.acc ins(%acc, %l64, %right : {ACC}, {_L64}, {RIGHT}) outs(%acc : {ACC})",
+        "'pto.tmatmul.acc' shape agreement: lhs 128x64 @ rhs 128x128")
+op_case("tmatmul_in_vector_function", vec, "", f"pto.tmatmul ins(%l, %r : {LEFT}, {RIGHT}) outs(%c : {ACC})",
+        "'pto.tmatmul' kernel kind: cube op in vector function @k", args=f"%l: {LEFT}, %r: {RIGHT}, %c: {ACC}")
+
+
+# ---------------------------------------------------------------------------- pipe init ops
+def cube_init(old: str, new: str) -> str:
+    assert old in CUBE_PRE
+    return pipes(cube=CUBE_PRE.replace(old, new, 1) + CUBE_BODY)
+
+
+def vec_init(old: str, new: str) -> str:
+    assert old in VEC_PRE
+    return pipes(vec=VEC_PRE.replace(old, new, 1) + VEC_BODY)
+
+
+QK_INIT = "{id = 0, dir_mask = 1, slot_size = 65536}"
+case("init_dir_mask_range", cube_init(QK_INIT, "{id = 0, dir_mask = 4, slot_size = 65536}"),
+     "'pto.aic_initialize_pipe' dir_mask: dir_mask=4 must be 1 (C2V), 2 (V2C) or 3", "pto.aic_initialize_pipe {id = 0")
+case("init_dir_mask_3", cube_init(QK_INIT, "{id = 0, dir_mask = 3, slot_size = 65536}"),
+     "'pto.aic_initialize_pipe' dir_mask: dir_mask=3: global entries on a bidirectional pipe", "pto.aic_initialize_pipe {id = 0")
+case("init_local_slot_num", vec_init(QK_INIT, "{id = 0, dir_mask = 1, slot_size = 65536, local_slot_num = 2}"),
+     "'pto.aiv_initialize_pipe' local_slot_num: globaltensor pipe init does not use 'local_slot_num' (got local_slot_num=2", "pto.aiv_initialize_pipe {id = 0")
+case("init_slot_size", cube_init(QK_INIT, "{id = 0, dir_mask = 1, slot_size = 65537}"),
+     "'pto.aic_initialize_pipe' slot_size: slot_size=65537 must equal the descriptor's 65536 bytes or twice them (131072)", "pto.aic_initialize_pipe {id = 0")
+case("init_slot_size_4x", vec_init(QK_INIT, "{id = 0, dir_mask = 1, slot_size = 131072}"),
+     "'pto.aiv_initialize_pipe' slot_size: slot_size=131072 must equal the descriptor's 32768 bytes or twice them (65536)", "pto.aiv_initialize_pipe {id = 0")
+case("init_slot_num_zero", cube_init(QK_INIT, "{id = 0, dir_mask = 1, slot_size = 65536, slot_num = 0}"),
+     "'pto.aic_initialize_pipe' slot_num: slot_num=0 must be in 1..64", "pto.aic_initialize_pipe {id = 0")
+case("init_dynamic_descriptor",
+     pipes(cube=CUBE_PRE.replace("%qk_slot = pto.make_tensor_view %f, shape = [%c128, %c128], strides = [%c128, %c1] : " + QK,
+                                 "%qk_slot = pto.make_tensor_view %f, shape = [%c128, %c128], strides = [%c128, %c1] : !pto.tensor_view<?x128xf32>")
+           .replace(f"(gm_slot_tensor = %qk_slot : {QK})", "(gm_slot_tensor = %qk_slot : !pto.tensor_view<?x128xf32>)")),
+     "'pto.aic_initialize_pipe' slot descriptor: gm_slot_tensor !pto.tensor_view<?x128xf32> must have a static shape", "pto.aic_initialize_pipe {id = 0")
+case("init_missing_dir_mask", cube_init(QK_INIT, "{id = 0, slot_size = 65536}"), "pto.aic_initialize_pipe needs 'dir_mask'", "pto.aic_initialize_pipe {id = 0")
+case("init_unknown_keyword", cube_init(QK_INIT, "{id = 0, dir_mask = 1, slot_size = 65536, depth = 2}"),
+     "unexpected keyword 'depth'", "pto.aic_initialize_pipe {id = 0")
+case("init_duplicate_keyword", cube_init(QK_INIT, "{id = 0, dir_mask = 1, slot_size = 65536, id = 1}"),
+     "duplicate keyword 'id'", "pto.aic_initialize_pipe {id = 0")
+case("init_local_fifo_operands", cube_init(f"(gm_slot_tensor = %qk_slot : {QK})", "(gm_slot_buffer = %f : !pto.ptr<f32>, c2v_consumer_buf = %c1 : i32)"),
+     "ptofa supports global-only pipes: give exactly 'gm_slot_tensor'", "pto.aic_initialize_pipe {id = 0")
+case("init_unknown_operand", cube_init("(gm_slot_tensor = %qk_slot", "(slot_tensor = %qk_slot"),
+     "unknown pipe init operand 'slot_tensor'", "pto.aic_initialize_pipe {id = 0")
+
+# ---------------------------------------------------------------------------- pipe data ops
+TALLOC = f"%e = pto.talloc_to_aiv {{id = 0, split = 1}} -> {QK}"
+
+
+def cube_op(old: str, new: str, pre: str = CUBE_PRE) -> str:
+    assert old in CUBE_BODY
+    return pipes(cube=pre + CUBE_BODY.replace(old, new, 1))
+
+
+def vec_op(old: str, new: str, pre: str = VEC_PRE) -> str:
+    assert old in VEC_BODY
+    return pipes(vec=pre + VEC_BODY.replace(old, new, 1))
+
+
+case("data_op_attr_order", cube_op(TALLOC, f"%e = pto.talloc_to_aiv {{split = 1, id = 0}} -> {QK}"),
+     "expected '}' (attribute order is fixed: {id = N, split = S}", "pto.talloc_to_aiv")
+case("data_op_attr_unknown", cube_op(TALLOC, f"%e = pto.talloc_to_aiv {{id = 0, mode = 1}} -> {QK}"),
+     "expected 'split' (attribute order is fixed: {id = N, split = S}), got 'mode'", "pto.talloc_to_aiv")
+case("data_op_split_range", cube_op(TALLOC, f"%e = pto.talloc_to_aiv {{id = 0, split = 3}} -> {QK}"),
+     "'pto.talloc_to_aiv' split: split=3 must be 0 (no split), 1 (up/down) or 2 (left/right)", "pto.talloc_to_aiv")
+case("generic_split_type", cube_op(TALLOC, f'%e = "pto.talloc_to_aiv"() <{{id = 0 : i32, split = 1 : i32}}> : () -> {QK}'),
+     "'pto.talloc_to_aiv' attribute type: 'split' must be i8, got i32", "pto.talloc_to_aiv")
+case("generic_id_type", cube_op(TALLOC, f'%e = "pto.talloc_to_aiv"() <{{id = 0 : i8, split = 1 : i8}}> : () -> {QK}'),
+     "'pto.talloc_to_aiv' attribute type: 'id' must be i32, got i8", "pto.talloc_to_aiv")
+case("pipe_op_without_init", cube_op(TALLOC, f"%e = pto.talloc_to_aiv {{id = 5, split = 1}} -> {QK}"),
+     "'pto.talloc_to_aiv' pipe: id 5 is not initialised earlier in @cube", "pto.talloc_to_aiv")
+case("pipe_op_before_init", pipes(cube=CUBE_BODY.split("\n")[0] + "\n" + CUBE_PRE + "\n".join(CUBE_BODY.split("\n")[1:])),
+     "'pto.talloc_to_aiv' pipe: id 0 is not initialised earlier in @cube", "pto.talloc_to_aiv")
+case("wrong_direction_cube", pipes(cube=CUBE_PRE + CUBE_BODY.replace(f"{{id = 0, split = 1}} -> {QK}", f"{{id = 1, split = 1}} -> {PP}")
+                                   .replace(f"pto.tpush_to_aiv(%e : {QK}) {{id = 0", f"pto.tpush_to_aiv(%e : {PP}) {{id = 1")),
+     "'pto.talloc_to_aiv' direction: pipe id 1 has dir_mask=2, this op needs dir_mask=1", "pto.talloc_to_aiv")
+case("wrong_direction_vector", pipes(vec=VEC_PRE + VEC_BODY.replace(f"{{id = 1, split = 1}} -> {PPH}", f"{{id = 0, split = 1}} -> {QKH}")
+                                     .replace(f"pto.tpush_to_aic(%g : {PPH}) {{id = 1", f"pto.tpush_to_aic(%g : {QKH}) {{id = 0")),
+     "'pto.talloc_to_aic' direction: pipe id 0 has dir_mask=1, this op needs dir_mask=2", "pto.talloc_to_aic")
+case("entry_type", pipes(cube=CUBE_PRE + CUBE_BODY.replace(f"-> {PP}", f"-> {QK}").replace(f"(%g : {PP})", f"(%g : {QK})")),
+     f"'pto.tpop_from_aiv' entry type: {QK} must equal the init's gm_slot_tensor type {PP}", "pto.tpop_from_aiv")
+case("pipe_op_wrong_kernel_kind",
+     pipes(vec=VEC_PRE + VEC_BODY + TALLOC.replace("%e =", "%e2 =")),
+     "'pto.talloc_to_aiv' kernel kind: runs in cube code, @vec is vector", "%e2 = pto.talloc_to_aiv")
+case("init_wrong_kernel_kind", pipes(vec=VEC_PRE + VEC_BODY + CUBE_PRE.splitlines()[-1].replace("id = 1", "id = 7").replace(PP, PPH)),
+     "'pto.aic_initialize_pipe' kernel kind: needs a cube kernel function, @vec is vector", "pto.aic_initialize_pipe {id = 7")
+case("init_in_loop",
+     pipes(cube=CUBE_PRE.replace("pto.aic_initialize_pipe {id = 1", "%c0 = arith.constant 0 : index\nscf.for %i = %c0 to %c1 step %c1 {\npto.aic_initialize_pipe {id = 1")
+           .replace(f"(gm_slot_tensor = %p_slot : {PP})", f"(gm_slot_tensor = %p_slot : {PP})\n}}") + CUBE_BODY),
+     "'pto.aic_initialize_pipe' placement: pipe init must be at the top level of the function", "pto.aic_initialize_pipe {id = 1")
+case("same_id_twice", cube_init("pto.aic_initialize_pipe {id = 1, dir_mask = 2", "pto.aic_initialize_pipe {id = 0, dir_mask = 2"),
+     "'pto.aic_initialize_pipe' id: pipe id 0 is initialised twice in @cube (requires 'id' to be unique)", "pto.aic_initialize_pipe {id = 0, dir_mask = 2")
+case("vector_split_full_descriptor",
+     pipes(vec=VEC_PRE.replace(f"%qk_slot = pto.make_tensor_view %f, shape = [%c64, %c128], strides = [%c128, %c1] : {QKH}",
+                               f"%qk_slot = pto.make_tensor_view %f, shape = [%c128, %c128], strides = [%c128, %c1] : {QK}")
+           .replace(f"(gm_slot_tensor = %qk_slot : {QKH})", f"(gm_slot_tensor = %qk_slot : {QK})") + VEC_BODY.replace(QKH, QK)),
+     "'pto.tpop_from_aic' split: split=1 on the vector side needs the half-slot descriptor (32768 bytes), the init declares 65536 bytes of slot_size=65536",
+     "pto.tpop_from_aic")
+case("vector_split0_half_descriptor", pipes(CUBE_PRE + CUBE_BODY.replace("split = 1", "split = 0"), VEC_PRE + VEC_BODY.replace("split = 1", "split = 0")),
+     "'pto.tpop_from_aic' split: split=0 needs the full-slot descriptor (65536 bytes), got 32768", "pto.tpop_from_aic")
+case("cube_half_descriptor",
+     pipes(cube=CUBE_PRE.replace(f"shape = [%c128, %c128], strides = [%c128, %c1] : {QK}", f"shape = [%c64, %c128], strides = [%c128, %c1] : {QKH}")
+           .replace(f"(gm_slot_tensor = %qk_slot : {QK})", f"(gm_slot_tensor = %qk_slot : {QKH})").replace("%c1 = ", "%c64 = arith.constant 64 : index\n%c1 = ")
+           + CUBE_BODY.replace(QK, QKH)),
+     "'pto.talloc_to_aiv' split: the cube side declares the full slot (65536 bytes), got 32768", "pto.talloc_to_aiv")
+_ODD = "!pto.tensor_view<3x128xf32>"
+_ODDH = "!pto.tensor_view<3x64xf32>"
+case("cube_split_odd_rows",
+     pipes(cube=CUBE_PRE.replace(f"shape = [%c128, %c128], strides = [%c128, %c1] : {QK}", f"shape = [%c3, %c128], strides = [%c128, %c1] : {_ODD}")
+           .replace(f"{QK_INIT} (gm_slot_tensor = %qk_slot : {QK})", f"{{id = 0, dir_mask = 1, slot_size = 1536}} (gm_slot_tensor = %qk_slot : {_ODD})")
+           .replace("%c1 = ", "%c3 = arith.constant 3 : index\n%c1 = ") + CUBE_BODY.replace(QK, _ODD),
+           vec=VEC_PRE.replace(f"shape = [%c64, %c128], strides = [%c128, %c1] : {QKH}", f"shape = [%c3, %c64], strides = [%c128, %c1] : {_ODDH}")
+           .replace(f"{QK_INIT} (gm_slot_tensor = %qk_slot : {QKH})", f"{{id = 0, dir_mask = 1, slot_size = 1536}} (gm_slot_tensor = %qk_slot : {_ODDH})")
+           .replace("%c1 = ", "%c3 = arith.constant 3 : index\n%c1 = ") + VEC_BODY.replace(QKH, _ODDH)),
+     "'pto.talloc_to_aiv' split: split=1 halves the slot's rows, 3 rows is odd", "pto.talloc_to_aiv")
+case("mix_aic_aiv_in_one_function", pipes(cube=CUBE_PRE + CUBE_BODY + VEC_PRE.splitlines()[-1].replace("id = 1", "id = 5").replace(PPH, PP).replace("%p_slot :", "%p_slot :")),
+     "@cube: cannot mix pto.aic_initialize_pipe and pto.aiv_initialize_pipe in one function", "func.func @cube")
+_NINE = "\n".join(f"pto.aic_initialize_pipe {{id = {i}, dir_mask = 1, slot_size = 65536}} (gm_slot_tensor = %qk_slot : {QK})" for i in range(2, 9))
+case("more_than_8_pipes", pipes(cube=CUBE_PRE + _NINE + "\n" + CUBE_BODY),
+     "@cube: 9 one-way pipes need 18 flag ids; at most 16 fit (8 pipes)", "func.func @cube")
+
+# ---------------------------------------------------------------------------- module rules: peers, split, entry
+case("peer_missing", pipes(vec=VEC_PRE.replace("pto.aiv_initialize_pipe {id = 1", "pto.aiv_initialize_pipe {id = 3") + VEC_BODY.replace("id = 1", "id = 3")),
+     "pipe id 1: initialised on the cube side only; the peer init is missing", "pto.aic_initialize_pipe {id = 1")
+case("peer_slot_size", pipes(
+         cube=CUBE_PRE + CUBE_BODY,
+         vec=VEC_PRE.replace(f"shape = [%c64, %c128], strides = [%c128, %c1] : {QKH}", "shape = [%c64, %c64], strides = [%c128, %c1] : !pto.tensor_view<64x64xf32>")
+         .replace(f"{QK_INIT} (gm_slot_tensor = %qk_slot : {QKH})", "{id = 0, dir_mask = 1, slot_size = 32768} (gm_slot_tensor = %qk_slot : !pto.tensor_view<64x64xf32>)")
+         + VEC_BODY.replace(QKH, "!pto.tensor_view<64x64xf32>")),
+     "pipe id 0: slot_size differs between cube (65536) and vector (32768)", "pto.aiv_initialize_pipe {id = 0")
+case("peer_dir_mask", vec_init("{id = 1, dir_mask = 2, slot_size = 32768}", "{id = 1, dir_mask = 1, slot_size = 32768}"),
+     "pipe id 1: dir_mask differs between cube (2) and vector (1)", "pto.aiv_initialize_pipe {id = 1")
+case("peer_slot_num", vec_init(QK_INIT, "{id = 0, dir_mask = 1, slot_size = 65536, slot_num = 4}"),
+     "pipe id 0: slot_num differs between cube (8) and vector (4)", "pto.aiv_initialize_pipe {id = 0")
+case("peer_slot_element",
+     pipes(vec=VEC_PRE.replace("%qk_slot = pto.make_tensor_view %f, shape = [%c64, %c128], strides = [%c128, %c1] : " + QKH,
+                               "%qk_slot = pto.make_tensor_view %g16, shape = [%c128, %c128], strides = [%c128, %c1] : !pto.tensor_view<128x128xf16>")
+           .replace(f"(gm_slot_tensor = %qk_slot : {QKH})", "(gm_slot_tensor = %qk_slot : !pto.tensor_view<128x128xf16>)")
+           .replace("%c1 = ", "%g16 = pto.addptr %h, %c0 : !pto.ptr<f16> -> !pto.ptr<f16>\n%c1 = ").replace("%c1 = ", "%c0 = arith.constant 0 : index\n%c1 = ", 1)
+           + VEC_BODY.replace(QKH, "!pto.tensor_view<128x128xf16>")),
+     "pipe id 0: slot element type differs between cube (f32) and vector (f16)", "pto.aiv_initialize_pipe {id = 0")
+_QKL = "!pto.tensor_view<128x64xf32>"
+case("peer_slot_shape_vs_split",
+     pipes(vec=VEC_PRE.replace(f"shape = [%c64, %c128], strides = [%c128, %c1] : {QKH}", f"shape = [%c128, %c64], strides = [%c128, %c1] : {_QKL}")
+           .replace(f"(gm_slot_tensor = %qk_slot : {QKH})", f"(gm_slot_tensor = %qk_slot : {_QKL})") + VEC_BODY.replace(QKH, _QKL)),
+     "pipe id 0: vector slot shape 128x64 does not match cube slot 128x128 with split=1 (expected 64x128)", "pto.aiv_initialize_pipe {id = 0")
+case("split_mix_zero_nonzero", pipes(CUBE_PRE + CUBE_BODY.replace("{id = 0, split = 1}", "{id = 0, split = 0}", 1)),
+     "pipe id 0: split values [0, 1] mix 0 with non-zero", "pto.aiv_initialize_pipe {id = 0")
+case("split_1_and_2", pipes(CUBE_PRE + CUBE_BODY.replace("{id = 0, split = 1}", "{id = 0, split = 2}", 1)),
+     "pipe id 0: split values [1, 2] differ between ops of one pipe", "pto.aiv_initialize_pipe {id = 0")
+case("nosplit_with_split", cube_init(QK_INIT, "{id = 0, dir_mask = 1, slot_size = 65536, nosplit = true}"),
+     "pipe id 0: nosplit = true on the cube init requires split = 0 everywhere, ops use split [1]", "pto.aiv_initialize_pipe {id = 0")
+case("missing_entry", wrap("").replace(" attributes {pto.entry}", ""),
+     "module: exactly one function needs the pto.entry attribute, found 0")
+case("two_entries", wrap("").replace("func.func @k()", "func.func @k2(%x: !pto.ptr<i64>) attributes {pto.entry} {\n    pto.set_ffts %x : !pto.ptr<i64>\n    return\n  }\n  func.func @k()"),
+     "module: exactly one function needs the pto.entry attribute, found 2")
+case("entry_without_set_ffts", wrap("").replace("    pto.set_ffts %ffts : !pto.ptr<i64>\n", ""),
+     "'func.func' set_ffts: the entry @entry must call pto.set_ffts first", "func.func @entry")
+case("entry_set_ffts_not_first", wrap("").replace("    pto.set_ffts", "    %i = pto.get_block_idx\n    pto.set_ffts"),
+     "'func.func' set_ffts: the entry @entry must call pto.set_ffts first", "func.func @entry")
+case("entry_tile_argument", wrap("").replace("@entry(%ffts: !pto.ptr<i64>)", f"@entry(%ffts: !pto.ptr<i64>, %t: {V32})"),
+     "'func.func' entry arguments: @entry takes a !pto.tile_buf argument; tiles are only legal in callee functions", "func.func @entry")
+
+
+@pytest.mark.parametrize("text, message, at", CASES.values(), ids=CASES.keys())
+def test_invalid(text: str, message: str, at: str | None) -> None:
+    errors = errors_of(text)
+    matching = [(line, msg) for line, msg in errors if message in msg]
+    assert matching, f"no error contains {message!r}; got {errors}"
+    if at is not None:
+        assert matching[0][0] == line_of(text, at), f"{message!r} at line {matching[0][0]}, expected the line of {at!r}: {errors}"
+
+
+def test_every_verifier_rule_has_a_case() -> None:
+    """Each `_fail(..., rule, ...)` rule name of dialect.py appears in some expected message."""
+    import re
+    from pathlib import Path
+
+    import ptofa.dialect
+
+    source = Path(ptofa.dialect.__file__).read_text()
+    rules = set(re.findall(r'_fail\((?:self|op), "([^"]+)"', source))
+    assert len(rules) > 25
+    messages = " ".join(message for _, message, _ in CASES.values())
+    missing = sorted(rule for rule in rules if f"' {rule}:" not in messages and f" {rule}: " not in messages)
+    assert missing == []
+
+
+def test_all_errors_reported_with_lines_and_path() -> None:
+    text = vec(VEC_TILES + f"pto.trecip ins(%a : {V32}) outs(%a : {V32})\n"
+               + f"pto.tadd ins(%col, %col : {COL}, {COL}) outs(%col : {COL})")
+    with pytest.raises(PtoCheckError) as info:
+        check_text(text, "bad.pto")
+    lines = [line for line, _ in info.value.errors]
+    assert lines == [line_of(text, "pto.trecip"), line_of(text, "pto.tadd")]
+    rendered = str(info.value).splitlines()
+    assert rendered[0].startswith(f"bad.pto:{lines[0]}: error: 'pto.trecip' in place")
+    assert rendered[1].startswith(f"bad.pto:{lines[1]}: error: 'pto.tadd' layout")
+
+
+def test_parse_error_carries_line() -> None:
+    text = vec(VEC_TILES + "pto.tbogus ins(%a : !pto.tile_buf<vec, 16x64xf32>) outs(%a : !pto.tile_buf<vec, 16x64xf32>)")
+    (error,) = errors_of(text)
+    assert error[0] == line_of(text, "pto.tbogus")
+    assert "pto.tbogus" in error[1]
+
+
+def test_unregistered_op_on_its_own_line() -> None:
+    text = vec("%a = arith.constant 1 : index\npto.nonsense\n%b = arith.addi %a, %a : index")
+    assert errors_of(text) == [(line_of(text, "pto.nonsense"), "Operation pto.nonsense is not registered")]
+
+
+def test_entry_snippet_is_valid() -> None:
+    """The base modules of these cases verify; each case breaks exactly one thing."""
+    check_text(pipes())
+    check_text(wrap(""))
+    check_text("module {\n" + ENTRY + "}\n")
