@@ -169,12 +169,14 @@ def test_budget_is_the_tile_plan(head: int, tile_s1: int, qk_preload: int) -> No
     assert plan.gm_slot_bytes_per_block == sum(p.slot_bytes for p in config.pipes) * config.slot_num
 
 
-def test_budget_alignment() -> None:
-    acc = next(r for r in budget(make()).rows if r.space == "vec")
-    # A 32x1 f32 column (128 B) is rounded up to the 32 B UB alignment, a 64x1 (256 B) stays.
-    items = dict(acc.items)
-    assert items["m_slice"] % pipeline.ALIGNMENT["vec"] == 0
-    assert items["m_all"] == 64 * 4
+def test_budget_alignment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each tile is counted rounded up to its space's planner alignment (32 B UB/L1, 512 B L0)."""
+    config = make()
+    extra = [TileSpec("odd", "vector", "vec", 3, 8, "f16"), TileSpec("odd_l0a", "cube", "left", 16, 16, "f16")]  # 48 B, 512 B
+    monkeypatch.setattr(pipeline, "tile_plan", lambda c: tile_plan(c) + extra)
+    plan = {row.space: dict(row.items) for row in budget(config).rows}
+    assert plan["vec"]["odd"] == 64
+    assert plan["left"]["odd_l0a"] == 512
 
 
 def test_budget_overflow_is_rejected_naming_space_and_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -199,17 +201,13 @@ def test_budget_table_lists_every_space() -> None:
     assert "OVER" not in table
 
 
-def test_budget_from_tile_specs() -> None:
-    """`budget` sums whatever `tile_plan` lists, with alignment: an oversized plan is reported."""
+def test_budget_from_tile_specs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`budget` sums whatever `tile_plan` lists: an oversized plan is reported in the table."""
     spec = TileSpec("huge", "vector", "vec", 512, 128, "f32")
     assert spec.nbytes == 256 * 1024
     config = make()
-    original = pipeline.tile_plan
-    try:
-        pipeline.tile_plan = lambda c: original(c) + [spec]
-        plan = budget(config)
-    finally:
-        pipeline.tile_plan = original
+    monkeypatch.setattr(pipeline, "tile_plan", lambda c: tile_plan(c) + [spec])
+    plan = budget(config)
     ub = next(r for r in plan.rows if r.space == "vec")
     assert ub.used > ub.capacity and ("huge", 256 * 1024) in ub.items
     assert "huge 256K" in plan.table(only_over=True) and "OVER" in plan.table(only_over=True)

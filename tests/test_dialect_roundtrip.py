@@ -257,9 +257,8 @@ scf.for %i = %c0 to %c4 step %c1 {{
 @pytest.mark.parametrize("kind, body", OPS.values(), ids=OPS.keys())
 def test_op_roundtrip(kind: str, body: str) -> None:
     printed = roundtrip(wrap(body, kind=kind, args=GM_ARGS))
-    last = body.strip().splitlines()[-1].strip()
-    op_name = last.split("=")[-1].split()[0] if "=" in last.split("(")[0] else last.split()[0]
-    assert op_name in printed
+    for op_name in re.findall(r"\bpto\.[a-z_.]+?(?=[\s(])", body):
+        assert op_name in printed
 
 
 def test_every_dialect_op_has_a_roundtrip_case() -> None:

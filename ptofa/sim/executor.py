@@ -11,12 +11,15 @@ with `SimImbalance`. Results are written into the caller's GM buffers.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
+from collections.abc import Iterator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 from xdsl.dialects import builtin
 
 from ptofa import dialect as d
@@ -185,6 +188,18 @@ def _run_block(launch: LaunchState, block: int, entry: FuncProgram, args: list, 
     return cores, state
 
 
+@contextlib.contextmanager
+def _single_torch_thread() -> Iterator[None]:
+    """Tile-sized matmuls run 5-10x slower with torch's intra-op thread pool than on one
+    thread (thread start-up per 128x128 GEMM), so the launch runs single-threaded."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def simulate(
     parsed: ParsedModule,
     args: dict[str, object],
@@ -217,18 +232,19 @@ def simulate(
     if bad:
         raise SimError(f"blocks {bad} are outside [0, block_dim={block_dim})")
     traced = set(trace_blocks) if trace_blocks is not None else set(run)
-    for block in run:
-        cores, state = _run_block(launch, block, program.entry, bound, trace and block in traced)
-        for core in cores:
-            result.steps_per_core[(block, core.name)] = core.steps
-            result.peak_bytes[(block, core.name)] = {s: n for s, n in core.mem.peak.items() if n}
-        for pid, proto in state.pipes.items():
-            result.pipe_counts[(block, pid)] = {
-                "talloc": dict(proto.allocs),
-                "tpush": dict(proto.pushes),
-                "tpop": dict(proto.pops),
-                "tfree": dict(proto.frees),
-            }
+    with _single_torch_thread():
+        for block in run:
+            cores, state = _run_block(launch, block, program.entry, bound, trace and block in traced)
+            for core in cores:
+                result.steps_per_core[(block, core.name)] = core.steps
+                result.peak_bytes[(block, core.name)] = {s: n for s, n in core.mem.peak.items() if n}
+            for pid, proto in state.pipes.items():
+                result.pipe_counts[(block, pid)] = {
+                    "talloc": dict(proto.allocs),
+                    "tpush": dict(proto.pushes),
+                    "tpop": dict(proto.pops),
+                    "tfree": dict(proto.frees),
+                }
     result.warnings = ring_warnings(launch.rings)
     result.steps = launch.steps
     result.wall_s = time.perf_counter() - start
