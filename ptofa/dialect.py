@@ -1324,14 +1324,32 @@ class TReluOp(_UnaryOp):
 
 
 class _ScalarOp(_InsOutsOp):
-    """`ins(%a, %s : T, f32) outs(%d : T)`: elementwise with a scalar."""
+    """`ins(%a, %s : T, f32) outs(%d : T)`: elementwise with a scalar, operands in textual order.
+
+    Only `tdivs` also takes the scalar first (`ins(%s, %a : f32, T)`, d = s / a).
+    """
 
     N_INS: ClassVar[int] = 2
-    src = operand_def(TileBufType)
-    scalar = operand_def()
+    SCALAR_FIRST_OK: ClassVar[bool] = False
+    first = operand_def()
+    second = operand_def()
     dst_ = operand_def(TileBufType)
 
+    @property
+    def scalar_first(self) -> bool:
+        return not isinstance(self.first.type, TileBufType)
+
+    @property
+    def src(self) -> SSAValue:
+        return self.second if self.scalar_first else self.first
+
+    @property
+    def scalar(self) -> SSAValue:
+        return self.first if self.scalar_first else self.second
+
     def verify_(self) -> None:
+        if self.scalar_first and not self.SCALAR_FIRST_OK:
+            _fail(self, "operand order", f"the tile comes first (ins(%tile, %scalar)); only pto.tdivs takes the scalar first, got {self.first.type}")
         s, d = _tile(self, self.src, "src"), _tile(self, self.dst, "dst")
         _check_elementwise(self, [s, d])
         if not isinstance(self.scalar.type, (Float16Type, Float32Type, IntegerType)):
@@ -1361,9 +1379,10 @@ class TMulsOp(_ScalarOp):
 
 @irdl_op_definition
 class TDivsOp(_ScalarOp):
-    """d = a / s"""
+    """d = a / s, or d = s / a when the scalar comes first"""
 
     name = "pto.tdivs"
+    SCALAR_FIRST_OK: ClassVar[bool] = True
 
 
 @irdl_op_definition

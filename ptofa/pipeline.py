@@ -53,6 +53,7 @@ class TileSpec:
 
     name: str
     core: str  # "cube" or "vector"
+    stage: str  # pipeline stage the tile belongs to: qk, p, pv, gu (timing-model colours)
     loc: str  # vec / mat / left / right / acc
     rows: int
     cols: int
@@ -225,31 +226,31 @@ def tile_plan(c: FAConfig) -> list[TileSpec]:
     col = dict(blayout="col_major")
     tiles = [
         # cube: L1 staging, L0A/L0B operands, L0C accumulators
-        TileSpec("q_mat", "cube", "mat", s0, d, "f16", **nz),
-        TileSpec("k_mat", "cube", "mat", d, s1, "f16", slayout="col_major"),
-        TileSpec("v_mat", "cube", "mat", s1, d, "f16", **nz),
-        TileSpec("p_mat", "cube", "mat", s0, s1, "f16", **nz),
-        TileSpec("q_left", "cube", "left", s0, d, "f16", slayout="row_major"),
-        TileSpec("p_left", "cube", "left", s0, s1, "f16", slayout="row_major"),
-        TileSpec("k_right", "cube", "right", d, s1, "f16", slayout="col_major"),
-        TileSpec("v_right", "cube", "right", s1, d, "f16", slayout="col_major"),
-        TileSpec("s_acc", "cube", "acc", s0, s1, "f32", blayout="col_major", slayout="row_major", fractal=1024),
-        TileSpec("o_acc", "cube", "acc", s0, d, "f32", blayout="col_major", slayout="row_major", fractal=1024),
+        TileSpec("q_mat", "cube", "qk", "mat", s0, d, "f16", **nz),
+        TileSpec("k_mat", "cube", "qk", "mat", d, s1, "f16", slayout="col_major"),
+        TileSpec("v_mat", "cube", "pv", "mat", s1, d, "f16", **nz),
+        TileSpec("p_mat", "cube", "pv", "mat", s0, s1, "f16", **nz),
+        TileSpec("q_left", "cube", "qk", "left", s0, d, "f16", slayout="row_major"),
+        TileSpec("p_left", "cube", "pv", "left", s0, s1, "f16", slayout="row_major"),
+        TileSpec("k_right", "cube", "qk", "right", d, s1, "f16", slayout="col_major"),
+        TileSpec("v_right", "cube", "pv", "right", s1, d, "f16", slayout="col_major"),
+        TileSpec("s_acc", "cube", "qk", "acc", s0, s1, "f32", blayout="col_major", slayout="row_major", fractal=1024),
+        TileSpec("o_acc", "cube", "pv", "acc", s0, d, "f32", blayout="col_major", slayout="row_major", fractal=1024),
         # vector: softmax working set for one row slice
-        TileSpec("s_tile", "vector", "vec", vs0, ts1, "f32"),
-        TileSpec("red_tmp", "vector", "vec", vs0, ts1, "f32"),
-        TileSpec("p_half", "vector", "vec", vs0, ts1, "f16"),
-        TileSpec("m_slice", "vector", "vec", vs0, 1, "f32", **col),
-        TileSpec("l_slice", "vector", "vec", vs0, 1, "f32", **col),
+        TileSpec("s_tile", "vector", "p", "vec", vs0, ts1, "f32"),
+        TileSpec("red_tmp", "vector", "p", "vec", vs0, ts1, "f32"),
+        TileSpec("p_half", "vector", "p", "vec", vs0, ts1, "f16"),
+        TileSpec("m_slice", "vector", "p", "vec", vs0, 1, "f32", **col),
+        TileSpec("l_slice", "vector", "p", "vec", vs0, 1, "f32", **col),
         # vector: per-row state of the core's rows, and GU tiles
-        TileSpec("m_all", "vector", "vec", rows, 1, "f32", **col),
-        TileSpec("l_all", "vector", "vec", rows, 1, "f32", **col),
-        TileSpec("alpha_new", "vector", "vec", rows, 1, "f32", **col),
-        TileSpec("alpha_cur", "vector", "vec", rows, 1, "f32", **col),
-        TileSpec("pv_tile", "vector", "vec", rows, d, "f32"),
-        TileSpec("o_tile", "vector", "vec", rows, d, "f32"),
+        TileSpec("m_all", "vector", "p", "vec", rows, 1, "f32", **col),
+        TileSpec("l_all", "vector", "p", "vec", rows, 1, "f32", **col),
+        TileSpec("alpha_new", "vector", "p", "vec", rows, 1, "f32", **col),
+        TileSpec("alpha_cur", "vector", "gu", "vec", rows, 1, "f32", **col),
+        TileSpec("pv_tile", "vector", "gu", "vec", rows, d, "f32"),
+        TileSpec("o_tile", "vector", "gu", "vec", rows, d, "f32"),
     ]
-    tiles += [TileSpec(f"exp_ring{r}", "vector", "vec", rows, 1, "f32", **col) for r in range(c.exp_ring)]
+    tiles += [TileSpec(f"exp_ring{r}", "vector", "p", "vec", rows, 1, "f32", **col) for r in range(c.exp_ring)]
     return tiles
 
 

@@ -20,6 +20,7 @@ import math
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -518,10 +519,13 @@ TABLE_SHAPE = (("D", "head"), ("B", "batch"), ("N", "heads"), ("S0", "s0"))
 
 
 def _table_note(row: dict) -> str:
-    """The rule's name for a rejected point (the full message is in the files), else run_case's message."""
+    """The rule's name for a rejected point, the first line of the report for a failed one,
+    nothing for a pass (the full messages are in the files)."""
     if row["status"] == "rejected":
         return row["message"].split(":", 1)[0]
-    return row["message"]
+    if row["status"] == "pass":
+        return ""
+    return row["message"].splitlines()[0] if row["message"] else ""
 
 
 def summary_table(outcome: SweepOutcome) -> Table:
@@ -607,7 +611,7 @@ def sweep_cmd(
     non-zero if any point fails, deadlocks or errors, and with 130 when
     interrupted (rerun the same command to resume).
     """
-    console = Console()
+    console = Console() if sys.stdout.isatty() else Console(width=120)
     grid = SweepGrid(tile_s1=tile_s1, qk_preload=qk_preload, head=head_dim, s1=s1, s0=s0, batch=batch, heads=heads)
     try:
         outcome = run_sweep(grid, out_dir, backend=backend, jobs=jobs, seed=seed, console=console)

@@ -172,7 +172,7 @@ def test_budget_is_the_tile_plan(head: int, tile_s1: int, qk_preload: int) -> No
 def test_budget_alignment(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each tile is counted rounded up to its space's planner alignment (32 B UB/L1, 512 B L0)."""
     config = make()
-    extra = [TileSpec("odd", "vector", "vec", 3, 8, "f16"), TileSpec("odd_l0a", "cube", "left", 16, 16, "f16")]  # 48 B, 512 B
+    extra = [TileSpec("odd", "vector", "p", "vec", 3, 8, "f16"), TileSpec("odd_l0a", "cube", "qk", "left", 16, 16, "f16")]  # 48 B, 512 B
     monkeypatch.setattr(pipeline, "tile_plan", lambda c: tile_plan(c) + extra)
     plan = {row.space: dict(row.items) for row in budget(config).rows}
     assert plan["vec"]["odd"] == 64
@@ -203,7 +203,7 @@ def test_budget_table_lists_every_space() -> None:
 
 def test_budget_from_tile_specs(monkeypatch: pytest.MonkeyPatch) -> None:
     """`budget` sums whatever `tile_plan` lists: an oversized plan is reported in the table."""
-    spec = TileSpec("huge", "vector", "vec", 512, 128, "f32")
+    spec = TileSpec("huge", "vector", "p", "vec", 512, 128, "f32")
     assert spec.nbytes == 256 * 1024
     config = make()
     monkeypatch.setattr(pipeline, "tile_plan", lambda c: tile_plan(c) + [spec])

@@ -219,6 +219,8 @@ op_case("trecip_in_place", vec, VEC_TILES, f"pto.trecip ins(%a : {V32}) outs(%a 
         "'pto.trecip' in place: trecip cannot run in place on a3 (src == dst)")
 op_case("scalar_operand_type", vec, VEC_TILES + "%i = arith.constant 2 : index\n", f"pto.tadds ins(%a, %i : {V32}, index) outs(%a : {V32})",
         "'pto.tadds' operand type: scalar must be an int or float, got index")
+op_case("scalar_first_only_tdivs", vec, SCALAR + VEC_TILES, f"pto.tmuls ins(%s, %a : f32, {V32}) outs(%a : {V32})",
+        "'pto.tmuls' operand order: the tile comes first")
 op_case("texpands_col_major", vec, SCALAR + VEC_TILES, f"pto.texpands ins(%s : f32) outs(%col : {COL})",
         "'pto.texpands' layout: a loc=vec destination must be blayout=row_major, got vec 16x1xf32 col_major")
 op_case("texpands_space", cube, SCALAR + alloc("acc", ACC), f"pto.texpands ins(%s : f32) outs(%acc : {ACC})",

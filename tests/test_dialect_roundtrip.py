@@ -233,6 +233,7 @@ OPS["texp_in_place"] = ("vector", f"{VEC_TILES}\npto.texp ins(%a : {V32}) outs(%
 
 for _op in ("tadds", "tsubs", "tmuls", "tdivs", "tmaxs", "tmins"):
     OPS[_op] = ("vector", f"{VEC_TILES}\n{SCALAR}\npto.{_op} ins(%a, %s : {V32}, f32) outs(%o : {V32})")
+OPS["tdivs_scalar_first"] = ("vector", f"{VEC_TILES}\n{SCALAR}\npto.tdivs ins(%s, %a : f32, {V32}) outs(%o : {V32})")
 OPS["tmuls_in_place"] = ("vector", f"{VEC_TILES}\n{SCALAR}\npto.tmuls ins(%a, %s : {V32}, f32) outs(%a : {V32})")
 
 for _op in ("trowmax", "trowsum", "trowmin"):

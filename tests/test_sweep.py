@@ -267,8 +267,6 @@ def test_cli_rejects_a_malformed_list(tmp_path: Path) -> None:
 
 
 def test_sweep_end_to_end_on_the_simulator(tmp_path: Path) -> None:
-    if not hasattr(ptofa.runner, "run_case"):
-        pytest.skip("run_case not available yet")
     args = ["--tile-s1", "128,256", "--qk-preload", "1,2", "--head-dim", "64", "--s1", "512", "--s0", "128",
             "-j", "2", "--out", str(tmp_path)]
     result = CliRunner().invoke(sweep_cmd, args)
@@ -281,6 +279,8 @@ def test_sweep_end_to_end_on_the_simulator(tmp_path: Path) -> None:
         assert rows[point]["err"] <= rows[point]["tolerance"]
         assert rows[point]["wall_s"] > 0
     assert sum(row["best"] for row in rows.values()) == 1
+    for point in ((128, 1, 512), (128, 2, 512), (256, 2, 512)):
+        assert rows[point]["predicted_us"] > 0 and rows[point]["predicted_tflops"] > 0
     assert png_size(tmp_path / "results.png")[0] >= 700
 
 

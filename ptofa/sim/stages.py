@@ -4,9 +4,10 @@ A pipe gets its stage from the name of its slot view (`%qk_slot`, `%p_h`, `%pv_b
 ...), else from its id (0 qk, 1 p, 2 pv, the ptofa numbering). The producer side of a
 pipe works in that pipe's stage; the consumer side works in the next stage (the vectors
 pop QK to compute P, the cube pops P to compute PV, the vectors pop PV to update O).
-A cube op takes the stage of the next pipe-related op in textual order (its data is
-on the way to a pipe); a vector op takes the stage of the previous one (its data came
-from a pipe).
+A tile op on one of the ptofa builder's tiles takes that tile's stage
+(`pipeline.tile_plan`, through treshape/subview aliases). Any other cube op takes the
+stage of the next pipe-related op in textual order (its data is on the way to a pipe);
+a vector op takes the stage of the previous one (its data came from a pipe).
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ from xdsl.dialects import func
 from xdsl.ir import Operation, SSAValue
 
 from ptofa import dialect as d
+from ptofa.pipeline import FAConfig, tile_plan
+
+# Builder tile name -> stage; the exp_max ring tiles are numbered (exp_ring0, ...).
+_TILE_STAGE = {spec.name.rstrip("0123456789"): spec.stage for spec in tile_plan(FAConfig(qk_preload=2))}
 
 _BY_ID = {0: "qk", 1: "p", 2: "pv"}
 _NEXT = {"qk": "p", "p": "pv", "pv": "gu"}
@@ -34,6 +39,19 @@ def _name_stage(value: SSAValue) -> str | None:
             return None
         seen += 1
     return None
+
+
+def _tile_stage(op: Operation) -> str | None:
+    """The stage of the builder tile an op writes (or, for a store, reads)."""
+    if isinstance(op, d.TStoreOp):
+        value = op.src
+    elif isinstance(op, d._InsOutsOp):
+        value = op.dst
+    else:
+        return None
+    while isinstance(value.owner, (d.TReshapeOp, d.SubviewOp)):
+        value = value.owner.src
+    return _TILE_STAGE.get((value.name_hint or "").rstrip("0123456789"))
 
 
 def _entry_pipe(value: SSAValue) -> d._PipeDataOp | None:
@@ -72,5 +90,5 @@ def op_stages(func_op: func.FuncOp, kind: str | None) -> dict[Operation, str]:
     current = "other"
     for op in order:
         current = anchors.get(op, current)
-        stages[op] = current
+        stages[op] = _tile_stage(op) or current
     return stages
