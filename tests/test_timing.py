@@ -427,3 +427,35 @@ def test_png_timeline_is_written(tmp_path: Path) -> None:
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="svg or .png"):
         write_timeline(result, tmp_path / "t.pdf")
+
+
+# --- the real kernel: traces recorded by the simulator from the emitted .pto --------------------
+
+
+def _predict_real(tile_s1: int, qk_preload: int, s1: int, soc: str = "910B2"):
+    from ptofa.pipeline import FAConfig
+    from ptofa.runner import run_case
+
+    result = run_case(FAConfig(tile_s1=tile_s1, qk_preload=qk_preload), ProblemShape(1, 1, 128, s1),
+                      backend="sim", timing=True, soc=soc)
+    assert result.status == "pass", result.message
+    return result
+
+
+def test_real_kernel_doubling_s1_doubles_time():
+    short, long = _predict_real(256, 3, 4096), _predict_real(256, 3, 8192)
+    assert 1.8 <= long.predicted_us / short.predicted_us <= 2.2
+
+
+def test_real_kernel_preload_removes_the_serialisation_bubble():
+    serial, preloaded = _predict_real(128, 1, 2048), _predict_real(128, 3, 2048)
+    assert serial.predicted_us > 1.3 * preloaded.predicted_us
+
+
+def test_real_kernel_never_beats_the_cube_bound():
+    from ptofa.sim.socspec import get_soc
+
+    result = _predict_real(256, 3, 4096)
+    spec = get_soc("910B2")
+    macs = 2 * 128 * 4096 * 128  # QK and PV, one work unit on one core
+    assert result.predicted_us >= spec.cycles_to_us(macs / spec.cube_macs_per_cycle)
