@@ -119,9 +119,11 @@ def _decode_unit(c: _Common, unit: SSAValue) -> _Unit:
     return _Unit(scalar.div(bh, c.heads, name="b"), scalar.rem(bh, c.heads, name="h"), q_block)
 
 
-def _bsnd_offset(c: _Common, b: SSAValue, seq_len: SSAValue, row: SSAValue, h: SSAValue) -> SSAValue:
-    """Element offset of (b, row, h, 0) in a [B, S, N, D] tensor."""
-    seq = scalar.add(scalar.mul(b, seq_len), row)
+def _bsnd_offset(c: _Common, b: SSAValue, seq_len: SSAValue, row: SSAValue | None, h: SSAValue) -> SSAValue:
+    """Element offset of (b, row, h, 0) in a [B, S, N, D] tensor (row None = 0)."""
+    seq = scalar.mul(b, seq_len)
+    if row is not None:
+        seq = scalar.add(seq, row)
     return scalar.mul(scalar.add(scalar.mul(seq, c.heads), h), c.config.head)
 
 
@@ -207,7 +209,7 @@ def _cube_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
         q_row = scalar.mul(u.q_block, config.cube_s0)
         q_view = pto.as_tensor(pto.add_ptr(args["q"], _bsnd_offset(c, u.batch, c.s0, q_row, u.head)),
                                [config.cube_s0, config.head], [c.row_stride, 1], name="q_view")
-        kv_off = _bsnd_offset(c, u.batch, c.s1, scalar.const(0), u.head)
+        kv_off = _bsnd_offset(c, u.batch, c.s1, None, u.head)
         k_view = pto.as_tensor(pto.add_ptr(args["k"], kv_off), [config.head, c.s1], [1, c.row_stride],
                                layout="dn", name="kT_view")
         v_view = pto.as_tensor(pto.add_ptr(args["v"], kv_off), [c.s1, config.head], [c.row_stride, 1], name="v_view")
