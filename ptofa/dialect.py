@@ -286,9 +286,10 @@ class TileBufType(ParametrizedAttribute, TypeAttribute):
         if loc not in TILE_LOCS:
             parser.raise_error(f"unknown tile_buf loc '{loc}', expected one of {', '.join(TILE_LOCS)}")
         parser.parse_punctuation(",")
-        rows = parser.parse_integer(allow_boolean=False, allow_negative=False)
+        # parse_shape_dimension splits hex-looking tokens: `0x16` is `0` `x` `16` in a shape.
+        rows = parser.parse_shape_dimension(allow_dynamic=False)
         parser.parse_shape_delimiter()
-        cols = parser.parse_integer(allow_boolean=False, allow_negative=False)
+        cols = parser.parse_shape_dimension(allow_dynamic=False)
         parser.parse_shape_delimiter()
         dtype = parser.parse_type()
         fields: dict = dict(loc=loc, rows=rows, cols=cols, dtype=dtype)
@@ -296,9 +297,9 @@ class TileBufType(ParametrizedAttribute, TypeAttribute):
             key = parser.parse_identifier()
             parser.parse_punctuation("=")
             if key == "valid":
-                fields["v_row"] = cls._parse_dim(parser)
+                fields["v_row"] = cls._parse_valid_dim(parser)
                 parser.parse_shape_delimiter()
-                fields["v_col"] = cls._parse_dim(parser)
+                fields["v_col"] = cls._parse_valid_dim(parser)
             elif key in ("blayout", "slayout"):
                 fields[key] = parser.parse_identifier()
             elif key in ("fractal", "pad", "compact"):
@@ -339,6 +340,13 @@ class TileBufType(ParametrizedAttribute, TypeAttribute):
             parser.parse_punctuation("=")
             fields["compact"] = parser.parse_integer(allow_boolean=False)
         return fields
+
+    @staticmethod
+    def _parse_valid_dim(parser: AttrParser) -> int:
+        """A compact `valid=RxC` dimension: `?` or a decimal (hex-looking `0x16` splits)."""
+        if parser.parse_optional_punctuation("?") is not None:
+            return DYN
+        return parser.parse_shape_dimension(allow_dynamic=False)
 
     @staticmethod
     def _parse_dim(parser: AttrParser) -> int:
