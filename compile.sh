@@ -24,7 +24,7 @@ BISHENG_FLAGS=(
 
 INSTALL_PTOAS="install ptoas (pip install ptoas, or a PTOAS release) or set PTOAS=/path/to/ptoas"
 INSTALL_BISHENG="install CANN and \`source <ascend-toolkit>/set_env.sh\` (sets ASCEND_HOME_PATH), or set BISHENG=/path/to/bisheng"
-INSTALL_PTO_ISA="clone pto-isa (https://gitcode.com/cann/pto-isa) and export PTO_LIB_PATH=/path/to/pto-isa"
+INSTALL_PTO_ISA="clone pto-isa (github.com/hw-native-sys/pto-isa, at or after commit 0a15e15c) and export PTO_LIB_PATH=/path/to/pto-isa"
 
 usage() { echo "usage: $0 FILE.pto [-o BUILD_DIR]" >&2; exit 1; }
 

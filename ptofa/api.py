@@ -118,7 +118,10 @@ class KernelModule:
         # Hoist constants to the top of the function, in creation order.
         for op in reversed(scope.const_ops):
             op.detach()
-            block.insert_op_before(op, block.first_op) if block.first_op else block.add_op(op)
+            if block.first_op is None:
+                block.add_op(op)
+            else:
+                block.insert_op_before(op, block.first_op)
         self.module.body.block.add_op(fop)
 
 

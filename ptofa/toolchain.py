@@ -59,7 +59,7 @@ INSTALL_BISHENG = (
     "install CANN and `source <ascend-toolkit>/set_env.sh` (sets ASCEND_HOME_PATH), "
     "or set BISHENG=/path/to/bisheng"
 )
-INSTALL_PTO_ISA = "clone pto-isa (https://gitcode.com/cann/pto-isa) and export PTO_LIB_PATH=/path/to/pto-isa"
+INSTALL_PTO_ISA = "clone pto-isa (github.com/hw-native-sys/pto-isa, at or after commit 0a15e15c) and export PTO_LIB_PATH=/path/to/pto-isa"
 
 
 class ToolchainError(RuntimeError):
