@@ -284,13 +284,17 @@ class pto:  # noqa: N801
     # ---- pipes (global entries) ----
 
     @staticmethod
-    def init_pipe(core: str, pipe_id: int, dir_mask: int, slot_size: int, slot_tensor: SSAValue) -> None:
+    def init_pipe(core: str, pipe_id: int, dir_mask: int, slot_size: int, slot_tensor: SSAValue,
+                  slot_num: int | None = None) -> None:
+        """A global-entry pipe endpoint; `slot_num` None keeps ptoas's default (8 for one-way pipes)."""
         cls = d.AicInitializePipeOp if core == "cube" else d.AivInitializePipeOp
         props = {
             "id": IntegerAttr(pipe_id, 32),
             "dir_mask": IntegerAttr(dir_mask, 8),
             "slot_size": IntegerAttr(slot_size, 32),
         }
+        if slot_num is not None:
+            props["slot_num"] = IntegerAttr(slot_num, 32)
         cls.build(operands=[slot_tensor], properties=props)
 
     @staticmethod

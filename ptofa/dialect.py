@@ -1716,6 +1716,12 @@ class _InitPipeOp(IRDLOperation):
             _fail(self, "slot_size", f"slot_size={size} must equal the descriptor's {nbytes} bytes or twice them ({2 * nbytes})")
         if not 1 <= self.slot_num_value <= 64:
             _fail(self, "slot_num", f"slot_num={self.slot_num_value} must be in 1..64")
+        slots = self.slot_num_value
+        period = slots if slots <= 2 else slots // 2
+        if slots % period != 0:
+            _fail(self, "slot ring reuse", f"slot_num={slots} is not a multiple of its sync period {period}: "
+                  f"TALLOC waits for a free credit only when t % {period} == 0, so the talloc at t={slots} "
+                  f"re-binds slot 0 before its entry is freed (use slot_num <= 2 or even)")
 
 
 @irdl_op_definition

@@ -35,6 +35,7 @@ from ptofa.pipeline import FAConfig, PipeSpec, TileSpec, tile_plan
 from ptofa.textio import print_pto
 
 NEG_INIT = -3.0e38  # running-max start: finite, so exp(m_old - m_new) never sees inf - inf
+DEFAULT_SLOT_NUM = 8  # ptoas's default for one-way pipes: written only when the config differs
 SPLIT = 1  # TILE_UP_DOWN: vector core 0 gets the upper rows, core 1 the lower rows
 
 
@@ -94,7 +95,8 @@ def _init_pipes(c: _Common, core: str) -> None:
     for pipe in c.config.pipes:
         rows = pipe.rows if core == "cube" else pipe.half_rows
         slot = pto.as_tensor(c.slot_bases[pipe.name], [rows, pipe.cols], [pipe.cols, 1], name=f"{pipe.name}_slot")
-        pto.init_pipe(core, _pipe_id(c.config, pipe, core), pipe.dir_mask, pipe.slot_bytes, slot)
+        slot_num = None if c.config.slot_num == DEFAULT_SLOT_NUM else c.config.slot_num
+        pto.init_pipe(core, _pipe_id(c.config, pipe, core), pipe.dir_mask, pipe.slot_bytes, slot, slot_num)
 
 
 def _pipe_id(config: FAConfig, pipe: PipeSpec, core: str) -> int:

@@ -205,6 +205,13 @@ def _check_config(c: FAConfig) -> None:
         fail("matmul dims", f"m/k/n and ACC cols must be <= {MAX_MATMUL_DIM}")
     if c.slot_num < 1:
         fail("slot_num", f"slot_num={c.slot_num} must be >= 1")
+    if c.slot_num % c.sync_period != 0:
+        fail(
+            "slot ring reuse",
+            f"slot_num={c.slot_num} must be a multiple of its sync period {c.sync_period} "
+            f"(slot_num <= 2 or even): TALLOC waits for a free credit only when t % {c.sync_period} == 0, "
+            f"so the talloc at t={c.slot_num} re-binds slot 0 before its entry is freed",
+        )
     if c.exp_ring != c.qk_preload:
         fail("exp ring", f"exp_ring={c.exp_ring} must equal qk_preload={c.qk_preload}")
     if c.qk_preload < 1:

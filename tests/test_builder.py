@@ -104,6 +104,7 @@ ILLEGAL_CONFIGS = {
     "qk_preload_0": (dict(qk_preload=0), "qk_preload: qk_preload=0 must be >= 1"),
     "qk_preload_5": (dict(qk_preload=5), "preload vs slot ring: qk_preload=5 must be < slot_num - sync_period + 1 = 8 - 4 + 1 = 5"),
     "exp_ring": (dict(qk_preload=3, exp_ring=2), "exp ring: exp_ring=2 must equal qk_preload=3"),
+    "slot_num_odd": (dict(slot_num=5, qk_preload=2), "slot ring reuse: slot_num=5 must be a multiple of its sync period 2"),
     "slot_num_4_preload_4": (dict(slot_num=4, qk_preload=4), "preload vs slot ring: qk_preload=4 must be < slot_num - sync_period + 1 = 4 - 2 + 1 = 3"),
     "slot_num_0": (dict(slot_num=0, qk_preload=1, tile_s1=128), "slot_num: slot_num=0 must be >= 1"),
     "preload_1_tile_256": (dict(qk_preload=1, tile_s1=256), "preload vs tile factor: qk_preload=1 needs k_tile_factor=1"),

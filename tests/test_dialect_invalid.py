@@ -322,6 +322,8 @@ case("init_slot_size", cube_init(QK_INIT, "{id = 0, dir_mask = 1, slot_size = 65
      "'pto.aic_initialize_pipe' slot_size: slot_size=65537 must equal the descriptor's 65536 bytes or twice them (131072)", "pto.aic_initialize_pipe {id = 0")
 case("init_slot_size_4x", vec_init(QK_INIT, "{id = 0, dir_mask = 1, slot_size = 131072}"),
      "'pto.aiv_initialize_pipe' slot_size: slot_size=131072 must equal the descriptor's 32768 bytes or twice them (65536)", "pto.aiv_initialize_pipe {id = 0")
+case("init_slot_num_odd", cube_init(QK_INIT, "{id = 0, dir_mask = 1, slot_size = 65536, slot_num = 5}"),
+     "'pto.aic_initialize_pipe' slot ring reuse: slot_num=5 is not a multiple of its sync period 2", "pto.aic_initialize_pipe {id = 0")
 case("init_slot_num_zero", cube_init(QK_INIT, "{id = 0, dir_mask = 1, slot_size = 65536, slot_num = 0}"),
      "'pto.aic_initialize_pipe' slot_num: slot_num=0 must be in 1..64", "pto.aic_initialize_pipe {id = 0")
 case("init_dynamic_descriptor",

@@ -7,12 +7,19 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import pytest
+
+from ptofa.sim.errors import SimSlotHazard
 from ptofa.sim.pipes import PipeProtocol, pending_drain, sync_period
+
+
+# Slot counts the protocol is safe for: a multiple of the sync period (<= 2 or even).
+SAFE_SLOT_NUMS = st.integers(1, 16).filter(lambda s: s % sync_period(s) == 0)
 
 
 @settings(max_examples=300, deadline=None)
 @given(
-    slot_num=st.integers(1, 16),
+    slot_num=SAFE_SLOT_NUMS,
     pushes=st.integers(0, 120),
     schedule=st.lists(st.integers(0, 2), min_size=1, max_size=2000),
 )
@@ -56,6 +63,20 @@ def test_batched_credits_never_overwrite_a_live_slot_and_drain_exactly(slot_num,
     assert pipe.imbalance() is None
     for consumer in ("vec0", "vec1"):
         assert pipe.free[(consumer, "cube")] == pending_drain(pushes, slot_num)
+
+
+@pytest.mark.parametrize("slot_num", [5, 7, 9])
+def test_odd_slot_num_reuses_a_live_slot(slot_num):
+    """pto-isa's TALLOC waits only when t % SyncPeriod == 0: with S = 5 (P = 2) the talloc at
+    t = 5 re-binds slot 0 without waiting; the simulator reports it instead of racing."""
+    pipe = PipeProtocol(0, 1, slot_num, 1024)
+    for _ in range(slot_num):
+        assert not pipe.alloc_needs_credit("cube")
+        pipe.alloc("cube")
+        pipe.push("cube")
+    assert not pipe.alloc_needs_credit("cube")  # t = S is not a multiple of P: no wait
+    with pytest.raises(SimSlotHazard, match=r"re-binds slot 0 while vec0, vec1 has not freed entry #1"):
+        pipe.alloc("cube")
 
 
 @given(slot_num=st.integers(1, 64), t=st.integers(0, 1024))

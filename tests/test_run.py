@@ -206,3 +206,13 @@ def test_rowexpand_count_in_the_emitted_vector_function():
     text = emit_fa(_config(128, 256, 3))
     vector_func = text[text.index("func.func @fa_vec"):]
     assert vector_func.count("pto.trowexpand") == ROWEXPAND_OPS_IN_VECTOR_FUNC
+
+
+@pytest.mark.parametrize("slot_num,qk_preload", [(4, 2), (6, 3)])
+def test_other_slot_counts_are_emitted_and_simulated(slot_num, qk_preload):
+    config = FAConfig(tile_s1=128, qk_preload=qk_preload, slot_num=slot_num)
+    from ptofa.fa_builder import emit_fa
+
+    assert f"slot_num = {slot_num}" in emit_fa(config)
+    result = run_case(config, ProblemShape(1, 1, 128, 2048), backend="sim")
+    assert result.status == "pass", result.message

@@ -4,7 +4,7 @@
     result = simulate(parse_pto(text, path), {"q": GmPointer.of(q), ..., "s0": 1024}, block_dim=8)
 """
 
-from ptofa.sim.errors import SimDeadlock, SimError, SimImbalance, SimMemoryOverflow, SimStepLimit
+from ptofa.sim.errors import SimDeadlock, SimError, SimImbalance, SimMemoryOverflow, SimSlotHazard, SimStepLimit
 from ptofa.sim.executor import SimResult, simulate
 from ptofa.sim.memory import GmPointer
 
@@ -15,6 +15,7 @@ __all__ = [
     "SimImbalance",
     "SimMemoryOverflow",
     "SimResult",
+    "SimSlotHazard",
     "SimStepLimit",
     "simulate",
 ]

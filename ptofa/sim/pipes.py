@@ -17,7 +17,7 @@ function exit the producer drains `t // P - waited(t)` credits.
 
 from __future__ import annotations
 
-from ptofa.sim.errors import SimError, SimImbalance
+from ptofa.sim.errors import SimError, SimImbalance, SimSlotHazard
 
 VEC_CORES = ("vec0", "vec1")
 
@@ -89,8 +89,20 @@ class PipeProtocol:
         self.credits_taken[core] += 1
 
     def alloc(self, core: str) -> int:
-        """Bind the next slot (credit already taken if needed); returns the producer index t."""
+        """Bind the next slot (credit already taken if needed); returns the producer index t.
+
+        Raises SimSlotHazard when slot t % S still holds entry t - S unfreed by a consumer.
+        """
         t = self.allocs[core]
+        if t >= self.slot_num:
+            behind = [c for c in self.consumers if self.frees[c] < t - self.slot_num + 1]
+            if behind:
+                raise SimSlotHazard(
+                    f"pipe {self.pipe_id}: talloc #{t + 1} on {core} re-binds slot {t % self.slot_num} while "
+                    f"{', '.join(behind)} has not freed entry #{t - self.slot_num + 1} that last used it "
+                    f"(slot_num {self.slot_num} is not a multiple of the sync period {self.period}: "
+                    f"TALLOC waits only when t % {self.period} == 0; {self.counts()})"
+                )
         self.allocs[core] = t + 1
         return t
 
