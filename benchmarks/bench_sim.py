@@ -18,11 +18,11 @@ import time
 import numpy as np
 import torch
 
-from ptofa import argspec
 from ptofa.fa_builder import emit_fa
 from ptofa.pipeline import FAConfig, ProblemShape, default_block_dim
 from ptofa.reference import check_accuracy, make_inputs, reference_attention
-from ptofa.sim import GmPointer, simulate
+from ptofa.runner import sim_kernel_args
+from ptofa.sim import simulate
 from ptofa.textio import check_text
 
 
@@ -54,12 +54,7 @@ def main() -> None:
     text = emit_fa(config)
     q, k, v = make_inputs(shape, config.head, seed=0)
     o = np.full((shape.batch, shape.s0, shape.heads, config.head), np.nan, dtype=np.float32)
-    slots = GmPointer.of(np.full(config.gm_slot_f32_per_block * block_dim, np.nan, dtype=np.float32))
-    pointers = {"ffts": GmPointer.of(np.zeros(16, dtype=np.int64)), "slots": slots,
-                "slots_h": slots.retyped(np.float16), "q": GmPointer.of(q.numpy()), "k": GmPointer.of(k.numpy()),
-                "v": GmPointer.of(v.numpy()), "o": GmPointer.of(o)}
-    scalars = {"batch": shape.batch, "heads": shape.heads, "s0": shape.s0, "s1": shape.s1, "scale": scale}
-    args = {a.name: pointers.get(a.name, scalars.get(a.name)) for a in argspec.ENTRY_ARGS}
+    args = sim_kernel_args(config, shape, q.numpy(), k.numpy(), v.numpy(), o, block_dim, scale)
 
     profiler = cProfile.Profile() if opts.profile else None
     start = time.perf_counter()

@@ -30,7 +30,7 @@ from xdsl.ir import SSAValue
 
 from ptofa import argspec
 from ptofa import dialect as d
-from ptofa.api import F32, KernelModule, parse_ir_type, partition_type, pto, scalar, tile, tile_type, view_type
+from ptofa.api import F32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type, view_type
 from ptofa.pipeline import FAConfig, PipeSpec, TileSpec, tile_plan
 from ptofa.textio import print_pto
 

@@ -130,6 +130,41 @@ def run_case(
         return _run_sim(config, shape, pto_path, result, seed, block_dim, timing, timeline, soc, scale)
 
 
+def sim_kernel_args(
+    config: FAConfig,
+    shape: ProblemShape,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    o: np.ndarray,
+    block_dim: int,
+    scale: float,
+) -> dict[str, object]:
+    """The entry's arguments for `ptofa.sim.simulate`, by `argspec.ENTRY_ARGS` name.
+
+    The slot workspace is one NaN-filled buffer passed as f32 and f16 pointers (so a
+    slot read before it is written shows up in O); `o` is written in place.
+    """
+    from ptofa.sim import GmPointer
+
+    slots = GmPointer.of(np.full(config.gm_slot_f32_per_block * block_dim, np.nan, dtype=np.float32))
+    values: dict[str, object] = {
+        "ffts": GmPointer.of(np.zeros(16, dtype=np.int64)),
+        "slots": slots,
+        "slots_h": slots.retyped(np.float16),
+        "q": GmPointer.of(q),
+        "k": GmPointer.of(k),
+        "v": GmPointer.of(v),
+        "o": GmPointer.of(o),
+        "batch": shape.batch,
+        "heads": shape.heads,
+        "s0": shape.s0,
+        "s1": shape.s1,
+        "scale": scale,
+    }
+    return {a.name: values[a.name] for a in argspec.ENTRY_ARGS}
+
+
 def _run_sim(
     config: FAConfig,
     shape: ProblemShape,
@@ -143,7 +178,7 @@ def _run_sim(
     scale: float | None,
 ) -> RunResult:
     """Simulate the `.pto` file as written (parsed from its text), then check and time it."""
-    from ptofa.sim import GmPointer, SimDeadlock, SimError, simulate
+    from ptofa.sim import SimDeadlock, SimError, simulate
     from ptofa.sim.socspec import get_soc
     from ptofa.sim.timing import blocks_to_trace, predict, write_timeline
 
@@ -159,20 +194,7 @@ def _run_sim(
         return result
     q, k, v = make_inputs(shape, config.head, seed)
     o = np.full((shape.batch, shape.s0, shape.heads, config.head), np.nan, dtype=np.float32)
-    # Unwritten slot memory is NaN, so reading a slot before it is written shows up in O.
-    slots = np.full(config.gm_slot_f32_per_block * block_dim, np.nan, dtype=np.float32)
-    slots_ptr = GmPointer.of(slots)
-    pointers = {
-        "ffts": GmPointer.of(np.zeros(16, dtype=np.int64)),
-        "slots": slots_ptr,
-        "slots_h": slots_ptr.retyped(np.float16),
-        "q": GmPointer.of(q.numpy()),
-        "k": GmPointer.of(k.numpy()),
-        "v": GmPointer.of(v.numpy()),
-        "o": GmPointer.of(o),
-    }
-    scalars = {"batch": shape.batch, "heads": shape.heads, "s0": shape.s0, "s1": shape.s1, "scale": scale}
-    args = {a.name: pointers[a.name] if a.name in pointers else scalars[a.name] for a in argspec.ENTRY_ARGS}
+    args = sim_kernel_args(config, shape, q.numpy(), k.numpy(), v.numpy(), o, block_dim, scale)
     trace_blocks = blocks_to_trace(block_dim, shape.work_units) if timing else None
     try:
         sim = simulate(parsed, args, block_dim, trace=timing, trace_blocks=trace_blocks)

@@ -177,21 +177,17 @@ def test_simulator_memory_peak_equals_the_budget(head, tile_s1, qk_preload):
     """The budget (from tile_plan + hidden scratch) and the simulator's live-byte count agree exactly."""
     import numpy as np
 
-    from ptofa import argspec
     from ptofa.fa_builder import emit_fa
     from ptofa.pipeline import budget
-    from ptofa.sim import GmPointer, simulate
+    from ptofa.runner import sim_kernel_args
+    from ptofa.sim import simulate
     from ptofa.textio import check_text
 
     config = _config(head, tile_s1, qk_preload)
     s1 = qk_preload * tile_s1
-    slots = GmPointer.of(np.full(config.gm_slot_f32_per_block, np.nan, np.float32))
+    q = np.zeros((1, 128, 1, head), np.float16)
     kv = np.zeros((1, s1, 1, head), np.float16)
-    pointers = {"ffts": GmPointer.of(np.zeros(4, np.int64)), "slots": slots, "slots_h": slots.retyped(np.float16),
-                "q": GmPointer.of(np.zeros((1, 128, 1, head), np.float16)), "k": GmPointer.of(kv),
-                "v": GmPointer.of(kv.copy()), "o": GmPointer.of(np.zeros((1, 128, 1, head), np.float32))}
-    scalars = {"batch": 1, "heads": 1, "s0": 128, "s1": s1, "scale": 0.1}
-    args = {a.name: pointers.get(a.name, scalars.get(a.name)) for a in argspec.ENTRY_ARGS}
+    args = sim_kernel_args(config, ProblemShape(1, 1, 128, s1), q, kv, kv.copy(), np.zeros((1, 128, 1, head), np.float32), 1, 0.1)
     peak = simulate(check_text(emit_fa(config)), args, 1).peak_bytes
     planned = {row.space: row.used for row in budget(config).rows}
     assert peak[(0, "vec0")]["vec"] == peak[(0, "vec1")]["vec"] == planned["vec"]

@@ -361,7 +361,7 @@ def test_critical_path_names_the_bounding_resource(change: dict, bound: str) -> 
 
 
 def test_launch_extrapolates_blocks_and_waves() -> None:
-    config, spec = FAConfig(), SOCS["910B2"]
+    config = FAConfig()
     # 30 units on 24 blocks: blocks 0..5 run 2 units, 6..23 run 1. Replay one of each.
     shape = ProblemShape(s0=128 * 30, s1=8 * 256)
     trace = fa_trace(num_tiles=8, blocks=(0,), units=2, block_dim=24)

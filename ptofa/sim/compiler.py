@@ -603,10 +603,7 @@ class _FunctionCompiler:
                         vals[c] = v
             finish(vals)
 
-        def loop_blocking(vals):
-            return loop_gen(vals)
-
-        return loop_blocking, True
+        return loop_gen, True
 
     def if_op(self, op: scf.IfOp) -> tuple[Fn, bool]:
         cond = self.slot(op.cond)

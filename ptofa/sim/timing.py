@@ -315,7 +315,7 @@ class _BlockReplayer:
 
         issue, issue_cause = 0.0, ("start", None)
         if i > 0:
-            prev, prev_op = self.sched[core][i - 1], self.ops[core][i - 1]
+            prev = self.sched[core][i - 1]
             if prev.queue == "S":  # scalar work and cross-core waits stall issue until done
                 issue, issue_cause = prev.end + soc.op_dispatch_cycles, ("end", (core, i - 1))
             else:
