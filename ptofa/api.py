@@ -359,6 +359,10 @@ class tile:  # noqa: N801
         _dps(d.TMulsOp, [src, s], out)
 
     @staticmethod
+    def adds(src: SSAValue, s: SSAValue, out: SSAValue) -> None:
+        _dps(d.TAddsOp, [src, s], out)
+
+    @staticmethod
     def exp(src: SSAValue, out: SSAValue) -> None:
         _dps(d.TExpOp, [src], out)
 

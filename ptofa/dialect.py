@@ -44,6 +44,8 @@ from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 
+from ptofa.target import HIDDEN_ROWEXPAND_TMP_BYTES
+
 DYN = -1  # a dynamic (`?`) dimension
 
 # --------------------------------------------------------------------------------------
@@ -713,6 +715,22 @@ class MakeTensorViewOp(IRDLOperation):
             const = constant_index(value)
             if dim != DYN and const is not None and const != dim:
                 _fail(self, "static shape", f"dim {i} of the type is {dim} but the shape operand is the constant {const}")
+        strides = [constant_index(v) for v in self.strides]
+        sizes = [constant_index(v) for v in self.shape]
+        if self.layout is None and rank >= 2 and strides[0] == 1 and strides[-1] != 1 and None in strides + sizes:
+            _fail(self, "layout inference", f"strides [{', '.join('?' if x is None else str(x) for x in strides)}] describe a DN "
+                  "view, but ptoas infers the layout only when every size and stride is a constant and silently makes "
+                  "this view ND (pto-ir.md 0.2): write {layout = #pto.layout<dn>}")
+
+    @property
+    def view_layout(self) -> str:
+        """The layout ptoas gives the view: the attribute, else inferred from constant strides."""
+        if self.layout is not None:
+            return self.layout.value.data
+        strides = [constant_index(v) for v in self.strides]
+        if len(strides) >= 2 and strides[0] == 1 and strides[-1] != 1 and None not in strides:
+            return "dn"
+        return "nd"
 
 
 @irdl_op_definition
@@ -939,6 +957,7 @@ class TLoadOp(_InsOutsOp):
         if t.space not in ("vec", "mat"):
             _fail(self, "memory space", f"dst must be loc=vec or loc=mat on A2/A3, got loc={t.space}")
         _check_view_tile(self, st, t)
+        _check_layout_pair(self, self.src, t)
 
 
 @irdl_op_definition
@@ -963,6 +982,49 @@ class TStoreOp(_InsOutsOp):
             _check_view_tile(self, pt, t, allow_convert=True)
         else:
             _check_view_tile(self, pt, t)
+            _check_layout_pair(self, self.dst, t)
+
+
+def view_layout(value: SSAValue) -> str | None:
+    """GM layout (nd/dn/nz) of a tensor or partition view, traced to its make_tensor_view; None if unknown."""
+    owner = value.owner
+    if isinstance(owner, PartitionViewOp):
+        return view_layout(owner.source)
+    if isinstance(owner, MakeTensorViewOp):
+        return owner.view_layout
+    if isinstance(owner, _ProducesEntry):
+        return "nd"  # pipe slots are row-major
+    return None
+
+
+def tile_layout(t: TileBufType) -> str:
+    """ND, DN, NZ or ZN (pto-ir.md 6.4), or the raw `blayout/slayout` pair for other boxed layouts."""
+    return {
+        ("row_major", "none_box"): "ND", ("col_major", "none_box"): "DN",
+        ("col_major", "row_major"): "NZ", ("row_major", "col_major"): "ZN",
+    }.get((t.blayout.data, t.slayout.data), f"{t.blayout.data}/{t.slayout.data}")
+
+
+# GM layout -> tile layouts a TLOAD/TSTORE can pair it with (pto-isa docs/isa/TLOAD: Vec tiles
+# only ND->ND, DN->DN, NZ->NZ; Mat tiles also ND->NZ and DN->ZN).
+_GM_TILE_LAYOUTS = {
+    "vec": {"nd": ("ND",), "dn": ("DN",), "nz": ("NZ",)},
+    "mat": {"nd": ("ND", "NZ"), "dn": ("DN", "ZN"), "nz": ("NZ",)},
+}
+
+
+def _check_layout_pair(op: Operation, view: SSAValue, tile: TileBufType) -> None:
+    gm = view_layout(view)
+    allowed = _GM_TILE_LAYOUTS.get(tile.space, {}).get(gm or "")
+    if gm is None or allowed is None:
+        return
+    # A single-row or single-column tile is the same bytes in either layout.
+    if 1 in tile.shape and not tile.is_boxed:
+        return
+    if tile_layout(tile) not in allowed:
+        _fail(op, "layout pairing", f"a {gm.upper()} GM view pairs with loc={tile.space} tiles of layout "
+              f"{' or '.join(allowed)}, got {tile_layout(tile)} (ptoas does not check this, pto-ir.md 0.8; "
+              "the C++ build fails or the data is scrambled)")
 
 
 def _check_view_tile(op: Operation, view: PartitionTensorViewType, tile: TileBufType, allow_convert: bool = False) -> None:
@@ -998,8 +1060,23 @@ class TMovOp(_InsOutsOp):
             _fail(self, "memory space", f"{s.space} -> {d.space} is not a legal A2/A3 tmov (legal: mat->left/right/bias/scaling, vec->vec, acc->mat)")
         if s.shape != d.shape:
             _fail(self, "shape agreement", f"src {s.shape[0]}x{s.shape[1]} != dst {d.shape[0]}x{d.shape[1]}")
+        ps, pd = physical_shape(self.src), physical_shape(self.dst)
+        if ps != pd:
+            kind = "mat-source" if s.space == "mat" else "A2/A3 non-mat"
+            _fail(self, "shape agreement", f"expects {kind} tmov to use matching src/dst shapes: ptoas materializes a "
+                  f"subview as its parent's physical tile, so this is {ps[0]}x{ps[1]} -> {pd[0]}x{pd[1]} "
+                  "(pto-ir.md 0.14); copy into a subview with `tadds ins(%src, %zero ...)` instead")
         if s.space == "vec" and not (s.is_row_major and d.is_row_major):
             _fail(self, "layout", f"vec->vec tmov needs blayout=row_major tiles, got src {s.blayout.data}, dst {d.blayout.data}")
+
+
+def physical_shape(value: SSAValue) -> tuple[int, int]:
+    """The tile shape ptoas materializes for `value`: a subview is its parent's physical tile."""
+    while isinstance(value.owner, SubviewOp):
+        value = value.owner.src
+    t = value.type
+    assert isinstance(t, TileBufType)
+    return t.shape
 
 
 @irdl_op_definition
@@ -1089,6 +1166,10 @@ class SubviewOp(IRDLOperation):
     def verify_(self) -> None:
         s, r = _tile(self, self.src, "src"), self.result.type
         assert isinstance(r, TileBufType)
+        if isinstance(self.src.owner, TReshapeOp):
+            _fail(self, "subview source", "the source is a pto.treshape result; ptoas 0.60 fails to legalize a subview of a "
+                  "reshape ('failed to legalize operation pto.subview', pto-ir.md 0.13): slice a tile made by pto.alloc_tile "
+                  "(allocate the [1,R] row tile and treshape it to the [R,1] column instead)")
         if (s.space, s.dtype, s.blayout, s.slayout) != (r.space, r.dtype, r.blayout, r.slayout):
             _fail(self, "type agreement", f"subview keeps loc, dtype and layout of its source: {s.describe()} {s.blayout.data}/{s.slayout.data} -> {r.describe()} {r.blayout.data}/{r.slayout.data}")
         for name, off, size, full in (("row", self.row, r.rows.data, s.rows.data), ("col", self.col, r.cols.data, s.cols.data)):
@@ -1917,6 +1998,17 @@ class TfreeFromAivOp(_TakesEntry):
     CORE: ClassVar[str] = "cube"
     DIRECTION: ClassVar[int] = 2
     ROLE: ClassVar[str] = "tfree"
+
+
+def hidden_scratch(op: Operation) -> tuple[str, str, int] | None:
+    """The UB scratch ptoas allocates for `op` written without a tmp operand: (space, shape, bytes)."""
+    if isinstance(op, _RowExpandOp) and op.tmp is None:
+        return ("vec", "1x2048xf32", HIDDEN_ROWEXPAND_TMP_BYTES)
+    if isinstance(op, _RowReduceOp) and op.tmp is None:
+        t = op.src.type
+        assert isinstance(t, TileBufType)
+        return ("vec", f"{t.rows.data}x{t.cols.data}x{t.elem}", t.nbytes)
+    return None
 
 
 PIPE_INIT_OPS = (AicInitializePipeOp, AivInitializePipeOp)

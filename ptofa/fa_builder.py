@@ -235,8 +235,9 @@ def _cube_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
 class _VecState:
     c: _Common
     tiles: dict[str, SSAValue]
-    rows: dict[str, SSAValue]  # [1, R] row views of the [R, 1] statistics
+    rows: dict[str, SSAValue]  # every per-row statistic as a [1, R] row (tile or treshape view)
     scale: SSAValue
+    zero: SSAValue  # f32 0.0: `tadds x, 0` copies into a subview (tmov needs equal shapes)
     ring: list[SSAValue]  # exp_max ring, as [1, R] row views
 
 
@@ -269,7 +270,7 @@ def compute_p(s: _VecState, t: SSAValue) -> None:
         tile.max(rows["m_slice"], m_old, out=rows["m_slice"])  # m_new
         tile.sub(m_old, rows["m_slice"], out=alpha)
         tile.exp(alpha, out=alpha)  # alpha_t = exp(m_old - m_new)
-        tile.mov(rows["m_slice"], m_old)
+        tile.adds(rows["m_slice"], s.zero, out=m_old)  # m_old := m_new (a tmov into a subview is rejected)
         tile.mul(l_run, alpha, out=l_run)
         tile.row_expand_sub(tl["s_tile"], tl["m_slice"], out=tl["s_tile"])
         tile.exp(tl["s_tile"], out=tl["s_tile"])
@@ -301,18 +302,22 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
     _init_pipes(c, "vector")
     specs = [spec for spec in tile_plan(config) if spec.core == "vector"]
     tiles = {spec.name: _alloc(spec) for spec in specs}
+    # [R, 1] column statistics get a [1, R] row view for the elementwise ops; the
+    # [1, R] running statistics are rows already (compute_p slices them).
     rows = {
         spec.name: tile.reshape(tiles[spec.name], 1, spec.rows, name=f"{spec.name}_row")
         for spec in specs
         if spec.cols == 1
     }
+    rows.update({spec.name: tiles[spec.name] for spec in specs if spec.rows == 1})
+    l_col = tile.reshape(tiles["l_all"], config.vec_rows, 1, name="l_all_col", blayout="col_major")
     ring = [rows[f"exp_ring{r}"] for r in range(config.exp_ring)]
-    state = _VecState(c, tiles, rows, args["scale"], ring)
+    neg = scalar.const(NEG_INIT, F32, name="neg_init")
+    zero = scalar.const(0.0, F32, name="zero")
+    state = _VecState(c, tiles, rows, args["scale"], zero, ring)
     sub_block = pto.get_subblock_idx()
     preload = config.qk_preload
     steady_end = scalar.sub(c.num_tiles, preload, name="steady_end")
-    neg = scalar.const(NEG_INIT, F32, name="neg_init")
-    zero = scalar.const(0.0, F32, name="zero")
     with pto.range(c.block_idx, c.units, c.block_num, name="unit") as unit:
         u = _decode_unit(c, unit)
         tile.fill(neg, out=rows["m_all"])
@@ -328,7 +333,7 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
         if config.fault == "extra_tpop":
             pv = config.pipes[2]
             pto.tpop("vector", pv.pipe_id, _entry_types(pv, "vector"), SPLIT, name="extra_entry")
-        tile.row_expand_div(tiles["o_tile"], tiles["l_all"], out=tiles["o_tile"])
+        tile.row_expand_div(tiles["o_tile"], l_col, out=tiles["o_tile"])
         o_row = scalar.add(scalar.mul(u.q_block, config.cube_s0), scalar.mul(sub_block, config.vec_rows))
         o_view = pto.as_tensor(pto.add_ptr(args["o"], _bsnd_offset(c, u.batch, c.s0, o_row, u.head)),
                                [config.vec_rows, config.head], [c.row_stride, 1], name="o_view")

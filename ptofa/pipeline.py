@@ -15,23 +15,9 @@ import math
 import warnings
 from dataclasses import dataclass, field
 
-KIB = 1024
+from ptofa.target import ALIGNMENT, CAPACITY, HIDDEN_ROWEXPAND_TMP_BYTES, KIB, SPACE_NAMES  # noqa: F401 (re-exported)
+from ptofa.target import align as _align
 
-# Local memory capacities of one A2/A3 block (pto-ir.md 6.4; ptoas PlanMemory A3 MemSpec).
-CAPACITY = {
-    "vec": 192 * KIB,  # UB, per vector core
-    "mat": 512 * KIB,  # L1
-    "left": 64 * KIB,  # L0A
-    "right": 64 * KIB,  # L0B
-    "acc": 128 * KIB,  # L0C
-}
-# Planner alignment per space (fa-pipeline.md 3.2).
-ALIGNMENT = {"vec": 32, "mat": 32, "left": 512, "right": 512, "acc": 512}
-SPACE_NAMES = {"vec": "UB", "mat": "L1", "left": "L0A", "right": "L0B", "acc": "L0C"}
-
-# ptoas materialises a hidden UB scratch for every trowexpand* op written without a
-# tmp operand: 1x2048 f32 = 8 KiB each (pto-ir.md section 0, item 5).
-HIDDEN_ROWEXPAND_TMP_BYTES = 8 * KIB
 # trowexpand* ops in the vector function as the builder emits it: compute_p (one
 # trowexpandsub) in the prologue and steady loops, compute_gu (one trowexpandmul) in
 # the steady and epilogue loops, and the final trowexpanddiv. A test counts them in
@@ -87,10 +73,6 @@ class PipeSpec:
     @property
     def half_rows(self) -> int:
         return self.rows // VEC_CORES
-
-
-def _align(nbytes: int, alignment: int) -> int:
-    return (nbytes + alignment - 1) // alignment * alignment
 
 
 @dataclass(frozen=True)
@@ -251,10 +233,14 @@ def tile_plan(c: FAConfig) -> list[TileSpec]:
         TileSpec("p_half", "vector", "p", "vec", vs0, ts1, "f16"),
         TileSpec("m_slice", "vector", "p", "vec", vs0, 1, "f32", **col),
         TileSpec("l_slice", "vector", "p", "vec", vs0, 1, "f32", **col),
-        # vector: per-row state of the core's rows, and GU tiles
-        TileSpec("m_all", "vector", "p", "vec", rows, 1, "f32", **col),
-        TileSpec("l_all", "vector", "p", "vec", rows, 1, "f32", **col),
-        TileSpec("alpha_new", "vector", "p", "vec", rows, 1, "f32", **col),
+        # vector: per-row state of the core's rows, and GU tiles. The running
+        # statistics are allocated as [1, R] rows because compute_p slices them per
+        # row slice with pto.subview, whose source must come from alloc_tile (a
+        # subview of a treshape fails to legalize in ptoas 0.60, pto-ir.md 0.13);
+        # the [R, 1] column views the row-broadcast ops need are treshapes of them.
+        TileSpec("m_all", "vector", "p", "vec", 1, rows, "f32"),
+        TileSpec("l_all", "vector", "p", "vec", 1, rows, "f32"),
+        TileSpec("alpha_new", "vector", "p", "vec", 1, rows, "f32"),
         TileSpec("alpha_cur", "vector", "gu", "vec", rows, 1, "f32", **col),
         TileSpec("pv_tile", "vector", "gu", "vec", rows, d, "f32"),
         TileSpec("o_tile", "vector", "gu", "vec", rows, d, "f32"),

@@ -19,6 +19,7 @@ from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyExcepti
 from xdsl.utils.lexer import Span
 
 from ptofa import dialect as d
+from ptofa.memcheck import memory_errors
 
 
 class PtoCheckError(Exception):
@@ -178,13 +179,31 @@ def function_errors(func_op: func.FuncOp) -> list[tuple[Operation | None, str]]:
             if op.entry_type != init.gm_slot_tensor.type:
                 errors.append((op, f"'{op.name}' entry type: {op.entry_type} must equal the init's gm_slot_tensor type {init.gm_slot_tensor.type}"))
             errors += _split_errors(op, init)
+            if isinstance(op, d._TakesEntry):
+                errors += _entry_source_errors(op)
         elif isinstance(op, d.CUBE_ONLY_OPS) and kind == "vector":
             errors.append((op, f"'{op.name}' kernel kind: cube op in vector function @{fname}"))
     if len(init_kinds) > 1:
         errors.append((None, f"@{fname}: cannot mix pto.aic_initialize_pipe and pto.aiv_initialize_pipe in one function"))
     if 2 * len(inits) > 16:
         errors.append((None, f"@{fname}: {len(inits)} one-way pipes need {2 * len(inits)} flag ids; at most 16 fit (8 pipes)"))
+    errors += memory_errors(func_op)
     return errors
+
+
+# What a tpush / tfree must take: the entry of a talloc / tpop of the same pipe.
+_ENTRY_SOURCE = {"tpush": "talloc", "tfree": "tpop"}
+
+
+def _entry_source_errors(op: d._TakesEntry) -> list[tuple[Operation | None, str]]:
+    """tpush takes a talloc'd entry and tfree a popped one, of the same pipe (ptoas does not check it)."""
+    want = _ENTRY_SOURCE[op.ROLE]
+    src = op.entry_value.owner
+    if isinstance(src, d._ProducesEntry) and src.ROLE == want and src.id_value == op.id_value:
+        return []
+    got = f"a {src.name} result of pipe id {src.id_value}" if isinstance(src, d._ProducesEntry) else "a value that no talloc or tpop made"
+    return [(op, f"'{op.name}' entry: {op.ROLE} needs the entry of a {want} on pipe id {op.id_value}, got {got} "
+                 "(ptoas compiles it and the pipe deadlocks or corrupts on hardware, pto-ir.md 0.7)")]
 
 
 def _split_errors(op: d._PipeDataOp, init: d._InitPipeOp) -> list[tuple[Operation | None, str]]:

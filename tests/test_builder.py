@@ -390,3 +390,20 @@ def test_cli_build_illegal_config(tmp_path: Path, args: list[str], rule: str) ->
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: invalid config: ") and rule in lines[0]
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("head, tile_s1, qk_preload", LEGAL, ids=[_grid_id(p) for p in LEGAL])
+def test_static_memory_check_agrees_with_the_budget(head: int, tile_s1: int, qk_preload: int) -> None:
+    """The checker's liveness peak (what ptoas's planner needs at least) fits the budget: on the
+    cube every tile is live at once, so they are equal; on the vectors every tile is live in the
+    unit loop and one hidden trowexpand scratch at a time, while the budget keeps all of them."""
+    from ptofa.memcheck import peak_usage
+
+    _, parsed = emitted(head, tile_s1, qk_preload)
+    fns = functions(parsed)
+    plan = {row.space: row.used for row in budget(make(head=head, tile_s1=tile_s1, qk_preload=qk_preload)).rows}
+    cube = {space: peak.nbytes for space, peak in peak_usage(fns["fa_cube"]).items()}
+    vector = {space: peak.nbytes for space, peak in peak_usage(fns["fa_vec"]).items()}
+    assert cube == {space: plan[space] for space in ("mat", "left", "right", "acc")}
+    hidden = pipeline.HIDDEN_ROWEXPAND_TMP_BYTES
+    assert vector == {"vec": plan["vec"] - (pipeline.ROWEXPAND_OPS_IN_VECTOR_FUNC - 1) * hidden}

@@ -190,6 +190,42 @@ op_case("subview_sizes_vs_type", vec, "%c0 = arith.constant 0 : index\n" + alloc
         f"%s = pto.subview %a[%c0, %c0] sizes [4, 64] : {V32} -> !pto.tile_buf<vec, 8x64xf32>",
         "'pto.subview' sizes: sizes [4, 64] must equal the result tile shape !pto.tile_buf<vec, 8x64xf32>")
 
+_ROW64 = "!pto.tile_buf<vec, 1x64xf32>"
+_ROW32 = "!pto.tile_buf<vec, 1x32xf32>"
+_COL64 = "!pto.tile_buf<vec, 64x1xf32, blayout=col_major>"
+# pto-ir.md 0.13: ptoas 0.60 fails to legalize a subview whose source is a treshape result.
+op_case("subview_of_treshape", vec, "%c0 = arith.constant 0 : index\n%c32 = arith.constant 32 : index\n" + alloc("tc", _COL64)
+        + f"%t = pto.treshape %tc : {_COL64} -> {_ROW64}\n",
+        f"%s = pto.subview %t[%c0, %c32] sizes [1, 32] : {_ROW64} -> {_ROW32}",
+        "'pto.subview' subview source: the source is a pto.treshape result; ptoas 0.60 fails to legalize")
+# pto-ir.md 0.14: a subview is materialized as its parent's physical tile, so tmov shapes differ.
+op_case("tmov_into_subview", vec, "%c0 = arith.constant 0 : index\n%c32 = arith.constant 32 : index\n" + alloc("a", _ROW32) + alloc("t", _ROW64)
+        + f"%s = pto.subview %t[%c0, %c32] sizes [1, 32] : {_ROW64} -> {_ROW32}\n",
+        f"pto.tmov ins(%a : {_ROW32}) outs(%s : {_ROW32})",
+        "'pto.tmov' shape agreement: expects A2/A3 non-mat tmov to use matching src/dst shapes: ptoas materializes a subview as its parent's physical tile, so this is 1x32 -> 1x64")
+op_case("tmov_mat_subview_source", cube, "%c0 = arith.constant 0 : index\n" + alloc("m", "!pto.tile_buf<mat, 256x128xf16, blayout=col_major, slayout=row_major>") + alloc("left", LEFT)
+        + f"%s = pto.subview %m[%c0, %c0] sizes [128, 128] : !pto.tile_buf<mat, 256x128xf16, blayout=col_major, slayout=row_major> -> {MAT}\n",
+        f"pto.tmov ins(%s : {MAT}) outs(%left : {LEFT})",
+        "'pto.tmov' shape agreement: expects mat-source tmov to use matching src/dst shapes: ptoas materializes a subview as its parent's physical tile, so this is 256x128 -> 128x128")
+# pto-ir.md 0.2: with a dynamic size the DN view silently becomes ND unless the layout is written.
+op_case("dn_view_layout_inference", vec, "%c1 = arith.constant 1 : index\n%c128 = arith.constant 128 : index\n%n = arith.index_cast %s1 : i64 to index\n",
+        "%kT = pto.make_tensor_view %p, shape = [%c128, %n], strides = [%c1, %c128] : !pto.tensor_view<128x?xf16>",
+        "'pto.make_tensor_view' layout inference: strides [1, 128] describe a DN view, but ptoas infers the layout only when every size and stride is a constant",
+        "%p: !pto.ptr<f16>, %s1: i64")
+_DN_GM = """%c0 = arith.constant 0 : index
+%c1 = arith.constant 1 : index
+%c128 = arith.constant 128 : index
+%kT = pto.make_tensor_view %p, shape = [%c128, %c128], strides = [%c1, %c128] {layout = #pto.layout<dn>} : !pto.tensor_view<128x128xf16>
+%pv = pto.partition_view %kT, offsets = [%c0, %c0], sizes = [%c128, %c128] : !pto.tensor_view<128x128xf16> -> !pto.partition_tensor_view<128x128xf16>
+"""
+# pto-ir.md 0.8 (not diagnosed by ptoas): the GM view layout must pair with the tile layout.
+op_case("tload_layout_pairing_mat", cube, _DN_GM + alloc("m", MAT),
+        f"pto.tload ins(%pv : !pto.partition_tensor_view<128x128xf16>) outs(%m : {MAT})",
+        "'pto.tload' layout pairing: a DN GM view pairs with loc=mat tiles of layout DN or ZN, got NZ", "%p: !pto.ptr<f16>")
+op_case("tstore_layout_pairing_vec", vec, _DN_GM + alloc("v", "!pto.tile_buf<vec, 128x128xf16>"),
+        "pto.tstore ins(%v : !pto.tile_buf<vec, 128x128xf16>) outs(%pv : !pto.partition_tensor_view<128x128xf16>)",
+        "'pto.tstore' layout pairing: a DN GM view pairs with loc=vec tiles of layout DN, got ND", "%p: !pto.ptr<f16>")
+
 # ---------------------------------------------------------------------------- vector ops
 op_case("tcvt_round_mode", vec, VEC_TILES, f"pto.tcvt ins(%a {{rmode = #pto<round_mode UP>}} : {V32}) outs(%h : {V16})",
         "'pto.tcvt' round mode: 'UP' is not one of")
@@ -417,6 +453,23 @@ _NINE = "\n".join(f"pto.aic_initialize_pipe {{id = {i}, dir_mask = 1, slot_size 
 case("more_than_8_pipes", pipes(cube=CUBE_PRE + _NINE + "\n" + CUBE_BODY),
      "@cube: 9 one-way pipes need 18 flag ids; at most 16 fit (8 pipes)", "func.func @cube")
 
+# pto-ir.md 0.7: ptoas compiles a tpush of an entry that no talloc made, or a tfree of one no tpop made.
+case("tpush_entry_not_from_talloc", cube_op("pto.tpush_to_aiv(%e : ", "pto.tpush_to_aiv(%qk_slot : "),
+     "'pto.tpush_to_aiv' entry: tpush needs the entry of a talloc on pipe id 0, got a value that no talloc or tpop made", "pto.tpush_to_aiv")
+case("tfree_entry_from_talloc",
+     pipes(vec=VEC_PRE + VEC_BODY.replace("pto.tfree_from_aic(%e", "%a = pto.talloc_to_aic {id = 1, split = 1} -> " + PPH + "\npto.tfree_from_aic(%a").replace(f"%a : {QKH}", f"%a : {PPH}")),
+     "'pto.tfree_from_aic' entry: tfree needs the entry of a tpop on pipe id 0, got a pto.talloc_to_aic result of pipe id 1", "pto.tfree_from_aic")
+# pto-ir.md 0.11: PlanMemory's overflow ("vec overflow, requires N bits while M bits avaliable").
+_BIG = "!pto.tile_buf<vec, 128x128xf32>"
+case("vec_overflow", vec("".join(alloc(f"a{i}", _BIG) for i in range(4))
+                         + "".join(f"pto.tadd ins(%a0, %a{i} : {_BIG}, {_BIG}) outs(%a{i} : {_BIG})\n" for i in range(1, 4))),
+     "memory capacity: vec overflow, requires 2097152 bits while 1572864 bits avaliable")
+case("left_overflow", cube(alloc("l0", "!pto.tile_buf<left, 128x256xf16, slayout=row_major>") + alloc("r0", "!pto.tile_buf<right, 256x128xf16, slayout=col_major>")
+                           + alloc("l1", "!pto.tile_buf<left, 128x128xf16, slayout=row_major>") + alloc("acc", ACC)
+                           + "pto.tmatmul ins(%l0, %r0 : !pto.tile_buf<left, 128x256xf16, slayout=row_major>, !pto.tile_buf<right, 256x128xf16, slayout=col_major>) outs(%acc : " + ACC + ")\n"
+                           + alloc("r1", RIGHT) + f"pto.tmatmul ins(%l1, %r1 : {LEFT}, {RIGHT}) outs(%acc : {ACC})"),
+     "memory capacity: left overflow")
+
 # ---------------------------------------------------------------------------- module rules: peers, split, entry
 case("peer_missing", pipes(vec=VEC_PRE.replace("pto.aiv_initialize_pipe {id = 1", "pto.aiv_initialize_pipe {id = 3") + VEC_BODY.replace("id = 1", "id = 3")),
      "pipe id 1: initialised on the cube side only; the peer init is missing", "pto.aic_initialize_pipe {id = 1")
@@ -513,3 +566,40 @@ def test_entry_snippet_is_valid() -> None:
     check_text(pipes())
     check_text(wrap(""))
     check_text("module {\n" + ENTRY + "}\n")
+
+
+# Forms a real ptoas 0.60 compiled (pto-ir.md section 0, items 10 and 13): the checker
+# must not reject them.
+_VERIFIED_SLICE = f"""%c0 = arith.constant 0 : index
+%c1 = arith.constant 1 : index
+%c2 = arith.constant 2 : index
+%c32 = arith.constant 32 : index
+%zero = arith.constant 0.0 : f32
+%l_row = pto.alloc_tile : {_ROW64}
+%part = pto.alloc_tile : {_ROW32}
+%o = pto.alloc_tile : !pto.tile_buf<vec, 64x64xf32>
+%l_col = pto.treshape %l_row : {_ROW64} -> {_COL64}
+pto.trowexpanddiv ins(%o, %l_col : !pto.tile_buf<vec, 64x64xf32>, {_COL64}) outs(%o : !pto.tile_buf<vec, 64x64xf32>)
+scf.for %i = %c0 to %c2 step %c1 {{
+  %off = arith.muli %i, %c32 : index
+  %s = pto.subview %l_row[%c0, %off] sizes [1, 32] : {_ROW64} -> {_ROW32}
+  pto.tadd ins(%s, %part : {_ROW32}, {_ROW32}) outs(%s : {_ROW32})
+  pto.tmax ins(%s, %part : {_ROW32}, {_ROW32}) outs(%s : {_ROW32})
+  pto.tadds ins(%part, %zero : {_ROW32}, f32) outs(%s : {_ROW32})
+}}
+"""
+
+
+@pytest.mark.parametrize("text", [
+    vec(_VERIFIED_SLICE),
+    "builtin.module {\n" + ENTRY + "}\n",
+    'builtin.module attributes {"pto.target_arch" = "a3"} {\n' + ENTRY + "}\n",
+    ENTRY,
+    "!qk = !pto.tensor_view<128x128xf32>\n#cube = #pto.kernel_kind<cube>\nmodule {\n" + ENTRY + "}\n",
+    ENTRY.replace("!pto.ptr<i64>", "!pto.ptr<i8>"),
+    pipes(cube=CUBE_PRE + CUBE_BODY.replace(f"%e = pto.talloc_to_aiv {{id = 0, split = 1}} -> {QK}",
+                                            f'%e = "pto.talloc_to_aiv"() <{{id = 0 : i32, split = 1 : i8}}> : () -> {QK}')),
+], ids=["row_tile_subview_in_loop", "builtin_module", "builtin_module_attrs", "no_module", "top_level_aliases",
+        "set_ffts_i8", "generic_pipe_op"])
+def test_ptoas_verified_forms_are_accepted(text: str) -> None:
+    check_text(text)

@@ -19,7 +19,6 @@ from xdsl.dialects import arith, builtin, func, scf
 from xdsl.ir import Block, Operation, SSAValue
 
 from ptofa import dialect as d
-from ptofa.pipeline import HIDDEN_ROWEXPAND_TMP_BYTES
 from ptofa.sim import pipeops, tileops
 from ptofa.sim.errors import SimError
 from ptofa.sim.memory import Tile, new_tile_storage
@@ -287,12 +286,10 @@ class _FunctionCompiler:
         """ptoas's implicit UB tmp buffers (pto-ir.md section 0, item 5), once per op."""
         out = []
         for op in self.f.walk():
-            line = self.mc.parsed.line(op)
-            if isinstance(op, d._RowExpandOp) and op.tmp is None:
-                out.append(("vec", f"<hidden tmp of {op.name} line {line}>", "1x2048xf32", HIDDEN_ROWEXPAND_TMP_BYTES))
-            elif isinstance(op, d._RowReduceOp) and op.tmp is None:
-                t = op.src.type
-                out.append(("vec", f"<hidden tmp of {op.name} line {line}>", f"{t.rows.data}x{t.cols.data}x{t.elem}", t.nbytes))
+            hidden = d.hidden_scratch(op)
+            if hidden is not None:
+                space, shape, nbytes = hidden
+                out.append((space, f"<hidden tmp of {op.name} line {self.mc.parsed.line(op)}>", shape, nbytes))
         return out
 
     def region(self, block: Block) -> tuple[list[tuple[Fn, int]], bool]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ptofa.pipeline import ALIGNMENT, CAPACITY, SPACE_NAMES
+from ptofa.target import ALIGNMENT, CAPACITY, SPACE_NAMES
 from ptofa.sim.errors import SimError, SimMemoryOverflow
 
 NP_DTYPES: dict[str, np.dtype] = {

@@ -1,0 +1,31 @@
+"""Facts of the A2/A3 (910B, dav-c220) core that the verifier, the config and the
+simulator share: local memory capacities, planner alignment, and the hidden
+scratch ptoas allocates for ops written without a tmp operand.
+"""
+
+from __future__ import annotations
+
+KIB = 1024
+
+# Local memory capacities of one A2/A3 block (pto-ir.md 6.4; ptoas PlanMemory A3 MemSpec).
+CAPACITY = {
+    "vec": 192 * KIB,  # UB, per vector core
+    "mat": 512 * KIB,  # L1
+    "left": 64 * KIB,  # L0A
+    "right": 64 * KIB,  # L0B
+    "acc": 128 * KIB,  # L0C
+}
+# Planner alignment per space (fa-pipeline.md 3.2).
+ALIGNMENT = {"vec": 32, "mat": 32, "left": 512, "right": 512, "acc": 512}
+SPACE_NAMES = {"vec": "UB", "mat": "L1", "left": "L0A", "right": "L0B", "acc": "L0C"}
+# ptoas's own names in its overflow message ("vec overflow, requires N bits while M bits avaliable!").
+PTOAS_SPACE_NAMES = {"vec": "vec", "mat": "mat", "left": "left", "right": "right", "acc": "acc"}
+
+# ptoas materialises a hidden UB scratch for every trowexpand* op written without a
+# tmp operand: 1x2048 f32 = 8 KiB each (pto-ir.md section 0, item 5). Row reductions
+# without tmp get a scratch of their source's size.
+HIDDEN_ROWEXPAND_TMP_BYTES = 8 * KIB
+
+
+def align(nbytes: int, alignment: int) -> int:
+    return (nbytes + alignment - 1) // alignment * alignment
