@@ -20,7 +20,17 @@ from dataclasses import dataclass, field
 
 from xdsl.builder import ImplicitBuilder
 from xdsl.dialects import arith, builtin, func, scf
-from xdsl.dialects.builtin import Float32Type, FloatAttr, IndexType, IntegerAttr, IntegerType, StringAttr, UnitAttr
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    StringAttr,
+    UnitAttr,
+)
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
 from ptofa import dialect as d
@@ -28,9 +38,15 @@ from ptofa import dialect as d
 Value = SSAValue
 INDEX = IndexType()
 F16 = builtin.Float16Type()
+BF16 = BFloat16Type()
 F32 = Float32Type()
+I8 = IntegerType(8)
+I16 = IntegerType(16)
+I32 = IntegerType(32)
 I64 = IntegerType(64)
-_ELEM = {"f16": F16, "f32": F32, "i64": I64, "i8": IntegerType(8)}
+_ELEM = {"f16": F16, "bf16": BF16, "f32": F32, "i8": I8, "i16": I16, "i32": I32, "i64": I64}
+_FLOAT_TYPES = (Float16Type, BFloat16Type, Float32Type)
+_PADS = {"null": 0, "zero": 1, "max": 2, "min": 3}
 
 
 # --------------------------------------------------------------------------------------
@@ -39,6 +55,9 @@ _ELEM = {"f16": F16, "f32": F32, "i64": I64, "i8": IntegerType(8)}
 
 
 def elem_type(name: str) -> Attribute:
+    """f16, bf16, f32, i8, i16, i32 or i64."""
+    if name not in _ELEM:
+        raise ValueError(f"unknown element type {name!r}; expected one of {', '.join(_ELEM)}")
     return _ELEM[name]
 
 
@@ -51,11 +70,31 @@ def view_type(dims: Sequence[int | None], elem: str) -> d.TensorViewType:
     return d.TensorViewType([d.DYN if x is None else x for x in dims], elem_type(elem))
 
 
-def partition_type(dims: Sequence[int], elem: str) -> d.PartitionTensorViewType:
-    return d.PartitionTensorViewType(list(dims), elem_type(elem))
+def partition_type(dims: Sequence[int | None], elem: str) -> d.PartitionTensorViewType:
+    """`!pto.partition_tensor_view`; None means a dynamic (`?`) dim."""
+    return d.PartitionTensorViewType([d.DYN if x is None else x for x in dims], elem_type(elem))
 
 
-def tile_type(loc: str, rows: int, cols: int, elem: str, **overrides) -> d.TileBufType:
+def tile_type(
+    loc: str,
+    rows: int,
+    cols: int,
+    elem: str,
+    *,
+    valid: str | tuple[int | None, int | None] | None = None,
+    pad: int | str | None = None,
+    **overrides,
+) -> d.TileBufType:
+    """`!pto.tile_buf<loc, RxCxT, ...>`. `valid="dynamic"` gives `valid=?x?` (allocate it with
+    `pto.alloc_tile(t, valid=(r, c))`); `valid=(r, c)` a static or partly dynamic (None) valid
+    shape; `pad` 0..3 or "null" / "zero" / "max" / "min" (the value tfillpad fills with);
+    other overrides (blayout, slayout, fractal, compact, v_row, v_col) go to `TileBufType`."""
+    if valid == "dynamic":
+        overrides["v_row"] = overrides["v_col"] = d.DYN
+    elif valid is not None:
+        overrides["v_row"], overrides["v_col"] = (d.DYN if v is None else v for v in valid)
+    if pad is not None:
+        overrides["pad"] = _PADS[pad] if isinstance(pad, str) else pad
     return d.TileBufType(loc, rows, cols, elem_type(elem), **overrides)
 
 
@@ -141,26 +180,39 @@ class scalar:  # noqa: N801 - a namespace, as in pto-dsl
 
     @staticmethod
     def const(value: int | float, type: Attribute = INDEX, name: str | None = None) -> SSAValue:
+        """A constant of `type` (index by default; I32, I64, F32, F16, ...), one per value and type."""
         scope = _scopes[-1]
         key = (value, str(type))
         if key in scope.constants:
             return scope.constants[key]
-        if isinstance(type, Float32Type):
+        if isinstance(type, _FLOAT_TYPES):
             op = arith.ConstantOp(FloatAttr(float(value), type))
         else:
             op = arith.ConstantOp(IntegerAttr(int(value), type))
         scope.const_ops.append(op)
-        hint = name or (f"c{value}" if isinstance(value, int) and value >= 0 else None)
+        if name:
+            hint = name
+        elif isinstance(value, int) and value >= 0:
+            hint = f"c{value}" if isinstance(type, IndexType) or not isinstance(type, IntegerType) else f"c{value}_{type}"
+        else:
+            hint = None
         scope.constants[key] = _named(op.result, hint)
         return op.result
 
     @staticmethod
     def index_cast(value: SSAValue, to: Attribute = INDEX, name: str | None = None) -> SSAValue:
+        """index <-> i32 / i64 (`arith.index_cast`)."""
         return _named(arith.IndexCastOp(value, to).result, name)
 
     @staticmethod
+    def to_float(value: SSAValue, to: Attribute = F32, name: str | None = None) -> SSAValue:
+        """Signed integer -> float (`arith.sitofp`)."""
+        return _named(arith.SIToFPOp(value, to).result, name)
+
+    @staticmethod
     def _bin(cls, a, b, name):
-        return _named(cls(_val(a), _val(b)).result, name)
+        a, b = _vals(a, b)
+        return _named(cls(a, b).result, name)
 
     @staticmethod
     def add(a, b, name: str | None = None) -> SSAValue:
@@ -184,12 +236,92 @@ class scalar:  # noqa: N801 - a namespace, as in pto-dsl
         return scalar._bin(arith.RemUIOp, a, b, name)
 
     @staticmethod
+    def sdiv(a, b, name: str | None = None) -> SSAValue:
+        """Signed division rounding toward zero (`arith.divsi`)."""
+        return scalar._bin(arith.DivSIOp, a, b, name)
+
+    @staticmethod
+    def srem(a, b, name: str | None = None) -> SSAValue:
+        """Signed remainder, the sign of the dividend (`arith.remsi`)."""
+        return scalar._bin(arith.RemSIOp, a, b, name)
+
+    @staticmethod
+    def ceildiv(a, b, name: str | None = None) -> SSAValue:
+        """Signed division rounding up (`arith.ceildivsi`)."""
+        return scalar._bin(arith.CeilDivSIOp, a, b, name)
+
+    @staticmethod
+    def floordiv(a, b, name: str | None = None) -> SSAValue:
+        """Signed division rounding down (`arith.floordivsi`)."""
+        return scalar._bin(arith.FloorDivSIOp, a, b, name)
+
+    @staticmethod
+    def max(a, b, name: str | None = None) -> SSAValue:
+        """Signed max (`arith.maxsi`)."""
+        return scalar._bin(arith.MaxSIOp, a, b, name)
+
+    @staticmethod
+    def min(a, b, name: str | None = None) -> SSAValue:
+        """Signed min (`arith.minsi`)."""
+        return scalar._bin(arith.MinSIOp, a, b, name)
+
+    @staticmethod
+    def and_(a, b, name: str | None = None) -> SSAValue:
+        return scalar._bin(arith.AndIOp, a, b, name)
+
+    @staticmethod
+    def or_(a, b, name: str | None = None) -> SSAValue:
+        return scalar._bin(arith.OrIOp, a, b, name)
+
+    @staticmethod
+    def select(cond: SSAValue, a, b, name: str | None = None) -> SSAValue:
+        """cond ? a : b (`arith.select`; int operands become constants of the other's type)."""
+        a, b = _vals(a, b)
+        return _named(arith.SelectOp(cond, a, b).result, name)
+
+    @staticmethod
+    def cmp(pred: str, a, b, name: str | None = None) -> SSAValue:
+        """`arith.cmpi` with predicate eq, ne, slt, sle, sgt, sge, ult, ule, ugt or uge (an i1)."""
+        a, b = _vals(a, b)
+        return _named(arith.CmpiOp(a, b, pred).result, name)
+
+    @staticmethod
     def eq(a, b, name: str | None = None) -> SSAValue:
         return _named(arith.CmpiOp(_val(a), _val(b), "eq").result, name)
 
+    @staticmethod
+    def ne(a, b, name: str | None = None) -> SSAValue:
+        return scalar.cmp("ne", a, b, name)
 
-def _val(x: SSAValue | int) -> SSAValue:
-    return scalar.const(x) if isinstance(x, int) else x
+    @staticmethod
+    def lt(a, b, name: str | None = None) -> SSAValue:
+        """Signed a < b."""
+        return scalar.cmp("slt", a, b, name)
+
+    @staticmethod
+    def le(a, b, name: str | None = None) -> SSAValue:
+        return scalar.cmp("sle", a, b, name)
+
+    @staticmethod
+    def gt(a, b, name: str | None = None) -> SSAValue:
+        return scalar.cmp("sgt", a, b, name)
+
+    @staticmethod
+    def ge(a, b, name: str | None = None) -> SSAValue:
+        return scalar.cmp("sge", a, b, name)
+
+
+def _val(x: SSAValue | int, type: Attribute = INDEX) -> SSAValue:
+    return scalar.const(x, type) if isinstance(x, int) else x
+
+
+def _vals(a: SSAValue | int, b: SSAValue | int) -> tuple[SSAValue, SSAValue]:
+    """Both operands as values: an int becomes a constant of the other operand's type (index if both are ints)."""
+    if isinstance(a, int) and not isinstance(b, int):
+        return scalar.const(a, b.type), b
+    if isinstance(b, int) and not isinstance(a, int):
+        return a, scalar.const(b, a.type)
+    return _val(a), _val(b)
 
 
 # --------------------------------------------------------------------------------------
@@ -237,24 +369,33 @@ class pto:  # noqa: N801
         return _named(op.result, name)
 
     @staticmethod
-    def slice_view(view: SSAValue, offsets: Sequence[SSAValue | int], sizes: Sequence[int], name: str | None = None) -> SSAValue:
-        """A static-size window of a tensor view (what load/store take)."""
+    def slice_view(view: SSAValue, offsets: Sequence[SSAValue | int], sizes: Sequence[SSAValue | int], name: str | None = None) -> SSAValue:
+        """A window of a tensor view (what load/store take); a size given as a value is a dynamic (`?`) dim."""
         assert isinstance(view.type, d.TensorViewType)
-        t = partition_type(sizes, d.elem_name(view.type.elem))
+        t = partition_type([s if isinstance(s, int) else None for s in sizes], d.elem_name(view.type.elem))
         op = d.PartitionViewOp(view, [_val(o) for o in offsets], [_val(s) for s in sizes], t)
         return _named(op.result, name)
 
     @staticmethod
-    def alloc_tile(t: d.TileBufType, name: str | None = None) -> SSAValue:
-        return _named(d.AllocTileOp(t).result, name)
+    def alloc_tile(t: d.TileBufType, name: str | None = None, valid: tuple[SSAValue | int, SSAValue | int] | None = None) -> SSAValue:
+        """A tile; a type with a dynamic valid shape (`valid=?x?`) needs `valid=(rows, cols)`."""
+        if valid is None:
+            return _named(d.AllocTileOp(t).result, name)
+        return _named(d.AllocTileOp(t, _val(valid[0]), _val(valid[1])).result, name)
 
     @staticmethod
     def load(view: SSAValue, dst: SSAValue) -> None:
         d.TLoadOp.build(operands=[view, dst])
 
     @staticmethod
-    def store(src: SSAValue, view: SSAValue) -> None:
-        d.TStoreOp.build(operands=[src, view])
+    def store(src: SSAValue, view: SSAValue, atomic: str | None = None) -> None:
+        """tile -> GM; `atomic="add"` adds into GM (`{atomicType = #pto<atomic_type atomic_add>}`)."""
+        props = {}
+        if atomic is not None:
+            if atomic != "add":
+                raise ValueError(f"atomic={atomic!r}: only 'add' is supported")
+            props["atomicType"] = d.AtomicTypeAttr("atomic_add")
+        d.TStoreOp.build(operands=[src, view], properties=props)
 
     @staticmethod
     def call(callee: str, args: Sequence[SSAValue]) -> None:
@@ -363,8 +504,43 @@ class tile:  # noqa: N801
         _dps(d.TAddsOp, [src, s], out)
 
     @staticmethod
-    def exp(src: SSAValue, out: SSAValue) -> None:
-        _dps(d.TExpOp, [src], out)
+    def exp(src: SSAValue, out: SSAValue, high_precision: bool = False) -> None:
+        props = {"precisionType": d.ExpPrecisionAttr("high_precision")} if high_precision else None
+        _dps(d.TExpOp, [src], out, props=props)
+
+    @staticmethod
+    def log(src: SSAValue, out: SSAValue) -> None:
+        _dps(d.TLogOp, [src], out)
+
+    @staticmethod
+    def div(a: SSAValue, b: SSAValue, out: SSAValue) -> None:
+        _dps(d.TDivOp, [a, b], out)
+
+    @staticmethod
+    def min(a: SSAValue, b: SSAValue, out: SSAValue) -> None:
+        _dps(d.TMinOp, [a, b], out)
+
+    @staticmethod
+    def subs(src: SSAValue, s: SSAValue, out: SSAValue) -> None:
+        _dps(d.TSubsOp, [src, s], out)
+
+    @staticmethod
+    def divs(src: SSAValue, s: SSAValue, out: SSAValue) -> None:
+        """out = src / s"""
+        _dps(d.TDivsOp, [src, s], out)
+
+    @staticmethod
+    def rdivs(s: SSAValue, src: SSAValue, out: SSAValue) -> None:
+        """out = s / src (tdivs with the scalar first)"""
+        _dps(d.TDivsOp, [s, src], out)
+
+    @staticmethod
+    def maxs(src: SSAValue, s: SSAValue, out: SSAValue) -> None:
+        _dps(d.TMaxsOp, [src, s], out)
+
+    @staticmethod
+    def mins(src: SSAValue, s: SSAValue, out: SSAValue) -> None:
+        _dps(d.TMinsOp, [src, s], out)
 
     @staticmethod
     def add(a: SSAValue, b: SSAValue, out: SSAValue) -> None:
@@ -421,3 +597,85 @@ class tile:  # noqa: N801
         assert isinstance(t, d.TileBufType)
         new = d.TileBufType(t.space, rows, cols, t.dtype, blayout=t.blayout.data, slayout=t.slayout.data, fractal=t.fractal.data)
         return _named(d.SubviewOp(src, _val(row), _val(col), new).result, name)
+
+    # ---- masks, iota, column broadcasts, padding, valid shapes (pto-ir.md 7.13) ----
+
+    @staticmethod
+    def tri(diag: SSAValue | int, out: SSAValue, upper: bool = False) -> None:
+        """out = 1 where col <= row + diag (lower) / col >= row + diag (upper), else 0.
+        An index `diag` is cast to i32 (ttri takes an integer, not an index)."""
+        diag = _int_operand(diag)
+        _dps(d.TTriOp, [diag], out, props={"upperOrLower": IntegerAttr(1 if upper else 0, I32)})
+
+    @staticmethod
+    def cmps(src: SSAValue, s: SSAValue | int | float, mode: str, out: SSAValue) -> None:
+        """out (an i8 packed predicate) = src <mode> s, mode eq/ne/lt/le/gt/ge; a Python number
+        becomes a constant of src's element type."""
+        if isinstance(s, (int, float)):
+            s = scalar.const(s, src.type.dtype)
+        _dps(d.TCmpSOp, [src, s], out, props={"cmpMode": d.CmpModeAttr(mode)})
+
+    @staticmethod
+    def cmp(a: SSAValue, b: SSAValue, mode: str, out: SSAValue) -> None:
+        """out (an i8 packed predicate) = a <mode> b."""
+        _dps(d.TCmpOp, [a, b], out, props={"cmpMode": d.CmpModeAttr(mode)})
+
+    @staticmethod
+    def sel(mask: SSAValue, a: SSAValue, b: SSAValue, out: SSAValue, tmp: SSAValue | None = None) -> None:
+        """out = a where the mask bit is 1, else b."""
+        _dps(d.TSelOp, [mask, a, b], out, tmp)
+
+    @staticmethod
+    def ci(start: SSAValue | int, out: SSAValue, descending: bool = False, tmp: SSAValue | None = None) -> None:
+        """out[0][j] = start + j (descending: start - j); `out` is a 1xN i16/i32 tile."""
+        dtype = out.type.dtype
+        if isinstance(start, int):
+            start = scalar.const(start, dtype)
+        elif isinstance(start.type, IndexType):
+            start = scalar.index_cast(start, dtype)
+        props = {"descending": IntegerAttr(1, IntegerType(1))} if descending else None
+        _dps(d.TCIOp, [start], out, tmp, props=props)
+
+    @staticmethod
+    def col_expand_add(src: SSAValue, row: SSAValue, out: SSAValue) -> None:
+        """out[r][c] = src[r][c] + row[0][c]"""
+        _dps(d.TColExpandAddOp, [src, row], out)
+
+    @staticmethod
+    def col_expand_sub(src: SSAValue, row: SSAValue, out: SSAValue) -> None:
+        _dps(d.TColExpandSubOp, [src, row], out)
+
+    @staticmethod
+    def col_expand_mul(src: SSAValue, row: SSAValue, out: SSAValue) -> None:
+        _dps(d.TColExpandMulOp, [src, row], out)
+
+    @staticmethod
+    def col_expand_div(src: SSAValue, row: SSAValue, out: SSAValue) -> None:
+        _dps(d.TColExpandDivOp, [src, row], out)
+
+    @staticmethod
+    def col_expand_max(src: SSAValue, row: SSAValue, out: SSAValue) -> None:
+        _dps(d.TColExpandMaxOp, [src, row], out)
+
+    @staticmethod
+    def col_expand_min(src: SSAValue, row: SSAValue, out: SSAValue) -> None:
+        _dps(d.TColExpandMinOp, [src, row], out)
+
+    @staticmethod
+    def fillpad(src: SSAValue, out: SSAValue) -> None:
+        """out = src's valid region, the rest of out's physical tile = out's pad value (its type's `pad`)."""
+        _dps(d.TFillPadOp, [src], out)
+
+    @staticmethod
+    def set_valid(t: SSAValue, rows: SSAValue | int, cols: SSAValue | int) -> None:
+        """Set the runtime valid shape of a `valid=?x?` tile (`pto.set_validshape`)."""
+        d.SetValidShapeOp(t, _val(rows), _val(cols))
+
+
+def _int_operand(x: SSAValue | int) -> SSAValue:
+    """An i32 operand: an int becomes an i32 constant, an index value is cast."""
+    if isinstance(x, int):
+        return scalar.const(x, I32)
+    if isinstance(x.type, IndexType):
+        return scalar.index_cast(x, I32)
+    return x

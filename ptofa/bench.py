@@ -35,7 +35,7 @@ from ptofa.fa_builder import emit_fa
 from ptofa.npu import fused_attention, prepare_launch, require_npu, run_npu
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
 from ptofa.reference import make_inputs
-from ptofa.runner import BackendUnavailable
+from ptofa.backend import BackendUnavailable
 from ptofa.toolchain import ToolchainError, compile_pto, find_ptoas, tool_version
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024

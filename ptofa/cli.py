@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, budget
+from ptofa.sim.options import FAULTS, RunOptions
 
 # Non-terminal output (logs, pipes) gets a width that fits a result row instead of 80 columns.
 console = Console() if sys.stdout.isatty() else Console(width=120)
@@ -38,12 +39,12 @@ class InputError(click.ClickException):
     exit_code = 2
 
 
-def make_config(head: int, tile_s1: int, qk_preload: int, fault: str | None = None) -> FAConfig:
+def make_config(head: int, tile_s1: int, qk_preload: int) -> FAConfig:
     """An FAConfig, or exit 2 with the broken rule on one line."""
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            config = FAConfig(head=head, tile_s1=tile_s1, qk_preload=qk_preload, fault=fault)
+            config = FAConfig(head=head, tile_s1=tile_s1, qk_preload=qk_preload)
         for w in caught:
             console.print(f"[yellow]warning:[/] {w.message}")
         return config
@@ -106,23 +107,26 @@ def check(pto_file: Path) -> None:
 @click.option("--timeline", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the timing model's timeline of one block (.svg or .png); sim backend only.")
 @click.option("--soc", default="910B2", show_default=True, help="Chip of the timing model (910B1..910B4).")
-@click.option("--inject-fault", type=click.Choice(["drop_tfree", "extra_tpop", "swap_pipe_ids"]), default=None,
-              hidden=True, help="Test only: build a broken kernel to exercise the simulator's reports.")
+@click.option("--inject-fault", type=click.Choice(FAULTS), default=None, hidden=True,
+              help="Test only: the simulator breaks the parsed kernel this way, to exercise its reports.")
 def run(backend: str, batch: int, heads: int, s0: int, s1: int, head: int, tile_s1: int, qk_preload: int,
         seed: int, block_dim: int | None, keep: Path | None, timeline: Path | None, soc: str,
         inject_fault: str | None) -> None:
     """Build, run and check the kernel against the torch reference; print one result row."""
-    from ptofa.runner import BackendUnavailable, run_case
+    from ptofa.runner import BackendUnavailable, resolve_backend, run_case
 
-    config = make_config(head, tile_s1, qk_preload, inject_fault)
+    config = make_config(head, tile_s1, qk_preload)
     shape = ProblemShape(batch, heads, s0, s1)
     try:
         shape.check(config)
     except ConfigError as exc:
         raise InputError(f"invalid shape: {exc}") from None
+    backend = resolve_backend(backend)
+    if inject_fault is not None and backend != "sim":
+        raise InputError(f"--inject-fault is a simulator option; the {backend} backend runs the kernel as built")
     try:
         result = run_case(config, shape, backend=backend, seed=seed, keep_dir=keep, block_dim=block_dim,
-                          timing=True, timeline=timeline, soc=soc)
+                          timing=True, timeline=timeline, soc=soc, options=RunOptions(fault=inject_fault))
     except BackendUnavailable as exc:
         raise InputError(str(exc)) from None
     print_results([result])

@@ -8,7 +8,8 @@ checks O with the accuracy rule of `ptofa.reference`. It also compares O with
 difference in `RunResult.extra`; the pass/fail status comes from the reference rule.
 
 Without torch_npu or a device every entry point raises `BackendUnavailable`
-with one line saying what is missing.
+with one line saying what is missing. The module registers `NpuBackend` as the
+`npu` backend of `ptofa.backend`.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from pathlib import Path
 import torch
 
 from ptofa import argspec
+from ptofa.backend import BackendUnavailable, RunRequest, RunResult, check_output, register_backend
 from ptofa.pipeline import FAConfig, ProblemShape, default_block_dim
-from ptofa.reference import check_accuracy, make_inputs, reference_attention
-from ptofa.runner import BackendUnavailable, RunResult
+from ptofa.reference import make_inputs
 from ptofa.toolchain import compile_pto
 
 # Cube cores of a 910B3/B4 (fa-pipeline.md 17.3), used when torch_npu cannot say.
@@ -212,14 +213,32 @@ def run_npu(
         return result
     result.wall_s = time.perf_counter() - started
 
-    ref32, ref16 = reference_attention(q, k, v, scale)
-    accuracy = check_accuracy(launch.o.cpu(), ref32, ref16)
-    result.status = "pass" if accuracy.passed else "fail"
-    result.err, result.ref16_err, result.tolerance = accuracy.err, accuracy.ref16_err, accuracy.tolerance
-    result.max_abs_err, result.max_rel_err = accuracy.max_abs_err, accuracy.max_rel_err
-    result.message = accuracy.summary()
+    check_output(result, launch.o.cpu(), q, k, v, scale)
     if compare_fused:
         result.extra.update(compare_with_fused(launch))
         if result.extra.get("fused_close") is False:
             result.message += f"; differs from the fused op by {result.extra['fused_max_abs_diff']:.3g} (> 1e-3)"
     return result
+
+
+class NpuBackend:
+    """`run_npu` behind the backend interface (`ptofa.backend`)."""
+
+    name = "npu"
+
+    def available(self) -> tuple[bool, str]:
+        return npu_available()
+
+    def run(self, request: RunRequest) -> RunResult:
+        if request.options.fault is not None:
+            raise ValueError(
+                f"fault={request.options.fault!r}: fault injection is a simulator run option; "
+                "the npu backend runs the kernel as built"
+            )
+        return run_npu(
+            request.config, request.shape, request.pto_path,
+            seed=request.seed, block_dim=request.block_dim, scale=request.scale,
+        )
+
+
+register_backend("npu", NpuBackend())

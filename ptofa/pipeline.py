@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ptofa.target import ALIGNMENT, CAPACITY, HIDDEN_ROWEXPAND_TMP_BYTES, KIB, SPACE_NAMES  # noqa: F401 (re-exported)
 from ptofa.target import align as _align
@@ -89,8 +89,6 @@ class FAConfig:
     in_dtype: str = "f16"
     out_dtype: str = "f32"
     target: str = "a3"
-    # Fault injection for simulator tests only: "drop_tfree", "extra_tpop", "swap_pipe_ids".
-    fault: str | None = field(default=None, compare=True)
 
     def __post_init__(self) -> None:
         if self.exp_ring is None:
@@ -159,8 +157,6 @@ def _check_config(c: FAConfig) -> None:
     def fail(rule: str, detail: str) -> None:
         raise ConfigError(f"{rule}: {detail}")
 
-    if c.fault not in (None, "drop_tfree", "extra_tpop", "swap_pipe_ids"):
-        fail("fault injection", f"fault={c.fault!r} is not one of drop_tfree, extra_tpop, swap_pipe_ids")
     if c.in_dtype != "f16" or c.out_dtype != "f32":
         fail("dtypes", f"in_dtype={c.in_dtype!r}, out_dtype={c.out_dtype!r}; only f16 in, f32 out are built")
     if c.target not in ("a2", "a3"):

@@ -40,7 +40,7 @@ from rich.table import Table
 
 import ptofa
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
-from ptofa.runner import BACKENDS, BackendUnavailable, RunResult
+from ptofa.backend import BACKENDS, BackendUnavailable, RunResult
 
 RunFunction = Callable[..., RunResult]
 

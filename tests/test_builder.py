@@ -20,6 +20,8 @@ from ptofa.api import parse_ir_type, tile_type
 from ptofa.cli import main
 from ptofa.fa_builder import emit_fa
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, TileSpec, budget, tile_plan
+from ptofa.sim.faults import fault_text
+from ptofa.sim.options import RunOptions
 from ptofa.textio import ParsedModule, PtoCheckError, check_text, print_pto
 
 GRID = list(itertools.product((64, 128), (128, 256, 512), (1, 2, 3, 4)))
@@ -108,7 +110,6 @@ ILLEGAL_CONFIGS = {
     "slot_num_4_preload_4": (dict(slot_num=4, qk_preload=4), "preload vs slot ring: qk_preload=4 must be < slot_num - sync_period + 1 = 4 - 2 + 1 = 3"),
     "slot_num_0": (dict(slot_num=0, qk_preload=1, tile_s1=128), "slot_num: slot_num=0 must be >= 1"),
     "preload_1_tile_256": (dict(qk_preload=1, tile_s1=256), "preload vs tile factor: qk_preload=1 needs k_tile_factor=1"),
-    "fault": (dict(fault="bogus"), "fault injection: fault='bogus' is not one of drop_tfree, extra_tpop, swap_pipe_ids"),
     "out_dtype": (dict(out_dtype="f16"), "dtypes: in_dtype='f16', out_dtype='f16'; only f16 in, f32 out are built"),
     "in_dtype": (dict(in_dtype="bf16"), "dtypes: in_dtype='bf16'"),
     "target": (dict(target="a5"), "target: target='a5'; only a2/a3"),
@@ -123,9 +124,16 @@ def test_illegal_config(knobs: dict, message: str) -> None:
     assert str(info.value).startswith(message)
 
 
+def test_illegal_fault_option() -> None:
+    """Fault injection is a simulator run option (`RunOptions`), not a kernel knob."""
+    with pytest.raises(ConfigError) as info:
+        RunOptions(fault="bogus")
+    assert str(info.value).startswith("fault injection: fault='bogus' is not one of drop_tfree, extra_tpop, swap_pipe_ids")
+
+
 def test_legal_fault_configs() -> None:
     for fault in ("drop_tfree", "extra_tpop", "swap_pipe_ids"):
-        assert make(fault=fault).fault == fault
+        assert RunOptions(fault=fault).fault == fault
 
 
 SHAPES = {
@@ -333,14 +341,19 @@ def test_alloc_tiles_are_the_tile_plan(head: int, tile_s1: int, qk_preload: int)
     assert len({name for _, name, _ in allocated}) == len(allocated)
 
 
+def _faulty(fault: str, **knobs) -> str:
+    """The emitted kernel broken by the simulator's fault pass (`ptofa.sim.faults`)."""
+    return fault_text(check_text(emit_fa(make(**knobs))), fault)
+
+
 def test_fault_injection_builds() -> None:
     """Pipe-balance faults pass the static verifier (the simulator catches them); swapped
     pipe ids are caught statically when the QK and PV slots differ in shape."""
-    check_text(emit_fa(make(fault="drop_tfree")))
-    check_text(emit_fa(make(fault="extra_tpop")))
-    check_text(emit_fa(make(fault="swap_pipe_ids", head=128, tile_s1=128, qk_preload=2)))  # same 128x128 f32 slots
+    check_text(_faulty("drop_tfree"))
+    check_text(_faulty("extra_tpop"))
+    check_text(_faulty("swap_pipe_ids", head=128, tile_s1=128, qk_preload=2))  # same 128x128 f32 slots
     with pytest.raises(PtoCheckError, match="pipe id 0: slot_size differs between cube \\(131072\\) and vector \\(65536\\)"):
-        check_text(emit_fa(make(fault="swap_pipe_ids", head=128, tile_s1=256)))
+        check_text(_faulty("swap_pipe_ids", head=128, tile_s1=256))
 
 
 # --------------------------------------------------------------------------------------

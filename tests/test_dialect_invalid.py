@@ -513,6 +513,165 @@ case("entry_tile_argument", wrap("").replace("@entry(%ffts: !pto.ptr<i64>)", f"@
      "'func.func' entry arguments: @entry takes a !pto.tile_buf argument; tiles are only legal in callee functions", "func.func @entry")
 
 
+# ---------------------------------------------------------------------------- masks, ragged tails, bf16, atomics (pto-ir.md 7.13)
+T = "!pto.tile_buf<vec, 32x256xf32>"
+TM = "!pto.tile_buf<vec, 32x256xi8>"
+TD = "!pto.tile_buf<vec, 32x256xf32, valid=?x?>"
+TROW = "!pto.tile_buf<vec, 1x256xf32>"
+CI32 = "!pto.tile_buf<vec, 1x256xi32>"
+MASK = ("%c0 = arith.constant 0 : index\n%c32 = arith.constant 32 : index\n%d0 = arith.constant 0 : i32\n"
+        "%lim = arith.constant 1.0 : f32\n%ix = arith.constant 3 : index\n"
+        + alloc("s0", T) + alloc("s1", T) + alloc("mk", TM) + alloc("row", TROW) + alloc("ci", CI32))
+TDC = "!pto.tile_buf<vec, 32x1xf32, blayout=col_major>"
+TI8 = "!pto.tile_buf<vec, 32x256xi8>"
+
+# set_validshape
+op_case("set_validshape_static_valid", vec, MASK, f"pto.set_validshape %s0, %c32, %c32 : {T}",
+        "'pto.set_validshape' dynamic valid: expects source tile_buf to have dynamic validShape (?, ?), got valid=32x256")
+op_case("set_validshape_half_dynamic", vec, MASK + alloc("h", "!pto.tile_buf<vec, 32x256xf32, valid=32x?>").replace("alloc_tile :", "alloc_tile valid_row = %c32 valid_col = %c32 :"),
+        "pto.set_validshape %h, %c32, %c32 : !pto.tile_buf<vec, 32x256xf32, valid=32x?>",
+        "'pto.set_validshape' dynamic valid: expects source tile_buf to have dynamic validShape (?, ?), got valid=32x?")
+op_case("set_validshape_argument", vec, "%c1 = arith.constant 1 : index\n", f"pto.set_validshape %t, %c1, %c1 : {TD}",
+        "'pto.set_validshape' tile source: requires a locally bound tile source (an alloc_tile result or a treshape of one), got a function or block argument",
+        args=f"%t: {TD}")
+op_case("set_validshape_subview", vec, MASK + f"%d = pto.alloc_tile valid_row = %c32 valid_col = %c32 : {TD}\n"
+        f"%w = pto.subview %d[%c0, %c0] sizes [16, 256] : {TD} -> !pto.tile_buf<vec, 16x256xf32, valid=?x?>\n",
+        "pto.set_validshape %w, %c32, %c32 : !pto.tile_buf<vec, 16x256xf32, valid=?x?>",
+        "'pto.set_validshape' tile source: requires a locally bound tile source (an alloc_tile result or a treshape of one), got a pto.subview result")
+op_case("set_validshape_bounds", vec, MASK + "%c300 = arith.constant 300 : index\n" + f"%d = pto.alloc_tile valid_row = %c32 valid_col = %c32 : {TD}\n",
+        f"pto.set_validshape %d, %c32, %c300 : {TD}",
+        "'pto.set_validshape' bounds: col operand 300 must be within 0..256 (the static shape)")
+op_case("set_validshape_not_tile", vec, "%c1 = arith.constant 1 : index\n", "pto.set_validshape %c1, %c1, %c1 : index",
+        "index should be of base attribute pto.tile_buf")
+# ttri
+op_case("ttri_space", cube, "%d0 = arith.constant 0 : i32\n" + alloc("m", "!pto.tile_buf<mat, 32x256xf32>"),
+        "pto.ttri ins(%d0 : i32) outs(%m : !pto.tile_buf<mat, 32x256xf32>)",
+        "'pto.ttri' memory space: dst must be loc=vec, got mat 32x256xf32")
+op_case("ttri_layout", vec, MASK + alloc("dc", TDC), f"pto.ttri ins(%d0 : i32) outs(%dc : {TDC})",
+        "'pto.ttri' layout: dst must be blayout=row_major, got vec 32x1xf32 col_major")
+op_case("ttri_diag_type", vec, MASK, f"pto.ttri ins(%ix : index) outs(%s0 : {T})",
+        "'pto.ttri' operand type: expects diagonal to be an integer operand, got index")
+op_case("ttri_upper_or_lower", vec, MASK, f"pto.ttri ins(%d0 {{upperOrLower = 2 : i32}} : i32) outs(%s0 : {T})",
+        "'pto.ttri' upperOrLower: expects upperOrLower to be 0 (lower) or 1 (upper), got 2")
+op_case("ttri_dtype", vec, MASK, f"pto.ttri ins(%d0 : i32) outs(%mk : {TM})",
+        "'pto.ttri' dtype: expects A2/A3 dst element type to be f16/f32/i16/i32, got i8")
+# tcmps / tcmp
+op_case("tcmps_src_space", cube, "%lim = arith.constant 1.0 : f32\n" + alloc("m", "!pto.tile_buf<mat, 32x256xf32>") + alloc("k", "!pto.tile_buf<mat, 32x256xi8>"),
+        "pto.tcmps ins(%m, %lim {cmpMode = #pto<cmp lt>} : !pto.tile_buf<mat, 32x256xf32>, f32) outs(%k : !pto.tile_buf<mat, 32x256xi8>)",
+        "'pto.tcmps' memory space: src must be loc=vec, got mat 32x256xf32")
+op_case("tcmps_src_dtype", vec, MASK + alloc("b", "!pto.tile_buf<vec, 32x256xbf16>"),
+        f"pto.tcmps ins(%b, %lim {{cmpMode = #pto<cmp lt>}} : !pto.tile_buf<vec, 32x256xbf16>, f32) outs(%mk : {TM})",
+        "'pto.tcmps' dtype: expects A2/A3 tcmps input element type to be i16/i32/f16/f32, got bf16")
+op_case("tcmps_scalar_type", vec, MASK, f"pto.tcmps ins(%s0, %s1 {{cmpMode = #pto<cmp lt>}} : {T}, {T}) outs(%mk : {TM})",
+        "'pto.tcmps' operand type: expects scalar to be integer, index, or float")
+op_case("tcmps_dst_dtype", vec, MASK, f"pto.tcmps ins(%s0, %lim {{cmpMode = #pto<cmp lt>}} : {T}, f32) outs(%s1 : {T})",
+        "'pto.tcmps' dtype: expects dst element type to be i8 (a packed predicate, one bit per element), got f32")
+op_case("tcmps_dst_space", cube, "%lim = arith.constant 1.0 : f32\n%v = pto.alloc_tile : !pto.tile_buf<vec, 32x256xf32>\n" + alloc("k", "!pto.tile_buf<mat, 32x256xi8>"),
+        "pto.tcmps ins(%v, %lim : !pto.tile_buf<vec, 32x256xf32>, f32) outs(%k : !pto.tile_buf<mat, 32x256xi8>)",
+        "'pto.tcmps' memory space: dst must be loc=vec, got mat 32x256xi8")
+op_case("tcmps_rows", vec, MASK + alloc("k16", "!pto.tile_buf<vec, 16x256xi8>"),
+        f"pto.tcmps ins(%s0, %lim {{cmpMode = #pto<cmp lt>}} : {T}, f32) outs(%k16 : !pto.tile_buf<vec, 16x256xi8>)",
+        "'pto.tcmps' shape agreement: expects src and dst to have the same valid rows, got 32 and 16")
+op_case("tcmps_dst_layout", vec, MASK + alloc("kc", "!pto.tile_buf<vec, 32x256xi8, blayout=col_major>"),
+        f"pto.tcmps ins(%s0, %lim : {T}, f32) outs(%kc : !pto.tile_buf<vec, 32x256xi8, blayout=col_major>)",
+        "'pto.tcmps' layout: dst must be blayout=row_major")
+op_case("tcmps_mode_value", vec, MASK, f"pto.tcmps ins(%s0, %lim {{cmpMode = #pto<cmp lessthan>}} : {T}, f32) outs(%mk : {TM})",
+        "#pto<cmp>: 'lessthan' is not one of eq, ne, lt, le, gt, ge")
+op_case("tcmp_space", vec, MASK + alloc("m", "!pto.tile_buf<mat, 32x256xf32>"),
+        f"pto.tcmp ins(%m, %s0 {{cmpMode = #pto<cmp gt>}} : !pto.tile_buf<mat, 32x256xf32>, {T}) outs(%mk : {TM})",
+        "'pto.tcmp' memory space: src0 must be loc=vec")
+op_case("tcmp_dtype_mix", vec, MASK + alloc("h", "!pto.tile_buf<vec, 32x256xf16>"),
+        f"pto.tcmp ins(%s0, %h {{cmpMode = #pto<cmp gt>}} : {T}, !pto.tile_buf<vec, 32x256xf16>) outs(%mk : {TM})",
+        "'pto.tcmp' dtype: expects src0 and src1 to have the same element type, got f32 and f16")
+op_case("tcmp_dtype_i16", vec, MASK + alloc("i", "!pto.tile_buf<vec, 32x256xi16>"),
+        "pto.tcmp ins(%i, %i : !pto.tile_buf<vec, 32x256xi16>, !pto.tile_buf<vec, 32x256xi16>) outs(%mk : " + TM + ")",
+        "'pto.tcmp' dtype: expects A2/A3 tcmp input element type to be i32/f16/f32, got i16")
+op_case("tcmp_valid", vec, MASK + alloc("h8", "!pto.tile_buf<vec, 32x256xf32, valid=32x128>"),
+        f"pto.tcmp ins(%s0, %h8 : {T}, !pto.tile_buf<vec, 32x256xf32, valid=32x128>) outs(%mk : {TM})",
+        "'pto.tcmp' shape agreement: expects src0 and src1 to have the same valid shape, got 32x256 and 32x128")
+# tsel
+op_case("tsel_space", vec, MASK + alloc("m", "!pto.tile_buf<mat, 32x256xf32>"),
+        f"pto.tsel ins(%mk, %m, %s1 : {TM}, !pto.tile_buf<mat, 32x256xf32>, {T}) outs(%s0 : {T})",
+        "'pto.tsel' memory space: src0 must be loc=vec, got mat 32x256xf32")
+op_case("tsel_dtype_mix", vec, MASK + alloc("h", "!pto.tile_buf<vec, 32x256xf16>"),
+        f"pto.tsel ins(%mk, %h, %s1 : {TM}, !pto.tile_buf<vec, 32x256xf16>, {T}) outs(%s0 : {T})",
+        "'pto.tsel' dtype: expects src0, src1, and dst to have the same element type, got f16, f32, f32")
+op_case("tsel_dtype_i8", vec, MASK, f"pto.tsel ins(%mk, %mk, %mk : {TM}, {TM}, {TM}) outs(%mk : {TM})",
+        "'pto.tsel' dtype: expects A2/A3 tsel src0, src1, and dst element type to be i16/i32/f16/bf16/f32, got i8")
+op_case("tsel_mask_type", vec, MASK, f"pto.tsel ins(%s1, %s0, %s1 : {T}, {T}, {T}) outs(%s0 : {T})",
+        "'pto.tsel' mask: mask must be a loc=vec i8 tile (the packed predicate of tcmp/tcmps), got vec 32x256xf32")
+op_case("tsel_valid", vec, MASK + alloc("h8", "!pto.tile_buf<vec, 32x256xf32, valid=16x256>"),
+        f"pto.tsel ins(%mk, %s0, %s1 : {TM}, {T}, {T}) outs(%h8 : !pto.tile_buf<vec, 32x256xf32, valid=16x256>)",
+        "'pto.tsel' shape agreement: src0 32x256, src1 32x256 and dst 16x256 valid shapes differ")
+op_case("tsel_tmp", vec, MASK + alloc("t16", "!pto.tile_buf<vec, 1x16xf16>"),
+        f"pto.tsel ins(%mk, %s0, %s1, %t16 : {TM}, {T}, {T}, !pto.tile_buf<vec, 1x16xf16>) outs(%s0 : {T})",
+        "'pto.tsel' tmp: expects A2/A3 tsel tmp to be a loc=vec tile of a 4-byte element type, got vec 1x16xf16")
+# tci
+op_case("tci_space", cube, "%d0 = arith.constant 0 : i32\n" + alloc("m", "!pto.tile_buf<mat, 1x256xi32>"),
+        "pto.tci ins(%d0 : i32) outs(%m : !pto.tile_buf<mat, 1x256xi32>)",
+        "'pto.tci' memory space: dst must be loc=vec, got mat 1x256xi32")
+op_case("tci_dtype", vec, MASK + "%f = arith.constant 0 : i32\n", f"pto.tci ins(%f : i32) outs(%row : {TROW})",
+        "'pto.tci' dtype: expects dst element type to be i16/i32, got f32")
+op_case("tci_start_type", vec, MASK + "%s16 = arith.constant 0 : i16\n", f"pto.tci ins(%s16 : i16) outs(%ci : {CI32})",
+        "'pto.tci' dtype: expects S and dst element type to be exactly the same type, got i16 and i32")
+op_case("tci_rows", vec, MASK + alloc("c2", "!pto.tile_buf<vec, 2x256xi32>"), "pto.tci ins(%d0 : i32) outs(%c2 : !pto.tile_buf<vec, 2x256xi32>)",
+        "'pto.tci' shape: tci fills one row (dst[0][j] = start + j, pto-ir.md 7.13): dst must be 1xN, got 2x256")
+op_case("tci_cols", vec, MASK + alloc("c1", "!pto.tile_buf<vec, 8x1xi32, blayout=col_major>"),
+        "pto.tci ins(%d0 : i32) outs(%c1 : !pto.tile_buf<vec, 8x1xi32, blayout=col_major>)",
+        "'pto.tci' shape: expects dst cols to be different from 1")
+op_case("tci_tmp_type", vec, MASK + alloc("th", "!pto.tile_buf<vec, 1x512xf16>"),
+        f"pto.tci ins(%d0, %th : i32, !pto.tile_buf<vec, 1x512xf16>) outs(%ci : {CI32})",
+        "'pto.tci' tmp: expects A2/A3 tmp to be a loc=vec ND tile of a 4-byte element type, got vec 1x512xf16")
+op_case("tci_tmp_size", vec, MASK + alloc("t8", "!pto.tile_buf<vec, 1x64xf32>"),
+        f"pto.tci ins(%d0, %t8 : i32, !pto.tile_buf<vec, 1x64xf32>) outs(%ci : {CI32})",
+        "'pto.tci' tmp: expects A2/A3 tmp capacity to be at least 768 bytes for a i32 dst, got 256")
+# tcolexpand*
+op_case("tcolexpand_layout", vec, MASK + alloc("w", "!pto.tile_buf<vec, 32x256xf32, blayout=col_major>"),
+        f"pto.tcolexpandadd ins(%w, %row : !pto.tile_buf<vec, 32x256xf32, blayout=col_major>, {TROW}) outs(%s0 : {T})",
+        "'pto.tcolexpandadd' layout: src0 must be blayout=row_major")
+op_case("tcolexpand_dtype", vec, MASK + alloc("rh", "!pto.tile_buf<vec, 1x256xf16>"),
+        f"pto.tcolexpandmul ins(%s0, %rh : {T}, !pto.tile_buf<vec, 1x256xf16>) outs(%s0 : {T})",
+        "'pto.tcolexpandmul' dtype: expects A2/A3 tcolexpandmul element type to be i16/i32/f16/f32 (one dtype), got f32, f16, f32")
+op_case("tcolexpanddiv_int", vec, MASK + alloc("i", "!pto.tile_buf<vec, 1x256xi32>") + alloc("j", "!pto.tile_buf<vec, 32x256xi32>"),
+        "pto.tcolexpanddiv ins(%j, %i : !pto.tile_buf<vec, 32x256xi32>, !pto.tile_buf<vec, 1x256xi32>) outs(%j : !pto.tile_buf<vec, 32x256xi32>)",
+        "'pto.tcolexpanddiv' dtype: expects A2/A3 tcolexpanddiv element type to be f16/f32 (one dtype)")
+op_case("tcolexpand_shape", vec, MASK + alloc("o", "!pto.tile_buf<vec, 16x256xf32>"),
+        f"pto.tcolexpandsub ins(%s0, %row : {T}, {TROW}) outs(%o : !pto.tile_buf<vec, 16x256xf32>)",
+        "'pto.tcolexpandsub' shape agreement: expects src0/dst to have same shape, got 32x256 and 16x256")
+op_case("tcolexpand_valid", vec, MASK + alloc("o", "!pto.tile_buf<vec, 32x256xf32, valid=32x128>"),
+        f"pto.tcolexpandmax ins(%s0, %row : {T}, {TROW}) outs(%o : !pto.tile_buf<vec, 32x256xf32, valid=32x128>)",
+        "'pto.tcolexpandmax' shape agreement: src0 valid 32x256 != dst valid 32x128")
+op_case("tcolexpand_row_cols", vec, MASK + alloc("r8", "!pto.tile_buf<vec, 1x256xf32, valid=1x128>"),
+        f"pto.tcolexpandmin ins(%s0, %r8 : {T}, !pto.tile_buf<vec, 1x256xf32, valid=1x128>) outs(%s0 : {T})",
+        "'pto.tcolexpandmin' shape agreement: expects src1 valid_shape[1] to equal dst valid_shape[1], got 128 and 256")
+op_case("precision_attr_kind", vec, MASK, f"pto.texp ins(%s0 : {T}) outs(%s0 : {T}) {{precisionType = #pto<div_precision high_precision>}}",
+        "pto.texp: precisionType must be a #pto<exp_precision ...>")
+op_case("precision_attr_unknown", vec, MASK, f"pto.tmul ins(%s0, %s1 : {T}, {T}) outs(%s0 : {T}) {{precisionType = #pto<div_precision high_precision>}}",
+        "pto.tmul: unexpected attributes")
+# tfillpad
+_P3 = "!pto.tile_buf<vec, 32x256xf32, pad=3>"
+op_case("tfillpad_pad_null", vec, MASK, f"pto.tfillpad ins(%s0 : {T}) outs(%s1 : {T})",
+        "'pto.tfillpad' pad value: expects dst PadVal != Null for tfillpad")
+op_case("tfillpad_elem_size", vec, MASK + alloc("h", "!pto.tile_buf<vec, 32x256xf16, pad=3>"),
+        f"pto.tfillpad ins(%s0 : {T}) outs(%h : !pto.tile_buf<vec, 32x256xf16, pad=3>)",
+        "'pto.tfillpad' dtype: expects sizeof(src element) == sizeof(dst element), got f32 and f16")
+op_case("tfillpad_shrink", vec, MASK + alloc("sm", "!pto.tile_buf<vec, 16x256xf32, pad=3>"),
+        f"pto.tfillpad ins(%s0 : {T}) outs(%sm : !pto.tile_buf<vec, 16x256xf32, pad=3>)",
+        "'pto.tfillpad' shape agreement: expects each dst physical shape dimension to be >= src")
+op_case("tfillpad_expanded_mat", cube, alloc("a", "!pto.tile_buf<mat, 16x256xf32>") + alloc("b", "!pto.tile_buf<mat, 32x256xf32, pad=1>"),
+        "pto.tfillpad ins(%a : !pto.tile_buf<mat, 16x256xf32>) outs(%b : !pto.tile_buf<mat, 32x256xf32, pad=1>)",
+        "'pto.tfillpad' memory space: expects expanded TFILLPAD only for loc=vec")
+op_case("tfillpad_mat_types", cube, alloc("a", "!pto.tile_buf<mat, 32x256xf32>") + alloc("b", "!pto.tile_buf<mat, 32x256xf32, pad=1>"),
+        "pto.tfillpad ins(%a : !pto.tile_buf<mat, 32x256xf32>) outs(%b : !pto.tile_buf<mat, 32x256xf32, pad=1>)",
+        "'pto.tfillpad' type agreement: expects src/dst tile types to be lowerable to TFILLPAD for loc=mat")
+# tstore atomic
+op_case("tstore_atomic_value", vec, GM + alloc("t", V32),
+        f"pto.tstore ins(%t : {V32}) outs(%pv : {PV16x64}) {{atomicType = #pto<atomic_type atomic_max>}}",
+        "#pto<atomic_type>: 'atomic_max' is not one of atomic_none, atomic_add", P)
+op_case("tstore_unknown_attr", vec, GM + alloc("t", V32),
+        f"pto.tstore ins(%t : {V32}) outs(%pv : {PV16x64}) {{atomic = 1}}",
+        "pto.tstore: unexpected attributes ['atomic']", P)
+
 @pytest.mark.parametrize("text, message, at", CASES.values(), ids=CASES.keys())
 def test_invalid(text: str, message: str, at: str | None) -> None:
     errors = errors_of(text)
@@ -529,7 +688,7 @@ def test_every_verifier_rule_has_a_case() -> None:
 
     import ptofa.dialect
 
-    source = Path(ptofa.dialect.__file__).read_text()
+    source = "\n".join(f.read_text() for f in sorted(Path(ptofa.dialect.__file__).parent.glob("*.py")))
     rules = set(re.findall(r'_fail\((?:self|op), "([^"]+)"', source))
     assert len(rules) > 25
     messages = " ".join(message for _, message, _ in CASES.values())

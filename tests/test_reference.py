@@ -76,7 +76,7 @@ def test_fp16_matmul_rounds_like_torch_half_matmul() -> None:
     generator = torch.Generator().manual_seed(3)
     a = torch.randn(32, 64, generator=generator).half()
     b = torch.randn(64, 48, generator=generator).half()
-    emulated = reference._matmul_fp16(a, b)
+    emulated = reference._matmul_low(a, b)
     native = torch.matmul(a, b)
     assert emulated.dtype == torch.float16
     # The two differ at most by the rounding of differently ordered fp32 sums: one or two fp16 ulps.
@@ -158,3 +158,49 @@ def test_rule_rejects_mismatched_shapes(refs) -> None:
     ref32, ref16 = refs
     with pytest.raises(ValueError, match=r"o \(2, 16, 3, 7\), ref32 \(2, 16, 3, 8\)"):
         check_accuracy(ref32[..., :7], ref32, ref16)
+
+
+def naive_masked_f64(q, k, v, scale, window, kpm):
+    """Row by row in float64 with an explicit visibility test, GQA by index arithmetic."""
+    batch, s0, heads, head_dim = q.shape
+    s1, kv_heads = k.shape[1], k.shape[2]
+    left, right = window
+    out = torch.zeros(batch, s0, heads, head_dim, dtype=torch.float64)
+    lse = torch.full((batch, heads, s0), math.inf, dtype=torch.float64)
+    for b in range(batch):
+        for h in range(heads):
+            g = h // (heads // kv_heads)
+            for i in range(s0):
+                keys = [j for j in range(s1)
+                        if (left < 0 or j >= i + s1 - s0 - left) and (right < 0 or j <= i + s1 - s0 + right)
+                        and (kpm is None or kpm[b, j])]
+                if not keys:
+                    continue
+                scores = k[b, keys, g].double() @ q[b, i, h].double() * scale
+                lse[b, h, i] = torch.logsumexp(scores, 0)
+                out[b, i, h] = torch.softmax(scores, 0) @ v[b, keys, g].double()
+    return out, lse
+
+
+@pytest.mark.parametrize("window, with_mask, dtype", [
+    ((-1, 0), False, torch.float16), ((3, 2), True, torch.bfloat16), ((-1, -1), True, torch.float16), ((0, -1), False, torch.bfloat16),
+])
+def test_masked_gqa_reference_matches_float64(window, with_mask, dtype) -> None:
+    from ptofa.reference import reference_fa
+
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 11, 4, 8, generator=g).to(dtype)
+    k = torch.randn(2, 7, 2, 8, generator=g).to(dtype)
+    v = torch.randn(2, 7, 2, 8, generator=g).to(dtype)
+    kpm = torch.tensor([[1, 0, 1, 1, 0, 1, 1], [0, 0, 0, 0, 0, 0, 0]], dtype=torch.int32) if with_mask else None
+    ref = reference_fa(q, k, v, 0.35, window, kpm)
+    exact, lse = naive_masked_f64(q, k, v, 0.35, window, kpm)
+    assert (ref.out32.double() - exact).abs().max().item() < 1e-6
+    finite = torch.isfinite(lse)
+    assert torch.equal(torch.isinf(ref.lse32), ~finite) and torch.equal(torch.isinf(ref.lse_low), ~finite)
+    assert (ref.lse32.double()[finite] - lse[finite]).abs().max().item() < 1e-5
+    assert ref.out_low.dtype == torch.float32 and torch.isfinite(ref.out_low).all()
+    empty = ~finite.transpose(1, 2)  # [B, S0, H]
+    assert ref.out32[empty].abs().max().item() == 0.0 if empty.any() else True
+    if with_mask:
+        assert empty[1].all()  # the batch with no valid key

@@ -7,6 +7,7 @@ S0 > 128); the full config x S1 grid is marked `slow`.
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -15,12 +16,13 @@ from click.testing import CliRunner
 from ptofa.cli import main
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
 from ptofa.runner import run_case
+from ptofa.sim.options import RunOptions
 
 
-def _config(head: int, tile_s1: int, qk_preload: int, fault: str | None = None) -> FAConfig:
+def _config(head: int, tile_s1: int, qk_preload: int) -> FAConfig:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # qk_preload=4 warns about ptoas, not about the simulator
-        return FAConfig(head=head, tile_s1=tile_s1, qk_preload=qk_preload, fault=fault)
+        return FAConfig(head=head, tile_s1=tile_s1, qk_preload=qk_preload)
 
 
 CI_CASES = [
@@ -88,13 +90,13 @@ def test_legal_grid_size():
 
 def test_runtime_scale_and_wrong_reference(monkeypatch):
     """The scale is a runtime argument; a reference that disagrees makes the check fail."""
-    import ptofa.runner as runner
+    import ptofa.backend as backend
     from ptofa.reference import reference_attention
 
     config = _config(128, 256, 3)
     shape = ProblemShape(1, 1, 128, 1024)
     assert run_case(config, shape, backend="sim", scale=0.5).status == "pass"
-    monkeypatch.setattr(runner, "reference_attention", lambda q, k, v, s: reference_attention(q, k, v, 1.5 * s))
+    monkeypatch.setattr(backend, "reference_attention", lambda q, k, v, s: reference_attention(q, k, v, 1.5 * s))
     bad = run_case(config, shape, backend="sim")
     assert bad.status == "fail" and bad.err > bad.tolerance
 
@@ -109,14 +111,15 @@ def test_runtime_scale_and_wrong_reference(monkeypatch):
     ],
 )
 def test_fault_injection_reports(fault, tile_s1, expected):
-    config = _config(128, tile_s1, 2, fault=fault)
-    result = run_case(config, ProblemShape(1, 1, 128, 4096), backend="sim")
+    config = _config(128, tile_s1, 2)
+    result = run_case(config, ProblemShape(1, 1, 128, 4096), backend="sim", options=RunOptions(fault=fault))
     assert result.status in ("deadlock", "error")
     assert expected in result.message
 
 
 def test_deadlock_report_names_op_line_and_counters():
-    result = run_case(_config(128, 256, 3, fault="extra_tpop"), ProblemShape(1, 1, 128, 2048), backend="sim")
+    result = run_case(_config(128, 256, 3), ProblemShape(1, 1, 128, 2048), backend="sim",
+                      options=RunOptions(fault="extra_tpop"))
     assert result.status == "deadlock"
     msg = result.message
     assert "pto.tpop_from_aic (line " in msg
@@ -162,6 +165,19 @@ def test_keep_dir_holds_the_pto(tmp_path):
     assert result.status == "pass"
     text = (tmp_path / "fa.pto").read_text()
     assert "func.func @fa_fwd" in text
+
+
+def test_injected_fault_text_is_kept_and_reports_name_its_lines(tmp_path):
+    """The builder emits the real kernel; the simulator breaks the parsed module and the
+    mutated text, whose lines the report names, is written beside it."""
+    result = run_case(_config(128, 256, 3), ProblemShape(1, 1, 128, 2048), backend="sim", keep_dir=tmp_path,
+                      options=RunOptions(fault="extra_tpop"))
+    assert result.status == "deadlock"
+    assert "extra_entry" not in (tmp_path / "fa.pto").read_text()
+    lines = (tmp_path / "fa.extra_tpop.pto").read_text().split("\n")
+    line = int(re.search(r"blocked in pto.tpop_from_aic \(line (\d+)\) on pipe 2", result.message).group(1))
+    assert "%extra_entry = pto.tpop_from_aic {id = 2, split = 1}" in lines[line - 1]
+    assert "pto.trowexpanddiv" in lines[line]
 
 
 def test_timeline_written(tmp_path):

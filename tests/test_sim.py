@@ -7,12 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ptofa.pipeline import ConfigError
 from ptofa.sim.errors import SimDeadlock, SimError, SimImbalance, SimMemoryOverflow, SimStepLimit
 from ptofa.sim.executor import simulate
+from ptofa.sim.faults import fault_text
+from ptofa.sim.options import RunOptions
 from ptofa.sim.memory import GmPointer
 from ptofa.sim.pipes import PipeProtocol, pending_drain, sync_period, waited_credits
 from ptofa.sim.tileops import _directed_float
-from ptofa.textio import parse_pto
+from ptofa.textio import parse_pto, print_pto
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "samples" / "fa_min_verified.pto"
 HEAD = 128
@@ -158,6 +161,45 @@ def test_swapped_pipe_ids_deadlock(sample_text):
     msg = str(err.value)
     assert "cube: blocked in pto.tpop_from_aiv" in msg
     assert "vec0: blocked in pto.tpop_from_aic" in msg and "on pipe 2" in msg
+
+
+@pytest.mark.parametrize(
+    "fault,error,expected",
+    [
+        ("drop_tfree", SimImbalance, ["pipe 0: second tpop on vec0 before the tfree"]),
+        ("extra_tpop", SimDeadlock, ["vec0: blocked in pto.tpop_from_aic (line {extra}) on pipe 2", "cube: finished"]),
+        ("swap_pipe_ids", SimDeadlock, ["cube: blocked in pto.tpop_from_aiv", "vec0: blocked in pto.tpop_from_aic"]),
+    ],
+)
+def test_run_option_faults_on_the_sample(sample_text, fault, error, expected):
+    """`RunOptions.fault` breaks the parsed module the way the hand-edited texts above do;
+    report lines are lines of the mutated text (`fault_text`)."""
+    extra = line_of(fault_text(parse_pto(sample_text, "fa.pto"), fault), "%extra_entry") if fault == "extra_tpop" else 0
+    with pytest.raises(error) as err:
+        run(sample_text, options=RunOptions(fault=fault))
+    for part in expected:
+        assert part.format(extra=extra) in str(err.value)
+
+
+def test_fault_pass_leaves_the_parsed_module_alone(sample_text):
+    parsed = parse_pto(sample_text, "fa.pto")
+    before = print_pto(parsed.module)
+    assert fault_text(parsed, "swap_pipe_ids") != before
+    assert print_pto(parsed.module) == before
+
+
+def test_run_options_are_checked_and_normalised():
+    assert RunOptions(blocks=[3, 1, 3], trace_blocks=range(2)) == RunOptions(blocks=(1, 3), trace_blocks=(0, 1))
+    with pytest.raises(ConfigError, match="fault injection: fault='nope' is not one of drop_tfree, extra_tpop, swap_pipe_ids"):
+        RunOptions(fault="nope")
+    with pytest.raises(ConfigError, match="gm_guard=False is not available"):  # GM accesses are always checked
+        RunOptions(gm_guard=False)
+
+
+def test_fault_needs_its_ops():
+    text = "func.func @k() attributes {pto.kernel_kind = #pto.kernel_kind<vector>} {\n  return\n}"
+    with pytest.raises(SimError, match="fault drop_tfree: nothing to break, the module has no vector-side pto.tfree_from_aic of pipe 0"):
+        fault_text(parse_pto(text), "drop_tfree")
 
 
 def test_ub_overflow(sample_text):

@@ -2,14 +2,20 @@
 
     from ptofa.sim import GmPointer, simulate
     result = simulate(parse_pto(text, path), {"q": GmPointer.of(q), ..., "s0": 1024}, block_dim=8)
+    result = simulate(parsed, args, 8, RunOptions(trace=True, fault="extra_tpop"))
+
+`RunOptions` (`options`) says how to run a module, `faults` how a fault breaks it.
 """
 
 from ptofa.sim.errors import SimDeadlock, SimError, SimImbalance, SimMemoryOverflow, SimSlotHazard, SimStepLimit
 from ptofa.sim.executor import SimResult, simulate
 from ptofa.sim.memory import GmPointer
+from ptofa.sim.options import FAULTS, RunOptions
 
 __all__ = [
+    "FAULTS",
     "GmPointer",
+    "RunOptions",
     "SimDeadlock",
     "SimError",
     "SimImbalance",

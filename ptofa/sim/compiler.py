@@ -19,9 +19,9 @@ from xdsl.dialects import arith, builtin, func, scf
 from xdsl.ir import Block, Operation, SSAValue
 
 from ptofa import dialect as d
-from ptofa.sim import pipeops, tileops
+from ptofa.sim import pipeops, registry, tileops
 from ptofa.sim.errors import SimError
-from ptofa.sim.memory import Tile, new_tile_storage
+from ptofa.sim.memory import BF16, Tile, bf16_decode, bf16_encode, new_tile_storage
 from ptofa.sim.stages import op_stages
 from ptofa.sim.tracing import wrap_scalar, wrap_tile_op
 from ptofa.textio import kernel_kind
@@ -115,7 +115,16 @@ def _float_round(t) -> Callable[[float], float]:
         return lambda x: float(np.float32(x))
     if isinstance(t, builtin.Float16Type):
         return lambda x: float(np.float16(x))
+    if isinstance(t, builtin.BFloat16Type):
+        return _bf16_round
     return float
+
+
+def _bf16_round(x: float) -> float:
+    """x rounded to bf16 (nearest even), as a Python float."""
+    out = np.empty(1, BF16)
+    bf16_encode(np.array([x], np.float32), out)
+    return float(bf16_decode(out)[0])
 
 
 def _wrap(width: int | None) -> Callable[[int], int] | None:
@@ -327,16 +336,10 @@ class _FunctionCompiler:
 
     # dispatch ------------------------------------------------------------------------------
     def op(self, op: Operation) -> tuple[Fn | None, bool]:
-        where = f"{op.name} (line {self.mc.parsed.line(op)})"
-        if isinstance(op, d.PIPE_INIT_OPS):
-            return _placeholder, False
-        if isinstance(op, d.PIPE_DATA_OPS):
-            return _placeholder, op.ROLE in ("talloc", "tpop")
-        factory = tileops.FACTORIES.get(type(op))
-        if factory is not None:
-            return factory(op, self.slot), False
-        if isinstance(op, d.AllocTileOp):
-            return self.alloc_tile(op), False
+        """(fn, may_block) of one op: a PTO op through `registry.SEMANTICS`, else scf, func or arith."""
+        sem = registry.SEMANTICS.get(type(op))
+        if sem is not None:
+            return sem.build(self, op) if sem.by_compiler else (sem.build(op, self.slot), False)
         if isinstance(op, scf.ForOp):
             return self.for_op(op)
         if isinstance(op, scf.IfOp):
@@ -346,33 +349,12 @@ class _FunctionCompiler:
         simple = self.simple(op)
         if simple is not None:
             return simple, False
-        raise SimError(f"{where}: op not supported by the simulator")
+        raise SimError(f"{op.name} (line {self.mc.parsed.line(op)}): op not supported by the simulator")
 
     def simple(self, op: Operation) -> Fn | None:
+        """The closure of an arith op, or None."""
         slot = self.slot
         name = op.name
-        if isinstance(op, d.SetFftsOp):
-            return _noop
-        if isinstance(op, d.AddPtrOp):
-            p, o, r = slot(op.ptr), slot(op.offset), slot(op.result)
-
-            def addptr(vals):
-                vals[r] = vals[p].add(vals[o])
-
-            return addptr
-        if isinstance(op, d._RuntimeIdOp):
-            r = slot(op.result)
-            attr = {
-                "pto.get_block_idx": "block",
-                "pto.get_block_num": "block_dim",
-                "pto.get_subblock_idx": "sb",
-                "pto.get_subblock_num": "sub_num",
-            }[name]
-
-            def runtime_id(vals):
-                vals[r] = getattr(vals[0], attr)
-
-            return runtime_id
         if isinstance(op, arith.ConstantOp):
             r = slot(op.result)
             value = op.value
@@ -498,7 +480,14 @@ class _FunctionCompiler:
             return negf
         return None
 
-    def alloc_tile(self, op: d.AllocTileOp) -> Fn:
+    @registry.compiled_by(*d.PIPE_INIT_OPS, *d.PIPE_DATA_OPS)
+    def pipe_op(self, op: Operation) -> tuple[Fn, bool]:
+        """A placeholder; `region` binds the `pipeops` closure once the op has its id."""
+        return _placeholder, isinstance(op, d.PIPE_DATA_OPS) and op.ROLE in ("talloc", "tpop")
+
+    @registry.compiled_by(d.AllocTileOp)
+    def alloc_tile(self, op: d.AllocTileOp) -> tuple[Fn, bool]:
+        """Allocate on the core's first execution (one tile per op and core), then reuse."""
         t = op.result.type
         k = self.mc.n_allocs
         self.mc.n_allocs += 1
@@ -528,7 +517,7 @@ class _FunctionCompiler:
                 tile.set_valid(vals[vr_s], vals[vc_s])
             vals[r] = tile
 
-        return alloc
+        return alloc, False
 
     def for_op(self, op: scf.ForOp) -> tuple[Fn, bool]:
         lb, ub, step = self.slot(op.lb), self.slot(op.ub), self.slot(op.step)
@@ -674,7 +663,41 @@ def _placeholder(vals) -> None:
     raise AssertionError("pipe op placeholder executed")
 
 
-_SCALAR_TYPES = (d.AddPtrOp, d.MakeTensorViewOp, d.PartitionViewOp, d._RuntimeIdOp, d.SetFftsOp, d.TReshapeOp, d.SubviewOp, *d.PIPE_INIT_OPS)
+# Runtime and pointer ops --------------------------------------------------------------------
+
+
+@registry.semantics(d.SetFftsOp)
+def set_ffts(op: d.SetFftsOp, slot) -> Fn:
+    """The FFTS base address only matters on hardware: a no-op."""
+    return _noop
+
+
+@registry.semantics(d.AddPtrOp)
+def addptr(op: d.AddPtrOp, slot) -> Fn:
+    p, o, r = slot(op.ptr), slot(op.offset), slot(op.result)
+
+    def fn(vals):
+        vals[r] = vals[p].add(vals[o])
+
+    return fn
+
+
+_RUNTIME_IDS = {d.GetBlockIdxOp: "block", d.GetBlockNumOp: "block_dim", d.GetSubblockIdxOp: "sb", d.GetSubblockNumOp: "sub_num"}
+
+
+@registry.semantics(*_RUNTIME_IDS)
+def runtime_id(op, slot) -> Fn:
+    """Reads the executing core's attribute (block index, block_dim, sub-block index or count)."""
+    r, attr = slot(op.result), _RUNTIME_IDS[type(op)]
+
+    def fn(vals):
+        vals[r] = getattr(vals[0], attr)
+
+    return fn
+
+
+_SCALAR_TYPES = (d.AddPtrOp, d.MakeTensorViewOp, d.PartitionViewOp, d._RuntimeIdOp, d.SetFftsOp, d.TReshapeOp, d.SubviewOp,
+                 d.SetValidShapeOp, *d.PIPE_INIT_OPS)
 
 
 def _is_scalar_op(op: Operation) -> bool:

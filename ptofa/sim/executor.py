@@ -6,16 +6,17 @@ only cube-kind bodies) and the two vector cores (sub-blocks 0 and 1, vector-kind
 bodies only) are coroutines scheduled round-robin. Only pipe ops (and the pipe
 destructor drain at function exit) can block; when every live core of a block is
 blocked the launch fails with `SimDeadlock`, and unbalanced pipes at kernel exit
-with `SimImbalance`. Results are written into the caller's GM buffers.
+with `SimImbalance`. Results are written into the caller's GM buffers. How to run
+(tracing, blocks, step limit, an injected fault) is a `RunOptions`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Iterator
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,7 +26,9 @@ from xdsl.dialects import builtin
 from ptofa import dialect as d
 from ptofa.sim.compiler import FuncProgram, Program, compile_module, invoke
 from ptofa.sim.errors import SimDeadlock, SimError, SimImbalance, SimStepLimit
+from ptofa.sim.faults import inject_fault
 from ptofa.sim.memory import GmPointer, LocalMemory
+from ptofa.sim.options import RunOptions
 from ptofa.sim.pipes import PipeProtocol
 from ptofa.sim.report import deadlock_report, imbalance_report, ring_warnings
 from ptofa.sim.tileops import np_dtype
@@ -204,34 +207,40 @@ def simulate(
     parsed: ParsedModule,
     args: dict[str, object],
     block_dim: int,
-    *,
-    trace: bool = False,
-    max_steps: int | None = None,
-    blocks: Iterable[int] | None = None,
-    trace_blocks: Iterable[int] | None = None,
+    options: RunOptions | None = None,
+    **overrides: object,
 ) -> SimResult:
     """Run the module's `pto.entry` on `block_dim` blocks (1 cube + 2 vector cores each).
 
     `args` maps entry argument names (without `%`) to `GmPointer`s and Python scalars.
-    `blocks` restricts execution to some block indices (blocks are independent; the
-    others' outputs stay unwritten), `trace_blocks` restricts recording to some of the
-    executed blocks (default: all of them when `trace` is set).
+    `options` (`RunOptions`, default: none set) says how to run: a fault to inject
+    into (a copy of) the module first, tracing, which blocks to execute (`blocks`;
+    blocks are independent, the others' outputs stay unwritten) and record
+    (`trace_blocks`, default: all executed blocks when `trace` is set), a step limit.
+    Keyword `overrides` replace fields of `options`: `simulate(p, a, 2, trace=True)`.
     Raises `SimError` (bad access, bad shapes), `SimDeadlock`, `SimImbalance`,
-    `SimMemoryOverflow` or `SimStepLimit` with a report.
+    `SimMemoryOverflow` or `SimStepLimit` with a report, and `PtoCheckError` when an
+    injected fault makes the module fail the verifier.
     """
+    options = options or RunOptions()
+    if overrides:
+        options = dataclasses.replace(options, **overrides)
     if block_dim < 1:
         raise SimError(f"block_dim={block_dim} must be >= 1")
     start = time.perf_counter()
+    if options.fault is not None:
+        parsed = inject_fault(parsed, options.fault)
+    trace = options.trace
     program = compile_module(parsed, trace=trace)
     bound = _bind_args(program.entry, args)
     tr = Trace(block_dim) if trace else None
-    launch = LaunchState(program, block_dim, max_steps, tr)
+    launch = LaunchState(program, block_dim, options.max_steps, tr)
     result = SimResult(block_dim=block_dim, steps=0, wall_s=0.0, trace=tr)
-    run = sorted(set(blocks)) if blocks is not None else list(range(block_dim))
+    run = list(options.blocks) if options.blocks is not None else list(range(block_dim))
     bad = [b for b in run if not 0 <= b < block_dim]
     if bad:
         raise SimError(f"blocks {bad} are outside [0, block_dim={block_dim})")
-    traced = set(trace_blocks) if trace_blocks is not None else set(run)
+    traced = set(options.trace_blocks) if options.trace_blocks is not None else set(run)
     with _single_torch_thread():
         for block in run:
             cores, state = _run_block(launch, block, program.entry, bound, trace and block in traced)

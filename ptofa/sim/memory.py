@@ -9,6 +9,13 @@ strides (elements); `GmView.array` builds the numpy view after a bounds check.
 A tile is a 2-D numpy array `[rows, cols]` plus its valid region (pto-ir.md 6.4).
 Non-boxed `col_major` tiles are stored in Fortran order so that `treshape` sees the
 same flat storage as the hardware (a `[R,1]` DN column and its `[1,R]` row view).
+
+bf16 has no numpy dtype: GM and tiles hold its 16-bit patterns, as the hardware does,
+in arrays of the opaque 2-byte dtype `BF16` (numpy's `V2`), which no numpy arithmetic
+accepts, so a bf16 array can only reach arithmetic through `bf16_decode` (exact, to f32)
+and be written through `bf16_encode` (rounding, round-to-nearest-even by default). A
+`torch.bfloat16` tensor backs a `!pto.ptr<bf16>` directly: `GmPointer.of(t)` wraps its
+bytes, so stores land in the caller's tensor.
 """
 
 from __future__ import annotations
@@ -16,18 +23,86 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from ptofa.target import ALIGNMENT, CAPACITY, SPACE_NAMES
 from ptofa.sim.errors import SimError, SimMemoryOverflow
 
+BF16 = np.dtype("V2")  # bf16 bit patterns (see the module docstring)
+
 NP_DTYPES: dict[str, np.dtype] = {
     "f16": np.dtype(np.float16),
+    "bf16": BF16,
     "f32": np.dtype(np.float32),
     "i8": np.dtype(np.int8),
     "i16": np.dtype(np.int16),
     "i32": np.dtype(np.int32),
     "i64": np.dtype(np.int64),
 }
+
+_TORCH_DTYPES: dict[torch.dtype, np.dtype] = {
+    torch.float16: np.dtype(np.float16),
+    torch.bfloat16: BF16,
+    torch.float32: np.dtype(np.float32),
+    torch.int8: np.dtype(np.int8),
+    torch.uint8: np.dtype(np.uint8),
+    torch.int16: np.dtype(np.int16),
+    torch.int32: np.dtype(np.int32),
+    torch.int64: np.dtype(np.int64),
+}
+
+
+def as_np_dtype(dtype) -> np.dtype:
+    """A numpy dtype from a numpy dtype / type, a PTO element name ("bf16", "f16", ...) or a torch dtype."""
+    if isinstance(dtype, torch.dtype):
+        if dtype not in _TORCH_DTYPES:
+            raise SimError(f"torch dtype {dtype} cannot back a GM tensor")
+        return _TORCH_DTYPES[dtype]
+    if isinstance(dtype, str) and dtype in NP_DTYPES:
+        return NP_DTYPES[dtype]
+    return np.dtype(dtype)
+
+
+def is_bf16(a: np.ndarray | np.dtype) -> bool:
+    return (a if isinstance(a, np.dtype) else a.dtype) == BF16
+
+
+def bf16_decode(a: np.ndarray) -> np.ndarray:
+    """f32 values of a bf16 array (exact): the bit pattern shifted into the high half."""
+    return (a.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+# Rounding of f32 -> bf16 on the dropped low 16 bits (sign-magnitude, so the bias acts on
+# the magnitude): (bias for positive values, bias for negative values).
+_BF16_BIAS = {
+    "TRUNC": (0, 0),
+    "ROUND": (0x8000, 0x8000),  # half away from zero
+    "FLOOR": (0, 0xFFFF),
+    "CEIL": (0xFFFF, 0),
+    "ODD": (0, 0),
+}
+
+
+def bf16_encode(x: np.ndarray, out: np.ndarray, mode: str = "CAST_RINT") -> None:
+    """out (BF16) = x rounded to bf16: round-to-nearest-even for CAST_RINT / RINT / NONE,
+    else TRUNC, FLOOR, CEIL, ROUND (half away from zero) or ODD (round to odd)."""
+    f = np.asarray(x, dtype=np.float32)
+    bits = np.ascontiguousarray(f).view(np.uint32).astype(np.uint64)
+    low = bits & 0xFFFF
+    if mode in ("CAST_RINT", "RINT", "NONE"):
+        bias = 0x7FFF + ((bits >> 16) & 1)
+    elif mode in _BF16_BIAS:
+        pos, neg = _BF16_BIAS[mode]
+        bias = np.where(bits >> 31 != 0, neg, pos).astype(np.uint64)
+    else:
+        raise SimError(f"tcvt: unknown round mode {mode}")
+    hi = ((bits + bias) >> 16) & 0xFFFF
+    if mode == "ODD":
+        hi |= (low != 0).astype(np.uint64)
+    nan = np.isnan(f)
+    if nan.any():
+        hi = np.where(nan, ((bits >> 16) | 0x0040) & 0xFFFF, hi)  # quiet NaN, sign kept
+    out.view(np.uint16)[...] = hi.astype(np.uint16).reshape(f.shape)
 
 
 @dataclass
@@ -43,18 +118,30 @@ class GmPointer:
     dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float32))
 
     def __post_init__(self) -> None:
-        self.dtype = np.dtype(self.dtype)
+        self.dtype = as_np_dtype(self.dtype)
         if self.buf.dtype != np.uint8 or self.buf.ndim != 1:
             raise SimError(f"GmPointer.buf must be a 1-D uint8 array, got {self.buf.dtype} with {self.buf.ndim} dims")
 
     @classmethod
-    def of(cls, array: np.ndarray) -> "GmPointer":
+    def of(cls, array: "np.ndarray | torch.Tensor") -> "GmPointer":
+        """Wrap a C-contiguous numpy array or CPU torch tensor (its bytes are the GM buffer;
+        stores land in it). A `torch.bfloat16` tensor gives a bf16 pointer."""
+        if isinstance(array, torch.Tensor):
+            if array.device.type != "cpu":
+                raise SimError(f"GmPointer.of needs a CPU tensor, got one on {array.device}")
+            if not array.is_contiguous():
+                raise SimError("GmPointer.of needs a contiguous tensor (its bytes are the GM buffer)")
+            dtype = as_np_dtype(array.dtype)
+            flat = array.detach().reshape(-1)
+            buf = flat.view(torch.uint8).numpy() if flat.numel() else np.zeros(0, np.uint8)
+            return cls(buf, 0, dtype)
         if not array.flags.c_contiguous:
             raise SimError("GmPointer.of needs a C-contiguous array (its bytes are the GM buffer)")
         return cls(array.reshape(-1).view(np.uint8), 0, array.dtype)
 
     def retyped(self, dtype) -> "GmPointer":
-        return GmPointer(self.buf, self.offset, np.dtype(dtype))
+        """A second pointer to the same bytes; `dtype` may be "bf16" or a torch dtype."""
+        return GmPointer(self.buf, self.offset, as_np_dtype(dtype))
 
     def add(self, elems: int) -> "GmPointer":
         return GmPointer(self.buf, self.offset + elems * self.dtype.itemsize, self.dtype)
@@ -127,8 +214,13 @@ class Tile:
 
 def new_tile_storage(rows: int, cols: int, dtype: np.dtype, fortran: bool) -> np.ndarray:
     """Uninitialised storage: NaN for float tiles (reads of unwritten data show up), 0 otherwise."""
+    order = "F" if fortran else "C"
+    if dtype == BF16:
+        data = np.empty((rows, cols), dtype=BF16, order=order)
+        data.view(np.uint16)[...] = 0x7FC0  # bf16 quiet NaN
+        return data
     fill = np.nan if dtype.kind == "f" else 0
-    return np.full((rows, cols), fill, dtype=dtype, order="F" if fortran else "C")
+    return np.full((rows, cols), fill, dtype=dtype, order=order)
 
 
 @dataclass

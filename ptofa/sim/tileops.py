@@ -4,6 +4,7 @@ Each factory takes the op and a `slot(value) -> int` function and returns
 `fn(vals)`, which reads its operands from `vals[slot]` and writes only the
 destination's valid region (pto-ir.md 7-9). Shapes, dtypes and ufuncs are resolved
 here, once; at run time a closure does a few list loads and one or two numpy calls.
+`@semantics(...)` registers a factory for its op classes (`ptofa.sim.registry`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import torch
 
 from ptofa import dialect as d
 from ptofa.sim.errors import SimError
-from ptofa.sim.memory import NP_DTYPES, GmView, Tile
+from ptofa.sim.memory import BF16, NP_DTYPES, GmView, Tile, bf16_decode, bf16_encode
+from ptofa.sim.registry import semantics
 
 Fn = Callable[[list], object]
 Slot = Callable[[object], int]
@@ -33,25 +35,70 @@ def np_dtype(t) -> np.dtype:
 _FLOATS = (np.dtype(np.float16), np.dtype(np.float32))
 
 
-def copy_cast(dst: np.ndarray, src: np.ndarray) -> None:
-    """dst[...] = src with dtype conversion (f32 -> f16 rounds to nearest even).
+def as_float(a: np.ndarray) -> np.ndarray:
+    """`a` itself, or the f32 values of a bf16 array (exact)."""
+    return bf16_decode(a) if a.dtype == BF16 else a
+
+
+def copy_cast(dst: np.ndarray, src: np.ndarray, mode: str = "CAST_RINT") -> None:
+    """dst[...] = src with dtype conversion (narrowing to f16 / bf16 rounds to nearest even).
 
     numpy's f16 <-> f32 casts run at ~2 ns per element; torch's use F16C and are
     ~15x faster, which matters for matmul operands and P tiles.
     """
-    if dst.dtype != src.dtype and dst.dtype in _FLOATS and src.dtype in _FLOATS and dst.shape == src.shape:
+    if dst.shape != src.shape:
+        raise _shape_error("copy: destination vs source", dst.shape, src.shape)
+    if dst.dtype == src.dtype:
+        np.copyto(dst, src)
+    elif dst.dtype == BF16:
+        bf16_encode(as_float(src), dst, mode)
+    elif src.dtype == BF16:
+        copy_cast(dst, bf16_decode(src), mode)
+    elif dst.dtype in _FLOATS and src.dtype in _FLOATS:
         torch.from_numpy(dst).copy_(torch.from_numpy(src))
     else:
         np.copyto(dst, src, casting="unsafe")
+
+
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def copy_bits(dst: np.ndarray, src: np.ndarray) -> None:
+    """dst[...] = src's bytes element by element (a DMA copy: same element size, no conversion)."""
+    if dst.shape != src.shape:
+        raise _shape_error("copy: destination vs source", dst.shape, src.shape)
+    if dst.dtype == src.dtype:
+        np.copyto(dst, src)
+    else:
+        u = _UINT[dst.dtype.itemsize]
+        np.copyto(dst.view(u), src.view(u))
+
+
+def fill_value(dst: np.ndarray, value: float) -> None:
+    """Every element of `dst` = value, converted to its dtype (bf16: rounded to nearest even)."""
+    if dst.dtype == BF16:
+        bf16_encode(np.full(dst.shape, value, np.float32), dst)
+    else:
+        dst.fill(value)
 
 
 def _shape_error(what: str, got, want) -> SimError:
     return SimError(f"shape agreement: {what} {'x'.join(map(str, got))} != {'x'.join(map(str, want))}")
 
 
+def _same_valid(what: str, *tiles: Tile) -> None:
+    """Runtime valid shapes of `tiles` agree (numpy would broadcast a 1-row tile silently)."""
+    first = tiles[0].v.shape
+    for t in tiles[1:]:
+        if t.v.shape != first:
+            raise SimError(f"shape agreement: {what}: runtime valid shapes {'x'.join(map(str, first))} "
+                           f"(%{tiles[0].name}) and {'x'.join(map(str, t.v.shape))} (%{t.name}) differ")
+
+
 # GM views --------------------------------------------------------------------------------
 
 
+@semantics(d.MakeTensorViewOp)
 def make_tensor_view(op: d.MakeTensorViewOp, slot: Slot) -> Fn:
     p, res = slot(op.ptr), slot(op.result)
     shape_s = [slot(v) for v in op.shape]
@@ -73,6 +120,7 @@ def make_tensor_view(op: d.MakeTensorViewOp, slot: Slot) -> Fn:
     return fn
 
 
+@semantics(d.PartitionViewOp)
 def partition_view(op: d.PartitionViewOp, slot: Slot) -> Fn:
     src, res = slot(op.source), slot(op.result)
     off_s = [slot(v) for v in op.offsets]
@@ -105,45 +153,82 @@ def _collapse(shape: tuple) -> tuple[int, int]:
     return rows, shape[-1]
 
 
+def _transfer_shape(what: str, view: GmView, tile: Tile) -> tuple[int, int]:
+    """The partition as rows x cols; it must equal the tile's runtime valid shape, and be non-empty
+    (pto-isa asserts valid dims > 0 in TLOAD / TSTORE)."""
+    shape = _collapse(view.shape)
+    if shape != (tile.vr, tile.vc):
+        raise SimError(
+            f"shape agreement: {what}: the partition is {'x'.join(map(str, view.shape))} (as {shape[0]}x{shape[1]}) "
+            f"at run time but tile %{tile.name} has valid shape {tile.vr}x{tile.vc}; they must be equal "
+            "(set a dynamic tile's valid shape with alloc_tile valid_row/valid_col or pto.set_validshape)"
+        )
+    if 0 in shape:
+        raise SimError(f"{what}: a {shape[0]}x{shape[1]} transfer (valid shape of %{tile.name}); pto-isa asserts "
+                       "that the valid rows and cols are > 0 on hardware")
+    return shape
+
+
+@semantics(d.TLoadOp)
 def tload(op: d.TLoadOp, slot: Slot) -> Fn:
+    """A DMA copy of the partition into the tile's valid region (no dtype conversion)."""
     src, dst = slot(op.src), slot(op.dst)
 
     def fn(vals):
         view = vals[src]
         tile = vals[dst]
+        shape = _transfer_shape("tload", view, tile)
         a = view.array()
         if a.ndim != 2:
-            a = a.reshape(_collapse(a.shape))
-        if a.shape != tile.v.shape:
-            raise _shape_error("partition (as rows x cols) vs tile valid shape", a.shape, tile.v.shape)
-        copy_cast(tile.v, a)
+            a = a.reshape(shape)
+        copy_bits(tile.v, a)
 
     return fn
 
 
+@semantics(d.TStoreOp)
 def tstore(op: d.TStoreOp, slot: Slot) -> Fn:
+    """The tile's valid region to the partition: a copy from vec / mat, a conversion from acc
+    (FIX: f32 -> f16 / bf16 rounds to nearest even); `atomic_add` adds into GM instead."""
     src, dst = slot(op.src), slot(op.dst)
+    convert = op.src.type.space == "acc"
+    atomic = op.atomic_add
 
     def fn(vals):
         tile = vals[src]
-        a = vals[dst].array()
+        view = vals[dst]
+        _transfer_shape("tstore", view, tile)
+        a = view.array()
         v = tile.v
         if a.ndim != 2:
-            if _collapse(a.shape) != v.shape:
-                raise _shape_error("tile valid shape vs partition (as rows x cols)", v.shape, _collapse(a.shape))
             v = v.reshape(a.shape)
-        elif a.shape != v.shape:
-            raise _shape_error("tile valid shape vs partition", v.shape, a.shape)
-        copy_cast(a, v)
+        if atomic:
+            _atomic_add(a, v)
+        elif convert:
+            copy_cast(a, v)
+        else:
+            copy_bits(a, v)
 
     return fn
 
 
+def _atomic_add(gm: np.ndarray, v: np.ndarray) -> None:
+    """gm += v: float sums in f32 (rounded back to an f16 / bf16 GM tensor), integers in the GM dtype."""
+    if gm.dtype.kind in "iu":
+        np.add(gm, v.astype(gm.dtype), out=gm, casting="unsafe")
+        return
+    total = as_float(gm).astype(np.float32) + as_float(v).astype(np.float32)
+    copy_cast(gm, total)
+
+
+@semantics(d.TMovOp)
 def tmov(op: d.TMovOp, slot: Slot) -> Fn:
     src, dst = slot(op.src), slot(op.dst)
 
     def fn(vals):
-        copy_cast(vals[dst].v, vals[src].v)
+        s, t = vals[src], vals[dst]
+        _same_valid("tmov src vs dst", s, t)
+        copy_cast(t.v, s.v)
 
     return fn
 
@@ -151,6 +236,7 @@ def tmov(op: d.TMovOp, slot: Slot) -> Fn:
 # Tile aliases --------------------------------------------------------------------------------
 
 
+@semantics(d.TReshapeOp)
 def treshape(op: d.TReshapeOp, slot: Slot) -> Fn:
     src, res = slot(op.src), slot(op.result)
     rt = op.result.type
@@ -177,6 +263,7 @@ def treshape(op: d.TReshapeOp, slot: Slot) -> Fn:
     return fn
 
 
+@semantics(d.SubviewOp)
 def subview(op: d.SubviewOp, slot: Slot) -> Fn:
     src, res, row_s, col_s = slot(op.src), slot(op.result), slot(op.row), slot(op.col)
     rt = op.result.type
@@ -207,24 +294,40 @@ def _as_f32(a: np.ndarray, scratch: dict, key: str) -> torch.Tensor:
     """An f32 torch view of `a` (converted into a reusable scratch buffer when needed)."""
     if a.dtype == F32:
         return torch.from_numpy(a)
+    if a.dtype == BF16:
+        return torch.from_numpy(bf16_decode(a))
     buf = scratch.get(key)
     if buf is None or buf.shape != a.shape:
         buf = scratch[key] = torch.empty(a.shape, dtype=torch.float32)
     return buf.copy_(torch.from_numpy(a))
 
 
-def tmatmul(op, slot: Slot, accumulate: bool) -> Fn:
-    """C = A @ B (or C_in + A @ B) with f16 operands widened to f32 and f32 accumulation."""
+@semantics(d.TMatmulOp, d.TMatmulAccOp)
+def tmatmul(op, slot: Slot) -> Fn:
+    """C[:m, :n] = A @ B (or C_in + A @ B), m, k = lhs valid rows / cols, n = rhs valid cols;
+    f16 / bf16 operands are widened to f32 and accumulate in f32 (i8 in i32); the rest of C
+    is left untouched."""
+    accumulate = isinstance(op, d.TMatmulAccOp)
     a_s, b_s, c_s = slot(op.lhs), slot(op.rhs), slot(op.dst)
     cin_s = slot(op.acc_in) if accumulate else -1
     scratch: dict = {}
+    integer = d.elem_name(op.dst.type.dtype) == "i32"
 
     def fn(vals):
         a, b, c = vals[a_s], vals[b_s], vals[c_s]
         m, k = a.vr, a.vc
         n = b.vc
         if b.vr < k:
-            raise SimError(f"matmul: rhs has {b.vr} valid rows, lhs has k={k} valid columns")
+            raise SimError(f"matmul: rhs %{b.name} has {b.vr} valid rows, lhs %{a.name} has k={k} valid columns")
+        if m > c.data.shape[0] or n > c.data.shape[1]:
+            raise SimError(f"matmul: the {m}x{n} result does not fit the {c.data.shape[0]}x{c.data.shape[1]} dst %{c.name}")
+        if integer:
+            out = c.data[:m, :n]
+            prod = a.v.astype(np.int64) @ b.data[:k, :n].astype(np.int64)
+            if accumulate:
+                prod += vals[cin_s].data[:m, :n]
+            np.copyto(out, prod, casting="unsafe")
+            return
         ta = _as_f32(a.v, scratch, "a")
         tb = _as_f32(b.data[:k, :n], scratch, "b")
         out = c.data[:m, :n]
@@ -256,12 +359,16 @@ BINARY = {
 }
 
 
+@semantics(*BINARY)
 def binary(op, slot: Slot) -> Fn:
     ufunc = BINARY[type(op)]
     a, b, dst = slot(op.lhs), slot(op.rhs), slot(op.dst)
 
     def fn(vals):
-        ufunc(vals[a].v, vals[b].v, out=vals[dst].v)
+        x, y, t = vals[a], vals[b], vals[dst]
+        if not (x.v.shape == y.v.shape == t.v.shape):
+            _same_valid(op.name, x, y, t)
+        ufunc(x.v, y.v, out=t.v)
 
     return fn
 
@@ -287,12 +394,16 @@ UNARY = {
 }
 
 
+@semantics(*UNARY)
 def unary(op, slot: Slot) -> Fn:
     f = UNARY[type(op)]
     a, dst = slot(op.src), slot(op.dst)
 
     def fn(vals):
-        f(vals[a].v, out=vals[dst].v)
+        x, t = vals[a], vals[dst]
+        if x.v.shape != t.v.shape:
+            _same_valid(op.name, x, t)
+        f(x.v, out=t.v)
 
     return fn
 
@@ -307,6 +418,7 @@ SCALAR = {
 }
 
 
+@semantics(*SCALAR)
 def scalar(op, slot: Slot) -> Fn:
     ufunc = SCALAR[type(op)]
     ins = op.ins_values()
@@ -315,24 +427,32 @@ def scalar(op, slot: Slot) -> Fn:
     a, s, dst = slot(tile_v), slot(scalar_v), slot(op.dst)
     cast = np_dtype(tile_v.type.dtype).type  # the scalar is passed as the tile's element type
 
+    name = op.name
     if scalar_first:
 
         def fn(vals):
-            ufunc(cast(vals[s]), vals[a].v, out=vals[dst].v)
+            x, t = vals[a], vals[dst]
+            if x.v.shape != t.v.shape:
+                _same_valid(name, x, t)
+            ufunc(cast(vals[s]), x.v, out=t.v)
 
     else:
 
         def fn(vals):
-            ufunc(vals[a].v, cast(vals[s]), out=vals[dst].v)
+            x, t = vals[a], vals[dst]
+            if x.v.shape != t.v.shape:
+                _same_valid(name, x, t)
+            ufunc(x.v, cast(vals[s]), out=t.v)
 
     return fn
 
 
+@semantics(d.TExpandsOp)
 def texpands(op: d.TExpandsOp, slot: Slot) -> Fn:
     s, dst = slot(op.scalar), slot(op.dst)
 
     def fn(vals):
-        vals[dst].v.fill(vals[s])
+        fill_value(vals[dst].v, vals[s])
 
     return fn
 
@@ -340,6 +460,7 @@ def texpands(op: d.TExpandsOp, slot: Slot) -> Fn:
 REDUCE = {d.TRowMaxOp: np.max, d.TRowSumOp: np.sum, d.TRowMinOp: np.min}
 
 
+@semantics(*REDUCE)
 def row_reduce(op, slot: Slot) -> Fn:
     f = REDUCE[type(op)]
     src, dst = slot(op.src), slot(op.dst)
@@ -350,6 +471,8 @@ def row_reduce(op, slot: Slot) -> Fn:
         out = t.v if not dst_row_major else t.v[:, :1]
         if out.shape[0] != s.vr:
             raise _shape_error("dst valid rows vs src valid rows", (out.shape[0],), (s.vr,))
+        if s.vr == 0 or s.vc == 0:
+            raise SimError(f"row reduction of %{s.name} with valid shape {s.vr}x{s.vc}: the valid dims must be non-zero")
         f(s.v, axis=1, keepdims=True, out=out)
 
     return fn
@@ -371,6 +494,7 @@ ROW_EXPAND = {
 }
 
 
+@semantics(*ROW_EXPAND)
 def row_expand(op, slot: Slot) -> Fn:
     f = ROW_EXPAND[type(op)]
     a, c, dst = slot(op.src), slot(op.col), slot(op.dst)
@@ -378,10 +502,16 @@ def row_expand(op, slot: Slot) -> Fn:
     col_row_major = op.col.type.is_row_major
 
     def fn(vals):
-        col = vals[c].v
+        x, t, cv = vals[a], vals[dst], vals[c]
+        col = cv.v
         if col_row_major:
             col = col[:, :1]
-        f(vals[a].v, col, out=vals[dst].v)
+        if x.v.shape != t.v.shape:
+            _same_valid(op.name, x, t)
+        if col.shape[0] != t.vr or col.shape[1] != 1:
+            raise SimError(f"shape agreement: {op.name}: per-row operand %{cv.name} has valid shape "
+                           f"{cv.vr}x{cv.vc}, the tile has {t.vr} valid rows")
+        f(x.v, col, out=t.v)
 
     return fn
 
@@ -434,46 +564,231 @@ _INT_ROUND = {
 }
 
 
+@semantics(d.TCvtOp)
 def tcvt(op: d.TCvtOp, slot: Slot) -> Fn:
+    """dst = cast(src) on the valid region; narrowing rounds with the op's mode (bf16 and f16:
+    round-to-nearest-even for CAST_RINT / RINT / NONE)."""
     src, dst = slot(op.src), slot(op.dst)
     st, dt = np_dtype(op.src.type.dtype), np_dtype(op.dst.type.dtype)
-    mode = op.rmode.data
-    if st.kind == "f" and dt.kind == "f" and dt.itemsize < st.itemsize and mode not in ("CAST_RINT", "RINT", "NONE"):
+    mode = op.round_mode
+    if mode not in d.ROUND_MODES:
+        raise SimError(f"tcvt: unknown round mode {mode}")
+    s_float = st.kind == "f" or st == BF16
+    if dt == BF16:
 
-        def fn(vals):
-            vals[dst].v[...] = _directed_float(vals[src].v, dt, mode)
+        def convert(x, out):
+            bf16_encode(as_float(x), out, mode)
 
-    elif st.kind == "f" and dt.kind in "iu":
+    elif s_float and dt.kind == "f" and (dt.itemsize < st.itemsize or st == BF16) and mode not in ("CAST_RINT", "RINT", "NONE"):
+
+        def convert(x, out):
+            out[...] = _directed_float(as_float(x), dt, mode)
+
+    elif s_float and dt.kind in "iu":
         if mode == "ODD":
             raise SimError("tcvt: round mode ODD applies to float narrowing only")
         rnd = _INT_ROUND[mode]
 
-        def fn(vals):
-            np.copyto(vals[dst].v, rnd(vals[src].v), casting="unsafe")
+        def convert(x, out):
+            np.copyto(out, rnd(as_float(x)), casting="unsafe")
 
     else:
 
-        def fn(vals):
-            copy_cast(vals[dst].v, vals[src].v)
+        def convert(x, out):
+            copy_cast(out, x)
+
+    def fn(vals):
+        s, t = vals[src], vals[dst]
+        if s.v.shape != t.v.shape:
+            _same_valid("tcvt src vs dst", s, t)
+        convert(s.v, t.v)
 
     return fn
 
 
-FACTORIES: dict[type, Callable[..., Fn]] = {
-    d.MakeTensorViewOp: make_tensor_view,
-    d.PartitionViewOp: partition_view,
-    d.TLoadOp: tload,
-    d.TStoreOp: tstore,
-    d.TMovOp: tmov,
-    d.TReshapeOp: treshape,
-    d.SubviewOp: subview,
-    d.TMatmulOp: lambda op, slot: tmatmul(op, slot, False),
-    d.TMatmulAccOp: lambda op, slot: tmatmul(op, slot, True),
-    d.TExpandsOp: texpands,
-    d.TCvtOp: tcvt,
-    **{cls: binary for cls in BINARY},
-    **{cls: unary for cls in UNARY},
-    **{cls: scalar for cls in SCALAR},
-    **{cls: row_reduce for cls in REDUCE},
-    **{cls: row_expand for cls in ROW_EXPAND},
+
+# Masks, iota, column broadcasts, padding, valid shapes (pto-ir.md 7.10, 7.13) ----------------
+
+
+@semantics(d.SetValidShapeOp)
+def set_validshape(op: d.SetValidShapeOp, slot: Slot) -> Fn:
+    """Set the runtime valid shape of the tile in place (every later op sees it)."""
+    t, r, c = slot(op.source), slot(op.valid_row), slot(op.valid_col)
+
+    def fn(vals):
+        vals[t].set_valid(vals[r], vals[c])
+
+    return fn
+
+
+@semantics(d.TTriOp)
+def ttri(op: d.TTriOp, slot: Slot) -> Fn:
+    """dst = 1 where col <= row + diag (lower) or col >= row + diag (upper), else 0, on the valid region."""
+    diag_s, dst = slot(op.diagonal), slot(op.dst)
+    upper = op.upper_or_lower == 1
+
+    def fn(vals):
+        t = vals[dst]
+        diag = vals[diag_s]
+        rows = np.arange(t.vr, dtype=np.int64)[:, None] + diag
+        cols = np.arange(t.vc, dtype=np.int64)[None, :]
+        mask = cols >= rows if upper else cols <= rows
+        copy_cast(t.v, mask.astype(np.float32))
+
+    return fn
+
+
+_CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal}
+
+
+def _mask_bytes(m: Tile, nbytes: int, what: str) -> np.ndarray:
+    """The first `nbytes` of the i8 mask tile's storage, as uint8 (the packed predicate)."""
+    data = m.data
+    if not data.flags.c_contiguous:
+        raise SimError(f"{what}: mask tile %{m.name} is not contiguous storage (a subview window?); the packed "
+                       "predicate is addressed from the start of the tile's buffer")
+    flat = data.reshape(-1).view(np.uint8)
+    if nbytes > flat.size:
+        raise SimError(f"{what}: the packed predicate needs {nbytes} bytes, mask tile %{m.name} has {flat.size}")
+    return flat[:nbytes]
+
+
+def _pack_predicate(bits: np.ndarray, m: Tile, what: str) -> None:
+    """Write bits[vr, vc] into the mask: one bit per element, LSB first, row r at bytes
+    r*vc/8 .. (r+1)*vc/8 - 1 (rows packed densely, pto-ir.md 7.13)."""
+    vr, vc = bits.shape
+    if vc % 8:
+        raise SimError(f"{what}: {vc} valid columns; the packed-predicate layout of a row that is not a whole "
+                       "number of bytes is not verified on hardware (pto-ir.md 7.13): use a multiple of 8 columns")
+    packed = np.packbits(bits, axis=1, bitorder="little")
+    _mask_bytes(m, packed.size, what)[...] = packed.reshape(-1)
+
+
+def _unpack_predicate(m: Tile, vr: int, vc: int, what: str) -> np.ndarray:
+    if vc % 8:
+        raise SimError(f"{what}: {vc} valid columns; the packed-predicate layout of a row that is not a whole "
+                       "number of bytes is not verified on hardware (pto-ir.md 7.13): use a multiple of 8 columns")
+    raw = _mask_bytes(m, vr * vc // 8, what).reshape(vr, vc // 8)
+    return np.unpackbits(raw, axis=1, bitorder="little").astype(bool)
+
+
+@semantics(d.TCmpSOp)
+def tcmps(op: d.TCmpSOp, slot: Slot) -> Fn:
+    """mask bit (r, c) = src[r, c] <mode> scalar over src's valid region (scalar in src's dtype)."""
+    src, sc, dst = slot(op.src), slot(op.scalar), slot(op.dst)
+    cmp = _CMP[op.mode]
+    cast = np_dtype(op.src.type.dtype).type
+
+    def fn(vals):
+        s = vals[src]
+        _pack_predicate(cmp(s.v, cast(vals[sc])), vals[dst], "tcmps")
+
+    return fn
+
+
+@semantics(d.TCmpOp)
+def tcmp(op: d.TCmpOp, slot: Slot) -> Fn:
+    """mask bit (r, c) = src0[r, c] <mode> src1[r, c] (default eq)."""
+    a, b, dst = slot(op.src0), slot(op.src1), slot(op.dst)
+    cmp = _CMP[op.mode]
+
+    def fn(vals):
+        x, y = vals[a], vals[b]
+        _same_valid("tcmp src0 vs src1", x, y)
+        _pack_predicate(cmp(x.v, y.v), vals[dst], "tcmp")
+
+    return fn
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return a.view(np.uint16) if a.dtype == BF16 else a
+
+
+@semantics(d.TSelOp)
+def tsel(op: d.TSelOp, slot: Slot) -> Fn:
+    """dst = src0 where the mask bit is 1, else src1 (mask laid out as tcmp / tcmps write it)."""
+    m, a, b, dst = slot(op.mask), slot(op.src0), slot(op.src1), slot(op.dst)
+
+    def fn(vals):
+        x, y, t = vals[a], vals[b], vals[dst]
+        _same_valid("tsel src0 / src1 / dst", x, y, t)
+        bits = _unpack_predicate(vals[m], t.vr, t.vc, "tsel")
+        np.copyto(_bits(t.v), np.where(bits, _bits(x.v), _bits(y.v)))
+
+    return fn
+
+
+@semantics(d.TCIOp)
+def tci(op: d.TCIOp, slot: Slot) -> Fn:
+    """dst[0][j] = start + j (descending: start - j) for the valid columns, wrapping in the dtype."""
+    start, dst = slot(op.start), slot(op.dst)
+    sign = -1 if op.is_descending else 1
+
+    def fn(vals):
+        t = vals[dst]
+        if t.vr == 0:
+            return
+        seq = vals[start] + sign * np.arange(t.vc, dtype=np.int64)
+        np.copyto(t.v[0], seq, casting="unsafe")
+
+    return fn
+
+
+COL_EXPAND = {
+    d.TColExpandAddOp: np.add,
+    d.TColExpandSubOp: np.subtract,
+    d.TColExpandMulOp: np.multiply,
+    d.TColExpandDivOp: np.divide,
+    d.TColExpandMaxOp: np.maximum,
+    d.TColExpandMinOp: np.minimum,
 }
+
+
+@semantics(*COL_EXPAND)
+def col_expand(op, slot: Slot) -> Fn:
+    """dst[r][c] = f(src[r][c], row[0][c]) on the valid region."""
+    f = COL_EXPAND[type(op)]
+    a, r, dst = slot(op.src), slot(op.row), slot(op.dst)
+    name = op.name
+
+    def fn(vals):
+        x, rv, t = vals[a], vals[r], vals[dst]
+        if x.v.shape != t.v.shape:
+            _same_valid(name, x, t)
+        if rv.vr < 1 or rv.vc != t.vc:
+            raise SimError(f"shape agreement: {name}: the row operand %{rv.name} has valid shape {rv.vr}x{rv.vc}, "
+                           f"the tile has {t.vc} valid columns")
+        f(x.v, rv.v[:1], out=t.v)
+
+    return fn
+
+
+def pad_value(dtype: np.dtype, pad: int):
+    """The fill value of tile pad `pad` (1 zero, 2 max, 3 min): floats +-inf, integers their limits."""
+    if pad == 1:
+        return 0
+    big = pad == 2
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return info.max if big else info.min
+    return np.inf if big else -np.inf
+
+
+@semantics(d.TFillPadOp)
+def tfillpad(op: d.TFillPadOp, slot: Slot) -> Fn:
+    """dst[:vr, :vc] = src's valid region; the rest of dst's physical tile = dst's pad value."""
+    src, dst = slot(op.src), slot(op.dst)
+    dt = op.dst.type
+    pad = pad_value(np_dtype(dt.dtype), dt.pad.data)
+
+    def fn(vals):
+        s, t = vals[src], vals[dst]
+        vr, vc = s.vr, s.vc
+        rows, cols = t.data.shape
+        if vr > rows or vc > cols:
+            raise SimError(f"tfillpad: src %{s.name} valid shape {vr}x{vc} exceeds the {rows}x{cols} dst %{t.name}")
+        copy_bits(t.data[:vr, :vc], s.v)
+        fill_value(t.data[vr:, :], pad)
+        fill_value(t.data[:vr, vc:], pad)
+
+    return fn

@@ -40,17 +40,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ptofa import dialect as d
 from ptofa.pipeline import DTYPE_BYTES, FAConfig, ProblemShape
+from ptofa.sim import registry
 from ptofa.sim.socspec import SocSpec, get_soc
 from ptofa.sim.trace import Trace, TraceOp
 
 CUBE_QUEUES = ("MTE2", "MTE1", "M", "FIX", "S")
 VEC_QUEUES = ("MTE2", "V", "MTE3", "S")
-
-TRANSCENDENTAL_OPS = frozenset(
-    {"texp", "tlog", "tsqrt", "trsqrt", "trecip", "tdiv", "tdivs", "trowexpanddiv", "trowexpandexpdif"}
-)
-REDUCTION_OPS = frozenset({"trowmax", "trowsum", "trowmin", "trowprod", "tcolmax", "tcolmin", "tcolsum"})
 
 # Resource names used by the critical-path summary.
 BOUND_NAMES = {
@@ -167,66 +164,142 @@ def core_kind(core: str) -> str:
     return "cube" if core == "cube" else "vec"
 
 
-def queue_of(op: TraceOp) -> str:
-    """The hardware queue an op runs on (pto-ir.md 11.1)."""
-    kind = core_kind(op.core)
-    if op.op == "scalar":
-        return "S"
-    if op.pipe_kind:
-        if op.pipe_kind in ("talloc", "tpop"):
-            return "S"
-        if op.pipe_kind == "tpush":
-            return "FIX" if kind == "cube" else "MTE3"
-        if op.pipe_kind == "tfree":
-            return "MTE2"
-        raise TimingError(f"line {op.line}: unknown pipe_kind {op.pipe_kind!r} on {op.op}")
-    name = op.op.removeprefix("pto.")
-    if name == "tload":
-        return "MTE2"
-    if name == "tstore":
-        return "FIX" if op.src_loc == "acc" else "MTE3"
-    if name.startswith("tmatmul"):
-        return "M"
-    if name == "treshape":
-        return "S"
-    if name == "tmov":
-        if op.src_loc == "mat" and op.dst_loc in ("left", "right", "bias"):
-            return "MTE1"
-        if op.src_loc == "acc":
-            return "FIX"
-        if op.src_loc == "vec" and op.dst_loc != "vec":
-            return "MTE3"
-    if kind == "vec":
+# --- op costs: one `registry.cost` per op class (pto-ir.md 11.1) -------------------
+
+
+def on_vector(op: TraceOp) -> str:
+    """V on a vector core; the cube has no vector unit."""
+    if core_kind(op.core) == "vec":
         return "V"
     raise TimingError(f"line {op.line}: no cube queue for {op.op} ({op.src_loc} -> {op.dst_loc})")
 
 
-def duration_cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
-    """Cycles an op occupies its queue."""
-    if op.pipe_kind:
-        return soc.pipe_op_cycles
-    if queue == "S":
-        return op.scalar_ops * soc.scalar_op_cycles
+def tstore_queue(op: TraceOp) -> str:
+    return "FIX" if op.src_loc == "acc" else "MTE3"
+
+
+def tmov_queue(op: TraceOp) -> str:
+    if op.src_loc == "mat" and op.dst_loc in ("left", "right", "bias"):
+        return "MTE1"
+    if op.src_loc == "acc":
+        return "FIX"
+    if op.src_loc == "vec" and op.dst_loc != "vec":
+        return "MTE3"
+    return on_vector(op)
+
+
+def tpush_queue(op: TraceOp) -> str:
+    """The producer's store queue, where `tpush` sets "ready" after the stores before it."""
+    return "FIX" if core_kind(op.core) == "cube" else "MTE3"
+
+
+def vector_cycles(factor: str | None = None):
+    """V cycles: a fixed cost plus the work in fp32 bytes (the FA vector stage computes in
+    fp32) over the vector rate, times the SoC attribute `factor` for slow op classes."""
+
+    def cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
+        elems = max(op.elems, op.src_elems)
+        scale = getattr(soc, factor) if factor else 1.0
+        return soc.v_op_cycles + scale * math.ceil(elems * DTYPE_BYTES["f32"] / soc.vec_bytes_per_cycle)
+
+    return cycles
+
+
+_plain_vector = vector_cycles()
+
+
+def transfer_cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
+    """A data move: the queue's fixed cost plus its bytes over the queue's rate."""
     if queue == "MTE2":
         rate = soc.mte2_gm_to_l1_bytes if op.dst_loc == "mat" else soc.mte2_gm_to_ub_bytes
         return soc.mte2_op_cycles + op.nbytes * soc.gm_scale / rate
     if queue == "MTE1":
         return soc.mte1_op_cycles + op.nbytes / soc.mte1_l1_to_l0_bytes
-    if queue == "M":
-        return soc.m_op_cycles + math.ceil(op.macs / soc.cube_macs_per_cycle)
     if queue == "FIX":
         return soc.fix_op_cycles + op.nbytes * soc.gm_scale / soc.fix_l0c_to_gm_bytes
     if queue == "MTE3":
         return soc.mte3_op_cycles + op.nbytes * soc.gm_scale / soc.mte3_ub_to_gm_bytes
-    name = op.op.removeprefix("pto.")
-    # Vector work is counted in fp32 bytes: the FA vector stage computes in fp32.
-    elems = max(op.elems, op.src_elems)
-    factor = 1.0
-    if name in TRANSCENDENTAL_OPS:
-        factor = soc.vec_transcendental_factor
-    elif name in REDUCTION_OPS:
-        factor = soc.vec_reduce_factor
-    return soc.v_op_cycles + factor * math.ceil(elems * DTYPE_BYTES["f32"] / soc.vec_bytes_per_cycle)
+    return _plain_vector(op, queue, soc)  # a vec -> vec tmov
+
+
+def matmul_cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
+    return soc.m_op_cycles + math.ceil(op.macs / soc.cube_macs_per_cycle)
+
+
+def scalar_cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
+    return op.scalar_ops * soc.scalar_op_cycles
+
+
+def pipe_cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
+    return soc.pipe_op_cycles
+
+
+registry.cost(d.TLoadOp, queue="MTE2", cycles=transfer_cycles)
+registry.cost(d.TStoreOp, queue=tstore_queue, cycles=transfer_cycles)
+registry.cost(d.TMovOp, queue=tmov_queue, cycles=transfer_cycles)
+registry.cost(d.TMatmulOp, d.TMatmulAccOp, queue="M", cycles=matmul_cycles)
+registry.cost(
+    d.TAddOp, d.TSubOp, d.TMulOp, d.TMaxOp, d.TMinOp, d.TAbsOp, d.TNegOp, d.TReluOp, d.TExpandsOp, d.TCvtOp,
+    d.TAddsOp, d.TSubsOp, d.TMulsOp, d.TMaxsOp, d.TMinsOp,
+    d.TRowExpandSubOp, d.TRowExpandMulOp, d.TRowExpandAddOp, d.TRowExpandMaxOp, d.TRowExpandMinOp,
+    queue=on_vector,
+    cycles=vector_cycles(),
+)
+registry.cost(
+    d.TExpOp, d.TLogOp, d.TSqrtOp, d.TRsqrtOp, d.TRecipOp, d.TDivOp, d.TDivsOp, d.TRowExpandDivOp, d.TRowExpandExpdifOp,
+    queue=on_vector,
+    cycles=vector_cycles("vec_transcendental_factor"),
+)
+registry.cost(d.TRowMaxOp, d.TRowSumOp, d.TRowMinOp, queue=on_vector, cycles=vector_cycles("vec_reduce_factor"))
+# Masks, iota, column broadcasts and padding: elementwise-rate vector work (tcolexpanddiv divides).
+registry.cost(
+    d.TTriOp, d.TCmpSOp, d.TCmpOp, d.TSelOp, d.TCIOp, d.TFillPadOp,
+    d.TColExpandAddOp, d.TColExpandSubOp, d.TColExpandMulOp, d.TColExpandMaxOp, d.TColExpandMinOp,
+    queue=on_vector,
+    cycles=vector_cycles(),
+)
+registry.cost(d.TColExpandDivOp, queue=on_vector, cycles=vector_cycles("vec_transcendental_factor"))
+# Scalar-unit work; the simulator batches these ops (with arith and scf) into `scalar` records.
+SCALAR_COST = registry.cost(
+    d.GetBlockIdxOp, d.GetBlockNumOp, d.GetSubblockIdxOp, d.GetSubblockNumOp, d.SetFftsOp,
+    d.AddPtrOp, d.MakeTensorViewOp, d.PartitionViewOp, d.TReshapeOp, d.SubviewOp, d.SetValidShapeOp, *d.PIPE_INIT_OPS,
+    queue="S",
+    cycles=scalar_cycles,
+)
+# ptoas plans tile addresses at compile time: alloc_tile costs nothing (and is not traced).
+registry.cost(d.AllocTileOp, queue="S", cycles=lambda op, queue, soc: 0.0)
+# Pipe records are looked up by their kind; a talloc / tpop wait stalls the scalar unit.
+PIPE_COSTS = {
+    "talloc": registry.cost(d.TallocToAivOp, d.TallocToAicOp, queue="S", cycles=pipe_cycles),
+    "tpop": registry.cost(d.TpopFromAicOp, d.TpopFromAivOp, queue="S", cycles=pipe_cycles),
+    "tpush": registry.cost(d.TpushToAivOp, d.TpushToAicOp, queue=tpush_queue, cycles=pipe_cycles),
+    "tfree": registry.cost(d.TfreeFromAicOp, d.TfreeFromAivOp, queue="MTE2", cycles=pipe_cycles),
+}
+
+
+def cost_of(op: TraceOp) -> registry.Cost:
+    """The registered cost of a trace record: batched scalar work, a pipe op by kind, else by op name."""
+    if op.op == "scalar":
+        return SCALAR_COST
+    if op.pipe_kind:
+        rule = PIPE_COSTS.get(op.pipe_kind)
+        if rule is None:
+            raise TimingError(f"line {op.line}: unknown pipe_kind {op.pipe_kind!r} on {op.op}")
+        return rule
+    rule = registry.COST_BY_NAME.get(op.op)
+    if rule is None:
+        raise TimingError(f"line {op.line}: no timing cost registered for {op.op}")
+    return rule
+
+
+def queue_of(op: TraceOp) -> str:
+    """The hardware queue an op runs on (pto-ir.md 11.1)."""
+    return cost_of(op).queue(op)
+
+
+def duration_cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
+    """Cycles an op occupies its queue."""
+    return cost_of(op).cycles(op, queue, soc)
 
 
 def _pipe_roles(ops: dict[str, list[TraceOp]]) -> dict[int, tuple[list[str], list[str]]]:

@@ -1,0 +1,138 @@
+"""The PTO dialect on xDSL: the subset of ptoas 0.60's PTO IR the FA kernel uses.
+
+Types, attributes and ops are written in ptoas's *custom* assembly syntax
+(pto-ir.md sections 5-10), so that a module printed here is what ptoas reads,
+and a `.pto` written by ptoas's own tests parses here. Every op verifies the
+rules of pto-ir.md it can check locally (memory spaces, dtypes, shapes,
+alignment); rules spanning a function (pipe init / use pairing) live in
+`verify_pipes`, called from `ptofa.textio.verify_module`.
+
+One module per family: `types` (types, enum attributes, dims helpers), `base`
+(shared custom-syntax helpers), `runtime` (block ids, set_ffts), `memory`
+(pointers, GM views, tile allocation and data movement), `vector`, `cube` and
+`pipes`. This package re-exports all of them and assembles the `PTO` dialect;
+`docs/adding-an-op.md` walks through adding an op.
+"""
+
+from xdsl.ir import Dialect
+
+from ptofa.dialect import cube, memory, pipes, runtime, types, vector
+from ptofa.dialect.base import _InsOutsOp, constant_index
+from ptofa.dialect.cube import CUBE_ONLY_OPS, TMatmulAccOp, TMatmulOp
+from ptofa.dialect.memory import (
+    AddPtrOp,
+    AllocTileOp,
+    MakeTensorViewOp,
+    PartitionViewOp,
+    SetValidShapeOp,
+    SubviewOp,
+    TLoadOp,
+    TMovOp,
+    TReshapeOp,
+    TStoreOp,
+    physical_shape,
+    tile_layout,
+    view_layout,
+)
+from ptofa.dialect.pipes import (
+    PIPE_DATA_OPS,
+    PIPE_INIT_OPS,
+    AicInitializePipeOp,
+    AivInitializePipeOp,
+    TallocToAicOp,
+    TallocToAivOp,
+    TfreeFromAicOp,
+    TfreeFromAivOp,
+    TpopFromAicOp,
+    TpopFromAivOp,
+    TpushToAicOp,
+    TpushToAivOp,
+    _InitPipeOp,
+    _PipeDataOp,
+    _ProducesEntry,
+    _TakesEntry,
+)
+from ptofa.dialect.runtime import GetBlockIdxOp, GetBlockNumOp, GetSubblockIdxOp, GetSubblockNumOp, SetFftsOp, _RuntimeIdOp
+from ptofa.dialect.types import (
+    BLAYOUTS,
+    DYN,
+    FRACTALS,
+    MEMORY_SPACES,
+    PAD_NAMES,
+    ROUND_MODES,
+    SLAYOUTS,
+    TILE_LOCS,
+    AtomicTypeAttr,
+    CmpModeAttr,
+    DivPrecisionAttr,
+    ExpPrecisionAttr,
+    KernelKindAttr,
+    LayoutAttr,
+    PartitionTensorViewType,
+    PtrType,
+    RoundModeAttr,
+    SaturationModeAttr,
+    TensorViewType,
+    TileBufType,
+    _dims_str,
+    elem_bytes,
+    elem_name,
+)
+from ptofa.dialect.vector import (
+    HIDDEN_TCI_TMP,
+    HIDDEN_TSEL_TMP,
+    TAbsOp,
+    TAddOp,
+    TAddsOp,
+    TCIOp,
+    TCmpOp,
+    TCmpSOp,
+    TColExpandAddOp,
+    TColExpandDivOp,
+    TColExpandMaxOp,
+    TColExpandMinOp,
+    TColExpandMulOp,
+    TColExpandSubOp,
+    TCvtOp,
+    TDivOp,
+    TDivsOp,
+    TExpandsOp,
+    TExpOp,
+    TFillPadOp,
+    TLogOp,
+    TMaxOp,
+    TMaxsOp,
+    TMinOp,
+    TMinsOp,
+    TMulOp,
+    TMulsOp,
+    TNegOp,
+    TRecipOp,
+    TReluOp,
+    TRowExpandAddOp,
+    TRowExpandDivOp,
+    TRowExpandExpdifOp,
+    TRowExpandMaxOp,
+    TRowExpandMinOp,
+    TRowExpandMulOp,
+    TRowExpandSubOp,
+    TRowMaxOp,
+    TRowMinOp,
+    TRowSumOp,
+    TRsqrtOp,
+    TSelOp,
+    TSqrtOp,
+    TSubOp,
+    TSubsOp,
+    TTriOp,
+    _BinaryOp,
+    _CmpOp,
+    _ColExpandOp,
+    _RowExpandOp,
+    _RowReduceOp,
+    _ScalarOp,
+    _UnaryOp,
+    hidden_scratch,
+)
+
+PTO = Dialect("pto", [*runtime.OPS, *memory.OPS, *cube.OPS, *vector.OPS, *pipes.OPS], list(types.ATTRS))

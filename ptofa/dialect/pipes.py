@@ -1,0 +1,340 @@
+"""Cube-vector pipes on global (GM) entries (pto-ir.md 10): the initialize_pipe ops
+and talloc / tpush / tpop / tfree."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from xdsl.dialects.builtin import IntegerAttr, IntegerType, i8, i32
+from xdsl.ir import Attribute, Operation
+from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, opt_prop_def, prop_def, result_def
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+
+from ptofa.dialect.base import _fail, _parse_brace_ints
+from ptofa.dialect.types import TensorViewType
+
+
+_PIPE_INIT_KEYS: dict[str, Attribute] = {
+    "id": i32,
+    "dir_mask": i8,
+    "slot_size": i32,
+    "slot_num": i32,
+    "local_slot_num": i32,
+    "nosplit": IntegerType(1),
+}
+_PIPE_INIT_ORDER = ("id", "dir_mask", "slot_size", "slot_num", "local_slot_num", "nosplit")
+
+
+def _check_prop_types(op: Operation, widths: dict[str, Attribute]) -> None:
+    """The generic form must spell each pipe attribute with its storage type (pto-ir.md 4.1)."""
+    for key, want in widths.items():
+        attr = op.properties.get(key)
+        if isinstance(attr, IntegerAttr) and attr.type != want:
+            _fail(op, "attribute type", f"'{key}' must be {want}, got {attr.type} (e.g. `{key} = {attr.value.data} : {want}`)")
+
+
+class _InitPipeOp(IRDLOperation):
+    """`pto.aic_initialize_pipe {id = 0, dir_mask = 1, slot_size = N} (gm_slot_tensor = %tv : TV)`."""
+
+    gm_slot_tensor = operand_def(TensorViewType)
+    pipe_id = prop_def(IntegerAttr, prop_name="id")
+    dir_mask = prop_def(IntegerAttr)
+    slot_size = prop_def(IntegerAttr)
+    slot_num = opt_prop_def(IntegerAttr)
+    local_slot_num = opt_prop_def(IntegerAttr)
+    nosplit = opt_prop_def(IntegerAttr)
+    CORE: ClassVar[str] = ""
+
+    @classmethod
+    def parse(cls, parser: Parser):
+        start = parser.pos
+        props = _parse_brace_ints(parser, _PIPE_INIT_KEYS)
+        for required in ("dir_mask", "slot_size"):
+            if required not in props:
+                parser.raise_error(f"{cls.name} needs '{required}'")
+        props.setdefault("id", IntegerAttr(0, i32))
+        parser.parse_punctuation("(")
+        operands = {}
+        while True:
+            key = parser.parse_identifier()
+            if key not in ("gm_slot_tensor", "gm_slot_buffer", "c2v_consumer_buf", "v2c_consumer_buf"):
+                parser.raise_error(f"unknown pipe init operand '{key}'")
+            parser.parse_punctuation("=")
+            value = parser.parse_unresolved_operand()
+            parser.parse_punctuation(":")
+            operands[key] = (value, parser.parse_type())
+            if parser.parse_optional_punctuation(",") is None:
+                break
+        parser.parse_punctuation(")")
+        if set(operands) != {"gm_slot_tensor"}:
+            parser.raise_error(
+                f"'{cls.name}' operands: ptofa supports global-only pipes: give exactly 'gm_slot_tensor', got {sorted(operands)}",
+                start,
+            )
+        value, t = operands["gm_slot_tensor"]
+        return cls.build(operands=[parser.resolve_operand(value, t)], properties=props)
+
+    def print(self, printer: Printer) -> None:
+        parts = []
+        for key in _PIPE_INIT_ORDER:
+            attr = self.properties.get(key)
+            if attr is None:
+                continue
+            assert isinstance(attr, IntegerAttr)
+            value = attr.value.data
+            parts.append(f"{key} = {('true' if value else 'false') if key == 'nosplit' else value}")
+        printer.print_string(" {" + ", ".join(parts) + "} (gm_slot_tensor = ")
+        printer.print_operand(self.gm_slot_tensor)
+        printer.print_string(" : ")
+        printer.print_attribute(self.gm_slot_tensor.type)
+        printer.print_string(")")
+
+    @property
+    def id_value(self) -> int:
+        return self.pipe_id.value.data
+
+    @property
+    def dir_value(self) -> int:
+        return self.dir_mask.value.data
+
+    @property
+    def slot_num_value(self) -> int:
+        if self.slot_num is not None:
+            return self.slot_num.value.data
+        return 4 if self.dir_value == 3 else 8
+
+    def verify_(self) -> None:
+        _check_prop_types(self, _PIPE_INIT_KEYS)
+        t = self.gm_slot_tensor.type
+        assert isinstance(t, TensorViewType)
+        if self.dir_value not in (1, 2, 3):
+            _fail(self, "dir_mask", f"dir_mask={self.dir_value} must be 1 (C2V), 2 (V2C) or 3")
+        if self.dir_value == 3:
+            _fail(self, "dir_mask", "dir_mask=3: global entries on a bidirectional pipe would share slots in both directions; use two one-way pipes")
+        if self.local_slot_num is not None:
+            _fail(self, "local_slot_num", f"globaltensor pipe init does not use 'local_slot_num' (got local_slot_num={self.local_slot_num.value.data} with gm_slot_tensor)")
+        nbytes = t.nbytes
+        size = self.slot_size.value.data
+        if nbytes is None:
+            _fail(self, "slot descriptor", f"gm_slot_tensor {t} must have a static shape")
+        if size not in (nbytes, 2 * nbytes):
+            _fail(self, "slot_size", f"slot_size={size} must equal the descriptor's {nbytes} bytes or twice them ({2 * nbytes})")
+        if not 1 <= self.slot_num_value <= 64:
+            _fail(self, "slot_num", f"slot_num={self.slot_num_value} must be in 1..64")
+        slots = self.slot_num_value
+        period = slots if slots <= 2 else slots // 2
+        if slots % period != 0:
+            _fail(self, "slot ring reuse", f"slot_num={slots} is not a multiple of its sync period {period}: "
+                  f"TALLOC waits for a free credit only when t % {period} == 0, so the talloc at t={slots} "
+                  f"re-binds slot 0 before its entry is freed (use slot_num <= 2 or even)")
+
+
+@irdl_op_definition
+class AicInitializePipeOp(_InitPipeOp):
+    """Cube-side pipe endpoint (in a cube kernel function)."""
+
+    name = "pto.aic_initialize_pipe"
+    CORE: ClassVar[str] = "cube"
+
+
+@irdl_op_definition
+class AivInitializePipeOp(_InitPipeOp):
+    """Vector-side pipe endpoint (in a vector kernel function)."""
+
+    name = "pto.aiv_initialize_pipe"
+    CORE: ClassVar[str] = "vector"
+
+
+def _parse_id_split(parser: Parser) -> dict[str, Attribute]:
+    """`{id = N, split = S}` (fixed order; `id =` may be omitted when 0)."""
+    parser.parse_punctuation("{")
+    props: dict[str, Attribute] = {"id": IntegerAttr(0, i32)}
+    key = parser.parse_identifier()
+    if key == "id":
+        parser.parse_punctuation("=")
+        props["id"] = IntegerAttr(parser.parse_integer(allow_boolean=False), i32)
+        parser.parse_punctuation(",")
+        key = parser.parse_identifier()
+    if key != "split":
+        parser.raise_error(f"expected 'split' (attribute order is fixed: {{id = N, split = S}}), got '{key}'")
+    parser.parse_punctuation("=")
+    props["split"] = IntegerAttr(parser.parse_integer(allow_boolean=False), i8)
+    if parser.parse_optional_punctuation("}") is None:
+        parser.raise_error("expected '}' (attribute order is fixed: {id = N, split = S}; ptoas rejects 'id' after 'split')")
+    return props
+
+
+class _PipeDataOp(IRDLOperation):
+    """Shared accessors and checks of talloc / tpush / tpop / tfree."""
+
+    pipe_id = prop_def(IntegerAttr, prop_name="id")
+    split = prop_def(IntegerAttr)
+    CORE: ClassVar[str] = ""  # "cube" or "vector"
+    DIRECTION: ClassVar[int] = 0  # dir_mask of the pipe this op may use
+    ROLE: ClassVar[str] = ""  # talloc / tpush / tpop / tfree
+
+    @property
+    def id_value(self) -> int:
+        return self.pipe_id.value.data
+
+    @property
+    def split_value(self) -> int:
+        return self.split.value.data
+
+    def _print_id_split(self, printer: Printer) -> None:
+        printer.print_string(f" {{id = {self.id_value}, split = {self.split_value}}}")
+
+    def verify_(self) -> None:
+        _check_prop_types(self, {"id": i32, "split": i8})
+        if self.split_value not in (0, 1, 2):
+            _fail(self, "split", f"split={self.split_value} must be 0 (no split), 1 (up/down) or 2 (left/right) for global entries")
+
+    @property
+    def entry_type(self) -> TensorViewType:
+        raise NotImplementedError
+
+
+class _ProducesEntry(_PipeDataOp):
+    """`%e = pto.<op> {id = N, split = S} -> TV` (talloc, tpop)."""
+
+    entry = result_def(TensorViewType)
+
+    @classmethod
+    def parse(cls, parser: Parser):
+        props = _parse_id_split(parser)
+        parser.parse_punctuation("->")
+        t = parser.parse_type()
+        return cls.build(result_types=[t], properties=props)
+
+    def print(self, printer: Printer) -> None:
+        self._print_id_split(printer)
+        printer.print_string(" -> ")
+        printer.print_attribute(self.entry.type)
+
+    @property
+    def entry_type(self) -> TensorViewType:
+        return self.entry.type  # type: ignore[return-value]
+
+
+class _TakesEntry(_PipeDataOp):
+    """`pto.<op>(%e : TV) {id = N, split = S}` (tpush, tfree)."""
+
+    entry_value = operand_def(TensorViewType)
+
+    @classmethod
+    def parse(cls, parser: Parser):
+        parser.parse_punctuation("(")
+        value = parser.parse_unresolved_operand()
+        parser.parse_punctuation(":")
+        t = parser.parse_type()
+        parser.parse_punctuation(")")
+        props = _parse_id_split(parser)
+        return cls.build(operands=[parser.resolve_operand(value, t)], properties=props)
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string("(")
+        printer.print_operand(self.entry_value)
+        printer.print_string(" : ")
+        printer.print_attribute(self.entry_value.type)
+        printer.print_string(")")
+        self._print_id_split(printer)
+
+    @property
+    def entry_type(self) -> TensorViewType:
+        return self.entry_value.type  # type: ignore[return-value]
+
+
+@irdl_op_definition
+class TallocToAivOp(_ProducesEntry):
+    """Cube, C2V producer: wait for a free slot if needed, bind the entry to the next slot."""
+
+    name = "pto.talloc_to_aiv"
+    CORE: ClassVar[str] = "cube"
+    DIRECTION: ClassVar[int] = 1
+    ROLE: ClassVar[str] = "talloc"
+
+
+@irdl_op_definition
+class TallocToAicOp(_ProducesEntry):
+    """Vector, V2C producer: wait for a free slot if needed, bind the entry (plus sub-block offset)."""
+
+    name = "pto.talloc_to_aic"
+    CORE: ClassVar[str] = "vector"
+    DIRECTION: ClassVar[int] = 2
+    ROLE: ClassVar[str] = "talloc"
+
+
+@irdl_op_definition
+class TpushToAivOp(_TakesEntry):
+    """Cube, C2V producer: set the ready flag after the stores on FIX."""
+
+    name = "pto.tpush_to_aiv"
+    CORE: ClassVar[str] = "cube"
+    DIRECTION: ClassVar[int] = 1
+    ROLE: ClassVar[str] = "tpush"
+
+
+@irdl_op_definition
+class TpushToAicOp(_TakesEntry):
+    """Vector, V2C producer: set the ready flag after the stores on MTE3."""
+
+    name = "pto.tpush_to_aic"
+    CORE: ClassVar[str] = "vector"
+    DIRECTION: ClassVar[int] = 2
+    ROLE: ClassVar[str] = "tpush"
+
+
+@irdl_op_definition
+class TpopFromAicOp(_ProducesEntry):
+    """Vector, C2V consumer: wait for data, bind the entry to the slot half of this sub-block."""
+
+    name = "pto.tpop_from_aic"
+    CORE: ClassVar[str] = "vector"
+    DIRECTION: ClassVar[int] = 1
+    ROLE: ClassVar[str] = "tpop"
+
+
+@irdl_op_definition
+class TpopFromAivOp(_ProducesEntry):
+    """Cube, V2C consumer: wait for data from both vector cores, bind the entry to the slot."""
+
+    name = "pto.tpop_from_aiv"
+    CORE: ClassVar[str] = "cube"
+    DIRECTION: ClassVar[int] = 2
+    ROLE: ClassVar[str] = "tpop"
+
+
+@irdl_op_definition
+class TfreeFromAicOp(_TakesEntry):
+    """Vector, C2V consumer: release the slot (a free credit every SyncPeriod pops)."""
+
+    name = "pto.tfree_from_aic"
+    CORE: ClassVar[str] = "vector"
+    DIRECTION: ClassVar[int] = 1
+    ROLE: ClassVar[str] = "tfree"
+
+
+@irdl_op_definition
+class TfreeFromAivOp(_TakesEntry):
+    """Cube, V2C consumer: release the slot (a free credit every SyncPeriod pops)."""
+
+    name = "pto.tfree_from_aiv"
+    CORE: ClassVar[str] = "cube"
+    DIRECTION: ClassVar[int] = 2
+    ROLE: ClassVar[str] = "tfree"
+
+
+PIPE_INIT_OPS = (AicInitializePipeOp, AivInitializePipeOp)
+PIPE_DATA_OPS = (
+    TallocToAivOp,
+    TallocToAicOp,
+    TpushToAivOp,
+    TpushToAicOp,
+    TpopFromAicOp,
+    TpopFromAivOp,
+    TfreeFromAicOp,
+    TfreeFromAivOp,
+)
+
+OPS = (*PIPE_INIT_OPS, *PIPE_DATA_OPS)

@@ -1,0 +1,516 @@
+"""Types and enum attributes of the PTO dialect: `!pto.ptr`, `!pto.tensor_view`,
+`!pto.partition_tensor_view`, `!pto.tile_buf`, `#pto.kernel_kind`, `#pto.layout`,
+the round modes, and element-type / dims helpers (pto-ir.md sections 5-6)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from xdsl.dialects.builtin import ArrayAttr, BFloat16Type, Float16Type, Float32Type, IndexType, IntAttr, IntegerType, StringAttr
+from xdsl.ir import Attribute, ParametrizedAttribute, SpacedOpaqueSyntaxAttribute, TypeAttribute
+from xdsl.irdl import irdl_attr_definition
+from xdsl.parser import AttrParser
+from xdsl.printer import Printer
+from xdsl.utils.exceptions import VerifyException
+
+
+DYN = -1  # a dynamic (`?`) dimension
+
+# --------------------------------------------------------------------------------------
+# Element types
+# --------------------------------------------------------------------------------------
+
+_ELEM_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i8": 1, "i16": 2, "i32": 4, "i64": 8}
+
+
+def elem_name(t: Attribute) -> str:
+    """Short spelling of an element type: f16, bf16, f32, i64, ..."""
+    if isinstance(t, Float16Type):
+        return "f16"
+    if isinstance(t, BFloat16Type):
+        return "bf16"
+    if isinstance(t, Float32Type):
+        return "f32"
+    if isinstance(t, IntegerType):
+        return f"i{t.width.data}"
+    if isinstance(t, IndexType):
+        return "index"
+    return str(t)
+
+
+def elem_bytes(t: Attribute) -> int:
+    name = elem_name(t)
+    if name not in _ELEM_BYTES:
+        raise VerifyException(f"unsupported element type {name}")
+    return _ELEM_BYTES[name]
+
+
+def _dims_str(dims: Sequence[int]) -> str:
+    return "x".join("?" if d == DYN else str(d) for d in dims)
+
+
+# --------------------------------------------------------------------------------------
+# Types
+# --------------------------------------------------------------------------------------
+
+MEMORY_SPACES = ("gm", "ub", "mat", "l1", "left", "l0a", "right", "l0b", "acc", "l0c", "vec", "bias", "bt", "scaling", "fb")
+
+
+@irdl_attr_definition
+class PtrType(ParametrizedAttribute, TypeAttribute):
+    """`!pto.ptr<T[, space]>`: a typed pointer (space defaults to gm); `addptr` counts elements."""
+
+    name = "pto.ptr"
+    elem: Attribute
+    space: StringAttr
+
+    def __init__(self, elem: Attribute, space: str = "gm"):
+        super().__init__(elem, StringAttr(space))
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        with parser.in_angle_brackets():
+            elem = parser.parse_type()
+            space = "gm"
+            if parser.parse_optional_punctuation(","):
+                space = parser.parse_identifier()
+                if space not in MEMORY_SPACES:
+                    parser.raise_error(f"unknown pointer memory space '{space}'")
+        return (elem, StringAttr(space))
+
+    def print_parameters(self, printer: Printer) -> None:
+        printer.print_string("<")
+        printer.print_attribute(self.elem)
+        if self.space.data != "gm":
+            printer.print_string(f", {self.space.data}")
+        printer.print_string(">")
+
+
+def _parse_shaped(parser: AttrParser) -> tuple[list[int], Attribute]:
+    dims: list[int] = []
+    with parser.in_angle_brackets():
+        while True:
+            if parser.parse_optional_punctuation("?") is not None:
+                dims.append(DYN)
+            else:
+                value = parser.parse_optional_integer(allow_boolean=False, allow_negative=False)
+                if value is None:
+                    break
+                dims.append(value)
+            parser.parse_shape_delimiter()
+        elem = parser.parse_type()
+    if not dims:
+        parser.raise_error("a view type needs rank >= 1")
+    return dims, elem
+
+
+# Shared bases declare their parameters as dataclass fields so that the generated
+# __eq__/__hash__ of the concrete attribute compare them (without the decorator a
+# subclass's dataclass sees no fields, and every !pto.tensor_view<...> compares equal).
+@dataclass(frozen=True, init=False)
+class _ViewType(ParametrizedAttribute, TypeAttribute):
+    shape: ArrayAttr[IntAttr]
+    elem: Attribute
+
+    def __init__(self, shape: Sequence[int], elem: Attribute):
+        super().__init__(ArrayAttr(IntAttr(d) for d in shape), elem)
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        return tuple(d.data for d in self.shape.data)
+
+    @property
+    def nbytes(self) -> int | None:
+        if DYN in self.dims:
+            return None
+        n = elem_bytes(self.elem)
+        for d in self.dims:
+            n *= d
+        return n
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        dims, elem = _parse_shaped(parser)
+        return (ArrayAttr(IntAttr(d) for d in dims), elem)
+
+    def print_parameters(self, printer: Printer) -> None:
+        printer.print_string(f"<{_dims_str(self.dims)}x")
+        printer.print_attribute(self.elem)
+        printer.print_string(">")
+
+
+@irdl_attr_definition
+class TensorViewType(_ViewType):
+    """`!pto.tensor_view<d0 x ... x T>`: a strided GM tensor descriptor."""
+
+    name = "pto.tensor_view"
+
+
+@irdl_attr_definition
+class PartitionTensorViewType(_ViewType):
+    """`!pto.partition_tensor_view<d0 x ... x T>`: a window of a tensor_view (what tload/tstore take)."""
+
+    name = "pto.partition_tensor_view"
+
+
+TILE_LOCS = ("mat", "left", "right", "acc", "vec", "bias", "scaling")
+BLAYOUTS = ("row_major", "col_major")
+SLAYOUTS = ("none_box", "row_major", "col_major")
+FRACTALS = (32, 512, 1024)
+
+
+@irdl_attr_definition
+class TileBufType(ParametrizedAttribute, TypeAttribute):
+    """`!pto.tile_buf<loc, RxCxT, overrides...>`: a local on-chip buffer (compact or legacy spelling)."""
+
+    name = "pto.tile_buf"
+    loc: StringAttr
+    dtype: Attribute
+    rows: IntAttr
+    cols: IntAttr
+    v_row: IntAttr  # DYN for `?`
+    v_col: IntAttr
+    blayout: StringAttr
+    slayout: StringAttr
+    fractal: IntAttr
+    pad: IntAttr
+    compact: IntAttr
+
+    def __init__(
+        self,
+        loc: str,
+        rows: int,
+        cols: int,
+        dtype: Attribute,
+        *,
+        v_row: int | None = None,
+        v_col: int | None = None,
+        blayout: str = "row_major",
+        slayout: str = "none_box",
+        fractal: int = 512,
+        pad: int = 0,
+        compact: int = 0,
+    ):
+        super().__init__(
+            StringAttr(loc),
+            dtype,
+            IntAttr(rows),
+            IntAttr(cols),
+            IntAttr(rows if v_row is None else v_row),
+            IntAttr(cols if v_col is None else v_col),
+            StringAttr(blayout),
+            StringAttr(slayout),
+            IntAttr(fractal),
+            IntAttr(pad),
+            IntAttr(compact),
+        )
+
+    # Convenient plain-value accessors.
+    @property
+    def space(self) -> str:
+        return self.loc.data
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.rows.data, self.cols.data)
+
+    @property
+    def valid(self) -> tuple[int, int]:
+        return (self.v_row.data, self.v_col.data)
+
+    @property
+    def elem(self) -> str:
+        return elem_name(self.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows.data * self.cols.data * elem_bytes(self.dtype)
+
+    @property
+    def is_row_major(self) -> bool:
+        return self.blayout.data == "row_major"
+
+    @property
+    def is_boxed(self) -> bool:
+        return self.slayout.data != "none_box"
+
+    def describe(self) -> str:
+        return f"{self.loc.data} {self.rows.data}x{self.cols.data}x{self.elem}"
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        start = parser.pos
+        with parser.in_angle_brackets():
+            first = parser.parse_identifier()
+            if first == "loc":
+                fields = cls._parse_legacy(parser)
+            else:
+                fields = cls._parse_compact(parser, first)
+        try:
+            t = cls(**fields)  # type: ignore[arg-type]
+        except VerifyException as exc:
+            # A tile type broken by a verifier rule is reported at its source position.
+            parser.raise_error(str(exc), start)
+        return tuple(t.parameters)
+
+    @classmethod
+    def _parse_compact(cls, parser: AttrParser, loc: str) -> dict:
+        if loc not in TILE_LOCS:
+            parser.raise_error(f"unknown tile_buf loc '{loc}', expected one of {', '.join(TILE_LOCS)}")
+        parser.parse_punctuation(",")
+        # parse_shape_dimension splits hex-looking tokens: `0x16` is `0` `x` `16` in a shape.
+        rows = parser.parse_shape_dimension(allow_dynamic=False)
+        parser.parse_shape_delimiter()
+        cols = parser.parse_shape_dimension(allow_dynamic=False)
+        parser.parse_shape_delimiter()
+        dtype = parser.parse_type()
+        fields: dict = dict(loc=loc, rows=rows, cols=cols, dtype=dtype)
+        while parser.parse_optional_punctuation(","):
+            key = parser.parse_identifier()
+            parser.parse_punctuation("=")
+            if key == "valid":
+                fields["v_row"] = cls._parse_valid_dim(parser)
+                parser.parse_shape_delimiter()
+                fields["v_col"] = cls._parse_valid_dim(parser)
+            elif key in ("blayout", "slayout"):
+                fields[key] = parser.parse_identifier()
+            elif key in ("fractal", "pad", "compact"):
+                fields[key] = parser.parse_integer(allow_boolean=False)
+            else:
+                parser.raise_error(f"unknown tile_buf field '{key}'")
+        return fields
+
+    @classmethod
+    def _parse_legacy(cls, parser: AttrParser) -> dict:
+        def field(name: str) -> None:
+            parser.parse_punctuation(",")
+            got = parser.parse_identifier()
+            if got != name:
+                parser.raise_error(f"legacy tile_buf: expected field '{name}', got '{got}'")
+            parser.parse_punctuation("=")
+
+        parser.parse_punctuation("=")
+        fields: dict = dict(loc=parser.parse_identifier())
+        field("dtype")
+        fields["dtype"] = parser.parse_type()
+        for name in ("rows", "cols"):
+            field(name)
+            fields[name] = parser.parse_integer(allow_boolean=False, allow_negative=False)
+        for name in ("v_row", "v_col"):
+            field(name)
+            fields[name] = cls._parse_dim(parser)
+        for name in ("blayout", "slayout"):
+            field(name)
+            fields[name] = parser.parse_identifier()
+        for name in ("fractal", "pad"):
+            field(name)
+            fields[name] = parser.parse_integer(allow_boolean=False)
+        if parser.parse_optional_punctuation(","):
+            got = parser.parse_identifier()
+            if got != "compact":
+                parser.raise_error(f"legacy tile_buf: unexpected field '{got}'")
+            parser.parse_punctuation("=")
+            fields["compact"] = parser.parse_integer(allow_boolean=False)
+        return fields
+
+    @staticmethod
+    def _parse_valid_dim(parser: AttrParser) -> int:
+        """A compact `valid=RxC` dimension: `?` or a decimal (hex-looking `0x16` splits)."""
+        if parser.parse_optional_punctuation("?") is not None:
+            return DYN
+        return parser.parse_shape_dimension(allow_dynamic=False)
+
+    @staticmethod
+    def _parse_dim(parser: AttrParser) -> int:
+        if parser.parse_optional_punctuation("?") is not None:
+            return DYN
+        value = parser.parse_integer(allow_boolean=False)
+        return DYN if value == -1 else value
+
+    def print_parameters(self, printer: Printer) -> None:
+        printer.print_string(f"<{self.loc.data}, {self.rows.data}x{self.cols.data}x")
+        printer.print_attribute(self.dtype)
+        if self.valid != self.shape:
+            printer.print_string(f", valid={_dims_str(self.valid)}")
+        if self.blayout.data != "row_major":
+            printer.print_string(f", blayout={self.blayout.data}")
+        if self.slayout.data != "none_box":
+            printer.print_string(f", slayout={self.slayout.data}")
+        if self.fractal.data != 512:
+            printer.print_string(f", fractal={self.fractal.data}")
+        if self.pad.data != 0:
+            printer.print_string(f", pad={self.pad.data}")
+        if self.compact.data != 0:
+            printer.print_string(f", compact={self.compact.data}")
+        printer.print_string(">")
+
+    def verify(self) -> None:
+        where = f"!pto.tile_buf<{self.describe()}>"
+        rows, cols = self.shape
+        if rows <= 0 or cols <= 0:
+            raise VerifyException(f"{where}: shape {rows}x{cols} must be positive")
+        if self.loc.data not in TILE_LOCS:
+            raise VerifyException(f"{where}: unknown loc '{self.loc.data}'")
+        if self.blayout.data not in BLAYOUTS:
+            raise VerifyException(f"{where}: blayout '{self.blayout.data}' not in {BLAYOUTS}")
+        if self.slayout.data not in SLAYOUTS:
+            raise VerifyException(f"{where}: slayout '{self.slayout.data}' not in {SLAYOUTS}")
+        if self.fractal.data not in FRACTALS:
+            raise VerifyException(f"{where}: fractal={self.fractal.data} must be one of {FRACTALS}")
+        if not 0 <= self.pad.data <= 3:
+            raise VerifyException(f"{where}: pad={self.pad.data} must be 0..3")
+        for name, v, full in (("v_row", self.v_row.data, rows), ("v_col", self.v_col.data, cols)):
+            if v != DYN and not 0 <= v <= full:
+                raise VerifyException(f"{where}: valid shape {name}={v} must be within 0..{full}")
+        esize = elem_bytes(self.dtype)
+        if self.loc.data == "vec" and not self.is_boxed:
+            if self.is_row_major and (cols * esize) % 32 != 0:
+                raise VerifyException(
+                    f"{where}: vector tile alignment: ND tile needs cols*sizeof(T) % 32 == 0, "
+                    f"got {cols}*{esize} = {cols * esize}"
+                )
+            if not self.is_row_major and (rows * esize) % 32 != 0:
+                raise VerifyException(
+                    f"{where}: vector tile alignment: DN tile needs rows*sizeof(T) % 32 == 0, "
+                    f"got {rows}*{esize} = {rows * esize}"
+                )
+
+
+# --------------------------------------------------------------------------------------
+# Attributes
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, init=False)
+class _EnumAttr(ParametrizedAttribute):
+    """`#pto.<name><value>` with one identifier parameter."""
+
+    VALUES: ClassVar[tuple[str, ...]] = ()
+    value: StringAttr
+
+    def __init__(self, value: str):
+        super().__init__(StringAttr(value))
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        with parser.in_angle_brackets():
+            value = parser.parse_identifier()
+        if value not in cls.VALUES:
+            parser.raise_error(f"#{cls.name}: '{value}' is not one of {', '.join(cls.VALUES)}")
+        return (StringAttr(value),)
+
+    def print_parameters(self, printer: Printer) -> None:
+        printer.print_string(f"<{self.value.data}>")
+
+
+@irdl_attr_definition
+class KernelKindAttr(_EnumAttr):
+    """`#pto.kernel_kind<cube|vector>` on a function: which core type runs its body."""
+
+    name = "pto.kernel_kind"
+    VALUES: ClassVar[tuple[str, ...]] = ("cube", "vector")
+
+
+@irdl_attr_definition
+class LayoutAttr(_EnumAttr):
+    """`#pto.layout<nd|dn|nz>`: GM layout of a tensor view."""
+
+    name = "pto.layout"
+    VALUES: ClassVar[tuple[str, ...]] = ("nd", "dn", "nz")
+
+
+ROUND_MODES = ("NONE", "RINT", "ROUND", "FLOOR", "CEIL", "TRUNC", "ODD", "CAST_RINT")
+
+# tile_buf `pad` field (pto-ir.md 6.4): 0 null, 1 zero, 2 max (+inf), 3 min (-inf).
+PAD_NAMES = {0: "null", 1: "zero", 2: "max", 3: "min"}
+
+
+@dataclass(frozen=True, init=False)
+class _PtoEnumAttr(ParametrizedAttribute, SpacedOpaqueSyntaxAttribute):
+    """`#pto<mnemonic value>`: one of ptoas's enum attributes, in MLIR's opaque spelling.
+
+    The attribute name is `pto.<mnemonic>`, so xDSL's parser hands `#pto<mnemonic value>`
+    to `parse_parameters` after the mnemonic, and the printer (`SpacedOpaqueSyntaxAttribute`)
+    writes it back the same way. `#pto.mnemonic<value>` is accepted too.
+    """
+
+    VALUES: ClassVar[tuple[str, ...]] = ()
+    value: StringAttr
+
+    def __init__(self, value: str):
+        super().__init__(StringAttr(value))
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        if parser.parse_optional_punctuation("<") is not None:
+            value = parser.parse_identifier()
+            parser.parse_punctuation(">")
+        else:
+            value = parser.parse_identifier()
+        if value not in cls.VALUES:
+            parser.raise_error(f"#pto<{cls.name[4:]}>: '{value}' is not one of {', '.join(cls.VALUES)}")
+        return (StringAttr(value),)
+
+    def print_parameters(self, printer: Printer) -> None:
+        printer.print_string(self.value.data)
+
+    @property
+    def text(self) -> str:
+        """The attribute as ptoas writes it: `#pto<mnemonic value>`."""
+        return f"#pto<{self.name[4:]} {self.value.data}>"
+
+
+@irdl_attr_definition
+class RoundModeAttr(_PtoEnumAttr):
+    """`#pto<round_mode CAST_RINT>` (tcvt)."""
+
+    name = "pto.round_mode"
+    VALUES: ClassVar[tuple[str, ...]] = ROUND_MODES
+
+
+@irdl_attr_definition
+class CmpModeAttr(_PtoEnumAttr):
+    """`#pto<cmp lt>` (tcmp, tcmps)."""
+
+    name = "pto.cmp"
+    VALUES: ClassVar[tuple[str, ...]] = ("eq", "ne", "lt", "le", "gt", "ge")
+
+
+@irdl_attr_definition
+class ExpPrecisionAttr(_PtoEnumAttr):
+    """`#pto<exp_precision high_precision>` (texp)."""
+
+    name = "pto.exp_precision"
+    VALUES: ClassVar[tuple[str, ...]] = ("default", "high_precision")
+
+
+@irdl_attr_definition
+class DivPrecisionAttr(_PtoEnumAttr):
+    """`#pto<div_precision high_precision>` (tdiv, trowexpanddiv, tcolexpanddiv)."""
+
+    name = "pto.div_precision"
+    VALUES: ClassVar[tuple[str, ...]] = ("default", "high_precision")
+
+
+@irdl_attr_definition
+class AtomicTypeAttr(_PtoEnumAttr):
+    """`#pto<atomic_type atomic_add>` (tstore)."""
+
+    name = "pto.atomic_type"
+    VALUES: ClassVar[tuple[str, ...]] = ("atomic_none", "atomic_add")
+
+
+@irdl_attr_definition
+class SaturationModeAttr(_PtoEnumAttr):
+    """`#pto<saturation_mode ON>` (tcvt)."""
+
+    name = "pto.saturation_mode"
+    VALUES: ClassVar[tuple[str, ...]] = ("ON", "OFF")
+
+
+ATTRS = (
+    PtrType, TensorViewType, PartitionTensorViewType, TileBufType, KernelKindAttr, LayoutAttr,
+    RoundModeAttr, CmpModeAttr, ExpPrecisionAttr, DivPrecisionAttr, AtomicTypeAttr, SaturationModeAttr,
+)

@@ -1,0 +1,98 @@
+"""Building blocks shared by the kernels: work units, BSND offsets, pipes, schedule.
+
+Each function emits IR at the current insertion point through the kernel-author API
+(`ptofa.api`), so a kernel reads as its stages and the order in which they run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from xdsl.ir import SSAValue
+
+from ptofa import dialect as d
+from ptofa.api import pto, scalar, view_type
+from ptofa.pipeline import PipeSpec
+
+DEFAULT_SLOT_NUM = 8  # ptoas's default for one-way pipes: written only when a kernel differs
+SPLIT = 1  # TILE_UP_DOWN: vector core 0 gets the upper rows, core 1 the lower rows
+
+
+@dataclass
+class Unit:
+    """A decoded work unit: batch, head, Q block."""
+
+    batch: SSAValue
+    head: SSAValue
+    q_block: SSAValue
+
+
+def decode_unit(unit: SSAValue, q_blocks: SSAValue, heads: SSAValue) -> Unit:
+    """unit = (batch * heads + head) * q_blocks + q_block."""
+    q_block = scalar.rem(unit, q_blocks, name="q_block")
+    bh = scalar.div(unit, q_blocks, name="bh")
+    return Unit(scalar.div(bh, heads, name="b"), scalar.rem(bh, heads, name="h"), q_block)
+
+
+def bsnd_offset(b: SSAValue, seq_len: SSAValue, row: SSAValue | None, h: SSAValue, heads: SSAValue, head_dim: int) -> SSAValue:
+    """Element offset of (b, row, h, 0) in a [B, S, N, D] tensor (row None = 0)."""
+    seq = scalar.mul(b, seq_len)
+    if row is not None:
+        seq = scalar.add(seq, row)
+    return scalar.mul(scalar.add(scalar.mul(seq, heads), h), head_dim)
+
+
+def entry_type(pipe: PipeSpec, core: str) -> d.TensorViewType:
+    """The slot descriptor of a pipe: the cube declares the full slot, the vectors half of it."""
+    rows = pipe.rows if core == "cube" else pipe.half_rows
+    return view_type([rows, pipe.cols], pipe.dtype)
+
+
+def init_pipes(pipes: Sequence[PipeSpec], bases: dict[str, SSAValue], core: str, slot_num: int,
+               pipe_id: Callable[[PipeSpec], int] = lambda pipe: pipe.pipe_id) -> None:
+    """One global-entry pipe init per pipe, on the ring at `bases[pipe.name]`."""
+    for pipe in pipes:
+        rows = pipe.rows if core == "cube" else pipe.half_rows
+        slot = pto.as_tensor(bases[pipe.name], [rows, pipe.cols], [pipe.cols, 1], name=f"{pipe.name}_slot")
+        pto.init_pipe(core, pipe_id(pipe), pipe.dir_mask, pipe.slot_bytes, slot,
+                      None if slot_num == DEFAULT_SLOT_NUM else slot_num)
+
+
+@dataclass
+class TileRange:
+    """Tiles [lo, hi) of one unit, and hi - preload where the steady state ends."""
+
+    lo: SSAValue | int
+    steady_end: SSAValue
+    hi: SSAValue
+
+
+def pipelined(tiles: TileRange, preload: int, prologue: Callable[[SSAValue], None],
+              steady: Callable[[SSAValue], None], epilogue: Callable[[SSAValue], None]) -> None:
+    """The software-pipelined schedule of a producer running `preload` tiles ahead:
+
+        prologue(t) for t in [lo, lo + preload)
+        steady(t)   for t in [lo, steady_end)     (steady(t) consumes t, produces t + preload)
+        epilogue(t) for t in [steady_end, hi)
+
+    Both kernels of a pipe run this with the same range, so pushes and pops balance.
+    """
+    head_end = preload if isinstance(tiles.lo, int) and tiles.lo == 0 else scalar.add(tiles.lo, preload, name="head_end")
+    with pto.range(tiles.lo, head_end, name="t") as t:
+        prologue(t)
+    with pto.range(tiles.lo, tiles.steady_end, name="t") as t:
+        steady(t)
+    with pto.range(tiles.steady_end, tiles.hi, name="t") as t:
+        epilogue(t)
+
+
+def ring_select(ring: Sequence[SSAValue], t: SSAValue, use: Callable[[SSAValue], None]) -> None:
+    """Run `use(ring[t % len(ring)])` (an scf.if chain: tiles cannot be indexed at run time)."""
+    if len(ring) == 1:
+        use(ring[0])
+        return
+    slot = scalar.rem(t, len(ring), name="ring_slot")
+    for r, ring_tile in enumerate(ring):
+        with pto.if_(scalar.eq(slot, r)):
+            use(ring_tile)

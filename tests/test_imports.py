@@ -1,0 +1,217 @@
+"""The `ptofa` package has no import cycle.
+
+The import graph has one node per module of the package (every `ptofa/**/*.py`; a
+package is its `__init__.py`) and an edge A -> B when importing A imports B. It is
+read from the source with `ast`, not by importing anything.
+
+Only module-level imports count: the import statements that run when the module is
+imported, i.e. those in the module body, also when nested in a top-level `if`, `try`,
+`with` or class body. Imports inside functions run later, when the function is
+called, and are not edges; neither are imports under `if TYPE_CHECKING:`.
+
+Edges of one import statement:
+  * `import a.b.c` and `from a.b import c` (when `a/b/c` is a module) -> `a.b.c`;
+    `from a.b import name` (a name defined in `a.b`) -> `a.b`. Relative imports are
+    resolved against the importing module.
+  * Importing `a.b.c` also runs the `__init__` of its packages `a.b` (and `a`): edges
+    to those packages, except the packages of the importer itself, which are already
+    being imported when the importer runs (a submodule importing a sibling is fine).
+    Taking a name from one of them (`from a.b import name` in `a/b/x.py`) is an edge
+    all the same: the name must be defined before `a/b/__init__.py` imports `x`.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import ptofa
+
+PACKAGE_ROOT = Path(ptofa.__file__).resolve().parent
+
+
+def module_files(root: Path) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package at `root`."""
+    modules = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = (root.name, *path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements that run when the module is imported (see the module docstring)."""
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(body: list[ast.stmt]) -> None:
+        for stmt in body:
+            if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                found.append(stmt)
+            elif isinstance(stmt, ast.If):
+                if not _is_type_checking(stmt.test):
+                    visit(stmt.body)
+                visit(stmt.orelse)
+            elif isinstance(stmt, ast.Try):
+                for block in (stmt.body, stmt.orelse, stmt.finalbody, *(h.body for h in stmt.handlers)):
+                    visit(block)
+            elif isinstance(stmt, (ast.With, ast.ClassDef)):
+                visit(stmt.body)
+
+    visit(tree.body)
+    return found
+
+
+def _packages_of(module: str, is_package: bool) -> set[str]:
+    """The packages that are (being) imported while `module` runs: its parents, and itself if a package."""
+    parts = module.split(".")
+    parents = {".".join(parts[:i]) for i in range(1, len(parts))}
+    return parents | {module} if is_package else parents
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports at module level (see the module docstring)."""
+    files = module_files(root)
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        is_package = path.name == "__init__.py"
+        package = module if is_package else module.rpartition(".")[0]
+        targets: set[str] = set()  # modules the statements name
+        names_from: set[str] = set()  # packages a `from P import name` takes a name (not a submodule) from
+        for stmt in module_level_imports(ast.parse(path.read_text(), str(path))):
+            if isinstance(stmt, ast.Import):
+                targets.update(alias.name for alias in stmt.names)
+                continue
+            if stmt.level:
+                base = package.split(".")[: len(package.split(".")) - (stmt.level - 1)]
+                source = ".".join(base + ([stmt.module] if stmt.module else []))
+            else:
+                source = stmt.module or ""
+            for alias in stmt.names:
+                submodule = f"{source}.{alias.name}"
+                if submodule in files:
+                    targets.add(submodule)
+                else:
+                    targets.add(source)
+                    names_from.add(source)
+        edges: set[str] = set()
+        already_running = _packages_of(module, is_package)
+        for target in targets:
+            parts = target.split(".")
+            for i in range(1, len(parts) + 1):  # the target and the packages it lives in
+                name = ".".join(parts[:i])
+                if name in files and name not in already_running and name != module:
+                    edges.add(name)
+        # A name taken from a package that is still running its __init__ must already be defined there.
+        edges.update(p for p in names_from if p in files and p != module)
+        graph[module] = edges
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle (a -> ... -> a) per strongly connected component that has one (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph.get(v, ()):
+                components.append(component)
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return [_cycle_in(graph, set(component)) for component in components]
+
+
+def _cycle_in(graph: dict[str, set[str]], component: set[str]) -> list[str]:
+    """A shortest cycle through the component's first module (breadth-first search back to it)."""
+    start = min(component)
+    parent: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for v in frontier:
+            for w in sorted(graph[v] & component):
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(parent[path[-1]])
+                    return [start, *reversed(path[:-1]), start] if v != start else [start, start]
+                if w not in parent:
+                    parent[w] = v
+                    following.append(w)
+        frontier = following
+    raise AssertionError(f"no cycle in component {sorted(component)}")
+
+
+def test_ptofa_has_no_import_cycle() -> None:
+    graph = import_graph(PACKAGE_ROOT)
+    assert "ptofa.runner" in graph and "ptofa.sim.executor" in graph
+    cycles = find_cycles(graph)
+    assert not cycles, "import cycles in ptofa:\n" + "\n".join("  " + " -> ".join(c) for c in cycles)
+
+
+def test_backends_sit_above_the_backend_interface() -> None:
+    """The former circle: npu and runner both import ptofa.backend; npu does not import runner."""
+    graph = import_graph(PACKAGE_ROOT)
+    assert "ptofa.backend" in graph["ptofa.npu"] and "ptofa.backend" in graph["ptofa.runner"]
+    assert "ptofa.runner" not in graph["ptofa.npu"]
+    assert not graph["ptofa.backend"] & {"ptofa.runner", "ptofa.npu", "ptofa.sim_backend"}
+
+
+def test_cycle_finder_on_a_small_package(tmp_path: Path) -> None:
+    """Module-level imports (also relative, in try/if/class bodies) are edges; function-level
+    and TYPE_CHECKING imports are not; a package's submodules may import each other through it."""
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    files = {
+        "__init__.py": "",
+        "a.py": "from pkg import b\n",
+        "b.py": "try:\n    from . import c\nexcept ImportError:\n    pass\n",
+        "c.py": "class C:\n    from pkg.a import x\n",  # a -> b -> c -> a
+        "d.py": "def f():\n    import pkg.e\n",  # function level: no edge
+        "e.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.d\nimport pkg.d\n",
+        "sub/__init__.py": "from pkg.sub.x import X\n",
+        "sub/x.py": "from pkg.sub import y\nX = 1\n",  # sibling through the package: fine
+        "sub/y.py": "",
+        "sub/z.py": "from pkg.sub import X\n",  # a name from the package it is in: an edge
+        "f.py": "import pkg.sub.y\n",  # also runs pkg/sub/__init__
+    }
+    for name, text in files.items():
+        (pkg / name).write_text(text)
+    graph = import_graph(pkg)
+    assert graph["pkg.d"] == set()
+    assert graph["pkg.e"] == {"pkg.d"}
+    assert graph["pkg.sub.x"] == {"pkg.sub.y"}
+    assert graph["pkg.sub.z"] == {"pkg.sub"}
+    assert graph["pkg.f"] == {"pkg.sub", "pkg.sub.y"}
+    assert find_cycles(graph) == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"]]
+    (pkg / "d.py").write_text("import pkg.e\n")  # now d <-> e
+    assert find_cycles(import_graph(pkg)) == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"], ["pkg.d", "pkg.e", "pkg.d"]]
