@@ -2,13 +2,15 @@
 
 Three things must agree on it: the `pto.entry` function the builder emits, the
 `extern "C"` launcher in `caller.cpp`, and the ctypes `argtypes` the NPU runner
-sets. The builder reads `ENTRY_ARGS`; `caller.cpp` and the ctypes list are
-derived from `HOST_PARAMS` / `ENTRY_ARGS` here and checked by a test.
+sets. All three come from `entry_args(config)` / `host_params(config)` here: the
+list depends on the kernel's switches (dtypes, LSE output, key mask, window
+bounds). `ENTRY_ARGS` / `HOST_PARAMS` are the lists of the default config, whose
+`caller.cpp` is checked in; other configs render theirs at build time.
 
 Host side: the launcher takes `block_dim`, a stream and one pointer per GM
 buffer. The FFTS address is not a host parameter: the launcher fetches it with
 `rtGetC2cCtrlAddr`. The slot workspace is one buffer passed to the kernel twice,
-as `f32` and as `f16` pointer, so that each ring can be addressed in its own
+as `f32` and as input-dtype pointer, so that each ring can be addressed in its own
 element type (pto-ir.md 10.7).
 """
 
@@ -43,33 +45,102 @@ class EntryArg:
     cxx_cast: str  # the cast caller.cpp applies when launching
 
 
-HOST_PARAMS: tuple[HostParam, ...] = (
-    HostParam("slots", "uint8_t*", ctypes.c_void_p, "GM slot workspace, fp32 elements, per block"),
-    HostParam("q", "uint8_t*", ctypes.c_void_p, "Q [B, S0, N, D] fp16"),
-    HostParam("k", "uint8_t*", ctypes.c_void_p, "K [B, S1, N, D] fp16"),
-    HostParam("v", "uint8_t*", ctypes.c_void_p, "V [B, S1, N, D] fp16"),
-    HostParam("o", "uint8_t*", ctypes.c_void_p, "O [B, S0, N, D] fp32"),
-    HostParam("batch", "int64_t", ctypes.c_int64, "B"),
-    HostParam("heads", "int64_t", ctypes.c_int64, "N"),
-    HostParam("s0", "int64_t", ctypes.c_int64, "query length"),
-    HostParam("s1", "int64_t", ctypes.c_int64, "key/value length"),
-    HostParam("scale", "float", ctypes.c_float, "softmax scale, 1/sqrt(D) by default"),
-)
+# C and ctypes spelling of each GM element type a kernel argument may point to.
+_C_ELEM = {"f16": "half", "bf16": "bfloat16_t", "f32": "float", "i8": "int8_t", "i64": "int64_t"}
 
-ENTRY_ARGS: tuple[EntryArg, ...] = (
-    EntryArg("ffts", "!pto.ptr<i64>", "ffts", "(__gm__ int64_t*)"),
-    EntryArg("slots", "!pto.ptr<f32>", "slots", "(__gm__ float*)"),
-    EntryArg("slots_h", "!pto.ptr<f16>", "slots", "(__gm__ half*)"),
-    EntryArg("q", "!pto.ptr<f16>", "q", "(__gm__ half*)"),
-    EntryArg("k", "!pto.ptr<f16>", "k", "(__gm__ half*)"),
-    EntryArg("v", "!pto.ptr<f16>", "v", "(__gm__ half*)"),
-    EntryArg("o", "!pto.ptr<f32>", "o", "(__gm__ float*)"),
-    EntryArg("batch", "i64", "batch", ""),
-    EntryArg("heads", "i64", "heads", ""),
-    EntryArg("s0", "i64", "s0", ""),
-    EntryArg("s1", "i64", "s1", ""),
-    EntryArg("scale", "f32", "scale", ""),
-)
+
+def _default_config():
+    from ptofa.pipeline import FAConfig
+
+    return FAConfig()
+
+
+def host_params(config=None) -> tuple[HostParam, ...]:
+    """The launcher's parameters after block_dim and stream, for the kernel of `config`."""
+    c = config or _default_config()
+    ptr = "uint8_t*"
+    params = [
+        HostParam("slots", ptr, ctypes.c_void_p, "GM slot workspace, per block"),
+        HostParam("q", ptr, ctypes.c_void_p, f"Q [B, S0, N, D] {c.in_dtype}"),
+        HostParam("k", ptr, ctypes.c_void_p, f"K [B, S1, KVN, D] {c.in_dtype}"),
+        HostParam("v", ptr, ctypes.c_void_p, f"V [B, S1, KVN, D] {c.in_dtype}"),
+        HostParam("o", ptr, ctypes.c_void_p, f"O [B, S0, N, D] {c.out_dtype}"),
+    ]
+    if c.lse:
+        params.append(HostParam("lse", ptr, ctypes.c_void_p, "LSE [B, N, S0] f32"))
+    if c.key_padding:
+        params.append(HostParam("key_mask", ptr, ctypes.c_void_p, "key mask [B, S1] (or [S1]) i8, 1 = key takes part"))
+    params += [
+        HostParam("batch", "int64_t", ctypes.c_int64, "B"),
+        HostParam("heads", "int64_t", ctypes.c_int64, "N (query heads)"),
+        HostParam("kv_heads", "int64_t", ctypes.c_int64, "KVN (key/value heads, divides N)"),
+        HostParam("s0", "int64_t", ctypes.c_int64, "query length"),
+        HostParam("s1", "int64_t", ctypes.c_int64, "key/value length"),
+        HostParam("scale", "float", ctypes.c_float, "softmax scale, 1/sqrt(D) by default"),
+    ]
+    if c.masked:
+        params += [
+            HostParam("win_left", "int64_t", ctypes.c_int64, "window left bound (unbounded: s0 + s1)"),
+            HostParam("win_right", "int64_t", ctypes.c_int64, "window right bound (causal: 0; unbounded: s0 + s1)"),
+        ]
+    if c.key_padding:
+        params.append(HostParam("key_mask_stride", "int64_t", ctypes.c_int64, "elements between batches of the key mask (0: shared)"))
+    return tuple(params)
+
+
+def entry_args(config=None) -> tuple[EntryArg, ...]:
+    """The `pto.entry` function's arguments for the kernel of `config`."""
+    c = config or _default_config()
+    elem = {"q": c.in_dtype, "k": c.in_dtype, "v": c.in_dtype, "o": c.out_dtype, "lse": "f32", "key_mask": "i8"}
+    args = [
+        EntryArg("ffts", "!pto.ptr<i64>", "ffts", "(__gm__ int64_t*)"),
+        EntryArg("slots", "!pto.ptr<f32>", "slots", "(__gm__ float*)"),
+        EntryArg("slots_h", f"!pto.ptr<{c.in_dtype}>", "slots", f"(__gm__ {_C_ELEM[c.in_dtype]}*)"),
+    ]
+    for param in host_params(c)[1:]:
+        if param.c_type.endswith("*"):
+            dt = elem[param.name]
+            args.append(EntryArg(param.name, f"!pto.ptr<{dt}>", param.name, f"(__gm__ {_C_ELEM[dt]}*)"))
+        else:
+            args.append(EntryArg(param.name, "f32" if param.c_type == "float" else "i64", param.name, ""))
+    return tuple(args)
+
+
+_C_OF_IR = {"i64": ("int64_t", ctypes.c_int64), "f32": ("float", ctypes.c_float)}
+
+
+def args_from_signature(signature: list[tuple[str, str]]) -> tuple[EntryArg, ...]:
+    """The entry arguments of an emitted `.pto`, from its `(name, type)` signature (what
+    `run_fa compile` renders a launcher for, whatever switches built the file)."""
+    args = []
+    for name, ir_type in signature:
+        if ir_type.startswith("!pto.ptr<"):
+            elem = ir_type[len("!pto.ptr<"):-1]
+            source = {"ffts": "ffts", "slots_h": "slots"}.get(name, name)
+            args.append(EntryArg(name, ir_type, source, f"(__gm__ {_C_ELEM[elem]}*)"))
+        else:
+            args.append(EntryArg(name, ir_type, name, ""))
+    return tuple(args)
+
+
+def host_params_of(args: tuple[EntryArg, ...]) -> tuple[HostParam, ...]:
+    """The launcher parameters that feed `args` (one per source; ffts is fetched by the launcher)."""
+    params, seen = [], set()
+    for arg in args:
+        if arg.source == "ffts" or arg.source in seen:
+            continue
+        seen.add(arg.source)
+        if arg.ir_type.startswith("!pto.ptr<"):
+            params.append(HostParam(arg.source, "uint8_t*", ctypes.c_void_p, arg.ir_type))
+        else:
+            c_type, ctype = _C_OF_IR[arg.ir_type]
+            params.append(HostParam(arg.source, c_type, ctype, arg.ir_type))
+    return tuple(params)
+
+
+# The plain forward kernel's lists (FAConfig() defaults): the checked-in caller.cpp.
+HOST_PARAMS: tuple[HostParam, ...] = host_params()
+ENTRY_ARGS: tuple[EntryArg, ...] = entry_args()
 
 # Launcher return codes (caller.cpp returns them; the runner maps them to errors).
 RC_OK = 0
@@ -78,30 +149,21 @@ LAUNCHER_RETURN_C_TYPE = "int32_t"
 LAUNCHER_RESTYPE = ctypes.c_int32
 
 
-def launcher_argtypes() -> list[type]:
-    """ctypes argtypes of the launcher: block_dim, stream, then HOST_PARAMS."""
-    return [ctypes.c_uint32, ctypes.c_void_p] + [p.ctype for p in HOST_PARAMS]
+def launcher_argtypes(config=None) -> list[type]:
+    """ctypes argtypes of the launcher: block_dim, stream, then the host parameters."""
+    return [ctypes.c_uint32, ctypes.c_void_p] + [p.ctype for p in host_params(config)]
 
 
-def launcher_c_params() -> list[str]:
-    """The launcher's C parameter list, as written in caller.cpp."""
-    return ["uint32_t block_dim", "void* stream"] + [f"{p.c_type} {p.name}" for p in HOST_PARAMS]
+def launcher_c_params(config=None, args: tuple[EntryArg, ...] | None = None) -> list[str]:
+    """The launcher's C parameter list, as written in caller.cpp (of `config`, or of `args`)."""
+    params = host_params(config) if args is None else host_params_of(args)
+    return ["uint32_t block_dim", "void* stream"] + [f"{p.c_type} {p.name}" for p in params]
 
 
-def kernel_launch_args() -> list[str]:
-    """The expressions caller.cpp passes to the entry, in ENTRY_ARGS order."""
+def kernel_launch_args(config=None, args: tuple[EntryArg, ...] | None = None) -> list[str]:
+    """The expressions caller.cpp passes to the entry, in entry-argument order."""
     out = []
-    for arg in ENTRY_ARGS:
+    for arg in entry_args(config) if args is None else args:
         expr = "ffts_addr" if arg.source == "ffts" else arg.source
         out.append(f"{arg.cxx_cast}{expr}" if arg.cxx_cast else expr)
     return out
-
-
-def _check_consistency() -> None:
-    host_names = {p.name for p in HOST_PARAMS}
-    for arg in ENTRY_ARGS:
-        if arg.source != "ffts" and arg.source not in host_names:
-            raise AssertionError(f"entry arg {arg.name} comes from unknown host param {arg.source}")
-
-
-_check_consistency()

@@ -26,8 +26,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from ptofa.pipeline import FAConfig, ProblemShape
-from ptofa.reference import check_accuracy, reference_attention
+from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
+from ptofa.reference import check_accuracy, check_lse, make_key_mask, reference_fa
 from ptofa.sim.options import RunOptions
 
 AUTO = "auto"
@@ -106,6 +106,7 @@ class RunRequest:
     block_dim: int | None = None
     scale: float | None = None
     options: RunOptions = field(default_factory=RunOptions)
+    key_mask: torch.Tensor | None = None  # [B, S1] or [S1]; None with config.key_padding: random ragged lengths
     timing: bool = False
     timeline: Path | None = None
     soc: str = "910B2"
@@ -148,14 +149,53 @@ def get_backend(name: str) -> Backend:
         raise ValueError(f"backend={name!r} is not registered (registered: {', '.join(_REGISTRY) or 'none'})") from None
 
 
+TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+
+
+def normalize_key_mask(mask, batch: int, s1: int) -> torch.Tensor:
+    """A key-padding mask as the kernel reads it: int8 0/1, [B, S1] or [S1] (shared by the batch).
+
+    Accepts bool or any integer dtype (nonzero = the key takes part), shaped [B, S1], [1, S1] or [S1];
+    anything else raises `ConfigError` naming the rule and the shapes.
+    """
+    m = torch.as_tensor(mask)
+    if m.dtype.is_floating_point or m.dtype.is_complex:
+        raise ConfigError(f"key padding mask: dtype {m.dtype} must be bool or an integer type (nonzero = key takes part)")
+    if m.dim() == 2 and m.shape[0] == 1:
+        m = m[0]
+    if not (m.dim() == 1 and m.shape[0] == s1) and not (m.dim() == 2 and tuple(m.shape) == (batch, s1)):
+        raise ConfigError(f"key padding mask: shape {tuple(m.shape)} must be [B, S1] = [{batch}, {s1}] or [S1] = [{s1}]")
+    return (m != 0).to(torch.int8).contiguous()
+
+
+def case_key_mask(config: FAConfig, shape: ProblemShape, mask, seed: int) -> torch.Tensor | None:
+    """The normalised key mask of a case: the given one, a random ragged one when the kernel
+    takes a mask and none was given, None when the kernel takes none."""
+    if not config.key_padding:
+        if mask is not None:
+            raise ConfigError("key padding mask: given, but the kernel was built without key_padding")
+        return None
+    if mask is None:
+        mask = make_key_mask(shape.batch, shape.s1, seed)[0]
+    return normalize_key_mask(mask, shape.batch, shape.s1)
+
+
 def check_output(
-    result: RunResult, o: np.ndarray | torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+    result: RunResult, o: np.ndarray | torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+    *, window: tuple[int, int] = (-1, -1), key_mask: torch.Tensor | None = None, lse: torch.Tensor | None = None,
+    out_dtype: str | None = None,
 ) -> RunResult:
-    """Compare O with the torch reference (`ptofa.reference` rule) and fill status, errors and message."""
-    ref32, ref16 = reference_attention(q, k, v, scale)
-    accuracy = check_accuracy(o, ref32, ref16)
-    result.status = "pass" if accuracy.passed else "fail"
+    """Compare O (and LSE) with the torch reference (`ptofa.reference` rules); fill status, errors, message."""
+    ref = reference_fa(q, k, v, scale, window, key_mask, TORCH_DTYPES[out_dtype] if out_dtype else None)
+    accuracy = check_accuracy(torch.as_tensor(o).float(), ref.out32, ref.out_low)
+    passed = accuracy.passed
     result.err, result.ref16_err, result.tolerance = accuracy.err, accuracy.ref16_err, accuracy.tolerance
     result.max_abs_err, result.max_rel_err = accuracy.max_abs_err, accuracy.max_rel_err
     result.message = accuracy.summary()
+    if lse is not None:
+        lse_acc = check_lse(lse, ref)
+        passed = passed and lse_acc.passed
+        result.extra.update(lse_err=lse_acc.err, lse_tolerance=lse_acc.tolerance)
+        result.message += "; " + lse_acc.message
+    result.status = "pass" if passed else "fail"
     return result

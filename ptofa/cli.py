@@ -22,15 +22,46 @@ from ptofa.sim.options import FAULTS, RunOptions
 console = Console() if sys.stdout.isatty() else Console(width=120)
 
 
+def _window(ctx, param, value: str | None) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    try:
+        left, right = (int(x) for x in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} must be LEFT,RIGHT (integers, -1 = unbounded)") from None
+    return left, right
+
+
 def _config_options(f):
-    """The FAConfig knobs shared by build, run and compile."""
+    """The FAConfig knobs shared by build, run and sweep (the kernel's switches)."""
+    f = click.option("--lse", is_flag=True, help="Also write LSE [B, heads, S0] fp32.")(f)
+    f = click.option("--key-padding-mask", "key_padding", is_flag=True,
+                     help="Take a key-padding mask [B, S1] (run: random ragged valid lengths per batch, printed).")(f)
+    f = click.option("--window", callback=_window, default=None, metavar="LEFT,RIGHT",
+                     help="Sliding window, bottom-right aligned: key j visible for query i iff "
+                          "i+S1-S0-LEFT <= j <= i+S1-S0+RIGHT (-1 = unbounded).")(f)
+    f = click.option("--causal", is_flag=True, help="Causal mask, bottom-right aligned (= --window -1,0).")(f)
+    f = click.option("--out-dtype", type=click.Choice(["fp16", "bf16", "fp32"]), default=None,
+                     help="O dtype [default: the input dtype].")(f)
+    f = click.option("--dtype", type=click.Choice(["fp16", "bf16"]), default="fp16", show_default=True,
+                     help="Q, K, V dtype (P is rounded to it).")(f)
     f = click.option("--qk-preload", type=int, default=3, show_default=True,
                      help="QK tiles computed ahead of PV (1..4; exp_max ring depth = this).")(f)
     f = click.option("--tile-s1", type=int, default=256, show_default=True,
                      help="Logical S1 tile width per pipeline step (128, 256 or 512).")(f)
     f = click.option("--head", "--head-dim", "head", type=int, default=128, show_default=True,
-                     help="Head dimension D (64 or 128).")(f)
+                     help="Head dimension D (64, 96 or 128).")(f)
     return f
+
+
+_DTYPES = {"fp16": "f16", "bf16": "bf16", "fp32": "f32", None: None}
+
+
+def window_of(causal: bool, window: tuple[int, int] | None) -> tuple[int, int]:
+    """--causal and --window as one (left, right) pair; both given must agree."""
+    if causal and window is not None and window != (-1, 0):
+        raise InputError(f"window: --causal is --window -1,0, which contradicts --window {window[0]},{window[1]}")
+    return (-1, 0) if causal else (window or (-1, -1))
 
 
 class InputError(click.ClickException):
@@ -39,12 +70,16 @@ class InputError(click.ClickException):
     exit_code = 2
 
 
-def make_config(head: int, tile_s1: int, qk_preload: int) -> FAConfig:
+def make_config(head: int, tile_s1: int, qk_preload: int, dtype: str = "fp16", out_dtype: str | None = None,
+                causal: bool = False, window: tuple[int, int] | None = None, key_padding: bool = False,
+                lse: bool = False) -> FAConfig:
     """An FAConfig, or exit 2 with the broken rule on one line."""
+    masked = window_of(causal, window) != (-1, -1)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            config = FAConfig(head=head, tile_s1=tile_s1, qk_preload=qk_preload)
+            config = FAConfig(head=head, tile_s1=tile_s1, qk_preload=qk_preload, in_dtype=_DTYPES[dtype],
+                              out_dtype=_DTYPES[out_dtype], masked=masked, key_padding=key_padding, lse=lse)
         for w in caught:
             console.print(f"[yellow]warning:[/] {w.message}")
         return config
@@ -62,11 +97,12 @@ def main() -> None:
 @_config_options
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("fa.pto"),
               show_default=True, help="Where to write the .pto file.")
-def build(head: int, tile_s1: int, qk_preload: int, output: Path) -> None:
+def build(head: int, tile_s1: int, qk_preload: int, dtype: str, out_dtype: str | None, causal: bool,
+          window: tuple[int, int] | None, key_padding: bool, lse: bool, output: Path) -> None:
     """Emit the kernel as PTO IR, and print the config and its memory budget."""
     from ptofa.fa_builder import emit_fa
 
-    config = make_config(head, tile_s1, qk_preload)
+    config = make_config(head, tile_s1, qk_preload, dtype, out_dtype, causal, window, key_padding, lse)
     text = emit_fa(config)
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_suffix(output.suffix + ".tmp")
@@ -95,11 +131,12 @@ def check(pto_file: Path) -> None:
 @click.option("--backend", type=click.Choice(["sim", "npu", "auto"]), default="auto", show_default=True,
               help="sim = CPU simulator of the emitted .pto; npu = Ascend device; auto = npu when available, else sim.")
 @click.option("--batch", type=int, default=1, show_default=True, help="B (batch).")
-@click.option("--heads", type=int, default=2, show_default=True, help="N (heads).")
-@click.option("--s0", type=int, default=256, show_default=True, help="Query length S0 (multiple of 128).")
-@click.option("--s1", type=int, default=4096, show_default=True, help="Key/value length S1 (multiple of tile-s1).")
+@click.option("--heads", type=int, default=2, show_default=True, help="N (query heads).")
+@click.option("--kv-heads", type=int, default=None, help="Key/value heads (GQA/MQA; divides --heads) [default: --heads].")
+@click.option("--s0", type=int, default=256, show_default=True, help="Query length S0 (any >= 1).")
+@click.option("--s1", type=int, default=4096, show_default=True, help="Key/value length S1 (any >= 1).")
 @_config_options
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random fp16 inputs.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs (and key-mask lengths).")
 @click.option("--block-dim", type=int, default=None,
               help="Blocks to launch (default: min(work units, cube cores)).")
 @click.option("--keep", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -109,14 +146,16 @@ def check(pto_file: Path) -> None:
 @click.option("--soc", default="910B2", show_default=True, help="Chip of the timing model (910B1..910B4).")
 @click.option("--inject-fault", type=click.Choice(FAULTS), default=None, hidden=True,
               help="Test only: the simulator breaks the parsed kernel this way, to exercise its reports.")
-def run(backend: str, batch: int, heads: int, s0: int, s1: int, head: int, tile_s1: int, qk_preload: int,
-        seed: int, block_dim: int | None, keep: Path | None, timeline: Path | None, soc: str,
-        inject_fault: str | None) -> None:
+def run(backend: str, batch: int, heads: int, kv_heads: int | None, s0: int, s1: int, head: int, tile_s1: int,
+        qk_preload: int, dtype: str, out_dtype: str | None, causal: bool, window: tuple[int, int] | None,
+        key_padding: bool, lse: bool, seed: int, block_dim: int | None, keep: Path | None, timeline: Path | None,
+        soc: str, inject_fault: str | None) -> None:
     """Build, run and check the kernel against the torch reference; print one result row."""
+    from ptofa.reference import make_key_mask
     from ptofa.runner import BackendUnavailable, resolve_backend, run_case
 
-    config = make_config(head, tile_s1, qk_preload)
-    shape = ProblemShape(batch, heads, s0, s1)
+    config = make_config(head, tile_s1, qk_preload, dtype, out_dtype, causal, window, key_padding, lse)
+    shape = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads, window=window_of(causal, window))
     try:
         shape.check(config)
     except ConfigError as exc:
@@ -124,9 +163,14 @@ def run(backend: str, batch: int, heads: int, s0: int, s1: int, head: int, tile_
     backend = resolve_backend(backend)
     if inject_fault is not None and backend != "sim":
         raise InputError(f"--inject-fault is a simulator option; the {backend} backend runs the kernel as built")
+    key_mask = None
+    if key_padding:
+        key_mask, lengths = make_key_mask(batch, s1, seed)
+        console.print(f"key-padding mask: valid keys per batch {lengths} of {s1}")
     try:
         result = run_case(config, shape, backend=backend, seed=seed, keep_dir=keep, block_dim=block_dim,
-                          timing=True, timeline=timeline, soc=soc, options=RunOptions(fault=inject_fault))
+                          timing=True, timeline=timeline, soc=soc, options=RunOptions(fault=inject_fault),
+                          key_mask=key_mask)
     except BackendUnavailable as exc:
         raise InputError(str(exc)) from None
     print_results([result])

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from ptofa import argspec
-from ptofa.backend import BackendUnavailable, RunRequest, RunResult, check_output, register_backend
+from ptofa.backend import TORCH_DTYPES, BackendUnavailable, RunRequest, RunResult, case_key_mask, check_output, register_backend
 from ptofa.pipeline import FAConfig, ProblemShape, default_block_dim
 from ptofa.reference import make_inputs
 from ptofa.toolchain import compile_pto
@@ -70,11 +70,11 @@ def cube_core_count() -> int:
         return FALLBACK_CUBE_CORES
 
 
-def load_launcher(so_path: Path | str) -> Callable[..., int]:
+def load_launcher(so_path: Path | str, config: FAConfig | None = None) -> Callable[..., int]:
     """`argspec.LAUNCHER_NAME` from the built `.so`, with argtypes and restype from argspec."""
     library = ctypes.CDLL(str(so_path))
     launcher = getattr(library, argspec.LAUNCHER_NAME)
-    launcher.argtypes = argspec.launcher_argtypes()
+    launcher.argtypes = argspec.launcher_argtypes(config)
     launcher.restype = argspec.LAUNCHER_RESTYPE
     return launcher
 
@@ -104,22 +104,32 @@ class FALaunch:
     v: torch.Tensor
     o: torch.Tensor
     slots: torch.Tensor
+    config: FAConfig | None = None
+    lse: torch.Tensor | None = None
+    key_mask: torch.Tensor | None = None
 
     def host_args(self) -> list[int | float]:
-        """Values for `argspec.HOST_PARAMS`, in its order."""
+        """Values for `argspec.host_params(config)`, in its order."""
+        left, right = self.shape.window_bounds()
         by_name: dict[str, int | float] = {
             "slots": self.slots.data_ptr(),
             "q": self.q.data_ptr(),
             "k": self.k.data_ptr(),
             "v": self.v.data_ptr(),
             "o": self.o.data_ptr(),
+            "lse": 0 if self.lse is None else self.lse.data_ptr(),
+            "key_mask": 0 if self.key_mask is None else self.key_mask.data_ptr(),
             "batch": self.shape.batch,
             "heads": self.shape.heads,
+            "kv_heads": self.shape.kv_heads,
             "s0": self.shape.s0,
             "s1": self.shape.s1,
             "scale": self.scale,
+            "win_left": left,
+            "win_right": right,
+            "key_mask_stride": 0 if self.key_mask is None or self.key_mask.dim() == 1 else self.shape.s1,
         }
-        return [by_name[param.name] for param in argspec.HOST_PARAMS]
+        return [by_name[param.name] for param in argspec.host_params(self.config)]
 
     def __call__(self) -> None:
         """Enqueue the kernel on the current stream (asynchronous)."""
@@ -136,23 +146,28 @@ def prepare_launch(
     v: torch.Tensor,
     scale: float,
     block_dim: int | None = None,
+    key_mask: torch.Tensor | None = None,
 ) -> FALaunch:
-    """Copy Q/K/V to the NPU and allocate O and the slot workspace (`gm_slot_f32_per_block * block_dim`)."""
+    """Copy Q/K/V (and the key mask) to the NPU and allocate O, LSE and the slot workspace
+    (`gm_slot_f32_per_block * block_dim`)."""
     if block_dim is None:
         block_dim = default_block_dim(shape, cube_core_count())
     elif block_dim < 1:
         raise ValueError(f"block_dim={block_dim} must be >= 1")
     device = torch.device("npu", torch.npu.current_device())
     return FALaunch(
-        launcher=load_launcher(so_path),
+        launcher=load_launcher(so_path, config),
         block_dim=block_dim,
         shape=shape,
         scale=scale,
         q=q.to(device).contiguous(),
         k=k.to(device).contiguous(),
         v=v.to(device).contiguous(),
-        o=torch.zeros(shape.batch, shape.s0, shape.heads, config.head, dtype=torch.float32, device=device),
+        o=torch.zeros(shape.batch, shape.s0, shape.heads, config.head, dtype=TORCH_DTYPES[config.out_dtype], device=device),
         slots=torch.zeros(config.gm_slot_f32_per_block * block_dim, dtype=torch.float32, device=device),
+        config=config,
+        lse=torch.zeros(shape.batch, shape.heads, shape.s0, device=device) if config.lse else None,
+        key_mask=None if key_mask is None else key_mask.to(device).contiguous(),
     )
 
 
@@ -191,14 +206,16 @@ def run_npu(
     block_dim: int | None = None,
     scale: float | None = None,
     compare_fused: bool = True,
+    key_mask: torch.Tensor | None = None,
 ) -> RunResult:
     """Compile (cached), launch once on NPU 0, synchronise and check O against the reference."""
     require_npu()
     shape.check(config)
     scale = shape.default_scale(config.head) if scale is None else scale
     compiled = compile_pto(pto_path, config_summary=config.summary())
-    q, k, v = make_inputs(shape, config.head, seed)
-    launch = prepare_launch(config, shape, compiled.so_path, q, k, v, scale, block_dim)
+    q, k, v = make_inputs(shape, config.head, seed, TORCH_DTYPES[config.in_dtype], shape.kv_heads)
+    key_mask = case_key_mask(config, shape, key_mask, seed)
+    launch = prepare_launch(config, shape, compiled.so_path, q, k, v, scale, block_dim, key_mask)
     result = RunResult.start(config, shape, "npu", block_dim=launch.block_dim)
     result.extra["so_path"] = str(compiled.so_path)
     result.extra["cache_hit"] = compiled.cache_hit
@@ -213,8 +230,10 @@ def run_npu(
         return result
     result.wall_s = time.perf_counter() - started
 
-    check_output(result, launch.o.cpu(), q, k, v, scale)
-    if compare_fused:
+    check_output(result, launch.o.cpu(), q, k, v, scale, window=shape.window, key_mask=key_mask,
+                 lse=None if launch.lse is None else launch.lse.cpu(), out_dtype=config.out_dtype)
+    plain = not (config.masked or config.key_padding) and shape.kv_heads == shape.heads and config.in_dtype == "f16"
+    if compare_fused and plain:
         result.extra.update(compare_with_fused(launch))
         if result.extra.get("fused_close") is False:
             result.message += f"; differs from the fused op by {result.extra['fused_max_abs_diff']:.3g} (> 1e-3)"
@@ -237,7 +256,7 @@ class NpuBackend:
             )
         return run_npu(
             request.config, request.shape, request.pto_path,
-            seed=request.seed, block_dim=request.block_dim, scale=request.scale,
+            seed=request.seed, block_dim=request.block_dim, scale=request.scale, key_mask=request.key_mask,
         )
 
 

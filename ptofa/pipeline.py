@@ -19,15 +19,17 @@ from ptofa.target import ALIGNMENT, CAPACITY, HIDDEN_ROWEXPAND_TMP_BYTES, KIB, S
 from ptofa.target import align as _align
 
 # trowexpand* ops in the vector function as the builder emits it: compute_p (one
-# trowexpandsub) in the prologue and steady loops, compute_gu (one trowexpandmul) in
-# the steady and epilogue loops, and the final trowexpanddiv. A test counts them in
-# the emitted IR, and one checks the simulator's UB peak against this budget.
-ROWEXPAND_OPS_IN_VECTOR_FUNC = 2 + 2 + 1
+# trowexpandsub), compute_gu (one trowexpandmul), each emitted once by the fused
+# vector schedule, and the final trowexpanddiv. A test counts them in the emitted IR,
+# and one checks the simulator's UB peak against this budget.
+ROWEXPAND_OPS_IN_VECTOR_FUNC = 3
 
-DTYPE_BYTES = {"f16": 2, "f32": 4, "i64": 8}
+DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i8": 1, "i64": 8}
 VEC_CORES = 2
 SUPPORTED_TILE_S1 = (128, 256, 512)
-SUPPORTED_HEAD = (64, 128)
+SUPPORTED_HEAD = (64, 96, 128)
+IN_DTYPES = ("f16", "bf16")
+OUT_DTYPES = ("f16", "bf16", "f32")
 MAX_MATMUL_DIM = 4095
 
 
@@ -49,6 +51,7 @@ class TileSpec:
     blayout: str = "row_major"
     slayout: str = "none_box"
     fractal: int = 512
+    dynamic: bool = False  # valid=?x?: the builder sets the valid shape per use (ragged tails)
 
     @property
     def nbytes(self) -> int:
@@ -86,13 +89,18 @@ class FAConfig:
     cube_s1: int = 128
     slot_num: int = 8
     exp_ring: int | None = None  # defaults to qk_preload; any other value is rejected
-    in_dtype: str = "f16"
-    out_dtype: str = "f32"
+    in_dtype: str = "f16"  # Q, K, V and P
+    out_dtype: str | None = None  # O; defaults to in_dtype
+    masked: bool = False  # causal / sliding-window mask; the bounds are runtime arguments
+    key_padding: bool = False  # an i8 [B, S1] (or [S1]) key mask is an argument
+    lse: bool = False  # write LSE [B, heads, S0] fp32
     target: str = "a3"
 
     def __post_init__(self) -> None:
         if self.exp_ring is None:
             object.__setattr__(self, "exp_ring", self.qk_preload)
+        if self.out_dtype is None:
+            object.__setattr__(self, "out_dtype", self.in_dtype)
         _check_config(self)
         plan = budget(self)
         over = [row for row in plan.rows if row.used > row.capacity]
@@ -132,9 +140,14 @@ class FAConfig:
     def pipes(self) -> tuple[PipeSpec, PipeSpec, PipeSpec]:
         return (
             PipeSpec("qk", 0, 1, self.cube_s0, self.tile_s1, "f32"),
-            PipeSpec("p", 1, 2, self.cube_s0, self.tile_s1, "f16"),
+            PipeSpec("p", 1, 2, self.cube_s0, self.tile_s1, self.in_dtype),
             PipeSpec("pv", 2, 1, self.cube_s0, self.head, "f32"),
         )
+
+    @property
+    def needs_row_fix(self) -> bool:
+        """A query row may see no key at all (mask or key padding): O = 0, LSE = +inf there."""
+        return self.masked or self.key_padding
 
     @property
     def gm_slot_bytes_per_block(self) -> int:
@@ -145,11 +158,18 @@ class FAConfig:
         """Per-block stride of the slot workspace in f32 elements."""
         return self.gm_slot_bytes_per_block // 4
 
+    @property
+    def variant(self) -> str:
+        """The kernel's switches in one word list (empty for the plain forward kernel)."""
+        parts = [name for name, on in (("masked", self.masked), ("key_padding", self.key_padding), ("lse", self.lse)) if on]
+        return " ".join(parts)
+
     def summary(self) -> str:
         return (
             f"head={self.head} tile_s1={self.tile_s1} qk_preload={self.qk_preload} "
             f"cube_s0={self.cube_s0} cube_s1={self.cube_s1} slot_num={self.slot_num} "
-            f"exp_ring={self.exp_ring} k_tile_factor={self.tile_factor} vec_s0={self.vec_s0}"
+            f"exp_ring={self.exp_ring} k_tile_factor={self.tile_factor} vec_s0={self.vec_s0} "
+            f"in={self.in_dtype} out={self.out_dtype}" + (f" {self.variant}" if self.variant else "")
         )
 
 
@@ -157,12 +177,14 @@ def _check_config(c: FAConfig) -> None:
     def fail(rule: str, detail: str) -> None:
         raise ConfigError(f"{rule}: {detail}")
 
-    if c.in_dtype != "f16" or c.out_dtype != "f32":
-        fail("dtypes", f"in_dtype={c.in_dtype!r}, out_dtype={c.out_dtype!r}; only f16 in, f32 out are built")
+    if c.in_dtype not in IN_DTYPES or c.out_dtype not in OUT_DTYPES:
+        fail("dtypes", f"in_dtype={c.in_dtype!r}, out_dtype={c.out_dtype!r}; Q/K/V must be one of {IN_DTYPES} "
+                       f"and O one of {OUT_DTYPES}")
     if c.target not in ("a2", "a3"):
         fail("target", f"target={c.target!r}; only a2/a3 (dav-c220) are supported")
     if c.head not in SUPPORTED_HEAD:
-        fail("head dim", f"head={c.head} must be one of {SUPPORTED_HEAD}")
+        more = " (192 and 256 need a head-dim split of the cube stages, not built yet)" if c.head in (192, 256) else ""
+        fail("head dim", f"head={c.head} must be one of {SUPPORTED_HEAD}{more}")
     if c.cube_s0 != 128 or c.cube_s1 != 128:
         fail("cube tile", f"cube_s0={c.cube_s0}, cube_s1={c.cube_s1}; the builder is written for 128 x 128")
     if c.tile_s1 % c.cube_s1 != 0:
@@ -206,27 +228,32 @@ def _check_config(c: FAConfig) -> None:
 
 
 def tile_plan(c: FAConfig) -> list[TileSpec]:
-    """Every tile the builder allocates, per core. The builder allocates from this list."""
+    """Every tile the builder allocates, per core. The builder allocates from this list.
+
+    `dynamic` tiles carry a runtime valid shape: the Q block's rows (a ragged last Q
+    block), a sub-tile's keys (a ragged last KV tile), the rows a vector core stores.
+    """
     d, s0, s1, ts1 = c.head, c.cube_s0, c.cube_s1, c.tile_s1
-    rows, vs0 = c.vec_rows, c.vec_s0
+    rows, vs0, dt = c.vec_rows, c.vec_s0, c.in_dtype
     nz = dict(blayout="col_major", slayout="row_major")
     col = dict(blayout="col_major")
+    dyn = dict(dynamic=True)
     tiles = [
         # cube: L1 staging, L0A/L0B operands, L0C accumulators
-        TileSpec("q_mat", "cube", "qk", "mat", s0, d, "f16", **nz),
-        TileSpec("k_mat", "cube", "qk", "mat", d, s1, "f16", slayout="col_major"),
-        TileSpec("v_mat", "cube", "pv", "mat", s1, d, "f16", **nz),
-        TileSpec("p_mat", "cube", "pv", "mat", s0, s1, "f16", **nz),
-        TileSpec("q_left", "cube", "qk", "left", s0, d, "f16", slayout="row_major"),
-        TileSpec("p_left", "cube", "pv", "left", s0, s1, "f16", slayout="row_major"),
-        TileSpec("k_right", "cube", "qk", "right", d, s1, "f16", slayout="col_major"),
-        TileSpec("v_right", "cube", "pv", "right", s1, d, "f16", slayout="col_major"),
-        TileSpec("s_acc", "cube", "qk", "acc", s0, s1, "f32", blayout="col_major", slayout="row_major", fractal=1024),
+        TileSpec("q_mat", "cube", "qk", "mat", s0, d, dt, **nz, **dyn),
+        TileSpec("k_mat", "cube", "qk", "mat", d, s1, dt, slayout="col_major", **dyn),
+        TileSpec("v_mat", "cube", "pv", "mat", s1, d, dt, **nz, **dyn),
+        TileSpec("p_mat", "cube", "pv", "mat", s0, s1, dt, **nz, **dyn),
+        TileSpec("q_left", "cube", "qk", "left", s0, d, dt, slayout="row_major", **dyn),
+        TileSpec("p_left", "cube", "pv", "left", s0, s1, dt, slayout="row_major", **dyn),
+        TileSpec("k_right", "cube", "qk", "right", d, s1, dt, slayout="col_major", **dyn),
+        TileSpec("v_right", "cube", "pv", "right", s1, d, dt, slayout="col_major", **dyn),
+        TileSpec("s_acc", "cube", "qk", "acc", s0, s1, "f32", blayout="col_major", slayout="row_major", fractal=1024, **dyn),
         TileSpec("o_acc", "cube", "pv", "acc", s0, d, "f32", blayout="col_major", slayout="row_major", fractal=1024),
-        # vector: softmax working set for one row slice
-        TileSpec("s_tile", "vector", "p", "vec", vs0, ts1, "f32"),
-        TileSpec("red_tmp", "vector", "p", "vec", vs0, ts1, "f32"),
-        TileSpec("p_half", "vector", "p", "vec", vs0, ts1, "f16"),
+        # vector: softmax working set for one row slice (red_tmp is also the mask tile)
+        TileSpec("s_tile", "vector", "p", "vec", vs0, ts1, "f32", **dyn),
+        TileSpec("red_tmp", "vector", "p", "vec", vs0, ts1, "f32", **dyn),
+        TileSpec("p_half", "vector", "p", "vec", vs0, ts1, dt, **dyn),
         TileSpec("m_slice", "vector", "p", "vec", vs0, 1, "f32", **col),
         TileSpec("l_slice", "vector", "p", "vec", vs0, 1, "f32", **col),
         # vector: per-row state of the core's rows, and GU tiles. The running
@@ -239,9 +266,17 @@ def tile_plan(c: FAConfig) -> list[TileSpec]:
         TileSpec("alpha_new", "vector", "p", "vec", 1, rows, "f32"),
         TileSpec("alpha_cur", "vector", "gu", "vec", rows, 1, "f32", **col),
         TileSpec("pv_tile", "vector", "gu", "vec", rows, d, "f32"),
-        TileSpec("o_tile", "vector", "gu", "vec", rows, d, "f32"),
+        TileSpec("o_tile", "vector", "gu", "vec", rows, d, "f32", **dyn),
     ]
     tiles += [TileSpec(f"exp_ring{r}", "vector", "p", "vec", rows, 1, "f32", **col) for r in range(c.exp_ring)]
+    if c.out_dtype != "f32":
+        tiles.append(TileSpec("o_out", "vector", "gu", "vec", rows, d, c.out_dtype, **dyn))
+    if c.key_padding:  # one key-mask row per tile: i8 from GM -> f16 -> f32 additive bias
+        tiles += [TileSpec(f"kpm_{dt_}", "vector", "p", "vec", 1, ts1, dt_, **dyn) for dt_ in ("i8", "f16", "f32")]
+    if c.needs_row_fix:  # per-row "has a visible key" flag and the fixed row sum
+        tiles += [TileSpec("row_ok", "vector", "gu", "vec", 1, rows, "f32"), TileSpec("l_fix", "vector", "gu", "vec", 1, rows, "f32")]
+    if c.lse:
+        tiles.append(TileSpec("lse_row", "vector", "gu", "vec", 1, rows, "f32", **dyn))
     return tiles
 
 
@@ -287,42 +322,71 @@ def budget(c: FAConfig) -> Budget:
 
 @dataclass(frozen=True)
 class ProblemShape:
-    """Runtime arguments of one launch: Q [B,S0,N,D], K/V [B,S1,N,D], O [B,S0,N,D]."""
+    """Runtime arguments of one launch: Q [B,S0,N,D], K/V [B,S1,KVN,D], O [B,S0,N,D], LSE [B,N,S0].
+
+    `kv_heads` (default `heads`) divides `heads`: q head h reads kv head h // (heads / kv_heads).
+    `window` = (left, right) is the bottom-right aligned visibility band (-1: unbounded;
+    causal is (-1, 0)); anything but (-1, -1) needs a masked kernel.
+    """
 
     batch: int = 1
     heads: int = 1
     s0: int = 128
     s1: int = 1024
+    kv_heads: int | None = None
+    window: tuple[int, int] = (-1, -1)
+
+    def __post_init__(self) -> None:
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        object.__setattr__(self, "window", tuple(self.window))
 
     def check(self, c: FAConfig) -> None:
-        for name in ("batch", "heads", "s0", "s1"):
+        for name in ("batch", "heads", "kv_heads", "s0", "s1"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"problem shape: {name}={getattr(self, name)} must be >= 1")
-        if self.s0 % c.cube_s0 != 0:
-            raise ConfigError(f"divisibility: s0={self.s0} must be a multiple of cube_s0={c.cube_s0}")
-        if self.s1 % c.tile_s1 != 0:
-            raise ConfigError(f"divisibility: s1={self.s1} must be a multiple of tile_s1={c.tile_s1}")
-        if self.s1 < c.qk_preload * c.tile_s1:
-            raise ConfigError(
-                f"minimum S1: s1={self.s1} must be >= qk_preload*tile_s1 = "
-                f"{c.qk_preload}*{c.tile_s1} = {c.qk_preload * c.tile_s1}"
-            )
+        if self.heads % self.kv_heads != 0:
+            raise ConfigError(f"grouped heads: heads={self.heads} must be a multiple of kv_heads={self.kv_heads}")
+        if len(self.window) != 2 or min(self.window) < -1:
+            raise ConfigError(f"window: {self.window} must be (left, right) with each >= -1 (-1 = unbounded)")
+        if self.window != (-1, -1) and not c.masked:
+            raise ConfigError(f"window: {self.window} needs a masked kernel (FAConfig(masked=True), --causal or --window)")
+
+    @property
+    def group(self) -> int:
+        return self.heads // self.kv_heads
 
     def num_tiles(self, c: FAConfig) -> int:
-        return self.s1 // c.tile_s1
+        return -(-self.s1 // c.tile_s1)
 
     @property
     def q_blocks(self) -> int:
-        return self.s0 // 128
+        return -(-self.s0 // 128)
 
     @property
     def work_units(self) -> int:
         """(batch, head, 128-row Q block) units shared by the persistent blocks."""
         return self.batch * self.heads * self.q_blocks
 
-    def flops(self, head: int) -> int:
-        """Matmul-only convention A: 4*B*N*S0*S1*D."""
-        return 4 * self.batch * self.heads * self.s0 * self.s1 * head
+    def window_bounds(self) -> tuple[int, int]:
+        """The kernel's window arguments: -1 (unbounded) becomes s0 + s1, which no offset reaches."""
+        return tuple(self.s0 + self.s1 if w < 0 else w for w in self.window)  # type: ignore[return-value]
+
+    def visible_pairs(self) -> int:
+        """(query, key) pairs of one (batch, head) that the window leaves visible."""
+        left, right = self.window_bounds()
+        total = 0
+        for i in range(self.s0):
+            lo = max(0, i + self.s1 - self.s0 - left)
+            hi = min(self.s1 - 1, i + self.s1 - self.s0 + right)
+            total += max(0, hi - lo + 1)
+        return total
+
+    def flops(self, head: int, visible_pairs: int | None = None) -> int:
+        """Matmul-only convention A: 4*B*N*D times the visible score entries (S0*S1 unmasked)."""
+        pairs = self.s0 * self.s1 if visible_pairs is None and self.window == (-1, -1) else (
+            self.visible_pairs() if visible_pairs is None else visible_pairs)
+        return 4 * self.batch * self.heads * pairs * head
 
     def default_scale(self, head: int) -> float:
         return 1.0 / math.sqrt(head)

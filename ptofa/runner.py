@@ -53,10 +53,12 @@ def run_case(
     soc: str = "910B2",
     scale: float | None = None,
     options: RunOptions | None = None,
+    key_mask=None,
 ) -> RunResult:
     """Build the kernel for `config`, run it on `backend` and check O against the reference.
 
-    `options` are the simulator's run options (tracing, an injected fault, ...);
+    `options` are the simulator's run options (tracing, an injected fault, ...); `key_mask`
+    is the key-padding mask of a `key_padding` kernel (None: random ragged lengths);
     `timing` asks the simulator for the timing model's prediction (`timeline`: also
     a picture of it, `soc`: the chip it models).
     Never raises for a failing kernel: the status says "pass", "fail", "deadlock",
@@ -75,6 +77,6 @@ def run_case(
         pto_path.write_text(emit_fa(config))
         request = RunRequest(
             config, shape, pto_path, seed=seed, block_dim=block_dim, scale=scale,
-            options=options or RunOptions(), timing=timing, timeline=timeline, soc=soc,
+            options=options or RunOptions(), key_mask=key_mask, timing=timing, timeline=timeline, soc=soc,
         )
         return get_backend(backend).run(request)

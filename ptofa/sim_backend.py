@@ -10,13 +10,15 @@ with `timing`, the recorded trace is replayed by the timing model.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from ptofa import argspec
-from ptofa.backend import RunRequest, RunResult, check_output, register_backend
+from ptofa.backend import TORCH_DTYPES, RunRequest, RunResult, case_key_mask, check_output, register_backend
 from ptofa.pipeline import FAConfig, ProblemShape, default_block_dim
 from ptofa.reference import make_inputs
 from ptofa.sim import GmPointer, SimDeadlock, SimError, simulate
@@ -29,34 +31,38 @@ from ptofa.textio import PtoCheckError, check_text
 def sim_kernel_args(
     config: FAConfig,
     shape: ProblemShape,
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
-    o: np.ndarray,
+    q, k, v, o,
     block_dim: int,
     scale: float,
+    *,
+    lse=None,
+    key_mask=None,
 ) -> dict[str, object]:
-    """The entry's arguments for `ptofa.sim.simulate`, by `argspec.ENTRY_ARGS` name.
+    """The entry's arguments for `ptofa.sim.simulate`, by `argspec.entry_args(config)` name.
 
-    The slot workspace is one NaN-filled buffer passed as f32 and f16 pointers (so a
-    slot read before it is written shows up in O); `o` is written in place.
+    Tensors are CPU torch tensors, numpy arrays or `GmPointer`s (a pointer into a larger
+    buffer lets a test surround a tensor with guard regions); O and LSE are written in
+    place. The slot workspace is one NaN-filled buffer passed as f32 and input-dtype
+    pointers, so a slot read before it is written shows up in O. `key_mask` is the
+    normalised int8 mask ([B, S1], or [S1] shared by the batch).
     """
     slots = GmPointer.of(np.full(config.gm_slot_f32_per_block * block_dim, np.nan, dtype=np.float32))
+    left, right = shape.window_bounds()
+    mask_stride = 0 if key_mask is None or key_mask.dim() == 1 else shape.s1
     values: dict[str, object] = {
         "ffts": GmPointer.of(np.zeros(16, dtype=np.int64)),
         "slots": slots,
-        "slots_h": slots.retyped(np.float16),
-        "q": GmPointer.of(q),
-        "k": GmPointer.of(k),
-        "v": GmPointer.of(v),
-        "o": GmPointer.of(o),
-        "batch": shape.batch,
-        "heads": shape.heads,
-        "s0": shape.s0,
-        "s1": shape.s1,
-        "scale": scale,
+        "slots_h": slots.retyped(config.in_dtype),
+        "q": _pointer(q), "k": _pointer(k), "v": _pointer(v), "o": _pointer(o),
+        "lse": _pointer(lse), "key_mask": _pointer(key_mask),
+        "batch": shape.batch, "heads": shape.heads, "kv_heads": shape.kv_heads, "s0": shape.s0, "s1": shape.s1,
+        "scale": scale, "win_left": left, "win_right": right, "key_mask_stride": mask_stride,
     }
-    return {a.name: values[a.name] for a in argspec.ENTRY_ARGS}
+    return {a.name: values[a.name] for a in argspec.entry_args(config)}
+
+
+def _pointer(x) -> GmPointer | None:
+    return x if x is None or isinstance(x, GmPointer) else GmPointer.of(x)
 
 
 class SimBackend:
@@ -79,12 +85,17 @@ class SimBackend:
         except PtoCheckError as exc:
             result.status, result.message = "error", str(exc)
             return result
-        q, k, v = make_inputs(shape, config.head, request.seed)
-        o = np.full((shape.batch, shape.s0, shape.heads, config.head), np.nan, dtype=np.float32)
-        args = sim_kernel_args(config, shape, q.numpy(), k.numpy(), v.numpy(), o, block_dim, scale)
+        q, k, v = make_inputs(shape, config.head, request.seed, TORCH_DTYPES[config.in_dtype], shape.kv_heads)
+        key_mask = case_key_mask(config, shape, request.key_mask, request.seed)
+        o = torch.full((shape.batch, shape.s0, shape.heads, config.head), math.nan, dtype=TORCH_DTYPES[config.out_dtype])
+        lse = torch.full((shape.batch, shape.heads, shape.s0), math.nan) if config.lse else None
+        args = sim_kernel_args(config, shape, q, k, v, o, block_dim, scale, lse=lse, key_mask=key_mask)
         options = request.options
         if request.timing:
-            options = dataclasses.replace(options, trace=True, trace_blocks=blocks_to_trace(block_dim, shape.work_units))
+            # Masks and key padding give units unequal work: then every block is replayed.
+            varied = config.masked or config.key_padding
+            blocks = None if varied else blocks_to_trace(block_dim, shape.work_units)
+            options = dataclasses.replace(options, trace=True, trace_blocks=blocks)
         try:
             if options.fault is not None:  # the text the reports' line numbers refer to, for the reader
                 Path(fault_path(str(pto_path), options.fault)).write_text(fault_text(parsed, options.fault))
@@ -104,7 +115,8 @@ class SimBackend:
         result.extra["sim_steps"] = int(sim.steps)
         if sim.warnings:
             result.extra["sim_warnings"] = list(sim.warnings)
-        check_output(result, o, q, k, v, scale)
+        check_output(result, o, q, k, v, scale, window=shape.window, key_mask=key_mask, lse=lse,
+                     out_dtype=config.out_dtype)
 
         if request.timing and sim.trace is not None:
             timed = predict(sim.trace, config, shape, soc=spec, block_dim=block_dim)

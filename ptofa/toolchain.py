@@ -19,6 +19,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -152,6 +153,28 @@ def find_tools() -> Tools:
     return tools
 
 
+def caller_for(pto_path: Path | str) -> tuple[Path, str]:
+    """The launcher source for a `.pto` and its text: the checked-in `caller.cpp` when the
+    entry's signature is the default kernel's, else one rendered for the file's signature
+    (kernel variants take more arguments), written beside the `.pto`."""
+    pto_path = Path(pto_path)
+    default = caller_cpp_path()
+    if not pto_path.is_file():
+        return default, default.read_text()
+    match = re.search(rf"func\.func @{argspec.ENTRY_NAME}\((.*?)\)\s*attributes", pto_path.read_text(), re.S)
+    if match is None:
+        return default, default.read_text()
+    signature = [(m.group(1), m.group(2).strip()) for m in re.finditer(r"%(\w+)\s*:\s*([^,]+)", match.group(1))]
+    args = argspec.args_from_signature(signature)
+    if args == argspec.ENTRY_ARGS:
+        return default, default.read_text()
+    text = render_caller_cpp(args)
+    path = pto_path.with_name(pto_path.stem + ".caller.cpp")
+    if not path.is_file() or path.read_text() != text:
+        path.write_text(text)
+    return path, text
+
+
 def compile_commands(pto_path: Path | str, build_dir: Path | str, tools: Tools | None = None) -> list[list[str]]:
     """The exact argv lists that turn `pto_path` into `build_dir/fa.so` (what compile.sh runs)."""
     tools = tools or locate_tools()[0]
@@ -163,7 +186,7 @@ def compile_commands(pto_path: Path | str, build_dir: Path | str, tools: Tools |
         f"-I{tools.pto_lib_path}/include",
         *BISHENG_FLAGS,
         f'-DKERNEL_CPP="{kernel_cpp}"',
-        str(caller_cpp_path()),
+        str(caller_for(pto_path)[0]),
         "-o",
         str(build_dir / KERNEL_SO_NAME),
     ]
@@ -187,12 +210,13 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def build_key(pto_text: bytes, tools: Tools, config_summary: str | None = None) -> dict[str, str]:
+def build_key(pto_text: bytes, tools: Tools, config_summary: str | None = None,
+              caller_text: str | None = None) -> dict[str, str]:
     """Everything the `.so` depends on; its hash names the cache entry."""
     return {
         "config": config_summary or "",
         "pto_sha256": _sha256(pto_text),
-        "caller_sha256": _sha256(caller_cpp_path().read_bytes()),
+        "caller_sha256": _sha256((caller_text or caller_cpp_path().read_text()).encode()),
         "ptoas_version": tool_version(tools.ptoas),
         "bisheng_version": tool_version(tools.bisheng),
         "pto_lib_path": tools.pto_lib_path,
@@ -273,7 +297,7 @@ def compile_pto(
     tools = find_tools()
     if not pto_path.is_file():
         raise ToolchainError(f"input: {pto_path} is not a file")
-    key = build_key(pto_path.read_bytes(), tools, config_summary)
+    key = build_key(pto_path.read_bytes(), tools, config_summary, caller_for(pto_path)[1])
     entry = cache_root() / _sha256(json.dumps(key, sort_keys=True).encode())[:20]
     if not use_cache:
         build_dir = Path(out_dir or tempfile.mkdtemp(prefix="ptofa-build-"))
@@ -357,17 +381,18 @@ extern "C" {return_type} {launcher}({params})
 """
 
 
-def render_caller_cpp() -> str:
-    """caller.cpp text derived from argspec (checked in as ptofa/npu/caller.cpp)."""
+def render_caller_cpp(args: tuple | None = None) -> str:
+    """caller.cpp text derived from argspec: for the default kernel (checked in as
+    ptofa/npu/caller.cpp), or for the entry arguments `args` of a kernel variant."""
     separator = ",\n" + " " * 8
     return CALLER_TEMPLATE.format(
         rc_ok=argspec.RC_OK,
         rc_ffts_failed=argspec.RC_FFTS_FAILED,
         return_type=argspec.LAUNCHER_RETURN_C_TYPE,
         launcher=argspec.LAUNCHER_NAME,
-        params="\n" + " " * 8 + separator.join(argspec.launcher_c_params()),
+        params="\n" + " " * 8 + separator.join(argspec.launcher_c_params(args=args)),
         entry=argspec.ENTRY_NAME,
-        launch_args="\n" + " " * 8 + separator.join(argspec.kernel_launch_args()),
+        launch_args="\n" + " " * 8 + separator.join(argspec.kernel_launch_args(args=args)),
     )
 
 

@@ -108,10 +108,15 @@ float seen_scale;
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler for the fake launcher")
-def test_ctypes_call_delivers_every_host_argument(tmp_path: Path) -> None:
+@pytest.mark.parametrize("variant", [False, True], ids=["plain", "masked-keypadding-lse-gqa"])
+def test_ctypes_call_delivers_every_host_argument(tmp_path: Path, variant: bool) -> None:
     """A C launcher with argspec's signature, called through load_launcher and FALaunch.host_args."""
-    pointers = [p.name for p in argspec.HOST_PARAMS if p.c_type.endswith("*")]
-    ints = [p.name for p in argspec.HOST_PARAMS if p.c_type == "int64_t"]
+    from ptofa.pipeline import FAConfig
+
+    config = FAConfig(masked=True, key_padding=True, lse=True, in_dtype="bf16") if variant else FAConfig()
+    params = argspec.host_params(config)
+    pointers = [p.name for p in params if p.c_type.endswith("*")]
+    ints = [p.name for p in params if p.c_type == "int64_t"]
     record = [f"seen_pointers[{i}] = {name};" for i, name in enumerate(pointers)]
     record += [f"seen_ints[{i}] = {name};" for i, name in enumerate(ints)]
     record.append("seen_scale = scale;")
@@ -119,16 +124,18 @@ def test_ctypes_call_delivers_every_host_argument(tmp_path: Path) -> None:
     source.write_text(
         FAKE_LAUNCHER_C.format(
             n_pointers=len(pointers), n_ints=len(ints), return_type=argspec.LAUNCHER_RETURN_C_TYPE,
-            name=argspec.LAUNCHER_NAME, params=", ".join(argspec.launcher_c_params()),
+            name=argspec.LAUNCHER_NAME, params=", ".join(argspec.launcher_c_params(config)),
             record="\n    ".join(record), rc=argspec.RC_FFTS_FAILED,
         )  # fmt: skip
     )
     so_path = tmp_path / "fake_launcher.so"
     subprocess.run(["cc", "-shared", "-fPIC", str(source), "-o", str(so_path)], check=True)
 
-    shape = ProblemShape(batch=2, heads=3, s0=256, s1=1024)
+    window = (7, 0) if variant else (-1, -1)
+    shape = ProblemShape(batch=2, heads=6, s0=256, s1=1024, kv_heads=3 if variant else 6, window=window)
     tensors = {name: torch.zeros(4) for name in ("q", "k", "v", "o", "slots")}
-    launch = FALaunch(load_launcher(so_path), 5, shape, 0.125, **tensors)
+    extra = dict(config=config, lse=torch.zeros(3), key_mask=torch.zeros(2, 1024, dtype=torch.int8)) if variant else {}
+    launch = FALaunch(load_launcher(so_path, config), 5, shape, 0.125, **tensors, **extra)
     code = launch.launcher(launch.block_dim, ctypes.c_void_p(0xABC), *launch.host_args())
     library = ctypes.CDLL(str(so_path))
 
@@ -136,9 +143,13 @@ def test_ctypes_call_delivers_every_host_argument(tmp_path: Path) -> None:
     assert ctypes.c_uint32.in_dll(library, "seen_block_dim").value == 5
     assert ctypes.c_void_p.in_dll(library, "seen_stream").value == 0xABC
     seen_pointers = (ctypes.c_void_p * len(pointers)).in_dll(library, "seen_pointers")
-    assert list(seen_pointers) == [tensors[name].data_ptr() for name in pointers]
+    expected_pointers = {**tensors, **{k: v for k, v in extra.items() if isinstance(v, torch.Tensor)}}
+    assert list(seen_pointers) == [expected_pointers[name].data_ptr() for name in pointers]
     seen_ints = (ctypes.c_int64 * len(ints)).in_dll(library, "seen_ints")
-    assert dict(zip(ints, seen_ints)) == {"batch": 2, "heads": 3, "s0": 256, "s1": 1024}
+    expected = {"batch": 2, "heads": 6, "kv_heads": 3 if variant else 6, "s0": 256, "s1": 1024}
+    if variant:  # an unbounded right bound is passed as s0 + s1; the key mask has one row per batch
+        expected.update(win_left=7, win_right=0, key_mask_stride=1024)
+    assert dict(zip(ints, seen_ints)) == expected
     assert ctypes.c_float.in_dll(library, "seen_scale").value == 0.125
 
 

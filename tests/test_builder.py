@@ -100,7 +100,8 @@ def test_illegal_grid_point_is_the_only_one() -> None:
 # --------------------------------------------------------------------------------------
 
 ILLEGAL_CONFIGS = {
-    "head_96": (dict(head=96), "head dim: head=96 must be one of (64, 128)"),
+    "head_80": (dict(head=80), "head dim: head=80 must be one of (64, 96, 128)"),
+    "head_256": (dict(head=256), "head dim: head=256 must be one of (64, 96, 128) (192 and 256 need a head-dim split"),
     "tile_s1_1024": (dict(tile_s1=1024), "tile_s1: tile_s1=1024 must be one of (128, 256, 512)"),
     "tile_s1_not_multiple": (dict(tile_s1=192), "divisibility: cube_s1=128 must divide tile_s1=192"),
     "qk_preload_0": (dict(qk_preload=0), "qk_preload: qk_preload=0 must be >= 1"),
@@ -110,8 +111,8 @@ ILLEGAL_CONFIGS = {
     "slot_num_4_preload_4": (dict(slot_num=4, qk_preload=4), "preload vs slot ring: qk_preload=4 must be < slot_num - sync_period + 1 = 4 - 2 + 1 = 3"),
     "slot_num_0": (dict(slot_num=0, qk_preload=1, tile_s1=128), "slot_num: slot_num=0 must be >= 1"),
     "preload_1_tile_256": (dict(qk_preload=1, tile_s1=256), "preload vs tile factor: qk_preload=1 needs k_tile_factor=1"),
-    "out_dtype": (dict(out_dtype="f16"), "dtypes: in_dtype='f16', out_dtype='f16'; only f16 in, f32 out are built"),
-    "in_dtype": (dict(in_dtype="bf16"), "dtypes: in_dtype='bf16'"),
+    "out_dtype": (dict(out_dtype="i8"), "dtypes: in_dtype='f16', out_dtype='i8'; Q/K/V must be one of ('f16', 'bf16')"),
+    "in_dtype_f32": (dict(in_dtype="f32"), "dtypes: in_dtype='f32', out_dtype='f32'; Q/K/V must be one of ('f16', 'bf16')"),
     "target": (dict(target="a5"), "target: target='a5'; only a2/a3"),
     "cube_tile": (dict(cube_s0=64), "cube tile: cube_s0=64, cube_s1=128"),
 }
@@ -137,12 +138,20 @@ def test_legal_fault_configs() -> None:
 
 
 SHAPES = {
-    "s0_not_multiple": (ProblemShape(s0=100, s1=1024), "divisibility: s0=100 must be a multiple of cube_s0=128"),
-    "s1_not_multiple": (ProblemShape(s0=128, s1=1000), "divisibility: s1=1000 must be a multiple of tile_s1=256"),
-    "s1_below_preload": (ProblemShape(s0=128, s1=512), "minimum S1: s1=512 must be >= qk_preload*tile_s1 = 3*256 = 768"),
+    "kv_heads_not_divisor": (ProblemShape(heads=6, kv_heads=4), "grouped heads: heads=6 must be a multiple of kv_heads=4"),
+    "kv_heads_zero": (ProblemShape(kv_heads=0), "problem shape: kv_heads=0 must be >= 1"),
+    "window_below_minus_one": (ProblemShape(window=(3, -5)), "window: (3, -5) must be (left, right) with each >= -1 (-1 = unbounded)"),
+    "window_without_mask": (ProblemShape(window=(-1, 0)),
+                            "window: (-1, 0) needs a masked kernel (FAConfig(masked=True), --causal or --window)"),
     "batch_zero": (ProblemShape(batch=0), "problem shape: batch=0 must be >= 1"),
-    "heads_zero": (ProblemShape(heads=0), "problem shape: heads=0 must be >= 1"),
+    "heads_zero": (ProblemShape(heads=0, kv_heads=1), "problem shape: heads=0 must be >= 1"),
 }
+
+
+@pytest.mark.parametrize("s0, s1", [(100, 1024), (128, 1000), (128, 512), (1, 1), (4097, 3)])
+def test_any_sequence_lengths_are_accepted(s0: int, s1: int) -> None:
+    """Ragged Q blocks and KV tiles, and fewer tiles than QK_PRELOAD, are handled by the kernel."""
+    ProblemShape(s0=s0, s1=s1).check(make(tile_s1=256, qk_preload=3))
 
 
 @pytest.mark.parametrize("shape, message", SHAPES.values(), ids=SHAPES.keys())
@@ -252,10 +261,15 @@ def parsed_ops(head: int, tile_s1: int, qk_preload: int):
     return emitted(head, tile_s1, qk_preload)[1].module.walk()
 
 
-def _schedule_loops(kernel: func.FuncOp) -> list[scf.ForOp]:
-    """The prologue, steady and epilogue loops: the scf.for ops directly in the work-unit loop."""
+def _unit_loop(kernel: func.FuncOp) -> scf.ForOp:
     (unit_loop,) = [op for op in kernel.body.block.ops if isinstance(op, scf.ForOp)]
-    return [op for op in unit_loop.body.block.ops if isinstance(op, scf.ForOp)]
+    return unit_loop
+
+
+def _schedule_loops(kernel: func.FuncOp) -> list[scf.ForOp]:
+    """The scf.for ops directly in the work-unit loop: the cube's prologue, steady and
+    epilogue loops; the vectors' one fused loop."""
+    return [op for op in _unit_loop(kernel).body.block.ops if isinstance(op, scf.ForOp)]
 
 
 def _pipe_ops(region_op) -> Counter:
@@ -269,9 +283,8 @@ CUBE_SCHEDULE = (
     {("tpop", 1): 1, ("tfree", 1): 1, ("talloc", 2): 1, ("tpush", 2): 1},  # epilogue: PV(t)
 )
 VECTOR_SCHEDULE = (
-    {("tpop", 0): 1, ("tfree", 0): 1, ("talloc", 1): 1, ("tpush", 1): 1},  # softmax(t)
-    {("tpop", 2): 1, ("tfree", 2): 1, ("tpop", 0): 1, ("tfree", 0): 1, ("talloc", 1): 1, ("tpush", 1): 1},  # GU(t) + softmax(t+P)
-    {("tpop", 2): 1, ("tfree", 2): 1},  # epilogue: GU(t)
+    {("tpop", 2): 1, ("tfree", 2): 1},  # if k >= lo + P: GU(k - P)
+    {("tpop", 0): 1, ("tfree", 0): 1, ("talloc", 1): 1, ("tpush", 1): 1},  # if k < hi: softmax(k)
 )
 
 
@@ -279,31 +292,34 @@ VECTOR_SCHEDULE = (
 def test_schedule_pipe_op_counts(head: int, tile_s1: int, qk_preload: int) -> None:
     text, parsed = emitted(head, tile_s1, qk_preload)
     funcs = functions(parsed)
-    totals: dict[str, Counter] = {}
-    for name, expected in ((argspec.CUBE_FUNC_NAME, CUBE_SCHEDULE), (argspec.VECTOR_FUNC_NAME, VECTOR_SCHEDULE)):
-        loops = _schedule_loops(funcs[name])
-        assert [dict(_pipe_ops(loop)) for loop in loops] == list(expected)
-        # Every pipe op of the function sits in one of the three stages.
+    cube_loops = _schedule_loops(funcs[argspec.CUBE_FUNC_NAME])
+    assert [dict(_pipe_ops(loop)) for loop in cube_loops] == list(CUBE_SCHEDULE)
+    assert cube_loops[1].ub is cube_loops[2].lb  # steady ends where the epilogue starts
+    (vec_loop,) = _schedule_loops(funcs[argspec.VECTOR_FUNC_NAME])
+    stages = [op for op in vec_loop.body.block.ops if isinstance(op, scf.IfOp)]
+    assert [dict(_pipe_ops(stage)) for stage in stages] == list(VECTOR_SCHEDULE)
+    for name, loops in ((argspec.CUBE_FUNC_NAME, cube_loops), (argspec.VECTOR_FUNC_NAME, [vec_loop])):
+        # Every pipe op of the function sits in one of the stages.
         assert sum(_pipe_ops(funcs[name]).values()) == sum(sum(c.values()) for c in map(_pipe_ops, loops))
-        prologue_hi = d.constant_index(loops[0].ub)
-        assert prologue_hi == qk_preload and d.constant_index(loops[0].lb) == 0
-        assert loops[1].ub is loops[2].lb  # steady ends where the epilogue starts
-        # Trip counts P, N-P, P for N tiles: every pipe balances for any N >= P.
-        n_tiles = qk_preload + 5
-        trips = (qk_preload, n_tiles - qk_preload, qk_preload)
-        totals[name] = Counter()
-        for stage, trip in zip(expected, trips):
+    # For a unit with n visible tiles, down to fewer than P and one: the cube's trips are
+    # min(P, n), max(0, n - P), min(P, n); the vectors' stages run n times each. Every pipe balances.
+    for n in range(1, qk_preload + 6):
+        cube, vec = Counter(), Counter()
+        for stage, trip in zip(CUBE_SCHEDULE, (min(qk_preload, n), max(0, n - qk_preload), min(qk_preload, n))):
             for key, count in stage.items():
-                totals[name][key] += count * trip
-    cube, vec = totals[argspec.CUBE_FUNC_NAME], totals[argspec.VECTOR_FUNC_NAME]
-    n_tiles = qk_preload + 5
-    for producer, consumer, pid in ((cube, vec, 0), (vec, cube, 1), (cube, vec, 2)):
-        assert producer[("talloc", pid)] == producer[("tpush", pid)] == n_tiles
-        assert consumer[("tpop", pid)] == consumer[("tfree", pid)] == n_tiles
-    # The static text agrees: two copies of each QK/P/PV op on each side.
+                cube[key] += count * trip
+        for stage in VECTOR_SCHEDULE:
+            for key, count in stage.items():
+                vec[key] += count * n
+        for producer, consumer, pid in ((cube, vec, 0), (vec, cube, 1), (cube, vec, 2)):
+            assert producer[("talloc", pid)] == producer[("tpush", pid)] == n
+            assert consumer[("tpop", pid)] == consumer[("tfree", pid)] == n
+    # The static text agrees: two copies of each QK/PV op on the cube side, one of each stage on the vectors.
     cube_text = text.split(f"func.func @{argspec.VECTOR_FUNC_NAME}")[0].split(f"func.func @{argspec.CUBE_FUNC_NAME}")[1]
     assert cube_text.count("pto.talloc_to_aiv {id = 0,") == 2 and cube_text.count("pto.tpush_to_aiv(") == 4
     assert cube_text.count("pto.talloc_to_aiv {id = 2,") == 2 and cube_text.count("pto.tpop_from_aiv {id = 1,") == 2
+    vec_text = text.split(f"func.func @{argspec.VECTOR_FUNC_NAME}")[1]
+    assert vec_text.count("pto.tpop_from_aic {id = 0,") == 1 and vec_text.count("pto.tpop_from_aic {id = 2,") == 1
 
 
 def test_entry_arguments_follow_argspec() -> None:
@@ -335,7 +351,8 @@ def test_alloc_tiles_are_the_tile_plan(head: int, tile_s1: int, qk_preload: int)
                 assert name in kind_of, f"alloc_tile in @{name}"
                 assert op.parent_op() is f, "tiles are allocated once, at the top of the kernel function"
                 allocated.append((kind_of[name], op.result.name_hint, op.result.type))
-    planned = [(t.core, t.name, tile_type(t.loc, t.rows, t.cols, t.dtype, blayout=t.blayout, slayout=t.slayout, fractal=t.fractal))
+    planned = [(t.core, t.name, tile_type(t.loc, t.rows, t.cols, t.dtype, blayout=t.blayout, slayout=t.slayout,
+                                          fractal=t.fractal, valid="dynamic" if t.dynamic else None))
                for t in tile_plan(config)]
     assert allocated == planned
     assert len({name for _, name, _ in allocated}) == len(allocated)
@@ -373,7 +390,7 @@ def test_cli_check_broken_file(tmp_path: Path) -> None:
     bad_line = next(i for i, line in enumerate(text.splitlines()) if "pto.trowexpandsub" in line)
     lines = text.splitlines()
     lines[bad_line] = lines[bad_line].replace("pto.trowexpandsub", "pto.trecip", 1)
-    lines[bad_line] = lines[bad_line].split(" ins(")[0] + " ins(%s_tile : !pto.tile_buf<vec, 32x256xf32>) outs(%s_tile : !pto.tile_buf<vec, 32x256xf32>)"
+    lines[bad_line] = lines[bad_line].split(" ins(")[0] + " ins(%s_tile : !pto.tile_buf<vec, 32x256xf32, valid=?x?>) outs(%s_tile : !pto.tile_buf<vec, 32x256xf32, valid=?x?>)"
     path = tmp_path / "broken.pto"
     path.write_text("\n".join(lines) + "\n")
     result = CliRunner().invoke(main, ["check", str(path)])
@@ -390,7 +407,7 @@ def test_cli_check_parse_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("args, rule", [
-    (["--head", "96"], "head dim: head=96 must be one of (64, 128)"),
+    (["--head", "80"], "head dim: head=80 must be one of (64, 96, 128)"),
     (["--tile-s1", "1024"], "tile_s1: tile_s1=1024"),
     (["--qk-preload", "0"], "qk_preload: qk_preload=0 must be >= 1"),
     (["--qk-preload", "5"], "preload vs slot ring: qk_preload=5"),

@@ -83,20 +83,20 @@ def test_full_grid(head, tile_s1, qk_preload, s1):
 
 
 def test_legal_grid_size():
-    # per head: TILE 128: 4 preloads x 4 S1; TILE 256: preloads 2..4 x 4 S1; TILE 512: preloads 2..4 with
-    # S1 >= P*512 -> P=2: 4 S1, P=3: 3, P=4: 3.  2 x (16 + 12 + 10) = 76
-    assert len(_legal_grid()) == 76
+    # per head: TILE 128: 4 preloads x 4 S1; TILE 256 and 512: preloads 2..4 x 4 S1 (the schedule
+    # shrinks for S1 < P*TILE_S1, so no S1 is rejected any more).  2 x (16 + 12 + 12) = 80
+    assert len(_legal_grid()) == 80
 
 
 def test_runtime_scale_and_wrong_reference(monkeypatch):
     """The scale is a runtime argument; a reference that disagrees makes the check fail."""
     import ptofa.backend as backend
-    from ptofa.reference import reference_attention
+    from ptofa.reference import reference_fa
 
     config = _config(128, 256, 3)
     shape = ProblemShape(1, 1, 128, 1024)
     assert run_case(config, shape, backend="sim", scale=0.5).status == "pass"
-    monkeypatch.setattr(backend, "reference_attention", lambda q, k, v, s: reference_attention(q, k, v, 1.5 * s))
+    monkeypatch.setattr(backend, "reference_fa", lambda q, k, v, s, *rest: reference_fa(q, k, v, 1.5 * s, *rest))
     bad = run_case(config, shape, backend="sim")
     assert bad.status == "fail" and bad.err > bad.tolerance
 
@@ -155,9 +155,9 @@ def test_cli_run_auto_falls_back_to_sim():
 
 
 def test_cli_run_rejects_bad_shape_with_rule():
-    res = CliRunner().invoke(main, ["run", "--s1", "1000"])
+    res = CliRunner().invoke(main, ["run", "--heads", "2", "--kv-heads", "3"])
     assert res.exit_code == 2
-    assert "s1=1000 must be a multiple of tile_s1=256" in res.output
+    assert "grouped heads: heads=2 must be a multiple of kv_heads=3" in res.output
 
 
 def test_keep_dir_holds_the_pto(tmp_path):
@@ -188,22 +188,32 @@ def test_timeline_written(tmp_path):
     assert svg.read_text().lstrip().startswith("<")
 
 
-@pytest.mark.parametrize("head,tile_s1,qk_preload", [(128, 256, 3), (128, 512, 4), (64, 128, 1), (64, 512, 2)])
-def test_simulator_memory_peak_equals_the_budget(head, tile_s1, qk_preload):
+@pytest.mark.parametrize("head,tile_s1,qk_preload,variant", [
+    (128, 256, 3, {}), (128, 512, 4, {}), (64, 128, 1, {}), (64, 512, 2, {}),
+    (128, 512, 4, dict(masked=True, key_padding=True, lse=True)), (96, 256, 2, dict(in_dtype="bf16", out_dtype="f32", lse=True)),
+])
+def test_simulator_memory_peak_equals_the_budget(head, tile_s1, qk_preload, variant):
     """The budget (from tile_plan + hidden scratch) and the simulator's live-byte count agree exactly."""
-    import numpy as np
+    import torch
 
+    from ptofa.backend import TORCH_DTYPES
     from ptofa.fa_builder import emit_fa
     from ptofa.pipeline import budget
     from ptofa.runner import sim_kernel_args
     from ptofa.sim import simulate
     from ptofa.textio import check_text
 
-    config = _config(head, tile_s1, qk_preload)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = FAConfig(head=head, tile_s1=tile_s1, qk_preload=qk_preload, **variant)
     s1 = qk_preload * tile_s1
-    q = np.zeros((1, 128, 1, head), np.float16)
-    kv = np.zeros((1, s1, 1, head), np.float16)
-    args = sim_kernel_args(config, ProblemShape(1, 1, 128, s1), q, kv, kv.copy(), np.zeros((1, 128, 1, head), np.float32), 1, 0.1)
+    shape = ProblemShape(1, 1, 128, s1, window=(-1, 0) if config.masked else (-1, -1))
+    dt = TORCH_DTYPES[config.in_dtype]
+    q, kv = torch.zeros((1, 128, 1, head), dtype=dt), torch.zeros((1, s1, 1, head), dtype=dt)
+    o = torch.zeros((1, 128, 1, head), dtype=TORCH_DTYPES[config.out_dtype])
+    args = sim_kernel_args(config, shape, q, kv, kv.clone(), o, 1, 0.1,
+                           lse=torch.zeros(1, 1, 128) if config.lse else None,
+                           key_mask=torch.ones(s1, dtype=torch.int8) if config.key_padding else None)
     peak = simulate(check_text(emit_fa(config)), args, 1).peak_bytes
     planned = {row.space: row.used for row in budget(config).rows}
     assert peak[(0, "vec0")]["vec"] == peak[(0, "vec1")]["vec"] == planned["vec"]

@@ -17,9 +17,9 @@ from ptofa.runner import BackendUnavailable, RunResult
 from ptofa.sweep import JSONL_NAME, SweepGrid, SweepPoint, run_sweep, sweep_cmd
 
 # 2 tile sizes x 2 preloads x 3 S1 = 12 points; rejected: (256, preload 1) at every S1 by the
-# tile-factor rule, and (256, preload 2) at S1=256 by the minimum-S1 rule.
+# tile-factor rule. (256, preload 2) at S1=256 runs: the schedule shrinks to the one tile.
 GRID = SweepGrid(tile_s1=(128, 256), qk_preload=(1, 2), head=(64,), s1=(256, 512, 1024), s0=(128,))
-REJECTED = 4
+REJECTED = 3
 TOTAL = 12
 
 
@@ -110,8 +110,7 @@ def test_sweep_rows_and_files(tmp_path: Path) -> None:
     assert tile_factor_rule["message"] == (
         "preload vs tile factor: qk_preload=1 needs k_tile_factor=1 (tile_s1=128), got tile_s1=256"
     )
-    assert rows[(256, 2, 256)]["status"] == "rejected"
-    assert rows[(256, 2, 256)]["message"].startswith("minimum S1: s1=256 must be >= qk_preload*tile_s1 = 2*256 = 512")
+    assert rows[(256, 2, 256)]["status"] == "pass"
     assert rows[(128, 2, 512)]["extra"] == {"seed_seen": 5, "timing_seen": True}
 
     csv_rows = read_csv(tmp_path)
@@ -137,8 +136,8 @@ def test_best_config_per_shape_uses_predicted_time(tmp_path: Path) -> None:
     outcome = run_sweep(GRID, tmp_path, jobs=1, run_fn=fake_run, console=quiet())
     assert outcome.best_metric == "predicted_us"
     best = sorted((r["tile_s1"], r["qk_preload"], r["s1"]) for r in outcome.rows if r["best"])
-    # S1=256 only fits tile 128; from 512 on, tile 256 with preload 2 is fastest in the fake model.
-    assert best == [(128, 2, 256), (256, 2, 512), (256, 2, 1024)]
+    # Tile 256 with preload 2 is fastest in the fake model at every S1 (at 256 it is a single tile).
+    assert best == [(256, 2, 256), (256, 2, 512), (256, 2, 1024)]
     assert [r["best"] for r in read_csv(tmp_path)].count("True") == 3
 
 
@@ -155,7 +154,7 @@ def test_best_config_falls_back_to_wall_time_and_skips_failed(tmp_path: Path) ->
         "head=64,tile_s1=128,qk_preload=2,batch=1,heads=1,s0=128,s1=1024,backend=sim"
     ]
     best = sorted((r["tile_s1"], r["qk_preload"], r["s1"]) for r in outcome.rows if r["best"])
-    assert best == [(128, 2, 256), (256, 2, 512), (256, 2, 1024)]
+    assert best == [(256, 2, 256), (256, 2, 512), (256, 2, 1024)]
     # Without predicted TFLOPS the figure has one panel.
     assert png_size(tmp_path / "results.png") == (700, 500)
 
@@ -239,7 +238,7 @@ def test_cli_exit_code_zero_with_rejected_points(tmp_path: Path, monkeypatch: py
     assert result.exit_code == 0, result.output
     assert "* = best of each (D, B, N, S0, S1) by predicted time (timing model)" in result.output
     assert "rejected" in result.output and "preload vs tile factor" in result.output
-    assert "12 points (8 run now, 0 from" in result.output
+    assert "12 points (9 run now, 0 from" in result.output
 
 
 def test_cli_exit_code_non_zero_with_a_failed_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -295,7 +294,7 @@ def test_npu_rows_rank_by_kernel_time(tmp_path: Path) -> None:
     outcome = run_sweep(GRID, tmp_path, backend="npu", jobs=1, run_fn=npu_run, console=quiet())
     assert outcome.best_metric == "kernel_us"
     assert sorted((r["tile_s1"], r["qk_preload"], r["s1"]) for r in outcome.rows if r["best"]) == [
-        (128, 2, 256), (256, 2, 512), (256, 2, 1024)
+        (256, 2, 256), (256, 2, 512), (256, 2, 1024)
     ]
     assert all(r["key"].endswith("backend=npu") for r in outcome.rows)
     assert png_size(tmp_path / "results.png") == (700, 500)

@@ -9,16 +9,20 @@ alignment); rules spanning a function (pipe init / use pairing) live in
 
 One module per family: `types` (types, enum attributes, dims helpers), `base`
 (shared custom-syntax helpers), `runtime` (block ids, set_ffts), `memory`
-(pointers, GM views, tile allocation and data movement), `vector`, `cube` and
+(pointers, GM views, tile allocation and data movement, set_validshape), `vector`
+(elementwise binary / unary / scalar ops, texpands, tcvt), `rowcol` (row reductions,
+row and column broadcasts), `masks` (ttri, tcmp / tcmps, tsel, tci, tfillpad),
+`scratch` (the hidden UB scratch ptoas gives ops written without a tmp), `cube` and
 `pipes`. This package re-exports all of them and assembles the `PTO` dialect;
 `docs/adding-an-op.md` walks through adding an op.
 """
 
 from xdsl.ir import Dialect
 
-from ptofa.dialect import cube, memory, pipes, runtime, types, vector
+from ptofa.dialect import cube, masks, memory, pipes, rowcol, runtime, types, vector
 from ptofa.dialect.base import _InsOutsOp, constant_index
 from ptofa.dialect.cube import CUBE_ONLY_OPS, TMatmulAccOp, TMatmulOp
+from ptofa.dialect.masks import HIDDEN_TCI_TMP, HIDDEN_TSEL_TMP, TCIOp, TCmpOp, TCmpSOp, TFillPadOp, TSelOp, TTriOp, _CmpOp
 from ptofa.dialect.memory import (
     AddPtrOp,
     AllocTileOp,
@@ -52,7 +56,29 @@ from ptofa.dialect.pipes import (
     _ProducesEntry,
     _TakesEntry,
 )
+from ptofa.dialect.rowcol import (
+    TColExpandAddOp,
+    TColExpandDivOp,
+    TColExpandMaxOp,
+    TColExpandMinOp,
+    TColExpandMulOp,
+    TColExpandSubOp,
+    TRowExpandAddOp,
+    TRowExpandDivOp,
+    TRowExpandExpdifOp,
+    TRowExpandMaxOp,
+    TRowExpandMinOp,
+    TRowExpandMulOp,
+    TRowExpandSubOp,
+    TRowMaxOp,
+    TRowMinOp,
+    TRowSumOp,
+    _ColExpandOp,
+    _RowExpandOp,
+    _RowReduceOp,
+)
 from ptofa.dialect.runtime import GetBlockIdxOp, GetBlockNumOp, GetSubblockIdxOp, GetSubblockNumOp, SetFftsOp, _RuntimeIdOp
+from ptofa.dialect.scratch import hidden_scratch
 from ptofa.dialect.types import (
     BLAYOUTS,
     DYN,
@@ -79,26 +105,14 @@ from ptofa.dialect.types import (
     elem_name,
 )
 from ptofa.dialect.vector import (
-    HIDDEN_TCI_TMP,
-    HIDDEN_TSEL_TMP,
     TAbsOp,
     TAddOp,
     TAddsOp,
-    TCIOp,
-    TCmpOp,
-    TCmpSOp,
-    TColExpandAddOp,
-    TColExpandDivOp,
-    TColExpandMaxOp,
-    TColExpandMinOp,
-    TColExpandMulOp,
-    TColExpandSubOp,
     TCvtOp,
     TDivOp,
     TDivsOp,
     TExpandsOp,
     TExpOp,
-    TFillPadOp,
     TLogOp,
     TMaxOp,
     TMaxsOp,
@@ -109,30 +123,13 @@ from ptofa.dialect.vector import (
     TNegOp,
     TRecipOp,
     TReluOp,
-    TRowExpandAddOp,
-    TRowExpandDivOp,
-    TRowExpandExpdifOp,
-    TRowExpandMaxOp,
-    TRowExpandMinOp,
-    TRowExpandMulOp,
-    TRowExpandSubOp,
-    TRowMaxOp,
-    TRowMinOp,
-    TRowSumOp,
     TRsqrtOp,
-    TSelOp,
     TSqrtOp,
     TSubOp,
     TSubsOp,
-    TTriOp,
     _BinaryOp,
-    _CmpOp,
-    _ColExpandOp,
-    _RowExpandOp,
-    _RowReduceOp,
     _ScalarOp,
     _UnaryOp,
-    hidden_scratch,
 )
 
-PTO = Dialect("pto", [*runtime.OPS, *memory.OPS, *cube.OPS, *vector.OPS, *pipes.OPS], list(types.ATTRS))
+PTO = Dialect("pto", [*runtime.OPS, *memory.OPS, *cube.OPS, *vector.OPS, *rowcol.OPS, *masks.OPS, *pipes.OPS], list(types.ATTRS))

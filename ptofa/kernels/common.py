@@ -61,30 +61,47 @@ def init_pipes(pipes: Sequence[PipeSpec], bases: dict[str, SSAValue], core: str,
 
 @dataclass
 class TileRange:
-    """Tiles [lo, hi) of one unit, and hi - preload where the steady state ends."""
+    """The KV tiles [lo, hi) one unit visits (both kernels derive it with the same arithmetic)."""
 
-    lo: SSAValue | int
-    steady_end: SSAValue
+    lo: SSAValue
     hi: SSAValue
 
 
 def pipelined(tiles: TileRange, preload: int, prologue: Callable[[SSAValue], None],
               steady: Callable[[SSAValue], None], epilogue: Callable[[SSAValue], None]) -> None:
-    """The software-pipelined schedule of a producer running `preload` tiles ahead:
+    """The producer's software-pipelined schedule, `preload` tiles ahead (three loops):
 
-        prologue(t) for t in [lo, lo + preload)
-        steady(t)   for t in [lo, steady_end)     (steady(t) consumes t, produces t + preload)
-        epilogue(t) for t in [steady_end, hi)
+        prologue(t) for t in [lo, min(lo + preload, hi))
+        steady(t)   for t in [lo, max(lo, hi - preload))   (consumes t, produces t + preload)
+        epilogue(t) for t in [max(lo, hi - preload), hi)
 
-    Both kernels of a pipe run this with the same range, so pushes and pops balance.
+    Units with fewer tiles than `preload` (down to none) shrink the prologue and skip the
+    steady state. It issues the same pipe operations, in the same order, as `fused`.
     """
-    head_end = preload if isinstance(tiles.lo, int) and tiles.lo == 0 else scalar.add(tiles.lo, preload, name="head_end")
+    head_end = scalar.min(scalar.add(tiles.lo, preload), tiles.hi, name="head_end")
+    steady_end = scalar.max(tiles.lo, scalar.sub(tiles.hi, preload), name="steady_end")
     with pto.range(tiles.lo, head_end, name="t") as t:
         prologue(t)
-    with pto.range(tiles.lo, tiles.steady_end, name="t") as t:
+    with pto.range(tiles.lo, steady_end, name="t") as t:
         steady(t)
-    with pto.range(tiles.steady_end, tiles.hi, name="t") as t:
+    with pto.range(steady_end, tiles.hi, name="t") as t:
         epilogue(t)
+
+
+def fused(tiles: TileRange, preload: int, consume: Callable[[SSAValue], None], produce: Callable[[SSAValue], None]) -> None:
+    """The consumer's side of the same schedule in one loop, each stage emitted once:
+
+        for k in [lo, hi + preload):
+            if k >= lo + preload: consume(k - preload)
+            if k < hi:            produce(k)
+
+    (One copy of each stage keeps ptoas's hidden per-op scratch buffers to one per op.)
+    """
+    with pto.range(tiles.lo, scalar.add(tiles.hi, preload, name="fused_end"), name="k") as k:
+        with pto.if_(scalar.ge(k, scalar.add(tiles.lo, preload))):
+            consume(scalar.sub(k, preload, name="t_done"))
+        with pto.if_(scalar.lt(k, tiles.hi)):
+            produce(k)
 
 
 def ring_select(ring: Sequence[SSAValue], t: SSAValue, use: Callable[[SSAValue], None]) -> None:

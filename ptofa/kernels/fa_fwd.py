@@ -1,15 +1,15 @@
 """The FlashAttention-2 forward kernel as a four-stage cube/vector pipeline.
 
     compute_qk  (cube)    S = Q K^T, one CUBE_S1-wide sub-tile at a time -> QK slot
-    compute_p   (vectors) online softmax over row slices, P in fp16   -> P slot
+    compute_p   (vectors) mask, online softmax over row slices, P in the input dtype -> P slot
     compute_pv  (cube)    PV = P V, accumulated over the sub-tiles    -> PV slot
-    compute_gu  (vectors) O = alpha_t * O + PV; at the end O = O / l
+    compute_gu  (vectors) O = alpha_t * O + PV; at the end O = O / l (and LSE)
 
-Schedule (fa-pipeline.md section 7, `common.pipelined`), with P = QK_PRELOAD and
-N = S1 / TILE_S1:
+Schedule (fa-pipeline.md section 7; `common.pipelined` on the cube, `common.fused`
+on the vectors), with P = QK_PRELOAD over the unit's visible tiles [lo, hi):
 
-    cube:    QK(0..P-1) | for t < N-P: PV(t) interleaved with QK(t+P) | PV(N-P..N-1)
-    vectors: P (0..P-1) | for t < N-P: GU(t) then softmax(t+P)          | GU(N-P..N-1)
+    cube:    QK(lo..lo+P-1) | PV(t) interleaved with QK(t+P) | PV(hi-P..hi-1)
+    vectors: for k: GU(k-P) if k >= lo+P, then softmax(k) if k < hi
 
 The rescale factor alpha_t of softmax(t) is kept in an exp_max ring of P tiles
 (slot t % P, chosen with an `scf.if` chain); GU(t) runs before softmax(t+P)
@@ -18,6 +18,19 @@ because both touch slot t % P.
 Work units (batch, head, 128-row Q block) are shared by the launched blocks in a
 persistent loop; the three pipes are initialised once per block and every unit
 streams through them. Each vector core owns 64 of the 128 rows (split = 1).
+
+The kernel family (switches of `FAConfig`, one builder):
+* any S0, S1: the last Q block and the last KV tile may be ragged; tiles carry
+  runtime valid shapes, so padded keys never enter a matmul or a softmax and padded
+  query rows are never stored; nothing outside Q, K, V, O, LSE is read or written;
+* GQA/MQA: q head h reads kv head h // (heads / kv_heads) in place;
+* `masked`: bottom-right aligned window (left, right) from runtime arguments (causal
+  is (-1, 0)); both kernels compute the unit's visible tile range with the same
+  arithmetic and skip the rest; tiles crossing a bound are masked on the vectors
+  with `ttri` (additive -3e38, finite, so exp gives exactly 0);
+* `key_padding`: an i8 key mask row per tile becomes an additive bias (`tcolexpandadd`);
+* rows that see no key get O = 0 and LSE = +inf;
+* `lse`: LSE = m + ln(l) per query row; dtypes fp16/bf16 in, fp16/bf16/fp32 out.
 
 `build_fa(config)` returns the module; `emit_fa(config)` its text.
 """
@@ -30,27 +43,28 @@ from xdsl.dialects import builtin
 from xdsl.ir import SSAValue
 
 from ptofa import argspec
-from ptofa.api import F32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type
-from ptofa.kernels.common import (
-    SPLIT,
-    TileRange,
-    Unit,
-    bsnd_offset,
-    decode_unit,
-    entry_type,
-    init_pipes,
-    pipelined,
-    ring_select,
-)
+from ptofa.api import F32, I32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type
+from ptofa.kernels.common import SPLIT, TileRange, entry_type, fused, init_pipes, pipelined, ring_select
 from ptofa.pipeline import FAConfig, TileSpec, tile_plan
 from ptofa.textio import print_pto
 
-NEG_INIT = -3.0e38  # running-max start: finite, so exp(m_old - m_new) never sees inf - inf
+NEG_INIT = -3.0e38  # running-max start and mask value: finite, so no inf - inf ever appears
+HALF_NEG = 1.5e38  # m + HALF_NEG > 0 exactly for rows that saw a key (row fix)
 
 
 def _alloc(spec: TileSpec) -> SSAValue:
-    t = tile_type(spec.loc, spec.rows, spec.cols, spec.dtype, blayout=spec.blayout, slayout=spec.slayout, fractal=spec.fractal)
-    return pto.alloc_tile(t, spec.name)
+    t = tile_type(spec.loc, spec.rows, spec.cols, spec.dtype, blayout=spec.blayout, slayout=spec.slayout,
+                  fractal=spec.fractal, valid="dynamic" if spec.dynamic else None)
+    return pto.alloc_tile(t, spec.name, valid=(spec.rows, spec.cols) if spec.dynamic else None)
+
+
+def _clamp(x: SSAValue, lo: int, hi: int | SSAValue) -> SSAValue:
+    return scalar.min(scalar.max(x, lo), hi)
+
+
+# ======================================================================================
+# Work units and the visible tile range (the same arithmetic on both kernels)
+# ======================================================================================
 
 
 @dataclass
@@ -58,50 +72,115 @@ class _Common:
     """Per-function values both kernels derive the same way."""
 
     config: FAConfig
+    args: dict[str, SSAValue]
     block_idx: SSAValue
     block_num: SSAValue
-    units: SSAValue  # B * N * (S0 / 128)
-    num_tiles: SSAValue  # S1 / TILE_S1
-    q_blocks: SSAValue
+    batch: SSAValue
     heads: SSAValue
+    group: SSAValue  # heads / kv_heads
     s0: SSAValue
     s1: SSAValue
-    row_stride: SSAValue  # N * D: elements between two sequence positions in BSND
+    units: SSAValue  # B * N * ceil(S0 / 128)
+    q_blocks: SSAValue
+    q_stride: SSAValue  # N * D: elements between two query positions in BSND
+    kv_stride: SSAValue  # KVN * D
+    kv_heads: SSAValue
     slot_bases: dict[str, SSAValue]  # per-pipe slot ring base pointer of this block
 
-    def decode(self, unit: SSAValue) -> Unit:
-        return decode_unit(unit, self.q_blocks, self.heads)
 
-    def offset(self, b: SSAValue, seq_len: SSAValue, row: SSAValue | None, h: SSAValue) -> SSAValue:
-        return bsnd_offset(b, seq_len, row, h, self.heads, self.config.head)
-
-    def tiles(self) -> TileRange:
-        """Every S1 tile of a unit (the steady state ends P tiles before the last)."""
-        return TileRange(0, scalar.sub(self.num_tiles, self.config.qk_preload, name="steady_end"), self.num_tiles)
+@dataclass
+class _Unit:
+    b: SSAValue
+    h: SSAValue  # query head
+    g: SSAValue  # kv head
+    q0: SSAValue  # first query row of the block
+    q_rows: SSAValue  # valid query rows of the block (<= 128)
+    tiles: TileRange
 
 
 def _common(config: FAConfig, args: dict[str, SSAValue]) -> _Common:
     """Runtime sizes, unit count and this block's slot-ring bases (same on both kernels)."""
     batch = scalar.index_cast(args["batch"], name="batch")
     heads = scalar.index_cast(args["heads"], name="heads")
+    kv_heads = scalar.index_cast(args["kv_heads"], name="kv_heads")
     s0 = scalar.index_cast(args["s0"], name="s0")
     s1 = scalar.index_cast(args["s1"], name="s1")
-    q_blocks = scalar.div(s0, config.cube_s0, name="q_blocks")
+    group = scalar.div(heads, kv_heads, name="group")
+    q_blocks = scalar.ceildiv(s0, config.cube_s0, name="q_blocks")
     units = scalar.mul(scalar.mul(batch, heads), q_blocks, name="units")
-    num_tiles = scalar.div(s1, config.tile_s1, name="num_tiles")
-    row_stride = scalar.mul(heads, config.head, name="row_stride")
+    q_stride = scalar.mul(heads, config.head, name="q_stride")
+    kv_stride = scalar.mul(kv_heads, config.head, name="kv_stride")
     block_idx = pto.get_block_idx()
     block_num = pto.get_block_num()
-    # Slot workspace per block: [QK ring | PV ring] in f32 elements, then the P ring (f16).
+    # Slot workspace per block: [QK ring | PV ring] in f32 elements, then the P ring (input dtype).
     qk, p, pv = config.pipes
     f32_off = scalar.mul(block_idx, config.gm_slot_f32_per_block, name="slot_f32_off")
     qk_base = pto.add_ptr(args["slots"], f32_off, name="qk_ring")
     pv_base = pto.add_ptr(qk_base, qk.slot_bytes * config.slot_num // 4, name="pv_ring")
-    f16_off = scalar.mul(block_idx, 2 * config.gm_slot_f32_per_block, name="slot_f16_off")
-    p_block = pto.add_ptr(args["slots_h"], f16_off, name="slot_f16_block")
+    h_off = scalar.mul(block_idx, 2 * config.gm_slot_f32_per_block, name="slot_h_off")
+    p_block = pto.add_ptr(args["slots_h"], h_off, name="slot_h_block")
     p_base = pto.add_ptr(p_block, (qk.slot_bytes + pv.slot_bytes) * config.slot_num // 2, name="p_ring")
-    return _Common(config, block_idx, block_num, units, num_tiles, q_blocks, heads, s0, s1, row_stride,
-                   {"qk": qk_base, "p": p_base, "pv": pv_base})
+    return _Common(config, args, block_idx, block_num, batch, heads, group, s0, s1, units, q_blocks,
+                   q_stride, kv_stride, kv_heads, {"qk": qk_base, "p": p_base, "pv": pv_base})
+
+
+def _unit(c: _Common, unit: SSAValue) -> _Unit:
+    """Decode a unit and the KV tiles it visits.
+
+    Masked kernels visit Q blocks last-first (bottom-right causal: later blocks see more
+    keys), so the persistent loop hands out the longest units first.
+    """
+    cfg = c.config
+    bh_count = scalar.mul(c.batch, c.heads, name="bh_count")
+    if cfg.masked:
+        q_block = scalar.sub(scalar.sub(c.q_blocks, 1), scalar.div(unit, bh_count), name="q_block")
+        bh = scalar.rem(unit, bh_count, name="bh")
+    else:
+        q_block = scalar.rem(unit, c.q_blocks, name="q_block")
+        bh = scalar.div(unit, c.q_blocks, name="bh")
+    b = scalar.div(bh, c.heads, name="b")
+    h = scalar.rem(bh, c.heads, name="h")
+    g = scalar.div(h, c.group, name="g")
+    q0 = scalar.mul(q_block, cfg.cube_s0, name="q0")
+    q_rows = scalar.min(scalar.sub(c.s0, q0), cfg.cube_s0, name="q_rows")
+    if cfg.masked:
+        left = scalar.index_cast(c.args["win_left"], name="win_left")
+        right = scalar.index_cast(c.args["win_right"], name="win_right")
+        diag = scalar.sub(c.s1, c.s0, name="diag")  # query row i is aligned with key i + S1 - S0
+        j_lo = scalar.max(scalar.sub(scalar.add(q0, diag), left), 0, name="j_lo")
+        j_hi = scalar.min(scalar.add(scalar.add(scalar.add(q0, q_rows), diag), right), c.s1, name="j_hi")
+        lo = scalar.floordiv(j_lo, cfg.tile_s1, name="t_lo")
+        hi = scalar.select(scalar.gt(j_hi, j_lo), scalar.ceildiv(j_hi, cfg.tile_s1), lo, name="t_hi")
+    else:
+        lo = scalar.const(0)
+        hi = scalar.ceildiv(c.s1, cfg.tile_s1, name="t_hi")
+    return _Unit(b, h, g, q0, q_rows, TileRange(lo, hi))
+
+
+def _bsnd(seq: SSAValue, b: SSAValue, seq_len: SSAValue, head: SSAValue, heads: SSAValue, head_dim: int) -> SSAValue:
+    """Element offset of (b, seq, head, 0) in a [B, S, N, D] tensor."""
+    return scalar.mul(scalar.add(scalar.mul(scalar.add(scalar.mul(b, seq_len), seq), heads), head), head_dim)
+
+
+def _tile_keys(c: _Common, t: SSAValue) -> SSAValue:
+    """Valid keys of KV tile t: TILE_S1, or fewer in the last tile."""
+    return scalar.min(scalar.sub(c.s1, scalar.mul(t, c.config.tile_s1)), c.config.tile_s1, name="tile_keys")
+
+
+def _sub_keys(c: _Common, t: SSAValue, sub: int) -> SSAValue:
+    """Valid keys of sub-tile `sub` of tile t (0 past the end of a ragged last tile)."""
+    keys = scalar.sub(_tile_keys(c, t), sub * c.config.cube_s1)
+    return _clamp(keys, 0, c.config.cube_s1)
+
+
+def _for_sub(c: _Common, t: SSAValue, sub: int, body) -> None:
+    """Run body(keys) for a sub-tile that has keys; sub-tile 0 of a visited tile always has."""
+    keys = _sub_keys(c, t, sub)
+    if sub == 0:
+        body(keys)
+        return
+    with pto.if_(scalar.gt(keys, 0)):
+        body(keys)
 
 
 # ======================================================================================
@@ -112,37 +191,50 @@ def _common(config: FAConfig, args: dict[str, SSAValue]) -> _Common:
 @dataclass
 class _CubeState:
     c: _Common
+    u: _Unit
     tiles: dict[str, SSAValue]
-    k_view: SSAValue  # K^T of this (batch, head): [D, S1] DN view
-    v_view: SSAValue  # V of this (batch, head): [S1, D]
+    k_view: SSAValue  # K^T of this (batch, kv head): [D, S1] DN view
+    v_view: SSAValue  # V of this (batch, kv head): [S1, D]
 
 
 def compute_qk(s: _CubeState, t: SSAValue, sub: int, entry: SSAValue) -> None:
     """S[:, sub] = Q K_sub^T for tile t, stored into column band `sub` of the QK slot."""
     cfg, tl = s.c.config, s.tiles
-    col0 = scalar.add(scalar.mul(t, cfg.tile_s1), sub * cfg.cube_s1, name="k_col")
-    k_part = pto.slice_view(s.k_view, [0, col0], [cfg.head, cfg.cube_s1], name="k_part")
-    pto.load(k_part, tl["k_mat"])
-    tile.mov(tl["k_mat"], tl["k_right"])
-    tile.matmul(tl["q_left"], tl["k_right"], out=tl["s_acc"])
-    band = pto.slice_view(entry, [0, sub * cfg.cube_s1], [cfg.cube_s0, cfg.cube_s1], name="qk_band")
-    pto.store(tl["s_acc"], band)
+
+    def body(keys: SSAValue) -> None:
+        col0 = scalar.add(scalar.mul(t, cfg.tile_s1), sub * cfg.cube_s1, name="k_col")
+        tile.set_valid(tl["k_mat"], cfg.head, keys)
+        pto.load(pto.slice_view(s.k_view, [0, col0], [cfg.head, keys], name="k_part"), tl["k_mat"])
+        tile.set_valid(tl["k_right"], cfg.head, keys)
+        tile.mov(tl["k_mat"], tl["k_right"])
+        tile.set_valid(tl["s_acc"], s.u.q_rows, keys)
+        tile.matmul(tl["q_left"], tl["k_right"], out=tl["s_acc"])
+        band = pto.slice_view(entry, [0, sub * cfg.cube_s1], [s.u.q_rows, keys], name="qk_band")
+        pto.store(tl["s_acc"], band)
+
+    _for_sub(s.c, t, sub, body)
 
 
 def compute_pv(s: _CubeState, t: SSAValue, sub: int, p_entry: SSAValue) -> None:
     """O_acc (+)= P[:, sub] V_sub for tile t: the sub-tiles are the K dimension of P V."""
     cfg, tl = s.c.config, s.tiles
-    p_band = pto.slice_view(p_entry, [0, sub * cfg.cube_s1], [cfg.cube_s0, cfg.cube_s1], name="p_band")
-    pto.load(p_band, tl["p_mat"])
-    tile.mov(tl["p_mat"], tl["p_left"])
-    row0 = scalar.add(scalar.mul(t, cfg.tile_s1), sub * cfg.cube_s1, name="v_row")
-    v_part = pto.slice_view(s.v_view, [row0, 0], [cfg.cube_s1, cfg.head], name="v_part")
-    pto.load(v_part, tl["v_mat"])
-    tile.mov(tl["v_mat"], tl["v_right"])
-    if sub == 0:
-        tile.matmul(tl["p_left"], tl["v_right"], out=tl["o_acc"])
-    else:
-        tile.matmul_acc(tl["o_acc"], tl["p_left"], tl["v_right"], out=tl["o_acc"])
+
+    def body(keys: SSAValue) -> None:
+        tile.set_valid(tl["p_mat"], cfg.cube_s0, keys)
+        pto.load(pto.slice_view(p_entry, [0, sub * cfg.cube_s1], [cfg.cube_s0, keys], name="p_band"), tl["p_mat"])
+        tile.set_valid(tl["p_left"], cfg.cube_s0, keys)
+        tile.mov(tl["p_mat"], tl["p_left"])
+        row0 = scalar.add(scalar.mul(t, cfg.tile_s1), sub * cfg.cube_s1, name="v_row")
+        tile.set_valid(tl["v_mat"], keys, cfg.head)
+        pto.load(pto.slice_view(s.v_view, [row0, 0], [keys, cfg.head], name="v_part"), tl["v_mat"])
+        tile.set_valid(tl["v_right"], keys, cfg.head)
+        tile.mov(tl["v_mat"], tl["v_right"])
+        if sub == 0:
+            tile.matmul(tl["p_left"], tl["v_right"], out=tl["o_acc"])
+        else:
+            tile.matmul_acc(tl["o_acc"], tl["p_left"], tl["v_right"], out=tl["o_acc"])
+
+    _for_sub(s.c, t, sub, body)
 
 
 def _qk_tile(s: _CubeState, t: SSAValue) -> None:
@@ -180,21 +272,21 @@ def _cube_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
     init_pipes(config.pipes, c.slot_bases, "cube", config.slot_num)
     tiles = {spec.name: _alloc(spec) for spec in tile_plan(config) if spec.core == "cube"}
     preload = config.qk_preload
-    tile_range = c.tiles()
     with pto.range(c.block_idx, c.units, c.block_num, name="unit") as unit:
-        u = c.decode(unit)
-        q_row = scalar.mul(u.q_block, config.cube_s0)
-        q_view = pto.as_tensor(pto.add_ptr(args["q"], c.offset(u.batch, c.s0, q_row, u.head)),
-                               [config.cube_s0, config.head], [c.row_stride, 1], name="q_view")
-        kv_off = c.offset(u.batch, c.s1, None, u.head)
-        k_view = pto.as_tensor(pto.add_ptr(args["k"], kv_off), [config.head, c.s1], [1, c.row_stride],
+        u = _unit(c, unit)
+        q_view = pto.as_tensor(pto.add_ptr(args["q"], _bsnd(u.q0, u.b, c.s0, u.h, c.heads, config.head)),
+                               [u.q_rows, config.head], [c.q_stride, 1], name="q_view")
+        kv_off = _bsnd(scalar.const(0), u.b, c.s1, u.g, c.kv_heads, config.head)
+        k_view = pto.as_tensor(pto.add_ptr(args["k"], kv_off), [config.head, c.s1], [1, c.kv_stride],
                                layout="dn", name="kT_view")
-        v_view = pto.as_tensor(pto.add_ptr(args["v"], kv_off), [c.s1, config.head], [c.row_stride, 1], name="v_view")
-        pto.load(pto.slice_view(q_view, [0, 0], [config.cube_s0, config.head], name="q_part"), tiles["q_mat"])
+        v_view = pto.as_tensor(pto.add_ptr(args["v"], kv_off), [c.s1, config.head], [c.kv_stride, 1], name="v_view")
+        tile.set_valid(tiles["q_mat"], u.q_rows, config.head)
+        pto.load(pto.slice_view(q_view, [0, 0], [u.q_rows, config.head], name="q_part"), tiles["q_mat"])
+        tile.set_valid(tiles["q_left"], u.q_rows, config.head)
         tile.mov(tiles["q_mat"], tiles["q_left"])
-        s = _CubeState(c, tiles, k_view, v_view)
+        s = _CubeState(c, u, tiles, k_view, v_view)
         pipelined(
-            tile_range, preload,
+            u.tiles, preload,
             prologue=lambda t: _qk_tile(s, t),
             steady=lambda t: _pv_tile(s, t, scalar.add(t, preload, name="t_ahead")),
             epilogue=lambda t: _pv_tile(s, t, None),
@@ -209,39 +301,86 @@ def _cube_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
 @dataclass
 class _VecState:
     c: _Common
+    u: _Unit
     tiles: dict[str, SSAValue]
     rows: dict[str, SSAValue]  # every per-row statistic as a [1, R] row (tile or treshape view)
     scale: SSAValue
-    zero: SSAValue  # f32 0.0: `tadds x, 0` copies into a subview (tmov needs equal shapes)
+    consts: dict[str, SSAValue]  # f32 constants
     ring: list[SSAValue]  # exp_max ring, as [1, R] row views
+    row_base: SSAValue  # first row of this vector core within the Q block
+
+
+def _mask_bounds(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue) -> None:
+    """Add -3e38 where the window hides a key from a row of this slice (only if any does)."""
+    cfg, tl, c = s.c.config, s.tiles, s.c
+    i0 = scalar.add(scalar.add(s.u.q0, s.row_base), r0, name="slice_q")  # first query row of the slice
+    j0 = scalar.mul(t, cfg.tile_s1, name="tile_k")
+    diag = scalar.sub(c.s1, c.s0)
+    right_edge = scalar.add(scalar.add(i0, diag), scalar.index_cast(c.args["win_right"]))  # last key row i0 sees
+    left_edge = scalar.sub(scalar.add(i0, diag), scalar.index_cast(c.args["win_left"]))  # first key row i0 sees
+    last_key = scalar.sub(scalar.add(j0, keys), 1)
+    crosses_right = scalar.gt(last_key, right_edge)
+    crosses_left = scalar.lt(j0, scalar.add(left_edge, cfg.vec_s0 - 1))
+    with pto.if_(scalar.or_(crosses_right, crosses_left)):
+        # (r, col) is hidden iff col >= r + (right_edge - j0 + 1)  (upper triangle) ...
+        tile.tri(scalar.index_cast(scalar.add(scalar.sub(right_edge, j0), 1), I32), out=tl["red_tmp"], upper=True)
+        tile.muls(tl["red_tmp"], s.consts["neg"], out=tl["red_tmp"])
+        tile.add(tl["s_tile"], tl["red_tmp"], out=tl["s_tile"])
+        # ... or col <= r + (left_edge - j0 - 1)  (lower triangle); never both for one entry.
+        tile.tri(scalar.index_cast(scalar.sub(scalar.sub(left_edge, j0), 1), I32), out=tl["red_tmp"], upper=False)
+        tile.muls(tl["red_tmp"], s.consts["neg"], out=tl["red_tmp"])
+        tile.add(tl["s_tile"], tl["red_tmp"], out=tl["s_tile"])
+
+
+def _key_bias(s: _VecState, t: SSAValue, keys: SSAValue) -> None:
+    """The key mask row of tile t as an additive bias: 0 for a key that takes part, -3e38 else."""
+    cfg, tl, c = s.c.config, s.tiles, s.c
+    for name in ("kpm_i8", "kpm_f16", "kpm_f32"):
+        tile.set_valid(tl[name], 1, keys)
+    row0 = scalar.add(scalar.mul(s.u.b, scalar.index_cast(c.args["key_mask_stride"])), scalar.mul(t, cfg.tile_s1))
+    view = pto.as_tensor(pto.add_ptr(c.args["key_mask"], row0), [1, keys], [keys, 1], name="kpm_view")
+    pto.load(pto.slice_view(view, [0, 0], [1, keys], name="kpm_part"), tl["kpm_i8"])
+    tile.cvt(tl["kpm_i8"], out=tl["kpm_f16"])
+    tile.cvt(tl["kpm_f16"], out=tl["kpm_f32"])
+    tile.muls(tl["kpm_f32"], s.consts["pos"], out=tl["kpm_f32"])  # 1 -> 3e38, 0 -> 0
+    tile.adds(tl["kpm_f32"], s.consts["neg"], out=tl["kpm_f32"])  # -> 0 / -3e38
 
 
 def compute_p(s: _VecState, t: SSAValue) -> None:
-    """Online softmax of tile t over row slices: P = exp(scale*S - m_new) in fp16, update m, l, alpha_t."""
+    """Online softmax of tile t over row slices: P = exp(scale*S - m_new) in the input dtype; update m, l, alpha_t."""
     cfg, tl, rows = s.c.config, s.tiles, s.rows
     qk, p, _ = cfg.pipes
     vs0 = cfg.vec_s0
+    keys = _tile_keys(s.c, t)
     qk_entry = pto.tpop("vector", qk.pipe_id, entry_type(qk, "vector"), SPLIT, name="qk_entry")
     p_entry = pto.talloc("vector", p.pipe_id, entry_type(p, "vector"), SPLIT, name="p_entry")
+    for name in ("s_tile", "red_tmp", "p_half"):
+        tile.set_valid(tl[name], vs0, keys)
+    if cfg.key_padding:
+        _key_bias(s, t, keys)
     with pto.range(0, cfg.tile_factor, name="slice") as sl:
         r0 = scalar.mul(sl, vs0, name="slice_row")
         m_old = tile.subview(rows["m_all"], 0, r0, 1, vs0, name="m_old")
         l_run = tile.subview(rows["l_all"], 0, r0, 1, vs0, name="l_run")
         alpha = tile.subview(rows["alpha_new"], 0, r0, 1, vs0, name="alpha")
-        pto.load(pto.slice_view(qk_entry, [r0, 0], [vs0, cfg.tile_s1], name="qk_rows"), tl["s_tile"])
+        pto.load(pto.slice_view(qk_entry, [r0, 0], [vs0, keys], name="qk_rows"), tl["s_tile"])
         tile.muls(tl["s_tile"], s.scale, out=tl["s_tile"])
+        if cfg.masked:
+            _mask_bounds(s, t, r0, keys)
+        if cfg.key_padding:
+            tile.col_expand_add(tl["s_tile"], tl["kpm_f32"], out=tl["s_tile"])
         tile.row_max(tl["s_tile"], tl["red_tmp"], out=tl["m_slice"])
-        tile.max(rows["m_slice"], m_old, out=rows["m_slice"])  # m_new
+        tile.max(rows["m_slice"], m_old, out=rows["m_slice"])  # m_new (finite: m_old starts at -3e38)
         tile.sub(m_old, rows["m_slice"], out=alpha)
         tile.exp(alpha, out=alpha)  # alpha_t = exp(m_old - m_new)
-        tile.adds(rows["m_slice"], s.zero, out=m_old)  # m_old := m_new (a tmov into a subview is rejected)
+        tile.adds(rows["m_slice"], s.consts["zero"], out=m_old)  # m_old := m_new (a tmov into a subview is rejected)
         tile.mul(l_run, alpha, out=l_run)
         tile.row_expand_sub(tl["s_tile"], tl["m_slice"], out=tl["s_tile"])
         tile.exp(tl["s_tile"], out=tl["s_tile"])
         tile.row_sum(tl["s_tile"], tl["red_tmp"], out=tl["l_slice"])
         tile.add(l_run, rows["l_slice"], out=l_run)
         tile.cvt(tl["s_tile"], out=tl["p_half"])
-        pto.store(tl["p_half"], pto.slice_view(p_entry, [r0, 0], [vs0, cfg.tile_s1], name="p_rows"))
+        pto.store(tl["p_half"], pto.slice_view(p_entry, [r0, 0], [vs0, keys], name="p_rows"))
     pto.tfree("vector", qk.pipe_id, qk_entry, SPLIT)
     pto.tpush("vector", p.pipe_id, p_entry, SPLIT)
     ring_select(s.ring, t, lambda ring_tile: tile.mov(rows["alpha_new"], ring_tile))
@@ -259,6 +398,49 @@ def compute_gu(s: _VecState, t: SSAValue) -> None:
     tile.add(tl["o_tile"], tl["pv_tile"], out=tl["o_tile"])
 
 
+def _finish(s: _VecState, l_col: SSAValue) -> None:
+    """O = O / l, O = 0 and LSE = +inf for rows that saw no key; store this core's valid rows."""
+    cfg, tl, rows, c, u = s.c.config, s.tiles, s.rows, s.c, s.u
+    k = s.consts
+    if cfg.needs_row_fix:
+        # row_ok = 1 where m is a real score, 0 where it is still -3e38 (no visible key).
+        tile.adds(rows["m_all"], k["half_pos"], out=tl["row_ok"])
+        tile.maxs(tl["row_ok"], k["zero"], out=tl["row_ok"])
+        tile.mins(tl["row_ok"], k["one"], out=tl["row_ok"])
+        tile.maxs(rows["l_all"], k["one"], out=tl["l_fix"])  # l >= 1 wherever a key was seen
+        tile.div(tl["l_fix"], tl["row_ok"], out=tl["l_fix"])  # +inf for empty rows: O / inf = 0
+    tile.row_expand_div(tl["o_tile"], l_col, out=tl["o_tile"])
+    if cfg.lse:
+        lse = tl["lse_row"]
+        tile.set_valid(lse, 1, cfg.vec_rows)
+        tile.maxs(rows["l_all"], k["one"], out=lse)
+        tile.log(lse, out=lse)
+        tile.add(lse, rows["m_all"], out=lse)  # m + ln(l)
+        if cfg.needs_row_fix:
+            tile.rdivs(k["one"], tl["row_ok"], out=tl["row_ok"])  # 1 or +inf
+            tile.adds(tl["row_ok"], k["minus_one"], out=tl["row_ok"])  # 0 or +inf
+            tile.add(lse, tl["row_ok"], out=lse)
+    valid_rows = _clamp(scalar.sub(u.q_rows, s.row_base), 0, cfg.vec_rows)
+    with pto.if_(scalar.gt(valid_rows, 0)):
+        q_row = scalar.add(u.q0, s.row_base, name="o_row")
+        o_view = pto.as_tensor(pto.add_ptr(c.args["o"], _bsnd(q_row, u.b, c.s0, u.h, c.heads, cfg.head)),
+                               [valid_rows, cfg.head], [c.q_stride, 1], name="o_view")
+        o_part = pto.slice_view(o_view, [0, 0], [valid_rows, cfg.head], name="o_rows")
+        tile.set_valid(tl["o_tile"], valid_rows, cfg.head)
+        if cfg.out_dtype == "f32":
+            pto.store(tl["o_tile"], o_part)
+        else:
+            tile.set_valid(tl["o_out"], valid_rows, cfg.head)
+            tile.cvt(tl["o_tile"], out=tl["o_out"])
+            pto.store(tl["o_out"], o_part)
+        if cfg.lse:
+            bh_row = scalar.mul(scalar.add(scalar.mul(u.b, c.heads), u.h), c.s0)
+            lse_view = pto.as_tensor(pto.add_ptr(c.args["lse"], scalar.add(bh_row, q_row)), [1, valid_rows],
+                                     [valid_rows, 1], name="lse_view")
+            tile.set_valid(tl["lse_row"], 1, valid_rows)
+            pto.store(tl["lse_row"], pto.slice_view(lse_view, [0, 0], [1, valid_rows], name="lse_rows"))
+
+
 def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
     c = _common(config, args)
     init_pipes(config.pipes, c.slot_bases, "vector", config.slot_num)
@@ -271,52 +453,47 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
         for spec in specs
         if spec.cols == 1
     }
-    rows.update({spec.name: tiles[spec.name] for spec in specs if spec.rows == 1})
-    l_col = tile.reshape(tiles["l_all"], config.vec_rows, 1, name="l_all_col", blayout="col_major")
+    rows.update({spec.name: tiles[spec.name] for spec in specs if spec.rows == 1 and spec.loc == "vec"})
+    divisor = "l_fix" if config.needs_row_fix else "l_all"
+    l_col = tile.reshape(tiles[divisor], config.vec_rows, 1, name=f"{divisor}_col", blayout="col_major")
     ring = [rows[f"exp_ring{r}"] for r in range(config.exp_ring)]
-    neg = scalar.const(NEG_INIT, F32, name="neg_init")
-    zero = scalar.const(0.0, F32, name="zero")
-    s = _VecState(c, tiles, rows, args["scale"], zero, ring)
-    sub_block = pto.get_subblock_idx()
+    consts = {name: scalar.const(value, F32, name=name) for name, value in (
+        ("neg", NEG_INIT), ("zero", 0.0), ("one", 1.0), ("minus_one", -1.0), ("pos", -NEG_INIT), ("half_pos", HALF_NEG))}
+    row_base = scalar.mul(pto.get_subblock_idx(), config.vec_rows, name="row_base")
     preload = config.qk_preload
-    tile_range = c.tiles()
     with pto.range(c.block_idx, c.units, c.block_num, name="unit") as unit:
-        u = c.decode(unit)
-        tile.fill(neg, out=rows["m_all"])
-        tile.fill(zero, out=rows["l_all"])
-        tile.fill(zero, out=tiles["o_tile"])
-        def steady(t: SSAValue) -> None:  # GU(t) before softmax(t+P): both touch ring slot t % P
-            compute_gu(s, t)
-            compute_p(s, scalar.add(t, preload, name="t_ahead"))
-
-        pipelined(tile_range, preload, prologue=lambda t: compute_p(s, t), steady=steady,
-                  epilogue=lambda t: compute_gu(s, t))
-        tile.row_expand_div(tiles["o_tile"], l_col, out=tiles["o_tile"])
-        o_row = scalar.add(scalar.mul(u.q_block, config.cube_s0), scalar.mul(sub_block, config.vec_rows))
-        o_view = pto.as_tensor(pto.add_ptr(args["o"], c.offset(u.batch, c.s0, o_row, u.head)),
-                               [config.vec_rows, config.head], [c.row_stride, 1], name="o_view")
-        pto.store(tiles["o_tile"], pto.slice_view(o_view, [0, 0], [config.vec_rows, config.head], name="o_rows"))
+        u = _unit(c, unit)
+        s = _VecState(c, u, tiles, rows, args["scale"], consts, ring, row_base)
+        tile.fill(consts["neg"], out=rows["m_all"])
+        tile.fill(consts["zero"], out=rows["l_all"])
+        tile.set_valid(tiles["o_tile"], config.vec_rows, config.head)
+        tile.fill(consts["zero"], out=tiles["o_tile"])
+        fused(u.tiles, preload, consume=lambda t: compute_gu(s, t), produce=lambda t: compute_p(s, t))
+        _finish(s, l_col)
 
 
 # ======================================================================================
 # Module
 # ======================================================================================
 
-_CUBE_ARGS = ("slots", "slots_h", "q", "k", "v", "batch", "heads", "s0", "s1")
-_VECTOR_ARGS = ("slots", "slots_h", "o", "batch", "heads", "s0", "s1", "scale")
+_CUBE_ARGS = ("slots", "slots_h", "q", "k", "v", "batch", "heads", "kv_heads", "s0", "s1", "win_left", "win_right")
+_VECTOR_ARGS = ("slots", "slots_h", "o", "lse", "key_mask", "batch", "heads", "kv_heads", "s0", "s1", "scale",
+                "win_left", "win_right", "key_mask_stride")
 
 
 def build_fa(config: FAConfig) -> builtin.ModuleOp:
     """The mixed kernel: entry (set_ffts + calls), cube function, vector function."""
     km = KernelModule(config.target)
-    entry_types = {a.name: parse_ir_type(a.ir_type) for a in argspec.ENTRY_ARGS}
+    entry_types = {a.name: parse_ir_type(a.ir_type) for a in argspec.entry_args(config)}
+    cube_args = [n for n in _CUBE_ARGS if n in entry_types]
+    vector_args = [n for n in _VECTOR_ARGS if n in entry_types]
     with km.function(argspec.ENTRY_NAME, list(entry_types.items()), entry=True) as args:
         pto.set_ffts(args["ffts"])
-        pto.call(argspec.CUBE_FUNC_NAME, [args[n] for n in _CUBE_ARGS])
-        pto.call(argspec.VECTOR_FUNC_NAME, [args[n] for n in _VECTOR_ARGS])
-    with km.function(argspec.CUBE_FUNC_NAME, [(n, entry_types[n]) for n in _CUBE_ARGS], kind="cube") as args:
+        pto.call(argspec.CUBE_FUNC_NAME, [args[n] for n in cube_args])
+        pto.call(argspec.VECTOR_FUNC_NAME, [args[n] for n in vector_args])
+    with km.function(argspec.CUBE_FUNC_NAME, [(n, entry_types[n]) for n in cube_args], kind="cube") as args:
         _cube_kernel(config, args)
-    with km.function(argspec.VECTOR_FUNC_NAME, [(n, entry_types[n]) for n in _VECTOR_ARGS], kind="vector") as args:
+    with km.function(argspec.VECTOR_FUNC_NAME, [(n, entry_types[n]) for n in vector_args], kind="vector") as args:
         _vector_kernel(config, args)
     return km.module
 

@@ -20,6 +20,7 @@ extern "C" int32_t call_fa_fwd(
         uint8_t* o,
         int64_t batch,
         int64_t heads,
+        int64_t kv_heads,
         int64_t s0,
         int64_t s1,
         float scale)
@@ -37,9 +38,10 @@ extern "C" int32_t call_fa_fwd(
         (__gm__ half*)q,
         (__gm__ half*)k,
         (__gm__ half*)v,
-        (__gm__ float*)o,
+        (__gm__ half*)o,
         batch,
         heads,
+        kv_heads,
         s0,
         s1,
         scale);

@@ -241,7 +241,8 @@ def simulate(
     if bad:
         raise SimError(f"blocks {bad} are outside [0, block_dim={block_dim})")
     traced = set(options.trace_blocks) if options.trace_blocks is not None else set(run)
-    with _single_torch_thread():
+    # IEEE arithmetic as on the device: 1/0 = inf, overflow to inf, no warnings.
+    with _single_torch_thread(), np.errstate(all="ignore"):
         for block in run:
             cores, state = _run_block(launch, block, program.entry, bound, trace and block in traced)
             for core in cores:

@@ -128,7 +128,7 @@ class TimingResult:
         shares = ", ".join(f"{name} {share:.0%}" for name, share in self.bound_shares.items() if share >= 0.05)
         return (
             f"Predicted {self.kernel_us:.2f} us on {self.soc.name} "
-            f"({self.tflops:.1f} TFLOPS, 4*B*N*S0*S1*D; block_dim={self.block_dim}, {self.waves} wave(s)); "
+            f"({self.tflops:.1f} TFLOPS, 4*B*N*D*visible scores; block_dim={self.block_dim}, {self.waves} wave(s)); "
             f"steady state bound by {self.bound} (critical path of block {block}: {shares}); "
             f"busy in block {block}: {busy or 'none'}; "
             f"limits: cube {self.cube_bound_us:.2f} us, HBM {self.hbm_bound_us:.2f} us; {self.extrapolation}."
