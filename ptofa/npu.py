@@ -151,7 +151,7 @@ def prepare_launch(
     """Copy Q/K/V (and the key mask) to the NPU and allocate O, LSE and the slot workspace
     (`gm_slot_f32_per_block * block_dim`)."""
     if block_dim is None:
-        block_dim = default_block_dim(shape, cube_core_count())
+        block_dim = default_block_dim(shape, cube_core_count(), config)
     elif block_dim < 1:
         raise ValueError(f"block_dim={block_dim} must be >= 1")
     device = torch.device("npu", torch.npu.current_device())

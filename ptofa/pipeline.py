@@ -27,7 +27,8 @@ ROWEXPAND_OPS_IN_VECTOR_FUNC = 3
 DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i8": 1, "i64": 8}
 VEC_CORES = 2
 SUPPORTED_TILE_S1 = (128, 256, 512)
-SUPPORTED_HEAD = (64, 96, 128)
+SUPPORTED_HEAD = (64, 96, 128, 192, 256)
+SPLIT_HEAD = 128  # head dims above this split the cube stages in two D chunks with 64-row Q blocks
 IN_DTYPES = ("f16", "bf16")
 OUT_DTYPES = ("f16", "bf16", "f32")
 MAX_MATMUL_DIM = 4095
@@ -85,7 +86,7 @@ class FAConfig:
     head: int = 128
     tile_s1: int = 256
     qk_preload: int = 3
-    cube_s0: int = 128
+    cube_s0: int | None = None  # Q rows per work unit: 128, or 64 for head dims above 128
     cube_s1: int = 128
     slot_num: int = 8
     exp_ring: int | None = None  # defaults to qk_preload; any other value is rejected
@@ -101,6 +102,8 @@ class FAConfig:
             object.__setattr__(self, "exp_ring", self.qk_preload)
         if self.out_dtype is None:
             object.__setattr__(self, "out_dtype", self.in_dtype)
+        if self.cube_s0 is None:
+            object.__setattr__(self, "cube_s0", 128 if self.head <= SPLIT_HEAD else 64)
         _check_config(self)
         plan = budget(self)
         over = [row for row in plan.rows if row.used > row.capacity]
@@ -145,6 +148,15 @@ class FAConfig:
         )
 
     @property
+    def d_split(self) -> int:
+        """D chunks of the cube stages: 1, or 2 for head dims above 128 (L0A/L0B/L0C budgets)."""
+        return 1 if self.head <= SPLIT_HEAD else 2
+
+    @property
+    def d_chunk(self) -> int:
+        return self.head // self.d_split
+
+    @property
     def needs_row_fix(self) -> bool:
         """A query row may see no key at all (mask or key padding): O = 0, LSE = +inf there."""
         return self.masked or self.key_padding
@@ -183,10 +195,11 @@ def _check_config(c: FAConfig) -> None:
     if c.target not in ("a2", "a3"):
         fail("target", f"target={c.target!r}; only a2/a3 (dav-c220) are supported")
     if c.head not in SUPPORTED_HEAD:
-        more = " (192 and 256 need a head-dim split of the cube stages, not built yet)" if c.head in (192, 256) else ""
-        fail("head dim", f"head={c.head} must be one of {SUPPORTED_HEAD}{more}")
-    if c.cube_s0 != 128 or c.cube_s1 != 128:
-        fail("cube tile", f"cube_s0={c.cube_s0}, cube_s1={c.cube_s1}; the builder is written for 128 x 128")
+        fail("head dim", f"head={c.head} must be one of {SUPPORTED_HEAD}")
+    want_s0 = 128 if c.head <= SPLIT_HEAD else 64
+    if c.cube_s0 != want_s0 or c.cube_s1 != 128:
+        fail("cube tile", f"cube_s0={c.cube_s0}, cube_s1={c.cube_s1}; head={c.head} is built with "
+                          f"{want_s0}-row Q blocks and 128-key sub-tiles")
     if c.tile_s1 % c.cube_s1 != 0:
         fail("divisibility", f"cube_s1={c.cube_s1} must divide tile_s1={c.tile_s1}")
     if c.tile_s1 not in SUPPORTED_TILE_S1:
@@ -201,6 +214,8 @@ def _check_config(c: FAConfig) -> None:
         fail("L0C", f"cube_s0*cube_s1*4 = {c.cube_s0 * c.cube_s1 * 4} B exceeds 64 KiB")
     if c.cube_s0 * c.head * 4 > 64 * KIB:
         fail("L0C", f"cube_s0*head*4 = {c.cube_s0 * c.head * 4} B exceeds 64 KiB")
+    if c.d_chunk % 16 != 0:
+        fail("head dim", f"D chunk {c.d_chunk} must be a multiple of 16 (cube fractal)")
     if max(c.cube_s0, c.cube_s1, c.head, c.tile_s1) > MAX_MATMUL_DIM:
         fail("matmul dims", f"m/k/n and ACC cols must be <= {MAX_MATMUL_DIM}")
     if c.slot_num < 1:
@@ -227,6 +242,11 @@ def _check_config(c: FAConfig) -> None:
         fail("preload vs tile factor", f"qk_preload=1 needs k_tile_factor=1 (tile_s1=128), got tile_s1={c.tile_s1}")
 
 
+def chunk_names(c: FAConfig, name: str) -> list[str]:
+    """Names of a per-D-chunk tile: `name` alone, or name0, name1 when the cube stages split D."""
+    return [name] if c.d_split == 1 else [f"{name}{i}" for i in range(c.d_split)]
+
+
 def tile_plan(c: FAConfig) -> list[TileSpec]:
     """Every tile the builder allocates, per core. The builder allocates from this list.
 
@@ -238,18 +258,20 @@ def tile_plan(c: FAConfig) -> list[TileSpec]:
     nz = dict(blayout="col_major", slayout="row_major")
     col = dict(blayout="col_major")
     dyn = dict(dynamic=True)
+    dc = c.d_chunk  # Q, K, V and O are processed in d_split chunks of dc columns of D
+    acc = dict(blayout="col_major", slayout="row_major", fractal=1024)
     tiles = [
-        # cube: L1 staging, L0A/L0B operands, L0C accumulators
-        TileSpec("q_mat", "cube", "qk", "mat", s0, d, dt, **nz, **dyn),
-        TileSpec("k_mat", "cube", "qk", "mat", d, s1, dt, slayout="col_major", **dyn),
-        TileSpec("v_mat", "cube", "pv", "mat", s1, d, dt, **nz, **dyn),
+        # cube: L1 staging, L0A/L0B operands, L0C accumulators (Q and O per D chunk)
+        *[TileSpec(name, "cube", "qk", "mat", s0, dc, dt, **nz, **dyn) for name in chunk_names(c, "q_mat")],
+        TileSpec("k_mat", "cube", "qk", "mat", dc, s1, dt, slayout="col_major", **dyn),
+        TileSpec("v_mat", "cube", "pv", "mat", s1, dc, dt, **nz, **dyn),
         TileSpec("p_mat", "cube", "pv", "mat", s0, s1, dt, **nz, **dyn),
-        TileSpec("q_left", "cube", "qk", "left", s0, d, dt, slayout="row_major", **dyn),
+        *[TileSpec(name, "cube", "qk", "left", s0, dc, dt, slayout="row_major", **dyn) for name in chunk_names(c, "q_left")],
         TileSpec("p_left", "cube", "pv", "left", s0, s1, dt, slayout="row_major", **dyn),
-        TileSpec("k_right", "cube", "qk", "right", d, s1, dt, slayout="col_major", **dyn),
-        TileSpec("v_right", "cube", "pv", "right", s1, d, dt, slayout="col_major", **dyn),
-        TileSpec("s_acc", "cube", "qk", "acc", s0, s1, "f32", blayout="col_major", slayout="row_major", fractal=1024, **dyn),
-        TileSpec("o_acc", "cube", "pv", "acc", s0, d, "f32", blayout="col_major", slayout="row_major", fractal=1024),
+        TileSpec("k_right", "cube", "qk", "right", dc, s1, dt, slayout="col_major", **dyn),
+        TileSpec("v_right", "cube", "pv", "right", s1, dc, dt, slayout="col_major", **dyn),
+        TileSpec("s_acc", "cube", "qk", "acc", s0, s1, "f32", **acc, **dyn),
+        *[TileSpec(name, "cube", "pv", "acc", s0, dc, "f32", **acc) for name in chunk_names(c, "o_acc")],
         # vector: softmax working set for one row slice (red_tmp is also the mask tile)
         TileSpec("s_tile", "vector", "p", "vec", vs0, ts1, "f32", **dyn),
         TileSpec("red_tmp", "vector", "p", "vec", vs0, ts1, "f32", **dyn),
@@ -359,14 +381,13 @@ class ProblemShape:
     def num_tiles(self, c: FAConfig) -> int:
         return -(-self.s1 // c.tile_s1)
 
-    @property
-    def q_blocks(self) -> int:
-        return -(-self.s0 // 128)
+    def q_blocks(self, c: FAConfig | None = None) -> int:
+        """Q blocks of `c.cube_s0` rows (128 without a config)."""
+        return -(-self.s0 // (c.cube_s0 if c is not None else 128))
 
-    @property
-    def work_units(self) -> int:
-        """(batch, head, 128-row Q block) units shared by the persistent blocks."""
-        return self.batch * self.heads * self.q_blocks
+    def work_units(self, c: FAConfig | None = None) -> int:
+        """(batch, head, Q block) units shared by the persistent blocks."""
+        return self.batch * self.heads * self.q_blocks(c)
 
     def window_bounds(self) -> tuple[int, int]:
         """The kernel's window arguments: -1 (unbounded) becomes s0 + s1, which no offset reaches."""
@@ -392,5 +413,5 @@ class ProblemShape:
         return 1.0 / math.sqrt(head)
 
 
-def default_block_dim(shape: ProblemShape, cube_cores: int = 24) -> int:
-    return max(1, min(shape.work_units, cube_cores))
+def default_block_dim(shape: ProblemShape, cube_cores: int = 24, config: FAConfig | None = None) -> int:
+    return max(1, min(shape.work_units(config), cube_cores))

@@ -76,7 +76,7 @@ class SimBackend:
     def run(self, request: RunRequest) -> RunResult:
         config, shape, pto_path = request.config, request.shape, request.pto_path
         spec = get_soc(request.soc)
-        block_dim = request.block_dim or default_block_dim(shape, spec.cube_cores)
+        block_dim = request.block_dim or default_block_dim(shape, spec.cube_cores, config)
         result = RunResult.start(config, shape, self.name, block_dim=block_dim)
         scale = shape.default_scale(config.head) if request.scale is None else request.scale
         started = time.perf_counter()
@@ -94,7 +94,7 @@ class SimBackend:
         if request.timing:
             # Masks and key padding give units unequal work: then every block is replayed.
             varied = config.masked or config.key_padding
-            blocks = None if varied else blocks_to_trace(block_dim, shape.work_units)
+            blocks = None if varied else blocks_to_trace(block_dim, shape.work_units(config))
             options = dataclasses.replace(options, trace=True, trace_blocks=blocks)
         try:
             if options.fault is not None:  # the text the reports' line numbers refer to, for the reader

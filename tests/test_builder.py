@@ -24,7 +24,7 @@ from ptofa.sim.faults import fault_text
 from ptofa.sim.options import RunOptions
 from ptofa.textio import ParsedModule, PtoCheckError, check_text, print_pto
 
-GRID = list(itertools.product((64, 128), (128, 256, 512), (1, 2, 3, 4)))
+GRID = list(itertools.product((64, 96, 128, 192, 256), (128, 256, 512), (1, 2, 3, 4)))
 
 
 def _grid_id(point: tuple[int, int, int]) -> str:
@@ -92,7 +92,7 @@ def test_qk_preload_4_warns() -> None:
 
 def test_illegal_grid_point_is_the_only_one() -> None:
     illegal = [p for p in GRID if p not in LEGAL]
-    assert illegal == [(64, 256, 1), (64, 512, 1), (128, 256, 1), (128, 512, 1)]
+    assert illegal == [(head, tile, 1) for head in (64, 96, 128, 192, 256) for tile in (256, 512)]
 
 
 # --------------------------------------------------------------------------------------
@@ -100,8 +100,8 @@ def test_illegal_grid_point_is_the_only_one() -> None:
 # --------------------------------------------------------------------------------------
 
 ILLEGAL_CONFIGS = {
-    "head_80": (dict(head=80), "head dim: head=80 must be one of (64, 96, 128)"),
-    "head_256": (dict(head=256), "head dim: head=256 must be one of (64, 96, 128) (192 and 256 need a head-dim split"),
+    "head_80": (dict(head=80), "head dim: head=80 must be one of (64, 96, 128, 192, 256)"),
+    "head_256_128_rows": (dict(head=256, cube_s0=128), "cube tile: cube_s0=128, cube_s1=128; head=256 is built with 64-row Q blocks"),
     "tile_s1_1024": (dict(tile_s1=1024), "tile_s1: tile_s1=1024 must be one of (128, 256, 512)"),
     "tile_s1_not_multiple": (dict(tile_s1=192), "divisibility: cube_s1=128 must divide tile_s1=192"),
     "qk_preload_0": (dict(qk_preload=0), "qk_preload: qk_preload=0 must be >= 1"),
@@ -407,7 +407,7 @@ def test_cli_check_parse_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("args, rule", [
-    (["--head", "80"], "head dim: head=80 must be one of (64, 96, 128)"),
+    (["--head", "80"], "head dim: head=80 must be one of (64, 96, 128, 192, 256)"),
     (["--tile-s1", "1024"], "tile_s1: tile_s1=1024"),
     (["--qk-preload", "0"], "qk_preload: qk_preload=0 must be >= 1"),
     (["--qk-preload", "5"], "preload vs slot ring: qk_preload=5"),

@@ -111,7 +111,7 @@ def emitted_pto(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_run_npu_small_shape_passes(emitted_pto: Path) -> None:
     result = npu.run_npu(FAConfig(), SMALL_SHAPE, emitted_pto, seed=0)
     assert result.status == "pass", result.message
-    assert result.block_dim == min(SMALL_SHAPE.work_units, npu.cube_core_count())
+    assert result.block_dim == min(SMALL_SHAPE.work_units(), npu.cube_core_count())
     assert result.extra.get("fused_close") is True, result.extra
 
 

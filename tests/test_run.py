@@ -191,6 +191,7 @@ def test_timeline_written(tmp_path):
 @pytest.mark.parametrize("head,tile_s1,qk_preload,variant", [
     (128, 256, 3, {}), (128, 512, 4, {}), (64, 128, 1, {}), (64, 512, 2, {}),
     (128, 512, 4, dict(masked=True, key_padding=True, lse=True)), (96, 256, 2, dict(in_dtype="bf16", out_dtype="f32", lse=True)),
+    (192, 256, 3, dict(masked=True, lse=True)), (256, 512, 4, dict(key_padding=True, in_dtype="bf16")),
 ])
 def test_simulator_memory_peak_equals_the_budget(head, tile_s1, qk_preload, variant):
     """The budget (from tile_plan + hidden scratch) and the simulator's live-byte count agree exactly."""
@@ -210,7 +211,7 @@ def test_simulator_memory_peak_equals_the_budget(head, tile_s1, qk_preload, vari
     shape = ProblemShape(1, 1, 128, s1, window=(-1, 0) if config.masked else (-1, -1))
     dt = TORCH_DTYPES[config.in_dtype]
     q, kv = torch.zeros((1, 128, 1, head), dtype=dt), torch.zeros((1, s1, 1, head), dtype=dt)
-    o = torch.zeros((1, 128, 1, head), dtype=TORCH_DTYPES[config.out_dtype])
+    o = torch.zeros((1, 128, 1, head), dtype=TORCH_DTYPES[config.out_dtype])  # two units at 64-row Q blocks
     args = sim_kernel_args(config, shape, q, kv, kv.clone(), o, 1, 0.1,
                            lse=torch.zeros(1, 1, 128) if config.lse else None,
                            key_mask=torch.ones(s1, dtype=torch.int8) if config.key_padding else None)

@@ -135,6 +135,10 @@ CASES = {
     "d64_t512": (dict(head=64, tile_s1=512, qk_preload=2, lse=True), dict(s0=200, s1=1100)),
     "d96": (dict(head=96, lse=True, masked=True), dict(s0=150, s1=400, window=(-1, 0))),
     "d128_t128": (dict(head=128, tile_s1=128, qk_preload=3), dict(s0=129, s1=300)),
+    # head dims above 128: 64-row Q blocks, the cube splits D in two chunks
+    "d192_causal": (dict(head=192, masked=True, lse=True), dict(s0=150, s1=333, window=(-1, 0))),
+    "d256_gqa_bf16": (dict(head=256, in_dtype="bf16", lse=True, tile_s1=512, qk_preload=2), dict(heads=4, kv_heads=2, s0=65, s1=700)),
+    "d256_f32_out": (dict(head=256, out_dtype="f32", tile_s1=128, qk_preload=1), dict(s0=1, s1=129)),
 }
 
 
@@ -202,7 +206,7 @@ def test_causal_kernel_skips_invisible_tiles() -> None:
     (lambda: normalize_key_mask(torch.ones(2, 8, dtype=torch.bool), 3, 9), "key padding mask: shape (2, 8) must be [B, S1] = [3, 9] or [S1] = [9]"),
     (lambda: config(in_dtype="f32"), "dtypes: in_dtype='f32', out_dtype='f32'"),
     (lambda: config(out_dtype="i8"), "dtypes: in_dtype='f16', out_dtype='i8'"),
-    (lambda: config(head=256), "head dim: head=256 must be one of (64, 96, 128) (192 and 256 need a head-dim split"),
+    (lambda: config(head=80), "head dim: head=80 must be one of (64, 96, 128, 192, 256)"),
 ])
 def test_bad_values_name_the_rule(bad, message) -> None:
     with pytest.raises(ConfigError) as info:

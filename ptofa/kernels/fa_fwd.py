@@ -30,7 +30,9 @@ The kernel family (switches of `FAConfig`, one builder):
   with `ttri` (additive -3e38, finite, so exp gives exactly 0);
 * `key_padding`: an i8 key mask row per tile becomes an additive bias (`tcolexpandadd`);
 * rows that see no key get O = 0 and LSE = +inf;
-* `lse`: LSE = m + ln(l) per query row; dtypes fp16/bf16 in, fp16/bf16/fp32 out.
+* `lse`: LSE = m + ln(l) per query row; dtypes fp16/bf16 in, fp16/bf16/fp32 out;
+* head dims above 128 (192, 256): 64-row Q blocks, and the cube splits D in two
+  chunks (QK accumulates over them, PV computes O chunk by chunk) to fit L0A/L0B/L0C.
 
 `build_fa(config)` returns the module; `emit_fa(config)` its text.
 """
@@ -45,7 +47,7 @@ from xdsl.ir import SSAValue
 from ptofa import argspec
 from ptofa.api import F32, I32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type
 from ptofa.kernels.common import SPLIT, TileRange, entry_type, fused, init_pipes, pipelined, ring_select
-from ptofa.pipeline import FAConfig, TileSpec, tile_plan
+from ptofa.pipeline import FAConfig, TileSpec, chunk_names, tile_plan
 from ptofa.textio import print_pto
 
 NEG_INIT = -3.0e38  # running-max start and mask value: finite, so no inf - inf ever appears
@@ -198,17 +200,22 @@ class _CubeState:
 
 
 def compute_qk(s: _CubeState, t: SSAValue, sub: int, entry: SSAValue) -> None:
-    """S[:, sub] = Q K_sub^T for tile t, stored into column band `sub` of the QK slot."""
+    """S[:, sub] = Q K_sub^T for tile t (summed over the D chunks), stored into column band `sub` of the QK slot."""
     cfg, tl = s.c.config, s.tiles
+    dc = cfg.d_chunk
 
     def body(keys: SSAValue) -> None:
         col0 = scalar.add(scalar.mul(t, cfg.tile_s1), sub * cfg.cube_s1, name="k_col")
-        tile.set_valid(tl["k_mat"], cfg.head, keys)
-        pto.load(pto.slice_view(s.k_view, [0, col0], [cfg.head, keys], name="k_part"), tl["k_mat"])
-        tile.set_valid(tl["k_right"], cfg.head, keys)
-        tile.mov(tl["k_mat"], tl["k_right"])
         tile.set_valid(tl["s_acc"], s.u.q_rows, keys)
-        tile.matmul(tl["q_left"], tl["k_right"], out=tl["s_acc"])
+        for chunk, q_left in enumerate(chunk_names(cfg, "q_left")):
+            tile.set_valid(tl["k_mat"], dc, keys)
+            pto.load(pto.slice_view(s.k_view, [chunk * dc, col0], [dc, keys], name="k_part"), tl["k_mat"])
+            tile.set_valid(tl["k_right"], dc, keys)
+            tile.mov(tl["k_mat"], tl["k_right"])
+            if chunk == 0:
+                tile.matmul(tl[q_left], tl["k_right"], out=tl["s_acc"])
+            else:
+                tile.matmul_acc(tl["s_acc"], tl[q_left], tl["k_right"], out=tl["s_acc"])
         band = pto.slice_view(entry, [0, sub * cfg.cube_s1], [s.u.q_rows, keys], name="qk_band")
         pto.store(tl["s_acc"], band)
 
@@ -225,14 +232,16 @@ def compute_pv(s: _CubeState, t: SSAValue, sub: int, p_entry: SSAValue) -> None:
         tile.set_valid(tl["p_left"], cfg.cube_s0, keys)
         tile.mov(tl["p_mat"], tl["p_left"])
         row0 = scalar.add(scalar.mul(t, cfg.tile_s1), sub * cfg.cube_s1, name="v_row")
-        tile.set_valid(tl["v_mat"], keys, cfg.head)
-        pto.load(pto.slice_view(s.v_view, [row0, 0], [keys, cfg.head], name="v_part"), tl["v_mat"])
-        tile.set_valid(tl["v_right"], keys, cfg.head)
-        tile.mov(tl["v_mat"], tl["v_right"])
-        if sub == 0:
-            tile.matmul(tl["p_left"], tl["v_right"], out=tl["o_acc"])
-        else:
-            tile.matmul_acc(tl["o_acc"], tl["p_left"], tl["v_right"], out=tl["o_acc"])
+        dc = cfg.d_chunk
+        for chunk, o_acc in enumerate(chunk_names(cfg, "o_acc")):  # O[:, chunk] (+)= P V[:, chunk]
+            tile.set_valid(tl["v_mat"], keys, dc)
+            pto.load(pto.slice_view(s.v_view, [row0, chunk * dc], [keys, dc], name="v_part"), tl["v_mat"])
+            tile.set_valid(tl["v_right"], keys, dc)
+            tile.mov(tl["v_mat"], tl["v_right"])
+            if sub == 0:
+                tile.matmul(tl["p_left"], tl["v_right"], out=tl[o_acc])
+            else:
+                tile.matmul_acc(tl[o_acc], tl["p_left"], tl["v_right"], out=tl[o_acc])
 
     _for_sub(s.c, t, sub, body)
 
@@ -262,8 +271,9 @@ def _pv_tile(s: _CubeState, t: SSAValue, interleave_qk_tile: SSAValue | None) ->
     if qk_entry is not None:
         pto.tpush("cube", qk.pipe_id, qk_entry, SPLIT)
     pv_entry = pto.talloc("cube", pv.pipe_id, entry_type(pv, "cube"), SPLIT, name="pv_entry")
-    pv_slot = pto.slice_view(pv_entry, [0, 0], [cfg.cube_s0, cfg.head], name="pv_dst")
-    pto.store(s.tiles["o_acc"], pv_slot)
+    for chunk, o_acc in enumerate(chunk_names(cfg, "o_acc")):
+        pv_slot = pto.slice_view(pv_entry, [0, chunk * cfg.d_chunk], [cfg.cube_s0, cfg.d_chunk], name="pv_dst")
+        pto.store(s.tiles[o_acc], pv_slot)
     pto.tpush("cube", pv.pipe_id, pv_entry, SPLIT)
 
 
@@ -280,10 +290,12 @@ def _cube_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
         k_view = pto.as_tensor(pto.add_ptr(args["k"], kv_off), [config.head, c.s1], [1, c.kv_stride],
                                layout="dn", name="kT_view")
         v_view = pto.as_tensor(pto.add_ptr(args["v"], kv_off), [c.s1, config.head], [c.kv_stride, 1], name="v_view")
-        tile.set_valid(tiles["q_mat"], u.q_rows, config.head)
-        pto.load(pto.slice_view(q_view, [0, 0], [u.q_rows, config.head], name="q_part"), tiles["q_mat"])
-        tile.set_valid(tiles["q_left"], u.q_rows, config.head)
-        tile.mov(tiles["q_mat"], tiles["q_left"])
+        dc = config.d_chunk
+        for chunk, (q_mat, q_left) in enumerate(zip(chunk_names(config, "q_mat"), chunk_names(config, "q_left"))):
+            tile.set_valid(tiles[q_mat], u.q_rows, dc)
+            pto.load(pto.slice_view(q_view, [0, chunk * dc], [u.q_rows, dc], name="q_part"), tiles[q_mat])
+            tile.set_valid(tiles[q_left], u.q_rows, dc)
+            tile.mov(tiles[q_mat], tiles[q_left])
         s = _CubeState(c, u, tiles, k_view, v_view)
         pipelined(
             u.tiles, preload,

@@ -595,7 +595,7 @@ def predict(
     if not replays:
         raise TimingError("the trace has no ops")
     block_cycles = {b: r.cycles for b, r in replays.items()}
-    cycles, waves, note = launch_cycles(block_cycles, block_dim, shape.work_units, spec.cube_cores)
+    cycles, waves, note = launch_cycles(block_cycles, block_dim, shape.work_units(config), spec.cube_cores)
     cores_used = min(block_dim, spec.cube_cores)
     macs = 2 * shape.batch * shape.heads * shape.s0 * shape.s1 * config.head
     cube_bound_us = spec.cycles_to_us(macs / (cores_used * spec.cube_macs_per_cycle))
