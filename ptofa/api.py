@@ -377,6 +377,11 @@ class pto:  # noqa: N801
         return _named(op.result, name)
 
     @staticmethod
+    def load_scalar(ptr: SSAValue, index: SSAValue | int, name: str | None = None) -> SSAValue:
+        """One element of a GM array (PIPE_S)."""
+        return _named(d.LoadScalarOp(ptr, _val(index)).result, name)
+
+    @staticmethod
     def alloc_tile(t: d.TileBufType, name: str | None = None, valid: tuple[SSAValue | int, SSAValue | int] | None = None) -> SSAValue:
         """A tile; a type with a dynamic valid shape (`valid=?x?`) needs `valid=(rows, cols)`."""
         if valid is None:

@@ -108,6 +108,11 @@ case("kernel_kind_value", vec("").replace("#pto.kernel_kind<vector>", "#pto.kern
 # ---------------------------------------------------------------------------- scalar / pointer / view ops
 case("set_ffts_type", "module {\n  func.func @e(%f: !pto.ptr<f32>) attributes {pto.entry} {\n    pto.set_ffts %f : !pto.ptr<f32>\n    return\n  }\n}\n",
      "'pto.set_ffts' operand type: set_ffts takes !pto.ptr<i64> or !pto.ptr<i8>, got !pto.ptr<f32>", "pto.set_ffts")
+op_case("load_scalar_type", vec, "%c8 = arith.constant 8 : index\n", "%x = pto.load_scalar %p[%c8] : !pto.ptr<f32> -> i32",
+        "'pto.load_scalar' type agreement: pointer !pto.ptr<f32> and scalar i32 differ in element type", P)
+op_case("store_scalar_element", vec, "%c8 = arith.constant 8 : index\n%x = arith.constant 1 : i1\n",
+        "pto.store_scalar %x, %b[%c8] : !pto.ptr<i1>, i1",
+        "'pto.store_scalar' element type: i1 is not a scalar type ptoas loads", "%b: !pto.ptr<i1>")
 op_case("addptr_type", vec, "%c8 = arith.constant 8 : index\n", "%q = pto.addptr %p, %c8 : !pto.ptr<f32> -> !pto.ptr<f16>",
         "'pto.addptr' type agreement: result !pto.ptr<f16> must equal the pointer type !pto.ptr<f32>", P)
 op_case("make_tensor_view_rank", vec, "%c1 = arith.constant 1 : index\n",

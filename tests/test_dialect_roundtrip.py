@@ -195,6 +195,8 @@ GM_ARGS = "%p: !pto.ptr<f32>, %ph: !pto.ptr<f16>"
 OPS: dict[str, tuple[str, str]] = {
     "runtime_ids": ("vector", "%b = pto.get_block_idx\n%n = pto.get_block_num\n%s = pto.get_subblock_idx\n%m = pto.get_subblock_num"),
     "addptr": ("vector", "%c8 = arith.constant 8 : index\n%q = pto.addptr %p, %c8 : !pto.ptr<f32> -> !pto.ptr<f32>"),
+    "load_store_scalar": ("vector", "%c8 = arith.constant 8 : index\n%x = pto.load_scalar %p[%c8] : !pto.ptr<f32> -> f32\n"
+                                    "pto.store_scalar %x, %p[%c8] : !pto.ptr<f32>, f32"),
     "alloc_tile": ("vector", f"%t = pto.alloc_tile : {V32}"),
     "tload_vec": ("vector", f"{GM}\n%t = pto.alloc_tile : {V32}\npto.tload ins(%pv : !pto.partition_tensor_view<16x64xf32>) outs(%t : {V32})"),
     "tload_mat": ("cube", f"{GM}\n%t = pto.alloc_tile : {MAT}\npto.tload ins(%pvh : !pto.partition_tensor_view<128x128xf16>) outs(%t : {MAT})"),

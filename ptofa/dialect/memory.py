@@ -80,6 +80,103 @@ class AddPtrOp(IRDLOperation):
             _fail(self, "type agreement", f"result {self.result.type} must equal the pointer type {self.ptr.type}")
 
 
+def _parse_ptr_index(parser: Parser) -> tuple:
+    ptr = parser.parse_unresolved_operand()
+    parser.parse_punctuation("[")
+    index = parser.parse_unresolved_operand()
+    parser.parse_punctuation("]")
+    return ptr, index
+
+
+_SCALAR_ELEMS = ("f16", "bf16", "f32", "i8", "i16", "i32", "i64", "index")
+
+
+def _check_scalar_ptr(op: Operation, ptr: SSAValue, value_type: Attribute) -> None:
+    pt = ptr.type
+    assert isinstance(pt, PtrType)
+    if elem_name(pt.elem) != elem_name(value_type):
+        _fail(op, "type agreement", f"pointer {pt} and scalar {value_type} differ in element type")
+    if elem_name(value_type) not in _SCALAR_ELEMS:
+        _fail(op, "element type", f"{elem_name(value_type)} is not a scalar type ptoas loads ({', '.join(_SCALAR_ELEMS)})")
+
+
+@irdl_op_definition
+class LoadScalarOp(IRDLOperation):
+    """`%v = pto.load_scalar %p[%i] : !pto.ptr<T> -> T`: one GM element (PIPE_S), p + i elements."""
+
+    name = "pto.load_scalar"
+    ptr = operand_def(PtrType)
+    index = operand_def(IndexType)
+    result = result_def()
+
+    def __init__(self, ptr: SSAValue, index: SSAValue):
+        assert isinstance(ptr.type, PtrType)
+        super().__init__(operands=[ptr, index], result_types=[ptr.type.elem])
+
+    @classmethod
+    def parse(cls, parser: Parser) -> "LoadScalarOp":
+        ptr, index = _parse_ptr_index(parser)
+        parser.parse_punctuation(":")
+        pt = parser.parse_type()
+        parser.parse_punctuation("->")
+        rt = parser.parse_type()
+        return cls.build(operands=[parser.resolve_operand(ptr, pt), parser.resolve_operand(index, IndexType())],
+                         result_types=[rt])
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.ptr)
+        printer.print_string("[")
+        printer.print_operand(self.index)
+        printer.print_string("] : ")
+        printer.print_attribute(self.ptr.type)
+        printer.print_string(" -> ")
+        printer.print_attribute(self.result.type)
+
+    def verify_(self) -> None:
+        _check_scalar_ptr(self, self.ptr, self.result.type)
+
+
+@irdl_op_definition
+class StoreScalarOp(IRDLOperation):
+    """`pto.store_scalar %v, %p[%i] : !pto.ptr<T>, T`: write one GM element (PIPE_S)."""
+
+    name = "pto.store_scalar"
+    value = operand_def()
+    ptr = operand_def(PtrType)
+    index = operand_def(IndexType)
+
+    def __init__(self, value: SSAValue, ptr: SSAValue, index: SSAValue):
+        super().__init__(operands=[value, ptr, index])
+
+    @classmethod
+    def parse(cls, parser: Parser) -> "StoreScalarOp":
+        value = parser.parse_unresolved_operand()
+        parser.parse_punctuation(",")
+        ptr, index = _parse_ptr_index(parser)
+        parser.parse_punctuation(":")
+        pt = parser.parse_type()
+        parser.parse_punctuation(",")
+        vt = parser.parse_type()
+        return cls.build(operands=[parser.resolve_operand(value, vt), parser.resolve_operand(ptr, pt),
+                                   parser.resolve_operand(index, IndexType())])
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.value)
+        printer.print_string(", ")
+        printer.print_operand(self.ptr)
+        printer.print_string("[")
+        printer.print_operand(self.index)
+        printer.print_string("] : ")
+        printer.print_attribute(self.ptr.type)
+        printer.print_string(", ")
+        printer.print_attribute(self.value.type)
+
+    def verify_(self) -> None:
+        _check_scalar_ptr(self, self.ptr, self.value.type)
+
+
 @irdl_op_definition
 class MakeTensorViewOp(IRDLOperation):
     """`%tv = pto.make_tensor_view %p, shape = [...], strides = [...] {layout} : !pto.tensor_view<...>`.
@@ -620,4 +717,4 @@ class SubviewOp(IRDLOperation):
                 _fail(self, "bounds", f"{name} window [{const}, +{size}) exceeds the source's {full}")
 
 
-OPS = (AddPtrOp, MakeTensorViewOp, PartitionViewOp, AllocTileOp, SetValidShapeOp, TLoadOp, TStoreOp, TMovOp, TReshapeOp, SubviewOp)
+OPS = (AddPtrOp, LoadScalarOp, StoreScalarOp, MakeTensorViewOp, PartitionViewOp, AllocTileOp, SetValidShapeOp, TLoadOp, TStoreOp, TMovOp, TReshapeOp, SubviewOp)

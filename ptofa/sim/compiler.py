@@ -21,7 +21,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from ptofa import dialect as d
 from ptofa.sim import pipeops, registry, tileops
 from ptofa.sim.errors import SimError
-from ptofa.sim.memory import BF16, Tile, bf16_decode, bf16_encode, new_tile_storage
+from ptofa.sim.memory import BF16, GmView, Tile, bf16_decode, bf16_encode, new_tile_storage
 from ptofa.sim.stages import op_stages
 from ptofa.sim.tracing import wrap_scalar, wrap_tile_op
 from ptofa.textio import kernel_kind
@@ -682,6 +682,30 @@ def addptr(op: d.AddPtrOp, slot) -> Fn:
     return fn
 
 
+@registry.semantics(d.LoadScalarOp)
+def load_scalar(op: d.LoadScalarOp, slot) -> Fn:
+    """One GM element, bounds-checked like any GM access."""
+    p, i, r = slot(op.ptr), slot(op.index), slot(op.result)
+
+    def fn(vals):
+        ptr = vals[p]
+        value = GmView(ptr.buf, ptr.offset + int(vals[i]) * ptr.dtype.itemsize, ptr.dtype, (1,), (1,)).array()[0]
+        vals[r] = value.item()
+
+    return fn
+
+
+@registry.semantics(d.StoreScalarOp)
+def store_scalar(op: d.StoreScalarOp, slot) -> Fn:
+    v, p, i = slot(op.value), slot(op.ptr), slot(op.index)
+
+    def fn(vals):
+        ptr = vals[p]
+        GmView(ptr.buf, ptr.offset + int(vals[i]) * ptr.dtype.itemsize, ptr.dtype, (1,), (1,)).array()[0] = vals[v]
+
+    return fn
+
+
 _RUNTIME_IDS = {d.GetBlockIdxOp: "block", d.GetBlockNumOp: "block_dim", d.GetSubblockIdxOp: "sb", d.GetSubblockNumOp: "sub_num"}
 
 
@@ -696,7 +720,7 @@ def runtime_id(op, slot) -> Fn:
     return fn
 
 
-_SCALAR_TYPES = (d.AddPtrOp, d.MakeTensorViewOp, d.PartitionViewOp, d._RuntimeIdOp, d.SetFftsOp, d.TReshapeOp, d.SubviewOp,
+_SCALAR_TYPES = (d.AddPtrOp, d.LoadScalarOp, d.StoreScalarOp, d.MakeTensorViewOp, d.PartitionViewOp, d._RuntimeIdOp, d.SetFftsOp, d.TReshapeOp, d.SubviewOp,
                  d.SetValidShapeOp, *d.PIPE_INIT_OPS)
 
 

@@ -263,6 +263,7 @@ registry.cost(d.TColExpandDivOp, queue=on_vector, cycles=vector_cycles("vec_tran
 SCALAR_COST = registry.cost(
     d.GetBlockIdxOp, d.GetBlockNumOp, d.GetSubblockIdxOp, d.GetSubblockNumOp, d.SetFftsOp,
     d.AddPtrOp, d.MakeTensorViewOp, d.PartitionViewOp, d.TReshapeOp, d.SubviewOp, d.SetValidShapeOp, *d.PIPE_INIT_OPS,
+    d.LoadScalarOp, d.StoreScalarOp,
     queue="S",
     cycles=scalar_cycles,
 )
