@@ -46,7 +46,7 @@ class EntryArg:
 
 
 # C and ctypes spelling of each GM element type a kernel argument may point to.
-_C_ELEM = {"f16": "half", "bf16": "bfloat16_t", "f32": "float", "i8": "int8_t", "i64": "int64_t"}
+_C_ELEM = {"f16": "half", "bf16": "bfloat16_t", "f32": "float", "i8": "int8_t", "i32": "int32_t", "i64": "int64_t"}
 
 
 def _default_config():
@@ -70,14 +70,18 @@ def host_params(config=None) -> tuple[HostParam, ...]:
         params.append(HostParam("lse", ptr, ctypes.c_void_p, "LSE [B, N, S0] f32"))
     if c.key_padding:
         params.append(HostParam("key_mask", ptr, ctypes.c_void_p, "key mask [B, S1] (or [S1]) i8, 1 = key takes part"))
+    if c.varlen:
+        params.append(HostParam("units", ptr, ctypes.c_void_p, "varlen unit table [num_units, 6] i32"))
     params += [
-        HostParam("batch", "int64_t", ctypes.c_int64, "B"),
+        HostParam("batch", "int64_t", ctypes.c_int64, "B (sequences)"),
         HostParam("heads", "int64_t", ctypes.c_int64, "N (query heads)"),
         HostParam("kv_heads", "int64_t", ctypes.c_int64, "KVN (key/value heads, divides N)"),
-        HostParam("s0", "int64_t", ctypes.c_int64, "query length"),
-        HostParam("s1", "int64_t", ctypes.c_int64, "key/value length"),
-        HostParam("scale", "float", ctypes.c_float, "softmax scale, 1/sqrt(D) by default"),
+        HostParam("s0", "int64_t", ctypes.c_int64, "query length (varlen: total_q)"),
+        HostParam("s1", "int64_t", ctypes.c_int64, "key/value length (varlen: total_k)"),
     ]
+    if c.varlen:
+        params.append(HostParam("num_units", "int64_t", ctypes.c_int64, "entries of the unit table"))
+    params.append(HostParam("scale", "float", ctypes.c_float, "softmax scale, 1/sqrt(D) by default"))
     if c.masked:
         params += [
             HostParam("win_left", "int64_t", ctypes.c_int64, "window left bound (unbounded: s0 + s1)"),
@@ -91,7 +95,7 @@ def host_params(config=None) -> tuple[HostParam, ...]:
 def entry_args(config=None) -> tuple[EntryArg, ...]:
     """The `pto.entry` function's arguments for the kernel of `config`."""
     c = config or _default_config()
-    elem = {"q": c.in_dtype, "k": c.in_dtype, "v": c.in_dtype, "o": c.out_dtype, "lse": "f32", "key_mask": "i8"}
+    elem = {"q": c.in_dtype, "k": c.in_dtype, "v": c.in_dtype, "o": c.out_dtype, "lse": "f32", "key_mask": "i8", "units": "i32"}
     args = [
         EntryArg("ffts", "!pto.ptr<i64>", "ffts", "(__gm__ int64_t*)"),
         EntryArg("slots", "!pto.ptr<f32>", "slots", "(__gm__ float*)"),

@@ -18,6 +18,10 @@ from dataclasses import dataclass
 from ptofa.target import ALIGNMENT, CAPACITY, HIDDEN_ROWEXPAND_TMP_BYTES, KIB, SPACE_NAMES  # noqa: F401 (re-exported)
 from ptofa.target import align as _align
 
+# The varlen kernel's unit table: UNIT_FIELDS int32 per work unit, in this order (ptofa.varlen builds it).
+UNIT_TABLE = ("q_start", "q_len", "k_start", "k_len", "head", "q_block")
+UNIT_FIELDS = len(UNIT_TABLE)
+
 # trowexpand* ops in the vector function as the builder emits it: compute_p (one
 # trowexpandsub), compute_gu (one trowexpandmul), each emitted once by the fused
 # vector schedule, and the final trowexpanddiv. A test counts them in the emitted IR,
@@ -94,7 +98,8 @@ class FAConfig:
     out_dtype: str | None = None  # O; defaults to in_dtype
     masked: bool = False  # causal / sliding-window mask; the bounds are runtime arguments
     key_padding: bool = False  # an i8 [B, S1] (or [S1]) key mask is an argument
-    lse: bool = False  # write LSE [B, heads, S0] fp32
+    lse: bool = False  # write LSE [B, heads, S0] fp32 ([heads, total_q] for varlen)
+    varlen: bool = False  # packed ragged sequences; work units come from a host-built table
     target: str = "a3"
 
     def __post_init__(self) -> None:
@@ -159,7 +164,7 @@ class FAConfig:
     @property
     def needs_row_fix(self) -> bool:
         """A query row may see no key at all (mask or key padding): O = 0, LSE = +inf there."""
-        return self.masked or self.key_padding
+        return self.masked or self.key_padding or self.varlen
 
     @property
     def gm_slot_bytes_per_block(self) -> int:
@@ -173,7 +178,8 @@ class FAConfig:
     @property
     def variant(self) -> str:
         """The kernel's switches in one word list (empty for the plain forward kernel)."""
-        parts = [name for name, on in (("masked", self.masked), ("key_padding", self.key_padding), ("lse", self.lse)) if on]
+        parts = [name for name, on in (("masked", self.masked), ("key_padding", self.key_padding), ("lse", self.lse),
+                                       ("varlen", self.varlen)) if on]
         return " ".join(parts)
 
     def summary(self) -> str:
@@ -192,6 +198,8 @@ def _check_config(c: FAConfig) -> None:
     if c.in_dtype not in IN_DTYPES or c.out_dtype not in OUT_DTYPES:
         fail("dtypes", f"in_dtype={c.in_dtype!r}, out_dtype={c.out_dtype!r}; Q/K/V must be one of {IN_DTYPES} "
                        f"and O one of {OUT_DTYPES}")
+    if c.varlen and c.key_padding:
+        fail("varlen", "varlen kernels take their key lengths from cu_seqlens; a key-padding mask is not supported with them")
     if c.target not in ("a2", "a3"):
         fail("target", f"target={c.target!r}; only a2/a3 (dav-c220) are supported")
     if c.head not in SUPPORTED_HEAD:
@@ -357,11 +365,15 @@ class ProblemShape:
     s1: int = 1024
     kv_heads: int | None = None
     window: tuple[int, int] = (-1, -1)
+    # Varlen: (q_len, k_len) per packed sequence; then batch = len(seqlens), s0 / s1 = the totals.
+    seqlens: tuple[tuple[int, int], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
         object.__setattr__(self, "window", tuple(self.window))
+        if self.seqlens is not None:
+            object.__setattr__(self, "seqlens", tuple((int(q), int(k)) for q, k in self.seqlens))
 
     def check(self, c: FAConfig) -> None:
         for name in ("batch", "heads", "kv_heads", "s0", "s1"):
@@ -373,6 +385,10 @@ class ProblemShape:
             raise ConfigError(f"window: {self.window} must be (left, right) with each >= -1 (-1 = unbounded)")
         if self.window != (-1, -1) and not c.masked:
             raise ConfigError(f"window: {self.window} needs a masked kernel (FAConfig(masked=True), --causal or --window)")
+        if (self.seqlens is not None) != c.varlen:
+            raise ConfigError("varlen: sequence lengths go with a varlen kernel (FAConfig(varlen=True)) and only with it")
+        if self.seqlens is not None and any(q < 0 or k < 0 for q, k in self.seqlens):
+            raise ConfigError(f"varlen: sequence lengths must be >= 0, got {list(self.seqlens)}")
 
     @property
     def group(self) -> int:
@@ -387,6 +403,9 @@ class ProblemShape:
 
     def work_units(self, c: FAConfig | None = None) -> int:
         """(batch, head, Q block) units shared by the persistent blocks."""
+        rows = c.cube_s0 if c is not None else 128
+        if self.seqlens is not None:
+            return self.heads * sum(-(-q // rows) for q, _ in self.seqlens)
         return self.batch * self.heads * self.q_blocks(c)
 
     def window_bounds(self) -> tuple[int, int]:
@@ -394,20 +413,24 @@ class ProblemShape:
         return tuple(self.s0 + self.s1 if w < 0 else w for w in self.window)  # type: ignore[return-value]
 
     def visible_pairs(self) -> int:
-        """(query, key) pairs of one (batch, head) that the window leaves visible."""
-        left, right = self.window_bounds()
+        """(query, key) pairs of one head (summed over the batch) that the window leaves visible."""
+        seqs = self.seqlens if self.seqlens is not None else ((self.s0, self.s1),) * self.batch
         total = 0
-        for i in range(self.s0):
-            lo = max(0, i + self.s1 - self.s0 - left)
-            hi = min(self.s1 - 1, i + self.s1 - self.s0 + right)
-            total += max(0, hi - lo + 1)
+        for s0, s1 in seqs:
+            if self.window == (-1, -1):
+                total += s0 * s1
+                continue
+            left, right = (s0 + s1 if w < 0 else w for w in self.window)
+            for i in range(s0):
+                lo = max(0, i + s1 - s0 - left)
+                hi = min(s1 - 1, i + s1 - s0 + right)
+                total += max(0, hi - lo + 1)
         return total
 
     def flops(self, head: int, visible_pairs: int | None = None) -> int:
-        """Matmul-only convention A: 4*B*N*D times the visible score entries (S0*S1 unmasked)."""
-        pairs = self.s0 * self.s1 if visible_pairs is None and self.window == (-1, -1) else (
-            self.visible_pairs() if visible_pairs is None else visible_pairs)
-        return 4 * self.batch * self.heads * pairs * head
+        """Matmul-only convention A: 4*N*D times the visible score entries of the batch (B*S0*S1 unmasked)."""
+        pairs = self.visible_pairs() if visible_pairs is None else visible_pairs
+        return 4 * self.heads * pairs * head
 
     def default_scale(self, head: int) -> float:
         return 1.0 / math.sqrt(head)

@@ -37,6 +37,7 @@ def sim_kernel_args(
     *,
     lse=None,
     key_mask=None,
+    units=None,
 ) -> dict[str, object]:
     """The entry's arguments for `ptofa.sim.simulate`, by `argspec.entry_args(config)` name.
 
@@ -44,7 +45,8 @@ def sim_kernel_args(
     buffer lets a test surround a tensor with guard regions); O and LSE are written in
     place. The slot workspace is one NaN-filled buffer passed as f32 and input-dtype
     pointers, so a slot read before it is written shows up in O. `key_mask` is the
-    normalised int8 mask ([B, S1], or [S1] shared by the batch).
+    normalised int8 mask ([B, S1], or [S1] shared by the batch); `units` the varlen unit
+    table (`ptofa.varlen.unit_table`).
     """
     slots = GmPointer.of(np.full(config.gm_slot_f32_per_block * block_dim, np.nan, dtype=np.float32))
     left, right = shape.window_bounds()
@@ -57,6 +59,7 @@ def sim_kernel_args(
         "lse": _pointer(lse), "key_mask": _pointer(key_mask),
         "batch": shape.batch, "heads": shape.heads, "kv_heads": shape.kv_heads, "s0": shape.s0, "s1": shape.s1,
         "scale": scale, "win_left": left, "win_right": right, "key_mask_stride": mask_stride,
+        "units": _pointer(units), "num_units": 0 if units is None else int(units.shape[0]),
     }
     return {a.name: values[a.name] for a in argspec.entry_args(config)}
 

@@ -47,7 +47,7 @@ from xdsl.ir import SSAValue
 from ptofa import argspec
 from ptofa.api import F32, I32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type
 from ptofa.kernels.common import SPLIT, TileRange, entry_type, fused, init_pipes, pipelined, ring_select
-from ptofa.pipeline import FAConfig, TileSpec, chunk_names, tile_plan
+from ptofa.pipeline import UNIT_FIELDS, UNIT_TABLE, FAConfig, TileSpec, chunk_names, tile_plan
 from ptofa.textio import print_pto
 
 NEG_INIT = -3.0e38  # running-max start and mask value: finite, so no inf - inf ever appears
@@ -92,11 +92,18 @@ class _Common:
 
 @dataclass
 class _Unit:
-    b: SSAValue
+    """One work unit: a Q block of one (sequence, head) and the KV tiles it visits."""
+
+    b: SSAValue  # batch (0 for varlen: the tensors are packed)
     h: SSAValue  # query head
     g: SSAValue  # kv head
-    q0: SSAValue  # first query row of the block
-    q_rows: SSAValue  # valid query rows of the block (<= 128)
+    q0: SSAValue  # first query row of the block within its sequence
+    q_rows: SSAValue  # valid query rows of the block (<= cube_s0)
+    s0: SSAValue  # this sequence's query length
+    s1: SSAValue  # this sequence's key length
+    q_row: SSAValue  # the block's first row in the Q / O tensors ([B*S0] or packed rows)
+    k_row: SSAValue  # the sequence's first row in the K / V tensors
+    lse_row: SSAValue  # the block's first element in LSE ([B, N, S0], or [N, total_q] for varlen)
     tiles: TileRange
 
 
@@ -109,7 +116,10 @@ def _common(config: FAConfig, args: dict[str, SSAValue]) -> _Common:
     s1 = scalar.index_cast(args["s1"], name="s1")
     group = scalar.div(heads, kv_heads, name="group")
     q_blocks = scalar.ceildiv(s0, config.cube_s0, name="q_blocks")
-    units = scalar.mul(scalar.mul(batch, heads), q_blocks, name="units")
+    if config.varlen:  # the host's unit table has this many entries
+        units = scalar.index_cast(args["num_units"], name="units")
+    else:
+        units = scalar.mul(scalar.mul(batch, heads), q_blocks, name="units")
     q_stride = scalar.mul(heads, config.head, name="q_stride")
     kv_stride = scalar.mul(kv_heads, config.head, name="kv_stride")
     block_idx = pto.get_block_idx()
@@ -127,57 +137,73 @@ def _common(config: FAConfig, args: dict[str, SSAValue]) -> _Common:
 
 
 def _unit(c: _Common, unit: SSAValue) -> _Unit:
-    """Decode a unit and the KV tiles it visits.
+    """Decode a unit and the KV tiles it visits (the same arithmetic on both kernels).
 
-    Masked kernels visit Q blocks last-first (bottom-right causal: later blocks see more
-    keys), so the persistent loop hands out the longest units first.
+    Uniform batches decode (batch, head, Q block) from the unit index; masked kernels
+    visit Q blocks last-first (bottom-right causal: later blocks see more keys), so the
+    persistent loop hands out the longest units first. Varlen kernels read the unit from
+    a host-built table (`ptofa.varlen.unit_table`, already ordered longest first).
     """
     cfg = c.config
-    bh_count = scalar.mul(c.batch, c.heads, name="bh_count")
-    if cfg.masked:
-        q_block = scalar.sub(scalar.sub(c.q_blocks, 1), scalar.div(unit, bh_count), name="q_block")
-        bh = scalar.rem(unit, bh_count, name="bh")
+    if cfg.varlen:
+        rec = scalar.mul(unit, UNIT_FIELDS, name="unit_rec")
+        field = {name: scalar.index_cast(pto.load_scalar(c.args["units"], scalar.add(rec, i)), name=name)
+                 for i, name in enumerate(UNIT_TABLE)}
+        b, h, q_block = scalar.const(0), field["head"], field["q_block"]
+        s0, s1 = field["q_len"], field["k_len"]
+        q_start, k_row = field["q_start"], field["k_start"]
     else:
-        q_block = scalar.rem(unit, c.q_blocks, name="q_block")
-        bh = scalar.div(unit, c.q_blocks, name="bh")
-    b = scalar.div(bh, c.heads, name="b")
-    h = scalar.rem(bh, c.heads, name="h")
+        bh_count = scalar.mul(c.batch, c.heads, name="bh_count")
+        if cfg.masked:
+            q_block = scalar.sub(scalar.sub(c.q_blocks, 1), scalar.div(unit, bh_count), name="q_block")
+            bh = scalar.rem(unit, bh_count, name="bh")
+        else:
+            q_block = scalar.rem(unit, c.q_blocks, name="q_block")
+            bh = scalar.div(unit, c.q_blocks, name="bh")
+        b = scalar.div(bh, c.heads, name="b")
+        h = scalar.rem(bh, c.heads, name="h")
+        s0, s1 = c.s0, c.s1
+        q_start, k_row = scalar.mul(b, c.s0, name="q_start"), scalar.mul(b, c.s1, name="k_row")
     g = scalar.div(h, c.group, name="g")
     q0 = scalar.mul(q_block, cfg.cube_s0, name="q0")
-    q_rows = scalar.min(scalar.sub(c.s0, q0), cfg.cube_s0, name="q_rows")
+    q_rows = scalar.min(scalar.sub(s0, q0), cfg.cube_s0, name="q_rows")
+    q_row = scalar.add(q_start, q0, name="q_row")
+    # LSE is [B, N, S0] (uniform: row q0 of (b, h)) or [N, total_q] (varlen: packed row q_row of head h).
+    lse_in_head = q_row if cfg.varlen else q0
+    lse_row = scalar.add(scalar.mul(scalar.add(scalar.mul(b, c.heads), h), c.s0), lse_in_head, name="lse_row")
     if cfg.masked:
         left = scalar.index_cast(c.args["win_left"], name="win_left")
         right = scalar.index_cast(c.args["win_right"], name="win_right")
-        diag = scalar.sub(c.s1, c.s0, name="diag")  # query row i is aligned with key i + S1 - S0
+        diag = scalar.sub(s1, s0, name="diag")  # query row i is aligned with key i + S1 - S0
         j_lo = scalar.max(scalar.sub(scalar.add(q0, diag), left), 0, name="j_lo")
-        j_hi = scalar.min(scalar.add(scalar.add(scalar.add(q0, q_rows), diag), right), c.s1, name="j_hi")
+        j_hi = scalar.min(scalar.add(scalar.add(scalar.add(q0, q_rows), diag), right), s1, name="j_hi")
         lo = scalar.floordiv(j_lo, cfg.tile_s1, name="t_lo")
         hi = scalar.select(scalar.gt(j_hi, j_lo), scalar.ceildiv(j_hi, cfg.tile_s1), lo, name="t_hi")
     else:
         lo = scalar.const(0)
-        hi = scalar.ceildiv(c.s1, cfg.tile_s1, name="t_hi")
-    return _Unit(b, h, g, q0, q_rows, TileRange(lo, hi))
+        hi = scalar.ceildiv(s1, cfg.tile_s1, name="t_hi")
+    return _Unit(b, h, g, q0, q_rows, s0, s1, q_row, k_row, lse_row, TileRange(lo, hi))
 
 
-def _bsnd(seq: SSAValue, b: SSAValue, seq_len: SSAValue, head: SSAValue, heads: SSAValue, head_dim: int) -> SSAValue:
-    """Element offset of (b, seq, head, 0) in a [B, S, N, D] tensor."""
-    return scalar.mul(scalar.add(scalar.mul(scalar.add(scalar.mul(b, seq_len), seq), heads), head), head_dim)
+def _row_offset(row: SSAValue, head: SSAValue, heads: SSAValue, head_dim: int) -> SSAValue:
+    """Element offset of (row, head, 0) in a [rows, N, D] tensor (BSND with B*S rows, or packed)."""
+    return scalar.mul(scalar.add(scalar.mul(row, heads), head), head_dim)
 
 
-def _tile_keys(c: _Common, t: SSAValue) -> SSAValue:
+def _tile_keys(c: _Common, u: _Unit, t: SSAValue) -> SSAValue:
     """Valid keys of KV tile t: TILE_S1, or fewer in the last tile."""
-    return scalar.min(scalar.sub(c.s1, scalar.mul(t, c.config.tile_s1)), c.config.tile_s1, name="tile_keys")
+    return scalar.min(scalar.sub(u.s1, scalar.mul(t, c.config.tile_s1)), c.config.tile_s1, name="tile_keys")
 
 
-def _sub_keys(c: _Common, t: SSAValue, sub: int) -> SSAValue:
+def _sub_keys(c: _Common, u: _Unit, t: SSAValue, sub: int) -> SSAValue:
     """Valid keys of sub-tile `sub` of tile t (0 past the end of a ragged last tile)."""
-    keys = scalar.sub(_tile_keys(c, t), sub * c.config.cube_s1)
+    keys = scalar.sub(_tile_keys(c, u, t), sub * c.config.cube_s1)
     return _clamp(keys, 0, c.config.cube_s1)
 
 
-def _for_sub(c: _Common, t: SSAValue, sub: int, body) -> None:
+def _for_sub(c: _Common, u: _Unit, t: SSAValue, sub: int, body) -> None:
     """Run body(keys) for a sub-tile that has keys; sub-tile 0 of a visited tile always has."""
-    keys = _sub_keys(c, t, sub)
+    keys = _sub_keys(c, u, t, sub)
     if sub == 0:
         body(keys)
         return
@@ -219,7 +245,7 @@ def compute_qk(s: _CubeState, t: SSAValue, sub: int, entry: SSAValue) -> None:
         band = pto.slice_view(entry, [0, sub * cfg.cube_s1], [s.u.q_rows, keys], name="qk_band")
         pto.store(tl["s_acc"], band)
 
-    _for_sub(s.c, t, sub, body)
+    _for_sub(s.c, s.u, t, sub, body)
 
 
 def compute_pv(s: _CubeState, t: SSAValue, sub: int, p_entry: SSAValue) -> None:
@@ -243,7 +269,7 @@ def compute_pv(s: _CubeState, t: SSAValue, sub: int, p_entry: SSAValue) -> None:
             else:
                 tile.matmul_acc(tl[o_acc], tl["p_left"], tl["v_right"], out=tl[o_acc])
 
-    _for_sub(s.c, t, sub, body)
+    _for_sub(s.c, s.u, t, sub, body)
 
 
 def _qk_tile(s: _CubeState, t: SSAValue) -> None:
@@ -284,12 +310,12 @@ def _cube_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
     preload = config.qk_preload
     with pto.range(c.block_idx, c.units, c.block_num, name="unit") as unit:
         u = _unit(c, unit)
-        q_view = pto.as_tensor(pto.add_ptr(args["q"], _bsnd(u.q0, u.b, c.s0, u.h, c.heads, config.head)),
+        q_view = pto.as_tensor(pto.add_ptr(args["q"], _row_offset(u.q_row, u.h, c.heads, config.head)),
                                [u.q_rows, config.head], [c.q_stride, 1], name="q_view")
-        kv_off = _bsnd(scalar.const(0), u.b, c.s1, u.g, c.kv_heads, config.head)
-        k_view = pto.as_tensor(pto.add_ptr(args["k"], kv_off), [config.head, c.s1], [1, c.kv_stride],
+        kv_off = _row_offset(u.k_row, u.g, c.kv_heads, config.head)
+        k_view = pto.as_tensor(pto.add_ptr(args["k"], kv_off), [config.head, u.s1], [1, c.kv_stride],
                                layout="dn", name="kT_view")
-        v_view = pto.as_tensor(pto.add_ptr(args["v"], kv_off), [c.s1, config.head], [c.kv_stride, 1], name="v_view")
+        v_view = pto.as_tensor(pto.add_ptr(args["v"], kv_off), [u.s1, config.head], [c.kv_stride, 1], name="v_view")
         dc = config.d_chunk
         for chunk, (q_mat, q_left) in enumerate(zip(chunk_names(config, "q_mat"), chunk_names(config, "q_left"))):
             tile.set_valid(tiles[q_mat], u.q_rows, dc)
@@ -327,7 +353,7 @@ def _mask_bounds(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue) -> Non
     cfg, tl, c = s.c.config, s.tiles, s.c
     i0 = scalar.add(scalar.add(s.u.q0, s.row_base), r0, name="slice_q")  # first query row of the slice
     j0 = scalar.mul(t, cfg.tile_s1, name="tile_k")
-    diag = scalar.sub(c.s1, c.s0)
+    diag = scalar.sub(s.u.s1, s.u.s0)
     right_edge = scalar.add(scalar.add(i0, diag), scalar.index_cast(c.args["win_right"]))  # last key row i0 sees
     left_edge = scalar.sub(scalar.add(i0, diag), scalar.index_cast(c.args["win_left"]))  # first key row i0 sees
     last_key = scalar.sub(scalar.add(j0, keys), 1)
@@ -363,7 +389,7 @@ def compute_p(s: _VecState, t: SSAValue) -> None:
     cfg, tl, rows = s.c.config, s.tiles, s.rows
     qk, p, _ = cfg.pipes
     vs0 = cfg.vec_s0
-    keys = _tile_keys(s.c, t)
+    keys = _tile_keys(s.c, s.u, t)
     qk_entry = pto.tpop("vector", qk.pipe_id, entry_type(qk, "vector"), SPLIT, name="qk_entry")
     p_entry = pto.talloc("vector", p.pipe_id, entry_type(p, "vector"), SPLIT, name="p_entry")
     for name in ("s_tile", "red_tmp", "p_half"):
@@ -434,8 +460,8 @@ def _finish(s: _VecState, l_col: SSAValue) -> None:
             tile.add(lse, tl["row_ok"], out=lse)
     valid_rows = _clamp(scalar.sub(u.q_rows, s.row_base), 0, cfg.vec_rows)
     with pto.if_(scalar.gt(valid_rows, 0)):
-        q_row = scalar.add(u.q0, s.row_base, name="o_row")
-        o_view = pto.as_tensor(pto.add_ptr(c.args["o"], _bsnd(q_row, u.b, c.s0, u.h, c.heads, cfg.head)),
+        q_row = scalar.add(u.q_row, s.row_base, name="o_row")
+        o_view = pto.as_tensor(pto.add_ptr(c.args["o"], _row_offset(q_row, u.h, c.heads, cfg.head)),
                                [valid_rows, cfg.head], [c.q_stride, 1], name="o_view")
         o_part = pto.slice_view(o_view, [0, 0], [valid_rows, cfg.head], name="o_rows")
         tile.set_valid(tl["o_tile"], valid_rows, cfg.head)
@@ -446,8 +472,7 @@ def _finish(s: _VecState, l_col: SSAValue) -> None:
             tile.cvt(tl["o_tile"], out=tl["o_out"])
             pto.store(tl["o_out"], o_part)
         if cfg.lse:
-            bh_row = scalar.mul(scalar.add(scalar.mul(u.b, c.heads), u.h), c.s0)
-            lse_view = pto.as_tensor(pto.add_ptr(c.args["lse"], scalar.add(bh_row, q_row)), [1, valid_rows],
+            lse_view = pto.as_tensor(pto.add_ptr(c.args["lse"], scalar.add(u.lse_row, s.row_base)), [1, valid_rows],
                                      [valid_rows, 1], name="lse_view")
             tile.set_valid(tl["lse_row"], 1, valid_rows)
             pto.store(tl["lse_row"], pto.slice_view(lse_view, [0, 0], [1, valid_rows], name="lse_rows"))
@@ -488,9 +513,10 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
 # Module
 # ======================================================================================
 
-_CUBE_ARGS = ("slots", "slots_h", "q", "k", "v", "batch", "heads", "kv_heads", "s0", "s1", "win_left", "win_right")
-_VECTOR_ARGS = ("slots", "slots_h", "o", "lse", "key_mask", "batch", "heads", "kv_heads", "s0", "s1", "scale",
-                "win_left", "win_right", "key_mask_stride")
+_CUBE_ARGS = ("slots", "slots_h", "q", "k", "v", "units", "batch", "heads", "kv_heads", "s0", "s1", "num_units",
+              "win_left", "win_right")
+_VECTOR_ARGS = ("slots", "slots_h", "o", "lse", "key_mask", "units", "batch", "heads", "kv_heads", "s0", "s1", "num_units",
+                "scale", "win_left", "win_right", "key_mask_stride")
 
 
 def build_fa(config: FAConfig) -> builtin.ModuleOp:

@@ -1,0 +1,104 @@
+"""Variable-length (packed) prefill: cu_seqlens checks, the host-built unit table, the reference.
+
+A varlen batch packs B sequences of different lengths: Q [total_q, heads, D] and
+K, V [total_k, kv_heads, D], with `cu_seqlens_q` / `cu_seqlens_k` (int32 [B + 1],
+non-decreasing, from 0 to the total) marking where each sequence starts, as
+flash-attn's `flash_attn_varlen_func` takes them.
+
+Work units are (sequence, head, Q block). The host lists them in a table of
+`UNIT_FIELDS` int32 per unit (`pipeline.UNIT_TABLE`: q_start, q_len, k_start, k_len,
+head, q_block) that both kernels read with `pto.load_scalar`; the units are ordered
+longest first (by visible KV tiles), so the persistent loop's round robin hands
+the long prompts out first and blocks finish together. Sequences with no query
+rows have no units; a sequence with queries but no keys gives O = 0, LSE = +inf.
+
+Why a host table rather than decoding cu_seqlens in the kernel: finding the
+sequence of unit u from cu_seqlens needs a search over B entries per unit on the
+scalar unit (or a prefix sum of Q blocks per sequence), while the table costs six
+scalar loads per unit and lets the host order units by their work.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ptofa.pipeline import UNIT_TABLE, ConfigError, FAConfig, ProblemShape
+from ptofa.reference import Reference, reference_fa
+
+
+def seqlens_of(cu_seqlens, total: int, name: str) -> list[int]:
+    """Sequence lengths from cu_seqlens, or `ConfigError` naming the rule and the numbers."""
+    cu = torch.as_tensor(cu_seqlens)
+    if cu.dim() != 1 or cu.numel() < 2 or cu.dtype.is_floating_point:
+        raise ConfigError(f"{name}: must be an integer tensor [B + 1] with B >= 1, got {cu.dtype} {tuple(cu.shape)}")
+    values = [int(x) for x in cu]
+    if values[0] != 0:
+        raise ConfigError(f"{name}: must start at 0, got {values[0]}")
+    steps = [b - a for a, b in zip(values, values[1:])]
+    if any(step < 0 for step in steps):
+        i = next(i for i, step in enumerate(steps) if step < 0)
+        raise ConfigError(f"{name}: must be non-decreasing, got {values[i]} then {values[i + 1]} at index {i}")
+    if values[-1] != total:
+        raise ConfigError(f"{name}: must end at the packed length {total}, ends at {values[-1]}")
+    return steps
+
+
+def varlen_shape(q_lens: list[int], k_lens: list[int], heads: int, kv_heads: int,
+                 window: tuple[int, int] = (-1, -1)) -> ProblemShape:
+    """The launch's runtime sizes: B sequences packed into S0 = total_q and S1 = total_k rows."""
+    if len(q_lens) != len(k_lens):
+        raise ConfigError(f"varlen: {len(q_lens)} query sequences but {len(k_lens)} key sequences")
+    return ProblemShape(len(q_lens), heads, max(1, sum(q_lens)), max(1, sum(k_lens)), kv_heads=kv_heads, window=window,
+                        seqlens=tuple(zip(q_lens, k_lens)))
+
+
+def _visible_tiles(c: FAConfig, q0: int, q_rows: int, q_len: int, k_len: int, window: tuple[int, int]) -> int:
+    """KV tiles the kernel visits for one unit (the host mirror of fa_fwd._unit's range)."""
+    if not c.masked:
+        return -(-k_len // c.tile_s1)
+    left, right = (q_len + k_len if w < 0 else w for w in window)
+    diag = k_len - q_len
+    j_lo = max(q0 + diag - left, 0)
+    j_hi = min(q0 + q_rows + diag + right, k_len)
+    return -(-j_hi // c.tile_s1) - j_lo // c.tile_s1 if j_hi > j_lo else 0
+
+
+def unit_table(c: FAConfig, q_lens: list[int], k_lens: list[int], heads: int,
+               window: tuple[int, int] = (-1, -1)) -> torch.Tensor:
+    """int32 [units, len(UNIT_TABLE)], longest units first (stable within equal work)."""
+    units = []
+    q_start = k_start = 0
+    for q_len, k_len in zip(q_lens, k_lens):
+        for q_block in range(-(-q_len // c.cube_s0)):
+            q0 = q_block * c.cube_s0
+            work = _visible_tiles(c, q0, min(c.cube_s0, q_len - q0), q_len, k_len, window)
+            for h in range(heads):
+                units.append((work, (q_start, q_len, k_start, k_len, h, q_block)))
+        q_start += q_len
+        k_start += k_len
+    units.sort(key=lambda unit: -unit[0])
+    table = torch.tensor([fields for _, fields in units], dtype=torch.int32).reshape(-1, len(UNIT_TABLE))
+    return table.contiguous()
+
+
+def reference_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_lens: list[int], k_lens: list[int],
+                     scale: float, window: tuple[int, int] = (-1, -1), out_dtype: torch.dtype | None = None) -> Reference:
+    """Per sequence `reference_fa` on the gathered sequence; O packed [total_q, N, D], LSE [N, total_q]."""
+    heads, head_dim = q.shape[1], q.shape[2]
+    out32 = torch.zeros(q.shape[0], heads, head_dim)
+    out_low = torch.zeros_like(out32)
+    lse32 = torch.full((heads, q.shape[0]), math.inf)
+    lse_low = torch.full_like(lse32, math.inf)
+    q_start = k_start = 0
+    for q_len, k_len in zip(q_lens, k_lens):
+        rows = slice(q_start, q_start + q_len)
+        if q_len and k_len:
+            ref = reference_fa(q[rows].unsqueeze(0), k[k_start:k_start + k_len].unsqueeze(0),
+                               v[k_start:k_start + k_len].unsqueeze(0), scale, window, None, out_dtype)
+            out32[rows], out_low[rows] = ref.out32[0], ref.out_low[0]
+            lse32[:, rows], lse_low[:, rows] = ref.lse32[0], ref.lse_low[0]
+        q_start += q_len
+        k_start += k_len
+    return Reference(out32, out_low, lse32, lse_low)
