@@ -183,10 +183,11 @@ def case_key_mask(config: FAConfig, shape: ProblemShape, mask, seed: int) -> tor
 def check_output(
     result: RunResult, o: np.ndarray | torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
     *, window: tuple[int, int] = (-1, -1), key_mask: torch.Tensor | None = None, lse: torch.Tensor | None = None,
-    out_dtype: str | None = None,
+    out_dtype: str | None = None, reference=None,
 ) -> RunResult:
-    """Compare O (and LSE) with the torch reference (`ptofa.reference` rules); fill status, errors, message."""
-    ref = reference_fa(q, k, v, scale, window, key_mask, TORCH_DTYPES[out_dtype] if out_dtype else None)
+    """Compare O (and LSE) with the torch reference (`ptofa.reference` rules); fill status, errors, message.
+    `reference` (a `ptofa.reference.Reference`) replaces `reference_fa` (varlen: per sequence)."""
+    ref = reference or reference_fa(q, k, v, scale, window, key_mask, TORCH_DTYPES[out_dtype] if out_dtype else None)
     accuracy = check_accuracy(torch.as_tensor(o).float(), ref.out32, ref.out_low)
     passed = accuracy.passed
     result.err, result.ref16_err, result.tolerance = accuracy.err, accuracy.ref16_err, accuracy.tolerance

@@ -64,6 +64,15 @@ def window_of(causal: bool, window: tuple[int, int] | None) -> tuple[int, int]:
     return (-1, 0) if causal else (window or (-1, -1))
 
 
+def _int_list(value: str | None, name: str) -> list[int] | None:
+    if value is None:
+        return None
+    try:
+        return [int(x) for x in value.split(",") if x.strip() != ""]
+    except ValueError:
+        raise click.BadParameter(f"{value!r} must be comma-separated integers", param_hint=name) from None
+
+
 class InputError(click.ClickException):
     """Bad input or an unavailable backend: one clear line, exit code 2."""
 
@@ -135,6 +144,10 @@ def check(pto_file: Path) -> None:
 @click.option("--kv-heads", type=int, default=None, help="Key/value heads (GQA/MQA; divides --heads) [default: --heads].")
 @click.option("--s0", type=int, default=256, show_default=True, help="Query length S0 (any >= 1).")
 @click.option("--s1", type=int, default=4096, show_default=True, help="Key/value length S1 (any >= 1).")
+@click.option("--seqlens", callback=lambda ctx, p, v: _int_list(v, "--seqlens"), default=None, metavar="L1,L2,...",
+              help="Varlen prefill: packed sequences of these query lengths (0 allowed); replaces --batch/--s0/--s1.")
+@click.option("--kv-seqlens", callback=lambda ctx, p, v: _int_list(v, "--kv-seqlens"), default=None, metavar="L1,L2,...",
+              help="Varlen key/value lengths per sequence [default: --seqlens].")
 @_config_options
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs (and key-mask lengths).")
 @click.option("--block-dim", type=int, default=None,
@@ -146,17 +159,25 @@ def check(pto_file: Path) -> None:
 @click.option("--soc", default="910B2", show_default=True, help="Chip of the timing model (910B1..910B4).")
 @click.option("--inject-fault", type=click.Choice(FAULTS), default=None, hidden=True,
               help="Test only: the simulator breaks the parsed kernel this way, to exercise its reports.")
-def run(backend: str, batch: int, heads: int, kv_heads: int | None, s0: int, s1: int, head: int, tile_s1: int,
-        qk_preload: int, dtype: str, out_dtype: str | None, causal: bool, window: tuple[int, int] | None,
-        key_padding: bool, lse: bool, seed: int, block_dim: int | None, keep: Path | None, timeline: Path | None,
-        soc: str, inject_fault: str | None) -> None:
+def run(backend: str, batch: int, heads: int, kv_heads: int | None, s0: int, s1: int, seqlens: list[int] | None,
+        kv_seqlens: list[int] | None, head: int, tile_s1: int, qk_preload: int, dtype: str, out_dtype: str | None,
+        causal: bool, window: tuple[int, int] | None, key_padding: bool, lse: bool, seed: int, block_dim: int | None,
+        keep: Path | None, timeline: Path | None, soc: str, inject_fault: str | None) -> None:
     """Build, run and check the kernel against the torch reference; print one result row."""
+    import dataclasses
+
     from ptofa.reference import make_key_mask
     from ptofa.runner import BackendUnavailable, resolve_backend, run_case
+    from ptofa.varlen import varlen_shape
 
     config = make_config(head, tile_s1, qk_preload, dtype, out_dtype, causal, window, key_padding, lse)
-    shape = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads, window=window_of(causal, window))
     try:
+        if seqlens is not None or kv_seqlens is not None:
+            config = dataclasses.replace(config, varlen=True)
+            shape = varlen_shape(seqlens or kv_seqlens, kv_seqlens or seqlens, heads, kv_heads or heads,
+                                 window_of(causal, window))
+        else:
+            shape = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads, window=window_of(causal, window))
         shape.check(config)
     except ConfigError as exc:
         raise InputError(f"invalid shape: {exc}") from None

@@ -26,6 +26,7 @@ from ptofa.sim.faults import fault_path, fault_text
 from ptofa.sim.socspec import get_soc
 from ptofa.sim.timing import blocks_to_trace, predict, write_timeline
 from ptofa.textio import PtoCheckError, check_text
+from ptofa.varlen import make_varlen_inputs, reference_varlen, unit_table
 
 
 def sim_kernel_args(
@@ -88,15 +89,23 @@ class SimBackend:
         except PtoCheckError as exc:
             result.status, result.message = "error", str(exc)
             return result
-        q, k, v = make_inputs(shape, config.head, request.seed, TORCH_DTYPES[config.in_dtype], shape.kv_heads)
         key_mask = case_key_mask(config, shape, request.key_mask, request.seed)
-        o = torch.full((shape.batch, shape.s0, shape.heads, config.head), math.nan, dtype=TORCH_DTYPES[config.out_dtype])
-        lse = torch.full((shape.batch, shape.heads, shape.s0), math.nan) if config.lse else None
-        args = sim_kernel_args(config, shape, q, k, v, o, block_dim, scale, lse=lse, key_mask=key_mask)
+        reference, units = None, None
+        if shape.seqlens is not None:  # packed sequences: Q [total_q, N, D], LSE [N, total_q]
+            q, k, v = make_varlen_inputs(shape, config, request.seed)
+            units = unit_table(config, *zip(*shape.seqlens), shape.heads, shape.window)
+            o = torch.full((q.shape[0], shape.heads, config.head), math.nan, dtype=TORCH_DTYPES[config.out_dtype])
+            lse = torch.full((shape.heads, q.shape[0]), math.nan) if config.lse else None
+            reference = reference_varlen(q, k, v, *zip(*shape.seqlens), scale, shape.window, TORCH_DTYPES[config.out_dtype])
+        else:
+            q, k, v = make_inputs(shape, config.head, request.seed, TORCH_DTYPES[config.in_dtype], shape.kv_heads)
+            o = torch.full((shape.batch, shape.s0, shape.heads, config.head), math.nan, dtype=TORCH_DTYPES[config.out_dtype])
+            lse = torch.full((shape.batch, shape.heads, shape.s0), math.nan) if config.lse else None
+        args = sim_kernel_args(config, shape, q, k, v, o, block_dim, scale, lse=lse, key_mask=key_mask, units=units)
         options = request.options
         if request.timing:
             # Masks and key padding give units unequal work: then every block is replayed.
-            varied = config.masked or config.key_padding
+            varied = config.masked or config.key_padding or config.varlen
             blocks = None if varied else blocks_to_trace(block_dim, shape.work_units(config))
             options = dataclasses.replace(options, trace=True, trace_blocks=blocks)
         try:
@@ -119,7 +128,7 @@ class SimBackend:
         if sim.warnings:
             result.extra["sim_warnings"] = list(sim.warnings)
         check_output(result, o, q, k, v, scale, window=shape.window, key_mask=key_mask, lse=lse,
-                     out_dtype=config.out_dtype)
+                     out_dtype=config.out_dtype, reference=reference)
 
         if request.timing and sim.trace is not None:
             timed = predict(sim.trace, config, shape, soc=spec, block_dim=block_dim)

@@ -83,6 +83,18 @@ def unit_table(c: FAConfig, q_lens: list[int], k_lens: list[int], heads: int,
     return table.contiguous()
 
 
+def make_varlen_inputs(shape: ProblemShape, c: FAConfig, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Deterministic packed Q [total_q, N, D], K and V [total_k, KVN, D] in the config's input dtype."""
+    generator = torch.Generator().manual_seed(seed)
+    dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[c.in_dtype]
+    total_q = sum(q for q, _ in shape.seqlens)
+    total_k = sum(k for _, k in shape.seqlens)
+    q = torch.randn(total_q, shape.heads, c.head, generator=generator).to(dtype)
+    k = torch.randn(total_k, shape.kv_heads, c.head, generator=generator).to(dtype)
+    v = torch.randn(total_k, shape.kv_heads, c.head, generator=generator).to(dtype)
+    return q, k, v
+
+
 def reference_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_lens: list[int], k_lens: list[int],
                      scale: float, window: tuple[int, int] = (-1, -1), out_dtype: torch.dtype | None = None) -> Reference:
     """Per sequence `reference_fa` on the gathered sequence; O packed [total_q, N, D], LSE [N, total_q]."""

@@ -92,3 +92,43 @@ def test_bad_cu_seqlens_name_the_rule(cu, total, message) -> None:
 def test_varlen_with_key_padding_is_rejected() -> None:
     with pytest.raises(ConfigError, match="varlen: varlen kernels take their key lengths from cu_seqlens"):
         config(varlen=True, key_padding=True)
+
+
+def test_cli_run_varlen() -> None:
+    from click.testing import CliRunner
+
+    from ptofa.cli import main
+
+    result = CliRunner().invoke(main, ["run", "--backend", "sim", "--seqlens", "100,0,37", "--kv-seqlens", "90,5,300",
+                                       "--heads", "2", "--kv-heads", "1", "--causal", "--lse"])
+    assert result.exit_code == 0, result.output
+    assert " pass " in result.output
+
+
+def _predicted(cfg, shape) -> float:
+    from ptofa.runner import run_case
+
+    result = run_case(cfg, shape, backend="sim", timing=True)
+    assert result.status == "pass", result.message
+    return result.predicted_us
+
+
+def test_varlen_is_predicted_faster_than_padding() -> None:
+    """A packed batch costs what its sequences cost, not B times the longest (smaller analog of the slow test)."""
+    from ptofa.pipeline import ProblemShape
+
+    lens = [2048, 128, 128, 32]
+    packed = _predicted(config(varlen=True), varlen_shape(lens, lens, 1, 1))
+    padded = _predicted(config(), ProblemShape(4, 1, 2048, 2048))
+    assert padded > 2.0 * packed
+
+
+@pytest.mark.slow
+def test_issue_varlen_figure() -> None:
+    """Lengths (8192, 512, 512, 128) against padding every sequence to 8192 (issue 'The serving path')."""
+    from ptofa.pipeline import ProblemShape
+
+    lens = [8192, 512, 512, 128]
+    packed = _predicted(config(varlen=True), varlen_shape(lens, lens, 1, 1))
+    padded = _predicted(config(), ProblemShape(4, 1, 8192, 8192))
+    assert padded > 3.0 * packed

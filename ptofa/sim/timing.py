@@ -576,10 +576,12 @@ def launch_cycles(
 
 
 def compulsory_bytes(config: FAConfig, shape: ProblemShape) -> int:
-    """Q, K, V read once and O written once (BSND)."""
-    b, n, d = shape.batch, shape.heads, config.head
+    """Q, K, V read once and O written once (BSND, or packed rows for varlen; K/V with kv_heads)."""
+    packed = shape.seqlens is not None
+    q_rows = shape.s0 if packed else shape.batch * shape.s0
+    k_rows = shape.s1 if packed else shape.batch * shape.s1
     in_b, out_b = DTYPE_BYTES[config.in_dtype], DTYPE_BYTES[config.out_dtype]
-    return b * n * d * (shape.s0 * in_b + 2 * shape.s1 * in_b + shape.s0 * out_b)
+    return config.head * (shape.heads * q_rows * (in_b + out_b) + 2 * shape.kv_heads * k_rows * in_b)
 
 
 def predict(
@@ -598,7 +600,7 @@ def predict(
     block_cycles = {b: r.cycles for b, r in replays.items()}
     cycles, waves, note = launch_cycles(block_cycles, block_dim, shape.work_units(config), spec.cube_cores)
     cores_used = min(block_dim, spec.cube_cores)
-    macs = 2 * shape.batch * shape.heads * shape.s0 * shape.s1 * config.head
+    macs = shape.flops(config.head) // 2  # QK and PV over the visible scores
     cube_bound_us = spec.cycles_to_us(macs / (cores_used * spec.cube_macs_per_cycle))
     # The compulsory traffic is spread over the launch; a block alone may exceed its
     # share (its own ports limit it), so the bound takes every core's share.
