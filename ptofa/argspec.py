@@ -71,7 +71,9 @@ def host_params(config=None) -> tuple[HostParam, ...]:
     if c.key_padding:
         params.append(HostParam("key_mask", ptr, ctypes.c_void_p, "key mask [B, S1] (or [S1]) i8, 1 = key takes part"))
     if c.varlen:
-        params.append(HostParam("units", ptr, ctypes.c_void_p, "varlen unit table [num_units, 6] i32"))
+        params.append(HostParam("units", ptr, ctypes.c_void_p, "varlen unit table [num_units, 7] i32"))
+    if c.page_size:
+        params.append(HostParam("block_table", ptr, ctypes.c_void_p, "paged cache: page of each [sequence, page] i32"))
     params += [
         HostParam("batch", "int64_t", ctypes.c_int64, "B (sequences)"),
         HostParam("heads", "int64_t", ctypes.c_int64, "N (query heads)"),
@@ -81,6 +83,8 @@ def host_params(config=None) -> tuple[HostParam, ...]:
     ]
     if c.varlen:
         params.append(HostParam("num_units", "int64_t", ctypes.c_int64, "entries of the unit table"))
+    if c.page_size:
+        params.append(HostParam("max_pages", "int64_t", ctypes.c_int64, "block table row length"))
     params.append(HostParam("scale", "float", ctypes.c_float, "softmax scale, 1/sqrt(D) by default"))
     if c.masked:
         params += [
@@ -95,7 +99,8 @@ def host_params(config=None) -> tuple[HostParam, ...]:
 def entry_args(config=None) -> tuple[EntryArg, ...]:
     """The `pto.entry` function's arguments for the kernel of `config`."""
     c = config or _default_config()
-    elem = {"q": c.in_dtype, "k": c.in_dtype, "v": c.in_dtype, "o": c.out_dtype, "lse": "f32", "key_mask": "i8", "units": "i32"}
+    elem = {"q": c.in_dtype, "k": c.in_dtype, "v": c.in_dtype, "o": c.out_dtype, "lse": "f32", "key_mask": "i8", "units": "i32",
+            "block_table": "i32"}
     args = [
         EntryArg("ffts", "!pto.ptr<i64>", "ffts", "(__gm__ int64_t*)"),
         EntryArg("slots", "!pto.ptr<f32>", "slots", "(__gm__ float*)"),

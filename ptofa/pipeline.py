@@ -19,7 +19,7 @@ from ptofa.target import ALIGNMENT, CAPACITY, HIDDEN_ROWEXPAND_TMP_BYTES, KIB, S
 from ptofa.target import align as _align
 
 # The varlen kernel's unit table: UNIT_FIELDS int32 per work unit, in this order (ptofa.varlen builds it).
-UNIT_TABLE = ("q_start", "q_len", "k_start", "k_len", "head", "q_block")
+UNIT_TABLE = ("q_start", "q_len", "k_start", "k_len", "head", "q_block", "seq")
 UNIT_FIELDS = len(UNIT_TABLE)
 
 # trowexpand* ops in the vector function as the builder emits it: compute_p (one
@@ -100,6 +100,7 @@ class FAConfig:
     key_padding: bool = False  # an i8 [B, S1] (or [S1]) key mask is an argument
     lse: bool = False  # write LSE [B, heads, S0] fp32 ([heads, total_q] for varlen)
     varlen: bool = False  # packed ragged sequences; work units come from a host-built table
+    page_size: int = 0  # > 0: K/V live in a paged cache [pages, page_size, KVN, D] read through a block table
     target: str = "a3"
 
     def __post_init__(self) -> None:
@@ -179,7 +180,7 @@ class FAConfig:
     def variant(self) -> str:
         """The kernel's switches in one word list (empty for the plain forward kernel)."""
         parts = [name for name, on in (("masked", self.masked), ("key_padding", self.key_padding), ("lse", self.lse),
-                                       ("varlen", self.varlen)) if on]
+                                       ("varlen", self.varlen), (f"page_size={self.page_size}", self.page_size)) if on]
         return " ".join(parts)
 
     def summary(self) -> str:
@@ -198,6 +199,9 @@ def _check_config(c: FAConfig) -> None:
     if c.in_dtype not in IN_DTYPES or c.out_dtype not in OUT_DTYPES:
         fail("dtypes", f"in_dtype={c.in_dtype!r}, out_dtype={c.out_dtype!r}; Q/K/V must be one of {IN_DTYPES} "
                        f"and O one of {OUT_DTYPES}")
+    if c.page_size and (not c.varlen or c.page_size % c.tile_s1 != 0):
+        fail("paged cache", f"page_size={c.page_size} must be a multiple of tile_s1={c.tile_s1} (a KV tile lies in "
+                            f"one page) and needs varlen=True (the unit table), got varlen={c.varlen}")
     if c.varlen and c.key_padding:
         fail("varlen", "varlen kernels take their key lengths from cu_seqlens; a key-padding mask is not supported with them")
     if c.target not in ("a2", "a3"):

@@ -21,7 +21,7 @@ from ptofa import argspec
 from ptofa.backend import TORCH_DTYPES, RunRequest, RunResult, case_key_mask, check_output, register_backend
 from ptofa.pipeline import FAConfig, ProblemShape, default_block_dim
 from ptofa.reference import make_inputs
-from ptofa.sim import GmPointer, SimDeadlock, SimError, simulate
+from ptofa.sim import GmPointer, SimDeadlock, SimError, SimResult, simulate
 from ptofa.sim.faults import fault_path, fault_text
 from ptofa.sim.socspec import get_soc
 from ptofa.sim.timing import blocks_to_trace, predict, write_timeline
@@ -39,6 +39,9 @@ def sim_kernel_args(
     lse=None,
     key_mask=None,
     units=None,
+    block_table=None,
+    slots=None,
+    bounds: tuple[int, int] | None = None,
 ) -> dict[str, object]:
     """The entry's arguments for `ptofa.sim.simulate`, by `argspec.entry_args(config)` name.
 
@@ -47,10 +50,17 @@ def sim_kernel_args(
     place. The slot workspace is one NaN-filled buffer passed as f32 and input-dtype
     pointers, so a slot read before it is written shows up in O. `key_mask` is the
     normalised int8 mask ([B, S1], or [S1] shared by the batch); `units` the varlen unit
-    table (`ptofa.varlen.unit_table`).
+    table (`ptofa.varlen.unit_table`). `slots` is a caller's slot workspace instead of the
+    NaN buffer (a tensor, array or `GmPointer` of at least `gm_slot_bytes_per_block *
+    block_dim` bytes, any element type: the kernel addresses it as f32 and input-dtype
+    words); `bounds` the kernel's (win_left, win_right) instead of `shape.window_bounds()`
+    (the right bound may be negative: torch's top-left causal with S1 > S0).
     """
-    slots = GmPointer.of(np.full(config.gm_slot_f32_per_block * block_dim, np.nan, dtype=np.float32))
-    left, right = shape.window_bounds()
+    if slots is None:
+        slots = GmPointer.of(np.full(config.gm_slot_f32_per_block * block_dim, np.nan, dtype=np.float32))
+    else:
+        slots = _pointer(slots).retyped(np.float32)
+    left, right = shape.window_bounds() if bounds is None else bounds
     mask_stride = 0 if key_mask is None or key_mask.dim() == 1 else shape.s1
     values: dict[str, object] = {
         "ffts": GmPointer.of(np.zeros(16, dtype=np.int64)),
@@ -61,12 +71,24 @@ def sim_kernel_args(
         "batch": shape.batch, "heads": shape.heads, "kv_heads": shape.kv_heads, "s0": shape.s0, "s1": shape.s1,
         "scale": scale, "win_left": left, "win_right": right, "key_mask_stride": mask_stride,
         "units": _pointer(units), "num_units": 0 if units is None else int(units.shape[0]),
+        "block_table": _pointer(block_table), "max_pages": 0 if block_table is None else int(block_table.shape[-1]),
     }
     return {a.name: values[a.name] for a in argspec.entry_args(config)}
 
 
 def _pointer(x) -> GmPointer | None:
     return x if x is None or isinstance(x, GmPointer) else GmPointer.of(x)
+
+
+def launch_sim(parsed, config: FAConfig, shape: ProblemShape, q, k, v, o, block_dim: int, scale: float, *,
+               options=None, **tensors) -> SimResult:
+    """Run a parsed kernel once on the simulator; O (and LSE) are written in place.
+
+    The launch shared by `SimBackend.run` (`run_case`) and `ptofa.attention.attend`:
+    `tensors` are `sim_kernel_args`'s keyword arguments (lse, key_mask, units, slots,
+    bounds, ...), `options` the `RunOptions`. Raises what `simulate` raises.
+    """
+    return simulate(parsed, sim_kernel_args(config, shape, q, k, v, o, block_dim, scale, **tensors), block_dim, options)
 
 
 class SimBackend:
@@ -101,7 +123,6 @@ class SimBackend:
             q, k, v = make_inputs(shape, config.head, request.seed, TORCH_DTYPES[config.in_dtype], shape.kv_heads)
             o = torch.full((shape.batch, shape.s0, shape.heads, config.head), math.nan, dtype=TORCH_DTYPES[config.out_dtype])
             lse = torch.full((shape.batch, shape.heads, shape.s0), math.nan) if config.lse else None
-        args = sim_kernel_args(config, shape, q, k, v, o, block_dim, scale, lse=lse, key_mask=key_mask, units=units)
         options = request.options
         if request.timing:
             # Masks and key padding give units unequal work: then every block is replayed.
@@ -111,7 +132,8 @@ class SimBackend:
         try:
             if options.fault is not None:  # the text the reports' line numbers refer to, for the reader
                 Path(fault_path(str(pto_path), options.fault)).write_text(fault_text(parsed, options.fault))
-            sim = simulate(parsed, args, block_dim, options)
+            sim = launch_sim(parsed, config, shape, q, k, v, o, block_dim, scale, options=options,
+                             lse=lse, key_mask=key_mask, units=units)
         except PtoCheckError as exc:  # the injected fault makes the module fail the verifier
             result.status, result.message = "error", str(exc)
             return result

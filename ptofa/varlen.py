@@ -67,17 +67,23 @@ def _visible_tiles(c: FAConfig, q0: int, q_rows: int, q_len: int, k_len: int, wi
 
 def unit_table(c: FAConfig, q_lens: list[int], k_lens: list[int], heads: int,
                window: tuple[int, int] = (-1, -1)) -> torch.Tensor:
-    """int32 [units, len(UNIT_TABLE)], longest units first (stable within equal work)."""
+    """The unit table of packed sequences (cumulative starts); see `table_of_sequences`."""
+    q_starts = [sum(q_lens[:i]) for i in range(len(q_lens))]
+    k_starts = [sum(k_lens[:i]) for i in range(len(k_lens))]
+    return table_of_sequences(c, list(zip(q_starts, q_lens, k_starts, k_lens)), heads, window)
+
+
+def table_of_sequences(c: FAConfig, seqs: list[tuple[int, int, int, int]], heads: int,
+                       window: tuple[int, int] = (-1, -1)) -> torch.Tensor:
+    """int32 [units, len(UNIT_TABLE)] for sequences (q_start, q_len, k_start, k_len); sequence i is
+    row i of a paged cache's block table. Longest units first (stable within equal work)."""
     units = []
-    q_start = k_start = 0
-    for q_len, k_len in zip(q_lens, k_lens):
+    for seq, (q_start, q_len, k_start, k_len) in enumerate(seqs):
         for q_block in range(-(-q_len // c.cube_s0)):
             q0 = q_block * c.cube_s0
             work = _visible_tiles(c, q0, min(c.cube_s0, q_len - q0), q_len, k_len, window)
             for h in range(heads):
-                units.append((work, (q_start, q_len, k_start, k_len, h, q_block)))
-        q_start += q_len
-        k_start += k_len
+                units.append((work, (q_start, q_len, k_start, k_len, h, q_block, seq)))
     units.sort(key=lambda unit: -unit[0])
     table = torch.tensor([fields for _, fields in units], dtype=torch.int32).reshape(-1, len(UNIT_TABLE))
     return table.contiguous()

@@ -102,7 +102,8 @@ class _Unit:
     s0: SSAValue  # this sequence's query length
     s1: SSAValue  # this sequence's key length
     q_row: SSAValue  # the block's first row in the Q / O tensors ([B*S0] or packed rows)
-    k_row: SSAValue  # the sequence's first row in the K / V tensors
+    k_row: SSAValue  # the sequence's first row in the K / V tensors (unpaged)
+    seq: SSAValue  # the sequence (its block-table row, paged caches)
     lse_row: SSAValue  # the block's first element in LSE ([B, N, S0], or [N, total_q] for varlen)
     tiles: TileRange
 
@@ -149,7 +150,7 @@ def _unit(c: _Common, unit: SSAValue) -> _Unit:
         rec = scalar.mul(unit, UNIT_FIELDS, name="unit_rec")
         field = {name: scalar.index_cast(pto.load_scalar(c.args["units"], scalar.add(rec, i)), name=name)
                  for i, name in enumerate(UNIT_TABLE)}
-        b, h, q_block = scalar.const(0), field["head"], field["q_block"]
+        b, h, q_block, seq = scalar.const(0), field["head"], field["q_block"], field["seq"]
         s0, s1 = field["q_len"], field["k_len"]
         q_start, k_row = field["q_start"], field["k_start"]
     else:
@@ -163,7 +164,7 @@ def _unit(c: _Common, unit: SSAValue) -> _Unit:
         b = scalar.div(bh, c.heads, name="b")
         h = scalar.rem(bh, c.heads, name="h")
         s0, s1 = c.s0, c.s1
-        q_start, k_row = scalar.mul(b, c.s0, name="q_start"), scalar.mul(b, c.s1, name="k_row")
+        q_start, k_row, seq = scalar.mul(b, c.s0, name="q_start"), scalar.mul(b, c.s1, name="k_row"), b
     g = scalar.div(h, c.group, name="g")
     q0 = scalar.mul(q_block, cfg.cube_s0, name="q0")
     q_rows = scalar.min(scalar.sub(s0, q0), cfg.cube_s0, name="q_rows")
@@ -182,7 +183,7 @@ def _unit(c: _Common, unit: SSAValue) -> _Unit:
     else:
         lo = scalar.const(0)
         hi = scalar.ceildiv(s1, cfg.tile_s1, name="t_hi")
-    return _Unit(b, h, g, q0, q_rows, s0, s1, q_row, k_row, lse_row, TileRange(lo, hi))
+    return _Unit(b, h, g, q0, q_rows, s0, s1, q_row, k_row, seq, lse_row, TileRange(lo, hi))
 
 
 def _row_offset(row: SSAValue, head: SSAValue, heads: SSAValue, head_dim: int) -> SSAValue:
@@ -221,8 +222,24 @@ class _CubeState:
     c: _Common
     u: _Unit
     tiles: dict[str, SSAValue]
-    k_view: SSAValue  # K^T of this (batch, kv head): [D, S1] DN view
-    v_view: SSAValue  # V of this (batch, kv head): [S1, D]
+    k_view: SSAValue | None  # K^T of this (sequence, kv head): [D, S1] DN view (None: paged, per tile)
+    v_view: SSAValue | None  # V of this (sequence, kv head): [S1, D]
+
+    def kv_views(self, t: SSAValue) -> tuple[SSAValue, SSAValue, SSAValue | int]:
+        """(K^T view, V view, column of tile t in them). A paged cache gives per-tile views of
+        the page holding tile t (`page_size` is a multiple of TILE_S1)."""
+        cfg, c = self.c.config, self.c
+        if not cfg.page_size:
+            return self.k_view, self.v_view, scalar.mul(t, cfg.tile_s1, name="tile_col")
+        key0 = scalar.mul(t, cfg.tile_s1, name="tile_key")
+        slot = scalar.add(scalar.mul(self.u.seq, scalar.index_cast(c.args["max_pages"])), scalar.div(key0, cfg.page_size))
+        page = scalar.index_cast(pto.load_scalar(c.args["block_table"], slot), name="page")
+        row = scalar.add(scalar.mul(page, cfg.page_size), scalar.rem(key0, cfg.page_size), name="page_row")
+        off = _row_offset(row, self.u.g, c.kv_heads, cfg.head)
+        keys = _tile_keys(c, self.u, t)
+        k_view = pto.as_tensor(pto.add_ptr(c.args["k"], off), [cfg.head, keys], [1, c.kv_stride], layout="dn", name="kT_page")
+        v_view = pto.as_tensor(pto.add_ptr(c.args["v"], off), [keys, cfg.head], [c.kv_stride, 1], name="v_page")
+        return k_view, v_view, 0
 
 
 def compute_qk(s: _CubeState, t: SSAValue, sub: int, entry: SSAValue) -> None:
@@ -231,11 +248,12 @@ def compute_qk(s: _CubeState, t: SSAValue, sub: int, entry: SSAValue) -> None:
     dc = cfg.d_chunk
 
     def body(keys: SSAValue) -> None:
-        col0 = scalar.add(scalar.mul(t, cfg.tile_s1), sub * cfg.cube_s1, name="k_col")
+        k_view, _, tile_col = s.kv_views(t)
+        col0 = scalar.add(tile_col, sub * cfg.cube_s1, name="k_col")
         tile.set_valid(tl["s_acc"], s.u.q_rows, keys)
         for chunk, q_left in enumerate(chunk_names(cfg, "q_left")):
             tile.set_valid(tl["k_mat"], dc, keys)
-            pto.load(pto.slice_view(s.k_view, [chunk * dc, col0], [dc, keys], name="k_part"), tl["k_mat"])
+            pto.load(pto.slice_view(k_view, [chunk * dc, col0], [dc, keys], name="k_part"), tl["k_mat"])
             tile.set_valid(tl["k_right"], dc, keys)
             tile.mov(tl["k_mat"], tl["k_right"])
             if chunk == 0:
@@ -257,11 +275,12 @@ def compute_pv(s: _CubeState, t: SSAValue, sub: int, p_entry: SSAValue) -> None:
         pto.load(pto.slice_view(p_entry, [0, sub * cfg.cube_s1], [cfg.cube_s0, keys], name="p_band"), tl["p_mat"])
         tile.set_valid(tl["p_left"], cfg.cube_s0, keys)
         tile.mov(tl["p_mat"], tl["p_left"])
-        row0 = scalar.add(scalar.mul(t, cfg.tile_s1), sub * cfg.cube_s1, name="v_row")
+        _, v_view, tile_row = s.kv_views(t)
+        row0 = scalar.add(tile_row, sub * cfg.cube_s1, name="v_row")
         dc = cfg.d_chunk
         for chunk, o_acc in enumerate(chunk_names(cfg, "o_acc")):  # O[:, chunk] (+)= P V[:, chunk]
             tile.set_valid(tl["v_mat"], keys, dc)
-            pto.load(pto.slice_view(s.v_view, [row0, chunk * dc], [keys, dc], name="v_part"), tl["v_mat"])
+            pto.load(pto.slice_view(v_view, [row0, chunk * dc], [keys, dc], name="v_part"), tl["v_mat"])
             tile.set_valid(tl["v_right"], keys, dc)
             tile.mov(tl["v_mat"], tl["v_right"])
             if sub == 0:
@@ -312,10 +331,12 @@ def _cube_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
         u = _unit(c, unit)
         q_view = pto.as_tensor(pto.add_ptr(args["q"], _row_offset(u.q_row, u.h, c.heads, config.head)),
                                [u.q_rows, config.head], [c.q_stride, 1], name="q_view")
-        kv_off = _row_offset(u.k_row, u.g, c.kv_heads, config.head)
-        k_view = pto.as_tensor(pto.add_ptr(args["k"], kv_off), [config.head, u.s1], [1, c.kv_stride],
-                               layout="dn", name="kT_view")
-        v_view = pto.as_tensor(pto.add_ptr(args["v"], kv_off), [u.s1, config.head], [c.kv_stride, 1], name="v_view")
+        k_view = v_view = None
+        if not config.page_size:
+            kv_off = _row_offset(u.k_row, u.g, c.kv_heads, config.head)
+            k_view = pto.as_tensor(pto.add_ptr(args["k"], kv_off), [config.head, u.s1], [1, c.kv_stride],
+                                   layout="dn", name="kT_view")
+            v_view = pto.as_tensor(pto.add_ptr(args["v"], kv_off), [u.s1, config.head], [c.kv_stride, 1], name="v_view")
         dc = config.d_chunk
         for chunk, (q_mat, q_left) in enumerate(zip(chunk_names(config, "q_mat"), chunk_names(config, "q_left"))):
             tile.set_valid(tiles[q_mat], u.q_rows, dc)
@@ -513,8 +534,8 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
 # Module
 # ======================================================================================
 
-_CUBE_ARGS = ("slots", "slots_h", "q", "k", "v", "units", "batch", "heads", "kv_heads", "s0", "s1", "num_units",
-              "win_left", "win_right")
+_CUBE_ARGS = ("slots", "slots_h", "q", "k", "v", "units", "block_table", "batch", "heads", "kv_heads", "s0", "s1",
+              "num_units", "max_pages", "win_left", "win_right")
 _VECTOR_ARGS = ("slots", "slots_h", "o", "lse", "key_mask", "units", "batch", "heads", "kv_heads", "s0", "s1", "num_units",
                 "scale", "win_left", "win_right", "key_mask_stride")
 
