@@ -15,6 +15,41 @@ Modules, one concept each (docs/architecture.md has the whole path):
   runner       `run_case`: build, dispatch to a backend, one result row
   sweep, bench parameter sweeps, NPU benchmark
   cli          the `run_fa` command
+  attention    `attend` on torch tensors: input checks, automatic config, the kernel cache
+  functional   `flash_attn_func` (flash-attn's call) and `scaled_dot_product_attention` (torch's)
+  infiniop     InfiniOp's FlashAttention descriptor interface and status codes
+
+The attention calls are imported on first use, so `import ptofa` stays light:
+
+    import ptofa
+    out = ptofa.flash_attn_func(q, k, v, causal=True)
 """
 
+from __future__ import annotations
+
+import importlib
+
 __version__ = "0.1.0"
+
+# Public name -> the module that defines it (imported when the name is first used).
+_LAZY = {
+    "attend": "ptofa.attention",
+    "flash_attn_func": "ptofa.functional",
+    "scaled_dot_product_attention": "ptofa.functional",
+    "infiniop": "ptofa.infiniop",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'ptofa' has no attribute {name!r}")
+    module = importlib.import_module(_LAZY[name])
+    value = module if module.__name__ == f"ptofa.{name}" else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,0 +1,186 @@
+"""The attention calls people already write, on ptofa's kernel: flash-attn's and torch's.
+
+    out = ptofa.flash_attn_func(q, k, v, causal=True)                  # BSND, bottom-right causal
+    out = ptofa.scaled_dot_product_attention(q, k, v, is_causal=True)  # BNSD, top-left causal
+
+Both run `ptofa.attention.run_attention` (the simulator on CPU tensors, or an Ascend
+NPU). Forward only: when an input requires grad the output is attached to the graph
+through a function whose backward raises `NotImplementedError` (issue "Backward pass").
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ptofa.attention import check_window, run_attention, window_to_bounds
+from ptofa.pipeline import FAConfig
+
+BACKWARD_MISSING = (
+    "ptofa: no backward pass yet (issue \"Backward pass\"); the FlashAttention kernel is forward-only, "
+    "call it under torch.no_grad() or on tensors that do not require grad"
+)
+
+
+class _ForwardOnly(torch.autograd.Function):
+    """Puts a forward-only result on the autograd graph; its backward says it is missing."""
+
+    @staticmethod
+    def forward(ctx, run, q, k, v):  # noqa: ARG004 (q, k, v link the graph)
+        out, lse = run()
+        if lse is None:
+            return out
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError(BACKWARD_MISSING)
+
+
+def _forward_only(run, q, k, v):
+    """run() -> (out, lse | None), through `_ForwardOnly` when autograd would record it."""
+    tensors = (q, k, v)
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
+        result = _ForwardOnly.apply(run, q, k, v)
+        return (result, None) if isinstance(result, torch.Tensor) else tuple(result)
+    return run()
+
+
+def flash_attn_func(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    key_padding_mask: torch.Tensor | None = None,
+    return_lse: bool = False,
+    out_dtype: torch.dtype | None = None,
+    backend: str = "auto",
+    config: FAConfig | None = None,
+):
+    """FlashAttention forward with flash-attn's arguments and conventions.
+
+    q:            [batch, seqlen_q, nheads, headdim], torch.float16 or torch.bfloat16.
+    k, v:         [batch, seqlen_k, nheads_k, headdim], q's dtype; nheads % nheads_k == 0
+                  (grouped-query / multi-query attention: q head h reads kv head h // (nheads / nheads_k)).
+                  headdim is one of 64, 96, 128, 192, 256. Non-contiguous tensors are copied.
+    softmax_scale: scale of Q K^T before the softmax; default 1 / sqrt(headdim).
+    causal:       causal mask aligned to the bottom-right corner of the attention matrix (as
+                  flash-attn >= 2.1): query i sees key j iff j <= i + seqlen_k - seqlen_q.
+                  Same as window_size=(window_size[0], 0).
+    window_size:  (left, right) sliding window, bottom-right aligned: query i sees key j iff
+                  i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right;
+                  -1 = unbounded on that side.
+    key_padding_mask: optional [batch, seqlen_k] (or [seqlen_k], shared by the batch) bool or
+                  integer mask, True / nonzero = the key takes part (padding keys are False).
+                  A query row that sees no key gets 0 in out and +inf in lse.
+    return_lse:   also return the softmax log-sum-exp, [batch, nheads, seqlen_q] fp32.
+    out_dtype:    dtype of out: torch.float16, torch.bfloat16 or torch.float32 (default q's).
+    backend:      "auto" (an Ascend NPU where torch_npu sees one, else the simulator), "sim"
+                  (the CPU simulator: CPU tensors) or "npu".
+    config:       a `ptofa.pipeline.FAConfig` to run instead of the automatic choice (tile
+                  sizes, preload depth); ConfigError when it cannot run this call.
+
+    Returns out [batch, seqlen_q, nheads, headdim], or (out, lse) with return_lse=True.
+    Bad arguments raise ValueError / ConfigError with one line naming the rule and the
+    numbers; backend="npu" without an NPU raises BackendUnavailable. Forward only.
+    """
+    window = check_window(window_size, "window_size")
+    if causal:
+        window = (window[0], 0)
+
+    def run():
+        bounds = None
+        if isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and q.dim() == 4 and k.dim() == 4:
+            bounds = window_to_bounds(window, q.shape[1], k.shape[1])
+        return run_attention(q, k, v, scale=softmax_scale, bounds=bounds, key_padding_mask=key_padding_mask,
+                             return_lse=return_lse, out_dtype=out_dtype, backend=backend, config=config)
+
+    out, lse = _forward_only(run, q, k, v)
+    return (out, lse) if return_lse else out
+
+
+def _sdpa_key_mask(attn_mask, batch: int, heads: int, s0: int, s1: int) -> torch.Tensor | None:
+    """torch's bool attn_mask as a key-padding mask ([B, S1] or [S1], True = take part), or ValueError."""
+    if attn_mask is None:
+        return None
+    supported = (f"attn_mask: only a bool key-padding mask broadcastable as [B, 1, 1, S1] = [{batch}, 1, 1, {s1}] "
+                 f"is supported (True = the key takes part)")
+    if not isinstance(attn_mask, torch.Tensor):
+        raise ValueError(f"{supported}; got {type(attn_mask).__name__}")
+    shape = tuple(attn_mask.shape)
+    if attn_mask.dtype != torch.bool:
+        raise ValueError(f"{supported}; got a {attn_mask.dtype} mask of shape {shape} (additive float masks are not)")
+    padded = (1,) * (4 - len(shape)) + shape if len(shape) <= 4 else shape
+    if len(shape) > 4 or padded[1:3] != (1, 1) or padded[3] != s1 or padded[0] not in (1, batch):
+        raise ValueError(f"{supported}; got shape {shape} for query [{batch}, {heads}, {s0}, S] and key S1={s1}")
+    mask = attn_mask.reshape(padded[0], s1)
+    return mask[0] if padded[0] == 1 else mask
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """`torch.nn.functional.scaled_dot_product_attention` on ptofa's kernel: same layout and names.
+
+    query:     [B, Hq, L, E], torch.float16 or torch.bfloat16; E one of 64, 96, 128, 192, 256.
+    key, value: [B, H, S, E], query's dtype; H == Hq, or Hq % H == 0 with enable_gqa=True.
+    attn_mask: None, or a bool key-padding mask broadcastable as [B, 1, 1, S] (True = the key
+               takes part, torch's bool convention); other masks (per query row, per head,
+               additive float) raise ValueError saying so. A query row that sees no key
+               gives 0 (torch gives 0 too for a fully masked bool row).
+    dropout_p: must be 0.0 (the kernel has no dropout); kept at torch's position.
+    is_causal: torch's causal mask, aligned to the TOP-LEFT corner: query i sees key j iff
+               j <= i (flash_attn_func's causal is bottom-right). It runs as the window
+               right bound S - L of the kernel's bottom-right convention (negative when
+               S > L). Not together with attn_mask (as torch documents).
+    scale:     default 1 / sqrt(E).
+    enable_gqa: allow fewer key/value heads than query heads (grouped-query attention).
+    backend:   "auto", "sim" or "npu" (see `flash_attn_func`).
+
+    Returns [B, Hq, L, E] in query's dtype. Forward only.
+    """
+    tensors = (query, key, value)
+    names = ("query", "key", "value")
+    for name, t in zip(names, tensors):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"rank: query, key and value must be 4-D [B, H, S, E]; got {name} {got}")
+    if dropout_p != 0.0:
+        raise ValueError(f"dropout_p: {dropout_p} is not supported; the kernel has no dropout (pass 0.0)")
+    batch, heads, s0, _ = query.shape
+    kv_heads, s1 = key.shape[1], key.shape[2]
+    if key.shape != value.shape:
+        raise ValueError(f"shape: key {tuple(key.shape)} and value {tuple(value.shape)} must have the same shape")
+    if key.shape[0] != batch or key.shape[3] != query.shape[3]:
+        raise ValueError(f"shape: query {tuple(query.shape)} and key/value {tuple(key.shape)} must share B and E")
+    if heads != kv_heads and not enable_gqa:
+        raise ValueError(f"enable_gqa: query has {heads} heads and key/value {kv_heads}; "
+                         f"pass enable_gqa=True for grouped-query attention")
+    if attn_mask is not None and is_causal:
+        raise ValueError("attn_mask and is_causal: torch's scaled_dot_product_attention takes one or the other "
+                         "(its math backend raises); flash_attn_func(causal=True, key_padding_mask=...) combines a "
+                         "bottom-right causal mask with key padding")
+    key_mask = _sdpa_key_mask(attn_mask, batch, heads, s0, s1)
+    bounds = (s0 + s1, s0 - s1) if is_causal else None  # top-left causal: j <= i = i + (S1 - S0) + (S0 - S1)
+
+    def run():
+        q, k, v = (t.transpose(1, 2) for t in tensors)  # BNSD -> BSND
+        out, _ = run_attention(q, k, v, scale=scale, bounds=bounds, key_padding_mask=key_mask, backend=backend,
+                               names=names)
+        return out.transpose(1, 2), None
+
+    out, _ = _forward_only(run, query, key, value)
+    return out
+
+
+__all__ = ["flash_attn_func", "scaled_dot_product_attention"]
