@@ -18,6 +18,8 @@ Modules, one concept each (docs/architecture.md has the whole path):
   attention    `attend` on torch tensors: input checks, automatic config, the kernel cache
   functional   `flash_attn_func` (flash-attn's call) and `scaled_dot_product_attention` (torch's)
   infiniop     InfiniOp's FlashAttention descriptor interface and status codes
+  serving      `flash_attn_varlen_func` (packed prefill), `flash_attn_with_kvcache` (paged decode)
+  varlen, kvcache  the unit table, cu_seqlens rules, cache layouts and the per-sequence references
 
 The attention calls are imported on first use, so `import ptofa` stays light:
 
@@ -37,6 +39,8 @@ _LAZY = {
     "flash_attn_func": "ptofa.functional",
     "scaled_dot_product_attention": "ptofa.functional",
     "infiniop": "ptofa.infiniop",
+    "flash_attn_varlen_func": "ptofa.serving",
+    "flash_attn_with_kvcache": "ptofa.serving",
 }
 
 __all__ = ["__version__", *_LAZY]

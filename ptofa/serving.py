@@ -1,0 +1,127 @@
+"""The serving calls: `flash_attn_varlen_func` (packed prefill) and `flash_attn_with_kvcache`
+(decode against a contiguous or paged KV cache), with flash-attn's meaning.
+
+Both run the varlen forward kernel (`ptofa.varlen`, `ptofa.kvcache`) on the simulator.
+Not built yet: split-KV (`num_splits` > 1 is refused with the rule), and the NPU launch
+of the varlen kernel (its unit-table and block-table arguments are not marshalled by the
+NPU path yet: `backend="npu"` is refused with one line).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from ptofa.attention import auto_config, check_window, dtype_name, get_kernel, resolve_backend
+from ptofa.backend import TORCH_DTYPES
+from ptofa.kvcache import KVCache, decode_config, decode_units
+from ptofa.pipeline import ConfigError, default_block_dim
+from ptofa.sim.socspec import get_soc
+from ptofa.sim_backend import launch_sim
+from ptofa.varlen import seqlens_of, unit_table, varlen_shape
+
+SIM_SOC = "910B2"
+
+
+def _backend(backend: str, what: str) -> None:
+    if resolve_backend(backend) != "sim":
+        raise ValueError(f"backend: {what} runs on the sim backend only for now (the NPU path does not pass the "
+                         "varlen unit table yet)")
+
+
+def _splits(num_splits: int) -> None:
+    if num_splits not in (0, 1):
+        raise ValueError(f"num_splits: {num_splits} > 1 needs split-KV with a reduce kernel, which is not built yet; use 0 or 1")
+
+
+def _window(causal: bool, window_size) -> tuple[int, int]:
+    left, right = check_window(window_size, "window_size")
+    return (left, 0) if causal else (left, right)
+
+
+def _scale(softmax_scale, head: int) -> float:
+    return 1.0 / math.sqrt(head) if softmax_scale is None else float(softmax_scale)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
+                           softmax_scale=None, causal: bool = False, window_size=(-1, -1), return_lse: bool = False,
+                           num_splits: int = 0, backend: str = "auto"):
+    """Packed Q [total_q, heads, D], K/V [total_k, kv_heads, D]; returns out [total_q, heads, D]
+    (and lse [heads, total_q] fp32). Zero-length sequences are allowed."""
+    _backend(backend, "flash_attn_varlen_func")
+    _splits(num_splits)
+    if q.dim() != 3 or k.dim() != 3 or k.shape != v.shape or q.shape[2] != k.shape[2]:
+        raise ValueError(f"shapes: q [total_q, heads, D] and k, v [total_k, kv_heads, D] with one D, got "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if q.shape[1] % k.shape[1] != 0:
+        raise ValueError(f"grouped heads: heads={q.shape[1]} must be a multiple of kv_heads={k.shape[1]}")
+    in_dtype = dtype_name(q.dtype, "q")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ValueError(f"dtypes: q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    q_lens = seqlens_of(cu_seqlens_q, q.shape[0], "cu_seqlens_q")
+    k_lens = seqlens_of(cu_seqlens_k, k.shape[0], "cu_seqlens_k")
+    if len(q_lens) != len(k_lens):
+        raise ValueError(f"cu_seqlens: {len(q_lens)} query sequences but {len(k_lens)} key sequences")
+    if max(q_lens) > max_seqlen_q or max(k_lens) > max_seqlen_k:
+        raise ValueError(f"max_seqlen: the longest sequences ({max(q_lens)}, {max(k_lens)}) exceed max_seqlen_q="
+                         f"{max_seqlen_q}, max_seqlen_k={max_seqlen_k}")
+    heads, head = q.shape[1], q.shape[2]
+    window = _window(causal, window_size)
+    config = auto_config(head, in_dtype, s1=max(1, max_seqlen_k), masked=window != (-1, -1), lse=return_lse)
+    config = dataclasses.replace(config, varlen=True)
+    shape = varlen_shape(q_lens, k_lens, heads, k.shape[1], window)
+    shape.check(config)
+    table = unit_table(config, q_lens, k_lens, heads, window)
+    out = torch.empty(q.shape, dtype=TORCH_DTYPES[config.out_dtype])
+    lse = torch.full((heads, q.shape[0]), math.inf) if return_lse else None
+    if table.shape[0]:
+        block_dim = default_block_dim(shape, get_soc(SIM_SOC).cube_cores, config)
+        launch_sim(get_kernel(config).parsed, config, shape, q.contiguous(), k.contiguous(), v.contiguous(), out,
+                   block_dim, _scale(softmax_scale, head), lse=lse, units=table)
+    return (out, lse) if return_lse else out
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, k=None, v=None, softmax_scale=None,
+                            causal: bool = False, window_size=(-1, -1), return_lse: bool = False, num_splits: int = 0,
+                            backend: str = "auto"):
+    """q [B, S0, heads, D]; caches [B, S_cache, kv_heads, D] or paged [pages, page_size, kv_heads, D] with
+    block_table [B, max_pages] int32; cache_seqlens [B]; optional k/v [B, S_new, kv_heads, D] appended at
+    cache_seqlens first (in place). Returns out [B, S0, heads, D] (and lse [B, heads, S0] fp32).
+    A paged cache's page_size must be a multiple of 128."""
+    _backend(backend, "flash_attn_with_kvcache")
+    _splits(num_splits)
+    cache = KVCache(k_cache, v_cache, block_table)
+    if q.dim() != 4 or k_cache.dim() != 4 or q.shape[3] != k_cache.shape[3]:
+        raise ValueError(f"shapes: q [B, S0, heads, D] and caches [.., .., kv_heads, D] with one D, got "
+                         f"{tuple(q.shape)}, {tuple(k_cache.shape)}")
+    if q.shape[2] % k_cache.shape[2] != 0:
+        raise ValueError(f"grouped heads: heads={q.shape[2]} must be a multiple of kv_heads={k_cache.shape[2]}")
+    if k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
+        raise ValueError(f"dtypes: q and the caches must share one dtype, got {q.dtype}, {k_cache.dtype}, {v_cache.dtype}")
+    batch, s0, heads, head = q.shape
+    new = 0 if k is None else int(k.shape[1])
+    if (k is None) != (v is None):
+        raise ValueError("k, v: give both new keys and new values, or neither")
+    k_lens = cache.check(batch, cache_seqlens, new)  # every rule before anything is written
+    if cache.paged and cache.page_size % 128 != 0:
+        raise ConfigError(f"paged cache: page_size={cache.page_size} must be a multiple of 128 (a KV tile lies in one page)")
+    if k is not None:
+        cache.append(cache_seqlens, k, v)
+    window = _window(causal, window_size)
+    base = auto_config(head, dtype_name(q.dtype, "q"), s1=max(1, max(k_lens)), masked=window != (-1, -1),
+                       lse=return_lse)
+    if cache.paged and cache.page_size % base.tile_s1 != 0:
+        base = dataclasses.replace(base, tile_s1=128, qk_preload=2)
+    config = decode_config(base, cache)
+    shape, table = decode_units(config, cache, batch, s0, k_lens, heads, window)
+    shape.check(config)
+    out = torch.empty(q.shape, dtype=TORCH_DTYPES[config.out_dtype])
+    lse = torch.full((heads, batch * s0), math.inf) if return_lse else None
+    block_dim = default_block_dim(shape, get_soc(SIM_SOC).cube_cores, config)
+    launch_sim(get_kernel(config).parsed, config, shape, q.contiguous(), cache.k, cache.v, out, block_dim,
+               _scale(softmax_scale, head), lse=lse, units=table, block_table=cache.block_table)
+    if return_lse:
+        return out, lse.reshape(heads, batch, s0).permute(1, 0, 2).contiguous()
+    return out
