@@ -576,6 +576,11 @@ class tile:  # noqa: N801
         _dps(d.TRowExpandSubOp, [src, col], out)
 
     @staticmethod
+    def row_expand_expdif(src: SSAValue, col: SSAValue, out: SSAValue) -> None:
+        """out = exp(src - col[i]) in one pass (trowexpandexpdif)."""
+        _dps(d.TRowExpandExpdifOp, [src, col], out)
+
+    @staticmethod
     def row_expand_mul(src: SSAValue, col: SSAValue, out: SSAValue) -> None:
         _dps(d.TRowExpandMulOp, [src, col], out)
 

@@ -387,9 +387,9 @@ def test_cli_check_ok(tmp_path: Path) -> None:
 
 def test_cli_check_broken_file(tmp_path: Path) -> None:
     text = emitted(128, 256, 3)[0]
-    bad_line = next(i for i, line in enumerate(text.splitlines()) if "pto.trowexpandsub" in line)
+    bad_line = next(i for i, line in enumerate(text.splitlines()) if "pto.trowexpandexpdif" in line)
     lines = text.splitlines()
-    lines[bad_line] = lines[bad_line].replace("pto.trowexpandsub", "pto.trecip", 1)
+    lines[bad_line] = lines[bad_line].replace("pto.trowexpandexpdif", "pto.trecip", 1)
     lines[bad_line] = lines[bad_line].split(" ins(")[0] + " ins(%s_tile : !pto.tile_buf<vec, 32x256xf32, valid=?x?>) outs(%s_tile : !pto.tile_buf<vec, 32x256xf32, valid=?x?>)"
     path = tmp_path / "broken.pto"
     path.write_text("\n".join(lines) + "\n")

@@ -434,8 +434,7 @@ def compute_p(s: _VecState, t: SSAValue) -> None:
         tile.exp(alpha, out=alpha)  # alpha_t = exp(m_old - m_new)
         tile.adds(rows["m_slice"], s.consts["zero"], out=m_old)  # m_old := m_new (a tmov into a subview is rejected)
         tile.mul(l_run, alpha, out=l_run)
-        tile.row_expand_sub(tl["s_tile"], tl["m_slice"], out=tl["s_tile"])
-        tile.exp(tl["s_tile"], out=tl["s_tile"])
+        tile.row_expand_expdif(tl["s_tile"], tl["m_slice"], out=tl["s_tile"])  # P = exp(S - m_new), one pass
         tile.row_sum(tl["s_tile"], tl["red_tmp"], out=tl["l_slice"])
         tile.add(l_run, rows["l_slice"], out=l_run)
         tile.cvt(tl["s_tile"], out=tl["p_half"])
