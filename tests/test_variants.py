@@ -212,3 +212,27 @@ def test_bad_values_name_the_rule(bad, message) -> None:
     with pytest.raises(ConfigError) as info:
         bad()
     assert message in str(info.value)
+
+
+def _predicted_us(cfg, shape) -> float:
+    from ptofa.runner import run_case
+
+    result = run_case(cfg, shape, backend="sim", timing=True)
+    assert result.status == "pass", result.message
+    return result.predicted_us
+
+
+def test_causal_is_predicted_faster_than_dense() -> None:
+    """At S0 = S1 = 4096 (32 units on 24 cores) causal skips about half the tiles; the timing model
+    predicts it at under 0.75x (the fast analog of the slow 16384 test)."""
+    dense = _predicted_us(config(), ProblemShape(1, 1, 4096, 4096))
+    causal = _predicted_us(config(masked=True), ProblemShape(1, 1, 4096, 4096, window=(-1, 0)))
+    assert causal < 0.75 * dense
+
+
+@pytest.mark.slow
+def test_issue_causal_figure() -> None:
+    """B=1, heads=1, S0=S1=16384, D=128: causal predicted at <= 0.6x of the dense kernel."""
+    dense = _predicted_us(config(), ProblemShape(1, 1, 16384, 16384))
+    causal = _predicted_us(config(masked=True), ProblemShape(1, 1, 16384, 16384, window=(-1, 0)))
+    assert causal <= 0.6 * dense
