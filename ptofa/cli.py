@@ -15,53 +15,32 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, budget
+from ptofa.pipeline import SUPPORTED_HEAD, ConfigError, FAConfig, ProblemShape, budget
 from ptofa.sim.options import FAULTS, RunOptions
+from ptofa.switches import (  # noqa: F401 (DTYPES, window_of, InputError: re-exported)
+    DTYPES,
+    InputError,
+    config_knobs,
+    kernel_switches,
+    kv_heads_option,
+    window_of,
+)
 
 # Non-terminal output (logs, pipes) gets a width that fits a result row instead of 80 columns.
 console = Console() if sys.stdout.isatty() else Console(width=120)
 
 
-def _window(ctx, param, value: str | None) -> tuple[int, int] | None:
-    if value is None:
-        return None
-    try:
-        left, right = (int(x) for x in value.split(","))
-    except ValueError:
-        raise click.BadParameter(f"{value!r} must be LEFT,RIGHT (integers, -1 = unbounded)") from None
-    return left, right
-
-
 def _config_options(f):
-    """The FAConfig knobs shared by build, run and sweep (the kernel's switches)."""
-    f = click.option("--lse", is_flag=True, help="Also write LSE [B, heads, S0] fp32.")(f)
-    f = click.option("--key-padding-mask", "key_padding", is_flag=True,
-                     help="Take a key-padding mask [B, S1] (run: random ragged valid lengths per batch, printed).")(f)
-    f = click.option("--window", callback=_window, default=None, metavar="LEFT,RIGHT",
-                     help="Sliding window, bottom-right aligned: key j visible for query i iff "
-                          "i+S1-S0-LEFT <= j <= i+S1-S0+RIGHT (-1 = unbounded).")(f)
-    f = click.option("--causal", is_flag=True, help="Causal mask, bottom-right aligned (= --window -1,0).")(f)
-    f = click.option("--out-dtype", type=click.Choice(["fp16", "bf16", "fp32"]), default=None,
-                     help="O dtype [default: the input dtype].")(f)
-    f = click.option("--dtype", type=click.Choice(["fp16", "bf16"]), default="fp16", show_default=True,
-                     help="Q, K, V dtype (P is rounded to it).")(f)
+    """The FAConfig knobs of build and run: --head --tile-s1 --qk-preload, then the kernel's
+    switches (`ptofa.switches.kernel_switches`, shared with sweep)."""
+    f = kernel_switches(f)
     f = click.option("--qk-preload", type=int, default=3, show_default=True,
                      help="QK tiles computed ahead of PV (1..4; exp_max ring depth = this).")(f)
     f = click.option("--tile-s1", type=int, default=256, show_default=True,
                      help="Logical S1 tile width per pipeline step (128, 256 or 512).")(f)
     f = click.option("--head", "--head-dim", "head", type=int, default=128, show_default=True,
-                     help="Head dimension D (64, 96 or 128).")(f)
+                     help=f"Head dimension D ({', '.join(map(str, SUPPORTED_HEAD))}).")(f)
     return f
-
-
-_DTYPES = {"fp16": "f16", "bf16": "bf16", "fp32": "f32", None: None}
-
-
-def window_of(causal: bool, window: tuple[int, int] | None) -> tuple[int, int]:
-    """--causal and --window as one (left, right) pair; both given must agree."""
-    if causal and window is not None and window != (-1, 0):
-        raise InputError(f"window: --causal is --window -1,0, which contradicts --window {window[0]},{window[1]}")
-    return (-1, 0) if causal else (window or (-1, -1))
 
 
 def _int_list(value: str | None, name: str) -> list[int] | None:
@@ -73,22 +52,15 @@ def _int_list(value: str | None, name: str) -> list[int] | None:
         raise click.BadParameter(f"{value!r} must be comma-separated integers", param_hint=name) from None
 
 
-class InputError(click.ClickException):
-    """Bad input or an unavailable backend: one clear line, exit code 2."""
-
-    exit_code = 2
-
-
 def make_config(head: int, tile_s1: int, qk_preload: int, dtype: str = "fp16", out_dtype: str | None = None,
                 causal: bool = False, window: tuple[int, int] | None = None, key_padding: bool = False,
                 lse: bool = False) -> FAConfig:
     """An FAConfig, or exit 2 with the broken rule on one line."""
-    masked = window_of(causal, window) != (-1, -1)
+    knobs = config_knobs(dtype, out_dtype, causal, window, key_padding, lse)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            config = FAConfig(head=head, tile_s1=tile_s1, qk_preload=qk_preload, in_dtype=_DTYPES[dtype],
-                              out_dtype=_DTYPES[out_dtype], masked=masked, key_padding=key_padding, lse=lse)
+            config = FAConfig(head=head, tile_s1=tile_s1, qk_preload=qk_preload, **knobs)
         for w in caught:
             console.print(f"[yellow]warning:[/] {w.message}")
         return config
@@ -141,7 +113,7 @@ def check(pto_file: Path) -> None:
               help="sim = CPU simulator of the emitted .pto; npu = Ascend device; auto = npu when available, else sim.")
 @click.option("--batch", type=int, default=1, show_default=True, help="B (batch).")
 @click.option("--heads", type=int, default=2, show_default=True, help="N (query heads).")
-@click.option("--kv-heads", type=int, default=None, help="Key/value heads (GQA/MQA; divides --heads) [default: --heads].")
+@kv_heads_option
 @click.option("--s0", type=int, default=256, show_default=True, help="Query length S0 (any >= 1).")
 @click.option("--s1", type=int, default=4096, show_default=True, help="Key/value length S1 (any >= 1).")
 @click.option("--seqlens", callback=lambda ctx, p, v: _int_list(v, "--seqlens"), default=None, metavar="L1,L2,...",

@@ -8,6 +8,11 @@ one is injected) in worker processes. Every finished row is appended to
 restart, points whose key (config + shape + backend) is already in the file are
 not run again. At the end `results.csv`, `results.json` and `results.png` are
 written from the rows of the grid, and a summary table is printed.
+
+The kernel's switches (`--causal`/`--window`, `--kv-heads`, `--key-padding-mask`,
+`--lse`, `--dtype`, `--out-dtype`; parsed by `ptofa.switches`, as for `run_fa build`
+and `run`) apply to every point of a sweep. They are part of each point's key, row
+and config label; at their defaults the key is that of the plain kernel.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from rich.table import Table
 import ptofa
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
 from ptofa.backend import BACKENDS, BackendUnavailable, RunResult
+from ptofa.switches import UNBOUNDED, config_knobs, kernel_switches, kv_heads_option, window_of
 
 RunFunction = Callable[..., RunResult]
 
@@ -57,13 +63,42 @@ TIME_METRICS = (
     ("wall_s", "wall time"),
 )
 RESULT_FIELDS = tuple(f.name for f in fields(RunResult))
+# The kernel's switches and kv_heads: columns of every row (RunResult has no field for them).
+SWITCH_FIELDS = ("kv_heads", "window", "key_padding", "lse", "in_dtype", "out_dtype")
 VERSION_PACKAGES = ("ptofa", "torch", "xdsl", "numpy")
 STOP_POLL_S = 0.5
 
 
+def variant_label(window: Sequence[int], key_padding: bool, lse: bool, in_dtype: str, out_dtype: str) -> str:
+    """The kernel's switches in a few words ("" for the plain fp16 kernel): causal or
+    window=L,R, key_padding, lse, and IN->OUT when the dtypes are not fp16 -> fp16."""
+    window = tuple(window)
+    words = []
+    if window == (-1, 0):
+        words.append("causal")
+    elif window != UNBOUNDED:
+        words.append(f"window={window[0]},{window[1]}")
+    words += [name for name, on in (("key_padding", key_padding), ("lse", lse)) if on]
+    if (in_dtype, out_dtype) != ("f16", "f16"):
+        words.append(f"{in_dtype}->{out_dtype}")
+    return " ".join(words)
+
+
+def row_variant_label(row: dict) -> str:
+    """`variant_label` of a result row (rows written before the switches existed are the plain kernel)."""
+    in_dtype = row.get("in_dtype", "f16")
+    return variant_label(row.get("window", UNBOUNDED), row.get("key_padding", False), row.get("lse", False),
+                         in_dtype, row.get("out_dtype") or in_dtype)
+
+
 @dataclass(frozen=True)
 class SweepPoint:
-    """One grid point: the config knobs the sweep varies, the problem shape and the backend."""
+    """One grid point: the config knobs the sweep varies, the problem shape, the backend,
+    and the kernel's switches (the same for every point of a sweep).
+
+    `kv_heads` None means `heads`, `out_dtype` None the input dtype; both are filled in,
+    so equal points compare (and key) equal.
+    """
 
     head: int
     tile_s1: int
@@ -73,22 +108,57 @@ class SweepPoint:
     s0: int
     s1: int
     backend: str
+    kv_heads: int | None = None
+    window: tuple[int, int] = UNBOUNDED
+    key_padding: bool = False
+    lse: bool = False
+    in_dtype: str = "f16"
+    out_dtype: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        if self.out_dtype is None:
+            object.__setattr__(self, "out_dtype", self.in_dtype)
+        object.__setattr__(self, "window", tuple(self.window))
 
     @property
     def key(self) -> str:
-        """Identity of the point in `results.jsonl`; a point whose key is there is not run again."""
+        """Identity of the point in `results.jsonl`; a point whose key is there is not run again.
+        Switches at their default (and kv_heads = heads) are left out: the plain kernel's key."""
+        switches = ""
+        if self.window != UNBOUNDED:
+            switches += f",window={self.window[0]}:{self.window[1]}"
+        switches += "".join(f",{name}=1" for name, on in (("key_padding", self.key_padding), ("lse", self.lse)) if on)
+        if self.in_dtype != "f16":
+            switches += f",in_dtype={self.in_dtype}"
+        if self.out_dtype != self.in_dtype:
+            switches += f",out_dtype={self.out_dtype}"
+        kv_heads = f",kv_heads={self.kv_heads}" if self.kv_heads != self.heads else ""
         return (
-            f"head={self.head},tile_s1={self.tile_s1},qk_preload={self.qk_preload},"
-            f"batch={self.batch},heads={self.heads},s0={self.s0},s1={self.s1},backend={self.backend}"
+            f"head={self.head},tile_s1={self.tile_s1},qk_preload={self.qk_preload}{switches},"
+            f"batch={self.batch},heads={self.heads}{kv_heads},s0={self.s0},s1={self.s1},backend={self.backend}"
         )
 
     @property
     def shape(self) -> ProblemShape:
-        return ProblemShape(batch=self.batch, heads=self.heads, s0=self.s0, s1=self.s1)
+        return ProblemShape(batch=self.batch, heads=self.heads, s0=self.s0, s1=self.s1, kv_heads=self.kv_heads,
+                            window=self.window)
+
+    @property
+    def variant(self) -> str:
+        return variant_label(self.window, self.key_padding, self.lse, self.in_dtype, self.out_dtype)
 
     @property
     def config_label(self) -> str:
-        return f"head={self.head} tile_s1={self.tile_s1} qk_preload={self.qk_preload}"
+        words = [f"head={self.head} tile_s1={self.tile_s1} qk_preload={self.qk_preload}", self.variant]
+        if self.kv_heads != self.heads:
+            words.append(f"kv_heads={self.kv_heads}")
+        return " ".join(word for word in words if word)
+
+    def switch_columns(self) -> dict:
+        """The row's SWITCH_FIELDS."""
+        return {name: list(self.window) if name == "window" else getattr(self, name) for name in SWITCH_FIELDS}
 
 
 @dataclass(frozen=True)
@@ -102,13 +172,22 @@ class SweepGrid:
     s0: Sequence[int] = (128,)
     batch: Sequence[int] = (1,)
     heads: Sequence[int] = (1,)
+    # The kernel's switches, applied to every point (not swept).
+    kv_heads: int | None = None  # None: as many as query heads
+    window: tuple[int, int] = UNBOUNDED  # bottom-right aligned (left, right); causal = (-1, 0)
+    key_padding: bool = False  # random ragged valid key lengths per batch (from the seed)
+    lse: bool = False
+    in_dtype: str = "f16"
+    out_dtype: str | None = None  # None: the input dtype
 
     def points(self, backend: str) -> list[SweepPoint]:
         """Points ordered by shape, then by config, so a partial sweep covers whole shapes first.
         A value listed twice on an axis gives one point."""
         axes = (self.batch, self.heads, self.s0, self.s1, self.head, self.tile_s1, self.qk_preload)
+        switches = dict(kv_heads=self.kv_heads, window=tuple(self.window), key_padding=self.key_padding,
+                        lse=self.lse, in_dtype=self.in_dtype, out_dtype=self.out_dtype)
         return [
-            SweepPoint(head, tile_s1, qk_preload, batch, heads, s0, s1, backend)
+            SweepPoint(head, tile_s1, qk_preload, batch, heads, s0, s1, backend, **switches)
             for batch, heads, s0, s1, head, tile_s1, qk_preload in itertools.product(
                 *(dict.fromkeys(axis) for axis in axes)
             )
@@ -144,7 +223,9 @@ def validate_point(point: SweepPoint) -> tuple[FAConfig | None, str, list[str]]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            config = FAConfig(head=point.head, tile_s1=point.tile_s1, qk_preload=point.qk_preload)
+            config = FAConfig(head=point.head, tile_s1=point.tile_s1, qk_preload=point.qk_preload,
+                              in_dtype=point.in_dtype, out_dtype=point.out_dtype, masked=point.window != UNBOUNDED,
+                              key_padding=point.key_padding, lse=point.lse)
             point.shape.check(config)
         except ConfigError as exc:
             return None, str(exc), []
@@ -176,13 +257,23 @@ def _resolve_run_function(run_fn: RunFunction | None) -> RunFunction:
 
 def run_point(run_fn: RunFunction, config: FAConfig, point: SweepPoint, seed: int) -> RunResult:
     """Run one valid point. A crash of the run function becomes an "error" row instead of ending the sweep;
-    `BackendUnavailable` and `KeyboardInterrupt` propagate."""
+    `BackendUnavailable` and `KeyboardInterrupt` propagate. A key-padding kernel gets the random ragged
+    mask of `ptofa.reference.make_key_mask` (from the seed); its valid lengths go to `extra["key_lengths"]`."""
+    kwargs: dict = {}
+    lengths = None
+    if config.key_padding:
+        from ptofa.reference import make_key_mask
+
+        kwargs["key_mask"], lengths = make_key_mask(point.batch, point.s1, seed)
     try:
-        return run_fn(config, point.shape, backend=point.backend, seed=seed, timing=True)
+        result = run_fn(config, point.shape, backend=point.backend, seed=seed, timing=True, **kwargs)
     except (BackendUnavailable, KeyboardInterrupt):
         raise
     except Exception as exc:  # noqa: BLE001 - one broken point must not lose the others
-        return RunResult.start(config, point.shape, point.backend, status="error", message=f"{type(exc).__name__}: {exc}")
+        result = RunResult.start(config, point.shape, point.backend, status="error", message=f"{type(exc).__name__}: {exc}")
+    if lengths is not None:
+        result.extra["key_lengths"] = [int(n) for n in lengths]
+    return result
 
 
 def _init_worker() -> None:
@@ -230,7 +321,7 @@ class ResultsLog:
 def make_row(
     point: SweepPoint, result: RunResult, seed: int, versions: dict[str, str], config_warnings: list[str]
 ) -> dict:
-    row = {"key": point.key, **result.as_dict(), "seed": seed, "versions": versions}
+    row = {"key": point.key, **result.as_dict(), **point.switch_columns(), "seed": seed, "versions": versions}
     if config_warnings:
         row["extra"] = {**row["extra"], "config_warnings": config_warnings}
     return row
@@ -389,7 +480,8 @@ def _time_metric(rows: list[dict]) -> str | None:
 
 
 def mark_best(rows: list[dict]) -> str | None:
-    """Set `best` on the fastest passing row of each problem (head, batch, heads, s0, s1).
+    """Set `best` on the fastest passing row of each problem (head, batch, heads, s0, s1, and the
+    kernel's switches, which are the same for every point of one sweep).
 
     The head dim belongs to the problem: the tuning choice is (tile_s1, qk_preload).
     Ranks by the first of predicted_us, kernel_us, wall_s that any passing row has;
@@ -404,7 +496,8 @@ def mark_best(rows: list[dict]) -> str | None:
     for row in rows:
         if row["status"] != "pass" or row.get(metric) is None:
             continue
-        problem = (row["head"], row["batch"], row["heads"], row["s0"], row["s1"])
+        problem = (row["head"], row["batch"], row["heads"], row["s0"], row["s1"],
+                   *(json.dumps(row.get(name)) for name in SWITCH_FIELDS))
         if problem not in best or row[metric] < best[problem][metric]:
             best[problem] = row
     for row in best.values():
@@ -413,7 +506,11 @@ def mark_best(rows: list[dict]) -> str | None:
 
 
 def _csv_columns() -> list[str]:
-    return ["key", *RESULT_FIELDS, "seed", "best", *(f"{name}_version" for name in VERSION_PACKAGES)]
+    """key, the result's fields with the switch columns before status, seed, best, versions."""
+    at = RESULT_FIELDS.index("status")
+    switches = [name for name in SWITCH_FIELDS if name not in RESULT_FIELDS]
+    return ["key", *RESULT_FIELDS[:at], *switches, *RESULT_FIELDS[at:], "seed", "best",
+            *(f"{name}_version" for name in VERSION_PACKAGES)]
 
 
 def write_outputs(rows: list[dict], out_dir: Path) -> None:
@@ -424,6 +521,8 @@ def write_outputs(rows: list[dict], out_dir: Path) -> None:
         for row in rows:
             flat = {key: value for key, value in row.items() if key != "versions"}
             flat["extra"] = json.dumps(row["extra"]) if row["extra"] else ""
+            if "window" in flat:
+                flat["window"] = ",".join(str(w) for w in flat["window"])
             flat.update({f"{name}_version": row["versions"].get(name, "") for name in VERSION_PACKAGES})
             writer.writerow(flat)
     (out_dir / JSON_NAME).write_text(json.dumps(rows, indent=1) + "\n")
@@ -489,7 +588,8 @@ def plot_results(rows: list[dict], path: Path) -> None:
         axis.set_ylabel(ylabel)
         axis.grid(True, alpha=0.3)
         axis.legend(fontsize="small")
-    figure.suptitle("ptofa sweep")
+    variant = row_variant_label(rows[0]) if rows else ""
+    figure.suptitle("ptofa sweep" + (f" ({variant})" if variant else ""))
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
@@ -515,7 +615,13 @@ TABLE_NUMBERS = (
     ("pred TF", "predicted_tflops", ".3g"),
 )
 # Shape columns shown only when they vary; constant ones go into the caption.
-TABLE_SHAPE = (("D", "head"), ("B", "batch"), ("N", "heads"), ("S0", "s0"))
+# KVN (key/value heads) only when it differs from N in some row.
+TABLE_SHAPE = (("D", "head"), ("B", "batch"), ("N", "heads"), ("KVN", "kv_heads"), ("S0", "s0"))
+
+
+def _bound(row: dict) -> str | None:
+    """The timing model's bounding resource of the point (`extra["predicted_bound"]`), if any."""
+    return (row.get("extra") or {}).get("predicted_bound")
 
 
 def _table_note(row: dict) -> str:
@@ -535,9 +641,15 @@ def summary_table(outcome: SweepOutcome) -> Table:
         title = "sweep results (no passing point, no best config)"
     else:
         title = f"sweep: * = best of each (D, B, N, S0, S1) by {metric_names[outcome.best_metric]}"
-    shape_columns = [(header, name) for header, name in TABLE_SHAPE if len({row[name] for row in rows}) > 1]
-    constant = [f"{header}={rows[0][name]}" for header, name in TABLE_SHAPE if (header, name) not in shape_columns]
+    rows = [{"kv_heads": row["heads"], **row} for row in rows]  # rows written before kv_heads was a column
+    grouped = any(row["kv_heads"] != row["heads"] for row in rows)
+    shown = [(header, name) for header, name in TABLE_SHAPE if name != "kv_heads" or grouped]
+    shape_columns = [(header, name) for header, name in shown if len({row[name] for row in rows}) > 1]
+    constant = [f"{header}={rows[0][name]}" for header, name in shown if (header, name) not in shape_columns]
+    if rows and row_variant_label(rows[0]):
+        constant.append(row_variant_label(rows[0]))
     number_columns = [column for column in TABLE_NUMBERS if any(row.get(column[1]) is not None for row in rows)]
+    with_bound = any(_bound(row) for row in rows)
 
     table = Table(
         title=title, caption=" ".join(constant) if rows else None, box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0)
@@ -551,6 +663,8 @@ def summary_table(outcome: SweepOutcome) -> Table:
     table.add_column("status", no_wrap=True)
     for header, _, _ in number_columns:
         table.add_column(header, justify="right", no_wrap=True)
+    if with_bound:
+        table.add_column("bound", no_wrap=True)
     table.add_column("note", min_width=16)
     for row in rows:
         style = STATUS_STYLE.get(row["status"], "")
@@ -562,6 +676,7 @@ def summary_table(outcome: SweepOutcome) -> Table:
             str(row["s1"]),
             f"[{style}]{row['status']}[/]",
             *(_format_number(row.get(name), spec) for _, name, spec in number_columns),
+            *([_bound(row) or ""] if with_bound else []),
             _table_note(row),
             style="bold" if row["best"] else "",
         )
@@ -586,12 +701,14 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[i
 @click.option("--s0", default="128", callback=_int_list, show_default=True, help="Query lengths.")
 @click.option("--batch", default="1", callback=_int_list, show_default=True, help="Batch sizes B.")
 @click.option("--heads", default="1", callback=_int_list, show_default=True, help="Head counts N.")
+@kv_heads_option
+@kernel_switches
 @click.option("--backend", type=click.Choice(BACKENDS), default="sim", show_default=True)
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
               help="Worker processes (default: the number of CPUs).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="Directory for results.jsonl/.csv/.json/.png; a rerun resumes from it.")
-@click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the random inputs (and key-mask lengths).")
 def sweep_cmd(
     tile_s1: tuple[int, ...],
     qk_preload: tuple[int, ...],
@@ -600,6 +717,13 @@ def sweep_cmd(
     s0: tuple[int, ...],
     batch: tuple[int, ...],
     heads: tuple[int, ...],
+    kv_heads: int | None,
+    dtype: str,
+    out_dtype: str | None,
+    causal: bool,
+    window: tuple[int, int] | None,
+    key_padding: bool,
+    lse: bool,
     backend: str,
     jobs: int | None,
     out_dir: Path,
@@ -607,12 +731,17 @@ def sweep_cmd(
 ) -> None:
     """Run every (config, shape) of a grid, check accuracy and time it; resumable.
 
-    Points breaking a config rule are listed as "rejected" with the rule. Exits
-    non-zero if any point fails, deadlocks or errors, and with 130 when
-    interrupted (rerun the same command to resume).
+    The kernel's switches (--causal, --window, --kv-heads, --key-padding-mask, --lse,
+    --dtype, --out-dtype) apply to every point. Points breaking a config rule are
+    listed as "rejected" with the rule. Exits non-zero if any point fails, deadlocks
+    or errors, with 2 for contradicting switches, and with 130 when interrupted
+    (rerun the same command to resume).
     """
     console = Console() if sys.stdout.isatty() else Console(width=120)
-    grid = SweepGrid(tile_s1=tile_s1, qk_preload=qk_preload, head=head_dim, s1=s1, s0=s0, batch=batch, heads=heads)
+    knobs = config_knobs(dtype, out_dtype, causal, window, key_padding, lse)
+    grid = SweepGrid(tile_s1=tile_s1, qk_preload=qk_preload, head=head_dim, s1=s1, s0=s0, batch=batch, heads=heads,
+                     kv_heads=kv_heads, window=window_of(causal, window), key_padding=key_padding, lse=lse,
+                     in_dtype=knobs["in_dtype"], out_dtype=knobs["out_dtype"])
     try:
         outcome = run_sweep(grid, out_dir, backend=backend, jobs=jobs, seed=seed, console=console)
     except BackendUnavailable as exc:

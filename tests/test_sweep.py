@@ -14,7 +14,7 @@ from rich.console import Console
 import ptofa.runner
 from ptofa.pipeline import FAConfig, ProblemShape
 from ptofa.runner import BackendUnavailable, RunResult
-from ptofa.sweep import JSONL_NAME, SweepGrid, SweepPoint, run_sweep, sweep_cmd
+from ptofa.sweep import JSONL_NAME, SweepGrid, SweepPoint, run_sweep, summary_table, sweep_cmd
 
 # 2 tile sizes x 2 preloads x 3 S1 = 12 points; rejected: (256, preload 1) at every S1 by the
 # tile-factor rule. (256, preload 2) at S1=256 runs: the schedule shrinks to the one tile.
@@ -298,3 +298,104 @@ def test_npu_rows_rank_by_kernel_time(tmp_path: Path) -> None:
     ]
     assert all(r["key"].endswith("backend=npu") for r in outcome.rows)
     assert png_size(tmp_path / "results.png") == (700, 500)
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernel's switches (--causal/--window, --kv-heads, --key-padding-mask, --lse, --dtype, --out-dtype)
+# ---------------------------------------------------------------------------------------------
+
+SWITCHED = SweepGrid(tile_s1=(128,), qk_preload=(2,), head=(64,), s1=(300,), s0=(100,), heads=(2, 4), kv_heads=2,
+                     window=(-1, 0), key_padding=True, lse=True, in_dtype="bf16", out_dtype="f32")
+
+
+def test_switches_are_part_of_the_key_and_label() -> None:
+    plain, grouped = SWITCHED.points("sim")
+    assert plain.key == ("head=64,tile_s1=128,qk_preload=2,window=-1:0,key_padding=1,lse=1,in_dtype=bf16,"
+                         "out_dtype=f32,batch=1,heads=2,s0=100,s1=300,backend=sim")
+    assert grouped.key.endswith(",batch=1,heads=4,kv_heads=2,s0=100,s1=300,backend=sim")
+    assert grouped.config_label == "head=64 tile_s1=128 qk_preload=2 causal key_padding lse bf16->f32 kv_heads=2"
+    assert grouped.shape == ProblemShape(1, 4, 100, 300, kv_heads=2, window=(-1, 0))
+    # Defaults spelled out give the plain kernel's point and key.
+    spelled = SweepPoint(64, 128, 2, 1, 2, 100, 300, "sim", kv_heads=2, window=(-1, -1), in_dtype="f16", out_dtype="f16")
+    assert spelled == SweepPoint(64, 128, 2, 1, 2, 100, 300, "sim")
+    assert spelled.key == "head=64,tile_s1=128,qk_preload=2,batch=1,heads=2,s0=100,s1=300,backend=sim"
+    window = SweepPoint(64, 128, 2, 1, 2, 100, 300, "sim", window=(16, -1), out_dtype="bf16")
+    assert window.config_label == "head=64 tile_s1=128 qk_preload=2 window=16,-1 f16->bf16"
+    assert ",window=16:-1,out_dtype=bf16," in window.key
+
+
+def test_switches_reach_every_point_and_row(tmp_path: Path) -> None:
+    seen: list[tuple[FAConfig, ProblemShape, object]] = []
+
+    def recording_run(config: FAConfig, shape: ProblemShape, key_mask=None, **kwargs: object) -> RunResult:
+        seen.append((config, shape, key_mask))
+        result = fake_run(config, shape, **kwargs)
+        result.extra["predicted_bound"] = "vector V"
+        return result
+
+    outcome = run_sweep(SWITCHED, tmp_path, jobs=1, run_fn=recording_run, console=quiet())
+    assert len(seen) == 2
+    for config, shape, key_mask in seen:
+        assert (config.masked, config.key_padding, config.lse, config.in_dtype, config.out_dtype) == (
+            True, True, True, "bf16", "f32")
+        assert shape.window == (-1, 0) and shape.kv_heads == 2
+        assert key_mask is not None and tuple(key_mask.shape) == (1, 300)
+    for row in outcome.rows:
+        assert {name: row[name] for name in ("kv_heads", "window", "key_padding", "lse", "in_dtype", "out_dtype")} == {
+            "kv_heads": 2, "window": [-1, 0], "key_padding": True, "lse": True, "in_dtype": "bf16", "out_dtype": "f32"}
+        assert len(row["extra"]["key_lengths"]) == 1
+    csv_rows = read_csv(tmp_path)
+    assert [r["window"] for r in csv_rows] == ["-1,0", "-1,0"]
+    assert [r["kv_heads"] for r in csv_rows] == ["2", "2"]
+    assert list(csv_rows[0]).index("out_dtype") < list(csv_rows[0]).index("status")
+
+    console = Console(width=200, record=True)
+    console.print(summary_table(outcome))
+    text = console.export_text()
+    assert "bound" in text.splitlines()[2] and text.count("vector V") == 2
+    # N varies (a column); KVN is constant (the caption), with the switches.
+    assert "D=64 B=1 KVN=2 S0=100 causal key_padding lse bf16->f32" in text
+
+
+def test_summary_table_has_no_bound_or_kvn_column_without_them(tmp_path: Path) -> None:
+    outcome = run_sweep(GRID, tmp_path, jobs=1, run_fn=fake_run, console=quiet())
+    console = Console(width=200, record=True)
+    console.print(summary_table(outcome))
+    text = console.export_text()
+    assert "bound" not in text and "KVN" not in text
+    assert "D=64 B=1 N=1 S0=128" in text
+
+
+def test_cli_contradicting_switches_exit_2_with_one_line(tmp_path: Path) -> None:
+    for args, message in (
+        (["--causal", "--window", "3,4"], "Error: window: --causal is --window -1,0, which contradicts --window 3,4"),
+        (["--window", "-2,0"], "Error: window: --window -2,0: LEFT and RIGHT must each be >= -1 (-1 = unbounded)"),
+    ):
+        result = CliRunner().invoke(sweep_cmd, [*CLI_ARGS, *args, "--out", str(tmp_path / "x")])
+        assert result.exit_code == 2, result.output
+        assert result.output.strip() == message
+    assert not (tmp_path / "x").exists()
+
+
+def test_masked_sweep_on_the_simulator(tmp_path: Path) -> None:
+    """Causal window, GQA, key padding and LSE on every point of a real simulator sweep (3 points, 1 rejected)."""
+    args = ["--tile-s1", "128,256", "--qk-preload", "1,2", "--head-dim", "64", "--s1", "300", "--s0", "100",
+            "--batch", "2", "--heads", "4", "--kv-heads", "2", "--window", "48,0", "--key-padding-mask", "--lse",
+            "--dtype", "bf16", "-j", "1", "--out", str(tmp_path)]
+    result = CliRunner().invoke(sweep_cmd, args)
+    assert result.exit_code == 0, result.output
+    rows = by_point(json.loads((tmp_path / "results.json").read_text()))
+    assert rows[(256, 1, 300)]["status"] == "rejected"
+    for point in ((128, 1, 300), (128, 2, 300), (256, 2, 300)):
+        row = rows[point]
+        assert row["status"] == "pass", row["message"]
+        assert ",window=48:0,key_padding=1,lse=1,in_dtype=bf16," in row["key"] and ",kv_heads=2," in row["key"]
+        assert row["window"] == [48, 0] and row["kv_heads"] == 2 and row["out_dtype"] == "bf16"
+        assert "lse pass" in row["message"]
+        assert len(row["extra"]["key_lengths"]) == 2
+        assert row["extra"]["predicted_bound"] and row["predicted_us"] > 0
+    assert sum(row["best"] for row in rows.values()) == 1
+    assert "bound" in result.output and "window=48,0 key_padding lse bf16->bf16" in result.output
+    # A rerun with the same switches resumes: nothing runs again.
+    again = CliRunner().invoke(sweep_cmd, args)
+    assert again.exit_code == 0 and "4 points (0 run now, 4 from" in again.output
