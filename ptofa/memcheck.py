@@ -55,14 +55,18 @@ def peak_usage(func_op: func.FuncOp) -> dict[str, Peak]:
             assert isinstance(t, d.TileBufType)
             if t.space not in CAPACITY:
                 continue
-            start = stop = order[op]
             defining_loops = _enclosing_loops(op)
-            for use_op in _uses(op.result):
-                if use_op not in order:
-                    continue
+            uses = [u for u in _uses(op.result) if u in order]
+            # ptoas's PlanMemory starts a buffer's life at its first writer, not at its
+            # alloc (PTOAS test/lit/pto/plan_memory_modern_first_writer_reuse.pto).
+            start = stop = order[op]
+            if uses:
+                start = stop = min(order[u] for u in uses)
+            for use_op in uses:
                 stop = max(stop, order[use_op])
                 for loop in _enclosing_loops(use_op):
                     if loop not in defining_loops:
+                        start = min(start, order[loop])
                         stop = max(stop, end[loop])
             name = op.result.name_hint or f"tile@{order[op]}"
             intervals.append((start, stop, t.space, name, align(t.nbytes, ALIGNMENT[t.space])))

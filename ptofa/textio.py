@@ -74,6 +74,10 @@ class _LineParser(Parser):
                     exc = ParseError(Span(start, start, self.lexer.input), exc.msg)
             exc._ptofa_located = True  # type: ignore[attr-defined]
             raise exc from None
+        except Exception as exc:
+            if not hasattr(exc, "_ptofa_start"):
+                exc._ptofa_start = start  # type: ignore[attr-defined]  # the innermost op being parsed
+            raise
         finally:
             self._frames.pop()
         self.op_lines[op] = self.line_of(start)
@@ -100,10 +104,81 @@ def parse_pto(text: str, path: str = "<pto>") -> ParsedModule:
         line = parser.line_of(span.start) if span is not None else 0
         raise PtoCheckError([(line, _first_line(str(exc)))], path) from None
     except (VerifyException, DiagnosticException) as exc:
-        # An attribute or type verifier that fires while parsing: report the parser's position.
-        line = parser.line_of(parser._current_token.span.start)
-        raise PtoCheckError([(line, _first_line(str(exc)))], path) from None
-    return ParsedModule(module, parser.op_lines, path)
+        # An attribute or type verifier that fires while parsing: report the op being parsed.
+        raise PtoCheckError([(_parse_line(parser, exc), _first_line(str(exc)))], path) from None
+    except OverflowError as exc:
+        # xDSL packs a float literal into its type while parsing: 1.0e5 : f16 overflows.
+        raise PtoCheckError([(_parse_line(parser, exc), "float literal out of range for its type")], path) from None
+    except Exception as exc:  # noqa: BLE001 - bad input must give an error line, never a traceback
+        line = _parse_line(parser, exc)
+        raise PtoCheckError([(line, f"cannot parse: {type(exc).__name__}: {_first_line(str(exc)) or 'bad input'}")], path) from None
+    parsed = ParsedModule(module, parser.op_lines, path)
+    errors = _ssa_errors(parsed, text)
+    if errors:
+        raise PtoCheckError(errors, path)
+    return parsed
+
+
+def _parse_line(parser: _LineParser, exc: BaseException) -> int:
+    """The line of the op being parsed when `exc` stopped parsing (else of the current token)."""
+    start = getattr(exc, "_ptofa_start", None)
+    if start is not None:
+        return parser.line_of(start)
+    return max(1, parser.line_of(parser._current_token.span.start))
+
+
+def _ssa_errors(parsed: ParsedModule, text: str) -> list[tuple[int, str]]:
+    """What xDSL's parser lets through: a value used before (or outside the scope of) its
+    definition, and a decimal float literal too large for its type (parsed as inf)."""
+    from xdsl.dialects.builtin import FloatAttr
+
+    errors: list[tuple[int, str]] = []
+    lines = text.splitlines()
+    for op in parsed.module.walk():
+        for i, operand in enumerate(op.operands):
+            msg = _dominance_error(op, operand)
+            if msg:
+                errors.append((parsed.line(op), f"'{op.name}' operand #{i}: {msg}"))
+        for attr in list(op.properties.values()) + list(op.attributes.values()):
+            if isinstance(attr, FloatAttr) and attr.value.data in (float("inf"), float("-inf")):
+                ln = parsed.line(op)
+                src = lines[ln - 1] if 0 < ln <= len(lines) else ""
+                if "0x" not in src:
+                    errors.append((ln, f"'{op.name}' float literal: out of range for {attr.type}"))
+    return sorted(errors, key=lambda e: e[0])
+
+
+def _dominance_error(user: Operation, value) -> str | None:
+    """SSA dominance in structured (single-block) regions: the definition is an earlier op
+    of the block that holds the use, or of a block enclosing it."""
+    from xdsl.ir import Block, BlockArgument, OpResult
+
+    if isinstance(value, BlockArgument):
+        block = value.block
+        def_op = None
+    elif isinstance(value, OpResult):
+        def_op = value.op
+        block = def_op.parent_block()
+    else:  # a forward reference the parser never resolved
+        return f"use of value %{value.name_hint or '?'} that is never defined in scope"
+    if block is None:
+        return "use of a value outside any block"
+    # the ancestor of `user` that sits in `block`
+    anc: Operation | None = user
+    while anc is not None and anc.parent_block() is not block:
+        anc = anc.parent_op()
+    if anc is None:
+        return f"%{value.name_hint or '?'} is used outside the region that defines it"
+    if def_op is None:
+        return None
+    region = block.parent_region()
+    if region is not None and len(region.blocks) > 1:
+        return None  # CFG regions (cf.br): block order is not dominance; trust the parser
+    if anc is def_op:
+        return f"%{value.name_hint or '?'} is used by the op that defines it" if anc is user else None
+    if block.get_operation_index(anc) < block.get_operation_index(def_op):
+        return f"%{value.name_hint or '?'} is used before its definition (operand does not dominate this use)"
+    return None
 
 
 def _first_line(msg: str) -> str:
@@ -133,10 +208,17 @@ def verify_module(parsed: ParsedModule) -> None:
             op.verify(verify_nested_ops=False)
         except (VerifyException, DiagnosticException) as exc:
             errors.append((parsed.line(op), _first_line(str(exc))))
-    for func_op in parsed.module.walk():
-        if isinstance(func_op, func.FuncOp):
-            errors += [(parsed.line(op) if op else parsed.line(func_op), msg) for op, msg in function_errors(func_op)]
-    errors += [(parsed.line(op) if op else 0, msg) for op, msg in module_errors(parsed.module)]
+        except Exception as exc:  # noqa: BLE001 - a verifier tripping on bad IR is still an error line
+            errors.append((parsed.line(op), f"'{op.name}' does not verify: {type(exc).__name__}: {_first_line(str(exc))}"))
+    try:
+        for func_op in parsed.module.walk():
+            if isinstance(func_op, func.FuncOp):
+                errors += [(parsed.line(op) if op else parsed.line(func_op), msg) for op, msg in function_errors(func_op)]
+        errors += [(parsed.line(op) if op else 1, msg) for op, msg in module_errors(parsed.module)]
+    except Exception as exc:  # noqa: BLE001 - the function rules assume ops that verify
+        if not errors:
+            raise
+
     if errors:
         errors.sort(key=lambda e: e[0])
         raise PtoCheckError(errors, parsed.path)
@@ -150,16 +232,28 @@ def kernel_kind(func_op: func.FuncOp) -> str | None:
     return None
 
 
+def _section_kind(op: Operation) -> str | None:
+    """The core kind of the pto.section.cube / pto.section.vector around `op`, if any."""
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, func.FuncOp):
+        if isinstance(parent, d.SECTION_OPS):
+            return parent.KIND
+        parent = parent.parent_op()
+    return None
+
+
 def function_errors(func_op: func.FuncOp) -> list[tuple[Operation | None, str]]:
     """Rules that span a function: op placement by kernel kind, pipe init/use pairing."""
     errors: list[tuple[Operation | None, str]] = []
-    kind = kernel_kind(func_op)
+    fkind = kernel_kind(func_op)
+    kind = fkind
     fname = func_op.sym_name.data
     inits: dict[int, d._InitPipeOp] = {}
     init_kinds: set[type] = set()
     for op in func_op.walk():
+        kind = _section_kind(op) or fkind
         if isinstance(op, d.PIPE_INIT_OPS):
-            if op.parent_op() is not func_op:
+            if op.parent_op() is not func_op and not isinstance(op.parent_op(), d.SECTION_OPS):
                 errors.append((op, f"'{op.name}' placement: pipe init must be at the top level of the function (it constructs a TPipe), not inside a loop or branch"))
             if kind != op.CORE:
                 errors.append((op, f"'{op.name}' kernel kind: needs a {op.CORE} kernel function, @{fname} is {kind or 'not a kernel function'}"))
@@ -239,20 +333,45 @@ def _vector_slot_dims(cube_dims: tuple[int, ...], split: int) -> tuple[int, ...]
     return tuple(dims)
 
 
+# The unit attributes that mark a kernel entry: ptoas takes `pto.entry` and, as aliases,
+# `pto.kernel`, `hacc.entry` and `pto.aicore` (PTOAS include/PTO/IR/PTO.h).
+ENTRY_ATTRS = ("pto.entry", "pto.kernel", "hacc.entry", "pto.aicore")
+
+
+def is_entry(func_op: func.FuncOp) -> bool:
+    """True when the function carries one of the entry attributes."""
+    return any(a in func_op.attributes for a in ENTRY_ATTRS)
+
+
 def module_errors(module: builtin.ModuleOp) -> list[tuple[Operation | None, str]]:
-    """Rules across functions: one entry, peers agree on pipe parameters and split."""
+    """Rules across functions: entry functions as ptoas has them, peers agree on pipe parameters and split.
+
+    ptoas needs no entry at all (a module of helper or kernel functions compiles; it
+    then emits no `__global__` function) and allows several; an entry must be a
+    definition and return nothing (PTOAS lib/PTO/IR/PTO.cpp, validatePTOEntryFunctions).
+    ptofa adds two rules of its own, named so in the message: an entry takes no tile
+    argument, and in a module with cube-vector pipes every entry calls pto.set_ffts first.
+    """
     errors: list[tuple[Operation | None, str]] = []
     funcs = [op for op in module.walk() if isinstance(op, func.FuncOp)]
-    entries = [f for f in funcs if "pto.entry" in f.attributes]
-    if len(entries) != 1:
-        errors.append((None, f"module: exactly one function needs the pto.entry attribute, found {len(entries)}"))
-    for entry in entries:
-        for arg in entry.body.blocks[0].args if entry.body.blocks else []:
+    pipes_used = any(isinstance(op, d.PIPE_INIT_OPS) for op in module.walk())
+    for entry in (f for f in funcs if is_entry(f)):
+        name = entry.sym_name.data
+        if not entry.body.blocks:
+            errors.append((entry, f"'func.func' entry: @{name} is a declaration; the entry attribute is only valid on function definitions"))
+            continue
+        if entry.function_type.outputs.data:
+            errors.append((entry, f"'func.func' entry: @{name} returns values; PTO entry functions must return void"))
+        for arg in entry.body.blocks[0].args:
             if isinstance(arg.type, d.TileBufType):
-                errors.append((entry, f"'func.func' entry arguments: @{entry.sym_name.data} takes a !pto.tile_buf argument; tiles are only legal in callee functions"))
-        first = next(iter(entry.body.ops), None) if entry.body.blocks else None
-        if not isinstance(first, d.SetFftsOp):
-            errors.append((entry, f"'func.func' set_ffts: the entry @{entry.sym_name.data} must call pto.set_ffts first (pipes need the FFTS base)"))
+                errors.append((entry, f"'func.func' entry arguments: @{name} takes a !pto.tile_buf argument; tiles are only legal in callee functions "
+                                      "(ptofa rule: ptoas compiles it, the kernel cannot be launched)"))
+        first = next(iter(entry.body.ops), None)
+        if not isinstance(first, d.SetFftsOp) and pipes_used:
+            errors.append((entry, f"'func.func' set_ffts: the module uses cube-vector pipes, so the entry @{name} must call pto.set_ffts first "
+                                  "(ptofa rule: ptoas compiles it, the pipes' cross-core flags then have no FFTS base)"))
+    errors += _level_errors(module)
+    errors += _reserved_buffer_errors(funcs)
     cube_inits: dict[int, d._InitPipeOp] = {}
     vec_inits: dict[int, d._InitPipeOp] = {}
     splits: dict[tuple[str, int], set[int]] = {}
@@ -290,6 +409,45 @@ def module_errors(module: builtin.ModuleOp) -> list[tuple[Operation | None, str]
         elif len(used) > 1:
             errors.append((v, f"pipe id {pid}: split values {sorted(used)} differ between ops of one pipe"))
     return errors
+
+
+def _reserved_buffer_errors(funcs: list[func.FuncOp]) -> list[tuple[Operation | None, str]]:
+    """An import_reserved_buffer names a function of the module that reserves that buffer."""
+    by_name = {f.sym_name.data: f for f in funcs}
+    errors: list[tuple[Operation | None, str]] = []
+    for f in funcs:
+        for op in f.walk():
+            if isinstance(op, d.ImportReservedBufferOp):
+                peer = by_name.get(op.peer_func.root_reference.data)
+                name = op.buf_name.data
+                if peer is None:
+                    errors.append((op, f"'{op.name}' peer: no function @{op.peer_func.root_reference.data} in the module"))
+                elif not any(isinstance(r, d.ReserveBufferOp) and r.buf_name.data == name for r in peer.walk()):
+                    errors.append((op, f"'{op.name}' peer: @{peer.sym_name.data} reserves no buffer named \"{name}\""))
+    return errors
+
+
+def _level_errors(module: builtin.ModuleOp) -> list[tuple[Operation | None, str]]:
+    """ptoas's build level is a command-line choice: at level1/level2 it plans local
+    addresses and an allocation takes no `addr`; at level3 every allocation needs one
+    (PTOAS tools/ptoas/ptoas.cpp). A module is one or the other: an `addr` anywhere makes
+    it a level3 program."""
+    allocs = [op for op in module.walk() if isinstance(op, d.ALLOC_OPS)]
+    with_addr = [op for op in allocs if op.addr is not None]
+    reserves = [op for op in module.walk() if isinstance(op, d.ReserveBufferOp)]
+    errors: list[tuple[Operation | None, str]] = []
+    if with_addr:  # level3: every reserve_buffer is placed by hand
+        errors += [(op, f"'{op.name}' level3: requires 'auto = false' and an explicit 'base' when --pto-level=level3 "
+                        "(the module's alloc_tile ops carry explicit addresses)") for op in reserves if op.is_auto]
+    elif any(not op.is_auto for op in reserves):
+        if allocs:
+            errors += [(op, f"'{op.name}' level3: an explicit 'base' (auto = false) needs --pto-level=level3, where every "
+                            "alloc_tile also needs an 'addr'; at level1/level2 write auto = true") for op in reserves if not op.is_auto]
+    if not with_addr or len(with_addr) == len(allocs):
+        return errors
+    return errors + [(op, f"'{op.name}' level3: requires 'addr' operand when --pto-level=level3 (the module gives {len(with_addr)} "
+                 f"allocation(s) an explicit 'addr', which only level3 accepts; at level1/level2 remove every 'addr')")
+            for op in allocs if op.addr is None]
 
 
 def check_text(text: str, path: str = "<pto>") -> ParsedModule:

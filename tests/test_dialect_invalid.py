@@ -138,8 +138,8 @@ op_case("partition_view_bounds", vec, GM + "%n = arith.index_cast %ni : i64 to i
         "'pto.partition_view' bounds: size 256 of dim 0 exceeds the source dim 128", P + ", %ni: i64")
 
 # ---------------------------------------------------------------------------- alloc_tile
-op_case("alloc_tile_addr_level2", vec, "%a = arith.constant 0 : i64\n", f"%t = pto.alloc_tile addr = %a : {V32}",
-        "'pto.alloc_tile' level2: 'addr' is rejected at --pto-level=level2")
+op_case("alloc_tile_addr_level3_mixed", vec, f"%a = arith.constant 0 : i64\n%t = pto.alloc_tile addr = %a : {V32}\n", f"%u = pto.alloc_tile : {V32}",
+        "'pto.alloc_tile' level3: requires 'addr' operand when --pto-level=level3")
 op_case("alloc_tile_dynamic_without_operands", vec, "", "%t = pto.alloc_tile : !pto.tile_buf<vec, 16x64xf32, valid=?x64>",
         "'pto.alloc_tile' valid shape: a dynamic valid shape (?x64) needs valid_row/valid_col operands")
 op_case("alloc_tile_operands_with_static_valid", vec, "%r = arith.constant 8 : index\n", f"%t = pto.alloc_tile valid_row = %r valid_col = %r : {V32}",
@@ -175,8 +175,9 @@ op_case("tmov_left_to_mat", cube, CUBE_TILES, f"pto.tmov ins(%left : {LEFT}) out
 op_case("tmov_shape", cube, alloc("mat", MAT) + alloc("l", "!pto.tile_buf<left, 128x64xf16, slayout=row_major>"),
         f"pto.tmov ins(%mat : {MAT}) outs(%l : !pto.tile_buf<left, 128x64xf16, slayout=row_major>)",
         "'pto.tmov' shape agreement: src 128x128 != dst 128x64")
-op_case("tmov_vec_col_major", vec, alloc("c", COL) + alloc("d", COL), f"pto.tmov ins(%c : {COL}) outs(%d : {COL})",
-        "'pto.tmov' layout: vec->vec tmov needs blayout=row_major tiles, got src col_major, dst col_major")
+op_case("tmov_vec_mixed_layout", vec, alloc("c", "!pto.tile_buf<vec, 16x8xf32, blayout=col_major>") + alloc("d", "!pto.tile_buf<vec, 16x8xf32>"),
+        "pto.tmov ins(%c : !pto.tile_buf<vec, 16x8xf32, blayout=col_major>) outs(%d : !pto.tile_buf<vec, 16x8xf32>)",
+        "'pto.tmov' layout: vec->vec tmov needs one blayout on both tiles, got src col_major, dst row_major")
 op_case("treshape_bytes", vec, alloc("c", COL), f"%r = pto.treshape %c : {COL} -> !pto.tile_buf<vec, 1x32xf32>",
         "'pto.treshape' size: 64 bytes -> 128 bytes: treshape keeps the byte size")
 op_case("treshape_space", cube, alloc("m", "!pto.tile_buf<mat, 16x16xf16>"),
@@ -467,12 +468,14 @@ case("tfree_entry_from_talloc",
 # pto-ir.md 0.11: PlanMemory's overflow ("vec overflow, requires N bits while M bits avaliable").
 _BIG = "!pto.tile_buf<vec, 128x128xf32>"
 case("vec_overflow", vec("".join(alloc(f"a{i}", _BIG) for i in range(4))
-                         + "".join(f"pto.tadd ins(%a0, %a{i} : {_BIG}, {_BIG}) outs(%a{i} : {_BIG})\n" for i in range(1, 4))),
+                         + "".join(f"pto.tadd ins(%a0, %a0 : {_BIG}, {_BIG}) outs(%a{i} : {_BIG})\n" for i in range(1, 4))
+                         + f"pto.tadd ins(%a1, %a2 : {_BIG}, {_BIG}) outs(%a3 : {_BIG})\n"),
      "memory capacity: vec overflow, requires 2097152 bits while 1572864 bits avaliable")
 case("left_overflow", cube(alloc("l0", "!pto.tile_buf<left, 128x256xf16, slayout=row_major>") + alloc("r0", "!pto.tile_buf<right, 256x128xf16, slayout=col_major>")
                            + alloc("l1", "!pto.tile_buf<left, 128x128xf16, slayout=row_major>") + alloc("acc", ACC)
                            + "pto.tmatmul ins(%l0, %r0 : !pto.tile_buf<left, 128x256xf16, slayout=row_major>, !pto.tile_buf<right, 256x128xf16, slayout=col_major>) outs(%acc : " + ACC + ")\n"
-                           + alloc("r1", RIGHT) + f"pto.tmatmul ins(%l1, %r1 : {LEFT}, {RIGHT}) outs(%acc : {ACC})"),
+                           + alloc("r1", RIGHT) + f"pto.tmatmul ins(%l1, %r1 : {LEFT}, {RIGHT}) outs(%acc : {ACC})\n"
+                           + "pto.tmatmul ins(%l0, %r0 : !pto.tile_buf<left, 128x256xf16, slayout=row_major>, !pto.tile_buf<right, 256x128xf16, slayout=col_major>) outs(%acc : " + ACC + ")"),
      "memory capacity: left overflow")
 
 # ---------------------------------------------------------------------------- module rules: peers, split, entry
@@ -492,7 +495,7 @@ case("peer_slot_element",
      pipes(vec=VEC_PRE.replace("%qk_slot = pto.make_tensor_view %f, shape = [%c64, %c128], strides = [%c128, %c1] : " + QKH,
                                "%qk_slot = pto.make_tensor_view %g16, shape = [%c128, %c128], strides = [%c128, %c1] : !pto.tensor_view<128x128xf16>")
            .replace(f"(gm_slot_tensor = %qk_slot : {QKH})", "(gm_slot_tensor = %qk_slot : !pto.tensor_view<128x128xf16>)")
-           .replace("%c1 = ", "%g16 = pto.addptr %h, %c0 : !pto.ptr<f16> -> !pto.ptr<f16>\n%c1 = ").replace("%c1 = ", "%c0 = arith.constant 0 : index\n%c1 = ", 1)
+           .replace("%c1 = ", "%g16 = pto.addptr %h, %c0 : !pto.ptr<f16> -> !pto.ptr<f16>\n%c1 = ").replace("%g16 = ", "%c0 = arith.constant 0 : index\n%g16 = ", 1)
            + VEC_BODY.replace(QKH, "!pto.tensor_view<128x128xf16>")),
      "pipe id 0: slot element type differs between cube (f32) and vector (f16)", "pto.aiv_initialize_pipe {id = 0")
 _QKL = "!pto.tensor_view<128x64xf32>"
@@ -506,14 +509,14 @@ case("split_1_and_2", pipes(CUBE_PRE + CUBE_BODY.replace("{id = 0, split = 1}", 
      "pipe id 0: split values [1, 2] differ between ops of one pipe", "pto.aiv_initialize_pipe {id = 0")
 case("nosplit_with_split", cube_init(QK_INIT, "{id = 0, dir_mask = 1, slot_size = 65536, nosplit = true}"),
      "pipe id 0: nosplit = true on the cube init requires split = 0 everywhere, ops use split [1]", "pto.aiv_initialize_pipe {id = 0")
-case("missing_entry", wrap("").replace(" attributes {pto.entry}", ""),
-     "module: exactly one function needs the pto.entry attribute, found 0")
-case("two_entries", wrap("").replace("func.func @k()", "func.func @k2(%x: !pto.ptr<i64>) attributes {pto.entry} {\n    pto.set_ffts %x : !pto.ptr<i64>\n    return\n  }\n  func.func @k()"),
-     "module: exactly one function needs the pto.entry attribute, found 2")
-case("entry_without_set_ffts", wrap("").replace("    pto.set_ffts %ffts : !pto.ptr<i64>\n", ""),
-     "'func.func' set_ffts: the entry @entry must call pto.set_ffts first", "func.func @entry")
-case("entry_set_ffts_not_first", wrap("").replace("    pto.set_ffts", "    %i = pto.get_block_idx\n    pto.set_ffts"),
-     "'func.func' set_ffts: the entry @entry must call pto.set_ffts first", "func.func @entry")
+case("entry_declaration", "module {\n  func.func private @e(%x: i32) attributes {pto.entry}\n}\n",
+     "'func.func' entry: @e is a declaration; the entry attribute is only valid on function definitions", "func.func private @e")
+case("entry_returns_value", "module {\n  func.func @e(%x: i32) -> i32 attributes {pto.kernel} {\n    return %x : i32\n  }\n}\n",
+     "'func.func' entry: @e returns values; PTO entry functions must return void", "func.func @e")
+case("entry_without_set_ffts", pipes().replace("    pto.set_ffts %ffts : !pto.ptr<i64>\n", ""),
+     "'func.func' set_ffts: the module uses cube-vector pipes, so the entry @entry must call pto.set_ffts first (ptofa rule", "func.func @entry")
+case("entry_set_ffts_not_first", pipes().replace("    pto.set_ffts", "    %i = pto.get_block_idx\n    pto.set_ffts"),
+     "'func.func' set_ffts: the module uses cube-vector pipes, so the entry @entry must call pto.set_ffts first", "func.func @entry")
 case("entry_tile_argument", wrap("").replace("@entry(%ffts: !pto.ptr<i64>)", f"@entry(%ffts: !pto.ptr<i64>, %t: {V32})"),
      "'func.func' entry arguments: @entry takes a !pto.tile_buf argument; tiles are only legal in callee functions", "func.func @entry")
 
@@ -767,3 +770,104 @@ scf.for %i = %c0 to %c2 step %c1 {{
         "set_ffts_i8", "generic_pipe_op"])
 def test_ptoas_verified_forms_are_accepted(text: str) -> None:
     check_text(text)
+
+
+# ---------------------------------------------------------------------------- A3 ops beyond FA (issue 18)
+V16x16 = "!pto.tile_buf<vec, 16x16xf32>"
+V8x8 = "!pto.tile_buf<vec, 8x8xf32>"
+IDX = "%c0 = arith.constant 0 : index\n%c8 = arith.constant 8 : index\n%c12 = arith.constant 12 : index\n%m1 = arith.constant -1 : index\n"
+WIN = IDX + alloc("a", V16x16) + alloc("b", V8x8)
+ACC32 = "!pto.tile_buf<acc, 32x32xf32, blayout=col_major, slayout=row_major, fractal=1024>"
+MATNZ = "!pto.tile_buf<mat, 32x32xf16, blayout=col_major, slayout=row_major>"
+MAT32 = "!pto.tile_buf<mat, 32x32xf16, slayout=row_major>"
+CUBEWIN = IDX + alloc("acc", ACC32) + alloc("m", MATNZ) + alloc("m2", MAT32)
+
+op_case("textract_bounds", vec, WIN, f"pto.textract ins(%a, %c12, %c0 : {V16x16}, index, index) outs(%b : {V8x8})",
+        "'pto.textract' bounds: row window [12, +8) exceeds the 16 rows of the larger tile")
+op_case("textract_negative_index", vec, WIN, f"pto.textract ins(%a, %m1, %c0 : {V16x16}, index, index) outs(%b : {V8x8})",
+        "'pto.textract' index: indexRow must be non-negative, got -1")
+op_case("textract_dtype", vec, WIN + alloc("h", "!pto.tile_buf<vec, 8x16xf16>"),
+        f"pto.textract ins(%a, %c0, %c0 : {V16x16}, index, index) outs(%h : !pto.tile_buf<vec, 8x16xf16>)",
+        "'pto.textract' dtype: src and dst must share the element type, got f32 and f16")
+op_case("textract_pair", cube, CUBEWIN + alloc("l", "!pto.tile_buf<left, 32x32xf16, slayout=row_major>"),
+        "pto.textract ins(%l, %c0, %c0 : !pto.tile_buf<left, 32x32xf16, slayout=row_major>, index, index) outs(%m2 : " + MAT32 + ")",
+        "'pto.textract' memory space: A2/A3 textract takes vec -> vec, mat -> left/right or acc -> mat, got left -> mat")
+op_case("textract_left_layout", cube, CUBEWIN + alloc("l", "!pto.tile_buf<left, 32x32xf16, slayout=col_major>"),
+        "pto.textract ins(%m2, %c0, %c0 : " + MAT32 + ", index, index) outs(%l : !pto.tile_buf<left, 32x32xf16, slayout=col_major>)",
+        "'pto.textract' layout: a left dst must be blayout=row_major, slayout=row_major, got row_major/col_major")
+op_case("textract_acc_dtype_pair", cube, CUBEWIN + alloc("m32", "!pto.tile_buf<mat, 32x32xf32, blayout=col_major, slayout=row_major>"),
+        f"pto.textract ins(%acc, %c0, %c0 : {ACC32}, index, index) outs(%m32 : !pto.tile_buf<mat, 32x32xf32, blayout=col_major, slayout=row_major>)",
+        "'pto.textract' dtype pair: acc f32 -> f32; A2/A3 takes f32 -> f16/bf16")
+op_case("textract_fp_space", cube, CUBEWIN + alloc("f", "!pto.tile_buf<mat, 1x32xi64>"),
+        f"pto.textract ins(%acc, %c0, %c0 : {ACC32}, index, index fp %f : !pto.tile_buf<mat, 1x32xi64>) outs(%m : {MATNZ})",
+        "'pto.textract' fp: expects fp to use loc=scaling, got loc=mat")
+op_case("textract_relu_vec", vec, WIN, f"pto.textract ins(%a, %c0, %c0 : {V16x16}, index, index) outs(%b : {V8x8}) {{reluPreMode = #pto<relu_pre_mode normal_relu>}}",
+        "'pto.textract' relu: reluPreMode needs a loc=acc src, got loc=vec")
+op_case("tinsert_bounds", vec, WIN, f"pto.tinsert ins(%b, %c12, %c12 : {V8x8}, index, index) outs(%a : {V16x16})",
+        "'pto.tinsert' bounds: row window [12, +8) exceeds the 16 rows of the larger tile")
+op_case("tinsert_pair", cube, CUBEWIN, f"pto.tinsert ins(%m2, %c0, %c0 : {MAT32}, index, index) outs(%m : {MATNZ})",
+        "'pto.tinsert' memory space: A2/A3 tinsert takes vec -> vec or acc -> mat, got mat -> mat")
+op_case("tinsert_acc_layout", cube, CUBEWIN, f"pto.tinsert ins(%acc, %c0, %c0 : {ACC32}, index, index) outs(%m2 : {MAT32})",
+        "'pto.tinsert' layout: the mat tile must be blayout=col_major, slayout=row_major, got row_major/row_major")
+op_case("tsetval_type", vec, WIN + "%x = arith.constant 1 : i32\n", f"pto.tsetval ins(%c8, %x : index, i32) outs(%a : {V16x16})",
+        "'pto.tsetval' type agreement: value i32 must be the tile's element type f32")
+op_case("tsetval_bounds", vec, WIN + "%x = arith.constant 1.0 : f32\n%c256 = arith.constant 256 : index\n",
+        f"pto.tsetval ins(%c256, %x : index, f32) outs(%a : {V16x16})",
+        "'pto.tsetval' bounds: offset 256 is outside the 16x16 tile")
+op_case("tgetval_space", cube, CUBEWIN, f"%y = pto.tgetval ins(%m, %c0 : {MATNZ}, index) outs : f16",
+        "'pto.tgetval' memory space: src must be loc=vec, got loc=mat")
+op_case("ttrans_shape", vec, WIN, f"pto.ttrans ins(%a : {V16x16}) outs(%b : {V8x8})",
+        "'pto.ttrans' shape agreement: dst valid 8x8 must be the transpose of src valid 16x16")
+op_case("tgather_index_dtype", vec, WIN + alloc("i", "!pto.tile_buf<vec, 16x16xf32>"),
+        f"pto.tgather ins(%a, %i : {V16x16}, {V16x16}) outs(%a : {V16x16})",
+        "'pto.tgather' dtype: indices must be i32, got f32")
+op_case("tgather_form", vec, WIN, f"pto.tgather ins(%a, {{maskPattern = #pto.mask_pattern<P1111>}} : {V16x16}) outs(%b : {V8x8})",
+        "'pto.tgather' shape agreement", )
+op_case("tcolexpand_cols", vec, WIN + alloc("r", "!pto.tile_buf<vec, 1x8xf32>"),
+        f"pto.tcolexpand ins(%r : !pto.tile_buf<vec, 1x8xf32>) outs(%a : {V16x16})",
+        "'pto.tcolexpand' shape agreement: src valid cols 8 != dst valid cols 16")
+op_case("tprint_space", cube, CUBEWIN, f"pto.tprint ins(%m : {MATNZ})",
+        "'pto.tprint' memory space: ptofa prints loc=vec tiles")
+op_case("subview_valid_bounds", vec, WIN + "%c9 = arith.constant 9 : index\n",
+        f"%s = pto.subview %a[%c0, %c8] sizes [8, 8] valid[%c9, %c8] : {V16x16} -> !pto.tile_buf<vec, 8x8xf32, valid=?x?>",
+        "'pto.subview' valid: valid row 9 must be within 0..8 (the subview's shape)")
+
+RB = '%a = pto.reserve_buffer {{name = "f", size = {size}, location = #pto.address_space<{loc}>, auto = {auto}{base}}} -> i32'
+
+
+def plain(body: str) -> str:
+    return "module {\n  func.func @k() {\n" + "\n".join("    " + ln for ln in body.splitlines()) + "\n    return\n  }\n}\n"
+
+
+case("section_nested", plain("pto.section.cube {\npto.section.vector {\n}\n}"),
+     "'pto.section.vector' placement: sections do not nest", "pto.section.vector")
+case("reserve_size", plain(RB.format(size=0, loc="vec", auto="true", base="")), "'pto.reserve_buffer' size: size must be positive, got 0", "pto.reserve_buffer")
+case("reserve_location", plain(RB.format(size=64, loc="acc", auto="true", base="")), "'pto.reserve_buffer' location: a reserved buffer lives in vec or mat, got acc", "pto.reserve_buffer")
+case("reserve_result_type", plain(RB.format(size=64, loc="vec", auto="true", base="").replace("-> i32", "-> i64")),
+     "'pto.reserve_buffer' result type: the address is i32, got i64", "pto.reserve_buffer")
+case("reserve_base_alignment", plain(RB.format(size=64, loc="vec", auto="false", base=", base = 100")),
+     "'pto.reserve_buffer' base: base 100 must be non-negative and aligned to 256 bytes for vec", "pto.reserve_buffer")
+case("reserve_base_capacity", plain(RB.format(size=8192, loc="vec", auto="false", base=", base = 196352")),
+     "'pto.reserve_buffer' base: reserved range exceeds vec capacity: base 196352 + size 8192 > 196608 bytes", "pto.reserve_buffer")
+case("reserve_auto_base", plain(RB.format(size=64, loc="vec", auto="true", base=", base = 0")),
+     "'pto.reserve_buffer' base: unexpected 'base' on auto reserve_buffer", "pto.reserve_buffer")
+case("reserve_level3_auto", plain("%c0 = arith.constant 0 : i64\n%t = pto.alloc_tile addr = %c0 : !pto.tile_buf<vec, 16x16xf32>\n"
+                                  + RB.format(size=64, loc="vec", auto="true", base="")),
+     "'pto.reserve_buffer' level3: requires 'auto = false' and an explicit 'base' when --pto-level=level3", "pto.reserve_buffer")
+case("import_peer_missing", plain('%b = pto.import_reserved_buffer {name = "f", peer_func = @nowhere} -> i32'),
+     "'pto.import_reserved_buffer' peer: no function @nowhere in the module", "pto.import_reserved_buffer")
+case("import_peer_name", plain(RB.format(size=64, loc="vec", auto="true", base="") + '\n%b = pto.import_reserved_buffer {name = "g", peer_func = @k} -> i32'),
+     "'pto.import_reserved_buffer' peer: @k reserves no buffer named \"g\"", "pto.import_reserved_buffer")
+case("import_result_type", plain(RB.format(size=64, loc="vec", auto="true", base="") + '\n%b = pto.import_reserved_buffer {name = "f", peer_func = @k} -> i16'),
+     "'pto.import_reserved_buffer' result type: the address is i32, got i16", "pto.import_reserved_buffer")
+case("memory_first_writer", vec(alloc("b0", "!pto.tile_buf<vec, 1x32768xf32>") + alloc("b1", "!pto.tile_buf<vec, 1x32768xf32>")
+                                + "pto.tadd ins(%b0, %b0 : !pto.tile_buf<vec, 1x32768xf32>, !pto.tile_buf<vec, 1x32768xf32>) outs(%b0 : !pto.tile_buf<vec, 1x32768xf32>)\n"
+                                + "pto.tadd ins(%b1, %b1 : !pto.tile_buf<vec, 1x32768xf32>, !pto.tile_buf<vec, 1x32768xf32>) outs(%b1 : !pto.tile_buf<vec, 1x32768xf32>)\n"
+                                + "pto.tadd ins(%b0, %b1 : !pto.tile_buf<vec, 1x32768xf32>, !pto.tile_buf<vec, 1x32768xf32>) outs(%b1 : !pto.tile_buf<vec, 1x32768xf32>)"),
+     "memory capacity: vec overflow, requires 2097152 bits while 1572864 bits avaliable")
+case("castptr_width", plain("%x = arith.constant 0 : i16\n%p = pto.castptr %x : i16 -> !pto.ptr<f32, ub>"),
+     "'pto.castptr' operand type: the address must be i32 or i64, got i16", "pto.castptr")
+op_case("tand_float", vec, alloc("x", V16x16), f"pto.tand ins(%x, %x : {V16x16}, {V16x16}) outs(%x : {V16x16})",
+        "'pto.tand' dtype: pto.tand takes i16/i32 tiles, got f32")
+op_case("tnot_float", vec, alloc("x", V16x16), f"pto.tnot ins(%x : {V16x16}) outs(%x : {V16x16})",
+        "'pto.tnot' dtype: pto.tnot takes i16/i32 tiles, got f32")

@@ -523,3 +523,129 @@ def test_module_attributes_and_builtin_module_spelling() -> None:
 def test_file_without_module_wrapper() -> None:
     text = ENTRY + "  func.func @k() attributes {pto.kernel_kind = #pto.kernel_kind<vector>} {\n    return\n  }\n"
     roundtrip(text)
+
+
+# --------------------------------------------------------------------------------------
+# ptoas A3 forms beyond the FA kernel (issue 18): windows, elements, transposes, gathers,
+# layout hints, subview valid sizes, inferred partition results
+# --------------------------------------------------------------------------------------
+
+V16x16 = "!pto.tile_buf<vec, 16x16xf32>"
+V8x8 = "!pto.tile_buf<vec, 8x8xf32>"
+_IDX = "%c0 = arith.constant 0 : index\n%c8 = arith.constant 8 : index\n"
+MAT32 = "!pto.tile_buf<mat, 32x32xf16, slayout=row_major>"
+LEFT16 = "!pto.tile_buf<left, 16x32xf16, slayout=row_major>"
+RIGHT16 = "!pto.tile_buf<right, 32x16xf16, slayout=col_major>"
+ACC32 = "!pto.tile_buf<acc, 32x32xf32, blayout=col_major, slayout=row_major, fractal=1024>"
+MATNZ = "!pto.tile_buf<mat, 32x32xf16, blayout=col_major, slayout=row_major>"
+SCL = "!pto.tile_buf<scaling, 1x32xi64>"
+MATI8 = "!pto.tile_buf<mat, 32x32xi8, blayout=col_major, slayout=row_major>"
+
+NEW_OPS: dict[str, tuple[str, str]] = {
+    "textract_vec": ("vector", f"{_IDX}%a = pto.alloc_tile : {V16x16}\n%b = pto.alloc_tile : {V8x8}\n"
+                               f"pto.textract ins(%a, %c8, %c0 : {V16x16}, index, index) outs(%b : {V8x8})"),
+    "textract_mat_left": ("cube", f"{_IDX}%m = pto.alloc_tile : {MAT32}\n%l = pto.alloc_tile : {LEFT16}\n"
+                                  f"pto.textract ins(%m, %c0, %c0 : {MAT32}, index, index) outs(%l : {LEFT16})"),
+    "textract_mat_right": ("cube", f"{_IDX}%m = pto.alloc_tile : {MAT32}\n%r = pto.alloc_tile : {RIGHT16}\n"
+                                   f"pto.textract ins(%m, %c0, %c0 : {MAT32}, index, index) outs(%r : {RIGHT16})"),
+    "textract_acc_mat": ("cube", f"{_IDX}%a = pto.alloc_tile : {ACC32}\n%m = pto.alloc_tile : {MATNZ}\n"
+                                 f"pto.textract ins(%a, %c0, %c0 : {ACC32}, index, index) outs(%m : {MATNZ}) {{reluPreMode = #pto<relu_pre_mode normal_relu>}}"),
+    "textract_acc_fp": ("cube", f"{_IDX}%a = pto.alloc_tile : {ACC32}\n%m = pto.alloc_tile : {MATI8}\n%f = pto.alloc_tile : {SCL}\n"
+                                f"pto.textract ins(%a, %c0, %c0 : {ACC32}, index, index fp %f : {SCL}) outs(%m : {MATI8})"),
+    "tinsert_vec": ("vector", f"{_IDX}%a = pto.alloc_tile : {V16x16}\n%b = pto.alloc_tile : {V8x8}\n"
+                              f"pto.tinsert ins(%b, %c8, %c8 : {V8x8}, index, index) outs(%a : {V16x16})"),
+    "tinsert_acc_mat": ("cube", f"{_IDX}%a = pto.alloc_tile : {ACC32}\n%m = pto.alloc_tile : {MATNZ}\n"
+                                f"pto.tinsert ins(%a, %c0, %c0 : {ACC32}, index, index) outs(%m : {MATNZ})"),
+    "tsetval_tgetval": ("vector", f"{_IDX}%a = pto.alloc_tile : {V16x16}\n%x = arith.constant 1.5 : f32\n"
+                                  f"pto.tsetval ins(%c8, %x : index, f32) outs(%a : {V16x16})\n"
+                                  f"%y = pto.tgetval ins(%a, %c8 : {V16x16}, index) outs : f32"),
+    "ttrans": ("vector", f"%a = pto.alloc_tile : !pto.tile_buf<vec, 8x16xf32>\n%b = pto.alloc_tile : !pto.tile_buf<vec, 16x8xf32>\n"
+                         "pto.ttrans ins(%a : !pto.tile_buf<vec, 8x16xf32>) outs(%b : !pto.tile_buf<vec, 16x8xf32>)"),
+    "ttrans_tmp": ("vector", f"%a = pto.alloc_tile : {V16x16}\n%t = pto.alloc_tile : {V16x16}\n%b = pto.alloc_tile : {V16x16}\n"
+                             f"pto.ttrans ins(%a, %t : {V16x16}, {V16x16}) outs(%b : {V16x16})"),
+    "tgather_index": ("vector", "%s = pto.alloc_tile : !pto.tile_buf<vec, 1x32xf16>\n%i = pto.alloc_tile : !pto.tile_buf<vec, 1x32xi32>\n"
+                                "%d = pto.alloc_tile : !pto.tile_buf<vec, 1x32xf16>\n"
+                                "pto.tgather ins(%s, %i : !pto.tile_buf<vec, 1x32xf16>, !pto.tile_buf<vec, 1x32xi32>) outs(%d : !pto.tile_buf<vec, 1x32xf16>)"),
+    "tgather_mask": ("vector", f"%s = pto.alloc_tile : {V16x16}\n%d = pto.alloc_tile : !pto.tile_buf<vec, 16x8xf32>\n"
+                               f"pto.tgather ins(%s, {{maskPattern = #pto.mask_pattern<P0101>}} : {V16x16}) outs(%d : !pto.tile_buf<vec, 16x8xf32>)"),
+    "tcolexpand": ("vector", f"%r = pto.alloc_tile : !pto.tile_buf<vec, 1x16xf32>\n%d = pto.alloc_tile : {V8x8.replace('8x8', '8x16')}\n"
+                             f"pto.tcolexpand ins(%r : !pto.tile_buf<vec, 1x16xf32>) outs(%d : {V8x8.replace('8x8', '8x16')})"),
+    "tprint": ("vector", f"%a = pto.alloc_tile : {V16x16}\npto.tprint ins(%a : {V16x16})"),
+    "trsqrt_tmp": ("vector", f"%a = pto.alloc_tile : {V16x16}\n%t = pto.alloc_tile : {V16x16}\n"
+                             f"pto.trsqrt ins(%a, %t : {V16x16}, {V16x16}) outs(%a : {V16x16})"),
+    "subview_valid": ("vector", f"{_IDX}%a = pto.alloc_tile : {V16x16}\n"
+                                f"%s = pto.subview %a[%c0, %c8] sizes [8, 8] valid[%c8, %c8] : {V16x16} -> !pto.tile_buf<vec, 8x8xf32, valid=?x?>"),
+    "tload_layout_hint": ("vector", f"{GM}\n%t = pto.alloc_tile : {V32}\n"
+                                    "pto.tload ins(%pv : !pto.partition_tensor_view<16x64xf32>) outs(%t : " + V32 + ") {layout = #pto.layout<nd>}"),
+    "tstore_layout_hint": ("vector", f"{GM}\n%t = pto.alloc_tile : {V32}\n"
+                                     "pto.tstore ins(%t : " + V32 + ") outs(%pv : !pto.partition_tensor_view<16x64xf32>) {layout = #pto.layout<nd>, pto.inferred_layout = true}"),
+}
+OPS.update(NEW_OPS)
+
+
+@pytest.mark.parametrize("kind,body", NEW_OPS.values(), ids=list(NEW_OPS))
+def test_new_op_roundtrip(kind: str, body: str) -> None:
+    roundtrip(wrap(body, kind, "%p: !pto.ptr<f32>, %ph: !pto.ptr<f16>"))
+
+
+def test_partition_view_result_inferred_from_sizes() -> None:
+    body = ("%c0 = arith.constant 0 : index\n%c1 = arith.constant 1 : index\n%c16 = arith.constant 16 : index\n"
+            "%tv = pto.make_tensor_view %p, shape = [%c16, %n], strides = [%n, %c1] : !pto.tensor_view<16x?xf32>\n"
+            "%pv = pto.partition_view %tv, offsets = [%c0, %c0], sizes = [%c16, %n] : !pto.tensor_view<16x?xf32>")
+    printed = roundtrip(wrap(body, "vector", "%p: !pto.ptr<f32>, %n: index"))
+    assert "-> !pto.partition_tensor_view<16x?xf32>" in printed
+
+
+def test_entry_rules_follow_ptoas() -> None:
+    """No entry, several entries and the entry aliases all verify (PTOAS PTO.cpp validatePTOEntryFunctions)."""
+    kernel = "  func.func @{name}(%p: !pto.ptr<f32>) attributes {{{attrs}}} {{\n    return\n  }}\n"
+    for attrs in (["pto.kernel_kind = #pto.kernel_kind<vector>"], ["pto.entry", "pto.kernel"], ["hacc.entry", "pto.aicore"]):
+        text = "module {\n" + "".join(kernel.format(name=f"k{i}", attrs=a) for i, a in enumerate(attrs)) + "}\n"
+        check_text(text)
+
+
+BUFFER_OPS: dict[str, tuple[str, str]] = {
+    "section_cube_vector": ("vector", "pto.section.cube {\n%c0 = arith.constant 0 : index\n}\npto.section.vector {\n%c1 = arith.constant 1 : index\n}"),
+    "reserve_import": ("vector", '%a = pto.reserve_buffer {name = "fifo", size = 4096, location = #pto.address_space<vec>, auto = true} -> i32\n'
+                               '%b = pto.import_reserved_buffer {name = "fifo", peer_func = @k} -> i32'),
+    "reserve_base": ("vector", '%c0 = arith.constant 0 : i64\n%t = pto.alloc_tile addr = %c0 : !pto.tile_buf<vec, 16x16xf32>\n'
+                             '%a = pto.reserve_buffer {name = "slots", size = 8192, location = #pto.address_space<vec>, auto = false, base = 1024} -> i32'),
+    "castptr_barrier": ("vector", "%x = arith.constant 0 : i64\n%q = pto.castptr %x : i64 -> !pto.ptr<f32, ub>\npto.barrier <PIPE_ALL>\npto.barrier <PIPE_MTE2>"),
+}
+OPS.update(BUFFER_OPS)
+
+
+@pytest.mark.parametrize("body", [b for _, b in BUFFER_OPS.values()], ids=list(BUFFER_OPS))
+def test_buffer_and_section_ops_roundtrip(body: str) -> None:
+    lines = "\n".join("    " + ln for ln in body.splitlines())
+    roundtrip("module {\n  func.func @k() {\n" + lines + "\n    return\n  }\n}\n")
+
+
+I32T = "!pto.tile_buf<vec, 16x16xi32>"
+F32T = "!pto.tile_buf<vec, 16x16xf32>"
+_ITILES = f"%a = pto.alloc_tile : {I32T}\n%b = pto.alloc_tile : {I32T}\n%t = pto.alloc_tile : {I32T}\n%k = arith.constant 3 : i32\n"
+_FTILES = f"%x = pto.alloc_tile : {F32T}\n%y = pto.alloc_tile : {F32T}\n%u = pto.alloc_tile : {F32T}\n%f = arith.constant 2.0 : f32\n"
+INT_OPS: dict[str, tuple[str, str]] = {}
+for _op in ("tand", "tor", "tshl", "tshr"):
+    INT_OPS[_op] = ("vector", f"{_ITILES}pto.{_op} ins(%a, %b : {I32T}, {I32T}) outs(%a : {I32T})")
+for _op in ("tands", "tors", "tshls", "tshrs"):
+    INT_OPS[_op] = ("vector", f"{_ITILES}pto.{_op} ins(%a, %k : {I32T}, i32) outs(%b : {I32T})")
+INT_OPS["txor_tmp"] = ("vector", f"{_ITILES}pto.txor ins(%a, %b, %t : {I32T}, {I32T}, {I32T}) outs(%a : {I32T})")
+INT_OPS["txors_tmp"] = ("vector", f"{_ITILES}pto.txors ins(%a, %k, %t : {I32T}, i32, {I32T}) outs(%b : {I32T})")
+INT_OPS["tnot"] = ("vector", f"{_ITILES}pto.tnot ins(%a : {I32T}) outs(%b : {I32T})")
+INT_OPS["tpow_tmp"] = ("vector", f"{_FTILES}pto.tpow ins(%x, %y, %u : {F32T}, {F32T}, {F32T}) outs(%x : {F32T})")
+INT_OPS["tpows"] = ("vector", f"{_ITILES}pto.tpows ins(%a, %k : {I32T}, i32) outs(%b : {I32T})")
+INT_OPS["trem_tmp"] = ("vector", f"{_FTILES}pto.trem ins(%x, %y, %u : {F32T}, {F32T}, {F32T}) outs(%x : {F32T})")
+INT_OPS["trems_tmp"] = ("vector", f"{_FTILES}pto.trems ins(%x, %f, %u : {F32T}, f32, {F32T}) outs(%y : {F32T})")
+INT_OPS["tfmod"] = ("vector", f"{_FTILES}pto.tfmod ins(%x, %y : {F32T}, {F32T}) outs(%x : {F32T})")
+INT_OPS["tfmods"] = ("vector", f"{_FTILES}pto.tfmods ins(%x, %f : {F32T}, f32) outs(%y : {F32T})")
+OPS.update(INT_OPS)
+
+
+def test_buffers_live_from_their_first_writer() -> None:
+    """Two 128 KiB tiles allocated together but used one after the other fit the 192 KiB UB
+    (ptoas's PlanMemory starts a buffer's life at its first writer)."""
+    t = "!pto.tile_buf<vec, 1x32768xf32>"
+    body = (f"%b0 = pto.alloc_tile : {t}\n%b1 = pto.alloc_tile : {t}\n"
+            f"pto.tadd ins(%b0, %b0 : {t}, {t}) outs(%b0 : {t})\npto.tadd ins(%b1, %b1 : {t}, {t}) outs(%b1 : {t})")
+    check_text(wrap(body))

@@ -12,18 +12,41 @@ One module per family: `types` (types, enum attributes, dims helpers), `base`
 (pointers, GM views, tile allocation and data movement, set_validshape), `vector`
 (elementwise binary / unary / scalar ops, texpands, tcvt), `rowcol` (row reductions,
 row and column broadcasts), `masks` (ttri, tcmp / tcmps, tsel, tci, tfillpad),
-`scratch` (the hidden UB scratch ptoas gives ops written without a tmp), `cube` and
-`pipes`. This package re-exports all of them and assembles the `PTO` dialect;
+`scratch` (the hidden UB scratch ptoas gives ops written without a tmp), `views`
+(treshape, subview), `tileaccess` (textract, tinsert, tsetval / tgetval, ttrans, tgather,
+tcolexpand, tprint), `buffers` (core sections, reserved buffers, castptr, barrier), `cube`
+and `pipes`. This package re-exports all of them and assembles the `PTO` dialect;
 `docs/adding-an-op.md` walks through adding an op.
 """
 
 from xdsl.ir import Dialect
 
-from ptofa.dialect import cube, masks, memory, pipes, rowcol, runtime, types, vector
+from ptofa.dialect import buffers, cube, intops, masks, memory, pipes, rowcol, runtime, tileaccess, types, vector, views
 from ptofa.dialect.base import _InsOutsOp, constant_index
+from ptofa.dialect.buffers import SECTION_OPS, BarrierOp, CastPtrOp, ImportReservedBufferOp, ReserveBufferOp, SectionCubeOp, SectionVectorOp
 from ptofa.dialect.cube import CUBE_ONLY_OPS, TMatmulAccOp, TMatmulOp
+from ptofa.dialect.intops import (
+    TAndOp,
+    TAndsOp,
+    TFModOp,
+    TFModsOp,
+    TNotOp,
+    TOrOp,
+    TOrsOp,
+    TPowOp,
+    TPowsOp,
+    TRemOp,
+    TRemsOp,
+    TShlOp,
+    TShlsOp,
+    TShrOp,
+    TShrsOp,
+    TXorOp,
+    TXorsOp,
+)
 from ptofa.dialect.masks import HIDDEN_TCI_TMP, HIDDEN_TSEL_TMP, TCIOp, TCmpOp, TCmpSOp, TFillPadOp, TSelOp, TTriOp, _CmpOp
 from ptofa.dialect.memory import (
+    ALLOC_OPS,
     AddPtrOp,
     AllocTileOp,
     LoadScalarOp,
@@ -81,7 +104,11 @@ from ptofa.dialect.rowcol import (
 )
 from ptofa.dialect.runtime import GetBlockIdxOp, GetBlockNumOp, GetSubblockIdxOp, GetSubblockNumOp, SetFftsOp, _RuntimeIdOp
 from ptofa.dialect.scratch import hidden_scratch
+from ptofa.dialect.tileaccess import TColExpandOp, TExtractOp, TGatherOp, TGetValOp, TInsertOp, TPrintOp, TSetValOp, TTransOp
 from ptofa.dialect.types import (
+    AddressSpaceAttr,
+    MaskPatternAttr,
+    ReluPreModeAttr,
     BLAYOUTS,
     DYN,
     FRACTALS,
@@ -134,4 +161,4 @@ from ptofa.dialect.vector import (
     _UnaryOp,
 )
 
-PTO = Dialect("pto", [*runtime.OPS, *memory.OPS, *cube.OPS, *vector.OPS, *rowcol.OPS, *masks.OPS, *pipes.OPS], list(types.ATTRS))
+PTO = Dialect("pto", [*runtime.OPS, *memory.OPS, *views.OPS, *cube.OPS, *vector.OPS, *rowcol.OPS, *masks.OPS, *pipes.OPS, *tileaccess.OPS, *buffers.OPS, *intops.OPS], list(types.ATTRS))

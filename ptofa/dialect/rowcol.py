@@ -21,9 +21,9 @@ def _check_col_vector(op: Operation, col: TileBufType, rows: int, role: str, nd_
     if col.space != "vec":
         _fail(op, "memory space", f"{role} must be loc=vec, got loc={col.space}")
     if not col.is_row_major:
-        if col.valid[1] != 1:
+        if col.valid[1] not in (1, DYN):
             _fail(op, "shape agreement", f"{role} DN column vector needs 1 valid column, got {col.valid[1]}")
-    elif col.valid[1] != nd_valid_cols:
+    elif col.valid[1] not in (nd_valid_cols, DYN):
         _fail(op, "shape agreement", f"{role} row_major per-row vector needs {nd_valid_cols} valid columns, got {col.valid[1]}")
     if col.valid[0] != DYN and rows != DYN and col.valid[0] != rows:
         _fail(op, "shape agreement", f"{role} valid rows {col.valid[0]} != {rows} rows of the tile")

@@ -510,7 +510,33 @@ class SaturationModeAttr(_PtoEnumAttr):
     VALUES: ClassVar[tuple[str, ...]] = ("ON", "OFF")
 
 
+@irdl_attr_definition
+class AddressSpaceAttr(_EnumAttr):
+    """`#pto.address_space<vec>`: a memory space (reserve_buffer's `location`)."""
+
+    name = "pto.address_space"
+    VALUES: ClassVar[tuple[str, ...]] = ("zero", "gm", "mat", "left", "right", "acc", "vec", "bias", "scaling")
+
+
+@irdl_attr_definition
+class MaskPatternAttr(_EnumAttr):
+    """`#pto.mask_pattern<P0101>`: which elements of each group of four a masked tgather keeps
+    (the pattern read right to left: P0101 keeps elements 0 and 2)."""
+
+    name = "pto.mask_pattern"
+    VALUES: ClassVar[tuple[str, ...]] = ("P0101", "P1010", "P0001", "P0010", "P0100", "P1000", "P1111")
+
+
+@irdl_attr_definition
+class ReluPreModeAttr(_PtoEnumAttr):
+    """`#pto<relu_pre_mode normal_relu>` (textract / tinsert / tstore from ACC)."""
+
+    name = "pto.relu_pre_mode"
+    VALUES: ClassVar[tuple[str, ...]] = ("no_relu", "normal_relu", "scalar_relu", "vector_relu", "pwl")
+
+
 ATTRS = (
     PtrType, TensorViewType, PartitionTensorViewType, TileBufType, KernelKindAttr, LayoutAttr,
     RoundModeAttr, CmpModeAttr, ExpPrecisionAttr, DivPrecisionAttr, AtomicTypeAttr, SaturationModeAttr,
+    AddressSpaceAttr, MaskPatternAttr, ReluPreModeAttr,
 )

@@ -276,10 +276,19 @@ class TSqrtOp(_UnaryOp):
 
 @irdl_op_definition
 class TRsqrtOp(_UnaryOp):
-    """d = 1/sqrt(a)"""
+    """d = 1/sqrt(a); ptoas also takes a scratch tile: `ins(%a, %tmp : A, T)`."""
 
     name = "pto.trsqrt"
+    src = operand_def(TileBufType)
+    tmp = opt_operand_def(TileBufType)
+    dst_ = operand_def(TileBufType)
     FLOAT_ONLY: ClassVar[bool] = True
+    HAS_TMP: ClassVar[bool] = True
+
+    def verify_(self) -> None:
+        super().verify_()
+        if self.tmp is not None:
+            _check_vec(self, [_tile(self, self.tmp, "tmp")])
 
 
 @irdl_op_definition

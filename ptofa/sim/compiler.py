@@ -19,7 +19,7 @@ from xdsl.dialects import arith, builtin, func, scf
 from xdsl.ir import Block, Operation, SSAValue
 
 from ptofa import dialect as d
-from ptofa.sim import pipeops, registry, tileops
+from ptofa.sim import accessops, pipeops, registry, tileops  # noqa: F401 (registers semantics)
 from ptofa.sim.errors import SimError
 from ptofa.sim.memory import BF16, GmView, Tile, bf16_decode, bf16_encode, new_tile_storage
 from ptofa.sim.stages import op_stages
@@ -80,6 +80,8 @@ def run_gen(body, vals, hist):
 
 def invoke(fp: FuncProgram, core, args: list):
     """Run a function on a core (a generator); returns its results. Drains pipes at exit."""
+    if fp.kind is not None and fp.kind != core.kind:
+        return []  # a kind entry: the other core type's body is compiled out
     vals = [None] * fp.nslots
     vals[0] = core
     for s, a in zip(fp.arg_slots, args):
@@ -236,10 +238,18 @@ class ModuleCompiler:
                 self.func_ops[op.sym_name.data] = op
 
     def compile(self) -> Program:
-        entries = [f for f in self.func_ops.values() if "pto.entry" in f.attributes]
+        from ptofa.textio import ENTRY_ATTRS, is_entry
+
+        defined = [f for f in self.func_ops.values() if f.body.blocks]
+        entries = [f for f in defined if is_entry(f)]
+        if not entries and len(defined) == 1:
+            entries = defined  # a single-function module: that function is the kernel
         if len(entries) != 1:
-            raise SimError(f"module: exactly one function needs the pto.entry attribute, found {len(entries)}")
+            raise SimError(f"module: the simulator runs one kernel entry (a function with one of {', '.join(ENTRY_ATTRS)}, "
+                           f"or the only function of the module); found {len(entries)} entries among {len(defined)} functions")
         entry = self.function(entries[0].sym_name.data)
+        if entry.kind is None:
+            entry.kind = _inferred_kind(entries[0])
         return Program(self.funcs, self.ops, entry, self.n_allocs)
 
     def function(self, name: str) -> FuncProgram:
@@ -317,7 +327,7 @@ class _FunctionCompiler:
             elif isinstance(op, d.PIPE_DATA_OPS):
                 fn = pipeops.OPS[op.ROLE](op, self.slot, self.pipe_slot(op.id_value), opid)
             if self.mc.trace:
-                if isinstance(op, (d.PIPE_DATA_OPS, scf.ForOp, scf.IfOp, func.CallOp, d.AllocTileOp)):
+                if isinstance(op, (d.PIPE_DATA_OPS, scf.ForOp, scf.IfOp, func.CallOp, d.AllocTileOp, *d.SECTION_OPS)):
                     pass
                 elif _is_scalar_op(op):
                     fn = wrap_scalar(fn, self.mc.parsed.line(op))
@@ -635,6 +645,31 @@ class _FunctionCompiler:
 
         return branch_blocking, True
 
+    @registry.compiled_by(d.SectionCubeOp, d.SectionVectorOp)
+    def section(self, op) -> tuple[Fn, bool]:
+        """pto.section.cube / .vector: the body runs only on that core type (ptoas's #if defined)."""
+        body, blocking = self.region(op.body.blocks[0])
+        kind = op.KIND
+
+        def plain(vals):
+            core = vals[0]
+            if core.kind == kind:
+                core.count_steps(len(body))
+                run_plain(body, vals, core.hist_append)
+
+        if not blocking:
+            return plain, False
+
+        def gen(vals, core):
+            core.count_steps(len(body))
+            yield from run_gen(body, vals, core.hist_append)
+
+        def blocking_fn(vals):
+            core = vals[0]
+            return gen(vals, core) if core.kind == kind else None
+
+        return blocking_fn, True
+
     def call(self, op: func.CallOp) -> tuple[Fn, bool]:
         callee = self.mc.function(op.callee.root_reference.data)
         args = [self.slot(v) for v in op.arguments]
@@ -721,11 +756,23 @@ def runtime_id(op, slot) -> Fn:
 
 
 _SCALAR_TYPES = (d.AddPtrOp, d.LoadScalarOp, d.StoreScalarOp, d.MakeTensorViewOp, d.PartitionViewOp, d._RuntimeIdOp, d.SetFftsOp, d.TReshapeOp, d.SubviewOp,
-                 d.SetValidShapeOp, *d.PIPE_INIT_OPS)
+                 d.SetValidShapeOp, d.TSetValOp, d.TGetValOp, d.TPrintOp, d.ReserveBufferOp, d.ImportReservedBufferOp,
+                 d.CastPtrOp, d.BarrierOp, *d.PIPE_INIT_OPS)
 
 
 def _is_scalar_op(op: Operation) -> bool:
     return isinstance(op, _SCALAR_TYPES) or op.name.startswith("arith.")
+
+
+def _inferred_kind(f: func.FuncOp) -> str | None:
+    """The core type of a kernel without pto.kernel_kind, from the tiles it allocates: vec
+    tiles only -> vector, cube spaces only -> cube, both or none -> every core runs it."""
+    spaces = {op.result.type.space for op in f.walk() if isinstance(op, d.AllocTileOp)}
+    if spaces and spaces <= {"vec"}:
+        return "vector"
+    if spaces and not spaces & {"vec"}:
+        return "cube"
+    return None
 
 
 def compile_module(parsed, trace: bool = False) -> Program:

@@ -271,10 +271,13 @@ def subview(op: d.SubviewOp, slot: Slot) -> Fn:
     vr, vc = rt.valid
     space = rt.space
     name = op.result.name_hint or ""
+    valid = [slot(v) for v in op.valid]
 
     def fn(vals):
         t = vals[src]
         r, c = vals[row_s], vals[col_s]
+        if valid:  # `valid [%vr, %vc]`: the window's runtime valid shape
+            return _subview_valid(vals, t, r, c, rows, cols, [vals[v] for v in valid], res, name, space)
         full_r, full_c = t.data.shape
         if r < 0 or c < 0 or r + rows > full_r or c + cols > full_c:
             raise SimError(
@@ -285,6 +288,16 @@ def subview(op: d.SubviewOp, slot: Slot) -> Fn:
         vals[res] = Tile(window, rows if vr == d.DYN else vr, cols if vc == d.DYN else vc, t.root, name or t.name, space)
 
     return fn
+
+
+def _subview_valid(vals, t, r, c, rows, cols, valid, res, name, space) -> None:
+    full_r, full_c = t.data.shape
+    if r < 0 or c < 0 or r + rows > full_r or c + cols > full_c:
+        raise SimError(f"subview window rows [{r}, {r + rows}) x cols [{c}, {c + cols}) exceeds the {full_r}x{full_c} source %{t.name}")
+    vr, vc = valid
+    if not (0 <= vr <= rows and 0 <= vc <= cols):
+        raise SimError(f"subview valid {vr}x{vc} exceeds the {rows}x{cols} window of %{t.name}")
+    vals[res] = Tile(t.data[r : r + rows, c : c + cols], vr, vc, t.root, name or t.name, space)
 
 
 # Matmul --------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from dataclasses import replace as dataclass_replace
 from pathlib import Path
 
 from ptofa import dialect as d
@@ -259,14 +260,25 @@ registry.cost(
     cycles=vector_cycles(),
 )
 registry.cost(d.TColExpandDivOp, queue=on_vector, cycles=vector_cycles("vec_transcendental_factor"))
+# Window copies run where ptoas puts them: vec -> vec on V, mat -> left/right on MTE1,
+# acc -> mat on FIX (tmov's queues); the trace records elements, moved as 4-byte words.
+registry.cost(
+    d.TExtractOp, d.TInsertOp, queue=tmov_queue,
+    cycles=lambda op, queue, soc: _plain_vector(op, queue, soc) if queue == "V"
+    else transfer_cycles(dataclass_replace(op, nbytes=op.nbytes or 4 * op.elems), queue, soc),
+)
+registry.cost(d.TTransOp, d.TGatherOp, d.TColExpandOp, *d.intops.OPS, queue=on_vector, cycles=vector_cycles())
 # Scalar-unit work; the simulator batches these ops (with arith and scf) into `scalar` records.
 SCALAR_COST = registry.cost(
     d.GetBlockIdxOp, d.GetBlockNumOp, d.GetSubblockIdxOp, d.GetSubblockNumOp, d.SetFftsOp,
     d.AddPtrOp, d.MakeTensorViewOp, d.PartitionViewOp, d.TReshapeOp, d.SubviewOp, d.SetValidShapeOp, *d.PIPE_INIT_OPS,
-    d.LoadScalarOp, d.StoreScalarOp,
+    d.LoadScalarOp, d.StoreScalarOp, d.TSetValOp, d.TGetValOp, d.TPrintOp,
+    d.ReserveBufferOp, d.ImportReservedBufferOp, d.CastPtrOp, d.BarrierOp,
     queue="S",
     cycles=scalar_cycles,
 )
+# A section is a region: its ops are traced one by one, the section itself costs nothing.
+registry.cost(d.SectionCubeOp, d.SectionVectorOp, queue="S", cycles=lambda op, queue, soc: 0.0)
 # ptoas plans tile addresses at compile time: alloc_tile costs nothing (and is not traced).
 registry.cost(d.AllocTileOp, queue="S", cycles=lambda op, queue, soc: 0.0)
 # Pipe records are looked up by their kind; a talloc / tpop wait stalls the scalar unit.
