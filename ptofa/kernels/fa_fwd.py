@@ -141,11 +141,13 @@ def _unit(c: _Common, unit: SSAValue) -> _Unit:
     """Decode a unit and the KV tiles it visits (the same arithmetic on both kernels).
 
     Uniform batches decode (batch, head, Q block) from the unit index; masked kernels
-    visit Q blocks last-first (bottom-right causal: later blocks see more keys), so the
-    persistent loop hands out the longest units first. Varlen kernels read the unit from
-    a host-built table (`ptofa.varlen.unit_table`, already ordered longest first).
+    rank Q blocks last-first (bottom-right causal: later blocks see more keys). Varlen
+    kernels read the unit from a host-built table (`ptofa.varlen.unit_table`, ordered
+    longest first). Ranks are handed out in a snake over the persistent loop's waves.
     """
     cfg = c.config
+    if cfg.masked or cfg.varlen:  # units of unequal work: snake the longest-first ranks over the waves
+        unit = _snake(c, unit)
     if cfg.varlen:
         rec = scalar.mul(unit, UNIT_FIELDS, name="unit_rec")
         field = {name: scalar.index_cast(pto.load_scalar(c.args["units"], scalar.add(rec, i)), name=name)
@@ -184,6 +186,19 @@ def _unit(c: _Common, unit: SSAValue) -> _Unit:
         lo = scalar.const(0)
         hi = scalar.ceildiv(s1, cfg.tile_s1, name="t_hi")
     return _Unit(b, h, g, q0, q_rows, s0, s1, q_row, k_row, seq, lse_row, TileRange(lo, hi))
+
+
+def _snake(c: _Common, unit: SSAValue) -> SSAValue:
+    """The rank (0 = longest) a block works on: block b's i-th unit is rank i*n + b in even waves
+    and i*n + (n-1-b) in odd full waves (n = block_num), so a block that gets a long unit in one
+    wave gets a short one in the next and the blocks finish together."""
+    wave = scalar.div(unit, c.block_num, name="wave")
+    pos = scalar.rem(unit, c.block_num, name="wave_pos")
+    full = scalar.le(scalar.mul(scalar.add(wave, 1), c.block_num), c.units)
+    odd = scalar.eq(scalar.rem(wave, 2), 1)
+    mirrored = scalar.sub(scalar.sub(c.block_num, 1), pos)
+    pos = scalar.select(scalar.and_(odd, full), mirrored, pos, name="snake_pos")
+    return scalar.add(scalar.mul(wave, c.block_num), pos, name="rank")
 
 
 def _row_offset(row: SSAValue, head: SSAValue, heads: SSAValue, head_dim: int) -> SSAValue:
