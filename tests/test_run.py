@@ -239,3 +239,16 @@ def test_other_slot_counts_are_emitted_and_simulated(slot_num, qk_preload):
     assert f"slot_num = {slot_num}" in emit_fa(config)
     result = run_case(config, ProblemShape(1, 1, 128, 2048), backend="sim")
     assert result.status == "pass", result.message
+
+
+def test_simulator_benchmark_runs_and_checks():
+    """benchmarks/bench_sim.py on a small shape: it builds its arguments from the same config it emits."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent.parent / "benchmarks" / "bench_sim.py"
+    done = subprocess.run([sys.executable, str(script), "--s0", "128", "--s1", "512", "--check"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "ratio sim / reference" in done.stdout and "\npass: err=" in done.stdout

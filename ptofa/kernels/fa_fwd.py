@@ -106,6 +106,7 @@ class _Unit:
     seq: SSAValue  # the sequence (its block-table row, paged caches)
     lse_row: SSAValue  # the block's first element in LSE ([B, N, S0], or [N, total_q] for varlen)
     tiles: TileRange
+    window: tuple[SSAValue, SSAValue] | None = None  # (left, right) bounds of a masked kernel
 
 
 def _common(config: FAConfig, args: dict[str, SSAValue]) -> _Common:
@@ -174,6 +175,7 @@ def _unit(c: _Common, unit: SSAValue) -> _Unit:
     # LSE is [B, N, S0] (uniform: row q0 of (b, h)) or [N, total_q] (varlen: packed row q_row of head h).
     lse_in_head = q_row if cfg.varlen else q0
     lse_row = scalar.add(scalar.mul(scalar.add(scalar.mul(b, c.heads), h), c.s0), lse_in_head, name="lse_row")
+    window = None
     if cfg.masked:
         left = scalar.index_cast(c.args["win_left"], name="win_left")
         right = scalar.index_cast(c.args["win_right"], name="win_right")
@@ -182,10 +184,11 @@ def _unit(c: _Common, unit: SSAValue) -> _Unit:
         j_hi = scalar.min(scalar.add(scalar.add(scalar.add(q0, q_rows), diag), right), s1, name="j_hi")
         lo = scalar.floordiv(j_lo, cfg.tile_s1, name="t_lo")
         hi = scalar.select(scalar.gt(j_hi, j_lo), scalar.ceildiv(j_hi, cfg.tile_s1), lo, name="t_hi")
+        window = (left, right)
     else:
         lo = scalar.const(0)
         hi = scalar.ceildiv(s1, cfg.tile_s1, name="t_hi")
-    return _Unit(b, h, g, q0, q_rows, s0, s1, q_row, k_row, seq, lse_row, TileRange(lo, hi))
+    return _Unit(b, h, g, q0, q_rows, s0, s1, q_row, k_row, seq, lse_row, TileRange(lo, hi), window)
 
 
 def _snake(c: _Common, unit: SSAValue) -> SSAValue:
@@ -390,8 +393,9 @@ def _mask_bounds(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue) -> Non
     i0 = scalar.add(scalar.add(s.u.q0, s.row_base), r0, name="slice_q")  # first query row of the slice
     j0 = scalar.mul(t, cfg.tile_s1, name="tile_k")
     diag = scalar.sub(s.u.s1, s.u.s0)
-    right_edge = scalar.add(scalar.add(i0, diag), scalar.index_cast(c.args["win_right"]))  # last key row i0 sees
-    left_edge = scalar.sub(scalar.add(i0, diag), scalar.index_cast(c.args["win_left"]))  # first key row i0 sees
+    left, right = s.u.window
+    right_edge = scalar.add(scalar.add(i0, diag), right)  # last key row i0 sees
+    left_edge = scalar.sub(scalar.add(i0, diag), left)  # first key row i0 sees
     last_key = scalar.sub(scalar.add(j0, keys), 1)
     crosses_right = scalar.gt(last_key, right_edge)
     crosses_left = scalar.lt(j0, scalar.add(left_edge, cfg.vec_s0 - 1))

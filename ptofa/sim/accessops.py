@@ -20,13 +20,18 @@ def _window(name: str, r: int, c: int, rows: int, cols: int, big, what: str):
     return big.data[r : r + rows, c : c + cols]
 
 
-@semantics(d.TExtractOp)
-def textract(op: d.TExtractOp, slot: Slot) -> Fn:
-    """dst's valid region = src[r : r + vr, c : c + vc] (acc -> mat casts f32 to f16/bf16)."""
+def _plain_form_only(op) -> None:
+    """textract / tinsert: the quantizing `fp` and `reluPreMode` forms are not simulated."""
     if op.fp is not None:
         raise SimError(f"{op.name}: the quantizing fp form is not simulated")
     if op.reluPreMode is not None:
         raise SimError(f"{op.name}: reluPreMode is not simulated")
+
+
+@semantics(d.TExtractOp)
+def textract(op: d.TExtractOp, slot: Slot) -> Fn:
+    """dst's valid region = src[r : r + vr, c : c + vc] (acc -> mat casts f32 to f16/bf16)."""
+    _plain_form_only(op)
     src, row, col, dst = slot(op.src), slot(op.index_row), slot(op.index_col), slot(op.dst)
     cast = op.src.type.dtype != op.dst.type.dtype
     name = op.name
@@ -42,10 +47,7 @@ def textract(op: d.TExtractOp, slot: Slot) -> Fn:
 @semantics(d.TInsertOp)
 def tinsert(op: d.TInsertOp, slot: Slot) -> Fn:
     """dst[r : r + vr, c : c + vc] = src's valid region."""
-    if op.fp is not None:
-        raise SimError(f"{op.name}: the quantizing fp form is not simulated")
-    if op.reluPreMode is not None:
-        raise SimError(f"{op.name}: reluPreMode is not simulated")
+    _plain_form_only(op)
     src, row, col, dst = slot(op.src), slot(op.index_row), slot(op.index_col), slot(op.dst)
     cast = op.src.type.dtype != op.dst.type.dtype
     name = op.name
