@@ -25,6 +25,7 @@ from ptofa.kernels.fa_bwd import emit_bwd
 from ptofa.pipeline import ConfigError, ProblemShape
 from ptofa.reference import Accuracy, check_accuracy, visible_mask
 from ptofa.sim import GmPointer, SimResult, simulate
+from ptofa.sim.timing import blocks_to_trace
 from ptofa.textio import ParsedModule, check_text
 
 CUBE_CORES = 24
@@ -132,24 +133,35 @@ class BackwardBuffers:
 
 def run_backward(config: BwdConfig, shape: ProblemShape, q, k, v, out, lse, dout, grads: BackwardBuffers, scale: float,
                  *, block_dim: int | None = None, trace: bool = False) -> dict[str, SimResult]:
-    """Launch the dq kernel, then the dkdv kernel, on the simulator; `grads` is written in place."""
+    """Launch the dq kernel, then the dkdv kernel, on the simulator; `grads` is written in place.
+
+    With `trace`, each launch records the blocks the timing model needs (`ptofa.bwd_timing`):
+    one per distinct unit count, or every block when a window gives units unequal work."""
     parsed = parsed_kernels(config)
-    left, right = shape.window_bounds()
     tensors = {"q": q, "k": k, "v": v, "o": out, "do": dout, "lse": lse, "dq": grads.dq, "dk": grads.dk,
                "dv": grads.dv, "dsum": grads.dsum}
-    scalars = {"batch": shape.batch, "heads": shape.heads, "kv_heads": shape.kv_heads, "s0": shape.s0, "s1": shape.s1,
-               "scale": scale, "win_left": left, "win_right": right}
     results = {}
     for kernel in ("dq", "dkdv"):
         units = work_units(config, kernel, shape.batch, shape.heads, shape.kv_heads, shape.s0, shape.s1)
         blocks = block_dim or max(1, min(units, CUBE_CORES))
-        slots = GmPointer.of(torch.full((config.slot_bytes_per_block(kernel) * blocks // 4,), math.nan))
-        values = {"ffts": GmPointer.of(torch.zeros(16, dtype=torch.int64)), "slots": slots,
-                  "slots_h": slots.retyped(config.in_dtype),
-                  **{name: GmPointer.of(t) for name, t in tensors.items()}, **scalars}
-        args = {name: values[name] for name, _ in entry_args(config, kernel)}
-        results[kernel] = simulate(parsed[kernel], args, blocks, trace=trace)
+        traced = None if config.masked else blocks_to_trace(blocks, units)
+        args = launch_args(config, kernel, shape, tensors, scale, blocks)
+        results[kernel] = simulate(parsed[kernel], args, blocks, trace=trace, trace_blocks=traced if trace else None)
     return results
+
+
+def launch_args(config: BwdConfig, kernel: str, shape: ProblemShape, tensors: dict[str, torch.Tensor], scale: float,
+                blocks: int) -> dict[str, object]:
+    """`kernel`'s entry arguments by `entry_args` name: the tensors (q k v o do lse dq dk dv dsum),
+    the sizes, and a NaN-filled slot workspace for `blocks` blocks (a slot read before its
+    write shows up as NaN)."""
+    slots = GmPointer.of(torch.full((config.slot_bytes_per_block(kernel) * blocks // 4,), math.nan))
+    left, right = shape.window_bounds()
+    values = {"ffts": GmPointer.of(torch.zeros(16, dtype=torch.int64)), "slots": slots,
+              "slots_h": slots.retyped(config.in_dtype), "batch": shape.batch, "heads": shape.heads,
+              "kv_heads": shape.kv_heads, "s0": shape.s0, "s1": shape.s1, "scale": scale, "win_left": left,
+              "win_right": right, **{name: GmPointer.of(t) for name, t in tensors.items()}}
+    return {name: values[name] for name, _ in entry_args(config, kernel)}
 
 
 # ======================================================================================
@@ -199,4 +211,4 @@ def check_gradients(dq, dk, dv, ref: GradReference) -> dict[str, Accuracy]:
 
 
 __all__ = ["BackwardBuffers", "GradReference", "TORCH_DTYPES", "attention_backward", "check_gradients",
-           "parsed_kernels", "reference_backward", "run_backward"]
+           "launch_args", "parsed_kernels", "reference_backward", "run_backward"]

@@ -49,8 +49,8 @@ class BwdConfig:
     block_q: int = 128  # dkdv: query rows per step
     dq_block_q: int = 64  # dq: query rows per work unit
     dq_block_kv: int = 64  # dq: keys per step
-    preload: int = 1  # steps the cube computes scores ahead of the gradient matmuls
-    slot_num: int = 4
+    preload: int = 3  # steps the cube computes scores ahead of the gradient matmuls (the forward's default)
+    slot_num: int = 8
     target: str = "a3"
 
     def __post_init__(self) -> None:
