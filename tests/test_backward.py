@@ -248,3 +248,46 @@ def test_visible_mask_is_the_reference_mask():
     """reference_backward masks with the forward reference's visible_mask (same window convention)."""
     vis = visible_mask(4, 6, (-1, 0))
     assert vis[0, 0].tolist() == [True, True, True, False, False, False]
+
+
+# ---- command line ---------------------------------------------------------------------------
+
+
+def test_cli_run_backward_checks_gradients_and_prints_the_ratio():
+    from click.testing import CliRunner
+
+    from ptofa.cli import main
+
+    result = CliRunner().invoke(main, ["run", "--backend", "sim", "--backward", "--heads", "2", "--kv-heads", "1",
+                                       "--s0", "100", "--s1", "150", "--causal", "--head", "64"])
+    assert result.exit_code == 0, result.output
+    for name in ("dq", "dk", "dv"):
+        assert f"{name}: pass" in result.output
+    assert "backward/forward ratio" in result.output and "bound" in result.output
+
+
+def test_cli_build_backward_writes_both_kernels(tmp_path):
+    from click.testing import CliRunner
+
+    from ptofa.cli import main
+
+    result = CliRunner().invoke(main, ["build", "--backward", "--window", "16,4", "--dtype", "bf16", "-o", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    for kernel in ("dq", "dkdv"):
+        text = (tmp_path / f"fa_bwd_{kernel}.pto").read_text()
+        check_text(text, kernel)
+        assert "win_left" in text and "bf16" in text
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["build", "--backward", "--head", "96"], "head dim"),
+    (["build", "--backward", "--key-padding-mask"], "--key-padding-mask not supported"),
+    (["run", "--backward", "--backend", "npu"], "simulator only"),
+])
+def test_cli_backward_bad_input_exits_2(argv, message):
+    from click.testing import CliRunner
+
+    from ptofa.cli import main
+
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 2 and message in result.output
