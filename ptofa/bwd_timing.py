@@ -45,7 +45,11 @@ def compulsory_bytes(config: BwdConfig, shape: ProblemShape, kernel: str) -> int
 
 def predict_kernel(sim: SimResult, config: BwdConfig, shape: ProblemShape, kernel: str,
                    soc: str | SocSpec = "910B2") -> TimingResult:
-    """Predicted time of one backward kernel's launch from its traced `SimResult`."""
+    """Predicted time of one backward kernel's launch from its traced `SimResult`.
+
+    `flops` (and so the TFLOPS the summary prints) keeps the forward's convention,
+    4 * N * D per visible score, so kernels compare on one scale; `cube_bound_us` counts
+    this kernel's own GEMMs."""
     spec = get_soc(soc)
     if sim.trace is None:
         raise TimingError(f"the {kernel} launch was run without a trace")
@@ -54,9 +58,9 @@ def predict_kernel(sim: SimResult, config: BwdConfig, shape: ProblemShape, kerne
         raise TimingError(f"the {kernel} trace has no ops")
     units = work_units(config, kernel, shape.batch, shape.heads, shape.kv_heads, shape.s0, shape.s1)
     cycles, waves, note = launch_cycles({b: r.cycles for b, r in replays.items()}, sim.block_dim, units, spec.cube_cores)
-    flops = shape.flops(config.head) // FORWARD_GEMMS * GEMMS[kernel]
+    macs = shape.flops(config.head) // 2 // FORWARD_GEMMS * GEMMS[kernel]
     cores = min(sim.block_dim, spec.cube_cores)
-    cube_us = spec.cycles_to_us(flops / 2 / (cores * spec.cube_macs_per_cycle))
+    cube_us = spec.cycles_to_us(macs / (cores * spec.cube_macs_per_cycle))
     hbm_us = spec.cycles_to_us(compulsory_bytes(config, shape, kernel) / (spec.hbm_bytes_per_cycle_per_core * spec.cube_cores))
     critical = max(replays.values(), key=lambda r: r.cycles)
     shares = critical_path_shares(critical)
@@ -64,7 +68,8 @@ def predict_kernel(sim: SimResult, config: BwdConfig, shape: ProblemShape, kerne
     busy: dict[tuple[int, str, str], float] = {}
     for r in replays.values():
         busy.update(busy_fractions(r))
-    return TimingResult(soc=spec, block_dim=sim.block_dim, kernel_us=max(spec.cycles_to_us(cycles), hbm_us), flops=flops,
+    return TimingResult(soc=spec, block_dim=sim.block_dim, kernel_us=max(spec.cycles_to_us(cycles), hbm_us),
+                        flops=shape.flops(config.head),
                         block_us={b: spec.cycles_to_us(r.cycles) for b, r in replays.items()}, busy=busy, bound=bound,
                         bound_shares=shares, intervals=intervals(replays, spec), waves=waves, cube_bound_us=cube_us,
                         hbm_bound_us=hbm_us, extrapolation=note)
