@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ptofa.backend import TORCH_DTYPES, BackendUnavailable
+from ptofa.backend import BackendUnavailable
 from ptofa.bwd_pipeline import BwdConfig, entry_args, work_units
 from ptofa.kernels.fa_bwd import emit_bwd
 from ptofa.pipeline import ConfigError, ProblemShape
@@ -210,5 +210,5 @@ def check_gradients(dq, dk, dv, ref: GradReference) -> dict[str, Accuracy]:
             for name, ours, exact, low in zip(("dq", "dk", "dv"), (dq, dk, dv), ref.exact, ref.low)}
 
 
-__all__ = ["BackwardBuffers", "GradReference", "TORCH_DTYPES", "attention_backward", "check_gradients",
+__all__ = ["BackwardBuffers", "GradReference", "attention_backward", "check_gradients",
            "launch_args", "parsed_kernels", "reference_backward", "run_backward"]

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from xdsl.dialects import builtin
 from xdsl.ir import SSAValue
 
-from ptofa.api import F32, I32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type, view_type
+from ptofa.api import F32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type, view_type
 from ptofa.bwd_pipeline import BwdConfig, entry_args, right_roles, tile_plan
 from ptofa.kernels.common import SPLIT, TileRange, init_pipes, pipelined
+from ptofa.kernels.window import Window, keys_seen, mask_tile, queries_seeing
 from ptofa.pipeline import PipeSpec, TileSpec
 from ptofa.textio import print_pto
 
@@ -74,8 +75,7 @@ class _Common:
     s1: SSAValue
     q_stride: SSAValue
     kv_stride: SSAValue
-    diag: SSAValue  # query row i is aligned with key i + S1 - S0
-    window: tuple[SSAValue, SSAValue] | None
+    window: Window | None
     bases: dict[str, SSAValue]
 
 
@@ -89,39 +89,12 @@ def _common(config: BwdConfig, kernel: str, args: dict[str, SSAValue]) -> _Commo
     pds_base = pto.add_ptr(h_block, sdp.slot_bytes * config.slot_num // 2, name="pds_ring")
     window = None
     if config.masked:
-        window = (scalar.index_cast(args["win_left"], name="win_left"), scalar.index_cast(args["win_right"], name="win_right"))
+        window = Window(scalar.index_cast(args["win_left"], name="win_left"),
+                        scalar.index_cast(args["win_right"], name="win_right"), scalar.sub(s1, s0, name="diag"))
     return _Common(config, kernel, args, block_idx, block_num, batch, heads, kv_heads,
                    scalar.div(heads, kv_heads, name="group"), s0, s1,
                    scalar.mul(heads, config.head, name="q_stride"), scalar.mul(kv_heads, config.head, name="kv_stride"),
-                   scalar.sub(s1, s0, name="diag"), window, {"sdp": sdp_base, "pds": pds_base})
-
-
-def _visible(c: _Common, lo_pos: SSAValue, hi_pos: SSAValue, limit: SSAValue, block: int) -> TileRange:
-    """Blocks of `block` positions covering [max(lo_pos, 0), min(hi_pos, limit)), empty if that is."""
-    lo_pos = scalar.max(lo_pos, 0, name="vis_lo")
-    hi_pos = scalar.min(hi_pos, limit, name="vis_hi")
-    lo = scalar.floordiv(lo_pos, block, name="b_lo")
-    return TileRange(lo, scalar.select(scalar.gt(hi_pos, lo_pos), scalar.ceildiv(hi_pos, block), lo, name="b_hi"))
-
-
-def _keys_seen(c: _Common, q0: SSAValue, q_rows: SSAValue, block: int) -> TileRange:
-    """KV tiles seen by query rows [q0, q0 + q_rows): the forward's arithmetic."""
-    if c.window is None:
-        return TileRange(scalar.const(0), scalar.ceildiv(c.s1, block, name="b_hi"))
-    left, right = c.window
-    j_lo = scalar.sub(scalar.add(q0, c.diag), left)
-    j_hi = scalar.add(scalar.add(scalar.add(q0, q_rows), c.diag), right)
-    return _visible(c, j_lo, j_hi, c.s1, block)
-
-
-def _queries_seeing(c: _Common, k0: SSAValue, k_rows: SSAValue, block: int) -> TileRange:
-    """Q blocks with a row that sees a key of [k0, k0 + k_rows): i + diag - left <= j <= i + diag + right."""
-    if c.window is None:
-        return TileRange(scalar.const(0), scalar.ceildiv(c.s0, block, name="b_hi"))
-    left, right = c.window
-    i_lo = scalar.sub(scalar.sub(k0, c.diag), right)
-    i_hi = scalar.add(scalar.sub(scalar.add(k0, k_rows), c.diag), left)
-    return _visible(c, i_lo, i_hi, c.s0, block)
+                   window, {"sdp": sdp_base, "pds": pds_base})
 
 
 # ======================================================================================
@@ -135,30 +108,6 @@ class _Vec:
     tiles: dict[str, SSAValue]
     consts: dict[str, SSAValue]
     row_base: SSAValue  # first row of this core's half of the slot
-
-
-def _mask(v: _Vec, rows0: SSAValue, cols0: SSAValue, rows: int, cols: SSAValue, transposed: bool) -> None:
-    """Add -3e38 to the scores of s_tile that the window hides (only if some entry may be hidden).
-
-    Row r, column c of the tile are (query rows0 + r, key cols0 + c), or (key rows0 + r,
-    query cols0 + c) when `transposed`; a key j is hidden from query i iff
-    j > i + diag + right or j < i + diag - left. As triangles (ttri: lower = col <= row + d,
-    upper = col >= row + d) the two sides are an upper and a lower one; never both."""
-    left, right = v.c.window
-    tl, diag = v.tiles, v.c.diag
-    if transposed:  # j = rows0 + r, i = cols0 + c
-        lower = scalar.sub(scalar.sub(scalar.sub(scalar.sub(rows0, cols0), diag), right), 1, name="d_right")
-        upper = scalar.add(scalar.add(scalar.sub(scalar.sub(rows0, cols0), diag), left), 1, name="d_left")
-    else:  # i = rows0 + r, j = cols0 + c
-        upper = scalar.add(scalar.sub(scalar.add(scalar.add(rows0, diag), right), cols0), 1, name="d_right")
-        lower = scalar.sub(scalar.sub(scalar.sub(scalar.add(rows0, diag), left), cols0), 1, name="d_left")
-    some_upper = scalar.lt(upper, cols)
-    some_lower = scalar.gt(lower, -rows)
-    with pto.if_(scalar.or_(some_upper, some_lower)):
-        for d_, up in ((upper, True), (lower, False)):
-            tile.tri(scalar.index_cast(d_, I32), out=tl["mask_tmp"], upper=up)
-            tile.muls(tl["mask_tmp"], v.consts["neg"], out=tl["mask_tmp"])
-            tile.add(tl["s_tile"], tl["mask_tmp"], out=tl["s_tile"])
 
 
 def _stat_view(c: _Common, name: str, h: SSAValue, b: SSAValue, q0: SSAValue, n: SSAValue):
@@ -218,7 +167,7 @@ def _q_unit(c: _Common, unit: SSAValue) -> _QUnit:
     b, h = scalar.div(bh, c.heads, name="b"), scalar.rem(bh, c.heads, name="h")
     q0 = scalar.mul(q_block, cfg.dq_block_q, name="q0")
     q_rows = scalar.min(scalar.sub(c.s0, q0), cfg.dq_block_q, name="q_rows")
-    return _QUnit(b, h, scalar.div(h, c.group, name="g"), q0, q_rows, _keys_seen(c, q0, q_rows, cfg.dq_block_kv))
+    return _QUnit(b, h, scalar.div(h, c.group, name="g"), q0, q_rows, keys_seen(c.window, q0, q_rows, c.s1, cfg.dq_block_kv))
 
 
 def _dq_units(c: _Common) -> SSAValue:
@@ -318,7 +267,8 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             out = pto.talloc("vector", pds.pipe_id, _entry(pds, "vector"), SPLIT, name="pds_entry")
             _load_scores(v, entry, cols, bkv)
             if config.masked:
-                _mask(v, row0, scalar.mul(t, bkv), vr, cols, transposed=False)
+                mask_tile(c.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], row0, scalar.mul(t, bkv), vr, cols,
+                          transposed=False)
             tile.row_expand_expdif(tl["s_tile"], lse_col, out=tl["s_tile"])  # P = exp(scale S - LSE)
             tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
             tile.mul(tl["s_tile"], tl["dp_tile"], out=tl["s_tile"])
@@ -376,7 +326,7 @@ def _kv_unit(c: _Common, unit: SSAValue) -> _KvUnit:
     bg = scalar.div(unit, kv_blocks, name="bg")
     k0 = scalar.mul(kv_block, cfg.block_kv, name="k0")
     k_rows = scalar.min(scalar.sub(c.s1, k0), cfg.block_kv, name="k_rows")
-    blocks = _queries_seeing(c, k0, k_rows, cfg.block_q)
+    blocks = queries_seeing(c.window, k0, k_rows, c.s0, cfg.block_q)
     per_head = scalar.sub(blocks.hi, blocks.lo, name="q_steps")
     return _KvUnit(scalar.div(bg, c.kv_heads, name="b"), scalar.rem(bg, c.kv_heads, name="g"), k0, k_rows, blocks,
                    TileRange(scalar.const(0), scalar.mul(per_head, c.group, name="steps")))
@@ -476,7 +426,8 @@ def _dkdv_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             pto.load(_stat_view(c, "lse", h, u.b, q0, n), tl["stat_row"])
             tile.muls(tl["stat_row"], consts["minus_one"], out=tl["nlse_row"])
             if config.masked:
-                _mask(v, scalar.add(u.k0, v.row_base), q0, vr, n, transposed=True)
+                mask_tile(c.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], scalar.add(u.k0, v.row_base), q0, vr, n,
+                          transposed=True)
             tile.col_expand_add(tl["s_tile"], tl["nlse_row"], out=tl["s_tile"])
             tile.exp(tl["s_tile"], out=tl["s_tile"])  # P^T = exp(scale S^T - LSE)
             _store_half(v, out, 0, n)
