@@ -290,3 +290,27 @@ def test_cli_backward_bad_input_exits_2(argv, message):
 
     result = CliRunner().invoke(main, argv)
     assert result.exit_code == 2 and message in result.output
+
+
+@pytest.mark.parametrize("window", [(-1, 0), (40, 10), (0, 0)])
+def test_masked_kernels_visit_exactly_the_visible_tiles(window):
+    """The steps each kernel pushes through its score pipe are the (Q block, KV block) pairs with a
+    visible entry, counted from the reference mask: fully hidden tiles are skipped on both sides."""
+    b, n, kvn, s0, s1 = 1, 2, 1, 300, 260
+    config, shape = BwdConfig(head=64, masked=True), ProblemShape(b, n, s0, s1, kvn, window)
+    q, k, v, dout = _inputs(b, n, kvn, s0, s1, 64, torch.float16)
+    out, lse = _forward(q, k, v, window)
+    grads = BackwardBuffers.zeros(q, k)
+    results = run_backward(config, shape, q, k, v, out, lse, dout, grads, 0.125)
+    acc = check_gradients(grads.dq, grads.dk, grads.dv, reference_backward(q, k, v, dout, 0.125, window))
+    assert all(a.passed for a in acc.values()), {name: str(a) for name, a in acc.items()}
+    vis = visible_mask(s0, s1, window)[0]
+
+    def pairs(rows: int, cols: int) -> int:
+        return sum(bool(vis[i:i + rows, j:j + cols].any()) for i in range(0, s0, rows) for j in range(0, s1, cols))
+
+    pushed = {kernel: sum(c["tpush"].get("cube", 0) for (_, pid), c in r.pipe_counts.items() if pid == 0)
+              for kernel, r in results.items()}
+    assert pushed["dq"] == n * pairs(config.dq_block_q, config.dq_block_kv)
+    assert pushed["dkdv"] == n * pairs(config.block_q, config.block_kv)
+    assert pushed["dq"] < n * -(-s0 // config.dq_block_q) * -(-s1 // config.dq_block_kv)
