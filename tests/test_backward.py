@@ -314,3 +314,18 @@ def test_masked_kernels_visit_exactly_the_visible_tiles(window):
     assert pushed["dq"] == n * pairs(config.dq_block_q, config.dq_block_kv)
     assert pushed["dkdv"] == n * pairs(config.block_q, config.block_kv)
     assert pushed["dq"] < n * -(-s0 // config.dq_block_q) * -(-s1 // config.dq_block_kv)
+
+
+@pytest.mark.parametrize("head", [64, 128])
+def test_simulator_memory_peak_equals_the_budget(head):
+    """Each kernel's budget (tile plan + hidden row-expand scratch) equals the simulator's live-byte peak."""
+    config, shape = BwdConfig(head=head, masked=True), ProblemShape(1, 1, 130, 140, window=(-1, 0))
+    q, k, v, dout = _inputs(1, 1, 1, 130, 140, head, torch.float16)
+    out, lse = _forward(q, k, v, (-1, 0))
+    results = run_backward(config, shape, q, k, v, out, lse, dout, BackwardBuffers.zeros(q, k), 0.1, block_dim=1)
+    for kernel, result in results.items():
+        planned = {row.space: row.used for row in budget(config, kernel).rows}
+        peak = result.peak_bytes
+        assert peak[(0, "vec0")]["vec"] == peak[(0, "vec1")]["vec"] == planned["vec"], kernel
+        for space in ("mat", "left", "right", "acc"):
+            assert peak[(0, "cube")][space] == planned[space], (kernel, space)
