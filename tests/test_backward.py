@@ -329,3 +329,13 @@ def test_simulator_memory_peak_equals_the_budget(head):
         assert peak[(0, "vec0")]["vec"] == peak[(0, "vec1")]["vec"] == planned["vec"], kernel
         for space in ("mat", "left", "right", "acc"):
             assert peak[(0, "cube")][space] == planned[space], (kernel, space)
+
+
+def test_softmax_scale_is_honoured():
+    q, k, v, dout = _inputs(1, 2, 2, 96, 80, 64, torch.float16, seed=9)
+    out, lse = ptofa.flash_attn_func(q, k, v, softmax_scale=0.3, return_lse=True, backend="sim")
+    grads = attention_backward(q, k, v, out, lse, dout, softmax_scale=0.3)
+    acc = check_gradients(*grads, reference_backward(q, k, v, dout, scale=0.3))
+    assert all(a.passed for a in acc.values()), {name: str(a) for name, a in acc.items()}
+    default = check_gradients(*grads, reference_backward(q, k, v, dout))
+    assert not default["dq"].passed  # the scale changes the answer: the check can fail
