@@ -20,6 +20,8 @@ Modules, one concept each (docs/architecture.md has the whole path):
   infiniop     InfiniOp's FlashAttention descriptor interface and status codes
   serving      `flash_attn_varlen_func` (packed prefill), `flash_attn_with_kvcache` (paged decode)
   varlen, kvcache  the unit table, cu_seqlens rules, cache layouts and the per-sequence references
+  backward     `attention_backward` (dq, dk, dv from O and LSE) on the backward kernels
+               (kernels/fa_bwd, bwd_pipeline, bwd_timing, bwd_cli)
 
 The attention calls are imported on first use, so `import ptofa` stays light:
 
@@ -41,6 +43,7 @@ _LAZY = {
     "infiniop": "ptofa.infiniop",
     "flash_attn_varlen_func": "ptofa.serving",
     "flash_attn_with_kvcache": "ptofa.serving",
+    "attention_backward": "ptofa.backward",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -76,14 +76,21 @@ def main() -> None:
 
 @main.command()
 @_config_options
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("fa.pto"),
-              show_default=True, help="Where to write the .pto file.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="Where to write the .pto file [default: fa.pto]; with --backward, a folder [default: .].")
+@click.option("--backward", is_flag=True, help="Write the backward kernels (fa_bwd_dq.pto, fa_bwd_dkdv.pto) instead.")
 def build(head: int, tile_s1: int, qk_preload: int, dtype: str, out_dtype: str | None, causal: bool,
-          window: tuple[int, int] | None, key_padding: bool, lse: bool, output: Path) -> None:
+          window: tuple[int, int] | None, key_padding: bool, lse: bool, output: Path | None, backward: bool) -> None:
     """Emit the kernel as PTO IR, and print the config and its memory budget."""
     from ptofa.fa_builder import emit_fa
 
     config = make_config(head, tile_s1, qk_preload, dtype, out_dtype, causal, window, key_padding, lse)
+    if backward:
+        from ptofa.bwd_cli import build_backward
+
+        build_backward(config, output or Path("."), lambda line: console.print(line, markup=False))
+        return
+    output = output or Path("fa.pto")
     text = emit_fa(config)
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_suffix(output.suffix + ".tmp")
@@ -131,10 +138,12 @@ def check(pto_file: Path) -> None:
 @click.option("--soc", default="910B2", show_default=True, help="Chip of the timing model (910B1..910B4).")
 @click.option("--inject-fault", type=click.Choice(FAULTS), default=None, hidden=True,
               help="Test only: the simulator breaks the parsed kernel this way, to exercise its reports.")
+@click.option("--backward", is_flag=True,
+              help="Also run the backward kernels on the forward's O and LSE (sim): check dq, dk, dv, predict their time.")
 def run(backend: str, batch: int, heads: int, kv_heads: int | None, s0: int, s1: int, seqlens: list[int] | None,
         kv_seqlens: list[int] | None, head: int, tile_s1: int, qk_preload: int, dtype: str, out_dtype: str | None,
         causal: bool, window: tuple[int, int] | None, key_padding: bool, lse: bool, seed: int, block_dim: int | None,
-        keep: Path | None, timeline: Path | None, soc: str, inject_fault: str | None) -> None:
+        keep: Path | None, timeline: Path | None, soc: str, inject_fault: str | None, backward: bool) -> None:
     """Build, run and check the kernel against the torch reference; print one result row."""
     import dataclasses
 
@@ -154,6 +163,12 @@ def run(backend: str, batch: int, heads: int, kv_heads: int | None, s0: int, s1:
     except ConfigError as exc:
         raise InputError(f"invalid shape: {exc}") from None
     backend = resolve_backend(backend)
+    if backward:
+        from ptofa.bwd_cli import backward_config
+
+        backward_config(config)
+        if backend != "sim":
+            raise InputError(f"--backward: the backward kernels run on the simulator only (--backend sim), not {backend}")
     if inject_fault is not None and backend != "sim":
         raise InputError(f"--inject-fault is a simulator option; the {backend} backend runs the kernel as built")
     key_mask = None
@@ -171,6 +186,12 @@ def run(backend: str, batch: int, heads: int, kv_heads: int | None, s0: int, s1:
         click.echo(result.message, err=True)
     if timeline is not None and result.predicted_us is not None:
         console.print(f"timeline written to {timeline}")
+    if backward and result.passed:
+        from ptofa.bwd_cli import run_backward_case
+
+        passed = run_backward_case(config, shape, result.predicted_us, seed, soc, block_dim,
+                                   lambda line: console.print(line, markup=False))
+        sys.exit(0 if passed else 1)
     sys.exit(0 if result.passed else 1)
 
 

@@ -1,0 +1,214 @@
+"""FlashAttention backward on torch tensors: run the backward kernels, and their reference.
+
+`attention_backward(q, k, v, out, lse, dout)` returns (dq, dk, dv) for the forward
+`out = softmax(scale Q K^T + mask) V` whose `out` and `lse` the forward kernel wrote
+(`ptofa.flash_attn_func(..., return_lse=True)`): no S or P is kept between the passes.
+It launches the two kernels of `ptofa.kernels.fa_bwd` one after the other: `dq` (which
+also writes D = rowsum(dO * O)) and then `dkdv`, on the simulator.
+
+`reference_backward` is torch autograd through the same attention in fp64 and in the
+input dtype; `check_gradients` applies the FlashAttention accuracy rule (`check_accuracy`:
+error against fp64 <= 2 x the input-dtype computation's error + 1e-5) to each gradient.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ptofa.backend import BackendUnavailable
+from ptofa.bwd_pipeline import BwdConfig, entry_args, work_units
+from ptofa.kernels.fa_bwd import emit_bwd
+from ptofa.pipeline import ConfigError, ProblemShape
+from ptofa.reference import Accuracy, check_accuracy, visible_mask
+from ptofa.sim import GmPointer, SimResult, simulate
+from ptofa.sim.timing import blocks_to_trace
+from ptofa.textio import ParsedModule, check_text
+
+CUBE_CORES = 24
+_DTYPE_NAMES = {torch.float16: "f16", torch.bfloat16: "bf16"}
+
+
+@functools.lru_cache(maxsize=32)
+def parsed_kernels(config: BwdConfig) -> dict[str, ParsedModule]:
+    """The two backward kernels of `config`, emitted, parsed from their text and verified."""
+    return {kernel: check_text(emit_bwd(config, kernel), f"fa_bwd_{kernel}.pto") for kernel in ("dq", "dkdv")}
+
+
+def _check_inputs(q, k, v, out, lse, dout) -> None:
+    tensors = {"q": q, "k": k, "v": v, "out": out, "dout": dout, "lse": lse}
+    for name, x in tensors.items():
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"attention_backward: {name} must be a torch.Tensor, got {type(x).__name__}")
+    if q.dtype not in _DTYPE_NAMES:
+        raise TypeError(f"attention_backward: q.dtype={q.dtype} must be torch.float16 or torch.bfloat16")
+    for name in ("k", "v", "out", "dout"):
+        if tensors[name].dtype != q.dtype:
+            raise TypeError(f"attention_backward: {name}.dtype={tensors[name].dtype} must equal q.dtype={q.dtype}")
+    if q.dim() != 4 or k.dim() != 4 or k.shape != v.shape:
+        raise ValueError(f"attention_backward: q [B,S0,N,D] and k, v [B,S1,KVN,D] expected, got q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}, v {tuple(v.shape)}")
+    b, s0, n, d = q.shape
+    if k.shape[0] != b or k.shape[3] != d or n % k.shape[2] != 0:
+        raise ValueError(f"attention_backward: k {tuple(k.shape)} must be [B={b}, S1, KVN, D={d}] with N={n} a multiple of KVN")
+    if out.shape != q.shape or dout.shape != q.shape:
+        raise ValueError(f"attention_backward: out {tuple(out.shape)} and dout {tuple(dout.shape)} must be q's shape {tuple(q.shape)}")
+    if tuple(lse.shape) != (b, n, s0) or lse.dtype != torch.float32:
+        raise ValueError(f"attention_backward: lse must be float32 [B, N, S0] = [{b}, {n}, {s0}], got {lse.dtype} {tuple(lse.shape)}")
+
+
+def attention_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    dout: torch.Tensor,
+    *,
+    softmax_scale: float | None = None,
+    window: tuple[int, int] | None = None,
+    deterministic: bool = True,
+    backend: str = "auto",
+    config: BwdConfig | None = None,
+    block_dim: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients (dq, dk, dv) of attention, flash-attn's conventions, run by the backward kernels.
+
+    q, out, dout: [B, S0, N, D]; k, v: [B, S1, KVN, D] (N a multiple of KVN: GQA/MQA, dk/dv are
+    summed over each kv head's q heads); all float16 or all bfloat16; D 64 or 128. Non-contiguous tensors are copied.
+    lse:     [B, N, S0] float32 from the forward (`flash_attn_func(..., return_lse=True)`);
+             +inf marks a row that sees no key (its gradients are 0).
+    softmax_scale: default 1 / sqrt(D).
+    window:  (left, right), bottom-right aligned as flash-attn (-1 unbounded; causal is (-1, 0));
+             None = no mask.
+    deterministic: the kernels accumulate without atomics (one writer per element), so the
+             result is bit-identical across runs; an atomic-add dQ mode is not built, and
+             deterministic=False raises `ValueError`.
+    backend: "auto" or "sim" (CPU simulator); "npu" raises `BackendUnavailable` (not wired yet).
+    Returns dq, dk, dv in q's dtype and shapes (dk, dv with KVN heads).
+    """
+    _check_inputs(q, k, v, out, lse, dout)
+    q, k, v, out, lse, dout = (x.detach().contiguous() for x in (q, k, v, out, lse, dout))
+    if not deterministic:
+        raise ValueError("attention_backward: deterministic=False asks for the atomic-add dQ mode, which is not built; "
+                         "the shipped kernels are deterministic (deterministic=True)")
+    if backend == "npu":
+        raise BackendUnavailable("attention_backward: the backward kernels run on the simulator only (backend='sim')")
+    if backend not in ("auto", "sim"):
+        raise ValueError(f"attention_backward: backend={backend!r} must be 'auto', 'sim' or 'npu'")
+    b, s0, n, d = q.shape
+    s1, kvn = k.shape[1], k.shape[2]
+    win = (-1, -1) if window is None else tuple(int(w) for w in window)
+    shape = ProblemShape(b, n, s0, s1, kvn, win)
+    dtype = _DTYPE_NAMES[q.dtype]
+    cfg = config or BwdConfig(head=d, in_dtype=dtype, masked=win != (-1, -1))
+    if cfg.head != d or cfg.in_dtype != dtype or cfg.masked != (win != (-1, -1)):
+        raise ConfigError(f"attention_backward: config (head={cfg.head}, in_dtype={cfg.in_dtype}, masked={cfg.masked}) "
+                          f"does not match the inputs (D={d}, {dtype}, window={win})")
+    if s0 < 1 or s1 < 1 or min(win) < -1:
+        raise ValueError(f"attention_backward: S0={s0}, S1={s1} must be >= 1 and window={win} entries >= -1")
+    scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
+    grads = BackwardBuffers.zeros(q, k)
+    run_backward(cfg, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim)
+    return grads.dq, grads.dk, grads.dv
+
+
+@dataclass
+class BackwardBuffers:
+    """The kernels' outputs: dq, dk, dv (zeroed: a unit that sees nothing stores nothing) and D."""
+
+    dq: torch.Tensor
+    dk: torch.Tensor
+    dv: torch.Tensor
+    dsum: torch.Tensor  # D = rowsum(dO * O), [B, N, S0] f32, written by the dq kernel
+
+    @classmethod
+    def zeros(cls, q: torch.Tensor, k: torch.Tensor) -> BackwardBuffers:
+        b, s0, n, _ = q.shape
+        return cls(torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(k), torch.full((b, n, s0), math.nan))
+
+
+def run_backward(config: BwdConfig, shape: ProblemShape, q, k, v, out, lse, dout, grads: BackwardBuffers, scale: float,
+                 *, block_dim: int | None = None, trace: bool = False) -> dict[str, SimResult]:
+    """Launch the dq kernel, then the dkdv kernel, on the simulator; `grads` is written in place.
+
+    With `trace`, each launch records the blocks the timing model needs (`ptofa.bwd_timing`):
+    one per distinct unit count, or every block when a window gives units unequal work."""
+    parsed = parsed_kernels(config)
+    tensors = {"q": q, "k": k, "v": v, "o": out, "do": dout, "lse": lse, "dq": grads.dq, "dk": grads.dk,
+               "dv": grads.dv, "dsum": grads.dsum}
+    results = {}
+    for kernel in ("dq", "dkdv"):
+        units = work_units(config, kernel, shape.batch, shape.heads, shape.kv_heads, shape.s0, shape.s1)
+        blocks = block_dim or max(1, min(units, CUBE_CORES))
+        traced = None if config.masked else blocks_to_trace(blocks, units)
+        args = launch_args(config, kernel, shape, tensors, scale, blocks)
+        results[kernel] = simulate(parsed[kernel], args, blocks, trace=trace, trace_blocks=traced if trace else None)
+    return results
+
+
+def launch_args(config: BwdConfig, kernel: str, shape: ProblemShape, tensors: dict[str, torch.Tensor], scale: float,
+                blocks: int) -> dict[str, object]:
+    """`kernel`'s entry arguments by `entry_args` name: the tensors (q k v o do lse dq dk dv dsum),
+    the sizes, and a NaN-filled slot workspace for `blocks` blocks (a slot read before its
+    write shows up as NaN)."""
+    slots = GmPointer.of(torch.full((config.slot_bytes_per_block(kernel) * blocks // 4,), math.nan))
+    left, right = shape.window_bounds()
+    values = {"ffts": GmPointer.of(torch.zeros(16, dtype=torch.int64)), "slots": slots,
+              "slots_h": slots.retyped(config.in_dtype), "batch": shape.batch, "heads": shape.heads,
+              "kv_heads": shape.kv_heads, "s0": shape.s0, "s1": shape.s1, "scale": scale, "win_left": left,
+              "win_right": right, **{name: GmPointer.of(t) for name, t in tensors.items()}}
+    return {name: values[name] for name, _ in entry_args(config, kernel)}
+
+
+# ======================================================================================
+# Reference and the accuracy rule
+# ======================================================================================
+
+
+@dataclass(frozen=True)
+class GradReference:
+    """fp64 gradients and the same autograd in the input dtype (BSND; dk, dv with KVN heads)."""
+
+    exact: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    low: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _attention(q, k, v, scale: float, window: tuple[int, int]) -> torch.Tensor:
+    """softmax(scale Q K^T) V in q's dtype, with rows that see no key giving 0 (and zero gradients)."""
+    b, s0, n, _ = q.shape
+    s1, kvn = k.shape[1], k.shape[2]
+    group = n // kvn
+    qh = q.transpose(1, 2)
+    kh = k.transpose(1, 2).repeat_interleave(group, dim=1)
+    vh = v.transpose(1, 2).repeat_interleave(group, dim=1)
+    vis = visible_mask(s0, s1, window, batch=b).unsqueeze(1)
+    scores = (qh @ kh.transpose(-1, -2)) * scale
+    scores = scores.masked_fill(~vis, -1e4 if q.dtype != torch.float64 else -1e300)
+    p = torch.softmax(scores, dim=-1) * vis.to(q.dtype)
+    return (p @ vh).transpose(1, 2)
+
+
+def reference_backward(q, k, v, dout, scale: float | None = None, window: tuple[int, int] = (-1, -1)) -> GradReference:
+    """torch autograd through attention in fp64 and in the input dtype, with the same dO."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+
+    def grads(dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+        leaves = [x.detach().to(dtype).requires_grad_(True) for x in (q, k, v)]
+        _attention(*leaves, scale, tuple(window)).backward(dout.to(dtype))
+        return tuple(x.grad for x in leaves)
+
+    return GradReference(grads(torch.float64), grads(q.dtype))
+
+
+def check_gradients(dq, dk, dv, ref: GradReference) -> dict[str, Accuracy]:
+    """The accuracy rule applied to dq, dk and dv separately (against fp64, with the input dtype's error)."""
+    return {name: check_accuracy(ours, exact, low)
+            for name, ours, exact, low in zip(("dq", "dk", "dv"), (dq, dk, dv), ref.exact, ref.low)}
+
+
+__all__ = ["BackwardBuffers", "GradReference", "attention_backward", "check_gradients",
+           "launch_args", "parsed_kernels", "reference_backward", "run_backward"]

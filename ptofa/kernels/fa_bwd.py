@@ -1,0 +1,475 @@
+"""The FlashAttention-2 backward as two mixed cube/vector kernels (see `ptofa.bwd_pipeline`).
+
+dq kernel, unit = (batch, q head, Q block); per visible KV tile t:
+
+    cube:    S = Q K_t^T, dP = dO V_t^T           -> sdp slot  (produce, `preload` tiles ahead)
+    vectors: P = exp(scale S - LSE), dS = scale P (dP - D)   -> pds slot
+    cube:    dQ (+)= dS K_t                         (consume; dQ stays in L0C, stored once)
+
+  Before its first tile each vector core computes D = rowsum(dO * O) of its rows and
+  writes it to GM (`dsum`), for this kernel and for the dkdv kernel that runs next.
+
+dkdv kernel, unit = (batch, kv head, KV block); per step (q head h of the group, visible Q block):
+
+    cube:    S^T = K Q^T, dP^T = V dO^T             -> sdp slot
+    vectors: P^T = exp(scale S^T - LSE), dS^T = scale P^T (dP^T - D)   -> pds slot
+    cube:    dV (+)= P^T dO, dK (+)= dS^T Q         (dK, dV stay in L0C, stored once)
+
+Every transposed operand (K^T, V^T, Q^T, dO^T) is the right operand of its matmul,
+loaded through a DN GM view into a ZN mat tile: the verified K^T form of the forward.
+Masked kernels visit only the tiles / blocks the window leaves visible (the forward's
+visible-range arithmetic, seen from either side) and mask tiles that cross a bound with
+`ttri`. A unit that sees nothing stores nothing: the host passes zeroed dQ, dK, dV.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.dialects import builtin
+from xdsl.ir import SSAValue
+
+from ptofa.api import F32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type, view_type
+from ptofa.bwd_pipeline import BwdConfig, entry_args, right_roles, tile_plan
+from ptofa.kernels.common import SPLIT, TileRange, init_pipes, pipelined
+from ptofa.kernels.window import Window, keys_seen, mask_tile, queries_seeing
+from ptofa.pipeline import PipeSpec, TileSpec
+from ptofa.textio import print_pto
+
+NEG = -3.0e38  # additive mask value: finite, exp gives exactly 0
+
+
+def _alloc(spec: TileSpec) -> SSAValue:
+    t = tile_type(spec.loc, spec.rows, spec.cols, spec.dtype, blayout=spec.blayout, slayout=spec.slayout,
+                  fractal=spec.fractal, valid="dynamic" if spec.dynamic else None)
+    return pto.alloc_tile(t, spec.name, valid=(spec.rows, spec.cols) if spec.dynamic else None)
+
+
+def _entry(pipe: PipeSpec, core: str):
+    return view_type([pipe.rows if core == "cube" else pipe.half_rows, pipe.cols], pipe.dtype)
+
+
+def _clamp(x: SSAValue, lo: int, hi: int | SSAValue) -> SSAValue:
+    return scalar.min(scalar.max(x, lo), hi)
+
+
+def _row_offset(row: SSAValue, head: SSAValue, heads: SSAValue, head_dim: int) -> SSAValue:
+    """Element offset of (row, head, 0) in a [rows, N, D] tensor."""
+    return scalar.mul(scalar.add(scalar.mul(row, heads), head), head_dim)
+
+
+@dataclass
+class _Common:
+    """Runtime sizes and this block's slot rings, derived the same way on both cores."""
+
+    config: BwdConfig
+    kernel: str
+    args: dict[str, SSAValue]
+    block_idx: SSAValue
+    block_num: SSAValue
+    batch: SSAValue
+    heads: SSAValue
+    kv_heads: SSAValue
+    group: SSAValue
+    s0: SSAValue
+    s1: SSAValue
+    q_stride: SSAValue
+    kv_stride: SSAValue
+    window: Window | None
+    bases: dict[str, SSAValue]
+
+
+def _common(config: BwdConfig, kernel: str, args: dict[str, SSAValue]) -> _Common:
+    batch, heads, kv_heads, s0, s1 = (scalar.index_cast(args[n], name=n) for n in ("batch", "heads", "kv_heads", "s0", "s1"))
+    block_idx, block_num = pto.get_block_idx(), pto.get_block_num()
+    sdp, pds = config.pipes(kernel)
+    per_block = config.slot_bytes_per_block(kernel) // 4
+    sdp_base = pto.add_ptr(args["slots"], scalar.mul(block_idx, per_block), name="sdp_ring")
+    h_block = pto.add_ptr(args["slots_h"], scalar.mul(block_idx, 2 * per_block), name="slot_h_block")
+    pds_base = pto.add_ptr(h_block, sdp.slot_bytes * config.slot_num // 2, name="pds_ring")
+    window = None
+    if config.masked:
+        window = Window(scalar.index_cast(args["win_left"], name="win_left"),
+                        scalar.index_cast(args["win_right"], name="win_right"), scalar.sub(s1, s0, name="diag"))
+    return _Common(config, kernel, args, block_idx, block_num, batch, heads, kv_heads,
+                   scalar.div(heads, kv_heads, name="group"), s0, s1,
+                   scalar.mul(heads, config.head, name="q_stride"), scalar.mul(kv_heads, config.head, name="kv_stride"),
+                   window, {"sdp": sdp_base, "pds": pds_base})
+
+
+# ======================================================================================
+# Vector pieces shared by both kernels
+# ======================================================================================
+
+
+@dataclass
+class _Vec:
+    c: _Common
+    tiles: dict[str, SSAValue]
+    consts: dict[str, SSAValue]
+    row_base: SSAValue  # first row of this core's half of the slot
+
+
+def _stat_view(c: _Common, name: str, h: SSAValue, b: SSAValue, q0: SSAValue, n: SSAValue):
+    """[1, n] window of LSE or D ([B, N, S0] f32) at (b, h, q0)."""
+    off = scalar.add(scalar.mul(scalar.add(scalar.mul(b, c.heads), h), c.s0), q0)
+    view = pto.as_tensor(pto.add_ptr(c.args[name], off), [1, n], [n, 1], name=f"{name}_view")
+    return pto.slice_view(view, [0, 0], [1, n], name=f"{name}_part")
+
+
+def _store_half(v: _Vec, entry: SSAValue, col0: int, cols: SSAValue) -> None:
+    """s_tile (f32) -> out_half (input dtype) -> columns [col0, col0 + cols) of this core's pds rows."""
+    tl, vr = v.tiles, v.c.config.vec_rows(v.c.kernel)
+    tile.set_valid(tl["out_half"], vr, cols)
+    tile.cvt(tl["s_tile"], out=tl["out_half"])
+    pto.store(tl["out_half"], pto.slice_view(entry, [0, col0], [vr, cols], name="pds_rows"))
+
+
+def _load_scores(v: _Vec, entry: SSAValue, cols: SSAValue, width: int) -> None:
+    """s_tile = scale * S (columns [0, cols)), dp_tile = dP (columns [width, width + cols))."""
+    tl, vr = v.tiles, v.c.config.vec_rows(v.c.kernel)
+    for name in ("s_tile", "dp_tile", "mask_tmp"):
+        tile.set_valid(tl[name], vr, cols)
+    pto.load(pto.slice_view(entry, [0, 0], [vr, cols], name="s_rows"), tl["s_tile"])
+    pto.load(pto.slice_view(entry, [0, width], [vr, cols], name="dp_rows"), tl["dp_tile"])
+    tile.muls(tl["s_tile"], v.consts["scale"], out=tl["s_tile"])
+
+
+def _schedule(steps: TileRange, preload: int, produce, consume) -> None:
+    """The cube's software pipeline: scores `preload` steps ahead of the gradient matmuls."""
+    def steady(t: SSAValue) -> None:
+        produce(scalar.add(t, preload, name="ahead"))
+        consume(t)
+
+    pipelined(steps, preload, prologue=produce, steady=steady, epilogue=consume)
+
+
+# ======================================================================================
+# dq kernel
+# ======================================================================================
+
+
+@dataclass
+class _QUnit:
+    b: SSAValue
+    h: SSAValue
+    g: SSAValue
+    q0: SSAValue
+    q_rows: SSAValue
+    tiles: TileRange
+
+
+def _q_unit(c: _Common, unit: SSAValue) -> _QUnit:
+    cfg = c.config
+    q_blocks = scalar.ceildiv(c.s0, cfg.dq_block_q, name="q_blocks")
+    q_block = scalar.rem(unit, q_blocks, name="q_block")
+    bh = scalar.div(unit, q_blocks, name="bh")
+    b, h = scalar.div(bh, c.heads, name="b"), scalar.rem(bh, c.heads, name="h")
+    q0 = scalar.mul(q_block, cfg.dq_block_q, name="q0")
+    q_rows = scalar.min(scalar.sub(c.s0, q0), cfg.dq_block_q, name="q_rows")
+    return _QUnit(b, h, scalar.div(h, c.group, name="g"), q0, q_rows, keys_seen(c.window, q0, q_rows, c.s1, cfg.dq_block_kv))
+
+
+def _dq_units(c: _Common) -> SSAValue:
+    return scalar.mul(scalar.mul(c.batch, c.heads), scalar.ceildiv(c.s0, c.config.dq_block_q), name="units")
+
+
+def _dq_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
+    c = _common(config, "dq", args)
+    sdp, pds = config.pipes("dq")
+    init_pipes((sdp, pds), c.bases, "cube", config.slot_num)
+    tl = {spec.name: _alloc(spec) for spec in tile_plan(config, "dq") if spec.core == "cube"}
+    d, bkv = config.head, config.dq_block_kv
+    with pto.range(c.block_idx, _dq_units(c), c.block_num, name="unit") as unit:
+        u = _q_unit(c, unit)
+        q_off = _row_offset(scalar.add(scalar.mul(u.b, c.s0), u.q0), u.h, c.heads, d)
+        kv_off = _row_offset(scalar.mul(u.b, c.s1), u.g, c.kv_heads, d)
+        for name in ("q", "do"):
+            view = pto.as_tensor(pto.add_ptr(args[name], q_off), [u.q_rows, d], [c.q_stride, 1], name=f"{name}_view")
+            tile.set_valid(tl[f"{name}_mat"], u.q_rows, d)
+            pto.load(pto.slice_view(view, [0, 0], [u.q_rows, d], name=f"{name}_part"), tl[f"{name}_mat"])
+            tile.set_valid(tl[f"{name}_left"], u.q_rows, d)
+            tile.mov(tl[f"{name}_mat"], tl[f"{name}_left"])
+        kt = pto.as_tensor(pto.add_ptr(args["k"], kv_off), [d, c.s1], [1, c.kv_stride], layout="dn", name="kT_view")
+        vt = pto.as_tensor(pto.add_ptr(args["v"], kv_off), [d, c.s1], [1, c.kv_stride], layout="dn", name="vT_view")
+        k_view = pto.as_tensor(pto.add_ptr(args["k"], kv_off), [c.s1, d], [c.kv_stride, 1], name="k_view")
+
+        def keys(t: SSAValue) -> SSAValue:
+            return scalar.min(scalar.sub(c.s1, scalar.mul(t, bkv)), bkv, name="keys")
+
+        def produce(t: SSAValue) -> None:
+            n, j0 = keys(t), scalar.mul(t, bkv, name="j0")
+            entry = pto.talloc("cube", sdp.pipe_id, _entry(sdp, "cube"), SPLIT, name="sdp_entry")
+            for left, view, mat, right, acc, col in (("q_left", kt, "kt_mat", "kt_right", "s_acc", 0),
+                                                     ("do_left", vt, "vt_mat", "vt_right", "dp_acc", bkv)):
+                tile.set_valid(tl[mat], d, n)
+                pto.load(pto.slice_view(view, [0, j0], [d, n], name="t_part"), tl[mat])
+                tile.set_valid(tl[right], d, n)
+                tile.mov(tl[mat], tl[right])
+                tile.set_valid(tl[acc], u.q_rows, n)
+                tile.matmul(tl[left], tl[right], out=tl[acc])
+                pto.store(tl[acc], pto.slice_view(entry, [0, col], [u.q_rows, n], name="sdp_band"))
+            pto.tpush("cube", sdp.pipe_id, entry, SPLIT)
+
+        def consume(t: SSAValue) -> None:
+            n = keys(t)
+            entry = pto.tpop("cube", pds.pipe_id, _entry(pds, "cube"), SPLIT, name="pds_entry")
+            tile.set_valid(tl["ds_mat"], u.q_rows, n)
+            pto.load(pto.slice_view(entry, [0, 0], [u.q_rows, n], name="ds_band"), tl["ds_mat"])
+            tile.set_valid(tl["ds_left"], u.q_rows, n)
+            tile.mov(tl["ds_mat"], tl["ds_left"])
+            tile.set_valid(tl["k_mat"], n, d)
+            pto.load(pto.slice_view(k_view, [scalar.mul(t, bkv), 0], [n, d], name="k_part"), tl["k_mat"])
+            tile.set_valid(tl["k_right"], n, d)
+            tile.mov(tl["k_mat"], tl["k_right"])
+            tile.set_valid(tl["dq_acc"], u.q_rows, d)
+            _matmul_first_or_acc(t, u.tiles.lo, tl["ds_left"], tl["k_right"], tl["dq_acc"])
+            pto.tfree("cube", pds.pipe_id, entry, SPLIT)
+
+        _schedule(u.tiles, config.preload, produce, consume)
+        with pto.if_(scalar.gt(u.tiles.hi, u.tiles.lo)):
+            dq_view = pto.as_tensor(pto.add_ptr(args["dq"], q_off), [u.q_rows, d], [c.q_stride, 1], name="dq_view")
+            pto.store(tl["dq_acc"], pto.slice_view(dq_view, [0, 0], [u.q_rows, d], name="dq_part"))
+
+
+def _matmul_first_or_acc(step: SSAValue, first: SSAValue, a: SSAValue, b: SSAValue, acc: SSAValue) -> None:
+    """acc = a b on a unit's first step, acc += a b after it (L0C accumulators are not zero-filled)."""
+    with pto.if_(scalar.eq(step, first)):
+        tile.matmul(a, b, out=acc)
+    with pto.if_(scalar.ne(step, first)):
+        tile.matmul_acc(acc, a, b, out=acc)
+
+
+def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
+    c = _common(config, "dq", args)
+    sdp, pds = config.pipes("dq")
+    init_pipes((sdp, pds), c.bases, "vector", config.slot_num)
+    tl = {spec.name: _alloc(spec) for spec in tile_plan(config, "dq") if spec.core == "vector"}
+    consts = {"neg": scalar.const(NEG, F32, name="neg"), "zero": scalar.const(0.0, F32, name="zero"), "scale": args["scale"]}
+    d, vr, bkv = config.head, config.vec_rows("dq"), config.dq_block_kv
+    v = _Vec(c, tl, consts, scalar.mul(pto.get_subblock_idx(), vr, name="row_base"))
+    lse_col = tile.reshape(tl["lse_all"], vr, 1, name="lse_col", blayout="col_major")
+    dsum_row = tile.reshape(tl["dsum_col"], 1, vr, name="dsum_row")
+    with pto.range(c.block_idx, _dq_units(c), c.block_num, name="unit") as unit:
+        u = _q_unit(c, unit)
+        n = _clamp(scalar.sub(u.q_rows, v.row_base), 0, vr)
+        row0 = scalar.add(u.q0, v.row_base, name="core_q0")
+        has_rows = scalar.gt(n, 0)
+        _preprocess(v, u, row0, n, has_rows, dsum_row)
+        with pto.if_(has_rows):
+            tile.set_valid(tl["stat_row"], 1, n)
+            pto.load(_stat_view(c, "lse", u.h, u.b, row0, n), tl["stat_row"])
+        tile.set_valid(tl["stat_row"], 1, vr)
+        tile.adds(tl["stat_row"], consts["zero"], out=tl["lse_all"])
+        with pto.range(u.tiles.lo, u.tiles.hi, name="t") as t:
+            cols = scalar.min(scalar.sub(c.s1, scalar.mul(t, bkv)), bkv, name="keys")
+            entry = pto.tpop("vector", sdp.pipe_id, _entry(sdp, "vector"), SPLIT, name="sdp_entry")
+            out = pto.talloc("vector", pds.pipe_id, _entry(pds, "vector"), SPLIT, name="pds_entry")
+            _load_scores(v, entry, cols, bkv)
+            if config.masked:
+                mask_tile(c.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], row0, scalar.mul(t, bkv), vr, cols,
+                          transposed=False)
+            tile.row_expand_expdif(tl["s_tile"], lse_col, out=tl["s_tile"])  # P = exp(scale S - LSE)
+            tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
+            tile.mul(tl["s_tile"], tl["dp_tile"], out=tl["s_tile"])
+            tile.muls(tl["s_tile"], consts["scale"], out=tl["s_tile"])  # dS, with the softmax scale folded in
+            _store_half(v, out, 0, cols)
+            pto.tfree("vector", sdp.pipe_id, entry, SPLIT)
+            pto.tpush("vector", pds.pipe_id, out, SPLIT)
+
+
+def _preprocess(v: _Vec, u: _QUnit, row0: SSAValue, n: SSAValue, has_rows: SSAValue, dsum_row: SSAValue) -> None:
+    """D = rowsum(dO * O) of this core's rows -> dsum_col, and to GM for the dkdv kernel."""
+    c, tl, d, vr = v.c, v.tiles, v.c.config.head, v.c.config.vec_rows("dq")
+    off = _row_offset(scalar.add(scalar.mul(u.b, c.s0), row0), u.h, c.heads, d)
+    with pto.if_(has_rows):
+        for name, src in (("o_in", "o"), ("do_in", "do")):
+            view = pto.as_tensor(pto.add_ptr(c.args[src], off), [n, d], [c.q_stride, 1], name=f"{src}_rows")
+            tile.set_valid(tl[name], n, d)
+            pto.load(pto.slice_view(view, [0, 0], [n, d], name=f"{src}_part"), tl[name])
+    for name in ("o_in", "do_in", "o_f32", "do_f32"):
+        tile.set_valid(tl[name], vr, d)
+    tile.cvt(tl["o_in"], out=tl["o_f32"])
+    tile.cvt(tl["do_in"], out=tl["do_f32"])
+    tile.mul(tl["o_f32"], tl["do_f32"], out=tl["o_f32"])
+    tile.row_sum(tl["o_f32"], tl["do_f32"], out=tl["dsum_col"])
+    with pto.if_(has_rows):
+        tile.set_valid(tl["stat_row"], 1, vr)
+        tile.adds(dsum_row, v.consts["zero"], out=tl["stat_row"])
+        tile.set_valid(tl["stat_row"], 1, n)
+        pto.store(tl["stat_row"], _stat_view(c, "dsum", u.h, u.b, row0, n))
+
+
+# ======================================================================================
+# dkdv kernel
+# ======================================================================================
+
+
+@dataclass
+class _KvUnit:
+    b: SSAValue
+    g: SSAValue
+    k0: SSAValue
+    k_rows: SSAValue
+    blocks: TileRange  # visible Q blocks (the same for every q head of the group)
+    steps: TileRange  # group x visible Q blocks, flattened
+
+
+def _kv_units(c: _Common) -> SSAValue:
+    return scalar.mul(scalar.mul(c.batch, c.kv_heads), scalar.ceildiv(c.s1, c.config.block_kv), name="units")
+
+
+def _kv_unit(c: _Common, unit: SSAValue) -> _KvUnit:
+    cfg = c.config
+    kv_blocks = scalar.ceildiv(c.s1, cfg.block_kv, name="kv_blocks")
+    kv_block = scalar.rem(unit, kv_blocks, name="kv_block")
+    bg = scalar.div(unit, kv_blocks, name="bg")
+    k0 = scalar.mul(kv_block, cfg.block_kv, name="k0")
+    k_rows = scalar.min(scalar.sub(c.s1, k0), cfg.block_kv, name="k_rows")
+    blocks = queries_seeing(c.window, k0, k_rows, c.s0, cfg.block_q)
+    per_head = scalar.sub(blocks.hi, blocks.lo, name="q_steps")
+    return _KvUnit(scalar.div(bg, c.kv_heads, name="b"), scalar.rem(bg, c.kv_heads, name="g"), k0, k_rows, blocks,
+                   TileRange(scalar.const(0), scalar.mul(per_head, c.group, name="steps")))
+
+
+def _step(c: _Common, u: _KvUnit, s: SSAValue) -> tuple[SSAValue, SSAValue, SSAValue]:
+    """Step s of a unit -> (q head, first query row, query rows)."""
+    per_head = scalar.sub(u.blocks.hi, u.blocks.lo)
+    h = scalar.add(scalar.mul(u.g, c.group), scalar.div(s, per_head), name="h")
+    q0 = scalar.mul(scalar.add(u.blocks.lo, scalar.rem(s, per_head)), c.config.block_q, name="q0")
+    return h, q0, scalar.min(scalar.sub(c.s0, q0), c.config.block_q, name="q_cols")
+
+
+def _dkdv_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
+    c = _common(config, "dkdv", args)
+    sdp, pds = config.pipes("dkdv")
+    init_pipes((sdp, pds), c.bases, "cube", config.slot_num)
+    tl = {spec.name: _alloc(spec) for spec in tile_plan(config, "dkdv") if spec.core == "cube"}
+    role = right_roles(config)
+    d, bq = config.head, config.block_q
+    with pto.range(c.block_idx, _kv_units(c), c.block_num, name="unit") as unit:
+        u = _kv_unit(c, unit)
+        kv_off = _row_offset(scalar.add(scalar.mul(u.b, c.s1), u.k0), u.g, c.kv_heads, d)
+        for name in ("k", "v"):
+            view = pto.as_tensor(pto.add_ptr(args[name], kv_off), [u.k_rows, d], [c.kv_stride, 1], name=f"{name}_view")
+            tile.set_valid(tl[f"{name}_mat"], u.k_rows, d)
+            pto.load(pto.slice_view(view, [0, 0], [u.k_rows, d], name=f"{name}_part"), tl[f"{name}_mat"])
+            tile.set_valid(tl[f"{name}_left"], u.k_rows, d)
+            tile.mov(tl[f"{name}_mat"], tl[f"{name}_left"])
+
+        def head_views(h: SSAValue, transposed: bool) -> dict[str, SSAValue]:
+            off = _row_offset(scalar.mul(u.b, c.s0), h, c.heads, d)
+            if transposed:
+                return {n: pto.as_tensor(pto.add_ptr(args[n], off), [d, c.s0], [1, c.q_stride], layout="dn",
+                                         name=f"{n}T_view") for n in ("q", "do")}
+            return {n: pto.as_tensor(pto.add_ptr(args[n], off), [c.s0, d], [c.q_stride, 1], name=f"{n}_view")
+                    for n in ("q", "do")}
+
+        def produce(s: SSAValue) -> None:
+            h, q0, n = _step(c, u, s)
+            views = head_views(h, transposed=True)
+            entry = pto.talloc("cube", sdp.pipe_id, _entry(sdp, "cube"), SPLIT, name="sdp_entry")
+            for left, src, mat, rt, acc, col in (("k_left", "q", "qt_mat", role["qt"], "st_acc", 0),
+                                                 ("v_left", "do", "dot_mat", role["dot"], "dpt_acc", bq)):
+                tile.set_valid(tl[mat], d, n)
+                pto.load(pto.slice_view(views[src], [0, q0], [d, n], name="t_part"), tl[mat])
+                tile.set_valid(tl[rt], d, n)
+                tile.mov(tl[mat], tl[rt])
+                tile.set_valid(tl[acc], u.k_rows, n)
+                tile.matmul(tl[left], tl[rt], out=tl[acc])
+                pto.store(tl[acc], pto.slice_view(entry, [0, col], [u.k_rows, n], name="sdp_band"))
+            pto.tpush("cube", sdp.pipe_id, entry, SPLIT)
+
+        def consume(s: SSAValue) -> None:
+            h, q0, n = _step(c, u, s)
+            views = head_views(h, transposed=False)
+            entry = pto.tpop("cube", pds.pipe_id, _entry(pds, "cube"), SPLIT, name="pds_entry")
+            for mat, lt, col, src, src_mat, rt, acc in (("pt_mat", "pt_left", 0, "do", "do_mat", role["do"], "dv_acc"),
+                                                        ("dst_mat", "dst_left", bq, "q", "q_mat", role["q"], "dk_acc")):
+                tile.set_valid(tl[mat], u.k_rows, n)
+                pto.load(pto.slice_view(entry, [0, col], [u.k_rows, n], name="pds_band"), tl[mat])
+                tile.set_valid(tl[lt], u.k_rows, n)
+                tile.mov(tl[mat], tl[lt])
+                tile.set_valid(tl[src_mat], n, d)
+                pto.load(pto.slice_view(views[src], [q0, 0], [n, d], name="g_part"), tl[src_mat])
+                tile.set_valid(tl[rt], n, d)
+                tile.mov(tl[src_mat], tl[rt])
+                tile.set_valid(tl[acc], u.k_rows, d)
+                _matmul_first_or_acc(s, u.steps.lo, tl[lt], tl[rt], tl[acc])
+            pto.tfree("cube", pds.pipe_id, entry, SPLIT)
+
+        _schedule(u.steps, config.preload, produce, consume)
+        with pto.if_(scalar.gt(u.steps.hi, 0)):
+            for name in ("dk", "dv"):
+                view = pto.as_tensor(pto.add_ptr(args[name], kv_off), [u.k_rows, d], [c.kv_stride, 1], name=f"{name}_view")
+                pto.store(tl[f"{name}_acc"], pto.slice_view(view, [0, 0], [u.k_rows, d], name=f"{name}_part"))
+
+
+def _dkdv_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
+    c = _common(config, "dkdv", args)
+    sdp, pds = config.pipes("dkdv")
+    init_pipes((sdp, pds), c.bases, "vector", config.slot_num)
+    tl = {spec.name: _alloc(spec) for spec in tile_plan(config, "dkdv") if spec.core == "vector"}
+    consts = {"neg": scalar.const(NEG, F32, name="neg"), "minus_one": scalar.const(-1.0, F32, name="minus_one"),
+              "scale": args["scale"]}
+    vr, bq = config.vec_rows("dkdv"), config.block_q
+    v = _Vec(c, tl, consts, scalar.mul(pto.get_subblock_idx(), vr, name="row_base"))
+    with pto.range(c.block_idx, _kv_units(c), c.block_num, name="unit") as unit:
+        u = _kv_unit(c, unit)
+        with pto.range(u.steps.lo, u.steps.hi, name="s") as s:
+            h, q0, n = _step(c, u, s)
+            entry = pto.tpop("vector", sdp.pipe_id, _entry(sdp, "vector"), SPLIT, name="sdp_entry")
+            out = pto.talloc("vector", pds.pipe_id, _entry(pds, "vector"), SPLIT, name="pds_entry")
+            _load_scores(v, entry, n, bq)
+            for name in ("stat_row", "nlse_row"):
+                tile.set_valid(tl[name], 1, n)
+            pto.load(_stat_view(c, "lse", h, u.b, q0, n), tl["stat_row"])
+            tile.muls(tl["stat_row"], consts["minus_one"], out=tl["nlse_row"])
+            if config.masked:
+                mask_tile(c.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], scalar.add(u.k0, v.row_base), q0, vr, n,
+                          transposed=True)
+            tile.col_expand_add(tl["s_tile"], tl["nlse_row"], out=tl["s_tile"])
+            tile.exp(tl["s_tile"], out=tl["s_tile"])  # P^T = exp(scale S^T - LSE)
+            _store_half(v, out, 0, n)
+            pto.load(_stat_view(c, "dsum", h, u.b, q0, n), tl["stat_row"])
+            tile.muls(tl["stat_row"], consts["minus_one"], out=tl["stat_row"])
+            tile.col_expand_add(tl["dp_tile"], tl["stat_row"], out=tl["dp_tile"])
+            tile.mul(tl["s_tile"], tl["dp_tile"], out=tl["s_tile"])
+            tile.muls(tl["s_tile"], consts["scale"], out=tl["s_tile"])  # dS^T, with the softmax scale folded in
+            _store_half(v, out, bq, n)
+            pto.tfree("vector", sdp.pipe_id, entry, SPLIT)
+            pto.tpush("vector", pds.pipe_id, out, SPLIT)
+
+
+# ======================================================================================
+# Modules
+# ======================================================================================
+
+_BUILDERS = {"dq": (_dq_cube, _dq_vector), "dkdv": (_dkdv_cube, _dkdv_vector)}
+
+
+def entry_name(kernel: str) -> str:
+    return f"fa_bwd_{kernel}"
+
+
+def build_bwd(config: BwdConfig, kernel: str) -> builtin.ModuleOp:
+    """The mixed kernel `kernel` ("dq" or "dkdv"): entry (set_ffts + calls), cube function, vector function."""
+    cube, vector = _BUILDERS[kernel]
+    km = KernelModule(config.target)
+    types = [(name, parse_ir_type(t)) for name, t in entry_args(config, kernel)]
+    inner = types[1:]
+    name = entry_name(kernel)
+    with km.function(name, types, entry=True) as args:
+        pto.set_ffts(args["ffts"])
+        pto.call(f"{name}_cube", [args[n] for n, _ in inner])
+        pto.call(f"{name}_vec", [args[n] for n, _ in inner])
+    with km.function(f"{name}_cube", inner, kind="cube") as args:
+        cube(config, args)
+    with km.function(f"{name}_vec", inner, kind="vector") as args:
+        vector(config, args)
+    return km.module
+
+
+def emit_bwd(config: BwdConfig, kernel: str) -> str:
+    """The `.pto` text of backward kernel `kernel` for `config`."""
+    return print_pto(build_bwd(config, kernel))
