@@ -2,9 +2,11 @@
 (decode against a contiguous or paged KV cache), with flash-attn's meaning.
 
 Both run the varlen forward kernel (`ptofa.varlen`, `ptofa.kvcache`) on the simulator.
-Not built yet: split-KV (`num_splits` > 1 is refused with the rule), and the NPU launch
-of the varlen kernel (its unit-table and block-table arguments are not marshalled by the
-NPU path yet: `backend="npu"` is refused with one line).
+`num_splits` > 1 splits every unit's KV tiles over that many entries and combines the
+partials with the reduce kernel (`ptofa.splitkv`); 0 picks the count from the timing
+model (`splitkv.choose_splits`), 1 does not split. Not built yet: the NPU launch of the
+varlen kernel (its unit-table and block-table arguments are not marshalled by the NPU
+path yet: `backend="npu"` is refused with one line).
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ import torch
 
 from ptofa.attention import auto_config, check_window, dtype_name, get_kernel, resolve_backend
 from ptofa.backend import TORCH_DTYPES
-from ptofa.kvcache import KVCache, decode_config, decode_units
+from ptofa.kvcache import KVCache, decode_config, decode_shape, decode_units
 from ptofa.pipeline import ConfigError, default_block_dim
 from ptofa.sim.socspec import get_soc
-from ptofa.sim_backend import launch_sim
+from ptofa.sim_backend import launch_sim, launch_split_sim
+from ptofa.splitkv import MAX_SPLITS, choose_splits, reduce_kernel
 from ptofa.varlen import seqlens_of, unit_table, varlen_shape
 
 SIM_SOC = "910B2"
@@ -32,8 +35,29 @@ def _backend(backend: str, what: str) -> None:
 
 
 def _splits(num_splits: int) -> None:
-    if num_splits not in (0, 1):
-        raise ValueError(f"num_splits: {num_splits} > 1 needs split-KV with a reduce kernel, which is not built yet; use 0 or 1")
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 0 <= num_splits <= MAX_SPLITS:
+        raise ValueError(f"num_splits: {num_splits!r} must be an int in 0..{MAX_SPLITS} (0: chosen by the timing model)")
+
+
+def _launch(config, shape, table_of, q, k, v, out, scale: float, num_splits: int, *, lse=None, block_table=None) -> int:
+    """Run the varlen kernel on the sim, split-KV when `num_splits` (0: chosen) > 1; the split count used.
+
+    `table_of(config, num_splits)` builds the unit table."""
+    cores = get_soc(SIM_SOC).cube_cores
+    table = table_of(config, 1)
+    if not table.shape[0]:
+        return 1
+    if num_splits == 0:
+        num_splits = choose_splits(config, table, shape.heads, shape.s0, cores, shape.window)
+    if num_splits == 1:
+        launch_sim(get_kernel(config).parsed, config, shape, q, k, v, out, default_block_dim(shape, cores, config), scale,
+                   lse=lse, units=table, block_table=block_table)
+        return 1
+    split = dataclasses.replace(config, split_kv=True)
+    table = table_of(split, num_splits)
+    launch_split_sim(get_kernel(split).parsed, reduce_kernel(split), split, shape, q, k, v, out,
+                     min(int(table.shape[0]), cores), scale, num_splits, units=table, lse=lse, block_table=block_table)
+    return num_splits
 
 
 def _window(causal: bool, window_size) -> tuple[int, int]:
@@ -73,13 +97,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: in
     config = dataclasses.replace(config, varlen=True)
     shape = varlen_shape(q_lens, k_lens, heads, k.shape[1], window)
     shape.check(config)
-    table = unit_table(config, q_lens, k_lens, heads, window)
     out = torch.empty(q.shape, dtype=TORCH_DTYPES[config.out_dtype])
     lse = torch.full((heads, q.shape[0]), math.inf) if return_lse else None
-    if table.shape[0]:
-        block_dim = default_block_dim(shape, get_soc(SIM_SOC).cube_cores, config)
-        launch_sim(get_kernel(config).parsed, config, shape, q.contiguous(), k.contiguous(), v.contiguous(), out,
-                   block_dim, _scale(softmax_scale, head), lse=lse, units=table)
+    _launch(config, shape, lambda c, n: unit_table(c, q_lens, k_lens, heads, window, n), q.contiguous(), k.contiguous(),
+            v.contiguous(), out, _scale(softmax_scale, head), num_splits, lse=lse)
     return (out, lse) if return_lse else out
 
 
@@ -115,13 +136,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None
     if cache.paged and cache.page_size % base.tile_s1 != 0:
         base = dataclasses.replace(base, tile_s1=128, qk_preload=2)
     config = decode_config(base, cache)
-    shape, table = decode_units(config, cache, batch, s0, k_lens, heads, window)
+    shape = decode_shape(cache, batch, s0, k_lens, heads, window)
     shape.check(config)
     out = torch.empty(q.shape, dtype=TORCH_DTYPES[config.out_dtype])
     lse = torch.full((heads, batch * s0), math.inf) if return_lse else None
-    block_dim = default_block_dim(shape, get_soc(SIM_SOC).cube_cores, config)
-    launch_sim(get_kernel(config).parsed, config, shape, q.contiguous(), cache.k, cache.v, out, block_dim,
-               _scale(softmax_scale, head), lse=lse, units=table, block_table=cache.block_table)
+    _launch(config, shape, lambda c, n: decode_units(c, cache, batch, s0, k_lens, heads, window, n), q.contiguous(),
+            cache.k, cache.v, out, _scale(softmax_scale, head), num_splits, lse=lse, block_table=cache.block_table)
     if return_lse:
         return out, lse.reshape(heads, batch, s0).permute(1, 0, 2).contiguous()
     return out

@@ -59,8 +59,8 @@ def test_kvcache_func_appends_and_attends(paged) -> None:
 def test_serving_rules() -> None:
     q, k = _rand(5, 2, 64), _rand(5, 2, 64)
     cu = torch.tensor([0, 5], dtype=torch.int32)
-    with pytest.raises(ValueError, match="num_splits: 4 > 1 needs split-KV with a reduce kernel"):
-        ptofa.flash_attn_varlen_func(q, k, k, cu, cu, 5, 5, num_splits=4, backend="sim")
+    with pytest.raises(ValueError, match=r"num_splits: 17 must be an int in 0\.\.16"):
+        ptofa.flash_attn_varlen_func(q, k, k, cu, cu, 5, 5, num_splits=17, backend="sim")
     with pytest.raises(ValueError, match=r"max_seqlen: the longest sequences \(5, 5\) exceed max_seqlen_q=4"):
         ptofa.flash_attn_varlen_func(q, k, k, cu, cu, 4, 5, backend="sim")
     with pytest.raises(Exception, match="cu_seqlens_k: must end at the packed length 5, ends at 4"):
