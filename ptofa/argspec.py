@@ -25,6 +25,7 @@ VECTOR_FUNC_NAME = "fa_vec"
 LAUNCHER_NAME = "call_fa_fwd"
 REDUCE_ENTRY_NAME = "fa_reduce"
 REDUCE_FUNC_NAME = "fa_reduce_vec"
+LAUNCHERS = {ENTRY_NAME: LAUNCHER_NAME, REDUCE_ENTRY_NAME: "call_fa_reduce"}  # entry -> its host launcher
 
 
 @dataclass(frozen=True)

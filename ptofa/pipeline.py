@@ -21,6 +21,7 @@ from ptofa.target import align as _align
 # The varlen kernel's unit table: UNIT_FIELDS int32 per work unit, in this order (ptofa.varlen builds it).
 UNIT_TABLE = ("q_start", "q_len", "k_start", "k_len", "head", "q_block", "seq", "split", "splits")
 UNIT_FIELDS = len(UNIT_TABLE)
+MAX_SPLITS = 16  # split-KV: most splits of one unit's KV tiles (num_splits)
 
 # trowexpand* ops in the vector function as the builder emits it: compute_p (one
 # trowexpandsub), compute_gu (one trowexpandmul), each emitted once by the fused

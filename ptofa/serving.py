@@ -19,10 +19,11 @@ import torch
 from ptofa.attention import auto_config, check_window, dtype_name, get_kernel, resolve_backend
 from ptofa.backend import TORCH_DTYPES
 from ptofa.kvcache import KVCache, decode_config, decode_shape, decode_units
-from ptofa.pipeline import ConfigError, default_block_dim
+from ptofa.pipeline import MAX_SPLITS, ConfigError, FAConfig, ProblemShape, default_block_dim
+from ptofa.sim import SimResult
 from ptofa.sim.socspec import get_soc
 from ptofa.sim_backend import launch_sim, launch_split_sim
-from ptofa.splitkv import MAX_SPLITS, choose_splits, reduce_kernel
+from ptofa.splitkv import choose_splits, reduce_kernel
 from ptofa.varlen import seqlens_of, unit_table, varlen_shape
 
 SIM_SOC = "910B2"
@@ -39,25 +40,48 @@ def _splits(num_splits: int) -> None:
         raise ValueError(f"num_splits: {num_splits!r} must be an int in 0..{MAX_SPLITS} (0: chosen by the timing model)")
 
 
-def _launch(config, shape, table_of, q, k, v, out, scale: float, num_splits: int, *, lse=None, block_table=None) -> int:
-    """Run the varlen kernel on the sim, split-KV when `num_splits` (0: chosen) > 1; the split count used.
+def paged_tiles(base: FAConfig, page_size: int) -> FAConfig:
+    """`base`, with 128-key tiles (and QK_PRELOAD 2) when its KV tile does not divide the page size."""
+    if page_size and page_size % base.tile_s1 != 0:
+        preload = min(base.qk_preload, 2)
+        return dataclasses.replace(base, tile_s1=128, qk_preload=preload, exp_ring=preload)
+    return base
 
-    `table_of(config, num_splits)` builds the unit table."""
+
+@dataclasses.dataclass
+class Launch:
+    """What `launch_varlen` ran: the split count, the kernel config, its block count and the
+    simulator results of the forward launch and (split-KV) the reduce launch."""
+
+    num_splits: int
+    config: FAConfig | None = None
+    block_dim: int = 0
+    main: SimResult | None = None
+    reduce: SimResult | None = None
+
+
+def launch_varlen(config: FAConfig, shape: ProblemShape, table_of, q, k, v, out, scale: float, num_splits: int, *,
+                  lse=None, block_table=None, options=None) -> Launch:
+    """Run the varlen kernel on the sim, split-KV when `num_splits` (0: chosen) > 1.
+
+    `table_of(config, num_splits)` builds the unit table; `options` are the simulator's."""
     cores = get_soc(SIM_SOC).cube_cores
     table = table_of(config, 1)
     if not table.shape[0]:
-        return 1
+        return Launch(1)
     if num_splits == 0:
         num_splits = choose_splits(config, table, shape.heads, shape.s0, cores, shape.window)
     if num_splits == 1:
-        launch_sim(get_kernel(config).parsed, config, shape, q, k, v, out, default_block_dim(shape, cores, config), scale,
-                   lse=lse, units=table, block_table=block_table)
-        return 1
+        block_dim = default_block_dim(shape, cores, config)
+        main = launch_sim(get_kernel(config).parsed, config, shape, q, k, v, out, block_dim, scale, lse=lse, units=table,
+                          block_table=block_table, options=options)
+        return Launch(1, config, block_dim, main)
     split = dataclasses.replace(config, split_kv=True)
     table = table_of(split, num_splits)
-    launch_split_sim(get_kernel(split).parsed, reduce_kernel(split), split, shape, q, k, v, out,
-                     min(int(table.shape[0]), cores), scale, num_splits, units=table, lse=lse, block_table=block_table)
-    return num_splits
+    block_dim = min(int(table.shape[0]), cores)
+    main, reduced = launch_split_sim(get_kernel(split).parsed, reduce_kernel(split), split, shape, q, k, v, out, block_dim,
+                                     scale, num_splits, units=table, lse=lse, block_table=block_table, options=options)
+    return Launch(num_splits, split, block_dim, main, reduced)
 
 
 def _window(causal: bool, window_size) -> tuple[int, int]:
@@ -99,7 +123,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: in
     shape.check(config)
     out = torch.empty(q.shape, dtype=TORCH_DTYPES[config.out_dtype])
     lse = torch.full((heads, q.shape[0]), math.inf) if return_lse else None
-    _launch(config, shape, lambda c, n: unit_table(c, q_lens, k_lens, heads, window, n), q.contiguous(), k.contiguous(),
+    launch_varlen(config, shape, lambda c, n: unit_table(c, q_lens, k_lens, heads, window, n), q.contiguous(), k.contiguous(),
             v.contiguous(), out, _scale(softmax_scale, head), num_splits, lse=lse)
     return (out, lse) if return_lse else out
 
@@ -133,14 +157,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None
     window = _window(causal, window_size)
     base = auto_config(head, dtype_name(q.dtype, "q"), s1=max(1, max(k_lens)), masked=window != (-1, -1),
                        lse=return_lse)
-    if cache.paged and cache.page_size % base.tile_s1 != 0:
-        base = dataclasses.replace(base, tile_s1=128, qk_preload=2)
-    config = decode_config(base, cache)
+    config = decode_config(paged_tiles(base, cache.page_size), cache)
     shape = decode_shape(cache, batch, s0, k_lens, heads, window)
     shape.check(config)
     out = torch.empty(q.shape, dtype=TORCH_DTYPES[config.out_dtype])
     lse = torch.full((heads, batch * s0), math.inf) if return_lse else None
-    _launch(config, shape, lambda c, n: decode_units(c, cache, batch, s0, k_lens, heads, window, n), q.contiguous(),
+    launch_varlen(config, shape, lambda c, n: decode_units(c, cache, batch, s0, k_lens, heads, window, n), q.contiguous(),
             cache.k, cache.v, out, _scale(softmax_scale, head), num_splits, lse=lse, block_table=cache.block_table)
     if return_lse:
         return out, lse.reshape(heads, batch, s0).permute(1, 0, 2).contiguous()

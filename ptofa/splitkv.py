@@ -19,7 +19,7 @@ import torch
 
 from ptofa.attention import get_kernel
 from ptofa.kernels.fa_reduce import emit_reduce
-from ptofa.pipeline import DTYPE_BYTES, FAConfig, ProblemShape, partial_elems
+from ptofa.pipeline import DTYPE_BYTES, MAX_SPLITS, FAConfig, ProblemShape, partial_elems
 from ptofa.sim.options import RunOptions
 from ptofa.sim.socspec import SocSpec, get_soc
 from ptofa.sim.timing import launch_cycles, replay
@@ -28,7 +28,6 @@ from ptofa.sim_backend import launch_split_sim
 from ptofa.textio import ParsedModule, check_text
 from ptofa.varlen import split_tiles, unit_table, unit_visible_tiles, varlen_shape
 
-MAX_SPLITS = 16
 
 
 @functools.lru_cache(maxsize=32)
@@ -114,9 +113,9 @@ def choose_splits(config: FAConfig, table: torch.Tensor, heads: int, s0_total: i
                   window: tuple[int, int] = (-1, -1)) -> int:
     """The split count `num_splits=0` asks for: the one with the least estimated time
     (`SplitCosts.estimate_us`, ties to fewer splits) among 1..16, for the units of `table`
-    (a num_splits=1 unit table). A launch with at least as many units as cores gets 1."""
+    (a num_splits=1 unit table)."""
     tiles = unit_visible_tiles(config, table, window)
-    if len(tiles) >= cores or not tiles or max(tiles) <= 1:
+    if not tiles or max(tiles) <= 1:
         return 1
     q_len = int(min(config.cube_s0, max(int(r) for r in table[:, 1])))
     costs = split_costs(config, q_len)

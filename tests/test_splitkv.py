@@ -163,3 +163,35 @@ def test_reduce_kernel_round_trips_and_verifies(knobs, tmp_path) -> None:
     path.write_text(text)
     result = CliRunner().invoke(main, ["check", str(path)])
     assert result.exit_code == 0, result.output
+
+
+def test_reduce_kernel_gets_its_own_launcher(tmp_path) -> None:
+    from ptofa.toolchain import caller_for
+
+    cfg = config(varlen=True, split_kv=True, lse=True)
+    path = tmp_path / "fa_reduce.pto"
+    path.write_text(emit_reduce(cfg))
+    _, text = caller_for(path)
+    assert 'extern "C" int32_t call_fa_reduce(' in text
+    assert "fa_reduce<<<block_dim, nullptr, stream>>>(" in text
+    assert "int64_t num_splits)" in text
+
+
+@pytest.mark.ptoas
+@pytest.mark.parametrize("knobs", [dict(), dict(lse=True, head=64), dict(head=256, in_dtype="bf16", out_dtype="f32")])
+def test_real_ptoas_compiles_the_split_kernels(knobs, tmp_path) -> None:
+    """The split forward kernel and the reduce kernel compile unedited, each with its extern "C" entry."""
+    import subprocess
+
+    from ptofa.fa_builder import emit_fa
+    from ptofa.toolchain import compile_commands
+
+    cfg = config(varlen=True, split_kv=True, **knobs)
+    for entry, text in ((argspec.ENTRY_NAME, emit_fa(cfg)), (argspec.REDUCE_ENTRY_NAME, emit_reduce(cfg))):
+        pto_path = tmp_path / f"{entry}.pto"
+        pto_path.write_text(text)
+        build = tmp_path / entry
+        build.mkdir()
+        done = subprocess.run(compile_commands(pto_path, build)[0], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{entry} {cfg.summary()}\n{done.stderr}"
+        assert f'extern "C" __global__ AICORE void {entry}(' in (build / "fa.cpp").read_text()

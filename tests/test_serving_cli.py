@@ -1,0 +1,55 @@
+"""`run_fa run --decode`, `--num-splits`, `--seqlens-file`: runs, printed figures and bad input."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from ptofa.cli import main
+
+
+def _run(*args: str):
+    return CliRunner().invoke(main, ["run", *args])
+
+
+def test_decode_run_prints_split_against_unsplit() -> None:
+    result = _run("--decode", "--cache-len", "700", "--page-size", "128", "--batch", "1", "--heads", "8",
+                  "--kv-heads", "2", "--num-splits", "3", "--lse", "--causal", "--s0", "2")
+    assert result.exit_code == 0, result.output
+    assert "decode B=1 N=8 KVN=2 S0=2 cache_len=700 page_size=128" in result.output
+    assert re.search(r"num_splits=3 +passed +predicted +[\d.]+ us \(main [\d.]+ \+ reduce [\d.]+ us\)", result.output)
+    assert re.search(r"num_splits=1 +passed", result.output)
+    assert re.search(r"split-KV num_splits=3: [\d.]+ us vs num_splits=1: [\d.]+ us -> [\d.]+x predicted speedup",
+                     result.output)
+
+
+def test_varlen_run_from_a_seqlens_file(tmp_path) -> None:
+    path = tmp_path / "lens.txt"
+    path.write_text("100, 300\n0 5\n")
+    result = _run("--seqlens-file", str(path), "--heads", "2", "--head", "64", "--num-splits", "2")
+    assert result.exit_code == 0, result.output
+    assert "varlen seqlens=[100, 300, 0, 5]" in result.output and re.search(r"num_splits=2 +passed", result.output)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--decode", "--cache-len", "500", "--page-size", "100"], "--page-size: 100 must be a positive multiple of 128"),
+    (["--decode"], "--decode: needs --cache-len >= 1"),
+    (["--num-splits", "2"], "--num-splits: applies to --decode and varlen (--seqlens) runs"),
+    (["--num-splits", "17", "--seqlens", "5"], "17 is not in the range 0<=x<=16"),
+    (["--decode", "--cache-len", "500", "--seqlens", "5"], "--decode: the cache length is --cache-len, not --seqlens"),
+    (["--decode", "--cache-len", "500", "--heads", "6", "--kv-heads", "4"], "heads=6 must be a multiple of kv_heads=4"),
+])
+def test_serving_run_bad_input(args, message) -> None:
+    result = _run(*args)
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_seqlens_file_bad_input(tmp_path) -> None:
+    path = tmp_path / "lens.txt"
+    path.write_text("100, x7")
+    result = _run("--seqlens-file", str(path))
+    assert result.exit_code == 2 and "'x7' is not an integer" in result.output
+    result = _run("--seqlens-file", str(path), "--seqlens", "4")
+    assert result.exit_code == 2 and "give the lengths one way" in result.output
