@@ -49,7 +49,7 @@ def run_serving(config, backend: str, batch: int, heads: int, kv_heads: int | No
                 page_size: int, num_splits: int | None, window: tuple[int, int], seed: int, soc: str) -> int:
     """Run a decode step or a varlen batch (split-KV) on the simulator; print the rows; the exit code."""
     from ptofa.pipeline import ConfigError
-    from ptofa.serving_run import compare_splits, decode_case, speedup_line, varlen_case
+    from ptofa.serving_run import compare_splits, decode_case, padded_line, speedup_line, varlen_case
 
     if backend == "npu":
         raise InputError("--decode / --num-splits: the varlen kernel runs on the sim backend only for now")
@@ -83,4 +83,7 @@ def run_serving(config, backend: str, batch: int, heads: int, kv_heads: int | No
     for row in rows:
         click.echo(row.line())
     click.echo(speedup_line(rows))
+    if not decode and len(case.shape.seqlens) > 1:
+        best = min(row.predicted_us for row in rows)
+        click.echo(padded_line(case.config, *map(list, zip(*case.shape.seqlens)), heads, kvn, window, best, soc))
     return 0 if all(row.passed for row in rows) else 1

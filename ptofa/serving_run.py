@@ -127,6 +127,20 @@ def compare_splits(case: ServingCase, num_splits: int, soc: str = "910B2") -> li
     return rows
 
 
+def padded_line(config: FAConfig, q_lens: list[int], k_lens: list[int], heads: int, kv_heads: int,
+                window: tuple[int, int], packed_us: float, soc: str = "910B2") -> str:
+    """The timing model's time of the uniform kernel on every sequence padded to the longest, against `packed_us`."""
+    from ptofa.runner import run_case
+
+    cfg = dataclasses.replace(config, varlen=False, split_kv=False, page_size=0)
+    shape = ProblemShape(len(q_lens), heads, max(1, max(q_lens)), max(1, max(k_lens)), kv_heads=kv_heads, window=window)
+    result = run_case(cfg, shape, backend="sim", timing=True, soc=soc)
+    if result.predicted_us is None:
+        return f"padded to {shape.s0}x{shape.s1}: not predicted ({result.status}: {result.message})"
+    return (f"padded: every sequence to {shape.s0}x{shape.s1} (B={shape.batch}): {result.predicted_us:.1f} us vs varlen "
+            f"{packed_us:.1f} us -> varlen predicted {result.predicted_us / packed_us:.2f}x faster")
+
+
 def speedup_line(rows: list[ServingRow]) -> str:
     """How much faster the split launch is predicted than the unsplit one."""
     if len(rows) < 2:
