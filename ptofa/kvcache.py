@@ -112,7 +112,7 @@ def decode_units(c: FAConfig, cache: KVCache, batch: int, s0: int, k_lens: list[
     """The unit table of a decode step (`varlen.table_of_sequences`)."""
     s_cache = 0 if cache.paged else int(cache.k.shape[1])
     seqs = [(b * s0, s0, b * s_cache, k_lens[b]) for b in range(batch)]
-    return table_of_sequences(c, seqs, heads, window, num_splits)
+    return table_of_sequences(c, seqs, heads, window, num_splits, heads // int(cache.k.shape[2]))
 
 
 def reference_kvcache(q: torch.Tensor, cache: KVCache, k_lens: list[int], scale: float,

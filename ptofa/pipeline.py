@@ -103,6 +103,7 @@ class FAConfig:
     varlen: bool = False  # packed ragged sequences; work units come from a host-built table
     page_size: int = 0  # > 0: K/V live in a paged cache [pages, page_size, KVN, D] read through a block table
     split_kv: bool = False  # a unit covers one split of its KV tiles and writes fp32 partial O and LSE (fa_reduce combines)
+    gqa_pack: bool = False  # decode (one query row per sequence): a unit's rows are the q heads of one KV head
     target: str = "a3"
 
     def __post_init__(self) -> None:
@@ -183,7 +184,7 @@ class FAConfig:
         """The kernel's switches in one word list (empty for the plain forward kernel)."""
         parts = [name for name, on in (("masked", self.masked), ("key_padding", self.key_padding), ("lse", self.lse),
                                        ("varlen", self.varlen), (f"page_size={self.page_size}", self.page_size),
-                                       ("split_kv", self.split_kv)) if on]
+                                       ("split_kv", self.split_kv), ("gqa_pack", self.gqa_pack)) if on]
         return " ".join(parts)
 
     def summary(self) -> str:
@@ -207,6 +208,9 @@ def _check_config(c: FAConfig) -> None:
                             f"one page) and needs varlen=True (the unit table), got varlen={c.varlen}")
     if c.split_kv and not c.varlen:
         fail("split-KV", "split_kv=True needs varlen=True: the split of each unit comes from the unit table")
+    if c.gqa_pack and (not c.varlen or c.masked):
+        fail("GQA packing", f"gqa_pack=True needs varlen=True (the unit table) and masked=False (a packed block's rows "
+                            f"share one query position), got varlen={c.varlen}, masked={c.masked}")
     if c.varlen and c.key_padding:
         fail("varlen", "varlen kernels take their key lengths from cu_seqlens; a key-padding mask is not supported with them")
     if c.target not in ("a2", "a3"):

@@ -130,11 +130,15 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: in
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, k=None, v=None, softmax_scale=None,
                             causal: bool = False, window_size=(-1, -1), return_lse: bool = False, num_splits: int = 0,
-                            backend: str = "auto"):
+                            pack_gqa: bool | None = None, backend: str = "auto"):
     """q [B, S0, heads, D]; caches [B, S_cache, kv_heads, D] or paged [pages, page_size, kv_heads, D] with
     block_table [B, max_pages] int32; cache_seqlens [B]; optional k/v [B, S_new, kv_heads, D] appended at
     cache_seqlens first (in place). Returns out [B, S0, heads, D] (and lse [B, heads, S0] fp32).
-    A paged cache's page_size must be a multiple of 128."""
+    A paged cache's page_size must be a multiple of 128.
+
+    `pack_gqa` (None: whenever it applies) puts the heads / kv_heads q heads of one KV head in the rows
+    of one work unit, so K and V are read once per KV head: one query row per sequence (S0 = 1) and a
+    window that hides no key from it (none, or causal)."""
     _backend(backend, "flash_attn_with_kvcache")
     _splits(num_splits)
     cache = KVCache(k_cache, v_cache, block_table)
@@ -152,18 +156,38 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None
     k_lens = cache.check(batch, cache_seqlens, new)  # every rule before anything is written
     if cache.paged and cache.page_size % 128 != 0:
         raise ConfigError(f"paged cache: page_size={cache.page_size} must be a multiple of 128 (a KV tile lies in one page)")
+    window = _window(causal, window_size)
+    if s0 == 1 and window[0] == -1 and window[1] >= 0:
+        window = (-1, -1)  # the one query row (bottom-right aligned) sees every key
+    pack = _pack_gqa(pack_gqa, s0, heads, int(k_cache.shape[2]), window)
     if k is not None:
         cache.append(cache_seqlens, k, v)
-    window = _window(causal, window_size)
     base = auto_config(head, dtype_name(q.dtype, "q"), s1=max(1, max(k_lens)), masked=window != (-1, -1),
                        lse=return_lse)
-    config = decode_config(paged_tiles(base, cache.page_size), cache)
+    config = dataclasses.replace(decode_config(paged_tiles(base, cache.page_size), cache), gqa_pack=pack)
     shape = decode_shape(cache, batch, s0, k_lens, heads, window)
     shape.check(config)
     out = torch.empty(q.shape, dtype=TORCH_DTYPES[config.out_dtype])
-    lse = torch.full((heads, batch * s0), math.inf) if return_lse else None
+    lse = torch.full((batch * s0, heads) if pack else (heads, batch * s0), math.inf) if return_lse else None
     launch_varlen(config, shape, lambda c, n: decode_units(c, cache, batch, s0, k_lens, heads, window, n), q.contiguous(),
-            cache.k, cache.v, out, _scale(softmax_scale, head), num_splits, lse=lse, block_table=cache.block_table)
+                  cache.k, cache.v, out, _scale(softmax_scale, head), num_splits, lse=lse, block_table=cache.block_table)
     if return_lse:
-        return out, lse.reshape(heads, batch, s0).permute(1, 0, 2).contiguous()
+        return out, decode_lse(lse, batch, s0, pack)
     return out
+
+
+def decode_lse(lse: torch.Tensor, batch: int, s0: int, packed: bool) -> torch.Tensor:
+    """The kernel's LSE ([heads, B*S0], or [B*S0, heads] after GQA packing) as [B, heads, S0]."""
+    if packed:
+        return lse.reshape(batch, s0, -1).permute(0, 2, 1).contiguous()
+    return lse.reshape(-1, batch, s0).permute(1, 0, 2).contiguous()
+
+
+def _pack_gqa(pack_gqa: bool | None, s0: int, heads: int, kv_heads: int, window: tuple[int, int]) -> bool:
+    """Whether to pack the q heads of a KV head into one unit (None: whenever the rule allows it)."""
+    group = heads // kv_heads
+    allowed = s0 == 1 and 1 < group <= 128 and window == (-1, -1)
+    if pack_gqa and not allowed:
+        raise ValueError(f"pack_gqa: needs one query row (S0={s0}), 2..128 q heads per KV head (group={group}) "
+                         f"and a window that hides no key from it (window={window})")
+    return allowed if pack_gqa is None else bool(pack_gqa)

@@ -114,7 +114,8 @@ def launch_split_sim(parsed, reduce_parsed, config: FAConfig, shape: ProblemShap
     partials = ws.add(config.gm_slot_f32_per_block * block_dim)
     main = launch_sim(parsed, config, shape, q, k, v, o, block_dim, scale, options=options, lse=lse, units=units,
                       block_table=block_table, slots=ws, partials=partials)
-    values = {"partials": partials, "o": _pointer(o), "lse": _pointer(lse), "heads": shape.heads, "s0": shape.s0,
+    heads, rows = reduce_rows(config, shape)
+    values = {"partials": partials, "o": _pointer(o), "lse": _pointer(lse), "heads": heads, "s0": rows,
               "num_splits": num_splits}
     reduce_args = {a.name: values[a.name] for a in argspec.reduce_entry_args(config)}
     reduce_options = None if options is None else dataclasses.replace(options, fault=None, blocks=None, trace_blocks=None)
@@ -122,9 +123,16 @@ def launch_split_sim(parsed, reduce_parsed, config: FAConfig, shape: ProblemShap
     return main, reduced
 
 
+def reduce_rows(config: FAConfig, shape: ProblemShape) -> tuple[int, int]:
+    """(heads, rows per head) the reduce kernel walks: (N, total_q), or (1, total_q * N) after GQA
+    packing, whose O rows and [total_q, N] LSE are one contiguous run of rows."""
+    return (1, shape.s0 * shape.heads) if config.gqa_pack else (shape.heads, shape.s0)
+
+
 def reduce_block_dim(config: FAConfig, shape: ProblemShape, cube_cores: int = 24) -> int:
     """Blocks of the reduce launch: one per (head, Q block of packed rows), up to the cube cores."""
-    return max(1, min(shape.heads * -(-shape.s0 // config.cube_s0), cube_cores))
+    heads, rows = reduce_rows(config, shape)
+    return max(1, min(heads * -(-rows // config.cube_s0), cube_cores))
 
 
 class SimBackend:

@@ -24,7 +24,7 @@ from ptofa.sim.options import RunOptions
 from ptofa.sim.socspec import SocSpec, get_soc
 from ptofa.sim.timing import launch_cycles, replay
 from ptofa.sim.trace import Trace
-from ptofa.sim_backend import launch_split_sim
+from ptofa.sim_backend import launch_split_sim, reduce_rows
 from ptofa.textio import ParsedModule, check_text
 from ptofa.varlen import split_tiles, unit_table, unit_visible_tiles, varlen_shape
 
@@ -38,7 +38,8 @@ def reduce_kernel(config: FAConfig) -> ParsedModule:
 
 def reduce_units(config: FAConfig, shape: ProblemShape) -> int:
     """(head, Q block of packed rows) units of the reduce launch."""
-    return shape.heads * -(-shape.s0 // config.cube_s0)
+    heads, rows = reduce_rows(config, shape)
+    return heads * -(-rows // config.cube_s0)
 
 
 def reduce_us(trace: Trace, config: FAConfig, shape: ProblemShape, num_splits: int, soc: str | SocSpec = "910B2") -> float:
@@ -119,7 +120,7 @@ def choose_splits(config: FAConfig, table: torch.Tensor, heads: int, s0_total: i
         return 1
     q_len = int(min(config.cube_s0, max(int(r) for r in table[:, 1])))
     costs = split_costs(config, q_len)
-    red_units = heads * -(-s0_total // config.cube_s0)
+    red_units = heads * -(-s0_total // config.cube_s0) if not config.gqa_pack else -(-s0_total * heads // config.cube_s0)
     best = min(range(1, min(MAX_SPLITS, max(tiles)) + 1),
                key=lambda s: (costs.estimate_us(tiles, s, red_units, cores), s))
     return best

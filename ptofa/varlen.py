@@ -91,21 +91,27 @@ def unit_table(c: FAConfig, q_lens: list[int], k_lens: list[int], heads: int,
 
 
 def table_of_sequences(c: FAConfig, seqs: list[tuple[int, int, int, int]], heads: int,
-                       window: tuple[int, int] = (-1, -1), num_splits: int = 1) -> torch.Tensor:
+                       window: tuple[int, int] = (-1, -1), num_splits: int = 1, group: int = 1) -> torch.Tensor:
     """int32 [units, len(UNIT_TABLE)] for sequences (q_start, q_len, k_start, k_len); sequence i is
     row i of a paged cache's block table. Longest units first (stable within equal work).
 
     With `num_splits` > 1 (a `split_kv` kernel) every (sequence, head, Q block) gets one entry
-    per split, even a split with no visible tile: each split writes its partial rows."""
+    per split, even a split with no visible tile: each split writes its partial rows.
+    A `gqa_pack` kernel gets one unit per (sequence, KV head): its rows are the `group` q heads
+    from `head` on, of the sequence's one query row."""
     if num_splits < 1 or (num_splits > 1 and not c.split_kv):
         raise ConfigError(f"split-KV: num_splits={num_splits} needs num_splits >= 1, and > 1 needs a split_kv kernel "
                           f"(split_kv={c.split_kv})")
+    if c.gqa_pack and (not 1 <= group <= c.cube_s0 or any(q_len > 1 for _, q_len, _, _ in seqs)):
+        raise ConfigError(f"GQA packing: needs one query row per sequence and 1 <= group <= {c.cube_s0} q heads per KV "
+                          f"head, got group={group}, q_lens={[q_len for _, q_len, _, _ in seqs]}")
+    head_step = group if c.gqa_pack else 1
     units = []
     for seq, (q_start, q_len, k_start, k_len) in enumerate(seqs):
         for q_block in range(-(-q_len // c.cube_s0)):
             q0 = q_block * c.cube_s0
             visible = _visible_tiles(c, q0, min(c.cube_s0, q_len - q0), q_len, k_len, window)
-            for h in range(heads):
+            for h in range(0, heads, head_step):
                 for split in range(num_splits):
                     work = split_tiles(visible, split, num_splits)
                     units.append((work, (q_start, q_len, k_start, k_len, h, q_block, seq, split, num_splits)))

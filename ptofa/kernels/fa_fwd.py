@@ -173,9 +173,12 @@ def _unit(c: _Common, unit: SSAValue) -> _Unit:
     q0 = scalar.mul(q_block, cfg.cube_s0, name="q0")
     q_rows = scalar.min(scalar.sub(s0, q0), cfg.cube_s0, name="q_rows")
     q_row = scalar.add(q_start, q0, name="q_row")
-    # LSE is [B, N, S0] (uniform: row q0 of (b, h)) or [N, total_q] (varlen: packed row q_row of head h).
-    lse_in_head = q_row if cfg.varlen else q0
-    lse_row = scalar.add(scalar.mul(scalar.add(scalar.mul(b, c.heads), h), c.s0), lse_in_head, name="lse_row")
+    if cfg.gqa_pack:  # rows are heads h .. h + group - 1 of query row q_row; LSE is [total_q, N]
+        q_rows = c.group
+        lse_row = scalar.add(scalar.mul(q_row, c.heads), h, name="lse_row")
+    else:  # LSE is [B, N, S0] (uniform: row q0 of (b, h)) or [N, total_q] (varlen: packed row q_row of head h)
+        lse_in_head = q_row if cfg.varlen else q0
+        lse_row = scalar.add(scalar.mul(scalar.add(scalar.mul(b, c.heads), h), c.s0), lse_in_head, name="lse_row")
     window = None
     if cfg.masked:
         left = scalar.index_cast(c.args["win_left"], name="win_left")
@@ -221,6 +224,11 @@ def _snake(c: _Common, unit: SSAValue) -> SSAValue:
 def _row_offset(row: SSAValue, head: SSAValue, heads: SSAValue, head_dim: int) -> SSAValue:
     """Element offset of (row, head, 0) in a [rows, N, D] tensor (BSND with B*S rows, or packed)."""
     return scalar.mul(scalar.add(scalar.mul(row, heads), head), head_dim)
+
+
+def _q_row_stride(c: _Common) -> SSAValue | int:
+    """Elements between two rows of a Q / O block: the next query row, or (GQA packing) the next head."""
+    return c.config.head if c.config.gqa_pack else c.q_stride
 
 
 def _tile_keys(c: _Common, u: _Unit, t: SSAValue) -> SSAValue:
@@ -362,7 +370,7 @@ def _cube_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
     with pto.range(c.block_idx, c.units, c.block_num, name="unit") as unit:
         u = _unit(c, unit)
         q_view = pto.as_tensor(pto.add_ptr(args["q"], _row_offset(u.q_row, u.h, c.heads, config.head)),
-                               [u.q_rows, config.head], [c.q_stride, 1], name="q_view")
+                               [u.q_rows, config.head], [_q_row_stride(c), 1], name="q_view")
         k_view = v_view = None
         if not config.page_size:
             kv_off = _row_offset(u.k_row, u.g, c.kv_heads, config.head)
@@ -520,9 +528,11 @@ def _finish(s: _VecState, l_col: SSAValue) -> None:
     valid_rows = _clamp(scalar.sub(u.q_rows, s.row_base), 0, cfg.vec_rows)
     o_base, lse_base = _out_bases(s)
     with pto.if_(scalar.gt(valid_rows, 0)):
-        q_row = scalar.add(u.q_row, s.row_base, name="o_row")
-        o_view = pto.as_tensor(pto.add_ptr(o_base, _row_offset(q_row, u.h, c.heads, cfg.head)),
-                               [valid_rows, cfg.head], [c.q_stride, 1], name="o_view")
+        if cfg.gqa_pack:
+            o_off = _row_offset(u.q_row, scalar.add(u.h, s.row_base, name="o_head"), c.heads, cfg.head)
+        else:
+            o_off = _row_offset(scalar.add(u.q_row, s.row_base, name="o_row"), u.h, c.heads, cfg.head)
+        o_view = pto.as_tensor(pto.add_ptr(o_base, o_off), [valid_rows, cfg.head], [_q_row_stride(c), 1], name="o_view")
         o_part = pto.slice_view(o_view, [0, 0], [valid_rows, cfg.head], name="o_rows")
         tile.set_valid(tl["o_tile"], valid_rows, cfg.head)
         if cfg.out_dtype == "f32" or cfg.split_kv:
