@@ -183,10 +183,15 @@ def decode_lse(lse: torch.Tensor, batch: int, s0: int, packed: bool) -> torch.Te
     return lse.reshape(-1, batch, s0).permute(1, 0, 2).contiguous()
 
 
+def pack_allowed(s0: int, heads: int, kv_heads: int, window: tuple[int, int]) -> bool:
+    """GQA packing's rule: one query row, 2..128 q heads per KV head, no window hiding a key from the row."""
+    return s0 == 1 and 1 < heads // kv_heads <= 128 and window == (-1, -1)
+
+
 def _pack_gqa(pack_gqa: bool | None, s0: int, heads: int, kv_heads: int, window: tuple[int, int]) -> bool:
     """Whether to pack the q heads of a KV head into one unit (None: whenever the rule allows it)."""
     group = heads // kv_heads
-    allowed = s0 == 1 and 1 < group <= 128 and window == (-1, -1)
+    allowed = pack_allowed(s0, heads, kv_heads, window)
     if pack_gqa and not allowed:
         raise ValueError(f"pack_gqa: needs one query row (S0={s0}), 2..128 q heads per KV head (group={group}) "
                          f"and a window that hides no key from it (window={window})")

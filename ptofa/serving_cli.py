@@ -49,7 +49,8 @@ def run_serving(config, backend: str, batch: int, heads: int, kv_heads: int | No
                 page_size: int, num_splits: int | None, window: tuple[int, int], seed: int, soc: str) -> int:
     """Run a decode step or a varlen batch (split-KV) on the simulator; print the rows; the exit code."""
     from ptofa.pipeline import ConfigError
-    from ptofa.serving_run import compare_splits, decode_case, padded_line, speedup_line, varlen_case
+    from ptofa.serving import pack_allowed
+    from ptofa.serving_run import compare_splits, decode_case, padded_line, run_split, speedup_line, varlen_case
 
     if backend == "npu":
         raise InputError("--decode / --num-splits: the varlen kernel runs on the sim backend only for now")
@@ -67,9 +68,10 @@ def run_serving(config, backend: str, batch: int, heads: int, kv_heads: int | No
                 raise InputError(f"--page-size: {page_size} must be a positive multiple of 128 (a KV tile lies in one page)")
             if heads % kvn != 0:
                 raise InputError(f"grouped heads: heads={heads} must be a multiple of kv_heads={kvn}")
-            case = decode_case(config, batch, heads, kvn, s0 or 1, cache_len, page_size, window, seed)
+            pack = pack_allowed(s0 or 1, heads, kvn, window)
+            case = decode_case(config, batch, heads, kvn, s0 or 1, cache_len, page_size, window, seed, pack)
             title = (f"decode B={batch} N={heads} KVN={kvn} S0={s0 or 1} cache_len={cache_len} page_size={page_size} "
-                     f"D={config.head}")
+                     f"D={config.head} gqa_pack={pack}")
         else:
             if seqlens is None and kv_seqlens is None:
                 raise InputError("--num-splits: applies to --decode and varlen (--seqlens) runs")
@@ -83,6 +85,13 @@ def run_serving(config, backend: str, batch: int, heads: int, kv_heads: int | No
     for row in rows:
         click.echo(row.line())
     click.echo(speedup_line(rows))
+    if decode and case.config.gqa_pack:
+        unpacked = decode_case(config, batch, heads, kvn, s0 or 1, cache_len, page_size, window, seed, False)
+        row = run_split(unpacked, rows[0].num_splits, soc)
+        click.echo(f"GQA packing off: {row.line()}")
+        click.echo(f"GQA packing ({heads // kvn} q heads per unit): {rows[0].predicted_us:.1f} us vs unpacked "
+                   f"{row.predicted_us:.1f} us at num_splits={row.num_splits} -> {row.predicted_us / rows[0].predicted_us:.2f}x")
+        rows.append(row)
     if not decode and len(case.shape.seqlens) > 1:
         best = min(row.predicted_us for row in rows)
         click.echo(padded_line(case.config, *map(list, zip(*case.shape.seqlens)), heads, kvn, window, best, soc))

@@ -15,7 +15,7 @@ from ptofa.backend import TORCH_DTYPES
 from ptofa.kvcache import KVCache, decode_config, decode_shape, decode_units, reference_kvcache
 from ptofa.pipeline import FAConfig, ProblemShape
 from ptofa.reference import Reference, check_accuracy, check_lse
-from ptofa.serving import Launch, launch_varlen, paged_tiles
+from ptofa.serving import Launch, decode_lse, launch_varlen, paged_tiles
 from ptofa.sim.options import RunOptions
 from ptofa.sim.timing import predict
 from ptofa.splitkv import reduce_us
@@ -58,13 +58,19 @@ class ServingCase:
     reference: Reference
     scale: float
     block_table: torch.Tensor | None = None
-    lse_of: object = None  # [heads, total_q] -> the reference's LSE layout
+    lse_of: object = None  # the kernel's LSE -> the reference's layout
+
+    @property
+    def lse_shape(self) -> tuple[int, int]:
+        """The kernel's LSE: [heads, total_q], or [total_q, heads] after GQA packing."""
+        rows, heads = self.shape.s0, self.shape.heads
+        return (rows, heads) if self.config.gqa_pack else (heads, rows)
 
 
 def decode_case(config: FAConfig, batch: int, heads: int, kv_heads: int, s0: int, cache_len: int, page_size: int,
-                window: tuple[int, int], seed: int) -> ServingCase:
+                window: tuple[int, int], seed: int, pack: bool = False) -> ServingCase:
     """A decode step: q [B, S0, N, D] against a paged cache of `cache_len` keys per sequence
-    (pages shuffled over the pool, two spare pages) for the kernel of `config`."""
+    (pages shuffled over the pool, two spare pages) for the kernel of `config`, GQA-packed or not."""
     g = torch.Generator().manual_seed(seed)
     dtype = TORCH_DTYPES[config.in_dtype]
     per_seq = -(-cache_len // page_size)
@@ -73,7 +79,7 @@ def decode_case(config: FAConfig, batch: int, heads: int, kv_heads: int, s0: int
     k, v = (torch.randn(pages, page_size, kv_heads, config.head, generator=g).to(dtype) for _ in range(2))
     cache = KVCache(k, v, block_table.contiguous())
     q = torch.randn(batch, s0, heads, config.head, generator=g).to(dtype)
-    cfg = decode_config(paged_tiles(config, page_size), cache)
+    cfg = dataclasses.replace(decode_config(paged_tiles(config, page_size), cache), gqa_pack=pack)
     lens = [cache_len] * batch
     scale = 1 / math.sqrt(config.head)
     return ServingCase(
@@ -81,7 +87,7 @@ def decode_case(config: FAConfig, batch: int, heads: int, kv_heads: int, s0: int
         lambda c, n: decode_units(c, cache, batch, s0, lens, heads, window, n),
         q.reshape(batch * s0, heads, config.head), cache.k, cache.v, tuple(q.shape),
         reference_kvcache(q, cache, lens, scale, window, TORCH_DTYPES[cfg.out_dtype]), scale, cache.block_table,
-        lambda lse: lse.reshape(heads, batch, s0).permute(1, 0, 2))
+        lambda lse: decode_lse(lse, batch, s0, pack))
 
 
 def varlen_case(config: FAConfig, q_lens: list[int], k_lens: list[int], heads: int, kv_heads: int,
@@ -100,7 +106,7 @@ def run_split(case: ServingCase, num_splits: int, soc: str = "910B2") -> Serving
     """Launch the case with `num_splits` (0: chosen), check it, and predict its time."""
     cfg = case.config
     out = torch.full(case.out_shape, math.nan, dtype=TORCH_DTYPES[cfg.out_dtype])
-    lse = torch.full((case.shape.heads, case.shape.s0), math.nan) if cfg.lse else None
+    lse = torch.full(case.lse_shape, math.nan) if cfg.lse else None
     started = time.perf_counter()
     launch: Launch = launch_varlen(cfg, case.shape, case.table_of, case.q, case.k, case.v, out.view(case.q.shape[0], -1, cfg.head),
                                    case.scale, num_splits, lse=lse, block_table=case.block_table,

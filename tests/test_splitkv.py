@@ -195,3 +195,61 @@ def test_real_ptoas_compiles_the_split_kernels(knobs, tmp_path) -> None:
         done = subprocess.run(compile_commands(pto_path, build)[0], capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"{entry} {cfg.summary()}\n{done.stderr}"
         assert f'extern "C" __global__ AICORE void {entry}(' in (build / "fa.cpp").read_text()
+
+
+@pytest.mark.parametrize("heads, kv_heads, num_splits", [(8, 2, 1), (8, 2, 4), (16, 2, 1), (16, 2, 3), (8, 1, 2)])
+def test_gqa_packed_decode_matches_reference(heads, kv_heads, num_splits) -> None:
+    """Groups of 4 and 8 q heads per KV head in one unit (S0 = 1, causal: every key visible), split or not."""
+    cache = _paged_cache(2, 1024, 256, kv_heads, 128)
+    lens = torch.tensor([900, 131], dtype=torch.int32)
+    q = torch.randn(2, 1, heads, 128, generator=torch.Generator().manual_seed(9)).half()
+    ref = reference_kvcache(q, cache, lens.tolist(), 1 / math.sqrt(128), (-1, -1), torch.float16)
+    k0 = cache.k.clone()
+    out, lse = ptofa.flash_attn_with_kvcache(q, cache.k, cache.v, lens, cache.block_table, causal=True, return_lse=True,
+                                             num_splits=num_splits, pack_gqa=True, backend="sim")
+    acc = check_accuracy(out.float(), ref.out32, ref.out_low)
+    assert acc.passed, acc.summary()
+    assert check_lse(lse, ref).passed and torch.equal(cache.k, k0)
+
+
+def test_gqa_packed_kernel_on_guarded_tensors() -> None:
+    """The packed kernel's Q/O/LSE views stay inside their tensors (guards), against the unpacked kernel."""
+    cache = _paged_cache(3, 512, 256, 2, 64)
+    lens, heads = [400, 0, 77], 8
+    shape = decode_shape(cache, 3, 1, lens, heads, (-1, -1))
+    q = torch.randn(3, heads, 64, generator=torch.Generator().manual_seed(4)).half()
+    ref = reference_kvcache(q.unsqueeze(1), cache, lens, 1 / 8, (-1, -1), torch.float16)
+    packed = config(head=64, varlen=True, lse=True, page_size=256, gqa_pack=True)
+    table = decode_units(packed, cache, 3, 1, lens, heads, (-1, -1))
+    assert table.shape[0] == 3 * 2 and set(table[:, 4].tolist()) == {0, 4}  # one unit per (sequence, KV head)
+    o = Guarded.like(torch.full((3, heads, 64), math.nan, dtype=torch.float16))
+    lse = Guarded.like(torch.full((3, heads), math.nan))
+    ins = [Guarded.like(t) for t in (q, cache.k, cache.v)]
+    simulate(parsed(packed), sim_kernel_args(packed, shape, *[g.pointer() for g in ins], o.pointer(), 2, 1 / 8,
+                                             lse=lse.pointer(), units=table, block_table=cache.block_table), 2)
+    assert all(g.guards_intact() for g in (*ins, o, lse))
+    assert check_accuracy(o.inner.unsqueeze(1).float(), ref.out32, ref.out_low).passed
+    assert check_lse(lse.inner.reshape(3, 1, heads).permute(0, 2, 1), ref).passed
+
+
+def test_gqa_packing_rules() -> None:
+    cache = _paged_cache(1, 512, 256, 2, 64)
+    q2 = torch.zeros(1, 2, 8, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"pack_gqa: needs one query row \(S0=2\)"):
+        ptofa.flash_attn_with_kvcache(q2, cache.k, cache.v, torch.tensor([10], dtype=torch.int32), cache.block_table,
+                                      pack_gqa=True, backend="sim")
+    with pytest.raises(ConfigError, match="gqa_pack=True needs varlen=True .* and masked=False"):
+        FAConfig(varlen=True, masked=True, gqa_pack=True)
+    with pytest.raises(ConfigError, match="GQA packing: needs one query row per sequence"):
+        decode_units(config(varlen=True, page_size=256, gqa_pack=True), cache, 1, 2, [10], 8, (-1, -1))
+
+
+def test_gqa_packing_off_for_causal_s0_2_is_still_right() -> None:
+    """S0 = 2 causal: the two rows see different keys, so the call does not pack (auto) and stays right."""
+    cache = _paged_cache(2, 1024, 256, 2, 128)
+    lens = torch.tensor([700, 300], dtype=torch.int32)
+    q = torch.randn(2, 2, 8, 128, generator=torch.Generator().manual_seed(6)).half()
+    ref = reference_kvcache(q, cache, lens.tolist(), 1 / math.sqrt(128), (-1, 0), torch.float16)
+    out, lse = ptofa.flash_attn_with_kvcache(q, cache.k, cache.v, lens, cache.block_table, causal=True, return_lse=True,
+                                             num_splits=2, backend="sim")
+    assert check_accuracy(out.float(), ref.out32, ref.out_low).passed and check_lse(lse, ref).passed
