@@ -96,3 +96,54 @@ def run_serving(config, backend: str, batch: int, heads: int, kv_heads: int | No
         best = min(row.predicted_us for row in rows)
         click.echo(padded_line(case.config, *map(list, zip(*case.shape.seqlens)), heads, kvn, window, best, soc))
     return 0 if all(row.passed for row in rows) else 1
+
+
+def sweep_serving(config, batches, heads_list, kv_heads: int | None, s0_list, cache_lens, page_size: int,
+                  seqlens: list[int] | None, splits_list, window: tuple[int, int], seed: int, out_dir: Path,
+                  decode: bool) -> list[dict]:
+    """`run_fa sweep` over serving shapes: every (batch, heads, S0, cache length) decode step, or the
+    one varlen batch, at every split count; one checked, timed row each, written to
+    `out_dir/serving.json` and `.csv`. Returns the rows."""
+    import csv
+    import itertools
+    import json
+
+    from ptofa.pipeline import ConfigError
+    from ptofa.serving import pack_allowed
+    from ptofa.serving_run import decode_case, run_split, varlen_case
+
+    rows = []
+    if decode:
+        points = itertools.product(batches, heads_list, s0_list, cache_lens)
+    else:
+        if seqlens is None:
+            raise InputError("sweep --num-splits: needs --decode (with --cache-len) or --seqlens")
+        points = ((len(seqlens), n, None, None) for n in heads_list)
+    for batch, heads, s0, cache_len in points:
+        kvn = kv_heads or heads
+        try:
+            if decode:
+                pack = pack_allowed(s0, heads, kvn, window)
+                case = decode_case(config, batch, heads, kvn, s0, cache_len, page_size, window, seed, pack)
+                shape = f"decode B={batch} N={heads} KVN={kvn} S0={s0} cache_len={cache_len}"
+            else:
+                case = varlen_case(config, seqlens, seqlens, heads, kvn, window, seed)
+                shape = f"varlen seqlens={seqlens} N={heads} KVN={kvn}"
+            case.shape.check(case.config)
+        except ConfigError as exc:
+            raise InputError(f"invalid shape: {exc}") from None
+        for splits in splits_list:
+            row = run_split(case, splits)
+            rows.append({"shape": shape, "gqa_pack": case.config.gqa_pack, "num_splits_asked": splits,
+                         "num_splits": row.num_splits, "status": "pass" if row.passed else "fail",
+                         "predicted_us": round(row.predicted_us, 2), "main_us": round(row.main_us, 2),
+                         "reduce_us": round(row.reduce_us, 2), "wall_s": round(row.wall_s, 2)})
+            click.echo(" ".join(f"{k}={v}" for k, v in rows[-1].items()))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "serving.json").write_text(json.dumps(rows, indent=1))
+    with (out_dir / "serving.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    click.echo(f"{len(rows)} points; wrote {out_dir / 'serving.json'}, {out_dir / 'serving.csv'}")
+    return rows

@@ -53,3 +53,20 @@ def test_seqlens_file_bad_input(tmp_path) -> None:
     assert result.exit_code == 2 and "'x7' is not an integer" in result.output
     result = _run("--seqlens-file", str(path), "--seqlens", "4")
     assert result.exit_code == 2 and "give the lengths one way" in result.output
+
+
+def test_sweep_num_splits_over_decode_shapes(tmp_path) -> None:
+    import json
+
+    result = CliRunner().invoke(main, ["sweep", "--decode", "--cache-len", "600", "--heads", "8", "--kv-heads", "2",
+                                       "--num-splits", "1,3", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    rows = json.loads((tmp_path / "serving.json").read_text())
+    assert [row["num_splits"] for row in rows] == [1, 3] and all(row["status"] == "pass" for row in rows)
+    assert rows[0]["gqa_pack"] is True and rows[1]["reduce_us"] > 0 and rows[0]["reduce_us"] == 0
+    assert (tmp_path / "serving.csv").read_text().startswith("shape,gqa_pack,num_splits_asked,num_splits,status")
+
+
+def test_sweep_num_splits_needs_a_serving_shape(tmp_path) -> None:
+    result = CliRunner().invoke(main, ["sweep", "--num-splits", "2", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "needs --decode (with --cache-len) or --seqlens" in result.output

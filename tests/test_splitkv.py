@@ -253,3 +253,34 @@ def test_gqa_packing_off_for_causal_s0_2_is_still_right() -> None:
     out, lse = ptofa.flash_attn_with_kvcache(q, cache.k, cache.v, lens, cache.block_table, causal=True, return_lse=True,
                                              num_splits=2, backend="sim")
     assert check_accuracy(out.float(), ref.out32, ref.out_low).passed and check_lse(lse, ref).passed
+
+
+def _decode_figures(cache_len: int) -> dict[str, float]:
+    from ptofa.serving_run import decode_case, run_split
+
+    times = {}
+    for pack in (True, False):
+        case = decode_case(FAConfig(), 1, 32, 8, 1, cache_len, 128, (-1, -1), 0, pack)
+        chosen = run_split(case, 0)
+        whole = run_split(case, 1)
+        assert chosen.passed and whole.passed, (chosen.message, whole.message)
+        times[f"pack={pack} chosen"], times[f"pack={pack} one"] = chosen.predicted_us, whole.predicted_us
+        times[f"pack={pack} splits"] = chosen.num_splits
+    return times
+
+
+def test_decode_split_and_packing_are_predicted_faster() -> None:
+    """B=1, N=32, KVN=8, D=128 decode on 2048 cached keys (the issue's shape at 1/16 of its cache)."""
+    t = _decode_figures(2048)
+    assert t["pack=True splits"] > 1 and t["pack=True chosen"] < 0.7 * t["pack=True one"], t
+    assert t["pack=True chosen"] < 0.5 * t["pack=False chosen"], t
+
+
+@pytest.mark.slow
+def test_issue_decode_figure() -> None:
+    """The issue's decode shape: B=1, N=32, KVN=8, S_cache=32768, D=128 (timing model, 910B2):
+    packed, split 3: 119.8 us vs 347.9 us unsplit; unpacked, split 3: 468.9 us vs 691.5 us."""
+    t = _decode_figures(32768)
+    assert t["pack=True chosen"] < 0.5 * t["pack=True one"], t
+    assert t["pack=False chosen"] < 0.8 * t["pack=False one"], t
+    assert t["pack=True chosen"] < 0.4 * t["pack=False chosen"], t
