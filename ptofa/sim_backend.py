@@ -115,7 +115,7 @@ def launch_split_sim(parsed, reduce_parsed, config: FAConfig, shape: ProblemShap
     main = launch_sim(parsed, config, shape, q, k, v, o, block_dim, scale, options=options, lse=lse, units=units,
                       block_table=block_table, slots=ws, partials=partials)
     heads, rows = reduce_rows(config, shape)
-    values = {"partials": partials, "o": _pointer(o), "lse": _pointer(lse), "heads": heads, "s0": rows,
+    values = {"ffts": GmPointer.of(np.zeros(16, dtype=np.int64)), "partials": partials, "o": _pointer(o), "lse": _pointer(lse), "heads": heads, "s0": rows,
               "num_splits": num_splits}
     reduce_args = {a.name: values[a.name] for a in argspec.reduce_entry_args(config)}
     reduce_options = None if options is None else dataclasses.replace(options, fault=None, blocks=None, trace_blocks=None)

@@ -172,9 +172,11 @@ def build_reduce(config: FAConfig) -> builtin.ModuleOp:
     """The reduce kernel: an entry calling one vector function."""
     km = KernelModule(config.target)
     entry_types = {a.name: parse_ir_type(a.ir_type) for a in argspec.reduce_entry_args(config)}
+    vector_args = [(name, t) for name, t in entry_types.items() if name != "ffts"]
     with km.function(argspec.REDUCE_ENTRY_NAME, list(entry_types.items()), entry=True) as args:
-        pto.call(argspec.REDUCE_FUNC_NAME, list(args.values()))
-    with km.function(argspec.REDUCE_FUNC_NAME, list(entry_types.items()), kind="vector") as args:
+        pto.set_ffts(args["ffts"])
+        pto.call(argspec.REDUCE_FUNC_NAME, [args[name] for name, _ in vector_args])
+    with km.function(argspec.REDUCE_FUNC_NAME, vector_args, kind="vector") as args:
         _vector_kernel(config, args)
     return km.module
 
