@@ -31,6 +31,10 @@ The kernel family (switches of `FAConfig`, one builder):
 * `key_padding`: an i8 key mask row per tile becomes an additive bias (`tcolexpandadd`);
 * rows that see no key get O = 0 and LSE = +inf;
 * `lse`: LSE = m + ln(l) per query row; dtypes fp16/bf16 in, fp16/bf16/fp32 out;
+* `split_kv` (varlen): a unit-table entry covers one split of the unit's visible tiles and
+  writes fp32 O and LSE (-inf for rows with no key) to the partials; `fa_reduce` combines;
+* `gqa_pack` (varlen, unmasked): a unit's rows are the q heads of one KV head at one query
+  row, so Q / O rows are D apart and LSE is [total_q, N];
 * head dims above 128 (192, 256): 64-row Q blocks, and the cube splits D in two
   chunks (QK accumulates over them, PV computes O chunk by chunk) to fit L0A/L0B/L0C.
 
