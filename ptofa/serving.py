@@ -19,7 +19,7 @@ import torch
 from ptofa.attention import auto_config, check_window, dtype_name, get_kernel, resolve_backend
 from ptofa.backend import TORCH_DTYPES
 from ptofa.kvcache import KVCache, decode_config, decode_shape, decode_units
-from ptofa.pipeline import MAX_SPLITS, ConfigError, FAConfig, ProblemShape, default_block_dim
+from ptofa.pipeline import MAX_SPLITS, ConfigError, FAConfig, ProblemShape
 from ptofa.sim import SimResult
 from ptofa.sim.socspec import get_soc
 from ptofa.sim_backend import launch_sim, launch_split_sim
@@ -72,7 +72,7 @@ def launch_varlen(config: FAConfig, shape: ProblemShape, table_of, q, k, v, out,
     if num_splits == 0:
         num_splits = choose_splits(config, table, shape.heads, shape.s0, cores, shape.window)
     if num_splits == 1:
-        block_dim = default_block_dim(shape, cores, config)
+        block_dim = min(int(table.shape[0]), cores)  # one block per unit-table entry, up to the cores
         main = launch_sim(get_kernel(config).parsed, config, shape, q, k, v, out, block_dim, scale, lse=lse, units=table,
                           block_table=block_table, options=options)
         return Launch(1, config, block_dim, main)

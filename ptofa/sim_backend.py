@@ -58,7 +58,7 @@ def sim_kernel_args(
     (the right bound may be negative: torch's top-left causal with S1 > S0).
     """
     if slots is None:
-        slots = GmPointer.of(np.full(config.gm_slot_f32_per_block * block_dim, np.nan, dtype=np.float32))
+        slots = GmPointer.of(np.full(workspace_bytes(config, shape, block_dim) // 4, np.nan, dtype=np.float32))
     else:
         slots = _pointer(slots).retyped(np.float32)
     left, right = shape.window_bounds() if bounds is None else bounds
