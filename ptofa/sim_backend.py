@@ -72,7 +72,8 @@ def sim_kernel_args(
         "batch": shape.batch, "heads": shape.heads, "kv_heads": shape.kv_heads, "s0": shape.s0, "s1": shape.s1,
         "scale": scale, "win_left": left, "win_right": right, "key_mask_stride": mask_stride,
         "units": _pointer(units), "num_units": 0 if units is None else int(units.shape[0]),
-        "block_table": _pointer(block_table), "partials": _pointer(partials), "max_pages": 0 if block_table is None else int(block_table.shape[-1]),
+        "block_table": _pointer(block_table), "max_pages": 0 if block_table is None else int(block_table.shape[-1]),
+        "partials": _pointer(partials),
     }
     return {a.name: values[a.name] for a in argspec.entry_args(config)}
 
@@ -115,8 +116,8 @@ def launch_split_sim(parsed, reduce_parsed, config: FAConfig, shape: ProblemShap
     main = launch_sim(parsed, config, shape, q, k, v, o, block_dim, scale, options=options, lse=lse, units=units,
                       block_table=block_table, slots=ws, partials=partials)
     heads, rows = reduce_rows(config, shape)
-    values = {"ffts": GmPointer.of(np.zeros(16, dtype=np.int64)), "partials": partials, "o": _pointer(o), "lse": _pointer(lse), "heads": heads, "s0": rows,
-              "num_splits": num_splits}
+    values = {"ffts": GmPointer.of(np.zeros(16, dtype=np.int64)), "partials": partials, "o": _pointer(o),
+              "lse": _pointer(lse), "heads": heads, "s0": rows, "num_splits": num_splits}
     reduce_args = {a.name: values[a.name] for a in argspec.reduce_entry_args(config)}
     reduce_options = None if options is None else dataclasses.replace(options, fault=None, blocks=None, trace_blocks=None)
     reduced = simulate(reduce_parsed, reduce_args, reduce_block_dim(config, shape), reduce_options)

@@ -603,8 +603,8 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
 
 _CUBE_ARGS = ("slots", "slots_h", "q", "k", "v", "units", "block_table", "batch", "heads", "kv_heads", "s0", "s1",
               "num_units", "max_pages", "win_left", "win_right")
-_VECTOR_ARGS = ("slots", "slots_h", "o", "lse", "partials", "key_mask", "units", "batch", "heads", "kv_heads", "s0", "s1", "num_units",
-                "scale", "win_left", "win_right", "key_mask_stride")
+_VECTOR_ARGS = ("slots", "slots_h", "o", "lse", "partials", "key_mask", "units", "batch", "heads", "kv_heads", "s0", "s1",
+                "num_units", "scale", "win_left", "win_right", "key_mask_stride")
 
 
 def build_fa(config: FAConfig) -> builtin.ModuleOp:
