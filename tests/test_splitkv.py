@@ -122,8 +122,12 @@ def test_serving_calls_split_and_choose() -> None:
     table = decode_units(base, cache, 1, 1, [4000], 4, (-1, -1))
     chosen = choose_splits(base, table, 4, 1, 24)
     assert 2 <= chosen <= 16  # 4 units of 16 tiles on 24 cores: the model predicts splitting pays
-    wide = decode_units(base, KVCache(cache.k, cache.v, cache.block_table.repeat(8, 1)), 8, 1, [4000] * 8, 4, (-1, -1))
-    assert choose_splits(base, wide, 4, 8, 24) == 1  # 32 units already fill 24 cores
+    def wide(batch: int) -> torch.Tensor:
+        paged = KVCache(cache.k, cache.v, cache.block_table.repeat(batch, 1))
+        return decode_units(base, paged, batch, 1, [4000] * batch, 4, (-1, -1))
+
+    assert choose_splits(base, wide(6), 4, 6, 24) == 1  # 24 units fill the 24 cores in one wave
+    assert choose_splits(base, wide(8), 4, 8, 24) == 3  # 32 units leave a partial wave; 96 fill four
 
 
 def test_workspace_and_split_rules() -> None:
