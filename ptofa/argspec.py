@@ -23,6 +23,9 @@ ENTRY_NAME = "fa_fwd"
 CUBE_FUNC_NAME = "fa_cube"
 VECTOR_FUNC_NAME = "fa_vec"
 LAUNCHER_NAME = "call_fa_fwd"
+REDUCE_ENTRY_NAME = "fa_reduce"
+REDUCE_FUNC_NAME = "fa_reduce_vec"
+LAUNCHERS = {ENTRY_NAME: LAUNCHER_NAME, REDUCE_ENTRY_NAME: "call_fa_reduce"}  # entry -> its host launcher
 
 
 @dataclass(frozen=True)
@@ -71,9 +74,12 @@ def host_params(config=None) -> tuple[HostParam, ...]:
     if c.key_padding:
         params.append(HostParam("key_mask", ptr, ctypes.c_void_p, "key mask [B, S1] (or [S1]) i8, 1 = key takes part"))
     if c.varlen:
-        params.append(HostParam("units", ptr, ctypes.c_void_p, "varlen unit table [num_units, 7] i32"))
+        params.append(HostParam("units", ptr, ctypes.c_void_p, "varlen unit table [num_units, pipeline.UNIT_FIELDS] i32"))
     if c.page_size:
         params.append(HostParam("block_table", ptr, ctypes.c_void_p, "paged cache: page of each [sequence, page] i32"))
+    if c.split_kv:
+        params.append(HostParam("partials", ptr, ctypes.c_void_p,
+                                "split-KV partial O [splits, total_q, N, D] then LSE [splits, N, total_q] f32"))
     params += [
         HostParam("batch", "int64_t", ctypes.c_int64, "B (sequences)"),
         HostParam("heads", "int64_t", ctypes.c_int64, "N (query heads)"),
@@ -100,7 +106,7 @@ def entry_args(config=None) -> tuple[EntryArg, ...]:
     """The `pto.entry` function's arguments for the kernel of `config`."""
     c = config or _default_config()
     elem = {"q": c.in_dtype, "k": c.in_dtype, "v": c.in_dtype, "o": c.out_dtype, "lse": "f32", "key_mask": "i8", "units": "i32",
-            "block_table": "i32"}
+            "block_table": "i32", "partials": "f32"}
     args = [
         EntryArg("ffts", "!pto.ptr<i64>", "ffts", "(__gm__ int64_t*)"),
         EntryArg("slots", "!pto.ptr<f32>", "slots", "(__gm__ float*)"),
@@ -112,6 +118,20 @@ def entry_args(config=None) -> tuple[EntryArg, ...]:
             args.append(EntryArg(param.name, f"!pto.ptr<{dt}>", param.name, f"(__gm__ {_C_ELEM[dt]}*)"))
         else:
             args.append(EntryArg(param.name, "f32" if param.c_type == "float" else "i64", param.name, ""))
+    return tuple(args)
+
+
+def reduce_entry_args(config) -> tuple[EntryArg, ...]:
+    """The split-KV reduce kernel's entry arguments (`kernels/fa_reduce.py`): the FFTS base (set as
+    in every entry, though the reduce has no cross-core flags), the partials the forward kernel
+    wrote, O (and LSE) in the forward kernel's varlen layout, and the sizes."""
+    c = config
+    args = [EntryArg("ffts", "!pto.ptr<i64>", "ffts", "(__gm__ int64_t*)"),
+            EntryArg("partials", "!pto.ptr<f32>", "partials", "(__gm__ float*)"),
+            EntryArg("o", f"!pto.ptr<{c.out_dtype}>", "o", f"(__gm__ {_C_ELEM[c.out_dtype]}*)")]
+    if c.lse:
+        args.append(EntryArg("lse", "!pto.ptr<f32>", "lse", "(__gm__ float*)"))
+    args += [EntryArg(name, "i64", name, "") for name in ("heads", "s0", "num_splits")]
     return tuple(args)
 
 

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from ptofa.pipeline import SUPPORTED_HEAD, ConfigError, FAConfig, ProblemShape, budget
 from ptofa.sim.options import FAULTS, RunOptions
+from ptofa.serving_cli import read_seqlens, run_serving, serving_options
 from ptofa.switches import (  # noqa: F401 (DTYPES, window_of, InputError: re-exported)
     DTYPES,
     InputError,
@@ -121,12 +122,13 @@ def check(pto_file: Path) -> None:
 @click.option("--batch", type=int, default=1, show_default=True, help="B (batch).")
 @click.option("--heads", type=int, default=2, show_default=True, help="N (query heads).")
 @kv_heads_option
-@click.option("--s0", type=int, default=256, show_default=True, help="Query length S0 (any >= 1).")
+@click.option("--s0", type=int, default=None, help="Query length S0 (any >= 1) [default: 256; 1 with --decode].")
 @click.option("--s1", type=int, default=4096, show_default=True, help="Key/value length S1 (any >= 1).")
 @click.option("--seqlens", callback=lambda ctx, p, v: _int_list(v, "--seqlens"), default=None, metavar="L1,L2,...",
               help="Varlen prefill: packed sequences of these query lengths (0 allowed); replaces --batch/--s0/--s1.")
 @click.option("--kv-seqlens", callback=lambda ctx, p, v: _int_list(v, "--kv-seqlens"), default=None, metavar="L1,L2,...",
               help="Varlen key/value lengths per sequence [default: --seqlens].")
+@serving_options
 @_config_options
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs (and key-mask lengths).")
 @click.option("--block-dim", type=int, default=None,
@@ -140,8 +142,9 @@ def check(pto_file: Path) -> None:
               help="Test only: the simulator breaks the parsed kernel this way, to exercise its reports.")
 @click.option("--backward", is_flag=True,
               help="Also run the backward kernels on the forward's O and LSE (sim): check dq, dk, dv, predict their time.")
-def run(backend: str, batch: int, heads: int, kv_heads: int | None, s0: int, s1: int, seqlens: list[int] | None,
-        kv_seqlens: list[int] | None, head: int, tile_s1: int, qk_preload: int, dtype: str, out_dtype: str | None,
+def run(backend: str, batch: int, heads: int, kv_heads: int | None, s0: int | None, s1: int, seqlens: list[int] | None,
+        kv_seqlens: list[int] | None, seqlens_file: Path | None, decode: bool, cache_len: int | None, page_size: int,
+        num_splits: int | None, head: int, tile_s1: int, qk_preload: int, dtype: str, out_dtype: str | None,
         causal: bool, window: tuple[int, int] | None, key_padding: bool, lse: bool, seed: int, block_dim: int | None,
         keep: Path | None, timeline: Path | None, soc: str, inject_fault: str | None, backward: bool) -> None:
     """Build, run and check the kernel against the torch reference; print one result row."""
@@ -152,6 +155,14 @@ def run(backend: str, batch: int, heads: int, kv_heads: int | None, s0: int, s1:
     from ptofa.varlen import varlen_shape
 
     config = make_config(head, tile_s1, qk_preload, dtype, out_dtype, causal, window, key_padding, lse)
+    if seqlens_file is not None:
+        seqlens = read_seqlens(seqlens_file, seqlens)
+    if decode or num_splits is not None:
+        if backward:
+            raise InputError("--backward: the backward kernels take dense batches, not --decode / --num-splits")
+        sys.exit(run_serving(config, backend, batch, heads, kv_heads, s0, seqlens, kv_seqlens, decode, cache_len,
+                             page_size, num_splits, window_of(causal, window), seed, soc))
+    s0 = 256 if s0 is None else s0
     try:
         if seqlens is not None or kv_seqlens is not None:
             config = dataclasses.replace(config, varlen=True)

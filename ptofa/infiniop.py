@@ -46,7 +46,7 @@ import torch
 
 from ptofa.attention import auto_config, resolve_backend, run_attention
 from ptofa.backend import BackendUnavailable
-from ptofa.pipeline import SUPPORTED_HEAD, ConfigError, FAConfig, ProblemShape, default_block_dim
+from ptofa.pipeline import SUPPORTED_HEAD, ConfigError, FAConfig, ProblemShape, default_block_dim, workspace_bytes
 from ptofa.sim.socspec import get_soc
 
 
@@ -309,7 +309,7 @@ def create_descriptor(out_desc: TensorDescriptor, q_desc: TensorDescriptor, k_de
         cores = cube_core_count()
     block_dim = default_block_dim(shape, cores, config)
     desc = FlashAttentionDescriptor(out_desc, q_desc, k_desc, v_desc, mask_desc, shape, config, backend, block_dim,
-                                    config.gm_slot_bytes_per_block * block_dim, 1.0 / math.sqrt(head))
+                                    workspace_bytes(config, shape, block_dim), 1.0 / math.sqrt(head))
     return Status.SUCCESS, desc
 
 

@@ -100,14 +100,19 @@ def decode_config(base: FAConfig, cache: KVCache) -> FAConfig:
     return dataclasses.replace(base, varlen=True, page_size=cache.page_size)
 
 
+def decode_shape(cache: KVCache, batch: int, s0: int, k_lens: list[int], heads: int,
+                 window: tuple[int, int]) -> ProblemShape:
+    """The launch shape of a decode step: packed Q rows b*S0 + s, the whole cache as K rows."""
+    return ProblemShape(batch, heads, max(1, batch * s0), max(1, int(cache.k.shape[0] * cache.k.shape[1])),
+                        kv_heads=int(cache.k.shape[2]), window=window, seqlens=tuple((s0, n) for n in k_lens))
+
+
 def decode_units(c: FAConfig, cache: KVCache, batch: int, s0: int, k_lens: list[int], heads: int,
-                 window: tuple[int, int]) -> tuple[ProblemShape, torch.Tensor]:
-    """The launch shape (packed Q rows b*S0 + s) and the unit table of a decode step."""
+                 window: tuple[int, int], num_splits: int = 1) -> torch.Tensor:
+    """The unit table of a decode step (`varlen.table_of_sequences`)."""
     s_cache = 0 if cache.paged else int(cache.k.shape[1])
     seqs = [(b * s0, s0, b * s_cache, k_lens[b]) for b in range(batch)]
-    shape = ProblemShape(batch, heads, max(1, batch * s0), max(1, int(cache.k.shape[0] * cache.k.shape[1])),
-                         kv_heads=int(cache.k.shape[2]), window=window, seqlens=tuple((s0, n) for n in k_lens))
-    return shape, table_of_sequences(c, seqs, heads, window)
+    return table_of_sequences(c, seqs, heads, window, num_splits, heads // int(cache.k.shape[2]))
 
 
 def reference_kvcache(q: torch.Tensor, cache: KVCache, k_lens: list[int], scale: float,

@@ -24,7 +24,7 @@ import torch
 
 from ptofa import argspec
 from ptofa.backend import TORCH_DTYPES, BackendUnavailable, RunRequest, RunResult, case_key_mask, check_output, register_backend
-from ptofa.pipeline import FAConfig, ProblemShape, default_block_dim
+from ptofa.pipeline import FAConfig, ProblemShape, default_block_dim, workspace_bytes
 from ptofa.reference import make_inputs
 from ptofa.toolchain import compile_pto
 
@@ -149,7 +149,7 @@ def prepare_launch(
     key_mask: torch.Tensor | None = None,
 ) -> FALaunch:
     """Copy Q/K/V (and the key mask) to the NPU and allocate O, LSE and the slot workspace
-    (`gm_slot_f32_per_block * block_dim`)."""
+    (`pipeline.workspace_bytes`)."""
     if block_dim is None:
         block_dim = default_block_dim(shape, cube_core_count(), config)
     elif block_dim < 1:
@@ -164,7 +164,7 @@ def prepare_launch(
         k=k.to(device).contiguous(),
         v=v.to(device).contiguous(),
         o=torch.zeros(shape.batch, shape.s0, shape.heads, config.head, dtype=TORCH_DTYPES[config.out_dtype], device=device),
-        slots=torch.zeros(config.gm_slot_f32_per_block * block_dim, dtype=torch.float32, device=device),
+        slots=torch.zeros(workspace_bytes(config, shape, block_dim) // 4, dtype=torch.float32, device=device),
         config=config,
         lse=torch.zeros(shape.batch, shape.heads, shape.s0, device=device) if config.lse else None,
         key_mask=None if key_mask is None else key_mask.to(device).contiguous(),

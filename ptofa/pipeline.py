@@ -19,8 +19,9 @@ from ptofa.target import ALIGNMENT, CAPACITY, HIDDEN_ROWEXPAND_TMP_BYTES, KIB, S
 from ptofa.target import align as _align
 
 # The varlen kernel's unit table: UNIT_FIELDS int32 per work unit, in this order (ptofa.varlen builds it).
-UNIT_TABLE = ("q_start", "q_len", "k_start", "k_len", "head", "q_block", "seq")
+UNIT_TABLE = ("q_start", "q_len", "k_start", "k_len", "head", "q_block", "seq", "split", "splits")
 UNIT_FIELDS = len(UNIT_TABLE)
+MAX_SPLITS = 16  # split-KV: most splits of one unit's KV tiles (num_splits)
 
 # trowexpand* ops in the vector function as the builder emits it: compute_p (one
 # trowexpandsub), compute_gu (one trowexpandmul), each emitted once by the fused
@@ -101,6 +102,8 @@ class FAConfig:
     lse: bool = False  # write LSE [B, heads, S0] fp32 ([heads, total_q] for varlen)
     varlen: bool = False  # packed ragged sequences; work units come from a host-built table
     page_size: int = 0  # > 0: K/V live in a paged cache [pages, page_size, KVN, D] read through a block table
+    split_kv: bool = False  # a unit covers one split of its KV tiles and writes fp32 partial O and LSE (fa_reduce combines)
+    gqa_pack: bool = False  # decode (one query row per sequence): a unit's rows are the q heads of one KV head
     target: str = "a3"
 
     def __post_init__(self) -> None:
@@ -180,7 +183,8 @@ class FAConfig:
     def variant(self) -> str:
         """The kernel's switches in one word list (empty for the plain forward kernel)."""
         parts = [name for name, on in (("masked", self.masked), ("key_padding", self.key_padding), ("lse", self.lse),
-                                       ("varlen", self.varlen), (f"page_size={self.page_size}", self.page_size)) if on]
+                                       ("varlen", self.varlen), (f"page_size={self.page_size}", self.page_size),
+                                       ("split_kv", self.split_kv), ("gqa_pack", self.gqa_pack)) if on]
         return " ".join(parts)
 
     def summary(self) -> str:
@@ -202,6 +206,11 @@ def _check_config(c: FAConfig) -> None:
     if c.page_size and (not c.varlen or c.page_size % c.tile_s1 != 0):
         fail("paged cache", f"page_size={c.page_size} must be a multiple of tile_s1={c.tile_s1} (a KV tile lies in "
                             f"one page) and needs varlen=True (the unit table), got varlen={c.varlen}")
+    if c.split_kv and not c.varlen:
+        fail("split-KV", "split_kv=True needs varlen=True: the split of each unit comes from the unit table")
+    if c.gqa_pack and (not c.varlen or c.masked):
+        fail("GQA packing", f"gqa_pack=True needs varlen=True (the unit table) and masked=False (a packed block's rows "
+                            f"share one query position), got varlen={c.varlen}, masked={c.masked}")
     if c.varlen and c.key_padding:
         fail("varlen", "varlen kernels take their key lengths from cu_seqlens; a key-padding mask is not supported with them")
     if c.target not in ("a2", "a3"):
@@ -303,13 +312,13 @@ def tile_plan(c: FAConfig) -> list[TileSpec]:
         TileSpec("o_tile", "vector", "gu", "vec", rows, d, "f32", **dyn),
     ]
     tiles += [TileSpec(f"exp_ring{r}", "vector", "p", "vec", rows, 1, "f32", **col) for r in range(c.exp_ring)]
-    if c.out_dtype != "f32":
+    if c.out_dtype != "f32" and not c.split_kv:  # split-KV stores fp32 partials
         tiles.append(TileSpec("o_out", "vector", "gu", "vec", rows, d, c.out_dtype, **dyn))
     if c.key_padding:  # one key-mask row per tile: i8 from GM -> f16 -> f32 additive bias
         tiles += [TileSpec(f"kpm_{dt_}", "vector", "p", "vec", 1, ts1, dt_, **dyn) for dt_ in ("i8", "f16", "f32")]
     if c.needs_row_fix:  # per-row "has a visible key" flag and the fixed row sum
         tiles += [TileSpec("row_ok", "vector", "gu", "vec", 1, rows, "f32"), TileSpec("l_fix", "vector", "gu", "vec", 1, rows, "f32")]
-    if c.lse:
+    if c.lse or c.split_kv:
         tiles.append(TileSpec("lse_row", "vector", "gu", "vec", 1, rows, "f32", **dyn))
     return tiles
 
@@ -438,6 +447,23 @@ class ProblemShape:
 
     def default_scale(self, head: int) -> float:
         return 1.0 / math.sqrt(head)
+
+
+def partial_elems(c: FAConfig, shape: ProblemShape, num_splits: int) -> tuple[int, int]:
+    """f32 elements of the split-KV partials: O [splits, S0, N, D] and LSE [splits, N, S0] (S0 = total_q)."""
+    if num_splits < 1:
+        raise ConfigError(f"split-KV: num_splits={num_splits} must be >= 1")
+    return num_splits * shape.s0 * shape.heads * c.head, num_splits * shape.heads * shape.s0
+
+
+def workspace_bytes(c: FAConfig, shape: ProblemShape, block_dim: int, num_splits: int = 1) -> int:
+    """GM workspace of one launch: the blocks' slot rings, then (split-KV) the partial O and LSE.
+
+    The one formula the simulator, the NPU path and InfiniOp's workspace size use."""
+    slots = c.gm_slot_bytes_per_block * block_dim
+    if not c.split_kv:
+        return slots
+    return slots + 4 * sum(partial_elems(c, shape, num_splits))
 
 
 def default_block_dim(shape: ProblemShape, cube_cores: int = 24, config: FAConfig | None = None) -> int:

@@ -2,9 +2,11 @@
 (decode against a contiguous or paged KV cache), with flash-attn's meaning.
 
 Both run the varlen forward kernel (`ptofa.varlen`, `ptofa.kvcache`) on the simulator.
-Not built yet: split-KV (`num_splits` > 1 is refused with the rule), and the NPU launch
-of the varlen kernel (its unit-table and block-table arguments are not marshalled by the
-NPU path yet: `backend="npu"` is refused with one line).
+`num_splits` > 1 splits every unit's KV tiles over that many entries and combines the
+partials with the reduce kernel (`ptofa.splitkv`); 0 picks the count from the timing
+model (`splitkv.choose_splits`), 1 does not split. Not built yet: the NPU launch of the
+varlen kernel (its unit-table and block-table arguments are not marshalled by the NPU
+path yet: `backend="npu"` is refused with one line).
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ import torch
 
 from ptofa.attention import auto_config, check_window, dtype_name, get_kernel, resolve_backend
 from ptofa.backend import TORCH_DTYPES
-from ptofa.kvcache import KVCache, decode_config, decode_units
-from ptofa.pipeline import ConfigError, default_block_dim
+from ptofa.kvcache import KVCache, decode_config, decode_shape, decode_units
+from ptofa.pipeline import MAX_SPLITS, ConfigError, FAConfig, ProblemShape
+from ptofa.sim import SimResult
 from ptofa.sim.socspec import get_soc
-from ptofa.sim_backend import launch_sim
+from ptofa.sim_backend import launch_sim, launch_split_sim
+from ptofa.splitkv import choose_splits, reduce_kernel
 from ptofa.varlen import seqlens_of, unit_table, varlen_shape
 
 SIM_SOC = "910B2"
@@ -32,8 +36,52 @@ def _backend(backend: str, what: str) -> None:
 
 
 def _splits(num_splits: int) -> None:
-    if num_splits not in (0, 1):
-        raise ValueError(f"num_splits: {num_splits} > 1 needs split-KV with a reduce kernel, which is not built yet; use 0 or 1")
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 0 <= num_splits <= MAX_SPLITS:
+        raise ValueError(f"num_splits: {num_splits!r} must be an int in 0..{MAX_SPLITS} (0: chosen by the timing model)")
+
+
+def paged_tiles(base: FAConfig, page_size: int) -> FAConfig:
+    """`base`, with 128-key tiles (and QK_PRELOAD 2) when its KV tile does not divide the page size."""
+    if page_size and page_size % base.tile_s1 != 0:
+        preload = min(base.qk_preload, 2)
+        return dataclasses.replace(base, tile_s1=128, qk_preload=preload, exp_ring=preload)
+    return base
+
+
+@dataclasses.dataclass
+class Launch:
+    """What `launch_varlen` ran: the split count, the kernel config, its block count and the
+    simulator results of the forward launch and (split-KV) the reduce launch."""
+
+    num_splits: int
+    config: FAConfig | None = None
+    block_dim: int = 0
+    main: SimResult | None = None
+    reduce: SimResult | None = None
+
+
+def launch_varlen(config: FAConfig, shape: ProblemShape, table_of, q, k, v, out, scale: float, num_splits: int, *,
+                  lse=None, block_table=None, options=None) -> Launch:
+    """Run the varlen kernel on the sim, split-KV when `num_splits` (0: chosen) > 1.
+
+    `table_of(config, num_splits)` builds the unit table; `options` are the simulator's."""
+    cores = get_soc(SIM_SOC).cube_cores
+    table = table_of(config, 1)
+    if not table.shape[0]:
+        return Launch(1)
+    if num_splits == 0:
+        num_splits = choose_splits(config, table, shape.heads, shape.s0, cores, shape.window)
+    if num_splits == 1:
+        block_dim = min(int(table.shape[0]), cores)  # one block per unit-table entry, up to the cores
+        main = launch_sim(get_kernel(config).parsed, config, shape, q, k, v, out, block_dim, scale, lse=lse, units=table,
+                          block_table=block_table, options=options)
+        return Launch(1, config, block_dim, main)
+    split = dataclasses.replace(config, split_kv=True)
+    table = table_of(split, num_splits)
+    block_dim = min(int(table.shape[0]), cores)
+    main, reduced = launch_split_sim(get_kernel(split).parsed, reduce_kernel(split), split, shape, q, k, v, out, block_dim,
+                                     scale, num_splits, units=table, lse=lse, block_table=block_table, options=options)
+    return Launch(num_splits, split, block_dim, main, reduced)
 
 
 def _window(causal: bool, window_size) -> tuple[int, int]:
@@ -73,23 +121,24 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: in
     config = dataclasses.replace(config, varlen=True)
     shape = varlen_shape(q_lens, k_lens, heads, k.shape[1], window)
     shape.check(config)
-    table = unit_table(config, q_lens, k_lens, heads, window)
     out = torch.empty(q.shape, dtype=TORCH_DTYPES[config.out_dtype])
     lse = torch.full((heads, q.shape[0]), math.inf) if return_lse else None
-    if table.shape[0]:
-        block_dim = default_block_dim(shape, get_soc(SIM_SOC).cube_cores, config)
-        launch_sim(get_kernel(config).parsed, config, shape, q.contiguous(), k.contiguous(), v.contiguous(), out,
-                   block_dim, _scale(softmax_scale, head), lse=lse, units=table)
+    launch_varlen(config, shape, lambda c, n: unit_table(c, q_lens, k_lens, heads, window, n), q.contiguous(), k.contiguous(),
+            v.contiguous(), out, _scale(softmax_scale, head), num_splits, lse=lse)
     return (out, lse) if return_lse else out
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, k=None, v=None, softmax_scale=None,
                             causal: bool = False, window_size=(-1, -1), return_lse: bool = False, num_splits: int = 0,
-                            backend: str = "auto"):
+                            pack_gqa: bool | None = None, backend: str = "auto"):
     """q [B, S0, heads, D]; caches [B, S_cache, kv_heads, D] or paged [pages, page_size, kv_heads, D] with
     block_table [B, max_pages] int32; cache_seqlens [B]; optional k/v [B, S_new, kv_heads, D] appended at
     cache_seqlens first (in place). Returns out [B, S0, heads, D] (and lse [B, heads, S0] fp32).
-    A paged cache's page_size must be a multiple of 128."""
+    A paged cache's page_size must be a multiple of 128.
+
+    `pack_gqa` (None: whenever it applies) puts the heads / kv_heads q heads of one KV head in the rows
+    of one work unit, so K and V are read once per KV head: one query row per sequence (S0 = 1) and a
+    window that hides no key from it (none, or causal)."""
     _backend(backend, "flash_attn_with_kvcache")
     _splits(num_splits)
     cache = KVCache(k_cache, v_cache, block_table)
@@ -107,21 +156,43 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None
     k_lens = cache.check(batch, cache_seqlens, new)  # every rule before anything is written
     if cache.paged and cache.page_size % 128 != 0:
         raise ConfigError(f"paged cache: page_size={cache.page_size} must be a multiple of 128 (a KV tile lies in one page)")
+    window = _window(causal, window_size)
+    if s0 == 1 and window[0] == -1 and window[1] >= 0:
+        window = (-1, -1)  # the one query row (bottom-right aligned) sees every key
+    pack = _pack_gqa(pack_gqa, s0, heads, int(k_cache.shape[2]), window)
     if k is not None:
         cache.append(cache_seqlens, k, v)
-    window = _window(causal, window_size)
     base = auto_config(head, dtype_name(q.dtype, "q"), s1=max(1, max(k_lens)), masked=window != (-1, -1),
                        lse=return_lse)
-    if cache.paged and cache.page_size % base.tile_s1 != 0:
-        base = dataclasses.replace(base, tile_s1=128, qk_preload=2)
-    config = decode_config(base, cache)
-    shape, table = decode_units(config, cache, batch, s0, k_lens, heads, window)
+    config = dataclasses.replace(decode_config(paged_tiles(base, cache.page_size), cache), gqa_pack=pack)
+    shape = decode_shape(cache, batch, s0, k_lens, heads, window)
     shape.check(config)
     out = torch.empty(q.shape, dtype=TORCH_DTYPES[config.out_dtype])
-    lse = torch.full((heads, batch * s0), math.inf) if return_lse else None
-    block_dim = default_block_dim(shape, get_soc(SIM_SOC).cube_cores, config)
-    launch_sim(get_kernel(config).parsed, config, shape, q.contiguous(), cache.k, cache.v, out, block_dim,
-               _scale(softmax_scale, head), lse=lse, units=table, block_table=cache.block_table)
+    lse = torch.full((batch * s0, heads) if pack else (heads, batch * s0), math.inf) if return_lse else None
+    launch_varlen(config, shape, lambda c, n: decode_units(c, cache, batch, s0, k_lens, heads, window, n), q.contiguous(),
+                  cache.k, cache.v, out, _scale(softmax_scale, head), num_splits, lse=lse, block_table=cache.block_table)
     if return_lse:
-        return out, lse.reshape(heads, batch, s0).permute(1, 0, 2).contiguous()
+        return out, decode_lse(lse, batch, s0, pack)
     return out
+
+
+def decode_lse(lse: torch.Tensor, batch: int, s0: int, packed: bool) -> torch.Tensor:
+    """The kernel's LSE ([heads, B*S0], or [B*S0, heads] after GQA packing) as [B, heads, S0]."""
+    if packed:
+        return lse.reshape(batch, s0, -1).permute(0, 2, 1).contiguous()
+    return lse.reshape(-1, batch, s0).permute(1, 0, 2).contiguous()
+
+
+def pack_allowed(s0: int, heads: int, kv_heads: int, window: tuple[int, int]) -> bool:
+    """GQA packing's rule: one query row, 2..128 q heads per KV head, no window hiding a key from the row."""
+    return s0 == 1 and 1 < heads // kv_heads <= 128 and window == (-1, -1)
+
+
+def _pack_gqa(pack_gqa: bool | None, s0: int, heads: int, kv_heads: int, window: tuple[int, int]) -> bool:
+    """Whether to pack the q heads of a KV head into one unit (None: whenever the rule allows it)."""
+    group = heads // kv_heads
+    allowed = pack_allowed(s0, heads, kv_heads, window)
+    if pack_gqa and not allowed:
+        raise ValueError(f"pack_gqa: needs one query row (S0={s0}), 2..128 q heads per KV head (group={group}) "
+                         f"and a window that hides no key from it (window={window})")
+    return allowed if pack_gqa is None else bool(pack_gqa)

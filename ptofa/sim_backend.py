@@ -19,7 +19,7 @@ import torch
 
 from ptofa import argspec
 from ptofa.backend import TORCH_DTYPES, RunRequest, RunResult, case_key_mask, check_output, register_backend
-from ptofa.pipeline import FAConfig, ProblemShape, default_block_dim
+from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, default_block_dim, workspace_bytes
 from ptofa.reference import make_inputs
 from ptofa.sim import GmPointer, SimDeadlock, SimError, SimResult, simulate
 from ptofa.sim.faults import fault_path, fault_text
@@ -41,6 +41,7 @@ def sim_kernel_args(
     units=None,
     block_table=None,
     slots=None,
+    partials=None,
     bounds: tuple[int, int] | None = None,
 ) -> dict[str, object]:
     """The entry's arguments for `ptofa.sim.simulate`, by `argspec.entry_args(config)` name.
@@ -53,11 +54,11 @@ def sim_kernel_args(
     table (`ptofa.varlen.unit_table`). `slots` is a caller's slot workspace instead of the
     NaN buffer (a tensor, array or `GmPointer` of at least `gm_slot_bytes_per_block *
     block_dim` bytes, any element type: the kernel addresses it as f32 and input-dtype
-    words); `bounds` the kernel's (win_left, win_right) instead of `shape.window_bounds()`
+    words); `partials` the split-KV partials (`launch_split_sim`); `bounds` the kernel's (win_left, win_right) instead of `shape.window_bounds()`
     (the right bound may be negative: torch's top-left causal with S1 > S0).
     """
     if slots is None:
-        slots = GmPointer.of(np.full(config.gm_slot_f32_per_block * block_dim, np.nan, dtype=np.float32))
+        slots = GmPointer.of(np.full(workspace_bytes(config, shape, block_dim) // 4, np.nan, dtype=np.float32))
     else:
         slots = _pointer(slots).retyped(np.float32)
     left, right = shape.window_bounds() if bounds is None else bounds
@@ -72,6 +73,7 @@ def sim_kernel_args(
         "scale": scale, "win_left": left, "win_right": right, "key_mask_stride": mask_stride,
         "units": _pointer(units), "num_units": 0 if units is None else int(units.shape[0]),
         "block_table": _pointer(block_table), "max_pages": 0 if block_table is None else int(block_table.shape[-1]),
+        "partials": _pointer(partials),
     }
     return {a.name: values[a.name] for a in argspec.entry_args(config)}
 
@@ -89,6 +91,49 @@ def launch_sim(parsed, config: FAConfig, shape: ProblemShape, q, k, v, o, block_
     bounds, ...), `options` the `RunOptions`. Raises what `simulate` raises.
     """
     return simulate(parsed, sim_kernel_args(config, shape, q, k, v, o, block_dim, scale, **tensors), block_dim, options)
+
+
+def launch_split_sim(parsed, reduce_parsed, config: FAConfig, shape: ProblemShape, q, k, v, o, block_dim: int,
+                     scale: float, num_splits: int, *, units, workspace=None, lse=None, block_table=None,
+                     options=None) -> tuple[SimResult, SimResult]:
+    """Split-KV on the simulator: the `split_kv` forward kernel writes each split's partial O
+    and LSE after the slot rings in one workspace (`pipeline.workspace_bytes`), then the
+    reduce kernel (`kernels/fa_reduce.py`) combines them into O (and LSE), in place.
+
+    `workspace` is the caller's buffer (tensor, array or `GmPointer`), else a NaN-filled one,
+    so a partial read before it is written shows up in O. Returns both launches' results;
+    the reduce runs on `reduce_block_dim(config, shape)` blocks."""
+    need = workspace_bytes(config, shape, block_dim, num_splits)
+    if workspace is None:
+        ws = GmPointer.of(np.full(need // 4, np.nan, dtype=np.float32))
+    else:
+        ws = _pointer(workspace).retyped(np.float32)
+        have = ws.buf.nbytes - ws.offset
+        if have < need:
+            raise ConfigError(f"workspace: {have} bytes, but split-KV with num_splits={num_splits} on {block_dim} "
+                              f"blocks needs {need} (slot rings + partial O and LSE)")
+    partials = ws.add(config.gm_slot_f32_per_block * block_dim)
+    main = launch_sim(parsed, config, shape, q, k, v, o, block_dim, scale, options=options, lse=lse, units=units,
+                      block_table=block_table, slots=ws, partials=partials)
+    heads, rows = reduce_rows(config, shape)
+    values = {"ffts": GmPointer.of(np.zeros(16, dtype=np.int64)), "partials": partials, "o": _pointer(o),
+              "lse": _pointer(lse), "heads": heads, "s0": rows, "num_splits": num_splits}
+    reduce_args = {a.name: values[a.name] for a in argspec.reduce_entry_args(config)}
+    reduce_options = None if options is None else dataclasses.replace(options, fault=None, blocks=None, trace_blocks=None)
+    reduced = simulate(reduce_parsed, reduce_args, reduce_block_dim(config, shape), reduce_options)
+    return main, reduced
+
+
+def reduce_rows(config: FAConfig, shape: ProblemShape) -> tuple[int, int]:
+    """(heads, rows per head) the reduce kernel walks: (N, total_q), or (1, total_q * N) after GQA
+    packing, whose O rows and [total_q, N] LSE are one contiguous run of rows."""
+    return (1, shape.s0 * shape.heads) if config.gqa_pack else (shape.heads, shape.s0)
+
+
+def reduce_block_dim(config: FAConfig, shape: ProblemShape, cube_cores: int = 24) -> int:
+    """Blocks of the reduce launch: one per (head, Q block of packed rows), up to the cube cores."""
+    heads, rows = reduce_rows(config, shape)
+    return max(1, min(heads * -(-rows // config.cube_s0), cube_cores))
 
 
 class SimBackend:

@@ -709,6 +709,15 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[i
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="Directory for results.jsonl/.csv/.json/.png; a rerun resumes from it.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the random inputs (and key-mask lengths).")
+@click.option("--num-splits", default=None, callback=lambda ctx, p, v: None if v is None else _int_list(ctx, p, v),
+              help="Split-KV counts (0: the timing model's choice); sweeps --decode steps or one --seqlens batch.")
+@click.option("--decode", is_flag=True, default=False,
+              help="Sweep decode steps: --batch x --heads x --s0 (query tokens; 1 unless given) x --cache-len, paged "
+                   "(--page-size), with the first --head-dim/--tile-s1/--qk-preload.")
+@click.option("--cache-len", default="4096", callback=_int_list, show_default=True, help="--decode: cached keys per sequence.")
+@click.option("--page-size", default=128, show_default=True, help="--decode: keys per page (a multiple of 128).")
+@click.option("--seqlens", default=None, callback=lambda ctx, p, v: None if v is None else _int_list(ctx, p, v),
+              help="One packed varlen batch of these lengths, at each --num-splits.")
 def sweep_cmd(
     tile_s1: tuple[int, ...],
     qk_preload: tuple[int, ...],
@@ -728,6 +737,11 @@ def sweep_cmd(
     jobs: int | None,
     out_dir: Path,
     seed: int,
+    num_splits: tuple[int, ...] | None,
+    decode: bool,
+    cache_len: tuple[int, ...],
+    page_size: int,
+    seqlens: tuple[int, ...] | None,
 ) -> None:
     """Run every (config, shape) of a grid, check accuracy and time it; resumable.
 
@@ -739,6 +753,20 @@ def sweep_cmd(
     """
     console = Console() if sys.stdout.isatty() else Console(width=120)
     knobs = config_knobs(dtype, out_dtype, causal, window, key_padding, lse)
+    if decode or num_splits is not None or seqlens is not None:
+        from ptofa.serving_cli import sweep_serving
+
+        try:
+            config = FAConfig(head=head_dim[0], tile_s1=tile_s1[0], qk_preload=qk_preload[0], **knobs)
+        except ConfigError as exc:
+            raise click.UsageError(f"invalid config: {exc}") from None
+        decode_s0 = (1,) if s0 == (128,) else s0  # --s0 left at its default: one query token per step
+        rows = sweep_serving(config, batch, heads, kv_heads, decode_s0, cache_len,
+                             page_size, None if seqlens is None else list(seqlens), num_splits or (0, 1),
+                             window_of(causal, window), seed, out_dir, decode)
+        if any(row["status"] != "pass" for row in rows):
+            raise click.ClickException("a serving point failed its accuracy check")
+        return
     grid = SweepGrid(tile_s1=tile_s1, qk_preload=qk_preload, head=head_dim, s1=s1, s0=s0, batch=batch, heads=heads,
                      kv_heads=kv_heads, window=window_of(causal, window), key_padding=key_padding, lse=lse,
                      in_dtype=knobs["in_dtype"], out_dtype=knobs["out_dtype"])

@@ -161,14 +161,15 @@ def caller_for(pto_path: Path | str) -> tuple[Path, str]:
     default = caller_cpp_path()
     if not pto_path.is_file():
         return default, default.read_text()
-    match = re.search(rf"func\.func @{argspec.ENTRY_NAME}\((.*?)\)\s*attributes", pto_path.read_text(), re.S)
+    entries = "|".join(argspec.LAUNCHERS)
+    match = re.search(rf"func\.func @({entries})\((.*?)\)\s*attributes", pto_path.read_text(), re.S)
     if match is None:
         return default, default.read_text()
-    signature = [(m.group(1), m.group(2).strip()) for m in re.finditer(r"%(\w+)\s*:\s*([^,]+)", match.group(1))]
+    signature = [(m.group(1), m.group(2).strip()) for m in re.finditer(r"%(\w+)\s*:\s*([^,]+)", match.group(2))]
     args = argspec.args_from_signature(signature)
-    if args == argspec.ENTRY_ARGS:
+    if args == argspec.ENTRY_ARGS and match.group(1) == argspec.ENTRY_NAME:
         return default, default.read_text()
-    text = render_caller_cpp(args)
+    text = render_caller_cpp(args, match.group(1))
     path = pto_path.with_name(pto_path.stem + ".caller.cpp")
     if not path.is_file() or path.read_text() != text:
         path.write_text(text)
@@ -381,17 +382,18 @@ extern "C" {return_type} {launcher}({params})
 """
 
 
-def render_caller_cpp(args: tuple | None = None) -> str:
+def render_caller_cpp(args: tuple | None = None, entry: str = argspec.ENTRY_NAME) -> str:
     """caller.cpp text derived from argspec: for the default kernel (checked in as
-    ptofa/npu/caller.cpp), or for the entry arguments `args` of a kernel variant."""
+    ptofa/npu/caller.cpp), or for the entry arguments `args` of a kernel variant or of
+    another entry (`argspec.LAUNCHERS`: the split-KV reduce kernel)."""
     separator = ",\n" + " " * 8
     return CALLER_TEMPLATE.format(
         rc_ok=argspec.RC_OK,
         rc_ffts_failed=argspec.RC_FFTS_FAILED,
         return_type=argspec.LAUNCHER_RETURN_C_TYPE,
-        launcher=argspec.LAUNCHER_NAME,
+        launcher=argspec.LAUNCHERS[entry],
         params="\n" + " " * 8 + separator.join(argspec.launcher_c_params(args=args)),
-        entry=argspec.ENTRY_NAME,
+        entry=entry,
         launch_args="\n" + " " * 8 + separator.join(argspec.kernel_launch_args(args=args)),
     )
 

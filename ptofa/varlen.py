@@ -65,25 +65,56 @@ def _visible_tiles(c: FAConfig, q0: int, q_rows: int, q_len: int, k_len: int, wi
     return -(-j_hi // c.tile_s1) - j_lo // c.tile_s1 if j_hi > j_lo else 0
 
 
+def unit_visible_tiles(c: FAConfig, table: torch.Tensor, window: tuple[int, int] = (-1, -1)) -> list[int]:
+    """Visible KV tiles of each entry of a unit table (before any split)."""
+    f = {name: i for i, name in enumerate(UNIT_TABLE)}
+    tiles = []
+    for row in table.tolist():
+        q0 = row[f["q_block"]] * c.cube_s0
+        q_len, k_len = row[f["q_len"]], row[f["k_len"]]
+        tiles.append(_visible_tiles(c, q0, min(c.cube_s0, q_len - q0), q_len, k_len, window))
+    return tiles
+
+
+def split_tiles(visible: int, split: int, splits: int) -> int:
+    """Tiles split `split` of `splits` gets of a unit's `visible` tiles (the host mirror of
+    fa_fwd._split_range: [n*i // S, n*(i+1) // S))."""
+    return visible * (split + 1) // splits - visible * split // splits
+
+
 def unit_table(c: FAConfig, q_lens: list[int], k_lens: list[int], heads: int,
-               window: tuple[int, int] = (-1, -1)) -> torch.Tensor:
+               window: tuple[int, int] = (-1, -1), num_splits: int = 1) -> torch.Tensor:
     """The unit table of packed sequences (cumulative starts); see `table_of_sequences`."""
     q_starts = [sum(q_lens[:i]) for i in range(len(q_lens))]
     k_starts = [sum(k_lens[:i]) for i in range(len(k_lens))]
-    return table_of_sequences(c, list(zip(q_starts, q_lens, k_starts, k_lens)), heads, window)
+    return table_of_sequences(c, list(zip(q_starts, q_lens, k_starts, k_lens)), heads, window, num_splits)
 
 
 def table_of_sequences(c: FAConfig, seqs: list[tuple[int, int, int, int]], heads: int,
-                       window: tuple[int, int] = (-1, -1)) -> torch.Tensor:
+                       window: tuple[int, int] = (-1, -1), num_splits: int = 1, group: int = 1) -> torch.Tensor:
     """int32 [units, len(UNIT_TABLE)] for sequences (q_start, q_len, k_start, k_len); sequence i is
-    row i of a paged cache's block table. Longest units first (stable within equal work)."""
+    row i of a paged cache's block table. Longest units first (stable within equal work).
+
+    With `num_splits` > 1 (a `split_kv` kernel) every (sequence, head, Q block) gets one entry
+    per split, even a split with no visible tile: each split writes its partial rows.
+    A `gqa_pack` kernel gets one unit per (sequence, KV head): its rows are the `group` q heads
+    from `head` on, of the sequence's one query row."""
+    if num_splits < 1 or (num_splits > 1 and not c.split_kv):
+        raise ConfigError(f"split-KV: num_splits={num_splits} needs num_splits >= 1, and > 1 needs a split_kv kernel "
+                          f"(split_kv={c.split_kv})")
+    if c.gqa_pack and (not 1 <= group <= c.cube_s0 or any(q_len > 1 for _, q_len, _, _ in seqs)):
+        raise ConfigError(f"GQA packing: needs one query row per sequence and 1 <= group <= {c.cube_s0} q heads per KV "
+                          f"head, got group={group}, q_lens={[q_len for _, q_len, _, _ in seqs]}")
+    head_step = group if c.gqa_pack else 1
     units = []
     for seq, (q_start, q_len, k_start, k_len) in enumerate(seqs):
         for q_block in range(-(-q_len // c.cube_s0)):
             q0 = q_block * c.cube_s0
-            work = _visible_tiles(c, q0, min(c.cube_s0, q_len - q0), q_len, k_len, window)
-            for h in range(heads):
-                units.append((work, (q_start, q_len, k_start, k_len, h, q_block, seq)))
+            visible = _visible_tiles(c, q0, min(c.cube_s0, q_len - q0), q_len, k_len, window)
+            for h in range(0, heads, head_step):
+                for split in range(num_splits):
+                    work = split_tiles(visible, split, num_splits)
+                    units.append((work, (q_start, q_len, k_start, k_len, h, q_block, seq, split, num_splits)))
     units.sort(key=lambda unit: -unit[0])
     table = torch.tensor([fields for _, fields in units], dtype=torch.int32).reshape(-1, len(UNIT_TABLE))
     return table.contiguous()

@@ -10,7 +10,7 @@ import torch
 from test_variants import Guarded, config, parsed
 
 from ptofa.backend import TORCH_DTYPES
-from ptofa.kvcache import KVCache, decode_config, decode_units, reference_kvcache
+from ptofa.kvcache import KVCache, decode_config, decode_shape, decode_units, reference_kvcache
 from ptofa.pipeline import ConfigError
 from ptofa.reference import check_accuracy, check_lse
 from ptofa.sim import simulate
@@ -35,7 +35,8 @@ def run_decode(base, cache: KVCache, cache_seqlens: list[int], s0: int = 1, head
                block_dim: int = 3, seed: int = 1):
     cfg = decode_config(base, cache)
     batch, head = len(cache_seqlens), cfg.head
-    shape, table = decode_units(cfg, cache, batch, s0, cache_seqlens, heads, window)
+    shape = decode_shape(cache, batch, s0, cache_seqlens, heads, window)
+    table = decode_units(cfg, cache, batch, s0, cache_seqlens, heads, window)
     shape.check(cfg)
     q = torch.randn(batch, s0, heads, head, generator=torch.Generator().manual_seed(seed)).to(TORCH_DTYPES[cfg.in_dtype])
     scale = 1 / math.sqrt(head)

@@ -59,8 +59,8 @@ def test_kvcache_func_appends_and_attends(paged) -> None:
 def test_serving_rules() -> None:
     q, k = _rand(5, 2, 64), _rand(5, 2, 64)
     cu = torch.tensor([0, 5], dtype=torch.int32)
-    with pytest.raises(ValueError, match="num_splits: 4 > 1 needs split-KV with a reduce kernel"):
-        ptofa.flash_attn_varlen_func(q, k, k, cu, cu, 5, 5, num_splits=4, backend="sim")
+    with pytest.raises(ValueError, match=r"num_splits: 17 must be an int in 0\.\.16"):
+        ptofa.flash_attn_varlen_func(q, k, k, cu, cu, 5, 5, num_splits=17, backend="sim")
     with pytest.raises(ValueError, match=r"max_seqlen: the longest sequences \(5, 5\) exceed max_seqlen_q=4"):
         ptofa.flash_attn_varlen_func(q, k, k, cu, cu, 4, 5, backend="sim")
     with pytest.raises(Exception, match="cu_seqlens_k: must end at the packed length 5, ends at 4"):
@@ -69,3 +69,26 @@ def test_serving_rules() -> None:
     with pytest.raises(Exception, match=r"kv cache: cache_seqlens\[0\] \+ S_new = 60 \+ 5 = 65 exceeds the capacity of 64"):
         ptofa.flash_attn_with_kvcache(_rand(1, 1, 2, 64), cache, cache.clone(), torch.tensor([60], dtype=torch.int32),
                                       k=_rand(1, 5, 2, 64), v=_rand(1, 5, 2, 64), backend="sim")
+
+
+@pytest.mark.parametrize("pages, page_size, table, message", [
+    (4, 100, [[0, 1, 2]], "paged cache: page_size=100 must be a multiple of 128"),
+    (4, 128, [[0, 7, 2]], "kv cache: block_table[0] uses page 7 or 0, outside the cache's 4 pages"),
+    (4, 128, [[0, -1, 9]], "kv cache: block_table[0] uses page 0 or -1, outside the cache's 4 pages"),  # entry 2 unused
+])
+def test_kvcache_call_refuses_bad_paging_and_writes_nothing(pages, page_size, table, message) -> None:
+    k_cache, v_cache = _rand(pages, page_size, 1, 64, seed=1), _rand(pages, page_size, 1, 64, seed=2)
+    before = k_cache.clone(), v_cache.clone()
+    with pytest.raises(ValueError) as info:
+        ptofa.flash_attn_with_kvcache(_rand(1, 1, 2, 64), k_cache, v_cache, torch.tensor([250], dtype=torch.int32),
+                                      torch.tensor(table, dtype=torch.int32), k=_rand(1, 3, 1, 64), v=_rand(1, 3, 1, 64),
+                                      backend="sim")
+    assert message in str(info.value)
+    assert torch.equal(k_cache, before[0]) and torch.equal(v_cache, before[1])
+
+
+def test_varlen_call_refuses_decreasing_cu_seqlens() -> None:
+    q = _rand(5, 2, 64)
+    with pytest.raises(ValueError, match="cu_seqlens_q: must be non-decreasing, got 4 then 2 at index 1"):
+        ptofa.flash_attn_varlen_func(q, q, q, torch.tensor([0, 4, 2, 5], dtype=torch.int32),
+                                     torch.tensor([0, 1, 2, 5], dtype=torch.int32), 5, 5, backend="sim")

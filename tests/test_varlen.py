@@ -13,7 +13,7 @@ import torch
 from test_variants import Guarded, config, parsed
 
 from ptofa.backend import TORCH_DTYPES
-from ptofa.pipeline import ConfigError
+from ptofa.pipeline import UNIT_FIELDS, ConfigError
 from ptofa.reference import check_accuracy, check_lse
 from ptofa.sim import simulate
 from ptofa.sim_backend import sim_kernel_args
@@ -71,9 +71,9 @@ def test_sequence_without_keys_gives_zero_and_inf() -> None:
 def test_unit_table_is_longest_first_and_complete() -> None:
     cfg = config(varlen=True, masked=True, tile_s1=128, qk_preload=2)
     table = unit_table(cfg, [300, 0, 20], [300, 5, 2000], heads=2, window=(-1, 0))
-    assert table.dtype == torch.int32 and table.shape == (2 * (3 + 1), 7)
+    assert table.dtype == torch.int32 and table.shape == (2 * (3 + 1), UNIT_FIELDS)
     rows = {tuple(r) for r in table.tolist()}
-    assert (300, 20, 305, 2000, 1, 0, 2) in rows  # the short prompt against 2000 keys: 16 tiles, first
+    assert (300, 20, 305, 2000, 1, 0, 2, 0, 1) in rows  # the short prompt against 2000 keys: 16 tiles, first
     assert tuple(table[0].tolist())[1] == 20
 
 

@@ -31,6 +31,10 @@ The kernel family (switches of `FAConfig`, one builder):
 * `key_padding`: an i8 key mask row per tile becomes an additive bias (`tcolexpandadd`);
 * rows that see no key get O = 0 and LSE = +inf;
 * `lse`: LSE = m + ln(l) per query row; dtypes fp16/bf16 in, fp16/bf16/fp32 out;
+* `split_kv` (varlen): a unit-table entry covers one split of the unit's visible tiles and
+  writes fp32 O and LSE (-inf for rows with no key) to the partials; `fa_reduce` combines;
+* `gqa_pack` (varlen, unmasked): a unit's rows are the q heads of one KV head at one query
+  row, so Q / O rows are D apart and LSE is [total_q, N];
 * head dims above 128 (192, 256): 64-row Q blocks, and the cube splits D in two
   chunks (QK accumulates over them, PV computes O chunk by chunk) to fit L0A/L0B/L0C.
 
@@ -107,6 +111,7 @@ class _Unit:
     lse_row: SSAValue  # the block's first element in LSE ([B, N, S0], or [N, total_q] for varlen)
     tiles: TileRange
     window: tuple[SSAValue, SSAValue] | None = None  # (left, right) bounds of a masked kernel
+    split: tuple[SSAValue, SSAValue] | None = None  # split-KV: (this split, splits of the unit)
 
 
 def _common(config: FAConfig, args: dict[str, SSAValue]) -> _Common:
@@ -172,9 +177,12 @@ def _unit(c: _Common, unit: SSAValue) -> _Unit:
     q0 = scalar.mul(q_block, cfg.cube_s0, name="q0")
     q_rows = scalar.min(scalar.sub(s0, q0), cfg.cube_s0, name="q_rows")
     q_row = scalar.add(q_start, q0, name="q_row")
-    # LSE is [B, N, S0] (uniform: row q0 of (b, h)) or [N, total_q] (varlen: packed row q_row of head h).
-    lse_in_head = q_row if cfg.varlen else q0
-    lse_row = scalar.add(scalar.mul(scalar.add(scalar.mul(b, c.heads), h), c.s0), lse_in_head, name="lse_row")
+    if cfg.gqa_pack:  # rows are heads h .. h + group - 1 of query row q_row; LSE is [total_q, N]
+        q_rows = c.group
+        lse_row = scalar.add(scalar.mul(q_row, c.heads), h, name="lse_row")
+    else:  # LSE is [B, N, S0] (uniform: row q0 of (b, h)) or [N, total_q] (varlen: packed row q_row of head h)
+        lse_in_head = q_row if cfg.varlen else q0
+        lse_row = scalar.add(scalar.mul(scalar.add(scalar.mul(b, c.heads), h), c.s0), lse_in_head, name="lse_row")
     window = None
     if cfg.masked:
         left = scalar.index_cast(c.args["win_left"], name="win_left")
@@ -188,7 +196,20 @@ def _unit(c: _Common, unit: SSAValue) -> _Unit:
     else:
         lo = scalar.const(0)
         hi = scalar.ceildiv(s1, cfg.tile_s1, name="t_hi")
-    return _Unit(b, h, g, q0, q_rows, s0, s1, q_row, k_row, seq, lse_row, TileRange(lo, hi), window)
+    split = None
+    if cfg.split_kv:
+        split = (field["split"], field["splits"])
+        lo, hi = _split_range(lo, hi, *split)
+    return _Unit(b, h, g, q0, q_rows, s0, s1, q_row, k_row, seq, lse_row, TileRange(lo, hi), window, split)
+
+
+def _split_range(lo: SSAValue, hi: SSAValue, split: SSAValue, splits: SSAValue) -> tuple[SSAValue, SSAValue]:
+    """Split i of S covers visible tiles [lo + n*i // S, lo + n*(i+1) // S), n = hi - lo: contiguous,
+    disjoint, sizes within one of each other; a split gets none when S > n (`varlen.split_tiles`)."""
+    n = scalar.sub(hi, lo, name="visible")
+    first = scalar.add(lo, scalar.div(scalar.mul(n, split), splits), name="split_lo")
+    last = scalar.add(lo, scalar.div(scalar.mul(n, scalar.add(split, 1)), splits), name="split_hi")
+    return first, last
 
 
 def _snake(c: _Common, unit: SSAValue) -> SSAValue:
@@ -207,6 +228,11 @@ def _snake(c: _Common, unit: SSAValue) -> SSAValue:
 def _row_offset(row: SSAValue, head: SSAValue, heads: SSAValue, head_dim: int) -> SSAValue:
     """Element offset of (row, head, 0) in a [rows, N, D] tensor (BSND with B*S rows, or packed)."""
     return scalar.mul(scalar.add(scalar.mul(row, heads), head), head_dim)
+
+
+def _q_row_stride(c: _Common) -> SSAValue | int:
+    """Elements between two rows of a Q / O block: the next query row, or (GQA packing) the next head."""
+    return c.config.head if c.config.gqa_pack else c.q_stride
 
 
 def _tile_keys(c: _Common, u: _Unit, t: SSAValue) -> SSAValue:
@@ -348,7 +374,7 @@ def _cube_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
     with pto.range(c.block_idx, c.units, c.block_num, name="unit") as unit:
         u = _unit(c, unit)
         q_view = pto.as_tensor(pto.add_ptr(args["q"], _row_offset(u.q_row, u.h, c.heads, config.head)),
-                               [u.q_rows, config.head], [c.q_stride, 1], name="q_view")
+                               [u.q_rows, config.head], [_q_row_stride(c), 1], name="q_view")
         k_view = v_view = None
         if not config.page_size:
             kv_off = _row_offset(u.k_row, u.g, c.kv_heads, config.head)
@@ -476,7 +502,10 @@ def compute_gu(s: _VecState, t: SSAValue) -> None:
 
 
 def _finish(s: _VecState, l_col: SSAValue) -> None:
-    """O = O / l, O = 0 and LSE = +inf for rows that saw no key; store this core's valid rows."""
+    """O = O / l, O = 0 and LSE = +inf for rows that saw no key; store this core's valid rows.
+
+    Split-KV writes fp32 O and LSE of its split to the partials instead, with LSE = -inf for
+    rows that saw no key, so that `fa_reduce` weights them exp(-inf) = 0."""
     cfg, tl, rows, c, u = s.c.config, s.tiles, s.rows, s.c, s.u
     k = s.consts
     if cfg.needs_row_fix:
@@ -487,7 +516,7 @@ def _finish(s: _VecState, l_col: SSAValue) -> None:
         tile.maxs(rows["l_all"], k["one"], out=tl["l_fix"])  # l >= 1 wherever a key was seen
         tile.div(tl["l_fix"], tl["row_ok"], out=tl["l_fix"])  # +inf for empty rows: O / inf = 0
     tile.row_expand_div(tl["o_tile"], l_col, out=tl["o_tile"])
-    if cfg.lse:
+    if cfg.lse or cfg.split_kv:
         lse = tl["lse_row"]
         tile.set_valid(lse, 1, cfg.vec_rows)
         tile.maxs(rows["l_all"], k["one"], out=lse)
@@ -496,25 +525,45 @@ def _finish(s: _VecState, l_col: SSAValue) -> None:
         if cfg.needs_row_fix:
             tile.rdivs(k["one"], tl["row_ok"], out=tl["row_ok"])  # 1 or +inf
             tile.adds(tl["row_ok"], k["minus_one"], out=tl["row_ok"])  # 0 or +inf
-            tile.add(lse, tl["row_ok"], out=lse)
+            if cfg.split_kv:
+                tile.sub(lse, tl["row_ok"], out=lse)
+            else:
+                tile.add(lse, tl["row_ok"], out=lse)
     valid_rows = _clamp(scalar.sub(u.q_rows, s.row_base), 0, cfg.vec_rows)
+    o_base, lse_base = _out_bases(s)
     with pto.if_(scalar.gt(valid_rows, 0)):
-        q_row = scalar.add(u.q_row, s.row_base, name="o_row")
-        o_view = pto.as_tensor(pto.add_ptr(c.args["o"], _row_offset(q_row, u.h, c.heads, cfg.head)),
-                               [valid_rows, cfg.head], [c.q_stride, 1], name="o_view")
+        if cfg.gqa_pack:
+            o_off = _row_offset(u.q_row, scalar.add(u.h, s.row_base, name="o_head"), c.heads, cfg.head)
+        else:
+            o_off = _row_offset(scalar.add(u.q_row, s.row_base, name="o_row"), u.h, c.heads, cfg.head)
+        o_view = pto.as_tensor(pto.add_ptr(o_base, o_off), [valid_rows, cfg.head], [_q_row_stride(c), 1], name="o_view")
         o_part = pto.slice_view(o_view, [0, 0], [valid_rows, cfg.head], name="o_rows")
         tile.set_valid(tl["o_tile"], valid_rows, cfg.head)
-        if cfg.out_dtype == "f32":
+        if cfg.out_dtype == "f32" or cfg.split_kv:
             pto.store(tl["o_tile"], o_part)
         else:
             tile.set_valid(tl["o_out"], valid_rows, cfg.head)
             tile.cvt(tl["o_tile"], out=tl["o_out"])
             pto.store(tl["o_out"], o_part)
-        if cfg.lse:
-            lse_view = pto.as_tensor(pto.add_ptr(c.args["lse"], scalar.add(u.lse_row, s.row_base)), [1, valid_rows],
+        if cfg.lse or cfg.split_kv:
+            lse_view = pto.as_tensor(pto.add_ptr(lse_base, scalar.add(u.lse_row, s.row_base)), [1, valid_rows],
                                      [valid_rows, 1], name="lse_view")
             tile.set_valid(tl["lse_row"], 1, valid_rows)
             pto.store(tl["lse_row"], pto.slice_view(lse_view, [0, 0], [1, valid_rows], name="lse_rows"))
+
+
+def _out_bases(s: _VecState) -> tuple[SSAValue, SSAValue | None]:
+    """Where O and LSE go: the outputs, or (split-KV) this split's slice of the partials,
+    O [splits, total_q, N, D] then LSE [splits, N, total_q] (`pipeline.partial_elems`)."""
+    c = s.c
+    if not c.config.split_kv:
+        return c.args["o"], c.args.get("lse")
+    split, splits = s.u.split
+    o_per_split = scalar.mul(c.s0, c.q_stride, name="o_per_split")
+    lse_per_split = scalar.mul(c.s0, c.heads, name="lse_per_split")
+    o_base = pto.add_ptr(c.args["partials"], scalar.mul(split, o_per_split), name="part_o")
+    lse_off = scalar.add(scalar.mul(splits, o_per_split), scalar.mul(split, lse_per_split))
+    return o_base, pto.add_ptr(c.args["partials"], lse_off, name="part_lse")
 
 
 def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
@@ -554,8 +603,8 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
 
 _CUBE_ARGS = ("slots", "slots_h", "q", "k", "v", "units", "block_table", "batch", "heads", "kv_heads", "s0", "s1",
               "num_units", "max_pages", "win_left", "win_right")
-_VECTOR_ARGS = ("slots", "slots_h", "o", "lse", "key_mask", "units", "batch", "heads", "kv_heads", "s0", "s1", "num_units",
-                "scale", "win_left", "win_right", "key_mask_stride")
+_VECTOR_ARGS = ("slots", "slots_h", "o", "lse", "partials", "key_mask", "units", "batch", "heads", "kv_heads", "s0", "s1",
+                "num_units", "scale", "win_left", "win_right", "key_mask_stride")
 
 
 def build_fa(config: FAConfig) -> builtin.ModuleOp:
