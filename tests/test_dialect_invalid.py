@@ -680,6 +680,49 @@ op_case("tstore_unknown_attr", vec, GM + alloc("t", V32),
         f"pto.tstore ins(%t : {V32}) outs(%pv : {PV16x64}) {{atomic = 1}}",
         "pto.tstore: unexpected attributes ['atomic']", P)
 
+# column / arg reductions, tlrelu, taxpy, taddc, multi-buffer tiles (ptofa/dialect/reductions.py, multitile.py)
+_R64 = "!pto.tile_buf<vec, 1x64xf32>"
+_I64 = "!pto.tile_buf<vec, 1x64xi32>"
+op_case("tcolmax_dtype_i8", vec, alloc("x", "!pto.tile_buf<vec, 16x64xi8>") + alloc("r", "!pto.tile_buf<vec, 1x64xi8>"),
+        "pto.tcolmax ins(%x : !pto.tile_buf<vec, 16x64xi8>) outs(%r : !pto.tile_buf<vec, 1x64xi8>)",
+        "'pto.tcolmax' dtype: A2/A3 pto.tcolmax element type must be one of ('f16', 'f32', 'i16', 'i32'), got i8")
+op_case("tcolsum_dst_rows", vec, VEC_TILES, f"pto.tcolsum ins(%a : {V32}) outs(%b : {V32})",
+        "'pto.tcolsum' shape agreement: dst must have 1 valid row, got 16x64")
+op_case("tcolsum_dst_cols", vec, VEC_TILES + alloc("r", ROW), f"pto.tcolsum ins(%a : {V32}) outs(%r : {ROW})",
+        "'pto.tcolsum' shape agreement: dst valid cols 16 != src valid cols 64")
+op_case("tcolsum_tmp_needs_isbinary", vec, VEC_TILES + alloc("r", _R64), f"pto.tcolsum ins(%a, %b : {V32}, {V32}) outs(%r : {_R64})",
+        "'pto.tcolsum' tmp: the tmp operand requires the isBinary attribute")
+op_case("tcolsum_binary_tmp_size", vec, VEC_TILES + alloc("r", _R64) + alloc("sm", "!pto.tile_buf<vec, 4x64xf32>"),
+        f"pto.tcolsum ins(%a, %sm {{isBinary = true}} : {V32}, !pto.tile_buf<vec, 4x64xf32>) outs(%r : {_R64})",
+        "'pto.tcolsum' tmp size: isBinary tmp of 1024 bytes is smaller than ceil(rows/2)*cols*elem = 2048 bytes")
+op_case("tcolmin_layout_dn", vec, VEC_TILES + alloc("r", _R64), f"pto.tcolmin ins(%col : {COL}) outs(%r : {_R64})",
+        "'pto.tcolmin' layout: src must be blayout=row_major")
+op_case("tcolargmax_dst_i32", vec, VEC_TILES + alloc("r", _R64), f"pto.tcolargmax ins(%a : {V32}) outs(%r : {_R64})",
+        "'pto.tcolargmax' dtype: dst element type must be i32 or ui32, got f32")
+op_case("trowargmax_dst_vector", vec, VEC_TILES + alloc("r", _I64), f"pto.trowargmax ins(%a : {V32}) outs(%r : {_I64})",
+        "'pto.trowargmax' shape agreement: dst row_major per-row vector needs 1 valid columns, got 64")
+op_case("tlrelu_slope_type", vec, VEC_TILES + "%k = arith.constant 1.0 : f16\n", f"pto.tlrelu ins(%a, %k : {V32}, f16) outs(%b : {V32})",
+        "'pto.tlrelu' operand type: the slope must be f32, got f16")
+op_case("taxpy_f32_to_f16", vec, VEC_TILES + SCALAR, f"pto.taxpy ins(%a, %s : {V32}, f32) outs(%h : {V16})",
+        "'pto.taxpy' dtype: dst must be src's type or f32 over an f16 src, got src f32, dst f16")
+op_case("taddc_shape", vec, VEC_TILES + alloc("r", _R64), f"pto.taddc ins(%a, %b, %r : {V32}, {V32}, {_R64}) outs(%b : {V32})",
+        "'pto.taddc' shape agreement: src0/src1/src2/dst must have the same shape")
+_MT = "!pto.multi_tile_buf<vec, 16x64xf32, count=2>"
+case("multi_tile_count", vec("%m = pto.alloc_multi_tile : !pto.multi_tile_buf<vec, 16x64xf32, count=17>"),
+     "multi_tile_buf count must be in [2, 16] (got 17)", "pto.alloc_multi_tile")
+op_case("multi_tile_row_plus_one", vec, "", "%m = pto.alloc_multi_tile : !pto.multi_tile_buf<vec, 16x64xf32, compact=2, count=2>",
+        "'pto.alloc_multi_tile' compaction: a multi_tile_buf slot with row_plus_one compaction")
+op_case("multi_tile_valid_operands", vec, "%c8 = arith.constant 8 : index\n",
+        f"%m = pto.alloc_multi_tile valid_row = %c8 valid_col = %c8 : {_MT}",
+        "'pto.alloc_multi_tile' valid shape: valid_row operand must be absent because the slot's valid shape is 16x64")
+op_case("multi_tile_get_type", vec, f"%c1 = arith.constant 1 : index\n%m = pto.alloc_multi_tile : {_MT}\n",
+        f"%g = pto.multi_tile_get %m[%c1] : {_MT} -> {V16}",
+        "'pto.multi_tile_get' slot type: the result !pto.tile_buf<vec, 16x64xf16> must be the multi_tile_buf slot type")
+op_case("multi_tile_get_index", vec, f"%c2 = arith.constant 2 : index\n%m = pto.alloc_multi_tile : {_MT}\n",
+        f"%g = pto.multi_tile_get %m[%c2] : {_MT} -> {V32}",
+        "'pto.multi_tile_get' slot index: constant slot 2 is out of range for multi_tile_buf count=2")
+
+
 @pytest.mark.parametrize("text, message, at", CASES.values(), ids=CASES.keys())
 def test_invalid(text: str, message: str, at: str | None) -> None:
     errors = errors_of(text)

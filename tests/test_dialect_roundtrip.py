@@ -390,6 +390,32 @@ OPS["tcvt_generic"] = ("vector", f'{VEC_TILES}\n"pto.tcvt"(%a, %h) <{{rmode = #p
 OPS["trowmax_generic"] = ("vector", f'{VEC_TILES}\n"pto.trowmax"(%a, %t, %col) : ({V32}, {V32}, {COL}) -> ()')
 
 
+# Column / row-product / arg reductions, tlrelu, taxpy, taddc / tsubc, multi-buffer tiles.
+_R64 = "!pto.tile_buf<vec, 1x64xf32>"
+_I64 = "!pto.tile_buf<vec, 1x64xi32>"
+_ICOL = "!pto.tile_buf<vec, 16x1xi32, blayout=col_major>"
+_RED = f"{VEC_TILES}\n%r = pto.alloc_tile : {_R64}\n%ir = pto.alloc_tile : {_I64}\n%ic = pto.alloc_tile : {_ICOL}\n"
+for _op in ("tcolsum", "tcolmax", "tcolmin"):
+    OPS[_op] = ("vector", _RED + f"pto.{_op} ins(%a : {V32}) outs(%r : {_R64})")
+OPS["tcolsum_binary_tmp"] = ("vector", _RED + f"pto.tcolsum ins(%a, %t {{isBinary = true}} : {V32}, {V32}) outs(%r : {_R64})")
+OPS["trowprod"] = ("vector", _RED + f"pto.trowprod ins(%a : {V32}) outs(%col : {COL})")
+OPS["trowprod_tmp"] = ("vector", _RED + f"pto.trowprod ins(%a, %t : {V32}, {V32}) outs(%col : {COL})")
+for _op in ("tcolargmax", "tcolargmin"):
+    OPS[_op] = ("vector", _RED + f"pto.{_op} ins(%a, %t : {V32}, {V32}) outs(%ir : {_I64})")
+for _op in ("trowargmax", "trowargmin"):
+    OPS[_op] = ("vector", _RED + f"pto.{_op} ins(%a : {V32}) outs(%ic : {_ICOL})")
+OPS["tlrelu"] = ("vector", f"{VEC_TILES}\n{SCALAR}\npto.tlrelu ins(%a, %s : {V32}, f32) outs(%o : {V32})")
+OPS["taxpy"] = ("vector", f"{VEC_TILES}\n{SCALAR}\npto.taxpy ins(%a, %s : {V32}, f32) outs(%o : {V32})")
+OPS["taxpy_f16_to_f32"] = ("vector", f"{VEC_TILES}\n%s = arith.constant 2.0 : f16\npto.taxpy ins(%h, %s : {V16}, f16) outs(%o : {V32})")
+for _op in ("taddc", "tsubc"):
+    OPS[_op] = ("vector", f"{VEC_TILES}\npto.{_op} ins(%a, %b, %t : {V32}, {V32}, {V32}) outs(%o : {V32})")
+_MT = "!pto.multi_tile_buf<!pto.tile_buf<vec, 16x64xf32>, count=2>"
+OPS["multi_tile"] = ("vector", f"%c1 = arith.constant 1 : index\n%m = pto.alloc_multi_tile : !pto.multi_tile_buf<vec, 16x64xf32, count=2>\n"
+                               f"%g = pto.multi_tile_get %m[%c1] : {_MT} -> {V32}")
+OPS["multi_tile_dynamic_valid"] = ("vector", "%c1 = arith.constant 1 : index\n%c8 = arith.constant 8 : index\n"
+                                             "%m = pto.alloc_multi_tile valid_row = %c8 valid_col = %c8 : !pto.multi_tile_buf<vec, 16x64xf32, valid=?x?, count=4>")
+
+
 def _args_for(body: str) -> str:
     return _BF_ARGS if "pto.make_tensor_view %pb" in body else GM_ARGS
 

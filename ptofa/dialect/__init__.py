@@ -161,4 +161,26 @@ from ptofa.dialect.vector import (
     _UnaryOp,
 )
 
-PTO = Dialect("pto", [*runtime.OPS, *memory.OPS, *views.OPS, *cube.OPS, *vector.OPS, *rowcol.OPS, *masks.OPS, *pipes.OPS, *tileaccess.OPS, *buffers.OPS, *intops.OPS], list(types.ATTRS))
+from ptofa.dialect import multitile, reductions  # noqa: E402 (families added after the FA subset)
+from ptofa.dialect.multitile import AllocMultiTileOp, MultiTileBufType, MultiTileGetOp  # noqa: E402
+from ptofa.dialect.reductions import (  # noqa: E402
+    TAddCOp,
+    TAxpyOp,
+    TColArgMaxOp,
+    TColArgMinOp,
+    TColMaxOp,
+    TColMinOp,
+    TColSumOp,
+    TLReluOp,
+    TRowArgMaxOp,
+    TRowArgMinOp,
+    TRowProdOp,
+    TSubCOp,
+)
+
+PTO = Dialect(
+    "pto",
+    [*runtime.OPS, *memory.OPS, *views.OPS, *cube.OPS, *vector.OPS, *rowcol.OPS, *masks.OPS, *pipes.OPS, *tileaccess.OPS, *buffers.OPS,
+     *intops.OPS, *multitile.OPS, *reductions.OPS],
+    [*types.ATTRS, *multitile.ATTRS],
+)

@@ -1,0 +1,95 @@
+"""Simulator semantics of the ops of `ptofa.dialect.reductions` and `ptofa.dialect.multitile`:
+tiny vector kernels that load a 16x16 f32 input, apply the op and store the result, checked
+against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_sim_access import T16, io
+from test_sim_ops import run
+
+from ptofa.sim.errors import SimError
+
+ROW = "!pto.tile_buf<vec, 1x16xf32>"
+IROW = "!pto.tile_buf<vec, 1x16xi32>"
+COL8 = "!pto.tile_buf<vec, 16x8xf32, valid=16x1>"
+ICOL8 = "!pto.tile_buf<vec, 16x8xi32, valid=16x1>"
+MULTI = "!pto.multi_tile_buf<vec, 16x16xf32, count=2>"
+
+
+@pytest.fixture
+def x() -> np.ndarray:
+    rng = np.random.default_rng(7)
+    return rng.uniform(-2.0, 2.0, (16, 16)).astype(np.float32)
+
+
+@pytest.mark.parametrize("op, ref", [("tcolsum", np.sum), ("tcolmax", np.max), ("tcolmin", np.min)])
+def test_column_reductions(x: np.ndarray, op: str, ref) -> None:
+    y = np.zeros((1, 16), np.float32)
+    run(io(f"pto.{op} ins(%a : {T16}) outs(%o : {ROW})", 1, 16, ROW), x=x, y=y)
+    np.testing.assert_allclose(y, ref(x.astype(np.float64), axis=0, keepdims=True), rtol=1e-6, atol=1e-6)
+
+
+def test_trowprod(x: np.ndarray) -> None:
+    y = np.zeros((16, 1), np.float32)
+    run(io(f"pto.trowprod ins(%a : {T16}) outs(%o : {COL8})", 16, 1, COL8), x=x, y=y)
+    np.testing.assert_allclose(y, np.prod(x, axis=1, keepdims=True), rtol=1e-5)
+
+
+@pytest.mark.parametrize("op, ref", [("tcolargmax", np.argmax), ("tcolargmin", np.argmin)])
+def test_column_arg_reductions(x: np.ndarray, op: str, ref) -> None:
+    y = np.zeros((1, 16), np.float32)
+    body = f"%i = pto.alloc_tile : {IROW}\npto.{op} ins(%a : {T16}) outs(%i : {IROW})\npto.tcvt ins(%i : {IROW}) outs(%o : {ROW})"
+    run(io(body, 1, 16, ROW), x=x, y=y)
+    np.testing.assert_array_equal(y[0], ref(x, axis=0))
+
+
+@pytest.mark.parametrize("op, ref", [("trowargmax", np.argmax), ("trowargmin", np.argmin)])
+def test_row_arg_reductions(x: np.ndarray, op: str, ref) -> None:
+    y = np.zeros((16, 1), np.float32)
+    body = f"%i = pto.alloc_tile : {ICOL8}\npto.{op} ins(%a : {T16}) outs(%i : {ICOL8})\npto.tcvt ins(%i : {ICOL8}) outs(%o : {COL8})"
+    run(io(body, 16, 1, COL8), x=x, y=y)
+    np.testing.assert_array_equal(y[:, 0], ref(x, axis=1))
+
+
+def test_tlrelu(x: np.ndarray) -> None:
+    y = np.zeros((16, 16), np.float32)
+    run(io(f"%k = arith.constant 0.25 : f32\npto.tlrelu ins(%a, %k : {T16}, f32) outs(%o : {T16})", 16, 16, T16), x=x, y=y)
+    np.testing.assert_allclose(y, np.where(x > 0, x, 0.25 * x))
+
+
+def test_taxpy_accumulates_into_dst(x: np.ndarray) -> None:
+    y = np.zeros((16, 16), np.float32)
+    body = (f"%k = arith.constant 3.0 : f32\npto.tmov ins(%a : {T16}) outs(%o : {T16})\n"
+            f"pto.taxpy ins(%a, %k : {T16}, f32) outs(%o : {T16})")
+    run(io(body, 16, 16, T16), x=x, y=y)
+    np.testing.assert_allclose(y, x + 3.0 * x, rtol=1e-6)
+
+
+@pytest.mark.parametrize("op, ref", [("taddc", lambda a, b, c: a + b + c), ("tsubc", lambda a, b, c: a - b + c)])
+def test_ternary(x: np.ndarray, op: str, ref) -> None:
+    y = np.zeros((16, 16), np.float32)
+    body = (f"%b = pto.alloc_tile : {T16}\npto.tmuls ins(%a, %k : {T16}, f32) outs(%b : {T16})\n"
+            f"pto.{op} ins(%a, %b, %b : {T16}, {T16}, {T16}) outs(%o : {T16})")
+    run(io("%k = arith.constant 0.5 : f32\n" + body, 16, 16, T16), x=x, y=y)
+    np.testing.assert_allclose(y, ref(x, 0.5 * x, 0.5 * x), rtol=1e-6)
+
+
+def test_multi_tile_slots_are_distinct_buffers(x: np.ndarray) -> None:
+    y = np.zeros((16, 16), np.float32)
+    body = (f"%m = pto.alloc_multi_tile : {MULTI}\n"
+            f"%s0 = pto.multi_tile_get %m[%c0] : {MULTI} -> {T16}\n%s1 = pto.multi_tile_get %m[%c1] : {MULTI} -> {T16}\n"
+            f"%k = arith.constant 2.0 : f32\npto.tmov ins(%a : {T16}) outs(%s0 : {T16})\n"
+            f"pto.tmuls ins(%a, %k : {T16}, f32) outs(%s1 : {T16})\n"
+            f"pto.tsub ins(%s1, %s0 : {T16}, {T16}) outs(%o : {T16})")
+    run(io(body, 16, 16, T16), x=x, y=y)
+    np.testing.assert_allclose(y, x, rtol=1e-6)
+
+
+def test_multi_tile_runtime_slot_out_of_range_is_a_sim_error(x: np.ndarray) -> None:
+    body = f"%m = pto.alloc_multi_tile : {MULTI}\n%s = pto.multi_tile_get %m[%c3] : {MULTI} -> {T16}\npto.tmov ins(%s : {T16}) outs(%o : {T16})"
+    text = io(body, 16, 16, T16).replace("%c3 = arith.constant 3 : index", "%c3 = arith.index_cast %i : i64 to index")
+    text = text.replace("%y: !pto.ptr<f32>)", "%y: !pto.ptr<f32>, %i: i64)").replace("%y) :", "%y, %i) :").replace("!pto.ptr<f32>) -> ()", "!pto.ptr<f32>, i64) -> ()")
+    with pytest.raises(SimError, match="slot 3 is out of range for multi_tile_buf count=2"):
+        run(text, x=x, y=np.zeros((16, 16), np.float32), i=3)
