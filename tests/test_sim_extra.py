@@ -93,3 +93,13 @@ def test_multi_tile_runtime_slot_out_of_range_is_a_sim_error(x: np.ndarray) -> N
     text = text.replace("%y: !pto.ptr<f32>)", "%y: !pto.ptr<f32>, %i: i64)").replace("%y) :", "%y, %i) :").replace("!pto.ptr<f32>) -> ()", "!pto.ptr<f32>, i64) -> ()")
     with pytest.raises(SimError, match="slot 3 is out of range for multi_tile_buf count=2"):
         run(text, x=x, y=np.zeros((16, 16), np.float32), i=3)
+
+
+def test_multi_tile_slots_count_toward_capacity() -> None:
+    from pto_snippets import errors_of, wrap
+
+    big = "!pto.multi_tile_buf<vec, 256x128xf32, count=2>"  # 2 x 128 KiB > the 192 KiB UB
+    text = wrap(f"%c0 = arith.constant 0 : index\n%m = pto.alloc_multi_tile : {big}\n"
+                f"%g = pto.multi_tile_get %m[%c0] : {big} -> !pto.tile_buf<vec, 256x128xf32>\n"
+                "%z = arith.constant 0.0 : f32\npto.texpands ins(%z : f32) outs(%g : !pto.tile_buf<vec, 256x128xf32>)")
+    assert any("vec overflow" in msg and "262144 >" in msg for _, msg in errors_of(text))
