@@ -9,7 +9,7 @@ or None when the rule is about a whole function or module).
 from __future__ import annotations
 
 import pytest
-from pto_snippets import CUBE_BODY, CUBE_PRE, ENTRY, PP, PPH, QK, QKH, VEC_BODY, VEC_PRE, errors_of, line_of, pipes, wrap
+from pto_snippets import CUBE_BODY, CUBE_PRE, ENTRY, LOCAL_PIPES, PP, PPH, QK, QKH, VEC_BODY, VEC_PRE, errors_of, line_of, pipes, wrap
 
 from ptofa.textio import PtoCheckError, check_text
 
@@ -378,8 +378,32 @@ case("init_unknown_keyword", cube_init(QK_INIT, "{id = 0, dir_mask = 1, slot_siz
      "unexpected keyword 'depth'", "pto.aic_initialize_pipe {id = 0")
 case("init_duplicate_keyword", cube_init(QK_INIT, "{id = 0, dir_mask = 1, slot_size = 65536, id = 1}"),
      "duplicate keyword 'id'", "pto.aic_initialize_pipe {id = 0")
-case("init_local_fifo_operands", cube_init(f"(gm_slot_tensor = %qk_slot : {QK})", "(gm_slot_buffer = %f : !pto.ptr<f32>, c2v_consumer_buf = %c1 : i32)"),
-     "ptofa supports global-only pipes: give exactly 'gm_slot_tensor'", "pto.aic_initialize_pipe {id = 0")
+_LOCAL_INIT = "pto.aic_initialize_pipe {id = 0, dir_mask = 3"
+case("init_local_missing_consumer", LOCAL_PIPES.replace(", v2c_consumer_buf = %v2c : i32)", ")", 1),
+     "'pto.aic_initialize_pipe' operands: dir_mask=3 needs 'v2c_consumer_buf'", _LOCAL_INIT)
+case("init_local_no_consumer", LOCAL_PIPES.replace(", c2v_consumer_buf = %c2v : i32, v2c_consumer_buf = %v2c : i32)", ")", 1),
+     "'pto.aic_initialize_pipe' operands: a local pipe init needs at least one consumer buffer operand", _LOCAL_INIT)
+case("init_tensor_with_buffer", cube_init(f"(gm_slot_tensor = %qk_slot : {QK})", f"(gm_slot_tensor = %qk_slot : {QK}, gm_slot_buffer = %f : !pto.ptr<f32>)"),
+     "'pto.aic_initialize_pipe' operands: 'gm_slot_tensor' cannot be combined with 'gm_slot_buffer'", "pto.aic_initialize_pipe {id = 0")
+case("init_local_slot_num_range", LOCAL_PIPES.replace("dir_mask = 3, slot_size = 1024}", "dir_mask = 3, slot_size = 1024, local_slot_num = 5}", 1),
+     "'pto.aic_initialize_pipe' local_slot_num: local_slot_num=5 must be in 1..slot_num (4)", _LOCAL_INIT)
+case("init_duplicate_operand", LOCAL_PIPES.replace("c2v_consumer_buf = %c2v : i32, v2c", "c2v_consumer_buf = %c2v : i32, c2v_consumer_buf = %c2v : i32, v2c", 1),
+     "duplicate 'c2v_consumer_buf' operand", _LOCAL_INIT)
+case("local_pipe_tensor_entry", LOCAL_PIPES.replace("%m = pto.tpop_from_aiv {id = 0, split = 0} -> !pto.tile_buf<mat, 16x16xf32, blayout=col_major, slayout=row_major>",
+                                                    f"%m = pto.tpop_from_aiv {{id = 0, split = 0}} -> {QK}"),
+     f"'pto.tpop_from_aiv' entry type: a local (consumer-buffer) pipe's entries are !pto.tile_buf, got {QK}", "pto.tpop_from_aiv")
+case("local_pipe_tfree_entry", LOCAL_PIPES.replace("pto.tfree_from_aiv {id = 0, split = 0}", "pto.tfree_from_aiv(%m : !pto.tile_buf<mat, 16x16xf32, blayout=col_major, slayout=row_major>) {id = 0, split = 0}"),
+     "'pto.tfree_from_aiv' entry: a local pipe's tfree takes no entry", "pto.tfree_from_aiv")
+case("local_pipe_tpush_needs_entry", LOCAL_PIPES.replace("pto.tpush_to_aic(%v : !pto.tile_buf<vec, 16x16xf32>) {id = 0, split = 0}", "pto.tpush_to_aic {id = 0, split = 0}"),
+     "'pto.tpush_to_aic' entry: tpush needs the entry it publishes", "pto.tpush_to_aic")
+case("local_pipe_peer_global", LOCAL_PIPES.replace(
+        "pto.aiv_initialize_pipe {id = 0, dir_mask = 3, slot_size = 1024} (gm_slot_buffer = %f : !pto.ptr<f32>, c2v_consumer_buf = %c2v : i32, v2c_consumer_buf = %v2c : i32)",
+        "%c1 = arith.constant 1 : index\n%c16 = arith.constant 16 : index\n"
+        "%tv = pto.make_tensor_view %f, shape = [%c16, %c16], strides = [%c16, %c1] : !pto.tensor_view<16x16xf32>\n"
+        "pto.aiv_initialize_pipe {id = 0, dir_mask = 1, slot_size = 1024} (gm_slot_tensor = %tv : !pto.tensor_view<16x16xf32>)"),
+     "pipe id 0: the cube side is a local (consumer-buffer) pipe, the peer a global one")
+case("global_pipe_tfree_without_entry", pipes(vec=VEC_PRE + VEC_BODY.replace(f"pto.tfree_from_aic(%e : {QKH}) {{id = 0, split = 1}}", "pto.tfree_from_aic {id = 0, split = 1}")),
+     "'pto.tfree_from_aic' entry type: a global (gm_slot_tensor) pipe's entries are !pto.tensor_view, got none", "pto.tfree_from_aic")
 case("init_unknown_operand", cube_init("(gm_slot_tensor = %qk_slot", "(slot_tensor = %qk_slot"),
      "unknown pipe init operand 'slot_tensor'", "pto.aic_initialize_pipe {id = 0")
 

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from pto_snippets import CUBE_BODY, CUBE_PRE, ENTRY, PP, PPH, QK, QKH, VEC_BODY, VEC_PRE, pipes, roundtrip, wrap
+from pto_snippets import CUBE_BODY, CUBE_PRE, ENTRY, LOCAL_PIPES, PP, PPH, QK, QKH, VEC_BODY, VEC_PRE, pipes, roundtrip, wrap
 
 from ptofa import dialect as d
 from ptofa.textio import check_text, parse_pto, print_pto
@@ -675,3 +675,10 @@ def test_buffers_live_from_their_first_writer() -> None:
     body = (f"%b0 = pto.alloc_tile : {t}\n%b1 = pto.alloc_tile : {t}\n"
             f"pto.tadd ins(%b0, %b0 : {t}, {t}) outs(%b0 : {t})\npto.tadd ins(%b1, %b1 : {t}, {t}) outs(%b1 : {t})")
     check_text(wrap(body))
+
+
+def test_local_pipe_form() -> None:
+    """Reserved-buffer pipes with tile entries (tfree without an entry) print back unchanged."""
+    printed = roundtrip(LOCAL_PIPES)
+    assert "c2v_consumer_buf = %" in printed and "v2c_consumer_buf = %" in printed and "gm_slot_buffer = %" in printed
+    assert "pto.tfree_from_aiv {id = 0, split = 0}" in printed

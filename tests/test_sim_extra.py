@@ -103,3 +103,17 @@ def test_multi_tile_slots_count_toward_capacity() -> None:
                 f"%g = pto.multi_tile_get %m[%c0] : {big} -> !pto.tile_buf<vec, 256x128xf32>\n"
                 "%z = arith.constant 0.0 : f32\npto.texpands ins(%z : f32) outs(%g : !pto.tile_buf<vec, 256x128xf32>)")
     assert any("vec overflow" in msg and "262144 >" in msg for _, msg in errors_of(text))
+
+
+def test_local_pipes_are_rejected_as_not_simulated() -> None:
+    from pto_snippets import LOCAL_PIPES
+
+    from ptofa.sim import GmPointer, simulate
+    from ptofa.textio import check_text
+
+    text = LOCAL_PIPES.replace("@entry(%ffts: !pto.ptr<i64>)", "@entry(%ffts: !pto.ptr<i64>, %f: !pto.ptr<f32>)").replace(
+        "    pto.set_ffts %ffts : !pto.ptr<i64>\n",
+        "    pto.set_ffts %ffts : !pto.ptr<i64>\n    func.call @cube(%f) : (!pto.ptr<f32>) -> ()\n    func.call @vec(%f) : (!pto.ptr<f32>) -> ()\n")
+    args = {"ffts": GmPointer.of(np.zeros(8, np.int64)), "f": GmPointer.of(np.zeros(4096, np.float32))}
+    with pytest.raises(SimError, match=r"local \(.*\) pipes .*are not simulated"):
+        simulate(check_text(text), args, 1)

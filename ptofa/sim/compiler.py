@@ -493,6 +493,10 @@ class _FunctionCompiler:
     @registry.compiled_by(*d.PIPE_INIT_OPS, *d.PIPE_DATA_OPS)
     def pipe_op(self, op: Operation) -> tuple[Fn, bool]:
         """A placeholder; `region` binds the `pipeops` closure once the op has its id."""
+        local = op.is_local if isinstance(op, d.PIPE_INIT_OPS) else not isinstance(op.entry_type, (d.TensorViewType, type(None)))
+        if local:
+            raise SimError(f"{op.name} (pipe id {op.id_value}): local (consumer-buffer) pipes with tile entries are not simulated; "
+                           "ptofa runs global (gm_slot_tensor) pipes")
         return _placeholder, isinstance(op, d.PIPE_DATA_OPS) and op.ROLE in ("talloc", "tpop")
 
     @registry.compiled_by(d.AllocTileOp)
