@@ -746,6 +746,33 @@ op_case("multi_tile_get_index", vec, f"%c2 = arith.constant 2 : index\n%m = pto.
         f"%g = pto.multi_tile_get %m[%c2] : {_MT} -> {V32}",
         "'pto.multi_tile_get' slot index: constant slot 2 is out of range for multi_tile_buf count=2")
 
+# mgather / mscatter (ptofa/dialect/gathers.py)
+_IDX = "!pto.tile_buf<vec, 16x64xi32>"
+_IROW = "!pto.tile_buf<vec, 1x16xi32>"
+_G = GM + VEC_TILES + alloc("ix", _IDX) + alloc("ir", _IROW)
+op_case("mgather_needs_coalesce", vec, _G, f"pto.mgather ins(%pv, %ix : {PV16x64}, {_IDX}) outs(%a : {V32})",
+        "'pto.mgather' coalesce: mgather needs an explicit coalesce", P)
+op_case("mgather_idx_dtype", vec, _G, f"pto.mgather ins(%pv, %a : {PV16x64}, {V32}) outs(%b : {V32}) {{coalesce = #pto<coalesce elem>}}",
+        "'pto.mgather' index: idx element type must be i32, got f32", P)
+op_case("mgather_row_idx_shape", vec, _G, f"pto.mgather ins(%pv, %ix : {PV16x64}, {_IDX}) outs(%a : {V32}) {{coalesce = #pto<coalesce row>}}",
+        "'pto.mgather' shape agreement: idx valid shape 16x64 must be [1, dst.valid_row] row_major or [dst.valid_row, 1] col_major", P)
+op_case("mgather_table_dtype", vec, _G, f"pto.mgather ins(%pv, %ix : {PV16x64}, {_IDX}) outs(%h : {V16}) {{coalesce = #pto<coalesce elem>}}",
+        "'pto.mgather' dtype: the GM table's element type f32 must be the tile's f16", P)
+op_case("mgather_vec_scratch", vec, _G, f"pto.mgather ins(%pv, %ix, %pv : {PV16x64}, {_IDX}, {PV16x64}) outs(%a : {V32}) {{coalesce = #pto<coalesce elem>}}",
+        "'pto.mgather' operands: a scratch operand belongs only to the GM -> L1 (loc=mat) mgather", P)
+op_case("mgather_bad_attr", vec, _G, f"pto.mgather ins(%pv, %ix : {PV16x64}, {_IDX}) outs(%a : {V32}) {{coalesce = #pto<coalesce elem>, oob = 1}}",
+        "pto.mgather: unexpected attributes ['oob']", P)
+op_case("mscatter_conflict_a5", vec, _G, f"pto.mscatter ins(%a, %ix : {V32}, {_IDX}) outs(%pv : {PV16x64}) {{scatterConflict = #pto<scatter_conflict last>}}",
+        "'pto.mscatter' A5 only: scatterConflict is an A5 attribute", P)
+_PVH = ("%tvh = pto.make_tensor_view %ph, shape = [%c128, %c128], strides = [%c128, %c1] : !pto.tensor_view<128x128xf16>\n"
+        "%pvh = pto.partition_view %tvh, offsets = [%c0, %c0], sizes = [%c128, %c128] : !pto.tensor_view<128x128xf16> -> !pto.partition_tensor_view<128x128xf16>\n")
+op_case("mscatter_atomic_dtype", vec, GM + _PVH + alloc("hh", "!pto.tile_buf<vec, 128x128xf16>") + alloc("ixh", "!pto.tile_buf<vec, 128x128xi32>"),
+        "pto.mscatter ins(%hh, %ixh : !pto.tile_buf<vec, 128x128xf16>, !pto.tile_buf<vec, 128x128xi32>) outs(%pvh : !pto.partition_tensor_view<128x128xf16>) "
+        "{scatterAtomicOp = #pto<scatter_atomic_op max>}",
+        "'pto.mscatter' dtype: scatterAtomicOp=max takes i32/f32 data, got f16", "%p: !pto.ptr<f32>, %ph: !pto.ptr<f16>")
+op_case("mscatter_layout", vec, _G, f"pto.mscatter ins(%col, %ix : {COL}, {_IDX}) outs(%pv : {PV16x64})",
+        "'pto.mscatter' layout: src must be a loc=vec ND tile", P)
+
 
 @pytest.mark.parametrize("text, message, at", CASES.values(), ids=CASES.keys())
 def test_invalid(text: str, message: str, at: str | None) -> None:

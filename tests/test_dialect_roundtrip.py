@@ -415,6 +415,17 @@ OPS["multi_tile"] = ("vector", f"%c1 = arith.constant 1 : index\n%m = pto.alloc_
 OPS["multi_tile_dynamic_valid"] = ("vector", "%c1 = arith.constant 1 : index\n%c8 = arith.constant 8 : index\n"
                                              "%m = pto.alloc_multi_tile valid_row = %c8 valid_col = %c8 : !pto.multi_tile_buf<vec, 16x64xf32, valid=?x?, count=4>")
 
+_PV = "!pto.partition_tensor_view<16x64xf32>"
+_IDX = "!pto.tile_buf<vec, 16x64xi32>"
+_IROW = "!pto.tile_buf<vec, 1x16xi32>"
+_GATHER = f"{GM}\n{VEC_TILES}\n%ix = pto.alloc_tile : {_IDX}\n%ir = pto.alloc_tile : {_IROW}\n"
+OPS["mgather_elem"] = ("vector", _GATHER + f"pto.mgather ins(%pv, %ix : {_PV}, {_IDX}) outs(%a : {V32}) {{coalesce = #pto<coalesce elem>}}")
+OPS["mgather_row_oob"] = ("vector", _GATHER + f"pto.mgather ins(%pv, %ir : {_PV}, {_IROW}) outs(%a : {V32}) "
+                                              "{coalesce = #pto<coalesce row>, gatherOob = #pto<gather_oob zero>}")
+OPS["mscatter"] = ("vector", _GATHER + f"pto.mscatter ins(%a, %ix : {V32}, {_IDX}) outs(%pv : {_PV})")
+OPS["mscatter_atomic"] = ("vector", _GATHER + f"pto.mscatter ins(%a, %ix : {V32}, {_IDX}) outs(%pv : {_PV}) "
+                                              "{coalesce = #pto<coalesce elem>, scatterAtomicOp = #pto<scatter_atomic_op add>, scatterOob = #pto<scatter_oob skip>}")
+
 
 def _args_for(body: str) -> str:
     return _BF_ARGS if "pto.make_tensor_view %pb" in body else GM_ARGS

@@ -161,7 +161,8 @@ from ptofa.dialect.vector import (
     _UnaryOp,
 )
 
-from ptofa.dialect import multitile, reductions  # noqa: E402 (families added after the FA subset)
+from ptofa.dialect import gathers, multitile, reductions  # noqa: E402 (families added after the FA subset)
+from ptofa.dialect.gathers import CoalesceAttr, GatherOobAttr, MGatherOp, MScatterOp, ScatterAtomicOpAttr, ScatterOobAttr  # noqa: E402
 from ptofa.dialect.multitile import AllocMultiTileOp, MultiTileBufType, MultiTileGetOp  # noqa: E402
 from ptofa.dialect.reductions import (  # noqa: E402
     TAddCOp,
@@ -181,6 +182,6 @@ from ptofa.dialect.reductions import (  # noqa: E402
 PTO = Dialect(
     "pto",
     [*runtime.OPS, *memory.OPS, *views.OPS, *cube.OPS, *vector.OPS, *rowcol.OPS, *masks.OPS, *pipes.OPS, *tileaccess.OPS, *buffers.OPS,
-     *intops.OPS, *multitile.OPS, *reductions.OPS],
-    [*types.ATTRS, *multitile.ATTRS],
+     *intops.OPS, *multitile.OPS, *reductions.OPS, *gathers.OPS],
+    [*types.ATTRS, *multitile.ATTRS, *gathers.ATTRS],
 )

@@ -19,7 +19,7 @@ from xdsl.dialects import arith, builtin, func, scf
 from xdsl.ir import Block, Operation, SSAValue
 
 from ptofa import dialect as d
-from ptofa.sim import accessops, extraops, multitile, pipeops, registry, tileops  # noqa: F401 (registers semantics)
+from ptofa.sim import accessops, extraops, gatherops, multitile, pipeops, registry, tileops  # noqa: F401 (registers semantics)
 from ptofa.sim.errors import SimError
 from ptofa.sim.memory import BF16, GmView, Tile, bf16_decode, bf16_encode, new_tile_storage
 from ptofa.sim.stages import op_stages

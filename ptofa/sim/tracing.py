@@ -75,6 +75,8 @@ def wrap_tile_op(op, fn, opid: int, slot, infos):
             rec.elems = out.v.size
             if is_reduce:
                 rec.src_elems = first.v.size
+        elif isinstance(first, Tile):  # a tile written to GM by index (mscatter)
+            rec.elems = first.v.size
         core.flush_scalar()
         core.trace_ops.append(rec)
 
