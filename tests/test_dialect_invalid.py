@@ -773,6 +773,33 @@ op_case("mscatter_atomic_dtype", vec, GM + _PVH + alloc("hh", "!pto.tile_buf<vec
 op_case("mscatter_layout", vec, _G, f"pto.mscatter ins(%col, %ix : {COL}, {_IDX}) outs(%pv : {PV16x64})",
         "'pto.mscatter' layout: src must be a loc=vec ND tile", P)
 
+# tprelu, trowexpand, taddsc, tmatmul.bias, inttoptr (ptofa/dialect/fused.py)
+op_case("tprelu_dtype_i16", vec, alloc("x", "!pto.tile_buf<vec, 16x64xi16>"),
+        "pto.tprelu ins(%x, %x : !pto.tile_buf<vec, 16x64xi16>, !pto.tile_buf<vec, 16x64xi16>) outs(%x : !pto.tile_buf<vec, 16x64xi16>)",
+        "'pto.tprelu' dtype: tprelu takes f16 or f32 tiles, got i16")
+op_case("tprelu_tmp_type", vec, VEC_TILES, f"pto.tprelu ins(%a, %b, %a : {V32}, {V32}, {V32}) outs(%b : {V32})",
+        "'pto.tprelu' tmp: tmp must be an 8-bit integer tile, got f32")
+op_case("tprelu_tmp_rows", vec, VEC_TILES + alloc("t8", "!pto.tile_buf<vec, 16x32xi8>"),
+        f"pto.tprelu ins(%a, %b, %t8 : {V32}, {V32}, !pto.tile_buf<vec, 16x32xi8>) outs(%b : {V32})",
+        "'pto.tprelu' tmp size: tmp needs 17 rows (valid rows + 1 scratch row), has 16")
+op_case("trowexpand_rows", vec, VEC_TILES + alloc("c8", "!pto.tile_buf<vec, 8x1xf32, blayout=col_major>"),
+        f"pto.trowexpand ins(%c8 : !pto.tile_buf<vec, 8x1xf32, blayout=col_major>) outs(%a : {V32})",
+        "'pto.trowexpand' shape agreement: src valid rows 8 != dst valid rows 16")
+op_case("trowexpand_dst_layout", vec, VEC_TILES, f"pto.trowexpand ins(%a : {V32}) outs(%col : {COL})",
+        "'pto.trowexpand' layout: dst must be a loc=vec ND tile")
+op_case("taddsc_scalar_type", vec, VEC_TILES + "%k = arith.constant 1 : i32\n", f"pto.taddsc ins(%a, %k, %b : {V32}, i32, {V32}) outs(%b : {V32})",
+        "'pto.taddsc' operand type: the scalar must be the tiles' element type f32, got i32")
+op_case("tmatmul_bias_rows", cube, CUBE_TILES + alloc("bz", "!pto.tile_buf<bias, 2x128xf32>"),
+        f"pto.tmatmul.bias ins(%left, %right, %bz : {LEFT}, {RIGHT}, !pto.tile_buf<bias, 2x128xf32>) outs(%acc : {ACC})",
+        "'pto.tmatmul.bias' bias: bias must be a loc=bias tile with one row")
+op_case("inttoptr_i32_address", vec, "%ad = arith.constant 64 : i32\n", "%q = pto.inttoptr %ad : i32 -> !pto.ptr<f32>",
+        "'pto.inttoptr' operand type: the address must be i64, got i32")
+case("inttoptr_general_use", vec("%ad = arith.constant 64 : i64\n%c4 = arith.constant 4 : index\n%q = pto.inttoptr %ad : i64 -> !pto.ptr<f32>\n"
+                                  "%q2 = pto.addptr %q, %c4 : !pto.ptr<f32> -> !pto.ptr<f32>"),
+     "'pto.inttoptr' uses: an inttoptr pointer may only be the pointer of load_scalar / store_scalar, used by pto.addptr", "pto.inttoptr")
+op_case("ptrtoint_result", vec, "", "%ad = pto.ptrtoint %p : !pto.ptr<f32> -> i32",
+        "'pto.ptrtoint' operand type: ptrtoint yields an i64 byte address, got i32", P)
+
 
 @pytest.mark.parametrize("text, message, at", CASES.values(), ids=CASES.keys())
 def test_invalid(text: str, message: str, at: str | None) -> None:

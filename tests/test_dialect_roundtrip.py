@@ -426,6 +426,18 @@ OPS["mscatter"] = ("vector", _GATHER + f"pto.mscatter ins(%a, %ix : {V32}, {_IDX
 OPS["mscatter_atomic"] = ("vector", _GATHER + f"pto.mscatter ins(%a, %ix : {V32}, {_IDX}) outs(%pv : {_PV}) "
                                               "{coalesce = #pto<coalesce elem>, scatterAtomicOp = #pto<scatter_atomic_op add>, scatterOob = #pto<scatter_oob skip>}")
 
+_I8T = "!pto.tile_buf<vec, 17x32xi8, valid=16x8>"
+OPS["tprelu"] = ("vector", f"{VEC_TILES}\n%i8 = pto.alloc_tile : {_I8T}\npto.tprelu ins(%a, %b, %i8 : {V32}, {V32}, {_I8T}) outs(%o : {V32})")
+OPS["tprelu_no_tmp"] = ("vector", f"{VEC_TILES}\npto.tprelu ins(%a, %b : {V32}, {V32}) outs(%o : {V32})")
+OPS["trowexpand"] = ("vector", f"{VEC_TILES}\npto.trowexpand ins(%col : {COL}) outs(%o : !pto.tile_buf<vec, 16x64xf32>)")
+for _op in ("taddsc", "tsubsc"):
+    OPS[_op] = ("vector", f"{VEC_TILES}\n{SCALAR}\npto.{_op} ins(%a, %s, %b : {V32}, f32, {V32}) outs(%o : {V32})")
+_BIAS = "!pto.tile_buf<bias, 1x128xf32>"
+OPS["tmatmul_bias"] = ("cube", f"{CUBE_TILES}\n%bz = pto.alloc_tile : {_BIAS}\n"
+                               f"pto.tmatmul.bias ins(%left, %right, %bz : {LEFT}, {RIGHT}, {_BIAS}) outs(%acc : {ACC})")
+OPS["ptrtoint_inttoptr"] = ("vector", "%c0 = arith.constant 0 : index\n%ad = pto.ptrtoint %p : !pto.ptr<f32> -> i64\n"
+                                      "%q = pto.inttoptr %ad : i64 -> !pto.ptr<i32>\n%v = pto.load_scalar %q[%c0] : !pto.ptr<i32> -> i32")
+
 
 def _args_for(body: str) -> str:
     return _BF_ARGS if "pto.make_tensor_view %pb" in body else GM_ARGS

@@ -1,0 +1,85 @@
+"""Simulator semantics of `ptofa.dialect.fused` (tprelu, trowexpand, taddsc / tsubsc,
+tmatmul.bias) against numpy, and the refusal to run integer-address pointers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_sim_access import T16, io
+from test_sim_ops import PTV, consts, kernel, part, run, view2d
+
+from ptofa.sim.errors import SimError
+
+
+@pytest.fixture
+def x() -> np.ndarray:
+    return np.random.default_rng(11).uniform(-2.0, 2.0, (16, 16)).astype(np.float32)
+
+
+def test_tprelu(x: np.ndarray) -> None:
+    y = np.zeros((16, 16), np.float32)
+    body = (f"%k = arith.constant 0.5 : f32\n%s = pto.alloc_tile : {T16}\npto.tmuls ins(%a, %k : {T16}, f32) outs(%s : {T16})\n"
+            f"pto.tprelu ins(%a, %s : {T16}, {T16}) outs(%o : {T16})")
+    run(io(body, 16, 16, T16), x=x, y=y)
+    np.testing.assert_allclose(y, np.where(x > 0, x, 0.5 * x * x), rtol=1e-6)
+
+
+def test_trowexpand(x: np.ndarray) -> None:
+    y = np.zeros((16, 16), np.float32)
+    run(io(f"pto.trowexpand ins(%a : {T16}) outs(%o : {T16})", 16, 16, T16), x=x, y=y)
+    np.testing.assert_array_equal(y, np.repeat(x[:, :1], 16, axis=1))
+
+
+@pytest.mark.parametrize("op, sign", [("taddsc", 1.0), ("tsubsc", -1.0)])
+def test_scalar_sandwich(x: np.ndarray, op: str, sign: float) -> None:
+    y = np.zeros((16, 16), np.float32)
+    body = f"%k = arith.constant 3.0 : f32\npto.{op} ins(%a, %k, %a : {T16}, f32, {T16}) outs(%o : {T16})"
+    run(io(body, 16, 16, T16), x=x, y=y)
+    np.testing.assert_allclose(y, x + sign * 3.0 + x, rtol=1e-6)
+
+
+def test_tmatmul_bias() -> None:
+    mat = "!pto.tile_buf<mat, 16x16xf16, blayout=col_major, slayout=row_major>"
+    left = "!pto.tile_buf<left, 16x16xf16, slayout=row_major>"
+    right = "!pto.tile_buf<right, 16x16xf16, slayout=col_major>"
+    acc = "!pto.tile_buf<acc, 16x16xf32, blayout=col_major, slayout=row_major, fractal=1024>"
+    bmat = "!pto.tile_buf<mat, 1x16xf32>"
+    bias = "!pto.tile_buf<bias, 1x16xf32>"
+    text = kernel(f"""{consts(0, 1, 16)}
+    {view2d('av', 'a', 16, 16, 'f16')}
+    {view2d('bv', 'b', 16, 16, 'f16')}
+    {view2d('zv', 'z', 1, 16, 'f32')}
+    {view2d('cv', 'c', 16, 16, 'f32')}
+    {part('ap', 'av', 16, 16, 16, 16, 'f16')}
+    {part('bp', 'bv', 16, 16, 16, 16, 'f16')}
+    {part('zp', 'zv', 1, 16, 1, 16, 'f32')}
+    {part('cp', 'cv', 16, 16, 16, 16, 'f32')}
+    %ma = pto.alloc_tile : {mat}
+    %mb = pto.alloc_tile : {mat}
+    %mz = pto.alloc_tile : {bmat}
+    %l = pto.alloc_tile : {left}
+    %r = pto.alloc_tile : {right}
+    %bz = pto.alloc_tile : {bias}
+    %acc = pto.alloc_tile : {acc}
+    pto.tload ins(%ap : {PTV(16, 16, 'f16')}) outs(%ma : {mat})
+    pto.tload ins(%bp : {PTV(16, 16, 'f16')}) outs(%mb : {mat})
+    pto.tload ins(%zp : {PTV(1, 16, 'f32')}) outs(%mz : {bmat})
+    pto.tmov ins(%ma : {mat}) outs(%l : {left})
+    pto.tmov ins(%mb : {mat}) outs(%r : {right})
+    pto.tmov ins(%mz : {bmat}) outs(%bz : {bias})
+    pto.tmatmul.bias ins(%l, %r, %bz : {left}, {right}, {bias}) outs(%acc : {acc})
+    pto.tstore ins(%acc : {acc}) outs(%cp : {PTV(16, 16, 'f32')})""",
+                  [("a", "!pto.ptr<f16>"), ("b", "!pto.ptr<f16>"), ("z", "!pto.ptr<f32>"), ("c", "!pto.ptr<f32>")], kind="cube")
+    rng = np.random.default_rng(12)
+    a, b = rng.uniform(-1, 1, (16, 16)).astype(np.float16), rng.uniform(-1, 1, (16, 16)).astype(np.float16)
+    z = rng.uniform(-1, 1, (1, 16)).astype(np.float32)
+    c = np.zeros((16, 16), np.float32)
+    run(text, a=a, b=b, z=z, c=c)
+    np.testing.assert_allclose(c, a.astype(np.float32) @ b.astype(np.float32) + z, rtol=1e-5, atol=1e-5)
+
+
+def test_inttoptr_is_not_simulated() -> None:
+    text = kernel("%a = pto.ptrtoint %p : !pto.ptr<f32> -> i64\n%q = pto.inttoptr %a : i64 -> !pto.ptr<i32>\n"
+                  "%c0 = arith.constant 0 : index\n%v = pto.load_scalar %q[%c0] : !pto.ptr<i32> -> i32", [("p", "!pto.ptr<f32>")])
+    with pytest.raises(SimError, match="pto.ptrtoint: pointers and integer addresses do not convert in the simulator"):
+        run(text, p=np.zeros(4, np.float32))
