@@ -800,6 +800,31 @@ case("inttoptr_general_use", vec("%ad = arith.constant 64 : i64\n%c4 = arith.con
 op_case("ptrtoint_result", vec, "", "%ad = pto.ptrtoint %p : !pto.ptr<f32> -> i32",
         "'pto.ptrtoint' operand type: ptrtoint yields an i64 byte address, got i32", P)
 
+# pto.comm.*, cmo, fence (ptofa/dialect/comm.py)
+_STG = "!pto.tile_buf<vec, 1x64xf32>"
+_C = GM + alloc("ping", _STG) + alloc("pong", "!pto.tile_buf<vec, 1x128xf32>") + alloc("ih", "!pto.tile_buf<vec, 1x64xi32>") + "%v7 = arith.constant 7 : i32\n"
+op_case("comm_staging_dtype", vec, _C, f"pto.comm.tput(%pv, %pv, buf(%ih) : {PV16x64}, {PV16x64}, !pto.tile_buf<vec, 1x64xi32>)",
+        "'pto.comm.tput' staging: buf tile element type i32 must be the transfer's f32", P)
+op_case("comm_pong_type", vec, _C, f"pto.comm.tget(%pv, %pv, buf(%ping, %pong) : {PV16x64}, {PV16x64}, {_STG}, !pto.tile_buf<vec, 1x128xf32>)",
+        "'pto.comm.tget' staging: the pong tile !pto.tile_buf<vec, 1x128xf32> must have the ping's type", P)
+op_case("comm_buf_count", vec, _C, f"pto.comm.tput(%pv, %pv, buf(%ping, %ping, %ping) : {PV16x64}, {PV16x64}, {_STG}, {_STG}, {_STG})",
+        "pto.comm.tput: buf(...) takes at most 2 operands, got 3", P)
+op_case("comm_shape_mismatch", vec, _C, f"pto.comm.tput(%pv, %pacc, buf(%ping) : {PV16x64}, {PACC}, {_STG})",
+        "'pto.comm.tput' operand type: dst !pto.partition_tensor_view<16x64xf32> and src !pto.partition_tensor_view<128x128xf32> need one element type", P)
+op_case("comm_signal_i32", vec, _C, f"pto.comm.tnotify(%pv, %v7 : {PV16x64}, i32)",
+        "'pto.comm.tnotify' operand type: the signal must hold i32, got f32", P)
+op_case("comm_root_range", vec, _C, f"pto.comm.tbroadcast(%pv, recv(%ping), group(%pv, %pv) : {PV16x64}, {_STG}, {PV16x64}, {PV16x64}) {{root = 2 : i32}}",
+        "'pto.comm.tbroadcast' root: root = 2 : i32 must be an i32 in [0, 2)", P)
+op_case("comm_group_types", vec, _C, f"pto.comm.tgather(%pv, recv(%ping), group(%pv, %pacc) : {PV16x64}, {_STG}, {PV16x64}, {PACC}) {{root = 0 : i32}}",
+        "'pto.comm.tgather' group: group members must share one type", P)
+op_case("comm_session_attr_width", vec, _C + alloc("scr", "!pto.tile_buf<vec, 1x256xi8>"),
+        "%ses = pto.comm.build_async_session(%scr, %p : !pto.tile_buf<vec, 1x256xi8>, !pto.ptr<f32>) {sync_id = 0 : i64} -> !pto.async_session",
+        "'pto.comm.build_async_session' attribute type: 'sync_id' must be i32, got i64", P)
+op_case("cmo_space", vec, "", "pto.cmo.cacheinvalid all #pto.address_space<vec>",
+        "'pto.cmo.cacheinvalid' memory space: only GM cache maintenance is supported, got vec")
+op_case("comm_unknown_attr", vec, _C, f"pto.comm.tget(%pv, %pv, buf(%ping) : {PV16x64}, {PV16x64}, {_STG}) {{atomicType = #pto<atomic_type atomic_add>}}",
+        "pto.comm.tget: unexpected attributes ['atomicType']", P)
+
 
 @pytest.mark.parametrize("text, message, at", CASES.values(), ids=CASES.keys())
 def test_invalid(text: str, message: str, at: str | None) -> None:

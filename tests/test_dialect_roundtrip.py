@@ -438,9 +438,36 @@ OPS["tmatmul_bias"] = ("cube", f"{CUBE_TILES}\n%bz = pto.alloc_tile : {_BIAS}\n"
 OPS["ptrtoint_inttoptr"] = ("vector", "%c0 = arith.constant 0 : index\n%ad = pto.ptrtoint %p : !pto.ptr<f32> -> i64\n"
                                       "%q = pto.inttoptr %ad : i64 -> !pto.ptr<i32>\n%v = pto.load_scalar %q[%c0] : !pto.ptr<i32> -> i32")
 
+# pto.comm.*, cmo.cacheinvalid, fence.barrier_all (ptofa/dialect/comm.py); PTO_IR_manual 4.21 forms
+_P128 = "!pto.partition_tensor_view<16x64xf32>"
+_STG = "!pto.tile_buf<vec, 1x64xf32>"
+_SIG = "!pto.partition_tensor_view<1x1xi32>"
+_COMM = (f"{GM}\n%sv = pto.partition_view %tv, offsets = [%c0, %c0], sizes = [%c1, %c1] : !pto.tensor_view<128x128xf32> -> !pto.partition_tensor_view<1x1xf32>\n"
+         f"%ping = pto.alloc_tile : {_STG}\n%pong = pto.alloc_tile : {_STG}\n%acc = pto.alloc_tile : {_STG}\n%v7 = arith.constant 7 : i32\n")
+OPS["comm_tput"] = ("vector", _COMM + f"pto.comm.tput(%pv, %pv, buf(%ping) : {_P128}, {_P128}, {_STG}) {{atomicType = #pto<atomic_type atomic_add>}}")
+OPS["comm_tget_pingpong"] = ("vector", _COMM + f"pto.comm.tget(%pv, %pv, buf(%ping, %pong) : {_P128}, {_P128}, {_STG}, {_STG})")
+_SIGNAL = ("%ti = pto.make_tensor_view %pi, shape = [%c1, %c1], strides = [%c1, %c1] : !pto.tensor_view<1x1xi32>\n"
+           f"%sig = pto.partition_view %ti, offsets = [%c0, %c0], sizes = [%c1, %c1] : !pto.tensor_view<1x1xi32> -> {_SIG}\n")
+OPS["comm_tnotify"] = ("vector", _COMM + _SIGNAL + f"pto.comm.tnotify(%sig, %v7 : {_SIG}, i32) {{notifyOp = #pto<notify_op set>}}")
+OPS["comm_twait"] = ("vector", _COMM + _SIGNAL + f"pto.comm.twait(%sig, %v7 : {_SIG}, i32) {{cmp = #pto<wait_cmp ge>}}")
+OPS["comm_ttest"] = ("vector", _COMM + _SIGNAL + f"%ok = pto.comm.ttest(%sig, %v7 : {_SIG}, i32) {{cmp = #pto<wait_cmp eq>}} -> i1")
+for _op in ("tbroadcast", "tgather", "tscatter"):
+    OPS[f"comm_{_op}"] = ("vector", _COMM + f"pto.comm.{_op}(%pv, recv(%ping, %pong), group(%pv, %pv) : {_P128}, {_STG}, {_STG}, {_P128}, {_P128}) {{root = 1 : i32}}")
+OPS["comm_treduce"] = ("vector", _COMM + f"pto.comm.treduce(%pv, %acc, recv(%ping), group(%pv, %pv, %pv) : {_P128}, {_STG}, {_STG}, {_P128}, {_P128}, {_P128}) "
+                                         "{reduceOp = #pto<reduce_op max>, root = 2 : i32}")
+_SESSION = "%scr = pto.alloc_tile : !pto.tile_buf<vec, 1x256xi8>\n%ses = pto.comm.build_async_session(%scr, %pb : !pto.tile_buf<vec, 1x256xi8>, !pto.ptr<i8>) {sync_id = 0 : i32} -> !pto.async_session\n"
+OPS["comm_async"] = ("vector", _COMM + _SESSION + f"%ev = pto.comm.tput_async(%pv, %pv, %ses : {_P128}, {_P128}, !pto.async_session) -> !pto.async_event\n"
+                                       f"%ev2 = pto.comm.tget_async(%pv, %pv, %ses : {_P128}, {_P128}, !pto.async_session) -> !pto.async_event\n"
+                                       "%d1 = pto.comm.wait_async_event(%ev, %ses : !pto.async_event, !pto.async_session) -> i1\n"
+                                       "%d2 = pto.comm.test_async_event(%ev2, %ses : !pto.async_event, !pto.async_session) -> i1")
+OPS["cmo_fence"] = ("vector", _COMM + f"pto.cmo.cacheinvalid %pv single_cache_line : {_P128}\npto.cmo.cacheinvalid all #pto.address_space<gm>\n"
+                                      "pto.fence.barrier_all #pto.fence_scope<gm>")
+
 
 def _args_for(body: str) -> str:
-    return _BF_ARGS if "pto.make_tensor_view %pb" in body else GM_ARGS
+    if "pto.make_tensor_view %pb" in body:
+        return _BF_ARGS
+    return GM_ARGS + ", %pi: !pto.ptr<i32>, %pb: !pto.ptr<i8>" if "pto.comm." in body or "pto.cmo." in body else GM_ARGS
 
 
 @pytest.mark.parametrize("kind, body", OPS.values(), ids=OPS.keys())

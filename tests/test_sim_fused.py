@@ -83,3 +83,14 @@ def test_inttoptr_is_not_simulated() -> None:
                   "%c0 = arith.constant 0 : index\n%v = pto.load_scalar %q[%c0] : !pto.ptr<i32> -> i32", [("p", "!pto.ptr<f32>")])
     with pytest.raises(SimError, match="pto.ptrtoint: pointers and integer addresses do not convert in the simulator"):
         run(text, p=np.zeros(4, np.float32))
+
+
+def test_fence_runs_and_communication_is_refused(x: np.ndarray) -> None:
+    y = np.zeros((16, 16), np.float32)
+    fence = f"pto.fence.barrier_all #pto.fence_scope<gm>\npto.cmo.cacheinvalid %xp single_cache_line : {PTV(16, 16, 'f32')}\n"
+    run(io(fence + f"pto.tmov ins(%a : {T16}) outs(%o : {T16})", 16, 16, T16), x=x, y=y)
+    np.testing.assert_array_equal(y, x)
+    stage = "!pto.tile_buf<vec, 1x16xf32>"
+    body = f"%st = pto.alloc_tile : {stage}\npto.comm.tput(%yp, %xp, buf(%st) : {PTV(16, 16, 'f32')}, {PTV(16, 16, 'f32')}, {stage})\n"
+    with pytest.raises(SimError, match="pto.comm.tput: inter-device communication is not simulated"):
+        run(io(body + f"pto.tmov ins(%a : {T16}) outs(%o : {T16})", 16, 16, T16), x=x, y=y)
