@@ -402,6 +402,12 @@ case("local_pipe_peer_global", LOCAL_PIPES.replace(
         "%tv = pto.make_tensor_view %f, shape = [%c16, %c16], strides = [%c16, %c1] : !pto.tensor_view<16x16xf32>\n"
         "pto.aiv_initialize_pipe {id = 0, dir_mask = 1, slot_size = 1024} (gm_slot_tensor = %tv : !pto.tensor_view<16x16xf32>)"),
      "pipe id 0: the cube side is a local (consumer-buffer) pipe, the peer a global one")
+case("tpop_valid_operands_static_entry", LOCAL_PIPES.replace("%m = pto.tpop_from_aiv {id = 0, split = 0}", "%c8 = arith.constant 8 : index\n    %m = pto.tpop_from_aiv (%c8, %c8) {id = 0, split = 0}"),
+     "'pto.tpop_from_aiv' valid shape: (valid_row, valid_col) operands need a tpop of a tile entry with a dynamic valid shape", "pto.tpop_from_aiv (%c8")
+case("subblockid_on_cube", LOCAL_PIPES.replace("%m = pto.tpop_from_aiv {id = 0, split = 0}", "%sb = arith.constant 0 : i64\n    %m = pto.tpop_from_aiv {id = 0, split = 0} aiv_subblockid(%sb)"),
+     "'pto.tpop_from_aiv' aiv_subblockid: only tpop_from_aic takes aiv_subblockid", "pto.tpop_from_aiv {id")
+case("subblockid_on_tfree", LOCAL_PIPES.replace("pto.tfree_from_aic {id = 0, split = 0}", "%sb = arith.constant 0 : i64\n    pto.tfree_from_aic {id = 0, split = 0} aiv_subblockid(%sb)"),
+     "'pto.tfree_from_aic' aiv_subblockid: only tpush_to_aic and tpop_from_aic take aiv_subblockid", "pto.tfree_from_aic {id")
 case("global_pipe_tfree_without_entry", pipes(vec=VEC_PRE + VEC_BODY.replace(f"pto.tfree_from_aic(%e : {QKH}) {{id = 0, split = 1}}", "pto.tfree_from_aic {id = 0, split = 1}")),
      "'pto.tfree_from_aic' entry type: a global (gm_slot_tensor) pipe's entries are !pto.tensor_view, got none", "pto.tfree_from_aic")
 case("init_unknown_operand", cube_init("(gm_slot_tensor = %qk_slot", "(slot_tensor = %qk_slot"),

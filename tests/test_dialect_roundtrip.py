@@ -732,3 +732,16 @@ def test_local_pipe_form() -> None:
     printed = roundtrip(LOCAL_PIPES)
     assert "c2v_consumer_buf = %" in printed and "v2c_consumer_buf = %" in printed and "gm_slot_buffer = %" in printed
     assert "pto.tfree_from_aiv {id = 0, split = 0}" in printed
+
+
+def test_local_pipe_dynamic_valid_and_subblock_operands() -> None:
+    """tpop's (valid_row, valid_col) on a dynamic tile entry and tpush / tpop's aiv_subblockid print back."""
+    dyn = "!pto.tile_buf<vec, 16x16xf32, valid=?x?>"
+    text = LOCAL_PIPES.replace(
+        "%r = pto.tpop_from_aic {id = 0, split = 0} -> !pto.tile_buf<vec, 16x16xf32>",
+        f"%c8 = arith.constant 8 : index\n    %sb = arith.constant 0 : i64\n    %r = pto.tpop_from_aic (%c8, %c8) {{id = 0, split = 0}} aiv_subblockid(%sb) -> {dyn}",
+    ).replace("pto.tpush_to_aic(%v : !pto.tile_buf<vec, 16x16xf32>) {id = 0, split = 0}",
+              "pto.tpush_to_aic(%v : !pto.tile_buf<vec, 16x16xf32>) {id = 0, split = 0} aiv_subblockid(%sb)")
+    printed = roundtrip(text)
+    assert f"(%c8, %c8) {{id = 0, split = 0}} aiv_subblockid(%sb) -> {dyn}" in printed
+    assert "{id = 0, split = 0} aiv_subblockid(%sb)\n" in printed

@@ -7,15 +7,15 @@ from typing import ClassVar
 
 from collections.abc import Sequence
 
-from xdsl.dialects.builtin import IntegerAttr, IntegerType, i8, i32
+from xdsl.dialects.builtin import IndexType, IntegerAttr, IntegerType, i8, i32, i64
 from xdsl.ir import Attribute, Operation, SSAValue
-from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, opt_operand_def, opt_prop_def, prop_def, result_def
+from xdsl.irdl import IRDLOperation, irdl_op_definition, opt_operand_def, opt_prop_def, prop_def, result_def, var_operand_def
 from xdsl.irdl.operations import AttrSizedOperandSegments
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 
 from ptofa.dialect.base import _fail, _parse_brace_ints
-from ptofa.dialect.types import PtrType, TensorViewType, TileBufType
+from ptofa.dialect.types import DYN, PtrType, TensorViewType, TileBufType
 
 
 _PIPE_INIT_KEYS: dict[str, Attribute] = {
@@ -258,21 +258,74 @@ class _PipeDataOp(IRDLOperation):
 
 
 class _ProducesEntry(_PipeDataOp):
-    """`%e = pto.<op> {id = N, split = S} -> TV` (talloc, tpop); a local pipe's entry is a tile."""
+    """`%e = pto.<op> [(%valid_row, %valid_col)] {id = N, split = S} [aiv_subblockid(%b)] -> TV` (talloc,
+    tpop); a local pipe's entry is a tile, whose dynamic valid shape a tpop may set."""
 
+    extra = var_operand_def()  # [valid_row, valid_col (index)] [aiv_subblockid (i64)]
     entry = result_def(TensorViewType | TileBufType)
 
     @classmethod
+    def build(cls, *, operands: Sequence = (), **kwargs):
+        """No operands (the global-entry form the builder emits) or the list of extra operands."""
+        return super().build(operands=operands or [[]], **kwargs)
+
+    @property
+    def valid_row(self) -> SSAValue | None:
+        return self.extra[0] if len(self.extra) >= 2 and isinstance(self.extra[0].type, IndexType) else None
+
+    @property
+    def valid_col(self) -> SSAValue | None:
+        return self.extra[1] if self.valid_row is not None else None
+
+    @property
+    def aiv_subblockid(self) -> SSAValue | None:
+        return self.extra[-1] if self.extra and isinstance(self.extra[-1].type, IntegerType) else None
+
+    @classmethod
     def parse(cls, parser: Parser):
+        valid: list = []
+        if parser.parse_optional_punctuation("(") is not None:
+            valid = [parser.parse_unresolved_operand()]
+            parser.parse_punctuation(",")
+            valid.append(parser.parse_unresolved_operand())
+            parser.parse_punctuation(")")
         props = _parse_id_split(parser)
+        sub: list = []
+        if parser.parse_optional_keyword("aiv_subblockid") is not None:
+            parser.parse_punctuation("(")
+            sub = [parser.resolve_operand(parser.parse_unresolved_operand(), i64)]
+            parser.parse_punctuation(")")
         parser.parse_punctuation("->")
         t = parser.parse_type()
-        return cls.build(result_types=[t], properties=props)
+        extra = [parser.resolve_operand(v, IndexType()) for v in valid] + sub
+        return cls.build(operands=[extra], result_types=[t], properties=props)
 
     def print(self, printer: Printer) -> None:
+        if self.valid_row is not None and self.valid_col is not None:
+            printer.print_string(" (")
+            printer.print_operand(self.valid_row)
+            printer.print_string(", ")
+            printer.print_operand(self.valid_col)
+            printer.print_string(")")
         self._print_id_split(printer)
+        if self.aiv_subblockid is not None:
+            printer.print_string(" aiv_subblockid(")
+            printer.print_operand(self.aiv_subblockid)
+            printer.print_string(")")
         printer.print_string(" -> ")
         printer.print_attribute(self.entry.type)
+
+    def verify_(self) -> None:
+        super().verify_()
+        kinds = [type(v.type) for v in self.extra]
+        if kinds not in ([], [IndexType, IndexType], [IndexType, IndexType, IntegerType], [IntegerType]):
+            _fail(self, "operands", f"takes (valid_row, valid_col : index) and / or aiv_subblockid (i64), got {[str(v.type) for v in self.extra]}")
+        t = self.entry.type
+        if self.valid_row is not None:
+            if self.ROLE != "tpop" or not isinstance(t, TileBufType) or DYN not in t.valid:
+                _fail(self, "valid shape", f"(valid_row, valid_col) operands need a tpop of a tile entry with a dynamic valid shape, got {t}")
+        if self.aiv_subblockid is not None and not (self.ROLE == "tpop" and self.CORE == "vector"):
+            _fail(self, "aiv_subblockid", "only tpop_from_aic takes aiv_subblockid")
 
     @property
     def entry_type(self) -> TensorViewType | TileBufType:
@@ -283,7 +336,22 @@ class _TakesEntry(_PipeDataOp):
     """`pto.<op>(%e : TV) {id = N, split = S}` (tpush, tfree); a local pipe pushes a tile and its
     tfree names no entry (`pto.tfree_from_aic {id = N, split = S}`)."""
 
-    entry_value = opt_operand_def(TensorViewType | TileBufType)
+    args = var_operand_def()  # [entry] [aiv_subblockid (i64)]
+
+    @classmethod
+    def build(cls, *, operands: Sequence = (), **kwargs):
+        """`operands=[entry]` (the form the builder emits) or the list of operands."""
+        if operands and isinstance(operands[0], SSAValue):
+            operands = [list(operands)]
+        return super().build(operands=operands or [[]], **kwargs)
+
+    @property
+    def entry_value(self) -> SSAValue | None:
+        return self.args[0] if self.args and isinstance(self.args[0].type, (TensorViewType, TileBufType)) else None
+
+    @property
+    def aiv_subblockid(self) -> SSAValue | None:
+        return self.args[-1] if self.args and isinstance(self.args[-1].type, IntegerType) else None
 
     @classmethod
     def parse(cls, parser: Parser):
@@ -295,7 +363,12 @@ class _TakesEntry(_PipeDataOp):
             parser.parse_punctuation(")")
             operands = [parser.resolve_operand(value, t)]
         props = _parse_id_split(parser)
-        return cls.build(operands=[operands], properties=props)
+        sub: list = []
+        if parser.parse_optional_keyword("aiv_subblockid") is not None:
+            parser.parse_punctuation("(")
+            sub = [parser.resolve_operand(parser.parse_unresolved_operand(), i64)]
+            parser.parse_punctuation(")")
+        return cls.build(operands=[operands + sub], properties=props)
 
     def print(self, printer: Printer) -> None:
         if self.entry_value is not None:
@@ -305,11 +378,20 @@ class _TakesEntry(_PipeDataOp):
             printer.print_attribute(self.entry_value.type)
             printer.print_string(")")
         self._print_id_split(printer)
+        if self.aiv_subblockid is not None:
+            printer.print_string(" aiv_subblockid(")
+            printer.print_operand(self.aiv_subblockid)
+            printer.print_string(")")
 
     def verify_(self) -> None:
         super().verify_()
+        kinds = [type(v.type) for v in self.args]
+        if len(self.args) > 2 or (self.args and self.entry_value is None and kinds != [IntegerType]):
+            _fail(self, "operands", f"takes an entry and / or aiv_subblockid (i64), got {[str(v.type) for v in self.args]}")
         if self.entry_value is None and self.ROLE == "tpush":
             _fail(self, "entry", "tpush needs the entry it publishes: pto.tpush_to_aiv(%e : T) {id = N, split = S}")
+        if self.aiv_subblockid is not None and not (self.ROLE == "tpush" and self.CORE == "vector"):
+            _fail(self, "aiv_subblockid", "only tpush_to_aic and tpop_from_aic take aiv_subblockid")
 
     @property
     def entry_type(self) -> TensorViewType | TileBufType | None:

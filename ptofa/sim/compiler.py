@@ -494,6 +494,8 @@ class _FunctionCompiler:
     def pipe_op(self, op: Operation) -> tuple[Fn, bool]:
         """A placeholder; `region` binds the `pipeops` closure once the op has its id."""
         local = op.is_local if isinstance(op, d.PIPE_INIT_OPS) else not isinstance(op.entry_type, (d.TensorViewType, type(None)))
+        if getattr(op, "aiv_subblockid", None) is not None:
+            raise SimError(f"{op.name} (pipe id {op.id_value}): an explicit aiv_subblockid is not simulated")
         if local:
             raise SimError(f"{op.name} (pipe id {op.id_value}): local (consumer-buffer) pipes with tile entries are not simulated; "
                            "ptofa runs global (gm_slot_tensor) pipes")
