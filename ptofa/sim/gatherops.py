@@ -36,10 +36,10 @@ def _resolve(name: str, idx: np.ndarray, n: int, mode: str) -> tuple[np.ndarray,
     return idx, inside
 
 
-def _table(name: str, view) -> np.ndarray:
+def _table(name: str, view, row_mode: bool) -> np.ndarray:
     a = view.array()
-    if a.ndim < 2:
-        raise SimError(f"{name}: the GM table must have rank >= 2, got shape {a.shape}")
+    if row_mode and a.ndim < 2:
+        raise SimError(f"{name}: a row-mode table must have rank >= 2, got shape {a.shape}")
     return a
 
 
@@ -53,7 +53,7 @@ def mgather(op: d.MGatherOp, slot: Slot) -> Fn:
     name = op.name
 
     def fn(vals):
-        a, t = _table(name, vals[mem]), vals[dst]
+        a, t = _table(name, vals[mem], row_mode), vals[dst]
         ix = vals[idx].v
         if row_mode:
             rows = a.reshape(-1, a.shape[-1]) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1, a.shape[-1])
@@ -86,7 +86,7 @@ def mscatter(op: d.MScatterOp, slot: Slot) -> Fn:
     name = op.name
 
     def fn(vals):
-        s, a = vals[src], _table(name, vals[mem])
+        s, a = vals[src], _table(name, vals[mem], row_mode)
         ix = vals[idx].v
         lead = a.shape[:-1] if row_mode else a.shape
         n = int(np.prod(lead))
