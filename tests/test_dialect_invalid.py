@@ -831,6 +831,11 @@ op_case("cmo_space", vec, "", "pto.cmo.cacheinvalid all #pto.address_space<vec>"
 op_case("comm_unknown_attr", vec, _C, f"pto.comm.tget(%pv, %pv, buf(%ping) : {PV16x64}, {PV16x64}, {_STG}) {{atomicType = #pto<atomic_type atomic_add>}}",
         "pto.comm.tget: unexpected attributes ['atomicType']", P)
 
+op_case("tcvt_satmode_attr", vec, VEC_TILES, f"pto.tcvt ins(%a {{satmode = #pto<round_mode ROUND>}} : {V32}) outs(%h : {V16})",
+        "pto.tcvt: satmode must be #pto<saturation_mode ON|OFF>")
+op_case("tcvt_unknown_attr", vec, VEC_TILES, f"pto.tcvt ins(%a {{mode = #pto<round_mode ROUND>}} : {V32}) outs(%h : {V16})",
+        "pto.tcvt: unexpected attribute 'mode' (expected rmode, satmode)")
+
 
 @pytest.mark.parametrize("text, message, at", CASES.values(), ids=CASES.keys())
 def test_invalid(text: str, message: str, at: str | None) -> None:

@@ -463,6 +463,9 @@ OPS["comm_async"] = ("vector", _COMM + _SESSION + f"%ev = pto.comm.tput_async(%p
 OPS["cmo_fence"] = ("vector", _COMM + f"pto.cmo.cacheinvalid %pv single_cache_line : {_P128}\npto.cmo.cacheinvalid all #pto.address_space<gm>\n"
                                       "pto.fence.barrier_all #pto.fence_scope<gm>")
 
+OPS["tcvt_satmode"] = ("vector", f"{VEC_TILES}\npto.tcvt ins(%a {{rmode = #pto<round_mode ROUND>, satmode = #pto<saturation_mode ON>}} : {V32}) outs(%h : {V16})")
+OPS["addptr_elided_types"] = ("vector", "%c8 = arith.constant 8 : index\n%q = pto.addptr %p, %c8 : <f32> -> <f32>")
+
 
 def _args_for(body: str) -> str:
     if "pto.make_tensor_view %pb" in body:
@@ -745,3 +748,8 @@ def test_local_pipe_dynamic_valid_and_subblock_operands() -> None:
     printed = roundtrip(text)
     assert f"(%c8, %c8) {{id = 0, split = 0}} aiv_subblockid(%sb) -> {dyn}" in printed
     assert "{id = 0, split = 0} aiv_subblockid(%sb)\n" in printed
+
+
+def test_addptr_elided_pointer_types_print_qualified() -> None:
+    printed = roundtrip(wrap("%c8 = arith.constant 8 : index\n%q = pto.addptr %p, %c8 : <f32> -> <f32>", args=GM_ARGS))
+    assert "pto.addptr %p, %c8 : !pto.ptr<f32> -> !pto.ptr<f32>" in printed

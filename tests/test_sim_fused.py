@@ -94,3 +94,10 @@ def test_fence_runs_and_communication_is_refused(x: np.ndarray) -> None:
     body = f"%st = pto.alloc_tile : {stage}\npto.comm.tput(%yp, %xp, buf(%st) : {PTV(16, 16, 'f32')}, {PTV(16, 16, 'f32')}, {stage})\n"
     with pytest.raises(SimError, match="pto.comm.tput: inter-device communication is not simulated"):
         run(io(body + f"pto.tmov ins(%a : {T16}) outs(%o : {T16})", 16, 16, T16), x=x, y=y)
+
+
+def test_tcvt_satmode_is_not_simulated(x: np.ndarray) -> None:
+    t16 = "!pto.tile_buf<vec, 16x16xf16>"
+    body = f"%h = pto.alloc_tile : {t16}\npto.tcvt ins(%a {{rmode = #pto<round_mode ROUND>, satmode = #pto<saturation_mode ON>}} : {T16}) outs(%h : {t16})"
+    with pytest.raises(SimError, match="tcvt: round mode ROUND with satmode .* is not simulated"):
+        run(io(body + f"\npto.tmov ins(%a : {T16}) outs(%o : {T16})", 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))
