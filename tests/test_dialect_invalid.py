@@ -836,6 +836,24 @@ op_case("tcvt_satmode_attr", vec, VEC_TILES, f"pto.tcvt ins(%a {{satmode = #pto<
 op_case("tcvt_unknown_attr", vec, VEC_TILES, f"pto.tcvt ins(%a {{mode = #pto<round_mode ROUND>}} : {V32}) outs(%h : {V16})",
         "pto.tcvt: unexpected attribute 'mode' (expected rmode, satmode)")
 
+_S1 = "!pto.tile_buf<vec, 1x256xf32>"
+_SORTS = alloc("s1", _S1) + alloc("s2", _S1) + alloc("si", "!pto.tile_buf<vec, 1x256xi32>") + "%ex = arith.constant dense<0> : vector<4xi16>\n"
+op_case("tsort32_index_unsigned", vec, _SORTS, f"pto.tsort32 ins(%s1, %si : {_S1}, !pto.tile_buf<vec, 1x256xi32>) outs(%s2 : {_S1})",
+        "'pto.tsort32' index: idx element type must be ui32, got i32")
+op_case("tsort32_dtype", vec, _SORTS + alloc("h", V16), f"pto.tsort32 ins(%si, %si : !pto.tile_buf<vec, 1x256xi32>, !pto.tile_buf<vec, 1x256xi32>) outs(%s2 : {_S1})",
+        "'pto.tsort32' dtype: src and dst must share f16 or f32, got i32 and f32")
+op_case("tmrgsort_rows", vec, _SORTS + VEC_TILES, f"pto.tmrgsort ins(%s1, %s2 no_tmp {{exhausted = false}} : {_S1}, {_S1}) outs(%a, %ex : {V32}, vector<4xi16>)",
+        "'pto.tmrgsort' shape agreement: dst must be a single-row tile")
+op_case("tmrgsort_tmp_cols", vec, _SORTS + alloc("sm", "!pto.tile_buf<vec, 1x64xf32>"),
+        f"pto.tmrgsort ins(%s1, %s2, %sm {{exhausted = false}} : {_S1}, {_S1}, !pto.tile_buf<vec, 1x64xf32>) outs(%s2, %ex : {_S1}, vector<4xi16>)",
+        "'pto.tmrgsort' tmp size: tmp has 64 columns, dst 256")
+op_case("tmrgsort_executed_type", vec, _SORTS + "%ex8 = arith.constant dense<0> : vector<8xi16>\n",
+        f"pto.tmrgsort ins(%s1, %s2 no_tmp {{exhausted = false}} : {_S1}, {_S1}) outs(%s2, %ex8 : {_S1}, vector<8xi16>)",
+        "'pto.tmrgsort' operands: executed must be vector<4xi16>, got vector<8xi16>")
+op_case("tmrgsort_format1_extra", vec, _SORTS + "%bl = arith.constant 64 : i32\n",
+        f"pto.tmrgsort ins(%s1, %bl no_tmp : {_S1}, i32) outs(%s2 : {_S1})",
+        "pto.tmrgsort: format 1 is ins(%src, %blockLen : S, i32) outs(%dst : D)")
+
 
 @pytest.mark.parametrize("text, message, at", CASES.values(), ids=CASES.keys())
 def test_invalid(text: str, message: str, at: str | None) -> None:

@@ -466,6 +466,16 @@ OPS["cmo_fence"] = ("vector", _COMM + f"pto.cmo.cacheinvalid %pv single_cache_li
 OPS["tcvt_satmode"] = ("vector", f"{VEC_TILES}\npto.tcvt ins(%a {{rmode = #pto<round_mode ROUND>, satmode = #pto<saturation_mode ON>}} : {V32}) outs(%h : {V16})")
 OPS["addptr_elided_types"] = ("vector", "%c8 = arith.constant 8 : index\n%q = pto.addptr %p, %c8 : <f32> -> <f32>")
 
+_S1 = "!pto.tile_buf<vec, 1x256xf32>"
+_SI = "!pto.tile_buf<vec, 1x256xui32>"
+_SORT = f"%s1 = pto.alloc_tile : {_S1}\n%s2 = pto.alloc_tile : {_S1}\n%s3 = pto.alloc_tile : {_S1}\n%si = pto.alloc_tile : {_SI}\n"
+OPS["tsort32"] = ("vector", _SORT + f"pto.tsort32 ins(%s1, %si : {_S1}, {_SI}) outs(%s2 : {_S1})")
+OPS["tmrgsort_format1"] = ("vector", _SORT + f"%bl = arith.constant 64 : i32\npto.tmrgsort ins(%s1, %bl : {_S1}, i32) outs(%s2 : {_S1})")
+OPS["tmrgsort_format2"] = ("vector", _SORT + "%ex = arith.constant dense<0> : vector<4xi16>\n"
+                                     f"pto.tmrgsort ins(%s1, %s2, %s3 {{exhausted = false}} : {_S1}, {_S1}, {_S1}) outs(%s3, %ex : {_S1}, vector<4xi16>)")
+OPS["tmrgsort_no_tmp"] = ("vector", _SORT + "%ex = arith.constant dense<0> : vector<4xi16>\n"
+                                    f"pto.tmrgsort ins(%s1, %s2 no_tmp {{exhausted = true}} : {_S1}, {_S1}) outs(%s3, %ex : {_S1}, vector<4xi16>)")
+
 
 def _args_for(body: str) -> str:
     if "pto.make_tensor_view %pb" in body:
@@ -476,14 +486,14 @@ def _args_for(body: str) -> str:
 @pytest.mark.parametrize("kind, body", OPS.values(), ids=OPS.keys())
 def test_op_roundtrip(kind: str, body: str) -> None:
     printed = roundtrip(wrap(body, kind=kind, args=_args_for(body)))
-    for op_name in re.findall(r"\bpto\.[a-z_.]+?(?=[\s(])", body):
+    for op_name in re.findall(r"\bpto\.[a-z0-9_.]+?(?=[\s(])", body):
         assert op_name in printed
 
 
 def test_every_dialect_op_has_a_roundtrip_case() -> None:
     sources = "\n".join(body for _, body in OPS.values()) + CUBE_BODY + VEC_BODY + CUBE_PRE + VEC_PRE
     sources += "pto.set_ffts pto.make_tensor_view pto.partition_view"
-    used = set(re.findall(r"pto\.[a-z_.]+?(?=[\s(])", sources + "\n"))
+    used = set(re.findall(r"pto\.[a-z0-9_.]+?(?=[\s(])", sources + "\n"))
     missing = [op.name for op in d.PTO.operations if op.name not in used]
     assert missing == []
 

@@ -117,3 +117,11 @@ def test_local_pipes_are_rejected_as_not_simulated() -> None:
     args = {"ffts": GmPointer.of(np.zeros(8, np.int64)), "f": GmPointer.of(np.zeros(4096, np.float32))}
     with pytest.raises(SimError, match=r"local \(.*\) pipes .*are not simulated"):
         simulate(check_text(text), args, 1)
+
+
+def test_sorts_are_not_simulated(x: np.ndarray) -> None:
+    s1, si = "!pto.tile_buf<vec, 1x256xf32>", "!pto.tile_buf<vec, 1x256xui32>"
+    body = (f"%s1 = pto.alloc_tile : {s1}\n%s2 = pto.alloc_tile : {s1}\n%si = pto.alloc_tile : {si}\n"
+            f"pto.tsort32 ins(%s1, %si : {s1}, {si}) outs(%s2 : {s1})\npto.tmov ins(%a : {T16}) outs(%o : {T16})")
+    with pytest.raises(SimError, match="pto.tsort32: the hardware's packed value-index sort layout is not simulated"):
+        run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))

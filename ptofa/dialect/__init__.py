@@ -161,7 +161,8 @@ from ptofa.dialect.vector import (
     _UnaryOp,
 )
 
-from ptofa.dialect import comm, fused, gathers, multitile, reductions  # noqa: E402 (families added after the FA subset)
+from ptofa.dialect import comm, fused, gathers, multitile, reductions, sorts  # noqa: E402 (families added after the FA subset)
+from ptofa.dialect.sorts import TMrgSortOp, TSort32Op  # noqa: E402
 from ptofa.dialect.comm import COMM_OPS, AsyncEventType, AsyncSessionType, CmoCacheInvalidOp, FenceBarrierAllOp  # noqa: E402
 from ptofa.dialect.fused import IntToPtrOp, PtrToIntOp, TAddSCOp, TMatmulBiasOp, TPReluOp, TRowExpandOp, TSubSCOp  # noqa: E402
 from ptofa.dialect.gathers import CoalesceAttr, GatherOobAttr, MGatherOp, MScatterOp, ScatterAtomicOpAttr, ScatterOobAttr  # noqa: E402
@@ -184,6 +185,6 @@ from ptofa.dialect.reductions import (  # noqa: E402
 PTO = Dialect(
     "pto",
     [*runtime.OPS, *memory.OPS, *views.OPS, *cube.OPS, *vector.OPS, *rowcol.OPS, *masks.OPS, *pipes.OPS, *tileaccess.OPS, *buffers.OPS,
-     *intops.OPS, *multitile.OPS, *reductions.OPS, *gathers.OPS, *fused.OPS, *comm.OPS],
+     *intops.OPS, *multitile.OPS, *reductions.OPS, *gathers.OPS, *fused.OPS, *comm.OPS, *sorts.OPS],
     [*types.ATTRS, *multitile.ATTRS, *gathers.ATTRS, *comm.ATTRS],
 )

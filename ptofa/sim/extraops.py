@@ -1,6 +1,7 @@
 """Semantics and timing costs of `ptofa.dialect.reductions`: column reductions, the row
-product, arg reductions, tlrelu, taxpy and taddc / tsubc. Each factory resolves its op
-once and returns `fn(vals)`, which writes only dst's valid region."""
+product, arg reductions, tlrelu, taxpy and taddc / tsubc (the sorts of `ptofa.dialect.sorts`
+are refused). Each factory resolves its op once and returns `fn(vals)`, which writes only
+dst's valid region."""
 
 from __future__ import annotations
 
@@ -125,6 +126,11 @@ def ternary(op, slot: Slot) -> Fn:
     return fn
 
 
-# Vector-unit work: reductions at the reduce rate, the fused elementwise ops at the plain rate.
-registry.cost(*_COL, d.TRowProdOp, *_ARG, queue=on_vector, cycles=vector_cycles("vec_reduce_factor"))
+@registry.semantics(d.TSort32Op, d.TMrgSortOp)
+def sort(op, slot: Slot) -> Fn:
+    raise SimError(f"{op.name}: the hardware's packed value-index sort layout is not simulated")
+
+
+# Vector-unit work: reductions (and sorts) at the reduce rate, the fused elementwise ops at the plain rate.
+registry.cost(*_COL, d.TRowProdOp, *_ARG, d.TSort32Op, d.TMrgSortOp, queue=on_vector, cycles=vector_cycles("vec_reduce_factor"))
 registry.cost(d.TLReluOp, d.TAxpyOp, d.TAddCOp, d.TSubCOp, queue=on_vector, cycles=vector_cycles())
