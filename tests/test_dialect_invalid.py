@@ -854,6 +854,15 @@ op_case("tmrgsort_format1_extra", vec, _SORTS + "%bl = arith.constant 64 : i32\n
         f"pto.tmrgsort ins(%s1, %bl no_tmp : {_S1}, i32) outs(%s2 : {_S1})",
         "pto.tmrgsort: format 1 is ins(%src, %blockLen : S, i32) outs(%dst : D)")
 
+op_case("tconcat_too_wide", vec, VEC_TILES, f"pto.tconcat ins(%a, %b : {V32}, {V32}) outs(%a : {V32})",
+        "'pto.tconcat' shape agreement: src0 valid cols 64 + src1 valid cols 64 exceed dst's 64 columns")
+op_case("tconcat_dtype", vec, VEC_TILES + alloc("h2", "!pto.tile_buf<vec, 16x32xf16>"),
+        f"pto.tconcat ins(%h2, %h2 : !pto.tile_buf<vec, 16x32xf16>, !pto.tile_buf<vec, 16x32xf16>) outs(%a : {V32})",
+        "'pto.tconcat' dtype: src0, src1 and dst must share one of")
+op_case("tconcatidx_index_type", vec, VEC_TILES + alloc("q", "!pto.tile_buf<vec, 16x32xf32>"),
+        f"pto.tconcatidx ins(%q, %q, %q, %q : !pto.tile_buf<vec, 16x32xf32>, !pto.tile_buf<vec, 16x32xf32>, !pto.tile_buf<vec, 16x32xf32>, !pto.tile_buf<vec, 16x32xf32>) outs(%a : {V32})",
+        "'pto.tconcatidx' index: src0Idx and src1Idx must be loc=vec tiles of one of i8/i16/i32")
+
 
 @pytest.mark.parametrize("text, message, at", CASES.values(), ids=CASES.keys())
 def test_invalid(text: str, message: str, at: str | None) -> None:

@@ -476,6 +476,12 @@ OPS["tmrgsort_format2"] = ("vector", _SORT + "%ex = arith.constant dense<0> : ve
 OPS["tmrgsort_no_tmp"] = ("vector", _SORT + "%ex = arith.constant dense<0> : vector<4xi16>\n"
                                     f"pto.tmrgsort ins(%s1, %s2 no_tmp {{exhausted = true}} : {_S1}, {_S1}) outs(%s3, %ex : {_S1}, vector<4xi16>)")
 
+_H = "!pto.tile_buf<vec, 16x32xf32>"
+_HI = "!pto.tile_buf<vec, 16x8xi32>"
+OPS["tconcat"] = ("vector", f"{VEC_TILES}\n%h1 = pto.alloc_tile : {_H}\n%h2 = pto.alloc_tile : {_H}\npto.tconcat ins(%h1, %h2 : {_H}, {_H}) outs(%o : {V32})")
+OPS["tconcatidx"] = ("vector", f"{VEC_TILES}\n%h1 = pto.alloc_tile : {_H}\n%n0 = pto.alloc_tile : {_HI}\n"
+                               f"pto.tconcatidx ins(%h1, %h1, %n0, %n0 : {_H}, {_H}, {_HI}, {_HI}) outs(%o : {V32})")
+
 
 def _args_for(body: str) -> str:
     if "pto.make_tensor_view %pb" in body:

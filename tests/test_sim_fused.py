@@ -101,3 +101,32 @@ def test_tcvt_satmode_is_not_simulated(x: np.ndarray) -> None:
     body = f"%h = pto.alloc_tile : {t16}\npto.tcvt ins(%a {{rmode = #pto<round_mode ROUND>, satmode = #pto<saturation_mode ON>}} : {T16}) outs(%h : {t16})"
     with pytest.raises(SimError, match="tcvt: round mode ROUND with satmode .* is not simulated"):
         run(io(body + f"\npto.tmov ins(%a : {T16}) outs(%o : {T16})", 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))
+
+
+def test_tconcat(x: np.ndarray) -> None:
+    t8 = "!pto.tile_buf<vec, 16x8xf32>"
+    y = np.zeros((16, 16), np.float32)
+    body = (f"%l = pto.alloc_tile : {t8}\n%r = pto.alloc_tile : {t8}\n"
+            f"pto.textract ins(%a, %c0, %c8 : {T16}, index, index) outs(%l : {t8})\n"
+            f"pto.textract ins(%a, %c0, %c0 : {T16}, index, index) outs(%r : {t8})\n"
+            f"pto.tconcat ins(%l, %r : {t8}, {t8}) outs(%o : {T16})")
+    run(io(body, 16, 16, T16), x=x, y=y)
+    np.testing.assert_array_equal(y, np.concatenate([x[:, 8:], x[:, :8]], axis=1))
+
+
+def test_tconcatidx_copies_the_counted_columns(x: np.ndarray) -> None:
+    t8 = "!pto.tile_buf<vec, 16x8xf32>"
+    i8 = "!pto.tile_buf<vec, 16x8xi32>"
+    y = np.zeros((16, 16), np.float32)
+    body = (f"%l = pto.alloc_tile : {t8}\n%r = pto.alloc_tile : {t8}\n%n0 = pto.alloc_tile : {i8}\n%n1 = pto.alloc_tile : {i8}\n"
+            "%k3 = arith.constant 3 : i32\n%k9 = arith.constant 9 : i32\n%z = arith.constant 0.0 : f32\n"
+            f"pto.texpands ins(%k3 : i32) outs(%n0 : {i8})\npto.texpands ins(%k9 : i32) outs(%n1 : {i8})\n"
+            f"pto.texpands ins(%z : f32) outs(%o : {T16})\n"
+            f"pto.textract ins(%a, %c0, %c8 : {T16}, index, index) outs(%l : {t8})\n"
+            f"pto.textract ins(%a, %c0, %c0 : {T16}, index, index) outs(%r : {t8})\n"
+            f"pto.tconcatidx ins(%l, %r, %n0, %n1 : {t8}, {t8}, {i8}, {i8}) outs(%o : {T16})")
+    run(io(body, 16, 16, T16), x=x, y=y)
+    want = np.zeros((16, 16), np.float32)
+    want[:, :3] = x[:, 8:11]
+    want[:, 3:11] = x[:, :8]  # 9 requested, src1 has 8 valid columns
+    np.testing.assert_array_equal(y, want)

@@ -164,7 +164,7 @@ from ptofa.dialect.vector import (
 from ptofa.dialect import comm, fused, gathers, multitile, reductions, sorts  # noqa: E402 (families added after the FA subset)
 from ptofa.dialect.sorts import TMrgSortOp, TSort32Op  # noqa: E402
 from ptofa.dialect.comm import COMM_OPS, AsyncEventType, AsyncSessionType, CmoCacheInvalidOp, FenceBarrierAllOp  # noqa: E402
-from ptofa.dialect.fused import IntToPtrOp, PtrToIntOp, TAddSCOp, TMatmulBiasOp, TPReluOp, TRowExpandOp, TSubSCOp  # noqa: E402
+from ptofa.dialect.fused import IntToPtrOp, PtrToIntOp, TAddSCOp, TConcatIdxOp, TConcatOp, TMatmulBiasOp, TPReluOp, TRowExpandOp, TSubSCOp  # noqa: E402
 from ptofa.dialect.gathers import CoalesceAttr, GatherOobAttr, MGatherOp, MScatterOp, ScatterAtomicOpAttr, ScatterOobAttr  # noqa: E402
 from ptofa.dialect.multitile import AllocMultiTileOp, MultiTileBufType, MultiTileGetOp  # noqa: E402
 from ptofa.dialect.reductions import (  # noqa: E402

@@ -1,6 +1,7 @@
-"""Fused and broadcast tile ops, the biased matmul and pointer/integer casts: `tprelu`
-(per-element slope), `trowexpand` (column 0 broadcast along each row), `taddsc` / `tsubsc`
-(src0 +/- scalar + src1), `tmatmul.bias` and `ptrtoint` / `inttoptr`.
+"""Fused, broadcast and concatenating tile ops, the biased matmul and pointer/integer casts:
+`tprelu` (per-element slope), `trowexpand` (column 0 broadcast along each row), `taddsc` /
+`tsubsc` (src0 +/- scalar + src1), `tconcat` / `tconcatidx` (columns of two tiles side by
+side), `tmatmul.bias` and `ptrtoint` / `inttoptr`.
 
 Rules follow docs/PTO_IR_manual.md of PTOAS and its A2/A3 verifiers (lib/PTO/IR/PTO.cpp):
 tprelu's f16/f32 row-major operands of one valid shape and its i8 tmp of at least
@@ -131,6 +132,63 @@ class TMatmulBiasOp(_InsOutsOp):
             _fail(self, "bias", f"bias element type {b.elem} must be dst's {c.elem}")
 
 
+_CONCAT_DTYPES = ("i8", "i16", "i32", "f16", "f32", "bf16")
+
+
+def _check_concat(op: IRDLOperation, a: TileBufType, b: TileBufType, d: TileBufType) -> None:
+    for t, role in ((a, "src0"), (b, "src1"), (d, "dst")):
+        if t.space != "vec":
+            _fail(op, "memory space", f"{role} must be loc=vec, got {t.describe()}")
+    if not (a.dtype == b.dtype == d.dtype) or d.elem not in _CONCAT_DTYPES:
+        _fail(op, "dtype", f"src0, src1 and dst must share one of {_CONCAT_DTYPES}, got {a.elem}, {b.elem}, {d.elem}")
+    rows = {t.valid[0] for t in (a, b, d)} - {DYN}
+    if len(rows) > 1:
+        _fail(op, "shape agreement", f"valid rows differ: src0 {a.valid[0]}, src1 {b.valid[0]}, dst {d.valid[0]}")
+
+
+@irdl_op_definition
+class TConcatOp(_InsOutsOp):
+    """`ins(%src0, %src1 : A, B) outs(%dst : D)`: dst[i, :C0] = src0[i], dst[i, C0:C0+C1] = src1[i]."""
+
+    name = "pto.tconcat"
+    N_INS: ClassVar[int] = 2
+    src0 = operand_def(TileBufType)
+    src1 = operand_def(TileBufType)
+    dst_ = operand_def(TileBufType)
+
+    def verify_(self) -> None:
+        a, b, d = _tile(self, self.src0, "src0"), _tile(self, self.src1, "src1"), _tile(self, self.dst, "dst")
+        _check_concat(self, a, b, d)
+        if DYN not in (a.valid[1], b.valid[1]) and a.valid[1] + b.valid[1] > d.cols.data:
+            _fail(self, "shape agreement", f"src0 valid cols {a.valid[1]} + src1 valid cols {b.valid[1]} exceed dst's {d.cols.data} columns")
+
+
+@irdl_op_definition
+class TConcatIdxOp(_InsOutsOp):
+    """`ins(%src0, %src1, %n0, %n1 : A, B, I, I) outs(%dst : D)`: per row i, the first n0[i, 0] columns of
+    src0 then the first n1[i, 0] of src1 (each clipped to what fits)."""
+
+    name = "pto.tconcatidx"
+    N_INS: ClassVar[int] = 4
+    src0 = operand_def(TileBufType)
+    src1 = operand_def(TileBufType)
+    src0_idx = operand_def(TileBufType)
+    src1_idx = operand_def(TileBufType)
+    dst_ = operand_def(TileBufType)
+
+    def verify_(self) -> None:
+        a, b, d = _tile(self, self.src0, "src0"), _tile(self, self.src1, "src1"), _tile(self, self.dst, "dst")
+        _check_concat(self, a, b, d)
+        i0, i1 = _tile(self, self.src0_idx, "src0Idx"), _tile(self, self.src1_idx, "src1Idx")
+        for t in (a, b, d, i0, i1):
+            if not t.is_row_major:
+                _fail(self, "layout", f"tconcatidx tiles must be row_major, got {t.describe()}")
+        if i0.dtype != i1.dtype or i0.elem not in ("i8", "i16", "i32") or i0.space != "vec" or i1.space != "vec":
+            _fail(self, "index", f"src0Idx and src1Idx must be loc=vec tiles of one of i8/i16/i32, got {i0.describe()}, {i1.describe()}")
+        if 0 in (i0.valid[1], i1.valid[1]) or len({t.valid[0] for t in (i0, i1, d)} - {DYN}) > 1:
+            _fail(self, "index", f"index tiles need >= 1 valid column and dst's valid rows, got {_dims_str(i0.valid)}, {_dims_str(i1.valid)}")
+
+
 class _CastOp(IRDLOperation):
     """`%r = pto.<op> %v : A -> B`."""
 
@@ -188,4 +246,4 @@ class IntToPtrOp(_CastOp):
                 _fail(self, "uses", f"an inttoptr pointer may only be the pointer of load_scalar / store_scalar, used by {user.name}")
 
 
-OPS = (TPReluOp, TRowExpandOp, TAddSCOp, TSubSCOp, TMatmulBiasOp, PtrToIntOp, IntToPtrOp)
+OPS = (TPReluOp, TRowExpandOp, TAddSCOp, TSubSCOp, TConcatOp, TConcatIdxOp, TMatmulBiasOp, PtrToIntOp, IntToPtrOp)
