@@ -838,8 +838,8 @@ op_case("tcvt_unknown_attr", vec, VEC_TILES, f"pto.tcvt ins(%a {{mode = #pto<rou
 
 _S1 = "!pto.tile_buf<vec, 1x256xf32>"
 _SORTS = alloc("s1", _S1) + alloc("s2", _S1) + alloc("si", "!pto.tile_buf<vec, 1x256xi32>") + "%ex = arith.constant dense<0> : vector<4xi16>\n"
-op_case("tsort32_index_unsigned", vec, _SORTS, f"pto.tsort32 ins(%s1, %si : {_S1}, !pto.tile_buf<vec, 1x256xi32>) outs(%s2 : {_S1})",
-        "'pto.tsort32' index: idx element type must be ui32, got i32")
+op_case("tsort32_index_width", vec, _SORTS + alloc("s16", "!pto.tile_buf<vec, 1x256xi16>"), f"pto.tsort32 ins(%s1, %s16 : {_S1}, !pto.tile_buf<vec, 1x256xi16>) outs(%s2 : {_S1})",
+        "'pto.tsort32' index: idx element type must be i32 / ui32, got i16")
 op_case("tsort32_dtype", vec, _SORTS + alloc("h", V16), f"pto.tsort32 ins(%si, %si : !pto.tile_buf<vec, 1x256xi32>, !pto.tile_buf<vec, 1x256xi32>) outs(%s2 : {_S1})",
         "'pto.tsort32' dtype: src and dst must share f16 or f32, got i32 and f32")
 op_case("tmrgsort_rows", vec, _SORTS + VEC_TILES, f"pto.tmrgsort ins(%s1, %s2 no_tmp {{exhausted = false}} : {_S1}, {_S1}) outs(%a, %ex : {V32}, vector<4xi16>)",
@@ -862,6 +862,27 @@ op_case("tconcat_dtype", vec, VEC_TILES + alloc("h2", "!pto.tile_buf<vec, 16x32x
 op_case("tconcatidx_index_type", vec, VEC_TILES + alloc("q", "!pto.tile_buf<vec, 16x32xf32>"),
         f"pto.tconcatidx ins(%q, %q, %q, %q : !pto.tile_buf<vec, 16x32xf32>, !pto.tile_buf<vec, 16x32xf32>, !pto.tile_buf<vec, 16x32xf32>, !pto.tile_buf<vec, 16x32xf32>) outs(%a : {V32})",
         "'pto.tconcatidx' index: src0Idx and src1Idx must be loc=vec tiles of one of i8/i16/i32")
+
+_Q8 = "!pto.tile_buf<vec, 16x64xi8>"
+op_case("tquant_offset_sym", vec, VEC_TILES + alloc("q8", _Q8),
+        f"pto.tquant ins(%a, %col, %col : {V32}, {COL}, {COL}) outs(%q8 : {_Q8}) {{quant_type = #pto<quant_type INT8_SYM>}}",
+        "'pto.tquant' operands: INT8_SYM takes no offset operand")
+op_case("tquant_dst_i16", vec, VEC_TILES + alloc("q16", "!pto.tile_buf<vec, 16x64xi16>"),
+        f"pto.tquant ins(%a, %col : {V32}, {COL}) outs(%q16 : !pto.tile_buf<vec, 16x64xi16>) {{quant_type = #pto<quant_type INT8_SYM>}}",
+        "'pto.tquant' dtype: INT8_SYM writes an 8-bit integer dst")
+op_case("tquant_fp_per_row", vec, VEC_TILES + alloc("q8", _Q8),
+        f"pto.tquant ins(%a, %b : {V32}, {V32}) outs(%q8 : {_Q8}) {{quant_type = #pto<quant_type INT8_SYM>}}",
+        "'pto.tquant' shape agreement: fp must be a per-row (col_major, 16x1 valid) tile")
+op_case("tquant_tmp_type", vec, VEC_TILES + alloc("q8", _Q8),
+        f"pto.tquant ins(%a, %col : {V32}, {COL}) outs(%q8, %h : {_Q8}, {V16}) {{quant_type = #pto<quant_type INT8_SYM>}}",
+        "'pto.tquant' tmp: tmp must have src's type")
+op_case("tquant_needs_type", vec, VEC_TILES + alloc("q8", _Q8), f"pto.tquant ins(%a, %col : {V32}, {COL}) outs(%q8 : {_Q8})",
+        "pto.tquant takes {quant_type = #pto<quant_type INT8_SYM|INT8_ASYM>} only")
+op_case("tdequant_src_f32", vec, VEC_TILES, f"pto.tdequant ins(%a, %col, %col : {V32}, {COL}, {COL}) outs(%b : {V32})",
+        "'pto.tdequant' dtype: src must be i8 or i16, got f32")
+op_case("tdequant_layout", vec, VEC_TILES + alloc("q8", "!pto.tile_buf<vec, 32x16xi8, blayout=col_major>"),
+        f"pto.tdequant ins(%q8, %col, %col : !pto.tile_buf<vec, 32x16xi8, blayout=col_major>, {COL}, {COL}) outs(%b : {V32})",
+        "'pto.tdequant' layout: A2/A3 src and dst must be row_major")
 
 
 @pytest.mark.parametrize("text, message, at", CASES.values(), ids=CASES.keys())

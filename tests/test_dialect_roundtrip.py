@@ -482,6 +482,15 @@ OPS["tconcat"] = ("vector", f"{VEC_TILES}\n%h1 = pto.alloc_tile : {_H}\n%h2 = pt
 OPS["tconcatidx"] = ("vector", f"{VEC_TILES}\n%h1 = pto.alloc_tile : {_H}\n%n0 = pto.alloc_tile : {_HI}\n"
                                f"pto.tconcatidx ins(%h1, %h1, %n0, %n0 : {_H}, {_H}, {_HI}, {_HI}) outs(%o : {V32})")
 
+_Q8 = "!pto.tile_buf<vec, 16x64xi8>"
+_QR = "!pto.tile_buf<vec, 16x1xf32, blayout=col_major>"
+OPS["tquant_sym"] = ("vector", f"{VEC_TILES}\n%q8 = pto.alloc_tile : {_Q8}\n"
+                               f"pto.tquant ins(%a, %col : {V32}, {_QR}) outs(%q8 : {_Q8}) {{quant_type = #pto<quant_type INT8_SYM>}}")
+OPS["tquant_asym_tmp"] = ("vector", f"{VEC_TILES}\n%q8 = pto.alloc_tile : !pto.tile_buf<vec, 16x64xui8>\n"
+                                    f"pto.tquant ins(%a, %col, %col : {V32}, {_QR}, {_QR}) outs(%q8, %t : !pto.tile_buf<vec, 16x64xui8>, {V32}) "
+                                    "{quant_type = #pto<quant_type INT8_ASYM>}")
+OPS["tdequant"] = ("vector", f"{VEC_TILES}\n%q8 = pto.alloc_tile : {_Q8}\npto.tdequant ins(%q8, %nd8, %nd8 : {_Q8}, {ND8}, {ND8}) outs(%o : {V32})")
+
 
 def _args_for(body: str) -> str:
     if "pto.make_tensor_view %pb" in body:

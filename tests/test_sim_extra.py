@@ -125,3 +125,25 @@ def test_sorts_are_not_simulated(x: np.ndarray) -> None:
             f"pto.tsort32 ins(%s1, %si : {s1}, {si}) outs(%s2 : {s1})\npto.tmov ins(%a : {T16}) outs(%o : {T16})")
     with pytest.raises(SimError, match="pto.tsort32: the hardware's packed value-index sort layout is not simulated"):
         run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))
+
+
+def test_tdequant(x: np.ndarray) -> None:
+    q = "!pto.tile_buf<vec, 16x16xi16>"
+    col = "!pto.tile_buf<vec, 16x8xf32>"
+    y = np.zeros((16, 16), np.float32)
+    body = (f"%q = pto.alloc_tile : {q}\n%k = pto.alloc_tile : {col}\n%z = pto.alloc_tile : {col}\n"
+            "%k2 = arith.constant 0.5 : f32\n%k3 = arith.constant 3.0 : f32\n"
+            f"pto.tcvt ins(%a {{rmode = #pto<round_mode TRUNC>}} : {T16}) outs(%q : {q})\n"
+            f"pto.texpands ins(%k2 : f32) outs(%k : {col})\npto.texpands ins(%k3 : f32) outs(%z : {col})\n"
+            f"pto.tdequant ins(%q, %k, %z : {q}, {col}, {col}) outs(%o : {T16})")
+    run(io(body, 16, 16, T16), x=x * 50, y=y)
+    np.testing.assert_allclose(y, (np.trunc(x * 50) - 3.0) * 0.5)
+
+
+def test_tquant_is_not_simulated(x: np.ndarray) -> None:
+    q, col = "!pto.tile_buf<vec, 16x32xi8>", "!pto.tile_buf<vec, 16x1xf32, blayout=col_major>"
+    body = (f"%q = pto.alloc_tile : {q}\n%f = pto.alloc_tile : {col}\n%w = pto.alloc_tile : !pto.tile_buf<vec, 16x32xf32>\n"
+            f"pto.tquant ins(%w, %f : !pto.tile_buf<vec, 16x32xf32>, {col}) outs(%q : {q}) {{quant_type = #pto<quant_type INT8_SYM>}}\n"
+            f"pto.tmov ins(%a : {T16}) outs(%o : {T16})")
+    with pytest.raises(SimError, match="pto.tquant: the hardware's quantization rounding and saturation are not simulated"):
+        run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))

@@ -3,7 +3,7 @@
 tmp and a `vector<4xi16>` count of the elements each list gave).
 
 Rules follow docs/PTO_IR_manual.md (4.11) of PTOAS and TMrgSortOp's parser: f16 / f32
-values; tsort32's ui32 index tile and loc=vec row-major operands; tmrgsort's single-row
+values; tsort32's 32-bit integer index tile and loc=vec row-major operands; tmrgsort's single-row
 tiles of one element type, tmp at least as wide as dst, an executed-count result of
 `vector<4xi16>`. The packed value-index layout is the hardware's, so the simulator refuses
 both ops rather than guess it.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from xdsl.dialects.builtin import BoolAttr, IntegerAttr, IntegerType, Signedness, VectorType, i1, i16
+from xdsl.dialects.builtin import BoolAttr, IntegerAttr, IntegerType, VectorType, i1, i16
 from xdsl.ir import Attribute, SSAValue
 from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, opt_operand_def, opt_prop_def, var_operand_def
 from xdsl.irdl.operations import AttrSizedOperandSegments
@@ -45,9 +45,8 @@ class TSort32Op(_InsOutsOp):
                 _fail(self, "layout", f"{role} must be a loc=vec row_major tile, got {t.describe()}")
         if d.elem not in _SORT_DTYPES or s.dtype != d.dtype:
             _fail(self, "dtype", f"src and dst must share f16 or f32, got {s.elem} and {d.elem}")
-        it = i.dtype
-        if not (isinstance(it, IntegerType) and it.width.data == 32 and it.signedness.data == Signedness.UNSIGNED):
-            _fail(self, "index", f"idx element type must be ui32, got {it}")
+        if not (isinstance(i.dtype, IntegerType) and i.dtype.width.data == 32):
+            _fail(self, "index", f"idx element type must be i32 / ui32, got {i.dtype}")
         if self.tmp is not None and _tile(self, self.tmp, "tmp").space != "vec":
             _fail(self, "layout", "tmp must be a loc=vec tile")
 

@@ -1,7 +1,7 @@
 """Semantics and timing costs of `ptofa.dialect.reductions`: column reductions, the row
-product, arg reductions, tlrelu, taxpy and taddc / tsubc (the sorts of `ptofa.dialect.sorts`
-are refused). Each factory resolves its op once and returns `fn(vals)`, which writes only
-dst's valid region."""
+product, arg reductions, tlrelu, taxpy, taddc / tsubc and tdequant (the sorts of
+`ptofa.dialect.sorts` and tquant are refused). Each factory resolves its op once and returns
+`fn(vals)`, which writes only dst's valid region."""
 
 from __future__ import annotations
 
@@ -126,6 +126,28 @@ def ternary(op, slot: Slot) -> Fn:
     return fn
 
 
+@registry.semantics(d.TDequantOp)
+def tdequant(op, slot: Slot) -> Fn:
+    """dst = (f32(src) - offset[i, 0]) * scale[i, 0] on the valid region."""
+    src, scale, offset, dst = slot(op.src), slot(op.scale), slot(op.offset), slot(op.dst)
+    name = op.name
+
+    def fn(vals):
+        s, k, z, t = vals[src], vals[scale], vals[offset], vals[dst]
+        _need(name, "dst valid shape", t.v.shape, s.v.shape)
+        if k.data.shape[0] < s.vr or z.data.shape[0] < s.vr:
+            raise SimError(f"{name}: scale / offset hold fewer than {s.vr} rows")
+        rows = s.vr
+        t.v[...] = (s.v.astype(np.float32) - z.data[:rows, :1].astype(np.float32)) * k.data[:rows, :1].astype(np.float32)
+
+    return fn
+
+
+@registry.semantics(d.TQuantOp)
+def tquant(op, slot: Slot) -> Fn:
+    raise SimError(f"{op.name}: the hardware's quantization rounding and saturation are not simulated")
+
+
 @registry.semantics(d.TSort32Op, d.TMrgSortOp)
 def sort(op, slot: Slot) -> Fn:
     raise SimError(f"{op.name}: the hardware's packed value-index sort layout is not simulated")
@@ -133,4 +155,4 @@ def sort(op, slot: Slot) -> Fn:
 
 # Vector-unit work: reductions (and sorts) at the reduce rate, the fused elementwise ops at the plain rate.
 registry.cost(*_COL, d.TRowProdOp, *_ARG, d.TSort32Op, d.TMrgSortOp, queue=on_vector, cycles=vector_cycles("vec_reduce_factor"))
-registry.cost(d.TLReluOp, d.TAxpyOp, d.TAddCOp, d.TSubCOp, queue=on_vector, cycles=vector_cycles())
+registry.cost(d.TLReluOp, d.TAxpyOp, d.TAddCOp, d.TSubCOp, d.TQuantOp, d.TDequantOp, queue=on_vector, cycles=vector_cycles())
