@@ -884,6 +884,16 @@ op_case("tdequant_layout", vec, VEC_TILES + alloc("q8", "!pto.tile_buf<vec, 32x1
         f"pto.tdequant ins(%q8, %col, %col : !pto.tile_buf<vec, 32x16xi8, blayout=col_major>, {COL}, {COL}) outs(%b : {V32})",
         "'pto.tdequant' layout: A2/A3 src and dst must be row_major")
 
+_LA = "%c1 = arith.constant 1 : index\n%la = pto.declare_local_array -> !pto.local_array<4x8xf32>\n"
+op_case("local_array_rank", vec, _LA, "%g = pto.local_array_get %la[%c1] : !pto.local_array<4x8xf32> -> f32",
+        "'pto.local_array_get' indices: a rank-2 local array takes 2 indices, got 1")
+op_case("local_array_value_type", vec, _LA + "%v = arith.constant 1 : i32\n", "pto.local_array_set %la[%c1, %c1], %v : !pto.local_array<4x8xf32>, i32",
+        "'pto.local_array_set' operand type: the value must be the element type f32, got i32")
+op_case("local_array_result_type", vec, _LA, "%g = pto.local_array_get %la[%c1, %c1] : !pto.local_array<4x8xf32> -> f16",
+        "'pto.local_array_get' operand type: the result must be the element type f32, got f16")
+case("local_array_elem_index", vec("%la = pto.declare_local_array -> !pto.local_array<4xindex>"),
+     "!pto.local_array: elements must be integer or float scalars, got index", "pto.declare_local_array")
+
 
 @pytest.mark.parametrize("text, message, at", CASES.values(), ids=CASES.keys())
 def test_invalid(text: str, message: str, at: str | None) -> None:

@@ -491,6 +491,12 @@ OPS["tquant_asym_tmp"] = ("vector", f"{VEC_TILES}\n%q8 = pto.alloc_tile : !pto.t
                                     "{quant_type = #pto<quant_type INT8_ASYM>}")
 OPS["tdequant"] = ("vector", f"{VEC_TILES}\n%q8 = pto.alloc_tile : {_Q8}\npto.tdequant ins(%q8, %nd8, %nd8 : {_Q8}, {ND8}, {ND8}) outs(%o : {V32})")
 
+OPS["local_array"] = ("vector", "%c1 = arith.constant 1 : index\n%v = arith.constant 7 : i32\n%la = pto.declare_local_array -> !pto.local_array<16xi32>\n"
+                                 "pto.local_array_set %la[%c1], %v : !pto.local_array<16xi32>, i32\n"
+                                 "%g = pto.local_array_get %la[%c1] : !pto.local_array<16xi32> -> i32")
+OPS["local_array_2d"] = ("vector", "%c1 = arith.constant 1 : index\n%m = pto.declare_local_array -> !pto.local_array<8x8xf32>\n"
+                                    "%g = pto.local_array_get %m[%c1, %c1] : !pto.local_array<8x8xf32> -> f32")
+
 
 def _args_for(body: str) -> str:
     if "pto.make_tensor_view %pb" in body:

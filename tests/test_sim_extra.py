@@ -147,3 +147,26 @@ def test_tquant_is_not_simulated(x: np.ndarray) -> None:
             f"pto.tmov ins(%a : {T16}) outs(%o : {T16})")
     with pytest.raises(SimError, match="pto.tquant: the hardware's quantization rounding and saturation are not simulated"):
         run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))
+
+
+def test_local_array_counts_positive_elements(x: np.ndarray) -> None:
+    """A local array carries a running count across loop iterations; the result is written as a scalar."""
+    y = np.zeros((16, 16), np.float32)
+    body = ("%la = pto.declare_local_array -> !pto.local_array<2xi32>\n%z = arith.constant 0 : i32\n%one = arith.constant 1 : i32\n"
+            "pto.local_array_set %la[%c0], %z : !pto.local_array<2xi32>, i32\n"
+            "scf.for %i = %c0 to %c16 step %c1 {\n"
+            f"%e = pto.tgetval ins(%a, %i : {T16}, index) outs : f32\n%zf = arith.constant 0.0 : f32\n"
+            "%pos = arith.cmpf ogt, %e, %zf : f32\n%inc = arith.select %pos, %one, %z : i32\n"
+            "%cur = pto.local_array_get %la[%c0] : !pto.local_array<2xi32> -> i32\n%nxt = arith.addi %cur, %inc : i32\n"
+            "pto.local_array_set %la[%c0], %nxt : !pto.local_array<2xi32>, i32\n}\n"
+            "%n = pto.local_array_get %la[%c0] : !pto.local_array<2xi32> -> i32\n%nf = arith.sitofp %n : i32 to f32\n"
+            f"pto.texpands ins(%nf : f32) outs(%o : {T16})")
+    run(io(body, 16, 16, T16), x=x, y=y)
+    assert (y == float((x[0] > 0).sum())).all()
+
+
+def test_local_array_read_before_write_is_a_sim_error(x: np.ndarray) -> None:
+    body = ("%la = pto.declare_local_array -> !pto.local_array<2xi32>\n%n = pto.local_array_get %la[%c1] : !pto.local_array<2xi32> -> i32\n"
+            f"pto.tmov ins(%a : {T16}) outs(%o : {T16})")
+    with pytest.raises(SimError, match="element \\[1\\] is read before any local_array_set wrote it"):
+        run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))

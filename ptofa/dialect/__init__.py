@@ -161,7 +161,8 @@ from ptofa.dialect.vector import (
     _UnaryOp,
 )
 
-from ptofa.dialect import comm, fused, gathers, multitile, quant, reductions, sorts  # noqa: E402 (families added after the FA subset)
+from ptofa.dialect import comm, fused, gathers, localarray, multitile, quant, reductions, sorts  # noqa: E402 (families added after the FA subset)
+from ptofa.dialect.localarray import DeclareLocalArrayOp, LocalArrayGetOp, LocalArraySetOp, LocalArrayType  # noqa: E402
 from ptofa.dialect.quant import QuantTypeAttr, TDequantOp, TQuantOp  # noqa: E402
 from ptofa.dialect.sorts import TMrgSortOp, TSort32Op  # noqa: E402
 from ptofa.dialect.comm import COMM_OPS, AsyncEventType, AsyncSessionType, CmoCacheInvalidOp, FenceBarrierAllOp  # noqa: E402
@@ -186,6 +187,6 @@ from ptofa.dialect.reductions import (  # noqa: E402
 PTO = Dialect(
     "pto",
     [*runtime.OPS, *memory.OPS, *views.OPS, *cube.OPS, *vector.OPS, *rowcol.OPS, *masks.OPS, *pipes.OPS, *tileaccess.OPS, *buffers.OPS,
-     *intops.OPS, *multitile.OPS, *reductions.OPS, *gathers.OPS, *fused.OPS, *comm.OPS, *sorts.OPS, *quant.OPS],
-    [*types.ATTRS, *multitile.ATTRS, *gathers.ATTRS, *comm.ATTRS, *quant.ATTRS],
+     *intops.OPS, *multitile.OPS, *reductions.OPS, *gathers.OPS, *fused.OPS, *comm.OPS, *sorts.OPS, *quant.OPS, *localarray.OPS],
+    [*types.ATTRS, *multitile.ATTRS, *gathers.ATTRS, *comm.ATTRS, *quant.ATTRS, *localarray.ATTRS],
 )

@@ -19,7 +19,9 @@ from xdsl.dialects import arith, builtin, func, scf
 from xdsl.ir import Block, Operation, SSAValue
 
 from ptofa import dialect as d
-from ptofa.sim import accessops, commops, extraops, fusedops, gatherops, multitile, pipeops, registry, tileops  # noqa: F401 (registers semantics)
+from ptofa.sim import (  # noqa: F401 (registers semantics)
+    accessops, commops, extraops, fusedops, gatherops, localarrayops, multitile, pipeops, registry, tileops,
+)
 from ptofa.sim.errors import SimError
 from ptofa.sim.memory import BF16, GmView, Tile, bf16_decode, bf16_encode, new_tile_storage
 from ptofa.sim.stages import op_stages
@@ -764,7 +766,8 @@ def runtime_id(op, slot) -> Fn:
 _SCALAR_TYPES = (d.AddPtrOp, d.LoadScalarOp, d.StoreScalarOp, d.MakeTensorViewOp, d.PartitionViewOp, d._RuntimeIdOp, d.SetFftsOp, d.TReshapeOp, d.SubviewOp,
                  d.SetValidShapeOp, d.TSetValOp, d.TGetValOp, d.TPrintOp, d.ReserveBufferOp, d.ImportReservedBufferOp,
                  d.CastPtrOp, d.BarrierOp, *d.PIPE_INIT_OPS, d.AllocMultiTileOp, d.MultiTileGetOp,
-                 d.PtrToIntOp, d.IntToPtrOp, d.CmoCacheInvalidOp, d.FenceBarrierAllOp)
+                 d.PtrToIntOp, d.IntToPtrOp, d.CmoCacheInvalidOp, d.FenceBarrierAllOp, d.DeclareLocalArrayOp, d.LocalArrayGetOp,
+                 d.LocalArraySetOp)
 
 
 def _is_scalar_op(op: Operation) -> bool:
