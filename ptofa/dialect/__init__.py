@@ -15,8 +15,12 @@ row and column broadcasts), `masks` (ttri, tcmp / tcmps, tsel, tci, tfillpad),
 `scratch` (the hidden UB scratch ptoas gives ops written without a tmp), `views`
 (treshape, subview), `tileaccess` (textract, tinsert, tsetval / tgetval, ttrans, tgather,
 tcolexpand, tprint), `buffers` (core sections, reserved buffers, castptr, barrier), `cube`
-and `pipes`. This package re-exports all of them and assembles the `PTO` dialect;
-`docs/adding-an-op.md` walks through adding an op.
+and `pipes`; from the A2/A3 front end beyond FlashAttention: `multitile` (multi-buffer
+tiles), `reductions` (column / arg reductions, tlrelu, taxpy, taddc), `gathers` (mgather,
+mscatter), `fused` (tprelu, trowexpand, taddsc, tconcat, tmatmul.bias, address casts),
+`comm` (pto.comm.*, cache invalidation, fences), `sorts`, `quant` and `localarray`. This
+package re-exports all of them and assembles the `PTO` dialect; `docs/adding-an-op.md`
+walks through adding an op.
 """
 
 from xdsl.ir import Dialect
