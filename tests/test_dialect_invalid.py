@@ -894,6 +894,12 @@ op_case("local_array_result_type", vec, _LA, "%g = pto.local_array_get %la[%c1, 
 case("local_array_elem_index", vec("%la = pto.declare_local_array -> !pto.local_array<4xindex>"),
      "!pto.local_array: elements must be integer or float scalars, got index", "pto.declare_local_array")
 
+op_case("tcolexpandexpdif_int", vec, alloc("x", "!pto.tile_buf<vec, 16x64xi32>") + alloc("r", "!pto.tile_buf<vec, 1x64xi32>"),
+        "pto.tcolexpandexpdif ins(%x, %r : !pto.tile_buf<vec, 16x64xi32>, !pto.tile_buf<vec, 1x64xi32>) outs(%x : !pto.tile_buf<vec, 16x64xi32>)",
+        "'pto.tcolexpandexpdif' dtype: expects A2/A3 tcolexpandexpdif element type to be f16/f32")
+op_case("tcolprod_dst_rows", vec, VEC_TILES, f"pto.tcolprod ins(%a : {V32}) outs(%b : {V32})",
+        "'pto.tcolprod' shape agreement: dst must have 1 valid row, got 16x64")
+
 
 @pytest.mark.parametrize("text, message, at", CASES.values(), ids=CASES.keys())
 def test_invalid(text: str, message: str, at: str | None) -> None:

@@ -395,7 +395,7 @@ _R64 = "!pto.tile_buf<vec, 1x64xf32>"
 _I64 = "!pto.tile_buf<vec, 1x64xi32>"
 _ICOL = "!pto.tile_buf<vec, 16x1xi32, blayout=col_major>"
 _RED = f"{VEC_TILES}\n%r = pto.alloc_tile : {_R64}\n%ir = pto.alloc_tile : {_I64}\n%ic = pto.alloc_tile : {_ICOL}\n"
-for _op in ("tcolsum", "tcolmax", "tcolmin"):
+for _op in ("tcolsum", "tcolmax", "tcolmin", "tcolprod"):
     OPS[_op] = ("vector", _RED + f"pto.{_op} ins(%a : {V32}) outs(%r : {_R64})")
 OPS["tcolsum_binary_tmp"] = ("vector", _RED + f"pto.tcolsum ins(%a, %t {{isBinary = true}} : {V32}, {V32}) outs(%r : {_R64})")
 OPS["trowprod"] = ("vector", _RED + f"pto.trowprod ins(%a : {V32}) outs(%col : {COL})")
@@ -496,6 +496,9 @@ OPS["local_array"] = ("vector", "%c1 = arith.constant 1 : index\n%v = arith.cons
                                  "%g = pto.local_array_get %la[%c1] : !pto.local_array<16xi32> -> i32")
 OPS["local_array_2d"] = ("vector", "%c1 = arith.constant 1 : index\n%m = pto.declare_local_array -> !pto.local_array<8x8xf32>\n"
                                     "%g = pto.local_array_get %m[%c1, %c1] : !pto.local_array<8x8xf32> -> f32")
+
+OPS["tcolexpandexpdif"] = ("vector", f"{VEC_TILES}\n%r64 = pto.alloc_tile : !pto.tile_buf<vec, 1x64xf32>\n"
+                                     "pto.tcolexpandexpdif ins(%a, %r64 : !pto.tile_buf<vec, 16x64xf32>, !pto.tile_buf<vec, 1x64xf32>) outs(%o : !pto.tile_buf<vec, 16x64xf32>)")
 
 
 def _args_for(body: str) -> str:

@@ -24,7 +24,7 @@ def x() -> np.ndarray:
     return rng.uniform(-2.0, 2.0, (16, 16)).astype(np.float32)
 
 
-@pytest.mark.parametrize("op, ref", [("tcolsum", np.sum), ("tcolmax", np.max), ("tcolmin", np.min)])
+@pytest.mark.parametrize("op, ref", [("tcolsum", np.sum), ("tcolmax", np.max), ("tcolmin", np.min), ("tcolprod", np.prod)])
 def test_column_reductions(x: np.ndarray, op: str, ref) -> None:
     y = np.zeros((1, 16), np.float32)
     run(io(f"pto.{op} ins(%a : {T16}) outs(%o : {ROW})", 1, 16, ROW), x=x, y=y)
@@ -170,3 +170,10 @@ def test_local_array_read_before_write_is_a_sim_error(x: np.ndarray) -> None:
             f"pto.tmov ins(%a : {T16}) outs(%o : {T16})")
     with pytest.raises(SimError, match="element \\[1\\] is read before any local_array_set wrote it"):
         run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))
+
+
+def test_tcolexpandexpdif(x: np.ndarray) -> None:
+    y = np.zeros((16, 16), np.float32)
+    body = f"%r = pto.alloc_tile : {ROW}\npto.tcolmax ins(%a : {T16}) outs(%r : {ROW})\npto.tcolexpandexpdif ins(%a, %r : {T16}, {ROW}) outs(%o : {T16})"
+    run(io(body, 16, 16, T16), x=x, y=y)
+    np.testing.assert_allclose(y, np.exp(x - x.max(axis=0, keepdims=True)), rtol=1e-6)

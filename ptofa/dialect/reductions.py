@@ -1,6 +1,6 @@
-"""Column reductions (tcolsum / tcolmax / tcolmin), the row product, arg reductions
-(tcolargmax / tcolargmin / trowargmax / trowargmin), and three fused elementwise ops
-(tlrelu, taxpy, taddc / tsubc).
+"""Column reductions (tcolsum / tcolmax / tcolmin / tcolprod), the row product,
+tcolexpandexpdif, arg reductions (tcolargmax / tcolargmin / trowargmax / trowargmin), and
+three fused elementwise ops (tlrelu, taxpy, taddc / tsubc).
 
 Rules follow ptoas's A2/A3 verifiers (PTOAS lib/PTO/IR/PTO.cpp: TColSumOp::verify,
 TColMaxOp::verify, verifyTColArgReductionOpA2A3 and neighbours, TLReluOp, TAxpyOp,
@@ -20,7 +20,7 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 
 from ptofa.dialect.base import _fail, _InsOutsOp, _tile
-from ptofa.dialect.rowcol import _check_col_vector, _RowReduceOp
+from ptofa.dialect.rowcol import _check_col_vector, _ColExpandOp, _RowReduceOp
 from ptofa.dialect.types import DYN, TileBufType, _dims_str, elem_bytes
 from ptofa.dialect.vector import _check_elementwise, _check_vec_row_major, _same_extent, _valid_compatible
 
@@ -71,6 +71,21 @@ class TColMinOp(_ColReduceOp):
     """dst[0,j] = min_i src[i,j]"""
 
     name = "pto.tcolmin"
+
+
+@irdl_op_definition
+class TColProdOp(_ColReduceOp):
+    """dst[0,j] = prod_i src[i,j]"""
+
+    name = "pto.tcolprod"
+
+
+@irdl_op_definition
+class TColExpandExpdifOp(_ColExpandOp):
+    """d = exp(a - row): the column-broadcast twin of trowexpandexpdif (f16 / f32 only)."""
+
+    name = "pto.tcolexpandexpdif"
+    DTYPES: ClassVar[tuple[str, ...]] = ("f16", "f32")
 
 
 @irdl_op_definition
@@ -273,6 +288,6 @@ class TSubCOp(_TernaryOp):
     name = "pto.tsubc"
 
 
-COL_REDUCE_OPS = (TColMaxOp, TColMinOp, TColSumOp)
+COL_REDUCE_OPS = (TColMaxOp, TColMinOp, TColProdOp, TColSumOp)
 ARG_REDUCE_OPS = (TColArgMaxOp, TColArgMinOp, TRowArgMaxOp, TRowArgMinOp)
-OPS = (*COL_REDUCE_OPS, TRowProdOp, *ARG_REDUCE_OPS, TLReluOp, TAxpyOp, TAddCOp, TSubCOp)
+OPS = (*COL_REDUCE_OPS, TRowProdOp, TColExpandExpdifOp, *ARG_REDUCE_OPS, TLReluOp, TAxpyOp, TAddCOp, TSubCOp)

@@ -1,7 +1,7 @@
-"""Semantics and timing costs of `ptofa.dialect.reductions`: column reductions, the row
-product, arg reductions, tlrelu, taxpy, taddc / tsubc and tdequant (the sorts of
-`ptofa.dialect.sorts` and tquant are refused). Each factory resolves its op once and returns
-`fn(vals)`, which writes only dst's valid region."""
+"""Semantics and timing costs of `ptofa.dialect.reductions` and `ptofa.dialect.quant`: column
+reductions, the row product, tcolexpandexpdif, arg reductions, tlrelu, taxpy, taddc / tsubc
+and tdequant (the sorts of `ptofa.dialect.sorts` and tquant are refused). Each factory
+resolves its op once and returns `fn(vals)`, which writes only dst's valid region."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ptofa.sim.errors import SimError
 from ptofa.sim.tileops import Fn, Slot, np_dtype
 from ptofa.sim.timing import on_vector, vector_cycles
 
-_COL = {d.TColMaxOp: np.max, d.TColMinOp: np.min, d.TColSumOp: np.sum}
+_COL = {d.TColMaxOp: np.max, d.TColMinOp: np.min, d.TColSumOp: np.sum, d.TColProdOp: np.prod}
 _ARG = {d.TColArgMaxOp: np.argmax, d.TColArgMinOp: np.argmin, d.TRowArgMaxOp: np.argmax, d.TRowArgMinOp: np.argmin}
 
 
@@ -42,6 +42,22 @@ def col_reduce(op, slot: Slot) -> Fn:
             raise SimError(f"{name}: src %{s.name} has no valid rows")
         _need(name, "dst valid shape", t.v.shape, (1, s.vc))
         t.v[...] = f(s.v.astype(np.float64) if s.v.dtype.kind == "f" else s.v, axis=0, keepdims=True).astype(t.v.dtype)
+
+    return fn
+
+
+@registry.semantics(d.TColExpandExpdifOp)
+def col_expand_expdif(op, slot: Slot) -> Fn:
+    """dst[r, c] = exp(src[r, c] - row[0, c]) on the valid region."""
+    a, r, dst = slot(op.src), slot(op.row), slot(op.dst)
+    name = op.name
+
+    def fn(vals):
+        x, rv, t = vals[a], vals[r], vals[dst]
+        _need(name, "dst valid shape", t.v.shape, x.v.shape)
+        if rv.vr < 1 or rv.vc != t.vc:
+            raise SimError(f"shape agreement: {name}: the row operand %{rv.name} has valid shape {rv.vr}x{rv.vc}, the tile {t.vc} valid columns")
+        np.exp(x.v - rv.v[:1], out=t.v)
 
     return fn
 
@@ -156,3 +172,4 @@ def sort(op, slot: Slot) -> Fn:
 # Vector-unit work: reductions (and sorts) at the reduce rate, the fused elementwise ops at the plain rate.
 registry.cost(*_COL, d.TRowProdOp, *_ARG, d.TSort32Op, d.TMrgSortOp, queue=on_vector, cycles=vector_cycles("vec_reduce_factor"))
 registry.cost(d.TLReluOp, d.TAxpyOp, d.TAddCOp, d.TSubCOp, d.TQuantOp, d.TDequantOp, queue=on_vector, cycles=vector_cycles())
+registry.cost(d.TColExpandExpdifOp, queue=on_vector, cycles=vector_cycles("vec_transcendental_factor"))
