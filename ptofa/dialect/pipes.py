@@ -1,5 +1,6 @@
-"""Cube-vector pipes on global (GM) entries (pto-ir.md 10): the initialize_pipe ops
-and talloc / tpush / tpop / tfree."""
+"""Cube-vector pipes (pto-ir.md 10): the initialize_pipe ops and talloc / tpush / tpop /
+tfree, on global (GM tensor_view) entries, and in ptoas's local form (reserved consumer
+buffers, tile entries) which ptofa checks but does not simulate."""
 
 from __future__ import annotations
 
