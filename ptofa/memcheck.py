@@ -6,7 +6,8 @@ intersect; when the live bytes of a space exceed its capacity it stops with
 `vec overflow, requires N bits while M bits avaliable!` (pto-ir.md 0.11).
 
 `peak_usage` computes live ranges over the function's ops in program order: a tile
-lives from its alloc to its last use (uses through `treshape`/`subview` views count),
+lives from its alloc to its last use (uses through `treshape`/`subview` views and the
+slots of a multi-buffer tile count; a multi-buffer tile needs all its slots),
 and a use inside a loop that the alloc is outside of keeps the tile live to the end
 of that loop. Hidden scratch lives only at its op. The peak is therefore a lower
 bound of what any planner needs: exceeding a capacity is a certain failure.
@@ -50,9 +51,9 @@ def peak_usage(func_op: func.FuncOp) -> dict[str, Peak]:
 
     intervals: list[tuple[int, int, str, str, int]] = []  # start, stop, space, name, bytes
     for op in ops:
-        if isinstance(op, d.AllocTileOp):
-            t = op.result.type
-            assert isinstance(t, d.TileBufType)
+        if isinstance(op, (d.AllocTileOp, d.AllocMultiTileOp)):
+            t = op.result.type if isinstance(op, d.AllocTileOp) else op.slot_type
+            nbytes = t.nbytes if isinstance(op, d.AllocTileOp) else op.result.type.nbytes
             if t.space not in CAPACITY:
                 continue
             defining_loops = _enclosing_loops(op)
@@ -69,7 +70,7 @@ def peak_usage(func_op: func.FuncOp) -> dict[str, Peak]:
                         start = min(start, order[loop])
                         stop = max(stop, end[loop])
             name = op.result.name_hint or f"tile@{order[op]}"
-            intervals.append((start, stop, t.space, name, align(t.nbytes, ALIGNMENT[t.space])))
+            intervals.append((start, stop, t.space, name, align(nbytes, ALIGNMENT[t.space])))
         hidden = d.hidden_scratch(op)
         if hidden is not None:
             space, shape, nbytes = hidden
@@ -91,7 +92,7 @@ def _uses(value: SSAValue) -> list[Operation]:
     out: list[Operation] = []
     for use in list(value.uses):
         out.append(use.operation)
-        if isinstance(use.operation, (d.TReshapeOp, d.SubviewOp)):
+        if isinstance(use.operation, (d.TReshapeOp, d.SubviewOp, d.MultiTileGetOp)):
             out += _uses(use.operation.result)
     return out
 

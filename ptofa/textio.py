@@ -268,8 +268,14 @@ def function_errors(func_op: func.FuncOp) -> list[tuple[Operation | None, str]]:
             if init is None:
                 errors.append((op, f"'{op.name}' pipe: id {op.id_value} is not initialised earlier in @{fname}"))
                 continue
-            if init.dir_value != op.DIRECTION:
+            if not init.dir_value & op.DIRECTION:
                 errors.append((op, f"'{op.name}' direction: pipe id {op.id_value} has dir_mask={init.dir_value}, this op needs dir_mask={op.DIRECTION}"))
+            if init.is_local:
+                errors += _local_entry_errors(op)
+                continue
+            if not isinstance(op.entry_type, d.TensorViewType):
+                errors.append((op, f"'{op.name}' entry type: a global (gm_slot_tensor) pipe's entries are !pto.tensor_view, got {op.entry_type or 'none'}"))
+                continue
             if op.entry_type != init.gm_slot_tensor.type:
                 errors.append((op, f"'{op.name}' entry type: {op.entry_type} must equal the init's gm_slot_tensor type {init.gm_slot_tensor.type}"))
             errors += _split_errors(op, init)
@@ -283,6 +289,18 @@ def function_errors(func_op: func.FuncOp) -> list[tuple[Operation | None, str]]:
         errors.append((None, f"@{fname}: {len(inits)} one-way pipes need {2 * len(inits)} flag ids; at most 16 fit (8 pipes)"))
     errors += memory_errors(func_op)
     return errors
+
+
+def _local_entry_errors(op: d._PipeDataOp) -> list[tuple[Operation | None, str]]:
+    """A local (reserved-buffer) pipe moves tiles: its entries are tile_bufs, its tfree names none."""
+    t = op.entry_type
+    if t is not None and not isinstance(t, d.TileBufType):
+        return [(op, f"'{op.name}' entry type: a local (consumer-buffer) pipe's entries are !pto.tile_buf, got {t}")]
+    if t is not None and op.ROLE == "tfree":
+        return [(op, f"'{op.name}' entry: a local pipe's tfree takes no entry (pto.tfree_from_... {{id = N, split = S}})")]
+    if op.ROLE == "talloc":
+        return [(op, f"'{op.name}' pipe: talloc reserves a global slot; a local pipe's producer pushes its tile with tpush alone")]
+    return []
 
 
 # What a tpush / tfree must take: the entry of a talloc / tpop of the same pipe.
@@ -392,6 +410,10 @@ def module_errors(module: builtin.ModuleOp) -> list[tuple[Operation | None, str]
         for attr, cv, vv in (("dir_mask", c.dir_value, v.dir_value), ("slot_size", c.slot_size.value.data, v.slot_size.value.data), ("slot_num", c.slot_num_value, v.slot_num_value)):
             if cv != vv:
                 errors.append((v, f"pipe id {pid}: {attr} differs between cube ({cv}) and vector ({vv})"))
+        if c.is_local or v.is_local:
+            if c.is_local != v.is_local:
+                errors.append((v, f"pipe id {pid}: the {'cube' if c.is_local else 'vector'} side is a local (consumer-buffer) pipe, the peer a global one"))
+            continue
         ct, vt = c.gm_slot_tensor.type, v.gm_slot_tensor.type
         assert isinstance(ct, d.TensorViewType) and isinstance(vt, d.TensorViewType)
         if ct.elem != vt.elem:

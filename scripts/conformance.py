@@ -12,8 +12,9 @@ Which files count (from each file's lit `RUN:` lines and module attributes):
 * skipped as *meant to fail*: a `RUN:` command that runs ptoas under `not`, a file with
   `expected-error` diagnostics, or a positive `CHECK:` pattern that expects `error:`
   (`CHECK-NOT: error:` is a positive test);
-* skipped as *A5 only*: `pto.target_arch = "a5"` in the module, or every ptoas `RUN:`
-  line passes `--pto-arch=a5` (ptoas's default arch is a3);
+* skipped as *A5 only*: `pto.target_arch = "a5"` in the module, a `"pto.device-spec"` naming
+  an A5 device (`Ascend950*` / `Ascend910_95*`, as PTOAS's isA5DeviceSpec reads it), or
+  every ptoas `RUN:` line passes `--pto-arch=a5` (ptoas's default arch is a3);
 * skipped as *not a ptoas input*: `RUN:` lines that run only other tools
   (`pto-test-opt` pass pipelines on internal dialects);
 * the rest (lit tests and sample kernels without `RUN:` lines) are A3 inputs.
@@ -41,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 _RUN = re.compile(r"//\s*RUN:(.*)$")
 _A5_ARCH = re.compile(r"--pto-arch(=|\s+)a5\b")
 _ANY_ARCH = re.compile(r"--pto-arch(=|\s+)(\w+)")
+_A5_DEVICE = re.compile(r'"pto\.device-spec"\s*=\s*"(Ascend950|Ascend910_95)')
 _ERROR_CHECK = re.compile(r"//\s*[A-Z0-9_-]*(?<!NOT):\s.*\berror\b", re.IGNORECASE)
 
 
@@ -80,7 +82,7 @@ def classify(text: str) -> str:
         if m and m.group(1) in check_prefixes and m.group(2) in (None, "-NEXT", "-SAME", "-DAG", "-LABEL"):
             if re.search(r"\berror:", m.group(3)):
                 return "meant to fail"
-    if re.search(r'pto\.target_arch\s*=\s*"a5"', text):
+    if re.search(r'pto\.target_arch\s*=\s*"a5"', text) or _A5_DEVICE.search(text):
         return "A5 only"
     arch_runs = [c for c in ptoas if _ANY_ARCH.search(c)]
     if ptoas and len(arch_runs) == len(ptoas) and all(_A5_ARCH.search(c) for c in ptoas):

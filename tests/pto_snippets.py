@@ -95,3 +95,32 @@ def line_of(text: str, needle: str) -> int:
             return number
     raise AssertionError(f"{needle!r} not in text")
 
+
+
+_ACC16 = "!pto.tile_buf<acc, 16x16xf32, blayout=col_major, slayout=row_major, fractal=1024>"
+_MAT16 = "!pto.tile_buf<mat, 16x16xf32, blayout=col_major, slayout=row_major>"
+_VEC16 = "!pto.tile_buf<vec, 16x16xf32>"
+# A bidirectional local (reserved-buffer) pipe with tile entries, the form of PTOAS's
+# test/lit/pto/tpush_tpop_frontend_lowering_a3.pto.
+LOCAL_PIPES = ("module {\n" + ENTRY + f"""  func.func @cube(%f: !pto.ptr<f32>) attributes {{pto.kernel_kind = #pto.kernel_kind<cube>}} {{
+    %v2c = pto.reserve_buffer {{name = "v2c_fifo", size = 4096, location = #pto.address_space<mat>, auto = true}} -> i32
+    %c2v = pto.import_reserved_buffer {{name = "c2v_fifo", peer_func = @vec}} -> i32
+    pto.aic_initialize_pipe {{id = 0, dir_mask = 3, slot_size = 1024}} (gm_slot_buffer = %f : !pto.ptr<f32>, c2v_consumer_buf = %c2v : i32, v2c_consumer_buf = %v2c : i32)
+    %acc = pto.alloc_tile : {_ACC16}
+    pto.tpush_to_aiv(%acc : {_ACC16}) {{id = 0, split = 0}}
+    %m = pto.tpop_from_aiv {{id = 0, split = 0}} -> {_MAT16}
+    pto.tfree_from_aiv {{id = 0, split = 0}}
+    return
+  }}
+  func.func @vec(%f: !pto.ptr<f32>) attributes {{pto.kernel_kind = #pto.kernel_kind<vector>}} {{
+    %c2v = pto.reserve_buffer {{name = "c2v_fifo", size = 4096, location = #pto.address_space<vec>, auto = true}} -> i32
+    %v2c = pto.import_reserved_buffer {{name = "v2c_fifo", peer_func = @cube}} -> i32
+    pto.aiv_initialize_pipe {{id = 0, dir_mask = 3, slot_size = 1024}} (gm_slot_buffer = %f : !pto.ptr<f32>, c2v_consumer_buf = %c2v : i32, v2c_consumer_buf = %v2c : i32)
+    %r = pto.tpop_from_aic {{id = 0, split = 0}} -> {_VEC16}
+    pto.tfree_from_aic {{id = 0, split = 0}}
+    %v = pto.alloc_tile : {_VEC16}
+    pto.tpush_to_aic(%v : {_VEC16}) {{id = 0, split = 0}}
+    return
+  }}
+}}
+""")

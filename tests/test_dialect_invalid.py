@@ -9,7 +9,7 @@ or None when the rule is about a whole function or module).
 from __future__ import annotations
 
 import pytest
-from pto_snippets import CUBE_BODY, CUBE_PRE, ENTRY, PP, PPH, QK, QKH, VEC_BODY, VEC_PRE, errors_of, line_of, pipes, wrap
+from pto_snippets import CUBE_BODY, CUBE_PRE, ENTRY, LOCAL_PIPES, PP, PPH, QK, QKH, VEC_BODY, VEC_PRE, errors_of, line_of, pipes, wrap
 
 from ptofa.textio import PtoCheckError, check_text
 
@@ -378,8 +378,38 @@ case("init_unknown_keyword", cube_init(QK_INIT, "{id = 0, dir_mask = 1, slot_siz
      "unexpected keyword 'depth'", "pto.aic_initialize_pipe {id = 0")
 case("init_duplicate_keyword", cube_init(QK_INIT, "{id = 0, dir_mask = 1, slot_size = 65536, id = 1}"),
      "duplicate keyword 'id'", "pto.aic_initialize_pipe {id = 0")
-case("init_local_fifo_operands", cube_init(f"(gm_slot_tensor = %qk_slot : {QK})", "(gm_slot_buffer = %f : !pto.ptr<f32>, c2v_consumer_buf = %c1 : i32)"),
-     "ptofa supports global-only pipes: give exactly 'gm_slot_tensor'", "pto.aic_initialize_pipe {id = 0")
+_LOCAL_INIT = "pto.aic_initialize_pipe {id = 0, dir_mask = 3"
+case("init_local_missing_consumer", LOCAL_PIPES.replace(", v2c_consumer_buf = %v2c : i32)", ")", 1),
+     "'pto.aic_initialize_pipe' operands: dir_mask=3 needs 'v2c_consumer_buf'", _LOCAL_INIT)
+case("init_local_no_consumer", LOCAL_PIPES.replace(", c2v_consumer_buf = %c2v : i32, v2c_consumer_buf = %v2c : i32)", ")", 1),
+     "'pto.aic_initialize_pipe' operands: a local pipe init needs at least one consumer buffer operand", _LOCAL_INIT)
+case("init_tensor_with_buffer", cube_init(f"(gm_slot_tensor = %qk_slot : {QK})", f"(gm_slot_tensor = %qk_slot : {QK}, gm_slot_buffer = %f : !pto.ptr<f32>)"),
+     "'pto.aic_initialize_pipe' operands: 'gm_slot_tensor' cannot be combined with 'gm_slot_buffer'", "pto.aic_initialize_pipe {id = 0")
+case("init_local_slot_num_range", LOCAL_PIPES.replace("dir_mask = 3, slot_size = 1024}", "dir_mask = 3, slot_size = 1024, local_slot_num = 5}", 1),
+     "'pto.aic_initialize_pipe' local_slot_num: local_slot_num=5 must be in 1..slot_num (4)", _LOCAL_INIT)
+case("init_duplicate_operand", LOCAL_PIPES.replace("c2v_consumer_buf = %c2v : i32, v2c", "c2v_consumer_buf = %c2v : i32, c2v_consumer_buf = %c2v : i32, v2c", 1),
+     "duplicate 'c2v_consumer_buf' operand", _LOCAL_INIT)
+case("local_pipe_tensor_entry", LOCAL_PIPES.replace("%m = pto.tpop_from_aiv {id = 0, split = 0} -> !pto.tile_buf<mat, 16x16xf32, blayout=col_major, slayout=row_major>",
+                                                    f"%m = pto.tpop_from_aiv {{id = 0, split = 0}} -> {QK}"),
+     f"'pto.tpop_from_aiv' entry type: a local (consumer-buffer) pipe's entries are !pto.tile_buf, got {QK}", "pto.tpop_from_aiv")
+case("local_pipe_tfree_entry", LOCAL_PIPES.replace("pto.tfree_from_aiv {id = 0, split = 0}", "pto.tfree_from_aiv(%m : !pto.tile_buf<mat, 16x16xf32, blayout=col_major, slayout=row_major>) {id = 0, split = 0}"),
+     "'pto.tfree_from_aiv' entry: a local pipe's tfree takes no entry", "pto.tfree_from_aiv")
+case("local_pipe_tpush_needs_entry", LOCAL_PIPES.replace("pto.tpush_to_aic(%v : !pto.tile_buf<vec, 16x16xf32>) {id = 0, split = 0}", "pto.tpush_to_aic {id = 0, split = 0}"),
+     "'pto.tpush_to_aic' entry: tpush needs the entry it publishes", "pto.tpush_to_aic")
+case("local_pipe_peer_global", LOCAL_PIPES.replace(
+        "pto.aiv_initialize_pipe {id = 0, dir_mask = 3, slot_size = 1024} (gm_slot_buffer = %f : !pto.ptr<f32>, c2v_consumer_buf = %c2v : i32, v2c_consumer_buf = %v2c : i32)",
+        "%c1 = arith.constant 1 : index\n%c16 = arith.constant 16 : index\n"
+        "%tv = pto.make_tensor_view %f, shape = [%c16, %c16], strides = [%c16, %c1] : !pto.tensor_view<16x16xf32>\n"
+        "pto.aiv_initialize_pipe {id = 0, dir_mask = 1, slot_size = 1024} (gm_slot_tensor = %tv : !pto.tensor_view<16x16xf32>)"),
+     "pipe id 0: the cube side is a local (consumer-buffer) pipe, the peer a global one")
+case("tpop_valid_operands_static_entry", LOCAL_PIPES.replace("%m = pto.tpop_from_aiv {id = 0, split = 0}", "%c8 = arith.constant 8 : index\n    %m = pto.tpop_from_aiv (%c8, %c8) {id = 0, split = 0}"),
+     "'pto.tpop_from_aiv' valid shape: (valid_row, valid_col) operands need a tpop of a tile entry with a dynamic valid shape", "pto.tpop_from_aiv (%c8")
+case("subblockid_on_cube", LOCAL_PIPES.replace("%m = pto.tpop_from_aiv {id = 0, split = 0}", "%sb = arith.constant 0 : i64\n    %m = pto.tpop_from_aiv {id = 0, split = 0} aiv_subblockid(%sb)"),
+     "'pto.tpop_from_aiv' aiv_subblockid: only tpop_from_aic takes aiv_subblockid", "pto.tpop_from_aiv {id")
+case("subblockid_on_tfree", LOCAL_PIPES.replace("pto.tfree_from_aic {id = 0, split = 0}", "%sb = arith.constant 0 : i64\n    pto.tfree_from_aic {id = 0, split = 0} aiv_subblockid(%sb)"),
+     "'pto.tfree_from_aic' aiv_subblockid: only tpush_to_aic and tpop_from_aic take aiv_subblockid", "pto.tfree_from_aic {id")
+case("global_pipe_tfree_without_entry", pipes(vec=VEC_PRE + VEC_BODY.replace(f"pto.tfree_from_aic(%e : {QKH}) {{id = 0, split = 1}}", "pto.tfree_from_aic {id = 0, split = 1}")),
+     "'pto.tfree_from_aic' entry type: a global (gm_slot_tensor) pipe's entries are !pto.tensor_view, got none", "pto.tfree_from_aic")
 case("init_unknown_operand", cube_init("(gm_slot_tensor = %qk_slot", "(slot_tensor = %qk_slot"),
      "unknown pipe init operand 'slot_tensor'", "pto.aic_initialize_pipe {id = 0")
 
@@ -679,6 +709,197 @@ op_case("tstore_atomic_value", vec, GM + alloc("t", V32),
 op_case("tstore_unknown_attr", vec, GM + alloc("t", V32),
         f"pto.tstore ins(%t : {V32}) outs(%pv : {PV16x64}) {{atomic = 1}}",
         "pto.tstore: unexpected attributes ['atomic']", P)
+
+# column / arg reductions, tlrelu, taxpy, taddc, multi-buffer tiles (ptofa/dialect/reductions.py, multitile.py)
+_R64 = "!pto.tile_buf<vec, 1x64xf32>"
+_I64 = "!pto.tile_buf<vec, 1x64xi32>"
+op_case("tcolmax_dtype_i8", vec, alloc("x", "!pto.tile_buf<vec, 16x64xi8>") + alloc("r", "!pto.tile_buf<vec, 1x64xi8>"),
+        "pto.tcolmax ins(%x : !pto.tile_buf<vec, 16x64xi8>) outs(%r : !pto.tile_buf<vec, 1x64xi8>)",
+        "'pto.tcolmax' dtype: A2/A3 pto.tcolmax element type must be one of ('f16', 'f32', 'i16', 'i32'), got i8")
+op_case("tcolsum_dst_rows", vec, VEC_TILES, f"pto.tcolsum ins(%a : {V32}) outs(%b : {V32})",
+        "'pto.tcolsum' shape agreement: dst must have 1 valid row, got 16x64")
+op_case("tcolsum_dst_cols", vec, VEC_TILES + alloc("r", ROW), f"pto.tcolsum ins(%a : {V32}) outs(%r : {ROW})",
+        "'pto.tcolsum' shape agreement: dst valid cols 16 != src valid cols 64")
+op_case("tcolsum_tmp_needs_isbinary", vec, VEC_TILES + alloc("r", _R64), f"pto.tcolsum ins(%a, %b : {V32}, {V32}) outs(%r : {_R64})",
+        "'pto.tcolsum' tmp: the tmp operand requires the isBinary attribute")
+op_case("tcolsum_binary_tmp_size", vec, VEC_TILES + alloc("r", _R64) + alloc("sm", "!pto.tile_buf<vec, 4x64xf32>"),
+        f"pto.tcolsum ins(%a, %sm {{isBinary = true}} : {V32}, !pto.tile_buf<vec, 4x64xf32>) outs(%r : {_R64})",
+        "'pto.tcolsum' tmp size: isBinary tmp of 1024 bytes is smaller than ceil(rows/2)*cols*elem = 2048 bytes")
+op_case("tcolmin_layout_dn", vec, VEC_TILES + alloc("r", _R64), f"pto.tcolmin ins(%col : {COL}) outs(%r : {_R64})",
+        "'pto.tcolmin' layout: src must be blayout=row_major")
+op_case("tcolargmax_dst_i32", vec, VEC_TILES + alloc("r", _R64), f"pto.tcolargmax ins(%a : {V32}) outs(%r : {_R64})",
+        "'pto.tcolargmax' dtype: dst element type must be i32 or ui32, got f32")
+op_case("trowargmax_dst_vector", vec, VEC_TILES + alloc("r", _I64), f"pto.trowargmax ins(%a : {V32}) outs(%r : {_I64})",
+        "'pto.trowargmax' shape agreement: dst row_major per-row vector needs 1 valid columns, got 64")
+op_case("tlrelu_slope_type", vec, VEC_TILES + "%k = arith.constant 1.0 : f16\n", f"pto.tlrelu ins(%a, %k : {V32}, f16) outs(%b : {V32})",
+        "'pto.tlrelu' operand type: the slope must be f32, got f16")
+op_case("taxpy_f32_to_f16", vec, VEC_TILES + SCALAR, f"pto.taxpy ins(%a, %s : {V32}, f32) outs(%h : {V16})",
+        "'pto.taxpy' dtype: dst must be src's type or f32 over an f16 src, got src f32, dst f16")
+op_case("taddc_shape", vec, VEC_TILES + alloc("r", _R64), f"pto.taddc ins(%a, %b, %r : {V32}, {V32}, {_R64}) outs(%b : {V32})",
+        "'pto.taddc' shape agreement: src0/src1/src2/dst must have the same shape")
+_MT = "!pto.multi_tile_buf<vec, 16x64xf32, count=2>"
+case("multi_tile_count", vec("%m = pto.alloc_multi_tile : !pto.multi_tile_buf<vec, 16x64xf32, count=17>"),
+     "multi_tile_buf count must be in [2, 16] (got 17)", "pto.alloc_multi_tile")
+op_case("multi_tile_row_plus_one", vec, "", "%m = pto.alloc_multi_tile : !pto.multi_tile_buf<vec, 16x64xf32, compact=2, count=2>",
+        "'pto.alloc_multi_tile' compaction: a multi_tile_buf slot with row_plus_one compaction")
+op_case("multi_tile_valid_operands", vec, "%c8 = arith.constant 8 : index\n",
+        f"%m = pto.alloc_multi_tile valid_row = %c8 valid_col = %c8 : {_MT}",
+        "'pto.alloc_multi_tile' valid shape: valid_row operand must be absent because the slot's valid shape is 16x64")
+op_case("multi_tile_get_type", vec, f"%c1 = arith.constant 1 : index\n%m = pto.alloc_multi_tile : {_MT}\n",
+        f"%g = pto.multi_tile_get %m[%c1] : {_MT} -> {V16}",
+        "'pto.multi_tile_get' slot type: the result !pto.tile_buf<vec, 16x64xf16> must be the multi_tile_buf slot type")
+op_case("multi_tile_get_index", vec, f"%c2 = arith.constant 2 : index\n%m = pto.alloc_multi_tile : {_MT}\n",
+        f"%g = pto.multi_tile_get %m[%c2] : {_MT} -> {V32}",
+        "'pto.multi_tile_get' slot index: constant slot 2 is out of range for multi_tile_buf count=2")
+
+# mgather / mscatter (ptofa/dialect/gathers.py)
+_IDX = "!pto.tile_buf<vec, 16x64xi32>"
+_IROW = "!pto.tile_buf<vec, 1x16xi32>"
+_G = GM + VEC_TILES + alloc("ix", _IDX) + alloc("ir", _IROW)
+op_case("mgather_needs_coalesce", vec, _G, f"pto.mgather ins(%pv, %ix : {PV16x64}, {_IDX}) outs(%a : {V32})",
+        "'pto.mgather' coalesce: mgather needs an explicit coalesce", P)
+op_case("mgather_idx_dtype", vec, _G, f"pto.mgather ins(%pv, %a : {PV16x64}, {V32}) outs(%b : {V32}) {{coalesce = #pto<coalesce elem>}}",
+        "'pto.mgather' index: idx element type must be i32, got f32", P)
+op_case("mgather_row_idx_shape", vec, _G, f"pto.mgather ins(%pv, %ix : {PV16x64}, {_IDX}) outs(%a : {V32}) {{coalesce = #pto<coalesce row>}}",
+        "'pto.mgather' shape agreement: idx valid shape 16x64 must be [1, dst.valid_row] row_major or [dst.valid_row, 1] col_major", P)
+op_case("mgather_table_dtype", vec, _G, f"pto.mgather ins(%pv, %ix : {PV16x64}, {_IDX}) outs(%h : {V16}) {{coalesce = #pto<coalesce elem>}}",
+        "'pto.mgather' dtype: the GM table's element type f32 must be the tile's f16", P)
+op_case("mgather_vec_scratch", vec, _G, f"pto.mgather ins(%pv, %ix, %pv : {PV16x64}, {_IDX}, {PV16x64}) outs(%a : {V32}) {{coalesce = #pto<coalesce elem>}}",
+        "'pto.mgather' operands: a scratch operand belongs only to the GM -> L1 (loc=mat) mgather", P)
+op_case("mgather_bad_attr", vec, _G, f"pto.mgather ins(%pv, %ix : {PV16x64}, {_IDX}) outs(%a : {V32}) {{coalesce = #pto<coalesce elem>, oob = 1}}",
+        "pto.mgather: unexpected attributes ['oob']", P)
+op_case("mscatter_conflict_a5", vec, _G, f"pto.mscatter ins(%a, %ix : {V32}, {_IDX}) outs(%pv : {PV16x64}) {{scatterConflict = #pto<scatter_conflict last>}}",
+        "'pto.mscatter' A5 only: scatterConflict is an A5 attribute", P)
+_PVH = ("%tvh = pto.make_tensor_view %ph, shape = [%c128, %c128], strides = [%c128, %c1] : !pto.tensor_view<128x128xf16>\n"
+        "%pvh = pto.partition_view %tvh, offsets = [%c0, %c0], sizes = [%c128, %c128] : !pto.tensor_view<128x128xf16> -> !pto.partition_tensor_view<128x128xf16>\n")
+op_case("mscatter_atomic_dtype", vec, GM + _PVH + alloc("hh", "!pto.tile_buf<vec, 128x128xf16>") + alloc("ixh", "!pto.tile_buf<vec, 128x128xi32>"),
+        "pto.mscatter ins(%hh, %ixh : !pto.tile_buf<vec, 128x128xf16>, !pto.tile_buf<vec, 128x128xi32>) outs(%pvh : !pto.partition_tensor_view<128x128xf16>) "
+        "{scatterAtomicOp = #pto<scatter_atomic_op max>}",
+        "'pto.mscatter' dtype: scatterAtomicOp=max takes i32/f32 data, got f16", "%p: !pto.ptr<f32>, %ph: !pto.ptr<f16>")
+op_case("mscatter_layout", vec, _G, f"pto.mscatter ins(%col, %ix : {COL}, {_IDX}) outs(%pv : {PV16x64})",
+        "'pto.mscatter' layout: src must be a loc=vec ND tile", P)
+
+# tprelu, trowexpand, taddsc, tmatmul.bias, inttoptr (ptofa/dialect/fused.py)
+op_case("tprelu_dtype_i16", vec, alloc("x", "!pto.tile_buf<vec, 16x64xi16>"),
+        "pto.tprelu ins(%x, %x : !pto.tile_buf<vec, 16x64xi16>, !pto.tile_buf<vec, 16x64xi16>) outs(%x : !pto.tile_buf<vec, 16x64xi16>)",
+        "'pto.tprelu' dtype: tprelu takes f16 or f32 tiles, got i16")
+op_case("tprelu_tmp_type", vec, VEC_TILES, f"pto.tprelu ins(%a, %b, %a : {V32}, {V32}, {V32}) outs(%b : {V32})",
+        "'pto.tprelu' tmp: tmp must be an 8-bit integer tile, got f32")
+op_case("tprelu_tmp_rows", vec, VEC_TILES + alloc("t8", "!pto.tile_buf<vec, 16x32xi8>"),
+        f"pto.tprelu ins(%a, %b, %t8 : {V32}, {V32}, !pto.tile_buf<vec, 16x32xi8>) outs(%b : {V32})",
+        "'pto.tprelu' tmp size: tmp needs 17 rows (valid rows + 1 scratch row), has 16")
+op_case("trowexpand_rows", vec, VEC_TILES + alloc("c8", "!pto.tile_buf<vec, 8x1xf32, blayout=col_major>"),
+        f"pto.trowexpand ins(%c8 : !pto.tile_buf<vec, 8x1xf32, blayout=col_major>) outs(%a : {V32})",
+        "'pto.trowexpand' shape agreement: src valid rows 8 != dst valid rows 16")
+op_case("trowexpand_dst_layout", vec, VEC_TILES, f"pto.trowexpand ins(%a : {V32}) outs(%col : {COL})",
+        "'pto.trowexpand' layout: dst must be a loc=vec ND tile")
+op_case("taddsc_scalar_type", vec, VEC_TILES + "%k = arith.constant 1 : i32\n", f"pto.taddsc ins(%a, %k, %b : {V32}, i32, {V32}) outs(%b : {V32})",
+        "'pto.taddsc' operand type: the scalar must be the tiles' element type f32, got i32")
+op_case("tmatmul_bias_rows", cube, CUBE_TILES + alloc("bz", "!pto.tile_buf<bias, 2x128xf32>"),
+        f"pto.tmatmul.bias ins(%left, %right, %bz : {LEFT}, {RIGHT}, !pto.tile_buf<bias, 2x128xf32>) outs(%acc : {ACC})",
+        "'pto.tmatmul.bias' bias: bias must be a loc=bias tile with one row")
+op_case("inttoptr_i32_address", vec, "%ad = arith.constant 64 : i32\n", "%q = pto.inttoptr %ad : i32 -> !pto.ptr<f32>",
+        "'pto.inttoptr' operand type: the address must be i64, got i32")
+case("inttoptr_general_use", vec("%ad = arith.constant 64 : i64\n%c4 = arith.constant 4 : index\n%q = pto.inttoptr %ad : i64 -> !pto.ptr<f32>\n"
+                                  "%q2 = pto.addptr %q, %c4 : !pto.ptr<f32> -> !pto.ptr<f32>"),
+     "'pto.inttoptr' uses: an inttoptr pointer may only be the pointer of load_scalar / store_scalar, used by pto.addptr", "pto.inttoptr")
+op_case("ptrtoint_result", vec, "", "%ad = pto.ptrtoint %p : !pto.ptr<f32> -> i32",
+        "'pto.ptrtoint' operand type: ptrtoint yields an i64 byte address, got i32", P)
+
+# pto.comm.*, cmo, fence (ptofa/dialect/comm.py)
+_STG = "!pto.tile_buf<vec, 1x64xf32>"
+_C = GM + alloc("ping", _STG) + alloc("pong", "!pto.tile_buf<vec, 1x128xf32>") + alloc("ih", "!pto.tile_buf<vec, 1x64xi32>") + "%v7 = arith.constant 7 : i32\n"
+op_case("comm_staging_dtype", vec, _C, f"pto.comm.tput(%pv, %pv, buf(%ih) : {PV16x64}, {PV16x64}, !pto.tile_buf<vec, 1x64xi32>)",
+        "'pto.comm.tput' staging: buf tile element type i32 must be the transfer's f32", P)
+op_case("comm_pong_type", vec, _C, f"pto.comm.tget(%pv, %pv, buf(%ping, %pong) : {PV16x64}, {PV16x64}, {_STG}, !pto.tile_buf<vec, 1x128xf32>)",
+        "'pto.comm.tget' staging: the pong tile !pto.tile_buf<vec, 1x128xf32> must have the ping's type", P)
+op_case("comm_buf_count", vec, _C, f"pto.comm.tput(%pv, %pv, buf(%ping, %ping, %ping) : {PV16x64}, {PV16x64}, {_STG}, {_STG}, {_STG})",
+        "pto.comm.tput: buf(...) takes at most 2 operands, got 3", P)
+op_case("comm_shape_mismatch", vec, _C, f"pto.comm.tput(%pv, %pacc, buf(%ping) : {PV16x64}, {PACC}, {_STG})",
+        "'pto.comm.tput' operand type: dst !pto.partition_tensor_view<16x64xf32> and src !pto.partition_tensor_view<128x128xf32> need one element type", P)
+op_case("comm_signal_i32", vec, _C, f"pto.comm.tnotify(%pv, %v7 : {PV16x64}, i32)",
+        "'pto.comm.tnotify' operand type: the signal must hold i32, got f32", P)
+op_case("comm_root_range", vec, _C, f"pto.comm.tbroadcast(%pv, recv(%ping), group(%pv, %pv) : {PV16x64}, {_STG}, {PV16x64}, {PV16x64}) {{root = 2 : i32}}",
+        "'pto.comm.tbroadcast' root: root = 2 : i32 must be an i32 in [0, 2)", P)
+op_case("comm_group_types", vec, _C, f"pto.comm.tgather(%pv, recv(%ping), group(%pv, %pacc) : {PV16x64}, {_STG}, {PV16x64}, {PACC}) {{root = 0 : i32}}",
+        "'pto.comm.tgather' group: group members must share one type", P)
+op_case("comm_session_attr_width", vec, _C + alloc("scr", "!pto.tile_buf<vec, 1x256xi8>"),
+        "%ses = pto.comm.build_async_session(%scr, %p : !pto.tile_buf<vec, 1x256xi8>, !pto.ptr<f32>) {sync_id = 0 : i64} -> !pto.async_session",
+        "'pto.comm.build_async_session' attribute type: 'sync_id' must be i32, got i64", P)
+op_case("cmo_space", vec, "", "pto.cmo.cacheinvalid all #pto.address_space<vec>",
+        "'pto.cmo.cacheinvalid' memory space: only GM cache maintenance is supported, got vec")
+op_case("comm_unknown_attr", vec, _C, f"pto.comm.tget(%pv, %pv, buf(%ping) : {PV16x64}, {PV16x64}, {_STG}) {{atomicType = #pto<atomic_type atomic_add>}}",
+        "pto.comm.tget: unexpected attributes ['atomicType']", P)
+
+op_case("tcvt_satmode_attr", vec, VEC_TILES, f"pto.tcvt ins(%a {{satmode = #pto<round_mode ROUND>}} : {V32}) outs(%h : {V16})",
+        "pto.tcvt: satmode must be #pto<saturation_mode ON|OFF>")
+op_case("tcvt_unknown_attr", vec, VEC_TILES, f"pto.tcvt ins(%a {{mode = #pto<round_mode ROUND>}} : {V32}) outs(%h : {V16})",
+        "pto.tcvt: unexpected attribute 'mode' (expected rmode, satmode)")
+
+_S1 = "!pto.tile_buf<vec, 1x256xf32>"
+_SORTS = alloc("s1", _S1) + alloc("s2", _S1) + alloc("si", "!pto.tile_buf<vec, 1x256xi32>") + "%ex = arith.constant dense<0> : vector<4xi16>\n"
+op_case("tsort32_index_width", vec, _SORTS + alloc("s16", "!pto.tile_buf<vec, 1x256xi16>"), f"pto.tsort32 ins(%s1, %s16 : {_S1}, !pto.tile_buf<vec, 1x256xi16>) outs(%s2 : {_S1})",
+        "'pto.tsort32' index: idx element type must be i32 / ui32, got i16")
+op_case("tsort32_dtype", vec, _SORTS + alloc("h", V16), f"pto.tsort32 ins(%si, %si : !pto.tile_buf<vec, 1x256xi32>, !pto.tile_buf<vec, 1x256xi32>) outs(%s2 : {_S1})",
+        "'pto.tsort32' dtype: src and dst must share f16 or f32, got i32 and f32")
+op_case("tmrgsort_rows", vec, _SORTS + VEC_TILES, f"pto.tmrgsort ins(%s1, %s2 no_tmp {{exhausted = false}} : {_S1}, {_S1}) outs(%a, %ex : {V32}, vector<4xi16>)",
+        "'pto.tmrgsort' shape agreement: dst must be a single-row tile")
+op_case("tmrgsort_tmp_cols", vec, _SORTS + alloc("sm", "!pto.tile_buf<vec, 1x64xf32>"),
+        f"pto.tmrgsort ins(%s1, %s2, %sm {{exhausted = false}} : {_S1}, {_S1}, !pto.tile_buf<vec, 1x64xf32>) outs(%s2, %ex : {_S1}, vector<4xi16>)",
+        "'pto.tmrgsort' tmp size: tmp has 64 columns, dst 256")
+op_case("tmrgsort_executed_type", vec, _SORTS + "%ex8 = arith.constant dense<0> : vector<8xi16>\n",
+        f"pto.tmrgsort ins(%s1, %s2 no_tmp {{exhausted = false}} : {_S1}, {_S1}) outs(%s2, %ex8 : {_S1}, vector<8xi16>)",
+        "'pto.tmrgsort' operands: executed must be vector<4xi16>, got vector<8xi16>")
+op_case("tmrgsort_format1_extra", vec, _SORTS + "%bl = arith.constant 64 : i32\n",
+        f"pto.tmrgsort ins(%s1, %bl no_tmp : {_S1}, i32) outs(%s2 : {_S1})",
+        "pto.tmrgsort: format 1 is ins(%src, %blockLen : S, i32) outs(%dst : D)")
+
+op_case("tconcat_too_wide", vec, VEC_TILES, f"pto.tconcat ins(%a, %b : {V32}, {V32}) outs(%a : {V32})",
+        "'pto.tconcat' shape agreement: src0 valid cols 64 + src1 valid cols 64 exceed dst's 64 columns")
+op_case("tconcat_dtype", vec, VEC_TILES + alloc("h2", "!pto.tile_buf<vec, 16x32xf16>"),
+        f"pto.tconcat ins(%h2, %h2 : !pto.tile_buf<vec, 16x32xf16>, !pto.tile_buf<vec, 16x32xf16>) outs(%a : {V32})",
+        "'pto.tconcat' dtype: src0, src1 and dst must share one of")
+op_case("tconcatidx_index_type", vec, VEC_TILES + alloc("q", "!pto.tile_buf<vec, 16x32xf32>"),
+        f"pto.tconcatidx ins(%q, %q, %q, %q : !pto.tile_buf<vec, 16x32xf32>, !pto.tile_buf<vec, 16x32xf32>, !pto.tile_buf<vec, 16x32xf32>, !pto.tile_buf<vec, 16x32xf32>) outs(%a : {V32})",
+        "'pto.tconcatidx' index: src0Idx and src1Idx must be loc=vec tiles of one of i8/i16/i32")
+
+_Q8 = "!pto.tile_buf<vec, 16x64xi8>"
+op_case("tquant_offset_sym", vec, VEC_TILES + alloc("q8", _Q8),
+        f"pto.tquant ins(%a, %col, %col : {V32}, {COL}, {COL}) outs(%q8 : {_Q8}) {{quant_type = #pto<quant_type INT8_SYM>}}",
+        "'pto.tquant' operands: INT8_SYM takes no offset operand")
+op_case("tquant_dst_i16", vec, VEC_TILES + alloc("q16", "!pto.tile_buf<vec, 16x64xi16>"),
+        f"pto.tquant ins(%a, %col : {V32}, {COL}) outs(%q16 : !pto.tile_buf<vec, 16x64xi16>) {{quant_type = #pto<quant_type INT8_SYM>}}",
+        "'pto.tquant' dtype: INT8_SYM writes an 8-bit integer dst")
+op_case("tquant_fp_per_row", vec, VEC_TILES + alloc("q8", _Q8),
+        f"pto.tquant ins(%a, %b : {V32}, {V32}) outs(%q8 : {_Q8}) {{quant_type = #pto<quant_type INT8_SYM>}}",
+        "'pto.tquant' shape agreement: fp must be a per-row (col_major, 16x1 valid) tile")
+op_case("tquant_tmp_type", vec, VEC_TILES + alloc("q8", _Q8),
+        f"pto.tquant ins(%a, %col : {V32}, {COL}) outs(%q8, %h : {_Q8}, {V16}) {{quant_type = #pto<quant_type INT8_SYM>}}",
+        "'pto.tquant' tmp: tmp must have src's type")
+op_case("tquant_needs_type", vec, VEC_TILES + alloc("q8", _Q8), f"pto.tquant ins(%a, %col : {V32}, {COL}) outs(%q8 : {_Q8})",
+        "pto.tquant takes {quant_type = #pto<quant_type INT8_SYM|INT8_ASYM>} only")
+op_case("tdequant_src_f32", vec, VEC_TILES, f"pto.tdequant ins(%a, %col, %col : {V32}, {COL}, {COL}) outs(%b : {V32})",
+        "'pto.tdequant' dtype: src must be i8 or i16, got f32")
+op_case("tdequant_layout", vec, VEC_TILES + alloc("q8", "!pto.tile_buf<vec, 32x16xi8, blayout=col_major>"),
+        f"pto.tdequant ins(%q8, %col, %col : !pto.tile_buf<vec, 32x16xi8, blayout=col_major>, {COL}, {COL}) outs(%b : {V32})",
+        "'pto.tdequant' layout: A2/A3 src and dst must be row_major")
+
+_LA = "%c1 = arith.constant 1 : index\n%la = pto.declare_local_array -> !pto.local_array<4x8xf32>\n"
+op_case("local_array_rank", vec, _LA, "%g = pto.local_array_get %la[%c1] : !pto.local_array<4x8xf32> -> f32",
+        "'pto.local_array_get' indices: a rank-2 local array takes 2 indices, got 1")
+op_case("local_array_value_type", vec, _LA + "%v = arith.constant 1 : i32\n", "pto.local_array_set %la[%c1, %c1], %v : !pto.local_array<4x8xf32>, i32",
+        "'pto.local_array_set' operand type: the value must be the element type f32, got i32")
+op_case("local_array_result_type", vec, _LA, "%g = pto.local_array_get %la[%c1, %c1] : !pto.local_array<4x8xf32> -> f16",
+        "'pto.local_array_get' operand type: the result must be the element type f32, got f16")
+case("local_array_elem_index", vec("%la = pto.declare_local_array -> !pto.local_array<4xindex>"),
+     "!pto.local_array: elements must be integer or float scalars, got index", "pto.declare_local_array")
+
+op_case("tcolexpandexpdif_int", vec, alloc("x", "!pto.tile_buf<vec, 16x64xi32>") + alloc("r", "!pto.tile_buf<vec, 1x64xi32>"),
+        "pto.tcolexpandexpdif ins(%x, %r : !pto.tile_buf<vec, 16x64xi32>, !pto.tile_buf<vec, 1x64xi32>) outs(%x : !pto.tile_buf<vec, 16x64xi32>)",
+        "'pto.tcolexpandexpdif' dtype: expects A2/A3 tcolexpandexpdif element type to be f16/f32")
+op_case("tcolprod_dst_rows", vec, VEC_TILES, f"pto.tcolprod ins(%a : {V32}) outs(%b : {V32})",
+        "'pto.tcolprod' shape agreement: dst must have 1 valid row, got 16x64")
+
 
 @pytest.mark.parametrize("text, message, at", CASES.values(), ids=CASES.keys())
 def test_invalid(text: str, message: str, at: str | None) -> None:

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from pto_snippets import CUBE_BODY, CUBE_PRE, ENTRY, PP, PPH, QK, QKH, VEC_BODY, VEC_PRE, pipes, roundtrip, wrap
+from pto_snippets import CUBE_BODY, CUBE_PRE, ENTRY, LOCAL_PIPES, PP, PPH, QK, QKH, VEC_BODY, VEC_PRE, pipes, roundtrip, wrap
 
 from ptofa import dialect as d
 from ptofa.textio import check_text, parse_pto, print_pto
@@ -390,21 +390,134 @@ OPS["tcvt_generic"] = ("vector", f'{VEC_TILES}\n"pto.tcvt"(%a, %h) <{{rmode = #p
 OPS["trowmax_generic"] = ("vector", f'{VEC_TILES}\n"pto.trowmax"(%a, %t, %col) : ({V32}, {V32}, {COL}) -> ()')
 
 
+# Column / row-product / arg reductions, tlrelu, taxpy, taddc / tsubc, multi-buffer tiles.
+_R64 = "!pto.tile_buf<vec, 1x64xf32>"
+_I64 = "!pto.tile_buf<vec, 1x64xi32>"
+_ICOL = "!pto.tile_buf<vec, 16x1xi32, blayout=col_major>"
+_RED = f"{VEC_TILES}\n%r = pto.alloc_tile : {_R64}\n%ir = pto.alloc_tile : {_I64}\n%ic = pto.alloc_tile : {_ICOL}\n"
+for _op in ("tcolsum", "tcolmax", "tcolmin", "tcolprod"):
+    OPS[_op] = ("vector", _RED + f"pto.{_op} ins(%a : {V32}) outs(%r : {_R64})")
+OPS["tcolsum_binary_tmp"] = ("vector", _RED + f"pto.tcolsum ins(%a, %t {{isBinary = true}} : {V32}, {V32}) outs(%r : {_R64})")
+OPS["trowprod"] = ("vector", _RED + f"pto.trowprod ins(%a : {V32}) outs(%col : {COL})")
+OPS["trowprod_tmp"] = ("vector", _RED + f"pto.trowprod ins(%a, %t : {V32}, {V32}) outs(%col : {COL})")
+for _op in ("tcolargmax", "tcolargmin"):
+    OPS[_op] = ("vector", _RED + f"pto.{_op} ins(%a, %t : {V32}, {V32}) outs(%ir : {_I64})")
+for _op in ("trowargmax", "trowargmin"):
+    OPS[_op] = ("vector", _RED + f"pto.{_op} ins(%a : {V32}) outs(%ic : {_ICOL})")
+OPS["tlrelu"] = ("vector", f"{VEC_TILES}\n{SCALAR}\npto.tlrelu ins(%a, %s : {V32}, f32) outs(%o : {V32})")
+OPS["taxpy"] = ("vector", f"{VEC_TILES}\n{SCALAR}\npto.taxpy ins(%a, %s : {V32}, f32) outs(%o : {V32})")
+OPS["taxpy_f16_to_f32"] = ("vector", f"{VEC_TILES}\n%s = arith.constant 2.0 : f16\npto.taxpy ins(%h, %s : {V16}, f16) outs(%o : {V32})")
+for _op in ("taddc", "tsubc"):
+    OPS[_op] = ("vector", f"{VEC_TILES}\npto.{_op} ins(%a, %b, %t : {V32}, {V32}, {V32}) outs(%o : {V32})")
+_MT = "!pto.multi_tile_buf<!pto.tile_buf<vec, 16x64xf32>, count=2>"
+OPS["multi_tile"] = ("vector", f"%c1 = arith.constant 1 : index\n%m = pto.alloc_multi_tile : !pto.multi_tile_buf<vec, 16x64xf32, count=2>\n"
+                               f"%g = pto.multi_tile_get %m[%c1] : {_MT} -> {V32}")
+OPS["multi_tile_dynamic_valid"] = ("vector", "%c1 = arith.constant 1 : index\n%c8 = arith.constant 8 : index\n"
+                                             "%m = pto.alloc_multi_tile valid_row = %c8 valid_col = %c8 : !pto.multi_tile_buf<vec, 16x64xf32, valid=?x?, count=4>")
+
+_PV = "!pto.partition_tensor_view<16x64xf32>"
+_IDX = "!pto.tile_buf<vec, 16x64xi32>"
+_IROW = "!pto.tile_buf<vec, 1x16xi32>"
+_GATHER = f"{GM}\n{VEC_TILES}\n%ix = pto.alloc_tile : {_IDX}\n%ir = pto.alloc_tile : {_IROW}\n"
+OPS["mgather_elem"] = ("vector", _GATHER + f"pto.mgather ins(%pv, %ix : {_PV}, {_IDX}) outs(%a : {V32}) {{coalesce = #pto<coalesce elem>}}")
+OPS["mgather_row_oob"] = ("vector", _GATHER + f"pto.mgather ins(%pv, %ir : {_PV}, {_IROW}) outs(%a : {V32}) "
+                                              "{coalesce = #pto<coalesce row>, gatherOob = #pto<gather_oob zero>}")
+OPS["mscatter"] = ("vector", _GATHER + f"pto.mscatter ins(%a, %ix : {V32}, {_IDX}) outs(%pv : {_PV})")
+OPS["mscatter_atomic"] = ("vector", _GATHER + f"pto.mscatter ins(%a, %ix : {V32}, {_IDX}) outs(%pv : {_PV}) "
+                                              "{coalesce = #pto<coalesce elem>, scatterAtomicOp = #pto<scatter_atomic_op add>, scatterOob = #pto<scatter_oob skip>}")
+
+_I8T = "!pto.tile_buf<vec, 17x32xi8, valid=16x8>"
+OPS["tprelu"] = ("vector", f"{VEC_TILES}\n%i8 = pto.alloc_tile : {_I8T}\npto.tprelu ins(%a, %b, %i8 : {V32}, {V32}, {_I8T}) outs(%o : {V32})")
+OPS["tprelu_no_tmp"] = ("vector", f"{VEC_TILES}\npto.tprelu ins(%a, %b : {V32}, {V32}) outs(%o : {V32})")
+OPS["trowexpand"] = ("vector", f"{VEC_TILES}\npto.trowexpand ins(%col : {COL}) outs(%o : !pto.tile_buf<vec, 16x64xf32>)")
+for _op in ("taddsc", "tsubsc"):
+    OPS[_op] = ("vector", f"{VEC_TILES}\n{SCALAR}\npto.{_op} ins(%a, %s, %b : {V32}, f32, {V32}) outs(%o : {V32})")
+_BIAS = "!pto.tile_buf<bias, 1x128xf32>"
+OPS["tmatmul_bias"] = ("cube", f"{CUBE_TILES}\n%bz = pto.alloc_tile : {_BIAS}\n"
+                               f"pto.tmatmul.bias ins(%left, %right, %bz : {LEFT}, {RIGHT}, {_BIAS}) outs(%acc : {ACC})")
+OPS["ptrtoint_inttoptr"] = ("vector", "%c0 = arith.constant 0 : index\n%ad = pto.ptrtoint %p : !pto.ptr<f32> -> i64\n"
+                                      "%q = pto.inttoptr %ad : i64 -> !pto.ptr<i32>\n%v = pto.load_scalar %q[%c0] : !pto.ptr<i32> -> i32")
+
+# pto.comm.*, cmo.cacheinvalid, fence.barrier_all (ptofa/dialect/comm.py); PTO_IR_manual 4.21 forms
+_P128 = "!pto.partition_tensor_view<16x64xf32>"
+_STG = "!pto.tile_buf<vec, 1x64xf32>"
+_SIG = "!pto.partition_tensor_view<1x1xi32>"
+_COMM = (f"{GM}\n%sv = pto.partition_view %tv, offsets = [%c0, %c0], sizes = [%c1, %c1] : !pto.tensor_view<128x128xf32> -> !pto.partition_tensor_view<1x1xf32>\n"
+         f"%ping = pto.alloc_tile : {_STG}\n%pong = pto.alloc_tile : {_STG}\n%acc = pto.alloc_tile : {_STG}\n%v7 = arith.constant 7 : i32\n")
+OPS["comm_tput"] = ("vector", _COMM + f"pto.comm.tput(%pv, %pv, buf(%ping) : {_P128}, {_P128}, {_STG}) {{atomicType = #pto<atomic_type atomic_add>}}")
+OPS["comm_tget_pingpong"] = ("vector", _COMM + f"pto.comm.tget(%pv, %pv, buf(%ping, %pong) : {_P128}, {_P128}, {_STG}, {_STG})")
+_SIGNAL = ("%ti = pto.make_tensor_view %pi, shape = [%c1, %c1], strides = [%c1, %c1] : !pto.tensor_view<1x1xi32>\n"
+           f"%sig = pto.partition_view %ti, offsets = [%c0, %c0], sizes = [%c1, %c1] : !pto.tensor_view<1x1xi32> -> {_SIG}\n")
+OPS["comm_tnotify"] = ("vector", _COMM + _SIGNAL + f"pto.comm.tnotify(%sig, %v7 : {_SIG}, i32) {{notifyOp = #pto<notify_op set>}}")
+OPS["comm_twait"] = ("vector", _COMM + _SIGNAL + f"pto.comm.twait(%sig, %v7 : {_SIG}, i32) {{cmp = #pto<wait_cmp ge>}}")
+OPS["comm_ttest"] = ("vector", _COMM + _SIGNAL + f"%ok = pto.comm.ttest(%sig, %v7 : {_SIG}, i32) {{cmp = #pto<wait_cmp eq>}} -> i1")
+for _op in ("tbroadcast", "tgather", "tscatter"):
+    OPS[f"comm_{_op}"] = ("vector", _COMM + f"pto.comm.{_op}(%pv, recv(%ping, %pong), group(%pv, %pv) : {_P128}, {_STG}, {_STG}, {_P128}, {_P128}) {{root = 1 : i32}}")
+OPS["comm_treduce"] = ("vector", _COMM + f"pto.comm.treduce(%pv, %acc, recv(%ping), group(%pv, %pv, %pv) : {_P128}, {_STG}, {_STG}, {_P128}, {_P128}, {_P128}) "
+                                         "{reduceOp = #pto<reduce_op max>, root = 2 : i32}")
+_SESSION = "%scr = pto.alloc_tile : !pto.tile_buf<vec, 1x256xi8>\n%ses = pto.comm.build_async_session(%scr, %pb : !pto.tile_buf<vec, 1x256xi8>, !pto.ptr<i8>) {sync_id = 0 : i32} -> !pto.async_session\n"
+OPS["comm_async"] = ("vector", _COMM + _SESSION + f"%ev = pto.comm.tput_async(%pv, %pv, %ses : {_P128}, {_P128}, !pto.async_session) -> !pto.async_event\n"
+                                       f"%ev2 = pto.comm.tget_async(%pv, %pv, %ses : {_P128}, {_P128}, !pto.async_session) -> !pto.async_event\n"
+                                       "%d1 = pto.comm.wait_async_event(%ev, %ses : !pto.async_event, !pto.async_session) -> i1\n"
+                                       "%d2 = pto.comm.test_async_event(%ev2, %ses : !pto.async_event, !pto.async_session) -> i1")
+OPS["cmo_fence"] = ("vector", _COMM + f"pto.cmo.cacheinvalid %pv single_cache_line : {_P128}\npto.cmo.cacheinvalid all #pto.address_space<gm>\n"
+                                      "pto.fence.barrier_all #pto.fence_scope<gm>")
+
+OPS["tcvt_satmode"] = ("vector", f"{VEC_TILES}\npto.tcvt ins(%a {{rmode = #pto<round_mode ROUND>, satmode = #pto<saturation_mode ON>}} : {V32}) outs(%h : {V16})")
+OPS["addptr_elided_types"] = ("vector", "%c8 = arith.constant 8 : index\n%q = pto.addptr %p, %c8 : <f32> -> <f32>")
+
+_S1 = "!pto.tile_buf<vec, 1x256xf32>"
+_SI = "!pto.tile_buf<vec, 1x256xui32>"
+_SORT = f"%s1 = pto.alloc_tile : {_S1}\n%s2 = pto.alloc_tile : {_S1}\n%s3 = pto.alloc_tile : {_S1}\n%si = pto.alloc_tile : {_SI}\n"
+OPS["tsort32"] = ("vector", _SORT + f"pto.tsort32 ins(%s1, %si : {_S1}, {_SI}) outs(%s2 : {_S1})")
+OPS["tmrgsort_format1"] = ("vector", _SORT + f"%bl = arith.constant 64 : i32\npto.tmrgsort ins(%s1, %bl : {_S1}, i32) outs(%s2 : {_S1})")
+OPS["tmrgsort_format2"] = ("vector", _SORT + "%ex = arith.constant dense<0> : vector<4xi16>\n"
+                                     f"pto.tmrgsort ins(%s1, %s2, %s3 {{exhausted = false}} : {_S1}, {_S1}, {_S1}) outs(%s3, %ex : {_S1}, vector<4xi16>)")
+OPS["tmrgsort_no_tmp"] = ("vector", _SORT + "%ex = arith.constant dense<0> : vector<4xi16>\n"
+                                    f"pto.tmrgsort ins(%s1, %s2 no_tmp {{exhausted = true}} : {_S1}, {_S1}) outs(%s3, %ex : {_S1}, vector<4xi16>)")
+
+_H = "!pto.tile_buf<vec, 16x32xf32>"
+_HI = "!pto.tile_buf<vec, 16x8xi32>"
+OPS["tconcat"] = ("vector", f"{VEC_TILES}\n%h1 = pto.alloc_tile : {_H}\n%h2 = pto.alloc_tile : {_H}\npto.tconcat ins(%h1, %h2 : {_H}, {_H}) outs(%o : {V32})")
+OPS["tconcatidx"] = ("vector", f"{VEC_TILES}\n%h1 = pto.alloc_tile : {_H}\n%n0 = pto.alloc_tile : {_HI}\n"
+                               f"pto.tconcatidx ins(%h1, %h1, %n0, %n0 : {_H}, {_H}, {_HI}, {_HI}) outs(%o : {V32})")
+
+_Q8 = "!pto.tile_buf<vec, 16x64xi8>"
+_QR = "!pto.tile_buf<vec, 16x1xf32, blayout=col_major>"
+OPS["tquant_sym"] = ("vector", f"{VEC_TILES}\n%q8 = pto.alloc_tile : {_Q8}\n"
+                               f"pto.tquant ins(%a, %col : {V32}, {_QR}) outs(%q8 : {_Q8}) {{quant_type = #pto<quant_type INT8_SYM>}}")
+OPS["tquant_asym_tmp"] = ("vector", f"{VEC_TILES}\n%q8 = pto.alloc_tile : !pto.tile_buf<vec, 16x64xui8>\n"
+                                    f"pto.tquant ins(%a, %col, %col : {V32}, {_QR}, {_QR}) outs(%q8, %t : !pto.tile_buf<vec, 16x64xui8>, {V32}) "
+                                    "{quant_type = #pto<quant_type INT8_ASYM>}")
+OPS["tdequant"] = ("vector", f"{VEC_TILES}\n%q8 = pto.alloc_tile : {_Q8}\npto.tdequant ins(%q8, %nd8, %nd8 : {_Q8}, {ND8}, {ND8}) outs(%o : {V32})")
+
+OPS["local_array"] = ("vector", "%c1 = arith.constant 1 : index\n%v = arith.constant 7 : i32\n%la = pto.declare_local_array -> !pto.local_array<16xi32>\n"
+                                 "pto.local_array_set %la[%c1], %v : !pto.local_array<16xi32>, i32\n"
+                                 "%g = pto.local_array_get %la[%c1] : !pto.local_array<16xi32> -> i32")
+OPS["local_array_2d"] = ("vector", "%c1 = arith.constant 1 : index\n%m = pto.declare_local_array -> !pto.local_array<8x8xf32>\n"
+                                    "%g = pto.local_array_get %m[%c1, %c1] : !pto.local_array<8x8xf32> -> f32")
+
+OPS["tcolexpandexpdif"] = ("vector", f"{VEC_TILES}\n%r64 = pto.alloc_tile : !pto.tile_buf<vec, 1x64xf32>\n"
+                                     "pto.tcolexpandexpdif ins(%a, %r64 : !pto.tile_buf<vec, 16x64xf32>, !pto.tile_buf<vec, 1x64xf32>) outs(%o : !pto.tile_buf<vec, 16x64xf32>)")
+
+
 def _args_for(body: str) -> str:
-    return _BF_ARGS if "pto.make_tensor_view %pb" in body else GM_ARGS
+    if "pto.make_tensor_view %pb" in body:
+        return _BF_ARGS
+    return GM_ARGS + ", %pi: !pto.ptr<i32>, %pb: !pto.ptr<i8>" if "pto.comm." in body or "pto.cmo." in body else GM_ARGS
 
 
 @pytest.mark.parametrize("kind, body", OPS.values(), ids=OPS.keys())
 def test_op_roundtrip(kind: str, body: str) -> None:
     printed = roundtrip(wrap(body, kind=kind, args=_args_for(body)))
-    for op_name in re.findall(r"\bpto\.[a-z_.]+?(?=[\s(])", body):
+    for op_name in re.findall(r"\bpto\.[a-z0-9_.]+?(?=[\s(])", body):
         assert op_name in printed
 
 
 def test_every_dialect_op_has_a_roundtrip_case() -> None:
     sources = "\n".join(body for _, body in OPS.values()) + CUBE_BODY + VEC_BODY + CUBE_PRE + VEC_PRE
     sources += "pto.set_ffts pto.make_tensor_view pto.partition_view"
-    used = set(re.findall(r"pto\.[a-z_.]+?(?=[\s(])", sources + "\n"))
+    used = set(re.findall(r"pto\.[a-z0-9_.]+?(?=[\s(])", sources + "\n"))
     missing = [op.name for op in d.PTO.operations if op.name not in used]
     assert missing == []
 
@@ -649,3 +762,28 @@ def test_buffers_live_from_their_first_writer() -> None:
     body = (f"%b0 = pto.alloc_tile : {t}\n%b1 = pto.alloc_tile : {t}\n"
             f"pto.tadd ins(%b0, %b0 : {t}, {t}) outs(%b0 : {t})\npto.tadd ins(%b1, %b1 : {t}, {t}) outs(%b1 : {t})")
     check_text(wrap(body))
+
+
+def test_local_pipe_form() -> None:
+    """Reserved-buffer pipes with tile entries (tfree without an entry) print back unchanged."""
+    printed = roundtrip(LOCAL_PIPES)
+    assert "c2v_consumer_buf = %" in printed and "v2c_consumer_buf = %" in printed and "gm_slot_buffer = %" in printed
+    assert "pto.tfree_from_aiv {id = 0, split = 0}" in printed
+
+
+def test_local_pipe_dynamic_valid_and_subblock_operands() -> None:
+    """tpop's (valid_row, valid_col) on a dynamic tile entry and tpush / tpop's aiv_subblockid print back."""
+    dyn = "!pto.tile_buf<vec, 16x16xf32, valid=?x?>"
+    text = LOCAL_PIPES.replace(
+        "%r = pto.tpop_from_aic {id = 0, split = 0} -> !pto.tile_buf<vec, 16x16xf32>",
+        f"%c8 = arith.constant 8 : index\n    %sb = arith.constant 0 : i64\n    %r = pto.tpop_from_aic (%c8, %c8) {{id = 0, split = 0}} aiv_subblockid(%sb) -> {dyn}",
+    ).replace("pto.tpush_to_aic(%v : !pto.tile_buf<vec, 16x16xf32>) {id = 0, split = 0}",
+              "pto.tpush_to_aic(%v : !pto.tile_buf<vec, 16x16xf32>) {id = 0, split = 0} aiv_subblockid(%sb)")
+    printed = roundtrip(text)
+    assert f"(%c8, %c8) {{id = 0, split = 0}} aiv_subblockid(%sb) -> {dyn}" in printed
+    assert "{id = 0, split = 0} aiv_subblockid(%sb)\n" in printed
+
+
+def test_addptr_elided_pointer_types_print_qualified() -> None:
+    printed = roundtrip(wrap("%c8 = arith.constant 8 : index\n%q = pto.addptr %p, %c8 : <f32> -> <f32>", args=GM_ARGS))
+    assert "pto.addptr %p, %c8 : !pto.ptr<f32> -> !pto.ptr<f32>" in printed

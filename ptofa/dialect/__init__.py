@@ -15,8 +15,12 @@ row and column broadcasts), `masks` (ttri, tcmp / tcmps, tsel, tci, tfillpad),
 `scratch` (the hidden UB scratch ptoas gives ops written without a tmp), `views`
 (treshape, subview), `tileaccess` (textract, tinsert, tsetval / tgetval, ttrans, tgather,
 tcolexpand, tprint), `buffers` (core sections, reserved buffers, castptr, barrier), `cube`
-and `pipes`. This package re-exports all of them and assembles the `PTO` dialect;
-`docs/adding-an-op.md` walks through adding an op.
+and `pipes`; from the A2/A3 front end beyond FlashAttention: `multitile` (multi-buffer
+tiles), `reductions` (column / arg reductions, tlrelu, taxpy, taddc), `gathers` (mgather,
+mscatter), `fused` (tprelu, trowexpand, taddsc, tconcat, tmatmul.bias, address casts),
+`comm` (pto.comm.*, cache invalidation, fences), `sorts`, `quant` and `localarray`. This
+package re-exports all of them and assembles the `PTO` dialect; `docs/adding-an-op.md`
+walks through adding an op.
 """
 
 from xdsl.ir import Dialect
@@ -161,4 +165,34 @@ from ptofa.dialect.vector import (
     _UnaryOp,
 )
 
-PTO = Dialect("pto", [*runtime.OPS, *memory.OPS, *views.OPS, *cube.OPS, *vector.OPS, *rowcol.OPS, *masks.OPS, *pipes.OPS, *tileaccess.OPS, *buffers.OPS, *intops.OPS], list(types.ATTRS))
+from ptofa.dialect import comm, fused, gathers, localarray, multitile, quant, reductions, sorts  # noqa: E402 (families added after the FA subset)
+from ptofa.dialect.localarray import DeclareLocalArrayOp, LocalArrayGetOp, LocalArraySetOp, LocalArrayType  # noqa: E402
+from ptofa.dialect.quant import QuantTypeAttr, TDequantOp, TQuantOp  # noqa: E402
+from ptofa.dialect.sorts import TMrgSortOp, TSort32Op  # noqa: E402
+from ptofa.dialect.comm import COMM_OPS, AsyncEventType, AsyncSessionType, CmoCacheInvalidOp, FenceBarrierAllOp  # noqa: E402
+from ptofa.dialect.fused import IntToPtrOp, PtrToIntOp, TAddSCOp, TConcatIdxOp, TConcatOp, TMatmulBiasOp, TPReluOp, TRowExpandOp, TSubSCOp  # noqa: E402
+from ptofa.dialect.gathers import CoalesceAttr, GatherOobAttr, MGatherOp, MScatterOp, ScatterAtomicOpAttr, ScatterOobAttr  # noqa: E402
+from ptofa.dialect.multitile import AllocMultiTileOp, MultiTileBufType, MultiTileGetOp  # noqa: E402
+from ptofa.dialect.reductions import (  # noqa: E402
+    TAddCOp,
+    TAxpyOp,
+    TColArgMaxOp,
+    TColArgMinOp,
+    TColMaxOp,
+    TColExpandExpdifOp,
+    TColMinOp,
+    TColProdOp,
+    TColSumOp,
+    TLReluOp,
+    TRowArgMaxOp,
+    TRowArgMinOp,
+    TRowProdOp,
+    TSubCOp,
+)
+
+PTO = Dialect(
+    "pto",
+    [*runtime.OPS, *memory.OPS, *views.OPS, *cube.OPS, *vector.OPS, *rowcol.OPS, *masks.OPS, *pipes.OPS, *tileaccess.OPS, *buffers.OPS,
+     *intops.OPS, *multitile.OPS, *reductions.OPS, *gathers.OPS, *fused.OPS, *comm.OPS, *sorts.OPS, *quant.OPS, *localarray.OPS],
+    [*types.ATTRS, *multitile.ATTRS, *gathers.ATTRS, *comm.ATTRS, *quant.ATTRS, *localarray.ATTRS],
+)

@@ -39,6 +39,13 @@ from ptofa.dialect.types import (
 )
 
 
+def _parse_ptr_type(parser: Parser) -> Attribute:
+    """`!pto.ptr<T>`, or ptoas's elided `<T>` (its addptr prints the pointer types unqualified)."""
+    if parser._current_token.text == "<":
+        return PtrType.new(PtrType.parse_parameters(parser))
+    return parser.parse_type()
+
+
 @irdl_op_definition
 class AddPtrOp(IRDLOperation):
     """`%q = pto.addptr %p, %off : !pto.ptr<T> -> !pto.ptr<T>`: p + off elements."""
@@ -57,9 +64,9 @@ class AddPtrOp(IRDLOperation):
         parser.parse_punctuation(",")
         off = parser.parse_unresolved_operand()
         parser.parse_punctuation(":")
-        in_t = parser.parse_type()
+        in_t = _parse_ptr_type(parser)
         parser.parse_punctuation("->")
-        out_t = parser.parse_type()
+        out_t = _parse_ptr_type(parser)
         op = cls.build(
             operands=[parser.resolve_operand(ptr, in_t), parser.resolve_operand(off, IndexType())],
             result_types=[out_t],

@@ -256,7 +256,9 @@ class TileBufType(ParametrizedAttribute, TypeAttribute):
         return tuple(t.parameters)
 
     @classmethod
-    def _parse_compact(cls, parser: AttrParser, loc: str) -> dict:
+    def _parse_compact(cls, parser: AttrParser, loc: str, outer: dict[str, int] | None = None) -> dict:
+        """The compact fields after `loc`; integer keys of `outer` (a multi_tile_buf's
+        `count`) may follow them and are stored there."""
         if loc not in TILE_LOCS:
             parser.raise_error(f"unknown tile_buf loc '{loc}', expected one of {', '.join(TILE_LOCS)}")
         parser.parse_punctuation(",")
@@ -278,6 +280,8 @@ class TileBufType(ParametrizedAttribute, TypeAttribute):
                 fields[key] = parser.parse_identifier()
             elif key in ("fractal", "pad", "compact"):
                 fields[key] = parser.parse_integer(allow_boolean=False)
+            elif outer is not None and key in outer:
+                outer[key] = parser.parse_integer(allow_boolean=False)
             else:
                 parser.raise_error(f"unknown tile_buf field '{key}'")
         return fields

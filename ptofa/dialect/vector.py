@@ -22,6 +22,7 @@ from ptofa.dialect.types import (
     DivPrecisionAttr,
     ExpPrecisionAttr,
     RoundModeAttr,
+    SaturationModeAttr,
     TileBufType,
     _dims_str,
 )
@@ -41,6 +42,7 @@ class TCvtOp(_InsOutsOp):
     # A StringAttr from the custom form and the api; the generic form
     # `<{rmode = #pto<round_mode CAST_RINT>}>` gives a RoundModeAttr.
     rmode = prop_def(StringAttr | RoundModeAttr)
+    sat_mode = opt_prop_def(SaturationModeAttr)  # written `satmode` in the custom form
     HAS_TMP: ClassVar[bool] = True
 
     @property
@@ -57,10 +59,21 @@ class TCvtOp(_InsOutsOp):
         if parser.parse_optional_punctuation(","):
             ins.append(parser.parse_unresolved_operand())
         rmode = "CAST_RINT"
+        sat = None
         if parser.parse_optional_punctuation("{"):
-            parser.parse_keyword("rmode")
-            parser.parse_punctuation("=")
-            rmode = _parse_round_mode(parser)
+            while True:
+                key = parser.parse_identifier()
+                parser.parse_punctuation("=")
+                if key == "rmode":
+                    rmode = _parse_round_mode(parser)
+                elif key in ("satmode", "sat_mode"):
+                    sat = parser.parse_attribute()
+                    if not isinstance(sat, SaturationModeAttr):
+                        parser.raise_error(f"pto.tcvt: satmode must be #pto<saturation_mode ON|OFF>, got {sat}", start)
+                else:
+                    parser.raise_error(f"pto.tcvt: unexpected attribute '{key}' (expected rmode, satmode)", start)
+                if parser.parse_optional_punctuation(",") is None:
+                    break
             parser.parse_punctuation("}")
         parser.parse_punctuation(":")
         in_types = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
@@ -73,12 +86,15 @@ class TCvtOp(_InsOutsOp):
             parser.raise_error(f"{len(ins)} operands but {len(in_types)} types", start)
         op = cls._from_parsed(parser, ins, in_types, outs, out_types, {}, start)
         op.properties["rmode"] = StringAttr(rmode)
+        if sat is not None:
+            op.properties["sat_mode"] = sat
         return op
 
     def print(self, printer: Printer) -> None:
         printer.print_string(" ins(")
         printer.print_list(self.ins_values(), printer.print_operand)
-        printer.print_string(f" {{rmode = #pto<round_mode {self.round_mode}>}} : ")
+        sat = f", satmode = {self.sat_mode.text}" if self.sat_mode is not None else ""
+        printer.print_string(f" {{rmode = #pto<round_mode {self.round_mode}>{sat}}} : ")
         printer.print_list([v.type for v in self.ins_values()], printer.print_attribute)
         printer.print_string(") outs(")
         _print_typed_list(printer, [self.dst])

@@ -19,7 +19,9 @@ from xdsl.dialects import arith, builtin, func, scf
 from xdsl.ir import Block, Operation, SSAValue
 
 from ptofa import dialect as d
-from ptofa.sim import accessops, pipeops, registry, tileops  # noqa: F401 (registers semantics)
+from ptofa.sim import (  # noqa: F401 (registers semantics)
+    accessops, commops, extraops, fusedops, gatherops, localarrayops, multitile, pipeops, registry, tileops,
+)
 from ptofa.sim.errors import SimError
 from ptofa.sim.memory import BF16, GmView, Tile, bf16_decode, bf16_encode, new_tile_storage
 from ptofa.sim.stages import op_stages
@@ -493,6 +495,12 @@ class _FunctionCompiler:
     @registry.compiled_by(*d.PIPE_INIT_OPS, *d.PIPE_DATA_OPS)
     def pipe_op(self, op: Operation) -> tuple[Fn, bool]:
         """A placeholder; `region` binds the `pipeops` closure once the op has its id."""
+        local = op.is_local if isinstance(op, d.PIPE_INIT_OPS) else not isinstance(op.entry_type, (d.TensorViewType, type(None)))
+        if getattr(op, "aiv_subblockid", None) is not None:
+            raise SimError(f"{op.name} (pipe id {op.id_value}): an explicit aiv_subblockid is not simulated")
+        if local:
+            raise SimError(f"{op.name} (pipe id {op.id_value}): local (consumer-buffer) pipes with tile entries are not simulated; "
+                           "ptofa runs global (gm_slot_tensor) pipes")
         return _placeholder, isinstance(op, d.PIPE_DATA_OPS) and op.ROLE in ("talloc", "tpop")
 
     @registry.compiled_by(d.AllocTileOp)
@@ -757,7 +765,9 @@ def runtime_id(op, slot) -> Fn:
 
 _SCALAR_TYPES = (d.AddPtrOp, d.LoadScalarOp, d.StoreScalarOp, d.MakeTensorViewOp, d.PartitionViewOp, d._RuntimeIdOp, d.SetFftsOp, d.TReshapeOp, d.SubviewOp,
                  d.SetValidShapeOp, d.TSetValOp, d.TGetValOp, d.TPrintOp, d.ReserveBufferOp, d.ImportReservedBufferOp,
-                 d.CastPtrOp, d.BarrierOp, *d.PIPE_INIT_OPS)
+                 d.CastPtrOp, d.BarrierOp, *d.PIPE_INIT_OPS, d.AllocMultiTileOp, d.MultiTileGetOp,
+                 d.PtrToIntOp, d.IntToPtrOp, d.CmoCacheInvalidOp, d.FenceBarrierAllOp, d.DeclareLocalArrayOp, d.LocalArrayGetOp,
+                 d.LocalArraySetOp)
 
 
 def _is_scalar_op(op: Operation) -> bool:

@@ -69,7 +69,7 @@ def op_stages(func_op: func.FuncOp, kind: str | None) -> dict[Operation, str]:
     ops = [op for op in func_op.walk() if op is not func_op]
     for op in ops:
         if isinstance(op, d.PIPE_INIT_OPS):
-            pipe_stage[op.id_value] = _name_stage(op.gm_slot_tensor) or _BY_ID.get(op.id_value, "other")
+            pipe_stage[op.id_value] = (_name_stage(op.gm_slot_tensor) if op.gm_slot_tensor is not None else None) or _BY_ID.get(op.id_value, "other")
 
     def side_stage(pipe_op: d._PipeDataOp) -> str:
         base = pipe_stage.get(pipe_op.id_value, _BY_ID.get(pipe_op.id_value, "other"))

@@ -584,8 +584,8 @@ def tcvt(op: d.TCvtOp, slot: Slot) -> Fn:
     src, dst = slot(op.src), slot(op.dst)
     st, dt = np_dtype(op.src.type.dtype), np_dtype(op.dst.type.dtype)
     mode = op.round_mode
-    if mode not in d.ROUND_MODES:
-        raise SimError(f"tcvt: unknown round mode {mode}")
+    if mode not in d.ROUND_MODES or op.sat_mode is not None:
+        raise SimError(f"tcvt: round mode {mode} with satmode {op.sat_mode} is not simulated")
     s_float = st.kind == "f" or st == BF16
     if dt == BF16:
 

@@ -43,7 +43,7 @@ def _loc(value) -> str:
 def wrap_tile_op(op, fn, opid: int, slot, infos):
     ins = [slot(v) for v in op.ins_values()] if hasattr(op, "ins_values") else [slot(v) for v in op.operands]
     dst = slot(op.dst) if hasattr(op, "dst") else ins[-1]
-    is_matmul = isinstance(op, (d.TMatmulOp, d.TMatmulAccOp))
+    is_matmul = isinstance(op, (d.TMatmulOp, d.TMatmulAccOp, d.TMatmulBiasOp))
     is_move = isinstance(op, (d.TLoadOp, d.TStoreOp, d.TMovOp))
     is_reduce = isinstance(op, _REDUCTIONS)
     lhs = slot(op.lhs) if is_matmul else 0
@@ -75,6 +75,8 @@ def wrap_tile_op(op, fn, opid: int, slot, infos):
             rec.elems = out.v.size
             if is_reduce:
                 rec.src_elems = first.v.size
+        elif isinstance(first, Tile):  # a tile written to GM by index (mscatter)
+            rec.elems = first.v.size
         core.flush_scalar()
         core.trace_ops.append(rec)
 
