@@ -346,18 +346,27 @@ def npu_host_args(config: FAConfig, shape: ProblemShape, q, k, v, o, slots, scal
     return args
 
 
+def npu_device(home: torch.device) -> torch.device:
+    """Where an NPU launch runs: the inputs' NPU, or the current one for CPU inputs."""
+    return home if home.type == "npu" else torch.device("npu", torch.npu.current_device())
+
+
+def npu_workspace(config: FAConfig, block_dim: int, device: torch.device) -> torch.Tensor:
+    """The slot workspace of a launch that was given none: `gm_slot_f32_per_block` f32 per block."""
+    return torch.empty(config.gm_slot_f32_per_block * block_dim, dtype=torch.float32, device=device)
+
+
 def _run_npu(kernel: Kernel, shape: ProblemShape, q, k, v, scale, bounds, key_mask, block_dim, out, workspace, stream):
     from ptofa.npu import check_launch_code
 
     config = kernel.config
     home = q.device
-    device = home if home.type == "npu" else torch.device("npu", torch.npu.current_device())
+    device = npu_device(home)
     q, k, v = (t.to(device).contiguous() for t in (q, k, v))
     o = out if out is not None else torch.empty(shape.batch, shape.s0, shape.heads, config.head,
                                                 dtype=TORCH_DTYPES[config.out_dtype], device=device)
     lse = torch.empty(shape.batch, shape.heads, shape.s0, device=device) if config.lse else None
-    slots = (torch.empty(config.gm_slot_f32_per_block * block_dim, dtype=torch.float32, device=device)
-             if workspace is None else workspace)
+    slots = npu_workspace(config, block_dim, device) if workspace is None else workspace
     key_mask = None if key_mask is None else key_mask.to(device).contiguous()
     args = npu_host_args(config, shape, q, k, v, o, slots, scale, bounds, lse=lse, key_mask=key_mask)
     if stream is None:

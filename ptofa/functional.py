@@ -20,8 +20,13 @@ from ptofa.ops import BACKWARD_MISSING, config_to_json, flash_attn_fwd
 from ptofa.pipeline import FAConfig
 
 
-def _call_op(q, k, v, scale, bounds, key_padding_mask, out_dtype, backend: str, config: FAConfig | None):
-    """(out, lse) of the custom op on checked BSND q/k/v."""
+def _call_op(q, k, v, scale, bounds, key_padding_mask, out_dtype, backend: str, config: FAConfig | None,
+             name: str = "q"):
+    """(out, lse) of the custom op on checked BSND q/k/v. A device other than CPU or NPU is
+    refused here: the op would hand it (a meta tensor, say) to its fake implementation."""
+    if q.device.type not in ("cpu", "npu"):
+        raise ValueError(f"device: {name} is on {q.device}; ptofa runs CPU tensors on the simulator and NPU "
+                         f"tensors on an Ascend NPU")
     wanted = out_dtype_name(out_dtype)
     mask = None if key_padding_mask is None else torch.as_tensor(key_padding_mask)
     left, right = bounds if bounds is not None else (0, 0)
@@ -156,7 +161,7 @@ def scaled_dot_product_attention(
 
     q, k, v = (t.transpose(1, 2) for t in tensors)  # BNSD -> BSND views
     check_qkv(q, k, v, names)
-    out, _ = _call_op(q, k, v, scale, bounds, key_mask, None, backend, None)
+    out, _ = _call_op(q, k, v, scale, bounds, key_mask, None, backend, None, names[0])
     return out.transpose(1, 2)
 
 

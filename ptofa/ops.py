@@ -30,8 +30,10 @@ BACKWARD_MISSING = (
 )
 
 
+@torch.compiler.assume_constant_result
 def config_to_json(config: FAConfig | None) -> str | None:
-    """The op's `config` argument: an `FAConfig` as JSON (custom ops take no dataclasses)."""
+    """The op's `config` argument: an `FAConfig` as JSON (custom ops take no dataclasses; a
+    config is fixed while a graph runs, so torch.compile takes the string as a constant)."""
     return None if config is None else json.dumps(dataclasses.asdict(config), sort_keys=True)
 
 
