@@ -47,6 +47,8 @@ from ptofa.textio import check_text
 FORMAT_VERSION = 1
 CACHE_ENV = "PTOFA_CACHE_DIR"
 KERNELS_DIR = "kernels"
+# One character per disk lookup that missed memory ("h" disk hit, "e" emitted), appended by every process.
+STATS_LOG = "stats.log"
 # Modules whose source decides the emitted text (relative to the package).
 BUILDER_SOURCES = ("kernels", "dialect", "api.py", "pipeline.py", "argspec.py", "target.py", "textio.py")
 
@@ -96,6 +98,25 @@ def atomic_write(path: Path, text: str) -> None:
 
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _record(event: str) -> None:
+    """Append one lookup outcome to the shared log (an append of one byte needs no lock)."""
+    try:
+        cache_root().mkdir(parents=True, exist_ok=True)
+        with open(cache_root() / STATS_LOG, "a") as log:
+            log.write(event)
+    except OSError:
+        pass
+
+
+def disk_stats() -> tuple[int, int]:
+    """(disk hits, emits) of every process since the cache was last cleared."""
+    try:
+        log = (cache_root() / STATS_LOG).read_text()
+    except OSError:
+        return 0, 0
+    return log.count("h"), log.count("e")
 
 
 def read_entry(config: FAConfig) -> str | None:
@@ -183,9 +204,11 @@ def get_kernel(config: FAConfig) -> Kernel:
         text = read_entry(config)
         if text is not None:
             _STATS["disk_hits"] += 1
+            _record("h")
         else:
             text = emit_fa(config)
             _STATS["emits"] += 1
+            _record("e")
             try:
                 write_entry(config, text)
             except OSError:  # a read-only or full cache directory costs the next process an emit, nothing else
@@ -234,7 +257,8 @@ def cache_info_cmd() -> None:
     click.echo(f"root: {root}")
     usage = disk_usage()
     kernels = len(list((root / KERNELS_DIR).glob("*.pto"))) if (root / KERNELS_DIR).is_dir() else 0
-    click.echo(f"kernels: {kernels} entries")
+    hits, emits = disk_stats()
+    click.echo(f"kernels: {kernels} entries; since the last clear: {hits} disk hits, {emits} misses (emitted)")
     for name, (files, size) in usage.items():
         click.echo(f"{name}: {files} files, {size} bytes")
     click.echo(f"total: {sum(s for _, s in usage.values())} bytes")

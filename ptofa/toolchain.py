@@ -9,8 +9,8 @@ top of the repository runs the same argv lists and a test keeps the two equal.
 (pto-ir.md 13.1-13.2; a2 and a3 share code generation, so `--pto-arch=a3` and
 `--npu-arch=dav-2201` serve both.) Builds are cached under `$PTOFA_CACHE`
 (default: `builds` under ptofa's cache root, `ptofa.kernel_cache.cache_root`) by a
-key over the `.pto` text, `caller.cpp`, the flags, the tool versions and the pto-isa path, so a sweep does not rebuild a
-kernel it has already built.
+key over the `.pto` text, `caller.cpp`, the flags, the tool versions and the pto-isa
+path, so a sweep does not rebuild a kernel it has already built.
 """
 
 from __future__ import annotations

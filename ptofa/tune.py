@@ -15,8 +15,8 @@ rows for a masked kernel up to `MASKED_PROBE_ROWS`), records the trace, and
 real launch by unit count (units per block of the real launch over the probe's,
 the rule `timing.launch_cycles` uses for untraced blocks) and bounded below by the
 compulsory HBM traffic as in `predict`. The probe of a masked kernel with S0 above
-`MASKED_PROBE_ROWS` sees the first rows' visibility only: an approximation, said
-in the table's `note`.
+`MASKED_PROBE_ROWS` has the visibility of the last rows (the window is bottom-right
+aligned), which see the most keys: an upper estimate, said in the table's `note`.
 
 Results are kept per shape bucket (S0, S1 and batch rounded up to powers of two;
 heads, head dim, dtypes, window, switches and chip exact): in memory and as JSON
@@ -226,7 +226,7 @@ def rank(bucket: TuneShape) -> TuneResult:
     rows.sort(key=lambda r: (r.predicted_us is None, r.predicted_us or 0.0, r.tile_s1, r.qk_preload))
     capped = bucket.window != (-1, -1) and bucket.s0 > MASKED_PROBE_ROWS
     note = (f"probe: 1 head, S1={bucket.s1}, S0 capped at {MASKED_PROBE_ROWS if bucket.window != (-1, -1) else PROBE_ROWS}"
-            f"{' (masked: first rows only, approximate)' if capped else ''}; scaled by units per block")
+            f"{' (masked: the last rows, an upper estimate)' if capped else ''}; scaled by units per block")
     return _result(bucket, tuple(rows), note)
 
 
@@ -279,9 +279,9 @@ def print_ranking(result: TuneResult, console: Console) -> None:
 def tune_cmd(s0: int, s1: int, heads: int, kv_heads: int | None, head_dim: int, batch: int, causal: bool,
              dtype: str, soc: str) -> None:
     """Rank the legal configs of a shape by the timing model's predicted time; print the chosen one."""
-    from ptofa.switches import InputError
+    from ptofa.switches import DTYPES, InputError
 
-    in_dtype = {"fp16": "f16", "bf16": "bf16"}[dtype]
+    in_dtype = DTYPES[dtype]
     shape = TuneShape(batch, heads, kv_heads or heads, s0, s1, head_dim, in_dtype, window=(-1, 0) if causal else (-1, -1),
                       soc=soc)
     try:

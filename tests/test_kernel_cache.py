@@ -121,17 +121,20 @@ def test_cache_root_follows_xdg_cache_home(tmp_path, monkeypatch: pytest.MonkeyP
 
 def test_cache_info_and_clear_commands() -> None:
     get_kernel(CONFIG)
+    clear_kernel_cache()
+    get_kernel(CONFIG)  # a second process: a disk hit
     runner = CliRunner()
     info = runner.invoke(main, ["cache", "info"])
     assert info.exit_code == 0, info.output
     root = kernel_cache.cache_root()
     size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
-    assert f"root: {root}" in info.output and "kernels: 1 entries" in info.output
+    assert f"root: {root}" in info.output
+    assert "kernels: 1 entries; since the last clear: 1 disk hits, 1 misses (emitted)" in info.output
     assert f"total: {size} bytes" in info.output
     cleared = runner.invoke(main, ["cache", "clear"])
     assert cleared.exit_code == 0 and f"({size} bytes)" in cleared.output
     assert not any(root.iterdir())
-    assert "kernels: 0 entries" in runner.invoke(main, ["cache", "info"]).output
+    assert "kernels: 0 entries; since the last clear: 0 disk hits, 0 misses" in runner.invoke(main, ["cache", "info"]).output
 
 
 # --------------------------------------------------------------------------------------
