@@ -49,6 +49,9 @@ CACHE_ENV = "PTOFA_CACHE_DIR"
 KERNELS_DIR = "kernels"
 # One character per disk lookup that missed memory ("h" disk hit, "e" emitted), appended by every process.
 STATS_LOG = "stats.log"
+# What ptofa writes under the cache root: emitted kernels, NPU builds (`ptofa.toolchain`),
+# tuned rankings (`ptofa.tune`), the lookup log. `run_fa cache clear` deletes these only.
+OWNED = (KERNELS_DIR, "builds", "tune", STATS_LOG)
 # Modules whose source decides the emitted text (relative to the package).
 BUILDER_SOURCES = ("kernels", "dialect", "api.py", "pipeline.py", "argspec.py", "target.py", "textio.py")
 
@@ -225,14 +228,19 @@ def kernel_cache_info() -> KernelCacheInfo:
 
 
 def clear_kernel_cache(disk: bool = False) -> None:
-    """Forget this process's kernels and counters; with `disk`, also delete the cache root's contents."""
+    """Forget this process's kernels and counters; with `disk`, also delete what ptofa stores
+    under the cache root (`OWNED`; anything else a user keeps there stays)."""
     with _LOCK:
         _KERNELS.clear()
         _STATS.update(dict.fromkeys(_STATS, 0))
-    if disk:
-        root = cache_root()
-        for child in root.iterdir() if root.is_dir() else ():
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    if not disk:
+        return
+    for name in OWNED:
+        path = cache_root() / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
 
 
 def disk_usage() -> dict[str, tuple[int, int]]:
@@ -266,8 +274,8 @@ def cache_info_cmd() -> None:
 
 @cache_cmd.command("clear")
 def cache_clear_cmd() -> None:
-    """Delete everything under the cache root."""
-    before = sum(size for _, size in disk_usage().values())
+    """Delete the kernels, builds and rankings ptofa stored under the cache root."""
+    before = sum(size for name, (_, size) in disk_usage().items() if name in OWNED)
     clear_kernel_cache(disk=True)
     click.echo(f"cleared {cache_root()} ({before} bytes)")
 

@@ -131,9 +131,11 @@ def test_cache_info_and_clear_commands() -> None:
     assert f"root: {root}" in info.output
     assert "kernels: 1 entries; since the last clear: 1 disk hits, 1 misses (emitted)" in info.output
     assert f"total: {size} bytes" in info.output
+    mine = root / "notes.txt"
+    mine.write_text("not ptofa's")
     cleared = runner.invoke(main, ["cache", "clear"])
     assert cleared.exit_code == 0 and f"({size} bytes)" in cleared.output
-    assert not any(root.iterdir())
+    assert list(root.iterdir()) == [mine]  # only what ptofa wrote is deleted
     assert "kernels: 0 entries; since the last clear: 0 disk hits, 0 misses" in runner.invoke(main, ["cache", "info"]).output
 
 
