@@ -8,15 +8,21 @@ call's head dim, dtypes and switches (QK_PRELOAD = 4 is left out: `FAConfig` war
 ptoas's event-id deadlock there; a config that breaks a legality rule or warns is
 skipped).
 
-Prediction, per candidate: the simulator runs a probe with the same S1, window,
-head dim and switches on one block, one head (S0 capped at `PROBE_ROWS` rows, all
-rows for a masked kernel up to `MASKED_PROBE_ROWS`), records the trace, and
-`ptofa.sim.timing.predict` replays it. The probe's block time is scaled to the
-real launch by unit count (units per block of the real launch over the probe's,
-the rule `timing.launch_cycles` uses for untraced blocks) and bounded below by the
-compulsory HBM traffic as in `predict`. The probe of a masked kernel with S0 above
-`MASKED_PROBE_ROWS` has the visibility of the last rows (the window is bottom-right
-aligned), which see the most keys: an upper estimate, said in the table's `note`.
+Prediction, per candidate: the simulator runs probes of one head with the call's head
+dim, dtypes and switches, records their traces, and `ptofa.sim.timing.predict` replays
+them; the result is the launch's busiest block, bounded below by the compulsory HBM
+traffic as in `predict`.
+
+* Equal units (no mask): one block runs the first `PROBE_ROWS` rows' units back to back;
+  its time is scaled by units per block of the real launch (the rule
+  `timing.launch_cycles` uses for untraced blocks).
+* A window with right bound 0 (causal, sliding window): Q blocks see different keys. Up
+  to `MASKED_SAMPLES` Q blocks, spread over S0, each run alone with exactly the keys they
+  see in the call; the other blocks' times are interpolated. The launch's units (each
+  head a copy) are dealt longest first to the least loaded block.
+* Other windows: the first `MASKED_PROBE_ROWS` rows' units, each on a block of its own,
+  dealt the same way. With S0 above that cap the probe has the visibility of the last
+  rows (bottom-right alignment): an upper estimate, said in the ranking's `note`.
 
 Results are kept per shape bucket (S0, S1 and batch rounded up to powers of two;
 heads, head dim, dtypes, window, switches and chip exact): in memory and as JSON
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import heapq
 import json
 import math
 import threading
@@ -37,6 +44,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import click
+import numpy
 import torch
 from rich import box
 from rich.console import Console
@@ -55,6 +63,8 @@ TILE_S1S = (128, 256, 512)
 PRELOADS = (1, 2, 3)
 PROBE_ROWS = 256
 MASKED_PROBE_ROWS = 1024
+# Q blocks simulated per head for a window with right bound 0 (the others interpolated).
+MASKED_SAMPLES = 8
 TUNE_DIR = "tune"
 FORMAT_VERSION = 1
 # Sources whose change makes a stored ranking stale (besides the builder's, `builder_digest`).
@@ -150,11 +160,8 @@ def probe_shape(shape: TuneShape, config: FAConfig) -> ProblemShape:
 _PREDICTIONS = {"count": 0}
 
 
-def predict_config(config: FAConfig, shape: TuneShape) -> Ranked:
-    """The predicted launch time of `config` on `shape` (see the module docstring)."""
-    _PREDICTIONS["count"] += 1
-    spec = get_soc(shape.soc)
-    probe = probe_shape(shape, config)
+def _probe_block_us(config: FAConfig, probe: ProblemShape, spec, probe_blocks: int):
+    """Simulate the probe on `probe_blocks` blocks with a trace; the timing model's replay of it."""
     g = torch.Generator().manual_seed(0)
     dtype = TORCH_DTYPES[config.in_dtype]
     q = torch.randn(1, probe.s0, 1, config.head, generator=g).to(dtype)
@@ -162,16 +169,70 @@ def predict_config(config: FAConfig, shape: TuneShape) -> Ranked:
     o = torch.empty(1, probe.s0, 1, config.head, dtype=TORCH_DTYPES[config.out_dtype])
     lse = torch.empty(1, 1, probe.s0) if config.lse else None
     key_mask = torch.ones(probe.s1, dtype=torch.int8) if config.key_padding else None
-    sim = launch_sim(get_kernel(config).parsed, config, probe, q, k, v, o, 1, config.head ** -0.5,
+    sim = launch_sim(get_kernel(config).parsed, config, probe, q, k, v, o, probe_blocks, config.head ** -0.5,
                      options=RunOptions(trace=True), lse=lse, key_mask=key_mask)
-    timed = predict(sim.trace, config, probe, soc=spec, block_dim=1)
+    return predict(sim.trace, config, probe, soc=spec, block_dim=probe_blocks)
+
+
+def longest_first_makespan(unit_us: list[float], blocks: int) -> float:
+    """The busiest block's time when units, longest first, each go to the least loaded block."""
+    loads = [0.0] * blocks
+    for us in sorted(unit_us, reverse=True):
+        heapq.heapreplace(loads, loads[0] + us)
+    return max(loads)
+
+
+def sampled_q_blocks(q_blocks: int) -> list[int]:
+    """At most `MASKED_SAMPLES` Q block indices, evenly spread from the first to the last."""
+    n = min(q_blocks, MASKED_SAMPLES)
+    return sorted({round(j * (q_blocks - 1) / (n - 1)) for j in range(n)}) if n > 1 else [0]
+
+
+def left_window_unit_us(config: FAConfig, shape: TuneShape, spec) -> tuple[list[float], str]:
+    """Each Q block's unit time of one head for a window with right bound 0 (causal, sliding),
+    and the bound of the last block's probe (the one that sees the most keys).
+
+    Q block i alone, as the last block of a probe with S1' = S1 - S0 + (i + 1) * rows, sees
+    exactly the keys it sees in the call (the window is bottom-right aligned and ends at its
+    last row). Sampled blocks are simulated, the others interpolated by index.
+    """
+    rows, q_blocks = config.cube_s0, shape.problem().q_blocks(config)
+    picks = sampled_q_blocks(q_blocks)
+    timings = []
+    for i in picks:
+        block_rows = min(rows, shape.s0 - i * rows)
+        probe_s1 = min(shape.s1, max(1, shape.s1 - shape.s0 + i * rows + block_rows))
+        probe = ProblemShape(1, 1, block_rows, probe_s1, kv_heads=1, window=shape.window)
+        timings.append(_probe_block_us(config, probe, spec, 1))
+    unit_us = numpy.interp(range(q_blocks), picks, [t.block_us[0] for t in timings])
+    return [float(us) for us in unit_us], timings[-1].bound
+
+
+def busiest_block_us(config: FAConfig, shape: TuneShape, spec, block_dim: int) -> tuple[float, str]:
+    """(the launch's busiest block in us, the bound the probe's replay names); see the module docstring."""
+    units = shape.problem().work_units(config)
+    if config.masked and shape.window[1] == 0:
+        unit_us, bound = left_window_unit_us(config, shape, spec)
+        return longest_first_makespan(unit_us * (shape.batch * shape.heads), block_dim), bound
+    probe = probe_shape(shape, config)
+    probe_units = probe.work_units(config)
+    if config.masked:  # unequal units: one per probe block, then dealt to the launch's blocks
+        timed = _probe_block_us(config, probe, spec, probe_units)
+        unit_us = list(timed.block_us.values()) * math.ceil(units / probe_units)
+        return longest_first_makespan(unit_us, block_dim), timed.bound
+    timed = _probe_block_us(config, probe, spec, 1)  # equal units, back to back on one block
+    return math.ceil(units / block_dim) * timed.block_us[0] / probe_units, timed.bound
+
+
+def predict_config(config: FAConfig, shape: TuneShape) -> Ranked:
+    """The predicted launch time of `config` on `shape` (see the module docstring)."""
+    _PREDICTIONS["count"] += 1
+    spec = get_soc(shape.soc)
     problem = shape.problem()
-    units = problem.work_units(config)
-    block_dim = default_block_dim(problem, spec.cube_cores, config)
-    per_block = math.ceil(units / block_dim) * timed.block_us[0] / probe.work_units(config)
+    per_block, bound = busiest_block_us(config, shape, spec, default_block_dim(problem, spec.cube_cores, config))
     hbm_us = spec.cycles_to_us(compulsory_bytes(config, problem) / (spec.hbm_bytes_per_cycle_per_core * spec.cube_cores))
     kernel_us = max(per_block, hbm_us)
-    bound = "HBM" if hbm_us >= per_block else timed.bound
+    bound = "HBM" if hbm_us >= per_block else bound
     return Ranked(config.tile_s1, config.qk_preload, kernel_us, problem.flops(config.head) / kernel_us / 1e6, bound)
 
 
@@ -224,9 +285,9 @@ def rank(bucket: TuneShape) -> TuneResult:
         except (RuntimeError, ValueError) as exc:  # a simulator report or timing error: the candidate drops out
             rows.append(Ranked(config.tile_s1, config.qk_preload, None, None, None, f"{type(exc).__name__}: {exc}"))
     rows.sort(key=lambda r: (r.predicted_us is None, r.predicted_us or 0.0, r.tile_s1, r.qk_preload))
-    capped = bucket.window != (-1, -1) and bucket.s0 > MASKED_PROBE_ROWS
-    note = (f"probe: 1 head, S1={bucket.s1}, S0 capped at {MASKED_PROBE_ROWS if bucket.window != (-1, -1) else PROBE_ROWS}"
-            f"{' (masked: the last rows, an upper estimate)' if capped else ''}; scaled by units per block")
+    note = "probes of one head, scaled to the launch"
+    if bucket.window != (-1, -1) and bucket.window[1] != 0 and bucket.s0 > MASKED_PROBE_ROWS:
+        note += f"; S0 capped at {MASKED_PROBE_ROWS} rows (the last rows: an upper estimate)"
     return _result(bucket, tuple(rows), note)
 
 

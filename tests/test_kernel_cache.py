@@ -204,3 +204,41 @@ def test_tune_command_prints_the_ranking_and_the_choice() -> None:
     bad = CliRunner().invoke(main, ["tune", "--s0", "128", "--s1", "512", "--heads", "3", "--kv-heads", "2",
                                     "--head-dim", "64"])
     assert bad.exit_code == 2 and "heads=3 must be a multiple of kv_heads=2" in bad.output
+
+
+def test_longest_first_makespan() -> None:
+    assert tune.longest_first_makespan([3, 5, 3, 4, 3], 2) == 10  # 5+3 | 4+3+3
+    assert tune.longest_first_makespan([2.0] * 6, 3) == 4.0 and tune.longest_first_makespan([7.0], 4) == 7.0
+
+
+def test_causal_probes_equal_the_full_timing_model_when_each_block_runs_one_unit() -> None:
+    """Two heads of two causal Q blocks on four blocks: each unit is probed alone with the keys it sees."""
+    import dataclasses
+
+    from ptofa.runner import run_case
+
+    shape = TuneShape(batch=1, heads=2, kv_heads=1, s0=256, s1=512, head=64, window=(-1, 0))
+    config = dataclasses.replace(shape.base_config(), tile_s1=128, qk_preload=2, exp_ring=None)
+    full = run_case(config, shape.problem(), backend="sim", timing=True)
+    assert full.passed, full.message
+    assert tune.predict_config(config, shape).predicted_us == pytest.approx(full.predicted_us, rel=1e-9)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("window", [(-1, -1), (-1, 0)])
+def test_tune_agrees_with_the_full_timing_model(window) -> None:
+    """The probe-scaled prediction against `run_case` with every block simulated and timed."""
+    import dataclasses
+
+    from ptofa.runner import run_case
+
+    shape = TuneShape(batch=1, heads=4, kv_heads=4, s0=512, s1=1024, head=64, window=window)
+    full = {}
+    for row in tune.rank(shape).table:
+        config = dataclasses.replace(shape.base_config(), tile_s1=row.tile_s1, qk_preload=row.qk_preload, exp_ring=None)
+        result = run_case(config, shape.problem(), backend="sim", timing=True)
+        assert result.passed, result.message
+        full[(row.tile_s1, row.qk_preload)] = result.predicted_us
+        assert row.predicted_us == pytest.approx(result.predicted_us, rel=0.1)
+    chosen = tune.rank(shape).config
+    assert full[(chosen.tile_s1, chosen.qk_preload)] == pytest.approx(min(full.values()), rel=0.02)
