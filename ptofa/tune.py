@@ -230,7 +230,8 @@ def predict_config(config: FAConfig, shape: TuneShape) -> Ranked:
     spec = get_soc(shape.soc)
     problem = shape.problem()
     per_block, bound = busiest_block_us(config, shape, spec, default_block_dim(problem, spec.cube_cores, config))
-    hbm_us = spec.cycles_to_us(compulsory_bytes(config, problem) / (spec.hbm_bytes_per_cycle_per_core * spec.cube_cores))
+    hbm_rate = spec.hbm_bytes_per_cycle_per_core * spec.cube_cores
+    hbm_us = spec.cycles_to_us(compulsory_bytes(config, problem) / hbm_rate)
     kernel_us = max(per_block, hbm_us)
     bound = "HBM" if hbm_us >= per_block else bound
     return Ranked(config.tile_s1, config.qk_preload, kernel_us, problem.flops(config.head) / kernel_us / 1e6, bound)
@@ -271,7 +272,8 @@ def _store(result: TuneResult) -> None:
 def _result(bucket: TuneShape, table: tuple[Ranked, ...], note: str) -> TuneResult:
     best = next((row for row in table if row.predicted_us is not None), None)
     if best is None:
-        raise ConfigError(f"tune: no candidate config could be predicted for {bucket}: {table[0].error if table else ''}")
+        reason = table[0].error if table else "no legal candidate"
+        raise ConfigError(f"tune: no candidate config could be predicted for {bucket}: {reason}")
     config = dataclasses.replace(bucket.base_config(), tile_s1=best.tile_s1, qk_preload=best.qk_preload, exp_ring=None)
     return TuneResult(bucket, table, config, note)
 
@@ -343,8 +345,8 @@ def tune_cmd(s0: int, s1: int, heads: int, kv_heads: int | None, head_dim: int, 
     from ptofa.switches import DTYPES, InputError
 
     in_dtype = DTYPES[dtype]
-    shape = TuneShape(batch, heads, kv_heads or heads, s0, s1, head_dim, in_dtype, window=(-1, 0) if causal else (-1, -1),
-                      soc=soc)
+    window = (-1, 0) if causal else (-1, -1)
+    shape = TuneShape(batch, heads, kv_heads or heads, s0, s1, head_dim, in_dtype, window=window, soc=soc)
     try:
         shape.problem().check(shape.base_config())
         get_soc(soc)

@@ -136,7 +136,8 @@ def test_cache_info_and_clear_commands() -> None:
     cleared = runner.invoke(main, ["cache", "clear"])
     assert cleared.exit_code == 0 and f"({size} bytes)" in cleared.output
     assert list(root.iterdir()) == [mine]  # only what ptofa wrote is deleted
-    assert "kernels: 0 entries; since the last clear: 0 disk hits, 0 misses" in runner.invoke(main, ["cache", "info"]).output
+    empty = runner.invoke(main, ["cache", "info"]).output
+    assert "kernels: 0 entries; since the last clear: 0 disk hits, 0 misses" in empty
 
 
 # --------------------------------------------------------------------------------------

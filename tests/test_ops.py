@@ -17,7 +17,7 @@ import torch
 import ptofa
 from ptofa import argspec, attention, kernel_cache, npu
 from ptofa.ops import BACKWARD_MISSING, flash_attn_fwd
-from ptofa.pipeline import FAConfig
+from ptofa.pipeline import ConfigError, FAConfig
 from ptofa.reference import check_accuracy, reference_fa
 
 CONFIG = FAConfig(head=64, tile_s1=128, qk_preload=2, masked=True, lse=True)
@@ -140,8 +140,10 @@ Q, K, V = bsnd(batch=2, heads=4)
     ((Q, K.bfloat16(), V.bfloat16()), ValueError,
      "dtype: q, k and v must share one dtype; got torch.float16, torch.bfloat16, torch.bfloat16"),
     ((Q, K, V.to("meta")), ValueError, "device: q, k and v must be on one device; got cpu, cpu, meta"),
-    ((Q.to("meta"), K.to("meta"), V.to("meta")), ValueError, "device: q is on meta; ptofa runs CPU tensors on the simulator and NPU tensors on an Ascend NPU"),
-    ((Q[..., :32], K[..., :32], V[..., :32]), Exception, "head dim: head_dim=32 must be one of (64, 96, 128, 192, 256)"),
+    ((Q.to("meta"), K.to("meta"), V.to("meta")), ValueError,
+     "device: q is on meta; ptofa runs CPU tensors on the simulator and NPU tensors on an Ascend NPU"),
+    ((Q[..., :32], K[..., :32], V[..., :32]), ConfigError,
+     "head dim: head_dim=32 must be one of (64, 96, 128, 192, 256)"),
     ((Q[:, :, :3], K, V), ValueError, "grouped heads: q heads=3 must be a multiple of k/v heads=2"),
     ((Q[0], K, V), ValueError, "rank: q, k and v must be 4-D [B, S, N, D]; got q (70, 4, 64)"),
     ((Q, K[:1], V[:1]), ValueError, "batch: q has B=2 but k/v have B=1"),
@@ -205,7 +207,8 @@ def test_npu_launch_marshals_the_arguments_in_argspec_order(monkeypatch: pytest.
     assert len(args) == len(names)
     assert by_name["q"] == q.data_ptr() and by_name["k"] == k.data_ptr() and by_name["v"] == v.data_ptr()
     assert by_name["o"] == out.data_ptr() and by_name["lse"] == lse.data_ptr()
-    assert (by_name["batch"], by_name["heads"], by_name["kv_heads"], by_name["s0"], by_name["s1"]) == (2, 4, 2, 300, 200)
+    sizes = tuple(by_name[name] for name in ("batch", "heads", "kv_heads", "s0", "s1"))
+    assert sizes == (2, 4, 2, 300, 200)
     assert (by_name["win_left"], by_name["win_right"], by_name["key_mask_stride"]) == (500, 0, 200)
     assert by_name["scale"] == pytest.approx(1 / 8)
     assert by_name["slots"] == pointer and size == config.gm_slot_bytes_per_block * 24
