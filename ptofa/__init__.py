@@ -15,7 +15,9 @@ Modules, one concept each (docs/architecture.md has the whole path):
   runner       `run_case`: build, dispatch to a backend, one result row
   sweep, bench parameter sweeps, NPU benchmark
   cli          the `run_fa` command
-  attention    `attend` on torch tensors: input checks, automatic config, the kernel cache
+  attention    `attend` on torch tensors: input checks, the launch
+  kernel_cache, tune  kernels in memory and on disk; configs ranked by the timing model
+  ops          the `ptofa::flash_attn_fwd` torch custom op the functional calls go through
   functional   `flash_attn_func` (flash-attn's call) and `scaled_dot_product_attention` (torch's)
   infiniop     InfiniOp's FlashAttention descriptor interface and status codes
   serving      `flash_attn_varlen_func` (packed prefill), `flash_attn_with_kvcache` (paged decode)

@@ -8,38 +8,30 @@ given), takes the kernel from the in-process kernel cache and runs it on the sim
 (CPU tensors) or on an Ascend NPU. `ptofa.flash_attn_func`,
 `ptofa.scaled_dot_product_attention` and `ptofa.infiniop` are thin layers over it.
 
-Kernel cache: one `Kernel` per `FAConfig` (a frozen dataclass: head, tiles, preload,
-dtypes, variant switches, target), holding the emitted `.pto` text, the parsed and
-verified module (simulator, parsed on first use) and the loaded launcher (NPU: the text
-is compiled once through `ptofa.toolchain`, whose build cache on disk already keys on the
-text and the tool versions). A second call with the same config emits, parses and
-compiles nothing.
+Kernel cache (`ptofa.kernel_cache`): one kernel per `FAConfig`, in memory and on disk;
+a second call with the same config emits, parses and compiles nothing.
 
 Automatic config (`config=None`): the head dim and dtypes come from the tensors, the
 variant switches from the call (masked iff a window is given, key_padding iff a mask is
-given, lse iff asked for); TILE_S1 / QK_PRELOAD are 256 / 3 for S1 >= `LONG_S1` (the
-preload ring of three 256-key tiles fills) and 128 / 2 for shorter key sequences.
+given, lse iff asked for), TILE_S1 / QK_PRELOAD from the timing model's ranking of the
+shape's bucket (`ptofa.tune`). Should that prediction fail, a fixed rule (with a
+warning): 256 / 3 for S1 >= `LONG_S1` (the preload ring of three 256-key tiles fills),
+128 / 2 for shorter key sequences.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-import threading
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import NamedTuple
+import warnings
 
 import torch
 
 from ptofa import argspec
 from ptofa.backend import TORCH_DTYPES, BackendUnavailable, normalize_key_mask
-from ptofa.kernels.fa_fwd import emit_fa
+from ptofa.kernel_cache import Kernel, clear_kernel_cache, get_kernel, kernel_cache_info
 from ptofa.pipeline import SUPPORTED_HEAD, ConfigError, FAConfig, ProblemShape, default_block_dim
 from ptofa.sim.socspec import get_soc
 from ptofa.sim_backend import launch_sim
-from ptofa.textio import check_text
 
 BACKEND_NAMES = ("auto", "sim", "npu")
 # S1 from which the automatic config takes TILE_S1 = 256 with QK_PRELOAD = 3 (three tiles in flight).
@@ -53,89 +45,26 @@ _DTYPE_NAMES = {dtype: name for name, dtype in TORCH_DTYPES.items()}
 
 
 # --------------------------------------------------------------------------------------
-# Kernel cache
-# --------------------------------------------------------------------------------------
-
-
-@dataclass
-class Kernel:
-    """One emitted kernel and what each backend made of it (filled on first use)."""
-
-    config: FAConfig
-    text: str
-    _parsed: object | None = field(default=None, repr=False)
-    _launcher: Callable[..., int] | None = field(default=None, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    @property
-    def parsed(self):
-        """The parsed and verified module the simulator runs (parsed once)."""
-        with self._lock:
-            if self._parsed is None:
-                self._parsed = check_text(self.text, f"<ptofa kernel {self.config.summary()}>")
-            return self._parsed
-
-    def npu_launcher(self) -> Callable[..., int]:
-        """The ctypes launcher of the compiled kernel (compiled and loaded once per process)."""
-        with self._lock:
-            if self._launcher is None:
-                from ptofa.npu import load_launcher
-                from ptofa.toolchain import cache_root, compile_pto
-
-                digest = hashlib.sha256(self.text.encode()).hexdigest()[:20]
-                source = cache_root() / "sources" / f"fa_{digest}.pto"
-                source.parent.mkdir(parents=True, exist_ok=True)
-                if not source.is_file():
-                    source.write_text(self.text)
-                compiled = compile_pto(source, config_summary=self.config.summary())
-                self._launcher = load_launcher(Path(compiled.so_path), self.config)
-            return self._launcher
-
-
-class KernelCacheInfo(NamedTuple):
-    hits: int
-    misses: int
-    size: int
-
-
-_KERNELS: dict[FAConfig, Kernel] = {}
-_KERNELS_LOCK = threading.Lock()
-_STATS = {"hits": 0, "misses": 0}
-
-
-def get_kernel(config: FAConfig) -> Kernel:
-    """The cached kernel of `config`; emitted on the first request only."""
-    with _KERNELS_LOCK:
-        kernel = _KERNELS.get(config)
-        if kernel is not None:
-            _STATS["hits"] += 1
-            return kernel
-        _STATS["misses"] += 1
-        kernel = _KERNELS[config] = Kernel(config, emit_fa(config))
-        return kernel
-
-
-def kernel_cache_info() -> KernelCacheInfo:
-    """Hits, misses and entries of the in-process kernel cache."""
-    with _KERNELS_LOCK:
-        return KernelCacheInfo(_STATS["hits"], _STATS["misses"], len(_KERNELS))
-
-
-def clear_kernel_cache() -> None:
-    """Forget every emitted, parsed and loaded kernel of this process (the on-disk build cache stays)."""
-    with _KERNELS_LOCK:
-        _KERNELS.clear()
-        _STATS.update(hits=0, misses=0)
-
-
-# --------------------------------------------------------------------------------------
 # Configs
 # --------------------------------------------------------------------------------------
 
 
 def auto_config(head: int, in_dtype: str = "f16", *, s1: int, out_dtype: str | None = None, masked: bool = False,
-                key_padding: bool = False, lse: bool = False) -> FAConfig:
-    """The config `attend` runs with when none is given (see the module docstring)."""
+                key_padding: bool = False, lse: bool = False, shape: ProblemShape | None = None,
+                soc: str = SIM_SOC) -> FAConfig:
+    """The config `attend` runs with when none is given (see the module docstring): with
+    `shape` (the call's sizes and window) the timing model's choice for it on `soc`,
+    without it (or when the prediction fails) the fixed rule."""
+    if shape is not None:
+        from ptofa.tune import TuneShape, tune
+
+        wanted = TuneShape(shape.batch, shape.heads, shape.kv_heads, shape.s0, shape.s1, head, in_dtype, out_dtype,
+                           shape.window if masked else (-1, -1), key_padding, lse, soc)
+        try:
+            return tune(wanted).config
+        except (ConfigError, RuntimeError, ValueError) as error:
+            warnings.warn(f"ptofa: automatic config: the timing model's ranking failed ({error}); "
+                          f"using the fixed rule", RuntimeWarning, stacklevel=2)
     candidates = LONG_TILES if s1 >= LONG_S1 else SHORT_TILES
     first_error: ConfigError | None = None
     for tile_s1, qk_preload in candidates:
@@ -146,6 +75,15 @@ def auto_config(head: int, in_dtype: str = "f16", *, s1: int, out_dtype: str | N
             first_error = first_error or error
     assert first_error is not None
     raise first_error
+
+
+def tune_window(bounds: tuple[int, int] | None, s0: int, s1: int) -> tuple[int, int]:
+    """The window the timing model ranks configs for, from the kernel's bounds: a bound that no
+    offset reaches is -1, a negative right bound (torch's top-left causal with S1 > S0) is 0."""
+    if bounds is None:
+        return (-1, -1)
+    left, right = bounds
+    return (-1 if left >= s0 + s1 else left, -1 if right >= s0 + s1 else max(0, right))
 
 
 def check_config(config: FAConfig, *, head: int, in_dtype: str, out_dtype: str | None, masked: bool,
@@ -190,6 +128,10 @@ def check_qkv(q, k, v, names: tuple[str, str, str] = ("q", "k", "v")) -> tuple[i
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(f"rank: {qn}, {kn} and {vn} must be 4-D [B, S, N, D]; got {qn} {tuple(q.shape)}, "
                          f"{kn} {tuple(k.shape)}, {vn} {tuple(v.shape)}")
+    for name, t in zip(names, (q, k, v)):
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(f"{name}: the last dim (head_dim) must be contiguous, stride 1; got stride {t.stride(-1)} "
+                             f"(shape {tuple(t.shape)}, strides {t.stride()})")
     if q.dtype != k.dtype or q.dtype != v.dtype:
         raise ValueError(f"dtype: {qn}, {kn} and {vn} must share one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
     if q.dtype not in (torch.float16, torch.bfloat16):
@@ -250,7 +192,8 @@ def resolve_backend(backend: str) -> str:
     return backend
 
 
-def _out_dtype_name(out_dtype) -> str | None:
+def out_dtype_name(out_dtype) -> str | None:
+    """'f16' / 'bf16' / 'f32' of an out dtype given as a torch dtype or a name; None stays None."""
     if out_dtype is None:
         return None
     if isinstance(out_dtype, str):
@@ -340,14 +283,15 @@ def run_attention(
     if backend == "sim" and q.device.type != "cpu":
         raise ValueError(f"device: the sim backend runs on CPU tensors; {names[0]} is on {q.device}")
     in_dtype = _DTYPE_NAMES[q.dtype]
-    wanted_out = _out_dtype_name(out_dtype)
+    wanted_out = out_dtype_name(out_dtype)
     key_mask = None
     if key_padding_mask is not None:
         key_mask = normalize_key_mask(torch.as_tensor(key_padding_mask), batch, s1)
     masked = bounds is not None
     if config is None:
+        tuned = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads, window=tune_window(bounds, s0, s1))
         config = auto_config(head, in_dtype, s1=s1, out_dtype=wanted_out, masked=masked,
-                             key_padding=key_mask is not None, lse=return_lse)
+                             key_padding=key_mask is not None, lse=return_lse, shape=tuned)
     else:
         check_config(config, head=head, in_dtype=in_dtype, out_dtype=wanted_out, masked=masked,
                      key_padding=key_mask is not None, lse=return_lse)
@@ -402,18 +346,27 @@ def npu_host_args(config: FAConfig, shape: ProblemShape, q, k, v, o, slots, scal
     return args
 
 
+def npu_device(home: torch.device) -> torch.device:
+    """Where an NPU launch runs: the inputs' NPU, or the current one for CPU inputs."""
+    return home if home.type == "npu" else torch.device("npu", torch.npu.current_device())
+
+
+def npu_workspace(config: FAConfig, block_dim: int, device: torch.device) -> torch.Tensor:
+    """The slot workspace of a launch that was given none: `gm_slot_f32_per_block` f32 per block."""
+    return torch.empty(config.gm_slot_f32_per_block * block_dim, dtype=torch.float32, device=device)
+
+
 def _run_npu(kernel: Kernel, shape: ProblemShape, q, k, v, scale, bounds, key_mask, block_dim, out, workspace, stream):
     from ptofa.npu import check_launch_code
 
     config = kernel.config
     home = q.device
-    device = home if home.type == "npu" else torch.device("npu", torch.npu.current_device())
+    device = npu_device(home)
     q, k, v = (t.to(device).contiguous() for t in (q, k, v))
     o = out if out is not None else torch.empty(shape.batch, shape.s0, shape.heads, config.head,
                                                 dtype=TORCH_DTYPES[config.out_dtype], device=device)
     lse = torch.empty(shape.batch, shape.heads, shape.s0, device=device) if config.lse else None
-    slots = (torch.empty(config.gm_slot_f32_per_block * block_dim, dtype=torch.float32, device=device)
-             if workspace is None else workspace)
+    slots = npu_workspace(config, block_dim, device) if workspace is None else workspace
     key_mask = None if key_mask is None else key_mask.to(device).contiguous()
     args = npu_host_args(config, shape, q, k, v, o, slots, scale, bounds, lse=lse, key_mask=key_mask)
     if stream is None:

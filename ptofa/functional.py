@@ -3,47 +3,35 @@
     out = ptofa.flash_attn_func(q, k, v, causal=True)                  # BSND, bottom-right causal
     out = ptofa.scaled_dot_product_attention(q, k, v, is_causal=True)  # BNSD, top-left causal
 
-Both run `ptofa.attention.run_attention` (the simulator on CPU tensors, or an Ascend
-NPU). Forward only: when an input requires grad the output is attached to the graph
-through a function whose backward raises `NotImplementedError` (issue "Backward pass").
+Both check their arguments, then call the custom op `torch.ops.ptofa.flash_attn_fwd`
+(`ptofa.ops`), which runs `ptofa.attention.run_attention` (the simulator on CPU tensors,
+or an Ascend NPU) and which `torch.compile` traces without a graph break. Forward only:
+when an input requires grad the output is on the autograd graph, and its backward raises
+`NotImplementedError` (issue 16, "Backward pass").
 """
 
 from __future__ import annotations
 
 import torch
 
-from ptofa.attention import check_window, run_attention, window_to_bounds
+from ptofa.attention import check_qkv, check_window, out_dtype_name, window_to_bounds
+from ptofa.backend import TORCH_DTYPES
+from ptofa.ops import BACKWARD_MISSING, config_to_json, flash_attn_fwd
 from ptofa.pipeline import FAConfig
 
-BACKWARD_MISSING = (
-    "ptofa: no backward pass yet (issue \"Backward pass\"); the FlashAttention kernel is forward-only, "
-    "call it under torch.no_grad() or on tensors that do not require grad"
-)
 
-
-class _ForwardOnly(torch.autograd.Function):
-    """Puts a forward-only result on the autograd graph; its backward says it is missing."""
-
-    @staticmethod
-    def forward(ctx, run, q, k, v):  # noqa: ARG004 (q, k, v link the graph)
-        out, lse = run()
-        if lse is None:
-            return out
-        ctx.mark_non_differentiable(lse)
-        return out, lse
-
-    @staticmethod
-    def backward(ctx, *grads):
-        raise NotImplementedError(BACKWARD_MISSING)
-
-
-def _forward_only(run, q, k, v):
-    """run() -> (out, lse | None), through `_ForwardOnly` when autograd would record it."""
-    tensors = (q, k, v)
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
-        result = _ForwardOnly.apply(run, q, k, v)
-        return (result, None) if isinstance(result, torch.Tensor) else tuple(result)
-    return run()
+def _call_op(q, k, v, scale, bounds, key_padding_mask, out_dtype, backend: str, config: FAConfig | None,
+             name: str = "q"):
+    """(out, lse) of the custom op on checked BSND q/k/v. A device other than CPU or NPU is
+    refused here: the op would hand it (a meta tensor, say) to its fake implementation."""
+    if q.device.type not in ("cpu", "npu"):
+        raise ValueError(f"device: {name} is on {q.device}; ptofa runs CPU tensors on the simulator and NPU "
+                         f"tensors on an Ascend NPU")
+    wanted = out_dtype_name(out_dtype)
+    mask = None if key_padding_mask is None else torch.as_tensor(key_padding_mask)
+    left, right = bounds if bounds is not None else (0, 0)
+    return flash_attn_fwd(q, k, v, scale, bounds is not None, left, right, mask,
+                          None if wanted is None else TORCH_DTYPES[wanted], backend, config_to_json(config))
 
 
 def flash_attn_func(
@@ -64,7 +52,10 @@ def flash_attn_func(
     q:            [batch, seqlen_q, nheads, headdim], torch.float16 or torch.bfloat16.
     k, v:         [batch, seqlen_k, nheads_k, headdim], q's dtype; nheads % nheads_k == 0
                   (grouped-query / multi-query attention: q head h reads kv head h // (nheads / nheads_k)).
-                  headdim is one of 64, 96, 128, 192, 256. Non-contiguous tensors are copied.
+                  headdim is one of 64, 96, 128, 192, 256. The last dim must be contiguous
+                  (stride 1, else ValueError); other strides are free (e.g. q = qkv[:, :, 0] of
+                  a packed [batch, seqlen, 3, nheads, headdim] tensor): the kernel takes dense
+                  BSND tensors, so such an input is copied once to a contiguous one.
     softmax_scale: scale of Q K^T before the softmax; default 1 / sqrt(headdim).
     causal:       causal mask aligned to the bottom-right corner of the attention matrix (as
                   flash-attn >= 2.1): query i sees key j iff j <= i + seqlen_k - seqlen_q.
@@ -85,19 +76,14 @@ def flash_attn_func(
     Returns out [batch, seqlen_q, nheads, headdim], or (out, lse) with return_lse=True.
     Bad arguments raise ValueError / ConfigError with one line naming the rule and the
     numbers; backend="npu" without an NPU raises BackendUnavailable. Forward only.
+    Runs as the custom op torch.ops.ptofa.flash_attn_fwd (torch.compile traces it).
     """
     window = check_window(window_size, "window_size")
     if causal:
         window = (window[0], 0)
-
-    def run():
-        bounds = None
-        if isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and q.dim() == 4 and k.dim() == 4:
-            bounds = window_to_bounds(window, q.shape[1], k.shape[1])
-        return run_attention(q, k, v, scale=softmax_scale, bounds=bounds, key_padding_mask=key_padding_mask,
-                             return_lse=return_lse, out_dtype=out_dtype, backend=backend, config=config)
-
-    out, lse = _forward_only(run, q, k, v)
+    check_qkv(q, k, v)
+    bounds = window_to_bounds(window, q.shape[1], k.shape[1])
+    out, lse = _call_op(q, k, v, softmax_scale, bounds, key_padding_mask, out_dtype, backend, config)
     return (out, lse) if return_lse else out
 
 
@@ -173,14 +159,10 @@ def scaled_dot_product_attention(
     key_mask = _sdpa_key_mask(attn_mask, batch, heads, s0, s1)
     bounds = (s0 + s1, s0 - s1) if is_causal else None  # top-left causal: j <= i = i + (S1 - S0) + (S0 - S1)
 
-    def run():
-        q, k, v = (t.transpose(1, 2) for t in tensors)  # BNSD -> BSND
-        out, _ = run_attention(q, k, v, scale=scale, bounds=bounds, key_padding_mask=key_mask, backend=backend,
-                               names=names)
-        return out.transpose(1, 2), None
-
-    out, _ = _forward_only(run, query, key, value)
-    return out
+    q, k, v = (t.transpose(1, 2) for t in tensors)  # BNSD -> BSND views
+    check_qkv(q, k, v, names)
+    out, _ = _call_op(q, k, v, scale, bounds, key_mask, None, backend, None, names[0])
+    return out.transpose(1, 2)
 
 
-__all__ = ["flash_attn_func", "scaled_dot_product_attention"]
+__all__ = ["BACKWARD_MISSING", "flash_attn_func", "scaled_dot_product_attention"]

@@ -8,9 +8,9 @@ top of the repository runs the same argv lists and a test keeps the two equal.
 
 (pto-ir.md 13.1-13.2; a2 and a3 share code generation, so `--pto-arch=a3` and
 `--npu-arch=dav-2201` serve both.) Builds are cached under `$PTOFA_CACHE`
-(default `~/.cache/ptofa/builds`) by a key over the `.pto` text, `caller.cpp`, the
-flags, the tool versions and the pto-isa path, so a sweep does not rebuild a
-kernel it has already built.
+(default: `builds` under ptofa's cache root, `ptofa.kernel_cache.cache_root`) by a
+key over the `.pto` text, `caller.cpp`, the flags, the tool versions and the pto-isa
+path, so a sweep does not rebuild a kernel it has already built.
 """
 
 from __future__ import annotations
@@ -226,7 +226,10 @@ def build_key(pto_text: bytes, tools: Tools, config_summary: str | None = None,
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("PTOFA_CACHE") or Path.home() / ".cache" / "ptofa" / "builds")
+    """`$PTOFA_CACHE`, else the `builds` folder of ptofa's cache root (`ptofa.kernel_cache.cache_root`)."""
+    from ptofa.kernel_cache import cache_root as ptofa_cache_root
+
+    return Path(os.environ.get("PTOFA_CACHE") or ptofa_cache_root() / "builds")
 
 
 def metadata_text(key: dict[str, str]) -> str:

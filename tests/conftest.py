@@ -1,10 +1,27 @@
-"""Skip tests marked `ptoas`, `bisheng` or `npu` when the tool or device is missing."""
+"""Skip tests marked `ptoas`, `bisheng` or `npu` when the tool or device is missing; keep
+ptofa's cache (kernels, tuned configs, builds) in a temporary folder for the session."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 
 import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def session_cache_dir(tmp_path_factory: pytest.TempPathFactory):
+    """`PTOFA_CACHE_DIR` of the session (inherited by subprocesses): tests never touch the user's cache."""
+    import os
+
+    from ptofa.kernel_cache import CACHE_ENV
+
+    saved = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("ptofa-cache"))
+    yield
+    if saved is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = saved
 
 
 @lru_cache(maxsize=None)
