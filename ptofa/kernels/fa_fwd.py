@@ -428,9 +428,10 @@ def compute_p(s: _VecState, t: SSAValue) -> None:
     """Online softmax of tile t over row slices: P = exp(scale*S - m_new) in the input dtype; update m, l, alpha_t.
 
     With two slice buffers the loop body handles one slice per buffer, so the load of a
-    slice's scores overlaps the vector work on the other buffer's slice.
+    slice's scores overlaps the vector work on the other buffer's slice. alpha_t and l are
+    finished once per tile over all of the core's rows, not once per slice.
     """
-    cfg, tl = s.c.config, s.tiles
+    cfg, tl, rows = s.c.config, s.tiles, s.rows
     qk, p, _ = cfg.pipes
     vs0, nbuf = cfg.vec_s0, cfg.vec_buffers
     keys = _tile_keys(s.c, s.u, t)
@@ -445,13 +446,12 @@ def compute_p(s: _VecState, t: SSAValue) -> None:
         for b, (s_name, p_name) in enumerate(buffers):
             r0 = scalar.mul(scalar.add(scalar.mul(sl, nbuf), b), vs0, name="slice_row")
             _softmax_slice(s, t, r0, keys, tl[s_name], tl[p_name], qk_entry, p_entry)
-    rows = s.rows  # per tile, over all of the core's rows: alpha_t = exp(m_old - m_new), l = alpha_t * l + l_t
-    tile.exp(rows["alpha_new"], out=rows["alpha_new"])
+    tile.exp(rows["alpha_new"], out=rows["alpha_new"])  # alpha_t = exp(m_old - m_new)
     tile.mul(rows["l_all"], rows["alpha_new"], out=rows["l_all"])
-    tile.add(rows["l_all"], rows["l_tile"], out=rows["l_all"])
+    tile.add(rows["l_all"], rows["l_tile"], out=rows["l_all"])  # l = alpha_t * l + l_t
     pto.tfree("vector", qk.pipe_id, qk_entry, SPLIT)
     pto.tpush("vector", p.pipe_id, p_entry, SPLIT)
-    ring_select(s.ring, t, lambda ring_tile: tile.mov(s.rows["alpha_new"], ring_tile))
+    ring_select(s.ring, t, lambda ring_tile: tile.mov(rows["alpha_new"], ring_tile))
 
 
 def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_tile: SSAValue, p_half: SSAValue,
