@@ -94,8 +94,8 @@ class RunRequest:
     """One case for a backend: the built `.pto` and how to run it.
 
     `block_dim` None = the backend's default (min(work units, cube cores)); `scale`
-    None = 1/sqrt(head). `timing`, `timeline` and `soc` ask the simulator for the
-    timing model's prediction (and a timeline picture); `options` are the simulator's
+    None = 1/sqrt(head). `timing`, `timeline`, `trace` and `soc` ask the simulator for the
+    timing model's prediction (and a timeline picture, Chrome trace events); `options` are the simulator's
     run options. A backend ignores what does not apply to it.
     """
 
@@ -109,6 +109,7 @@ class RunRequest:
     key_mask: torch.Tensor | None = None  # [B, S1] or [S1]; None with config.key_padding: random ragged lengths
     timing: bool = False
     timeline: Path | None = None
+    trace: Path | None = None
     soc: str = "910B2"
 
 

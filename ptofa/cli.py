@@ -137,6 +137,9 @@ def check(pto_file: Path) -> None:
               help="Keep the .pto (and build files) in this folder.")
 @click.option("--timeline", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the timing model's timeline of one block (.svg or .png); sim backend only.")
+@click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the timing model's per-queue timeline of every replayed block as Chrome trace events "
+                   "(FILE.json: Perfetto, chrome://tracing, MindStudio Insight); sim backend only.")
 @click.option("--soc", default="910B2", show_default=True, help="Chip of the timing model (910B1..910B4).")
 @click.option("--inject-fault", type=click.Choice(FAULTS), default=None, hidden=True,
               help="Test only: the simulator breaks the parsed kernel this way, to exercise its reports.")
@@ -146,7 +149,8 @@ def run(backend: str, batch: int, heads: int, kv_heads: int | None, s0: int | No
         kv_seqlens: list[int] | None, seqlens_file: Path | None, decode: bool, cache_len: int | None, page_size: int,
         num_splits: int | None, head: int, tile_s1: int, qk_preload: int, dtype: str, out_dtype: str | None,
         causal: bool, window: tuple[int, int] | None, key_padding: bool, lse: bool, seed: int, block_dim: int | None,
-        keep: Path | None, timeline: Path | None, soc: str, inject_fault: str | None, backward: bool) -> None:
+        keep: Path | None, timeline: Path | None, trace: Path | None, soc: str, inject_fault: str | None,
+        backward: bool) -> None:
     """Build, run and check the kernel against the torch reference; print one result row."""
     import dataclasses
 
@@ -173,6 +177,8 @@ def run(backend: str, batch: int, heads: int, kv_heads: int | None, s0: int | No
         shape.check(config)
     except ConfigError as exc:
         raise InputError(f"invalid shape: {exc}") from None
+    if trace is not None and trace.suffix.lower() != ".json":
+        raise InputError(f"--trace {trace}: Chrome trace events are JSON; the file name must end in .json")
     backend = resolve_backend(backend)
     if backward:
         from ptofa.bwd_cli import backward_config
@@ -188,15 +194,16 @@ def run(backend: str, batch: int, heads: int, kv_heads: int | None, s0: int | No
         console.print(f"key-padding mask: valid keys per batch {lengths} of {s1}")
     try:
         result = run_case(config, shape, backend=backend, seed=seed, keep_dir=keep, block_dim=block_dim,
-                          timing=True, timeline=timeline, soc=soc, options=RunOptions(fault=inject_fault),
+                          timing=True, timeline=timeline, trace=trace, soc=soc, options=RunOptions(fault=inject_fault),
                           key_mask=key_mask)
     except BackendUnavailable as exc:
         raise InputError(str(exc)) from None
     print_results([result])
     if result.message and not result.passed:
         click.echo(result.message, err=True)
-    if timeline is not None and result.predicted_us is not None:
-        console.print(f"timeline written to {timeline}")
+    for path in (timeline, trace):
+        if path is not None and result.predicted_us is not None:
+            console.print(f"timeline written to {path}")
     if backward and result.passed:
         from ptofa.bwd_cli import run_backward_case
 
@@ -225,6 +232,7 @@ def print_results(results) -> None:
     for r in results:
         if r.extra.get("timing_summary"):
             console.print(r.extra["timing_summary"], markup=False)
+            console.print(r.extra["utilization"], markup=False)
 
 
 def _register_optional_commands() -> None:

@@ -23,11 +23,9 @@ UNIT_TABLE = ("q_start", "q_len", "k_start", "k_len", "head", "q_block", "seq", 
 UNIT_FIELDS = len(UNIT_TABLE)
 MAX_SPLITS = 16  # split-KV: most splits of one unit's KV tiles (num_splits)
 
-# trowexpand* ops in the vector function as the builder emits it: compute_p (one
-# trowexpandsub), compute_gu (one trowexpandmul), each emitted once by the fused
-# vector schedule, and the final trowexpanddiv. A test counts them in the emitted IR,
-# and one checks the simulator's UB peak against this budget.
-ROWEXPAND_OPS_IN_VECTOR_FUNC = 3
+# Rows of a softmax row slice below which the vector stage does not split it further
+# to double-buffer it (fa-pipeline.md 11: vec_s0 * 4 bytes a multiple of 32).
+MIN_VEC_S0 = 8
 
 DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i8": 1, "i64": 8}
 VEC_CORES = 2
@@ -140,9 +138,23 @@ class FAConfig:
         return self.cube_s0 // VEC_CORES
 
     @property
+    def vec_buffers(self) -> int:
+        """Softmax row-slice buffers per vector core: 2 (the next slice loads while this one
+        computes) when the halved slice keeps MIN_VEC_S0 rows, else 1."""
+        return 2 if self.cube_s0 // VEC_CORES // self.tile_factor // 2 >= MIN_VEC_S0 else 1
+
+    @property
     def vec_s0(self) -> int:
-        """Rows of one softmax row slice: CUBE_S0 / VEC_CORES / kTileFactor."""
-        return self.cube_s0 // VEC_CORES // self.tile_factor
+        """Rows of one softmax row slice: CUBE_S0 / VEC_CORES / kTileFactor / vec_buffers."""
+        return self.cube_s0 // VEC_CORES // self.tile_factor // self.vec_buffers
+
+    @property
+    def rowexpand_ops(self) -> int:
+        """trowexpand* ops in the vector function as the builder emits it (each has a hidden
+        UB scratch): compute_p's trowexpandexpdif once per slice buffer (the slice loop body
+        handles one slice per buffer), compute_gu's trowexpandmul, the final trowexpanddiv.
+        A test counts them in the emitted IR, and one checks the simulator's UB peak."""
+        return self.vec_buffers + 2
 
     @property
     def sync_period(self) -> int:
@@ -191,7 +203,7 @@ class FAConfig:
         return (
             f"head={self.head} tile_s1={self.tile_s1} qk_preload={self.qk_preload} "
             f"cube_s0={self.cube_s0} cube_s1={self.cube_s1} slot_num={self.slot_num} "
-            f"exp_ring={self.exp_ring} k_tile_factor={self.tile_factor} vec_s0={self.vec_s0} "
+            f"exp_ring={self.exp_ring} k_tile_factor={self.tile_factor} vec_s0={self.vec_s0}x{self.vec_buffers} "
             f"in={self.in_dtype} out={self.out_dtype}" + (f" {self.variant}" if self.variant else "")
         )
 
@@ -229,8 +241,8 @@ def _check_config(c: FAConfig) -> None:
     if c.cube_s0 % (VEC_CORES * k) != 0:
         fail("divisibility", f"cube_s0={c.cube_s0} must be a multiple of 2*k_tile_factor={2 * k}")
     vec_s0 = c.vec_s0
-    if vec_s0 < 8 or (vec_s0 * 4) % 32 != 0:
-        fail("vector row slice", f"vec_s0={vec_s0} rows: vec_s0*4 bytes must be a multiple of 32 (vec_s0 >= 8)")
+    if vec_s0 < MIN_VEC_S0 or (vec_s0 * 4) % 32 != 0:
+        fail("vector row slice", f"vec_s0={vec_s0} rows: vec_s0*4 bytes must be a multiple of 32 (vec_s0 >= {MIN_VEC_S0})")
     if c.cube_s0 * c.cube_s1 * 4 > 64 * KIB:
         fail("L0C", f"cube_s0*cube_s1*4 = {c.cube_s0 * c.cube_s1 * 4} B exceeds 64 KiB")
     if c.cube_s0 * c.head * 4 > 64 * KIB:
@@ -268,6 +280,11 @@ def chunk_names(c: FAConfig, name: str) -> list[str]:
     return [name] if c.d_split == 1 else [f"{name}{i}" for i in range(c.d_split)]
 
 
+def buffer_names(c: FAConfig, name: str) -> list[str]:
+    """Names of a softmax row-slice tile: `name` alone, or name0, name1 when the slices are double-buffered."""
+    return [name] if c.vec_buffers == 1 else [f"{name}{i}" for i in range(c.vec_buffers)]
+
+
 def tile_plan(c: FAConfig) -> list[TileSpec]:
     """Every tile the builder allocates, per core. The builder allocates from this list.
 
@@ -294,9 +311,9 @@ def tile_plan(c: FAConfig) -> list[TileSpec]:
         TileSpec("s_acc", "cube", "qk", "acc", s0, s1, "f32", **acc, **dyn),
         *[TileSpec(name, "cube", "pv", "acc", s0, dc, "f32", **acc) for name in chunk_names(c, "o_acc")],
         # vector: softmax working set for one row slice (red_tmp is also the mask tile)
-        TileSpec("s_tile", "vector", "p", "vec", vs0, ts1, "f32", **dyn),
+        *[TileSpec(name, "vector", "p", "vec", vs0, ts1, "f32", **dyn) for name in buffer_names(c, "s_tile")],
         TileSpec("red_tmp", "vector", "p", "vec", vs0, ts1, "f32", **dyn),
-        TileSpec("p_half", "vector", "p", "vec", vs0, ts1, dt, **dyn),
+        *[TileSpec(name, "vector", "p", "vec", vs0, ts1, dt, **dyn) for name in buffer_names(c, "p_half")],
         TileSpec("m_slice", "vector", "p", "vec", vs0, 1, "f32", **col),
         TileSpec("l_slice", "vector", "p", "vec", vs0, 1, "f32", **col),
         # vector: per-row state of the core's rows, and GU tiles. The running
@@ -307,6 +324,7 @@ def tile_plan(c: FAConfig) -> list[TileSpec]:
         TileSpec("m_all", "vector", "p", "vec", 1, rows, "f32"),
         TileSpec("l_all", "vector", "p", "vec", 1, rows, "f32"),
         TileSpec("alpha_new", "vector", "p", "vec", 1, rows, "f32"),
+        TileSpec("l_tile", "vector", "p", "vec", 1, rows, "f32"),
         TileSpec("alpha_cur", "vector", "gu", "vec", rows, 1, "f32", **col),
         TileSpec("pv_tile", "vector", "gu", "vec", rows, d, "f32"),
         TileSpec("o_tile", "vector", "gu", "vec", rows, d, "f32", **dyn),
@@ -357,7 +375,7 @@ def budget(c: FAConfig) -> Budget:
         if space == "vec":
             items += [
                 (f"hidden_rowexpand_tmp{i}", HIDDEN_ROWEXPAND_TMP_BYTES)
-                for i in range(ROWEXPAND_OPS_IN_VECTOR_FUNC)
+                for i in range(c.rowexpand_ops)
             ]
         rows.append(BudgetRow(space, sum(b for _, b in items), CAPACITY[space], tuple(items)))
     return Budget(tuple(rows), c.gm_slot_bytes_per_block)

@@ -50,6 +50,7 @@ def run_case(
     block_dim: int | None = None,
     timing: bool = False,
     timeline: Path | None = None,
+    trace: Path | None = None,
     soc: str = "910B2",
     scale: float | None = None,
     options: RunOptions | None = None,
@@ -60,7 +61,7 @@ def run_case(
     `options` are the simulator's run options (tracing, an injected fault, ...); `key_mask`
     is the key-padding mask of a `key_padding` kernel (None: random ragged lengths);
     `timing` asks the simulator for the timing model's prediction (`timeline`: also
-    a picture of it, `soc`: the chip it models).
+    a picture of it, `trace`: its Chrome trace events, `soc`: the chip it models).
     Never raises for a failing kernel: the status says "pass", "fail", "deadlock",
     "error" (simulator error, imbalance, overflow) or "rejected" (shape breaks a rule).
     Raises `BackendUnavailable` when the backend cannot run on this machine.
@@ -77,6 +78,6 @@ def run_case(
         pto_path.write_text(emit_fa(config))
         request = RunRequest(
             config, shape, pto_path, seed=seed, block_dim=block_dim, scale=scale,
-            options=options or RunOptions(), key_mask=key_mask, timing=timing, timeline=timeline, soc=soc,
+            options=options or RunOptions(), key_mask=key_mask, timing=timing, timeline=timeline, trace=trace, soc=soc,
         )
         return get_backend(backend).run(request)

@@ -24,7 +24,8 @@ from ptofa.reference import make_inputs
 from ptofa.sim import GmPointer, SimDeadlock, SimError, SimResult, simulate
 from ptofa.sim.faults import fault_path, fault_text
 from ptofa.sim.socspec import get_soc
-from ptofa.sim.timing import blocks_to_trace, predict, write_timeline
+from ptofa.sim.timeline import write_chrome_trace, write_timeline
+from ptofa.sim.timing import blocks_to_trace, predict
 from ptofa.textio import PtoCheckError, check_text
 from ptofa.varlen import make_varlen_inputs, reference_varlen, unit_table
 
@@ -203,8 +204,13 @@ class SimBackend:
             result.predicted_tflops = float(timed.tflops)
             result.extra["predicted_bound"] = timed.bound
             result.extra["timing_summary"] = timed.summary()
+            result.extra["predicted_util"] = timed.steady_util
+            result.extra["peak_fraction"] = timed.peak_fraction
+            result.extra["utilization"] = timed.utilization_line()
             if request.timeline is not None:
                 write_timeline(timed, request.timeline)
+            if request.trace is not None:
+                write_chrome_trace(timed, request.trace)
         return result
 
 

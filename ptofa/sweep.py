@@ -179,15 +179,17 @@ class SweepGrid:
     lse: bool = False
     in_dtype: str = "f16"
     out_dtype: str | None = None  # None: the input dtype
+    square: bool = False  # S0 = S1 at every point (the s0 axis is not used)
 
     def points(self, backend: str) -> list[SweepPoint]:
         """Points ordered by shape, then by config, so a partial sweep covers whole shapes first.
         A value listed twice on an axis gives one point."""
-        axes = (self.batch, self.heads, self.s0, self.s1, self.head, self.tile_s1, self.qk_preload)
+        s0_axis = (None,) if self.square else self.s0
+        axes = (self.batch, self.heads, s0_axis, self.s1, self.head, self.tile_s1, self.qk_preload)
         switches = dict(kv_heads=self.kv_heads, window=tuple(self.window), key_padding=self.key_padding,
                         lse=self.lse, in_dtype=self.in_dtype, out_dtype=self.out_dtype)
         return [
-            SweepPoint(head, tile_s1, qk_preload, batch, heads, s0, s1, backend, **switches)
+            SweepPoint(head, tile_s1, qk_preload, batch, heads, s1 if s0 is None else s0, s1, backend, **switches)
             for batch, heads, s0, s1, head, tile_s1, qk_preload in itertools.product(
                 *(dict.fromkeys(axis) for axis in axes)
             )
@@ -624,6 +626,19 @@ def _bound(row: dict) -> str | None:
     return (row.get("extra") or {}).get("predicted_bound")
 
 
+def _util(row: dict, name: str) -> float | None:
+    """A steady-state utilization of the timing model's prediction (`extra["predicted_util"]`), if any."""
+    return ((row.get("extra") or {}).get("predicted_util") or {}).get(name)
+
+
+# (header, utilization or extra field, format): the model's steady state beside the predicted time.
+TABLE_MODEL = (
+    ("M busy", lambda row: _util(row, "cube M"), ".0%"),
+    ("V busy", lambda row: _util(row, "vector V"), ".0%"),
+    ("peak", lambda row: (row.get("extra") or {}).get("peak_fraction"), ".1%"),
+)
+
+
 def _table_note(row: dict) -> str:
     """The rule's name for a rejected point, the first line of the report for a failed one,
     nothing for a pass (the full messages are in the files)."""
@@ -634,8 +649,9 @@ def _table_note(row: dict) -> str:
     return row["message"].splitlines()[0] if row["message"] else ""
 
 
-def summary_table(outcome: SweepOutcome) -> Table:
-    rows = outcome.rows
+def summary_table(outcome: SweepOutcome, best_only: bool = False) -> Table:
+    """The sweep's rows (`best_only`: the best row of each problem and the failed ones)."""
+    rows = [row for row in outcome.rows if not best_only or row["best"] or row["status"] in FAILED_STATUSES]
     metric_names = dict(TIME_METRICS)
     if outcome.best_metric is None:
         title = "sweep results (no passing point, no best config)"
@@ -650,6 +666,7 @@ def summary_table(outcome: SweepOutcome) -> Table:
         constant.append(row_variant_label(rows[0]))
     number_columns = [column for column in TABLE_NUMBERS if any(row.get(column[1]) is not None for row in rows)]
     with_bound = any(_bound(row) for row in rows)
+    model_columns = [column for column in TABLE_MODEL if any(column[1](row) is not None for row in rows)]
 
     table = Table(
         title=title, caption=" ".join(constant) if rows else None, box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0)
@@ -662,6 +679,8 @@ def summary_table(outcome: SweepOutcome) -> Table:
     table.add_column("S1", justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
     for header, _, _ in number_columns:
+        table.add_column(header, justify="right", no_wrap=True)
+    for header, _, _ in model_columns:
         table.add_column(header, justify="right", no_wrap=True)
     if with_bound:
         table.add_column("bound", no_wrap=True)
@@ -676,6 +695,7 @@ def summary_table(outcome: SweepOutcome) -> Table:
             str(row["s1"]),
             f"[{style}]{row['status']}[/]",
             *(_format_number(row.get(name), spec) for _, name, spec in number_columns),
+            *(_format_number(value(row), spec) for _, value, spec in model_columns),
             *([_bound(row) or ""] if with_bound else []),
             _table_note(row),
             style="bold" if row["best"] else "",
@@ -699,6 +719,8 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[i
 @click.option("--head-dim", default="128", callback=_int_list, show_default=True, help="Head dims D.")
 @click.option("--s1", default="1024,2048,4096,8192", callback=_int_list, show_default=True, help="KV lengths.")
 @click.option("--s0", default="128", callback=_int_list, show_default=True, help="Query lengths.")
+@click.option("--square", is_flag=True, help="S0 = S1 at every point (replaces --s0).")
+@click.option("--best-only", is_flag=True, help="Show only the best config of each shape (and failed points).")
 @click.option("--batch", default="1", callback=_int_list, show_default=True, help="Batch sizes B.")
 @click.option("--heads", default="1", callback=_int_list, show_default=True, help="Head counts N.")
 @kv_heads_option
@@ -724,6 +746,8 @@ def sweep_cmd(
     head_dim: tuple[int, ...],
     s1: tuple[int, ...],
     s0: tuple[int, ...],
+    square: bool,
+    best_only: bool,
     batch: tuple[int, ...],
     heads: tuple[int, ...],
     kv_heads: int | None,
@@ -769,12 +793,12 @@ def sweep_cmd(
         return
     grid = SweepGrid(tile_s1=tile_s1, qk_preload=qk_preload, head=head_dim, s1=s1, s0=s0, batch=batch, heads=heads,
                      kv_heads=kv_heads, window=window_of(causal, window), key_padding=key_padding, lse=lse,
-                     in_dtype=knobs["in_dtype"], out_dtype=knobs["out_dtype"])
+                     in_dtype=knobs["in_dtype"], out_dtype=knobs["out_dtype"], square=square)
     try:
         outcome = run_sweep(grid, out_dir, backend=backend, jobs=jobs, seed=seed, console=console)
     except BackendUnavailable as exc:
         raise click.ClickException(str(exc)) from None
-    console.print(summary_table(outcome))
+    console.print(summary_table(outcome, best_only))
     console.print(
         f"{len(outcome.rows)} points ({outcome.ran} run now, {outcome.skipped} from {out_dir / JSONL_NAME}); "
         f"wrote {out_dir / CSV_NAME}, {out_dir / JSON_NAME}, {out_dir / PNG_NAME}"

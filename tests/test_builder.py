@@ -5,6 +5,7 @@ memory budget, the structure of the emitted IR, and the `run_fa build` / `check`
 from __future__ import annotations
 
 import itertools
+import re
 import warnings
 from collections import Counter
 from functools import lru_cache
@@ -183,7 +184,7 @@ def test_budget_is_the_tile_plan(head: int, tile_s1: int, qk_preload: int) -> No
         assert row.capacity == pipeline.CAPACITY[row.space]
     ub = next(r for r in plan.rows if r.space == "vec")
     hidden = [b for name, b in ub.items if name.startswith("hidden_rowexpand_tmp")]
-    assert hidden == [pipeline.HIDDEN_ROWEXPAND_TMP_BYTES] * pipeline.ROWEXPAND_OPS_IN_VECTOR_FUNC
+    assert hidden == [pipeline.HIDDEN_ROWEXPAND_TMP_BYTES] * config.rowexpand_ops
     assert plan.gm_slot_bytes_per_block == sum(p.slot_bytes for p in config.pipes) * config.slot_num
 
 
@@ -210,6 +211,28 @@ def test_budget_overflow_is_rejected_naming_space_and_tiles(monkeypatch: pytest.
     for tile in ("s_tile", "red_tmp", "p_half", "pv_tile", "o_tile", "hidden_rowexpand_tmp0"):
         assert tile in over[0]
     assert not any(line.startswith(("L1 ", "L0A", "L0B", "L0C")) for line in lines)  # only the spaces over
+
+
+@pytest.mark.parametrize("head, tile_s1, buffers, vec_s0", [(128, 128, 2, 32), (128, 256, 2, 16), (128, 512, 2, 8),
+                                                          (64, 512, 2, 8), (192, 128, 2, 16), (192, 256, 2, 8), (192, 512, 1, 8),
+                                                          (256, 512, 1, 8)])
+def test_softmax_slices_are_double_buffered_while_they_keep_8_rows(head: int, tile_s1: int, buffers: int,
+                                                                    vec_s0: int) -> None:
+    """Two slice buffers (s_tile0/1, p_half0/1: the next slice loads while this one computes) when
+    the halved slice keeps MIN_VEC_S0 = 8 rows; the slices of a tile still cover the core's rows;
+    the IR emits one softmax slice per buffer in the slice loop, each on its own buffers."""
+    config = make(head=head, tile_s1=tile_s1, qk_preload=2)
+    assert (config.vec_buffers, config.vec_s0) == (buffers, vec_s0)
+    assert config.vec_s0 * config.tile_factor * config.vec_buffers == config.vec_rows
+    names = {t.name: t for t in tile_plan(config) if t.core == "vector"}
+    suffixes = [str(b) for b in range(buffers)] if buffers == 2 else [""]
+    for base, dtype in (("s_tile", "f32"), ("p_half", config.in_dtype)):
+        for suffix in suffixes:
+            assert (names[base + suffix].rows, names[base + suffix].cols, names[base + suffix].dtype) == (vec_s0, tile_s1, dtype)
+    vec_text = emit_fa(config).split(f"func.func @{argspec.VECTOR_FUNC_NAME}")[1]
+    assert vec_text.count("pto.trowexpandexpdif") == buffers
+    for suffix in suffixes:
+        assert re.search(rf"pto.tcvt ins\(%s_tile{suffix} \{{", vec_text) and f"outs(%p_half{suffix} :" in vec_text
 
 
 def test_budget_table_lists_every_space() -> None:
@@ -390,7 +413,7 @@ def test_cli_check_broken_file(tmp_path: Path) -> None:
     bad_line = next(i for i, line in enumerate(text.splitlines()) if "pto.trowexpandexpdif" in line)
     lines = text.splitlines()
     lines[bad_line] = lines[bad_line].replace("pto.trowexpandexpdif", "pto.trecip", 1)
-    lines[bad_line] = lines[bad_line].split(" ins(")[0] + " ins(%s_tile : !pto.tile_buf<vec, 32x256xf32, valid=?x?>) outs(%s_tile : !pto.tile_buf<vec, 32x256xf32, valid=?x?>)"
+    lines[bad_line] = lines[bad_line].split(" ins(")[0] + " ins(%s_tile0 : !pto.tile_buf<vec, 16x256xf32, valid=?x?>) outs(%s_tile0 : !pto.tile_buf<vec, 16x256xf32, valid=?x?>)"
     path = tmp_path / "broken.pto"
     path.write_text("\n".join(lines) + "\n")
     result = CliRunner().invoke(main, ["check", str(path)])
@@ -436,4 +459,4 @@ def test_static_memory_check_agrees_with_the_budget(head: int, tile_s1: int, qk_
     vector = {space: peak.nbytes for space, peak in peak_usage(fns["fa_vec"]).items()}
     assert cube == {space: plan[space] for space in ("mat", "left", "right", "acc")}
     hidden = pipeline.HIDDEN_ROWEXPAND_TMP_BYTES
-    assert vector == {"vec": plan["vec"] - (pipeline.ROWEXPAND_OPS_IN_VECTOR_FUNC - 1) * hidden}
+    assert vector == {"vec": plan["vec"] - (make(head=head, tile_s1=tile_s1, qk_preload=qk_preload).rowexpand_ops - 1) * hidden}

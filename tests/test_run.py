@@ -222,13 +222,15 @@ def test_simulator_memory_peak_equals_the_budget(head, tile_s1, qk_preload, vari
         assert peak[(0, "cube")][space] == planned[space]
 
 
-def test_rowexpand_count_in_the_emitted_vector_function():
+@pytest.mark.parametrize("head,tile_s1,buffers", [(128, 256, 2), (128, 512, 2), (192, 512, 1)])
+def test_rowexpand_count_in_the_emitted_vector_function(head, tile_s1, buffers):
     from ptofa.fa_builder import emit_fa
-    from ptofa.pipeline import ROWEXPAND_OPS_IN_VECTOR_FUNC
 
-    text = emit_fa(_config(128, 256, 3))
+    config = _config(head, tile_s1, 3)
+    assert config.vec_buffers == buffers
+    text = emit_fa(config)
     vector_func = text[text.index("func.func @fa_vec"):]
-    assert vector_func.count("pto.trowexpand") == ROWEXPAND_OPS_IN_VECTOR_FUNC
+    assert vector_func.count("pto.trowexpand") == config.rowexpand_ops == buffers + 2
 
 
 @pytest.mark.parametrize("slot_num,qk_preload", [(4, 2), (6, 3)])

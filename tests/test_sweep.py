@@ -399,3 +399,33 @@ def test_masked_sweep_on_the_simulator(tmp_path: Path) -> None:
     # A rerun with the same switches resumes: nothing runs again.
     again = CliRunner().invoke(sweep_cmd, args)
     assert again.exit_code == 0 and "4 points (0 run now, 4 from" in again.output
+
+
+def test_square_grid_and_best_only_table_with_the_model_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--square pairs S0 = S1 (the s0 axis is unused); --best-only keeps one row per shape; the
+    steady state's M / V busy and the fraction of cube peak come from the run's `extra`."""
+    grid = SweepGrid(tile_s1=(128, 256), qk_preload=(2,), head=(64,), s1=(256, 512), s0=(128, 999), square=True)
+    assert [(p.s0, p.s1, p.tile_s1) for p in grid.points("sim")] == [(256, 256, 128), (256, 256, 256),
+                                                                     (512, 512, 128), (512, 512, 256)]
+
+    def modelled(config: FAConfig, shape: ProblemShape, **kwargs: object) -> RunResult:
+        result = fake_run(config, shape, **kwargs)
+        result.extra.update(predicted_bound="cube M", peak_fraction=0.5 + config.tile_s1 / 1000,
+                            predicted_util={"cube M": config.tile_s1 / 400, "vector V": 0.25})
+        return result
+
+    outcome = run_sweep(grid, tmp_path, jobs=1, run_fn=modelled, console=quiet())
+    console = Console(width=200, record=True)
+    console.print(summary_table(outcome, best_only=True))
+    text = console.export_text()
+    lines = [line for line in text.splitlines() if " pass " in line]
+    assert len(lines) == 2 and all(" 256 " in line.split("pass")[0] for line in lines)  # tile 256 wins both
+    assert "M busy" in text and "V busy" in text and "peak" in text
+    assert all("64%" in line and "25%" in line and "75.6%" in line for line in lines)
+    monkeypatch.setattr(ptofa.runner, "run_case", fake_run, raising=False)
+    result = CliRunner().invoke(sweep_cmd, [*CLI_ARGS, "--square", "--best-only", "--out", str(tmp_path / "cli")],
+                                env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    rows = json.loads((tmp_path / "cli" / "results.json").read_text())
+    assert {(r["s0"], r["s1"]) for r in rows} == {(256, 256), (512, 512), (1024, 1024)}
+    assert result.output.count(" pass ") == 3  # the best row of each shape only

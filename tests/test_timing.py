@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -10,14 +12,16 @@ import pytest
 
 from ptofa.pipeline import FAConfig, ProblemShape
 from ptofa.sim.socspec import SOCS, SocSpec
+from ptofa.sim.timeline import write_chrome_trace, write_timeline
 from ptofa.sim.timing import (
+    CUBE_QUEUES,
     PIPE_WAITS,
+    VEC_QUEUES,
     TimingError,
     blocks_to_trace,
     predict,
     queue_of,
     replay,
-    write_timeline,
 )
 from ptofa.sim.trace import Trace, TraceOp
 
@@ -405,28 +409,82 @@ def test_summary_is_one_paragraph_with_the_numbers() -> None:
 
 
 def test_svg_timeline_is_well_formed(tmp_path: Path) -> None:
+    """matplotlib's SVG: one lane label per core queue, bars grouped per stage and lane, pipe waits drawn."""
     result = predict(fa_trace(num_tiles=12), FAConfig(), ProblemShape(s0=128, s1=12 * 256))
     path = write_timeline(result, tmp_path / "t.svg", window_us=10.0)
     root = ET.parse(path).getroot()
     ns = "{http://www.w3.org/2000/svg}"
     assert root.tag == f"{ns}svg"
-    labels = {t.text for t in root.iter(f"{ns}text")}
+    labels = {"".join(t.itertext()).strip() for t in root.iter(f"{ns}text")}
     for lane in ("cube MTE2", "cube MTE1", "cube M", "cube FIX", "cube S", "vec0 V", "vec1 MTE3", "vec1 S"):
         assert lane in labels
     assert {"qk", "p", "pv", "gu", "other", "pipe wait"} <= labels
-    rects = list(root.iter(f"{ns}rect"))
-    assert any(r.get("fill") == "url(#wait)" for r in rects[1:])  # pipe waits drawn (not only the legend)
-    assert sum(1 for r in rects if r.get("fill") == "#54a24b") > 1
-    width = float(root.get("width"))
-    assert all(float(r.get("x", 0)) <= width for r in rects)
+    groups = {g.get("id") for g in root.iter(f"{ns}g")}
+    assert {"qk cube M", "pv cube M", "p vec0 V", "gu vec1 V"} <= groups
+    assert any(gid and gid.startswith("wait ") and gid.endswith(" S") for gid in groups)
 
 
 def test_png_timeline_is_written(tmp_path: Path) -> None:
     result = predict(fa_trace(num_tiles=4), FAConfig(), ProblemShape(s0=128, s1=4 * 256))
     path = write_timeline(result, tmp_path / "t.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    with pytest.raises(ValueError, match="svg or .png"):
+    with pytest.raises(ValueError, match="svg, .png or .json"):
         write_timeline(result, tmp_path / "t.pdf")
+
+
+def test_chrome_trace_has_one_track_per_core_queue(tmp_path: Path) -> None:
+    """Trace-event JSON: metadata names each block (pid) and queue (tid); every replayed op is one
+    complete event on its queue's track, in microseconds, and pipe waits are events of their own."""
+    trace = fa_trace(num_tiles=6, blocks=(0, 1), block_dim=2)
+    result = predict(trace, FAConfig(), ProblemShape(s0=128, s1=6 * 256), block_dim=2)
+    path = write_chrome_trace(result, tmp_path / "t.json")
+    data = json.loads(path.read_text())
+    events = data["traceEvents"]
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {name for (pid, _), name in names.items() if pid == 0} == {
+        f"{core} {q}" for core, queues in (("cube", CUBE_QUEUES), ("vec0", VEC_QUEUES), ("vec1", VEC_QUEUES))
+        for q in queues}
+    assert {pid for pid, _ in names} == {0, 1}
+    complete = [e for e in events if e["ph"] == "X"]
+    ops = [e for e in complete if e.get("cat") != "pipe wait"]
+    assert len(ops) == len(result.intervals)
+    for e, iv in zip(ops, result.intervals):
+        assert names[(e["pid"], e["tid"])] == f"{iv.core} {iv.queue}"
+        assert e["ts"] == pytest.approx(iv.start_us) and e["dur"] == pytest.approx(iv.end_us - iv.start_us)
+        assert e["dur"] >= 0
+    waits = [e for e in complete if e.get("cat") == "pipe wait"]
+    assert waits and all(names[(e["pid"], e["tid"])].endswith(" S") and e["dur"] > 0 for e in waits)
+    assert write_timeline(result, tmp_path / "u.json").read_text() == path.read_text()
+
+
+def test_steady_utilization_matches_the_replayed_intervals() -> None:
+    """The printed utilization is the busy time of each queue inside the critical block's steady
+    window (middle half), averaged over the cores of a kind, recounted here from the intervals."""
+    result = predict(fa_trace(num_tiles=16), FAConfig(), ProblemShape(s0=128, s1=16 * 256))
+    block = result.critical_block
+    lo, hi = 0.25 * result.block_us[block], 0.75 * result.block_us[block]
+    busy: dict[tuple[str, str], float] = {}
+    for iv in result.intervals:
+        if iv.block == block and iv.queue != "S":
+            kind = "cube" if iv.core == "cube" else "vector"
+            busy[(kind, iv.queue)] = busy.get((kind, iv.queue), 0.0) + max(0.0, min(iv.end_us, hi) - max(iv.start_us, lo))
+    for (kind, queue), us in busy.items():
+        cores = 1 if kind == "cube" else 2
+        assert result.steady_util[f"{kind} {queue}"] == pytest.approx(us / (hi - lo) / cores, rel=1e-6)
+    assert all(0.0 <= frac <= 1.0 for frac in result.steady_util.values())
+    samples = [lo + (hi - lo) * (i + 0.5) / 4000 for i in range(4000)]  # idle: no data queue of the core works
+    for core, name in (("cube", "cube idle"), ("vec0", None), ("vec1", None)):
+        spans = [(iv.start_us, iv.end_us) for iv in result.intervals if iv.block == block and iv.core == core and iv.queue != "S"]
+        idle = sum(not any(a <= t < b for a, b in spans) for t in samples) / len(samples)
+        if name:
+            assert result.steady_util[name] == pytest.approx(idle, abs=2e-3)
+        else:
+            vec_idle = idle if core == "vec0" else (vec_idle + idle) / 2
+    assert result.steady_util["vector idle"] == pytest.approx(vec_idle, abs=2e-3)
+    assert result.peak_fraction == pytest.approx(result.tflops * 1e12 / result.soc.peak_flops)
+    line = result.utilization_line()
+    assert f"cube M {result.steady_util['cube M']:.0%}" in line and f"bound: {result.bound}" in line
+    assert f"{result.peak_fraction:.1%} of cube fp16 peak (353.9 TFLOP/s)" in line
 
 
 # --- the real kernel: traces recorded by the simulator from the emitted .pto --------------------
@@ -459,3 +517,24 @@ def test_real_kernel_never_beats_the_cube_bound():
     spec = get_soc("910B2")
     macs = 2 * 128 * 4096 * 128  # QK and PV, one work unit on one core
     assert result.predicted_us >= spec.cycles_to_us(macs / spec.cube_macs_per_cycle)
+
+
+def test_run_prints_the_steady_state_and_writes_chrome_trace(tmp_path: Path) -> None:
+    """`run_fa run --trace FILE.json` prints the steady-state utilization, bound and fraction of peak,
+    and writes trace events of the replayed blocks; a name without .json is refused before any work."""
+    from click.testing import CliRunner
+
+    from ptofa.cli import main
+
+    path = tmp_path / "fa.json"
+    runner = CliRunner()
+    args = ["run", "--backend", "sim", "--heads", "1", "--s0", "256", "--s1", "1024"]
+    result = runner.invoke(main, [*args, "--trace", str(path)])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert re.search(r"steady state of block \d+ \(middle half\): cube M \d+%, cube MTE2 \d+%, cube MTE1 \d+%", text)
+    assert re.search(r"vector V \d+%.*bound: [a-zA-Z ]+; \d+\.\d% of cube fp16 peak \(353\.9 TFLOP/s\)", text)
+    events = json.loads(path.read_text())["traceEvents"]
+    assert {e["args"]["name"] for e in events if e["name"] == "thread_name"} >= {"cube M", "vec0 V", "vec1 MTE3"}
+    bad = runner.invoke(main, [*args, "--trace", str(tmp_path / "fa.txt")])
+    assert bad.exit_code == 2 and "must end in .json" in bad.output

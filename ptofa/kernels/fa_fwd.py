@@ -51,7 +51,7 @@ from xdsl.ir import SSAValue
 from ptofa import argspec
 from ptofa.api import F32, I32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type
 from ptofa.kernels.common import SPLIT, TileRange, entry_type, fused, init_pipes, pipelined, ring_select
-from ptofa.pipeline import UNIT_FIELDS, UNIT_TABLE, FAConfig, TileSpec, chunk_names, tile_plan
+from ptofa.pipeline import UNIT_FIELDS, UNIT_TABLE, FAConfig, TileSpec, buffer_names, chunk_names, tile_plan
 from ptofa.textio import print_pto
 
 NEG_INIT = -3.0e38  # running-max start and mask value: finite, so no inf - inf ever appears
@@ -413,7 +413,7 @@ class _VecState:
     row_base: SSAValue  # first row of this vector core within the Q block
 
 
-def _mask_bounds(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue) -> None:
+def _mask_bounds(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_tile: SSAValue) -> None:
     """Add -3e38 where the window hides a key from a row of this slice (only if any does)."""
     cfg, tl, c = s.c.config, s.tiles, s.c
     i0 = scalar.add(scalar.add(s.u.q0, s.row_base), r0, name="slice_q")  # first query row of the slice
@@ -429,11 +429,11 @@ def _mask_bounds(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue) -> Non
         # (r, col) is hidden iff col >= r + (right_edge - j0 + 1)  (upper triangle) ...
         tile.tri(scalar.index_cast(scalar.add(scalar.sub(right_edge, j0), 1), I32), out=tl["red_tmp"], upper=True)
         tile.muls(tl["red_tmp"], s.consts["neg"], out=tl["red_tmp"])
-        tile.add(tl["s_tile"], tl["red_tmp"], out=tl["s_tile"])
+        tile.add(s_tile, tl["red_tmp"], out=s_tile)
         # ... or col <= r + (left_edge - j0 - 1)  (lower triangle); never both for one entry.
         tile.tri(scalar.index_cast(scalar.sub(scalar.sub(left_edge, j0), 1), I32), out=tl["red_tmp"], upper=False)
         tile.muls(tl["red_tmp"], s.consts["neg"], out=tl["red_tmp"])
-        tile.add(tl["s_tile"], tl["red_tmp"], out=tl["s_tile"])
+        tile.add(s_tile, tl["red_tmp"], out=s_tile)
 
 
 def _key_bias(s: _VecState, t: SSAValue, keys: SSAValue) -> None:
@@ -451,42 +451,59 @@ def _key_bias(s: _VecState, t: SSAValue, keys: SSAValue) -> None:
 
 
 def compute_p(s: _VecState, t: SSAValue) -> None:
-    """Online softmax of tile t over row slices: P = exp(scale*S - m_new) in the input dtype; update m, l, alpha_t."""
+    """Online softmax of tile t over row slices: P = exp(scale*S - m_new) in the input dtype; update m, l, alpha_t.
+
+    With two slice buffers the loop body handles one slice per buffer, so the load of a
+    slice's scores overlaps the vector work on the other buffer's slice. alpha_t and l are
+    finished once per tile over all of the core's rows, not once per slice.
+    """
     cfg, tl, rows = s.c.config, s.tiles, s.rows
     qk, p, _ = cfg.pipes
-    vs0 = cfg.vec_s0
+    vs0, nbuf = cfg.vec_s0, cfg.vec_buffers
     keys = _tile_keys(s.c, s.u, t)
     qk_entry = pto.tpop("vector", qk.pipe_id, entry_type(qk, "vector"), SPLIT, name="qk_entry")
     p_entry = pto.talloc("vector", p.pipe_id, entry_type(p, "vector"), SPLIT, name="p_entry")
-    for name in ("s_tile", "red_tmp", "p_half"):
+    buffers = list(zip(buffer_names(cfg, "s_tile"), buffer_names(cfg, "p_half")))
+    for name in ("red_tmp", *(n for pair in buffers for n in pair)):
         tile.set_valid(tl[name], vs0, keys)
     if cfg.key_padding:
         _key_bias(s, t, keys)
     with pto.range(0, cfg.tile_factor, name="slice") as sl:
-        r0 = scalar.mul(sl, vs0, name="slice_row")
-        m_old = tile.subview(rows["m_all"], 0, r0, 1, vs0, name="m_old")
-        l_run = tile.subview(rows["l_all"], 0, r0, 1, vs0, name="l_run")
-        alpha = tile.subview(rows["alpha_new"], 0, r0, 1, vs0, name="alpha")
-        pto.load(pto.slice_view(qk_entry, [r0, 0], [vs0, keys], name="qk_rows"), tl["s_tile"])
-        tile.muls(tl["s_tile"], s.scale, out=tl["s_tile"])
-        if cfg.masked:
-            _mask_bounds(s, t, r0, keys)
-        if cfg.key_padding:
-            tile.col_expand_add(tl["s_tile"], tl["kpm_f32"], out=tl["s_tile"])
-        tile.row_max(tl["s_tile"], tl["red_tmp"], out=tl["m_slice"])
-        tile.max(rows["m_slice"], m_old, out=rows["m_slice"])  # m_new (finite: m_old starts at -3e38)
-        tile.sub(m_old, rows["m_slice"], out=alpha)
-        tile.exp(alpha, out=alpha)  # alpha_t = exp(m_old - m_new)
-        tile.adds(rows["m_slice"], s.consts["zero"], out=m_old)  # m_old := m_new (a tmov into a subview is rejected)
-        tile.mul(l_run, alpha, out=l_run)
-        tile.row_expand_expdif(tl["s_tile"], tl["m_slice"], out=tl["s_tile"])  # P = exp(S - m_new), one pass
-        tile.row_sum(tl["s_tile"], tl["red_tmp"], out=tl["l_slice"])
-        tile.add(l_run, rows["l_slice"], out=l_run)
-        tile.cvt(tl["s_tile"], out=tl["p_half"])
-        pto.store(tl["p_half"], pto.slice_view(p_entry, [r0, 0], [vs0, keys], name="p_rows"))
+        for b, (s_name, p_name) in enumerate(buffers):
+            r0 = scalar.mul(scalar.add(scalar.mul(sl, nbuf), b), vs0, name="slice_row")
+            _softmax_slice(s, t, r0, keys, tl[s_name], tl[p_name], qk_entry, p_entry)
+    tile.exp(rows["alpha_new"], out=rows["alpha_new"])  # alpha_t = exp(m_old - m_new)
+    tile.mul(rows["l_all"], rows["alpha_new"], out=rows["l_all"])
+    tile.add(rows["l_all"], rows["l_tile"], out=rows["l_all"])  # l = alpha_t * l + l_t
     pto.tfree("vector", qk.pipe_id, qk_entry, SPLIT)
     pto.tpush("vector", p.pipe_id, p_entry, SPLIT)
     ring_select(s.ring, t, lambda ring_tile: tile.mov(rows["alpha_new"], ring_tile))
+
+
+def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_tile: SSAValue, p_half: SSAValue,
+                   qk_entry: SSAValue, p_entry: SSAValue) -> None:
+    """Rows r0 .. r0 + vec_s0 of tile t: scores in, P out, the running max updated; the rows'
+    m_old - m_new and row sums go to alpha_new and l_tile (compute_p finishes them per tile)."""
+    cfg, tl, rows = s.c.config, s.tiles, s.rows
+    vs0 = cfg.vec_s0
+    m_old = tile.subview(rows["m_all"], 0, r0, 1, vs0, name="m_old")
+    l_new = tile.subview(rows["l_tile"], 0, r0, 1, vs0, name="l_new")
+    alpha = tile.subview(rows["alpha_new"], 0, r0, 1, vs0, name="alpha")
+    pto.load(pto.slice_view(qk_entry, [r0, 0], [vs0, keys], name="qk_rows"), s_tile)
+    tile.muls(s_tile, s.scale, out=s_tile)
+    if cfg.masked:
+        _mask_bounds(s, t, r0, keys, s_tile)
+    if cfg.key_padding:
+        tile.col_expand_add(s_tile, tl["kpm_f32"], out=s_tile)
+    tile.row_max(s_tile, tl["red_tmp"], out=tl["m_slice"])
+    tile.max(rows["m_slice"], m_old, out=rows["m_slice"])  # m_new (finite: m_old starts at -3e38)
+    tile.sub(m_old, rows["m_slice"], out=alpha)  # m_old - m_new
+    tile.adds(rows["m_slice"], s.consts["zero"], out=m_old)  # m_old := m_new (a tmov into a subview is rejected)
+    tile.row_expand_expdif(s_tile, tl["m_slice"], out=s_tile)  # P = exp(S - m_new), one pass
+    tile.row_sum(s_tile, tl["red_tmp"], out=tl["l_slice"])
+    tile.adds(rows["l_slice"], s.consts["zero"], out=l_new)
+    tile.cvt(s_tile, out=p_half)
+    pto.store(p_half, pto.slice_view(p_entry, [r0, 0], [vs0, keys], name="p_rows"))
 
 
 def compute_gu(s: _VecState, t: SSAValue) -> None:

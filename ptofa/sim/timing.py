@@ -37,9 +37,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from dataclasses import replace as dataclass_replace
-from pathlib import Path
 
 from ptofa import dialect as d
 from ptofa.pipeline import DTYPE_BYTES, FAConfig, ProblemShape
@@ -63,6 +62,9 @@ SCALAR = "scalar issue"
 INTRA_SYNC = "intra-core sync"
 # Part of the critical path counted as "steady state": the middle half of the block's time.
 STEADY_WINDOW = (0.25, 0.75)
+UTIL_CORE = {"cube": "cube", "vec": "vector"}
+# Queues of the steady-state utilization per core kind, in print order (the compute queue first).
+UTIL_QUEUES = {"cube": ("M", "MTE2", "MTE1", "FIX", "idle"), "vector": ("V", "MTE2", "MTE3", "idle")}
 
 
 class TimingError(RuntimeError):
@@ -110,10 +112,16 @@ class TimingResult:
     cube_bound_us: float  # all matmul MACs on the used cube cores at peak
     hbm_bound_us: float  # compulsory Q/K/V/O bytes at the HBM rate
     extrapolation: str
+    steady_util: dict[str, float]  # `steady_utilization` of the slowest replayed block
 
     @property
     def tflops(self) -> float:
         return self.flops / (self.kernel_us * 1e-6) / 1e12 if self.kernel_us > 0 else 0.0
+
+    @property
+    def peak_fraction(self) -> float:
+        """Reached fraction of the chip's cube fp16 peak (every cube core, `SocSpec.peak_flops`)."""
+        return self.tflops * 1e12 / self.soc.peak_flops
 
     @property
     def critical_block(self) -> int:
@@ -133,6 +141,14 @@ class TimingResult:
             f"steady state bound by {self.bound} (critical path of block {block}: {shares}); "
             f"busy in block {block}: {busy or 'none'}; "
             f"limits: cube {self.cube_bound_us:.2f} us, HBM {self.hbm_bound_us:.2f} us; {self.extrapolation}."
+        )
+
+    def utilization_line(self) -> str:
+        """The steady state's queue utilization, its bound and the fraction of cube peak, in one line."""
+        util = ", ".join(f"{name} {frac:.0%}" for name, frac in self.steady_util.items())
+        return (
+            f"steady state of block {self.critical_block} (middle half): {util}; bound: {self.bound}; "
+            f"{self.peak_fraction:.1%} of cube fp16 peak ({self.soc.peak_flops / 1e12:.1f} TFLOP/s)"
         )
 
 
@@ -543,6 +559,40 @@ def busy_fractions(rep: BlockReplay) -> dict[tuple[int, str, str], float]:
     return {k: v / rep.cycles for k, v in busy.items()} if rep.cycles else dict(busy)
 
 
+def steady_utilization(rep: BlockReplay, window: tuple[float, float] = STEADY_WINDOW) -> dict[str, float]:
+    """Busy fraction of each queue inside the block's steady window, averaged over cores of a kind.
+
+    "cube idle" / "vector idle" is the fraction of the window in which none of a core's
+    data queues works: the core waits for the other kind's pipe flags (or for issue).
+    """
+    lo, hi = window[0] * rep.cycles, window[1] * rep.cycles
+    span = hi - lo
+    if span <= 0:
+        return {}
+    busy: dict[str, float] = defaultdict(float)
+    cores: dict[str, int] = defaultdict(int)
+    for core, ss in rep.sched.items():
+        name = UTIL_CORE[core_kind(core)]
+        cores[name] += 1
+        spans = sorted((max(s.start, lo), min(s.end, hi)) for s in ss if s.queue != "S" and s.end > lo and s.start < hi)
+        for s in ss:
+            if s.queue != "S":
+                busy[f"{name} {s.queue}"] += max(0.0, min(s.end, hi) - max(s.start, lo))
+        busy[f"{name} idle"] += span - _union_length(spans)
+    return {f"{name} {queue}": busy[f"{name} {queue}"] / span / cores[name]
+            for name, queues in UTIL_QUEUES.items() if cores[name] for queue in queues}
+
+
+def _union_length(spans: list[tuple[float, float]]) -> float:
+    """Length covered by sorted (start, end) spans."""
+    total, reach = 0.0, -math.inf
+    for a, b in spans:
+        if b > reach:
+            total += b - max(a, reach)
+            reach = b
+    return total
+
+
 def units_of_block(block: int, block_dim: int, work_units: int) -> int:
     """Work units of block `block` when block i runs units i, i + block_dim, ..."""
     return len(range(block, work_units, block_dim))
@@ -642,6 +692,7 @@ def predict(
         cube_bound_us=cube_bound_us,
         hbm_bound_us=hbm_bound_us,
         extrapolation=note,
+        steady_util=steady_utilization(critical),
     )
 
 
@@ -663,164 +714,11 @@ def intervals(replays: dict[int, BlockReplay], soc: SocSpec) -> list[OpInterval]
             pipe_index=s.pipe_index,
         )
         for r in replays.values()
-        for core in sorted(r.sched, key=_core_order)
+        for core in sorted(r.sched, key=core_order)
         for op, s in zip(r.ops[core], r.sched[core])
     ]
 
 
-def _core_order(core: str) -> tuple[int, str]:
+def core_order(core: str) -> tuple[int, str]:
+    """Cube first, then the vector cores by name."""
     return (0 if core == "cube" else 1, core)
-
-
-# --- timeline picture -------------------------------------------------------------
-
-STAGE_COLOURS = {"qk": "#4c78a8", "p": "#f58518", "pv": "#54a24b", "gu": "#b279a2", "other": "#9d9d9d"}
-WAIT_COLOUR = "#bbbbbb"
-DEFAULT_WINDOW_US = 40.0
-
-
-@dataclass
-class _Lane:
-    core: str
-    queue: str
-    bars: list[OpInterval] = field(default_factory=list)
-
-
-def _timeline_lanes(result: TimingResult, block: int, window_us: float) -> list[_Lane]:
-    lanes: dict[tuple[str, str], _Lane] = {}
-    cores = sorted({iv.core for iv in result.intervals if iv.block == block}, key=_core_order)
-    for core in cores:
-        for queue in CUBE_QUEUES if core == "cube" else VEC_QUEUES:
-            lanes[(core, queue)] = _Lane(core, queue)
-    for iv in result.intervals:
-        if iv.block == block and iv.wait_from_us < window_us:
-            lanes[(iv.core, iv.queue)].bars.append(iv)
-    return list(lanes.values())
-
-
-def _pipe_wait(iv: OpInterval) -> bool:
-    """A cross-core wait worth drawing: a pop/alloc that waited past its issue."""
-    return iv.pipe_kind in ("tpop", "talloc") and iv.start_us > iv.wait_from_us
-
-
-def write_timeline(
-    result: TimingResult, path: str | Path, block: int | None = None, window_us: float = DEFAULT_WINDOW_US
-) -> Path:
-    """Draw one block's queues over time: `.svg` (plain SVG text) or `.png` (matplotlib).
-
-    Only the first `window_us` microseconds are drawn (long runs repeat the same
-    steady pattern; the title gives the full block time). Bars are coloured by
-    stage; hatched grey bars on a core's S lane are cross-core pipe waits (the
-    scalar unit stalled on a `tpop`/`talloc` flag from issue to release; the core's
-    other queues may still be draining work issued before it).
-    """
-    path = Path(path)
-    block = result.critical_block if block is None else block
-    total_us = result.block_us[block]
-    shown_us = min(window_us, total_us) or 1e-3
-    lanes = _timeline_lanes(result, block, shown_us)
-    title = (
-        f"block {block} on {result.soc.name}: first {shown_us:.1f} of {total_us:.1f} us; "
-        f"kernel {result.kernel_us:.1f} us, bound by {result.bound}"
-    )
-    if path.suffix.lower() == ".svg":
-        path.write_text(_svg(lanes, shown_us, title))
-    elif path.suffix.lower() == ".png":
-        _png(lanes, shown_us, title, path)
-    else:
-        raise ValueError(f"timeline path {path} must end in .svg or .png")
-    return path
-
-
-def _nice_step(span: float, ticks: int = 8) -> float:
-    raw = span / ticks
-    mag = 10 ** math.floor(math.log10(raw))
-    return next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
-
-
-def _svg(lanes: list[_Lane], shown_us: float, title: str) -> str:
-    left, top, lane_h, width = 110, 40, 22, 1100
-    height = top + lane_h * len(lanes) + 70
-    scale = width / shown_us
-
-    def x(t: float) -> float:
-        return left + min(t, shown_us) * scale
-
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 20}" height="{height}" '
-        'font-family="sans-serif" font-size="11">',
-        '<defs><pattern id="wait" patternUnits="userSpaceOnUse" width="6" height="6" '
-        'patternTransform="rotate(45)"><rect width="6" height="6" fill="#eeeeee"/>'
-        f'<line x1="0" y1="0" x2="0" y2="6" stroke="{WAIT_COLOUR}" stroke-width="3"/></pattern></defs>',
-        f'<text x="{left}" y="20" font-size="13">{_escape(title)}</text>',
-    ]
-    for n, lane in enumerate(lanes):
-        y = top + n * lane_h
-        out.append(f'<text x="{left - 8}" y="{y + 15}" text-anchor="end">{lane.core} {lane.queue}</text>')
-        out.append(f'<rect x="{left}" y="{y}" width="{width}" height="{lane_h - 4}" fill="#fafafa"/>')
-        for iv in lane.bars:
-            if _pipe_wait(iv):
-                out.append(
-                    f'<rect x="{x(iv.wait_from_us):.2f}" y="{y}" '
-                    f'width="{max(x(iv.start_us) - x(iv.wait_from_us), 0.5):.2f}" height="{lane_h - 4}" '
-                    f'fill="url(#wait)"><title>{_escape(_label(iv))} waiting</title></rect>'
-                )
-            if iv.start_us < shown_us:
-                out.append(
-                    f'<rect x="{x(iv.start_us):.2f}" y="{y}" width="{max(x(iv.end_us) - x(iv.start_us), 0.5):.2f}" '
-                    f'height="{lane_h - 4}" fill="{STAGE_COLOURS.get(iv.stage, STAGE_COLOURS["other"])}">'
-                    f"<title>{_escape(_label(iv))}</title></rect>"
-                )
-    axis_y = top + lane_h * len(lanes) + 4
-    out.append(f'<line x1="{left}" y1="{axis_y}" x2="{left + width}" y2="{axis_y}" stroke="black"/>')
-    step = _nice_step(shown_us)
-    for k in range(int(shown_us / step) + 1):
-        t = k * step
-        out.append(f'<line x1="{x(t):.2f}" y1="{axis_y}" x2="{x(t):.2f}" y2="{axis_y + 4}" stroke="black"/>')
-        out.append(f'<text x="{x(t):.2f}" y="{axis_y + 16}" text-anchor="middle">{t:g}</text>')
-    out.append(f'<text x="{left + width / 2}" y="{axis_y + 30}" text-anchor="middle">time (us)</text>')
-    legend_y = axis_y + 46
-    entries = [(name, f'fill="{colour}"') for name, colour in STAGE_COLOURS.items()]
-    entries.append(("pipe wait", 'fill="url(#wait)"'))
-    for k, (name, fill) in enumerate(entries):
-        lx = left + k * 110
-        out.append(f'<rect x="{lx}" y="{legend_y - 10}" width="14" height="12" {fill}/>')
-        out.append(f'<text x="{lx + 18}" y="{legend_y}">{name}</text>')
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
-
-
-def _label(iv: OpInterval) -> str:
-    pipe = f" pipe {iv.pipe_id} {iv.pipe_kind} #{iv.pipe_index}" if iv.pipe_kind else ""
-    return f"{iv.op} line {iv.line} [{iv.stage}]{pipe} {iv.start_us:.3f}-{iv.end_us:.3f} us"
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _png(lanes: list[_Lane], shown_us: float, title: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-
-    fig, ax = plt.subplots(figsize=(14, 0.35 * len(lanes) + 1.6))
-    for n, lane in enumerate(lanes):
-        y = len(lanes) - 1 - n
-        waits = [(iv.wait_from_us, iv.start_us - iv.wait_from_us) for iv in lane.bars if _pipe_wait(iv)]
-        ax.broken_barh(waits, (y - 0.4, 0.8), facecolors="#eeeeee", edgecolor=WAIT_COLOUR, hatch="///", lw=0)
-        for stage, colour in STAGE_COLOURS.items():
-            bars = [(iv.start_us, iv.end_us - iv.start_us) for iv in lane.bars if iv.stage == stage]
-            ax.broken_barh(bars, (y - 0.4, 0.8), facecolors=colour)
-    ax.set_yticks(range(len(lanes)), [f"{lane.core} {lane.queue}" for lane in reversed(lanes)])
-    ax.set_xlim(0, shown_us)
-    ax.set_xlabel("time (us)")
-    ax.set_title(title, fontsize=10)
-    handles = [Patch(facecolor=c, label=s) for s, c in STAGE_COLOURS.items()]
-    handles.append(Patch(facecolor="#eeeeee", edgecolor=WAIT_COLOUR, hatch="///", label="pipe wait"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=6, fontsize=8, frameon=False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
