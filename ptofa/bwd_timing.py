@@ -21,6 +21,7 @@ from ptofa.sim.timing import (
     TimingError,
     TimingResult,
     busy_fractions,
+    steady_utilization,
     critical_path_shares,
     intervals,
     launch_cycles,
@@ -72,7 +73,8 @@ def predict_kernel(sim: SimResult, config: BwdConfig, shape: ProblemShape, kerne
                         flops=shape.flops(config.head),
                         block_us={b: spec.cycles_to_us(r.cycles) for b, r in replays.items()}, busy=busy, bound=bound,
                         bound_shares=shares, intervals=intervals(replays, spec), waves=waves, cube_bound_us=cube_us,
-                        hbm_bound_us=hbm_us, extrapolation=note)
+                        hbm_bound_us=hbm_us, extrapolation=note,
+                        steady_util=steady_utilization(critical))
 
 
 @dataclass
