@@ -79,6 +79,15 @@ def load_launcher(so_path: Path | str, config: FAConfig | None = None) -> Callab
     return launcher
 
 
+def load_entry_launcher(so_path: Path | str, entry: str, args: tuple[argspec.EntryArg, ...]) -> Callable[..., int]:
+    """The launcher of `entry` (`argspec.LAUNCHERS`) from a `.so` built for a `.pto` whose entry
+    declares `args`, with argtypes from the same list (`argspec.host_params_of`)."""
+    launcher = getattr(ctypes.CDLL(str(so_path)), argspec.LAUNCHERS[entry])
+    launcher.argtypes = [ctypes.c_uint32, ctypes.c_void_p] + [p.ctype for p in argspec.host_params_of(args)]
+    launcher.restype = argspec.LAUNCHER_RESTYPE
+    return launcher
+
+
 def check_launch_code(code: int) -> None:
     """Turn a launcher return code into an exception naming the cause."""
     if code == argspec.RC_OK:
