@@ -63,19 +63,20 @@ def launch_varlen(config: FAConfig, shape: ProblemShape, table_of, q, k, v, out,
     plan = plan_varlen(config, shape, table_of, num_splits, get_soc(SIM_SOC).cube_cores)
     if plan is None:
         return Launch(1)
+    c = plan.config
     if plan.num_splits == 1:
-        main = launch_sim(get_kernel(plan.config).parsed, plan.config, shape, q, k, v, out, plan.block_dim, scale,
-                          lse=lse, units=plan.table, block_table=block_table, options=options)
-        return Launch(1, plan.config, plan.block_dim, main)
-    main, reduced = launch_split_sim(get_kernel(plan.config).parsed, reduce_kernel(plan.config), plan.config, shape, q, k,
-                                     v, out, plan.block_dim, scale, plan.num_splits, units=plan.table, lse=lse,
-                                     block_table=block_table, options=options)
-    return Launch(plan.num_splits, plan.config, plan.block_dim, main, reduced)
+        main = launch_sim(get_kernel(c).parsed, c, shape, q, k, v, out, plan.block_dim, scale, lse=lse,
+                          units=plan.table, block_table=block_table, options=options)
+        return Launch(1, c, plan.block_dim, main)
+    main, reduced = launch_split_sim(get_kernel(c).parsed, reduce_kernel(c), c, shape, q, k, v, out, plan.block_dim,
+                                     scale, plan.num_splits, units=plan.table, lse=lse, block_table=block_table,
+                                     options=options)
+    return Launch(plan.num_splits, c, plan.block_dim, main, reduced)
 
 
 def _launch(backend: str, config: FAConfig, shape: ProblemShape, table_of, q, k, v, out, scale: float,
             num_splits: int, *, lse=None, block_table=None) -> None:
-    """The launch on the resolved backend ("sim" or "npu")."""
+    """Both serving calls launch here, so the backend is chosen in one place ("sim" or "npu", resolved)."""
     if backend == "npu":
         launch_varlen_npu(config, shape, table_of, q, k, v, out, scale, num_splits, lse=lse, block_table=block_table)
     else:
