@@ -88,16 +88,16 @@ def load_entry_launcher(so_path: Path | str, entry: str, args: tuple[argspec.Ent
     return launcher
 
 
-def check_launch_code(code: int) -> None:
-    """Turn a launcher return code into an exception naming the cause."""
+def check_launch_code(code: int, launcher: str = argspec.LAUNCHER_NAME) -> None:
+    """Turn a launcher return code into an exception naming the launcher and the cause."""
     if code == argspec.RC_OK:
         return
     if code == argspec.RC_FFTS_FAILED:
         raise NpuLaunchError(
-            f"{argspec.LAUNCHER_NAME} returned {code}: rtGetC2cCtrlAddr failed or gave a null FFTS address "
+            f"{launcher} returned {code}: rtGetC2cCtrlAddr failed or gave a null FFTS address "
             "(is the CANN runtime initialised on this device?)"
         )
-    raise NpuLaunchError(f"{argspec.LAUNCHER_NAME} returned unknown code {code}")
+    raise NpuLaunchError(f"{launcher} returned unknown code {code}")
 
 
 @dataclass

@@ -31,10 +31,11 @@ from ptofa.toolchain import cache_root, compile_pto, entry_signature
 
 @dataclass(frozen=True)
 class EntryLauncher:
-    """A loaded launcher and the entry arguments its `.pto` declares (whose host parameters
-    `host_values` orders)."""
+    """A loaded launcher, its entry and the entry arguments its `.pto` declares (whose host
+    parameters `host_values` orders)."""
 
     launcher: Callable[..., int]
+    entry: str
     args: tuple[argspec.EntryArg, ...]
 
 
@@ -72,7 +73,7 @@ def launcher_of(pto_text: str, summary: str) -> EntryLauncher:
     if not source.is_file():
         source.write_text(pto_text)
     compiled = compile_pto(source, config_summary=summary)
-    return EntryLauncher(load_entry_launcher(compiled.so_path, entry, args), args)
+    return EntryLauncher(load_entry_launcher(compiled.so_path, entry, args), entry, args)
 
 
 def forward_launcher(config: FAConfig) -> EntryLauncher:
@@ -104,7 +105,8 @@ def host_values(args: tuple[argspec.EntryArg, ...], values: dict[str, object]) -
 
 def _enqueue(kernel: EntryLauncher, block_dim: int, stream, values: dict[str, object]) -> None:
     handle = getattr(stream, "_as_parameter_", stream)
-    check_launch_code(kernel.launcher(block_dim, handle, *host_values(kernel.args, values)))
+    check_launch_code(kernel.launcher(block_dim, handle, *host_values(kernel.args, values)),
+                      argspec.LAUNCHERS[kernel.entry])
 
 
 def _on(device: torch.device, tensor: torch.Tensor | None) -> torch.Tensor | None:

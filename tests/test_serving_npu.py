@@ -71,7 +71,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[Call]:
             recorded.append(call)
             return argspec.RC_OK
 
-        return serving_npu.EntryLauncher(launch, args)
+        return serving_npu.EntryLauncher(launch, entry, args)
 
     monkeypatch.setattr(npu, "npu_available", lambda: (True, "fake NPU"))
     monkeypatch.setattr(serving_npu, "npu_device", lambda: torch.device("cpu"))
@@ -115,11 +115,11 @@ def _launcher_params(text: str, tmp_path: Path) -> list[str]:
 Q_LENS, K_LENS = [0, 1, 127, 300], [3, 1, 127, 900]
 
 
-def _varlen(num_splits: int, return_lse: bool = True):
+def _varlen(num_splits: int, return_lse: bool = True, backend: str = "npu"):
     q = _rand(sum(Q_LENS), 4, 64, seed=1)
     k, v = _rand(sum(K_LENS), 2, 64, seed=2), _rand(sum(K_LENS), 2, 64, seed=3)
     result = ptofa.flash_attn_varlen_func(q, k, v, _cu(Q_LENS), _cu(K_LENS), 300, 900, causal=True,
-                                          return_lse=return_lse, num_splits=num_splits, backend="npu")
+                                          return_lse=return_lse, num_splits=num_splits, backend=backend)
     return q, k, v, result
 
 
@@ -211,13 +211,21 @@ def test_varlen_bad_cu_seqlens_is_refused_before_any_launch(calls) -> None:
     assert calls == []
 
 
-def test_a_launcher_error_code_is_raised(calls, monkeypatch) -> None:
+@pytest.mark.parametrize("failing_entry", [argspec.ENTRY_NAME, argspec.REDUCE_ENTRY_NAME])
+def test_a_launcher_error_code_is_raised_naming_the_launcher(calls, monkeypatch, failing_entry) -> None:
     def failing(text: str, summary: str) -> serving_npu.EntryLauncher:
-        return serving_npu.EntryLauncher(lambda *values: argspec.RC_FFTS_FAILED, entry_signature(text)[1])
+        entry, args = entry_signature(text)
+        code = argspec.RC_FFTS_FAILED if entry == failing_entry else argspec.RC_OK
+        return serving_npu.EntryLauncher(lambda *values: code, entry, args)
 
     monkeypatch.setattr(serving_npu, "launcher_of", failing)
-    with pytest.raises(npu.NpuLaunchError, match="rtGetC2cCtrlAddr"):
-        _varlen(1)
+    with pytest.raises(npu.NpuLaunchError, match=f"{argspec.LAUNCHERS[failing_entry]} returned 1: rtGetC2cCtrlAddr"):
+        _varlen(3)
+
+
+def test_auto_takes_the_npu_path_where_there_is_an_npu(calls) -> None:
+    _varlen(1, backend="auto")
+    assert [call.entry for call in calls] == [argspec.ENTRY_NAME]
 
 
 def test_npu_backend_without_an_npu_is_refused_with_one_line(monkeypatch) -> None:
