@@ -9,6 +9,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -18,7 +19,9 @@ from ptofa.kvcache import KVCache, reference_kvcache
 from ptofa.pipeline import UNIT_FIELDS, FAConfig, workspace_bytes
 from ptofa.reference import check_accuracy, check_lse
 from ptofa.runner import BackendUnavailable
+from ptofa.sim import GmPointer, simulate
 from ptofa.sim_backend import reduce_block_dim, reduce_rows
+from ptofa.textio import check_text
 from ptofa.toolchain import caller_for, entry_signature
 from ptofa.varlen import reference_varlen, unit_table, varlen_shape
 
@@ -49,11 +52,17 @@ def _read_i32(address: int, count: int) -> torch.Tensor:
     return torch.tensor(list((ctypes.c_int32 * count).from_address(address)), dtype=torch.int32)
 
 
+class Calls(list):
+    """The recorded calls; `on_launch(call)`, when set, runs inside the launch (buffers still alive)."""
+
+    on_launch = None
+
+
 @pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> list[Call]:
+def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
     """An NPU that is the CPU: launchers record their arguments (from the kernel text's own entry
-    signature, as `launcher_of` loads them) and compute nothing."""
-    recorded: list[Call] = []
+    signature, as `launcher_of` loads them) and compute nothing unless `on_launch` does."""
+    recorded = Calls()
 
     def launcher_of(text: str, summary: str) -> serving_npu.EntryLauncher:
         entry, args = entry_signature(text)
@@ -69,6 +78,8 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[Call]:
                 call.block_table = _read_i32(by_name["block_table"], by_name["batch"] * by_name["max_pages"]).reshape(
                     by_name["batch"], -1)
             recorded.append(call)
+            if recorded.on_launch is not None:
+                recorded.on_launch(call)
             return argspec.RC_OK
 
         return serving_npu.EntryLauncher(launch, entry, args)
@@ -262,6 +273,81 @@ def test_load_entry_launcher_sets_the_argtypes_of_the_declared_arguments(monkeyp
     pointers, ints = [ctypes.c_void_p] * 3, [ctypes.c_int64] * 3
     assert launcher.argtypes == [ctypes.c_uint32, ctypes.c_void_p, *pointers, *ints]  # partials, o, lse; sizes
     assert launcher.restype is argspec.LAUNCHER_RESTYPE
+
+
+def _gm(address: int, nbytes: int, ir_type: str) -> GmPointer | None:
+    """A simulator pointer onto `nbytes` of host memory at `address` (what a device address means here)."""
+    if not address:
+        return None
+    buf = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address))
+    return GmPointer(buf, 0, ir_type[len("!pto.ptr<"):-1])
+
+
+def _replay_on_sim(calls: Calls, monkeypatch: pytest.MonkeyPatch, nbytes: dict[str, int]) -> None:
+    """Run each launch on the simulator, inside the launch (its buffers alive), from its recorded
+    addresses and scalars alone, read in the launcher's order; `nbytes` sizes the caller's tensors
+    (q, k, v, o, lse), the rest comes from the scalars and `workspace_bytes`."""
+    sizes: list[int] = []
+    workspace: dict[str, int] = {}
+
+    def recorded_workspace_bytes(*args, **kwargs) -> int:
+        sizes.append(workspace_bytes(*args, **kwargs))
+        return sizes[-1]
+
+    def replay(call: Call) -> None:
+        values = call.values
+        workspace.setdefault("start", values.get("slots", 0))
+        end = workspace["start"] + sizes[-1]
+        partials = values.get("partials", end)
+        size = {**nbytes, "slots": partials - workspace["start"], "partials": end - partials,
+                "units": values.get("num_units", 0) * UNIT_FIELDS * 4,
+                "block_table": values.get("batch", 0) * values.get("max_pages", 0) * 4}
+        args = {}
+        for arg in entry_signature(call.text)[1]:
+            if arg.source == "ffts":
+                args[arg.name] = GmPointer.of(np.zeros(16, dtype=np.int64))
+            elif arg.ir_type.startswith("!pto.ptr<"):
+                args[arg.name] = _gm(values[arg.source], size[arg.source], arg.ir_type)
+            else:
+                args[arg.name] = values[arg.source]
+        simulate(check_text(call.text, call.entry), args, call.block_dim)
+
+    monkeypatch.setattr(serving_npu, "workspace_bytes", recorded_workspace_bytes)
+    calls.on_launch = replay
+
+
+def _nbytes(**tensors: torch.Tensor) -> dict[str, int]:
+    return {name: t.numel() * t.element_size() for name, t in tensors.items()}
+
+
+def test_the_marshalled_varlen_arguments_run_the_kernels_to_the_reference(calls, monkeypatch) -> None:
+    """Split-KV varlen: the reduce reads the partials the forward kernel wrote where the host said they are."""
+    q = _rand(sum(Q_LENS), 4, 64, seed=1)
+    k, v = _rand(sum(K_LENS), 2, 64, seed=2), _rand(sum(K_LENS), 2, 64, seed=3)
+    _replay_on_sim(calls, monkeypatch, _nbytes(q=q, k=k, v=v, o=q, lse=torch.empty(4, q.shape[0])))
+    out, lse = ptofa.flash_attn_varlen_func(q, k, v, _cu(Q_LENS), _cu(K_LENS), 300, 900, causal=True, return_lse=True,
+                                            num_splits=3, backend="npu")
+    ref = reference_varlen(q, k, v, Q_LENS, K_LENS, 1 / 8, (-1, 0), torch.float16)
+    assert [call.entry for call in calls] == [argspec.ENTRY_NAME, argspec.REDUCE_ENTRY_NAME]
+    assert check_accuracy(out.float(), ref.out32, ref.out_low).passed
+    assert check_lse(lse, ref).passed
+
+
+@pytest.mark.parametrize("num_splits", [1, 2])
+def test_the_marshalled_paged_decode_arguments_run_the_kernels_to_the_reference(calls, monkeypatch, num_splits) -> None:
+    """GQA-packed decode on a shuffled paged cache: the block table and the packed units as passed."""
+    k_cache, v_cache = _rand(10, 256, 2, 128, seed=4), _rand(10, 256, 2, 128, seed=5)
+    block_table = torch.tensor([[7, 2, 9, 0], [1, 5, 3, 8]], dtype=torch.int32)
+    q = _rand(2, 1, 8, 128, seed=8)
+    _replay_on_sim(calls, monkeypatch, _nbytes(q=q, k=k_cache, v=v_cache, o=q, lse=torch.empty(2, 8)))
+    out, lse = ptofa.flash_attn_with_kvcache(q, k_cache, v_cache, torch.tensor([250, 700], dtype=torch.int32),
+                                             block_table, return_lse=True, num_splits=num_splits, backend="npu")
+    ref = reference_kvcache(q, KVCache(k_cache, v_cache, block_table), [250, 700], 1 / math.sqrt(128), (-1, -1),
+                            torch.float16)
+    assert [call.entry for call in calls] == [argspec.ENTRY_NAME, argspec.REDUCE_ENTRY_NAME][:num_splits]
+    assert calls[0].values["max_pages"] == 4
+    assert check_accuracy(out.float(), ref.out32, ref.out_low).passed
+    assert check_lse(lse, ref).passed
 
 
 @pytest.mark.npu
