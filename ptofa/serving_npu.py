@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from ptofa import argspec
+from ptofa.attention import get_kernel
 from ptofa.kernels.fa_reduce import emit_reduce
 from ptofa.npu import check_launch_code, cube_core_count, load_entry_launcher
 from ptofa.pipeline import FAConfig, ProblemShape, workspace_bytes
@@ -78,8 +79,6 @@ def launcher_of(pto_text: str, summary: str) -> EntryLauncher:
 
 def forward_launcher(config: FAConfig) -> EntryLauncher:
     """The varlen forward kernel of `config`, built and loaded."""
-    from ptofa.attention import get_kernel
-
     return launcher_of(get_kernel(config).text, config.summary())
 
 
