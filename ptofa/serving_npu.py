@@ -116,10 +116,13 @@ def launch_varlen_npu(config: FAConfig, shape: ProblemShape, table_of, q, k, v, 
                       lse=None, block_table=None, stream=None) -> NpuServingLaunch | None:
     """Enqueue the varlen kernel (and the reduce, split-KV) on the NPU and write O (and LSE)
     into `out` / `lse`; None when the unit table is empty. Tensors not on the NPU are copied
-    there and the results copied back (which waits for the kernels)."""
+    there and the results copied back (which waits for the kernels). Both kernels are built
+    before either is enqueued, so a failed build launches nothing."""
     plan = plan_varlen(config, shape, table_of, num_splits, cube_core_count())
     if plan is None:
         return None
+    forward = forward_launcher(plan.config)
+    reduce = reduce_launcher(plan.config) if plan.config.split_kv else None
     device = npu_device()
     stream = npu_stream() if stream is None else stream
     c = plan.config
@@ -138,12 +141,12 @@ def launch_varlen_npu(config: FAConfig, shape: ProblemShape, table_of, q, k, v, 
         "num_units": int(units.shape[0]), "max_pages": 0 if pages is None else int(pages.shape[-1]),
         "scale": float(scale), "win_left": left, "win_right": right, "key_mask_stride": 0,
     }
-    _enqueue(forward_launcher(c), plan.block_dim, stream, values)
-    if c.split_kv:
+    _enqueue(forward, plan.block_dim, stream, values)
+    if reduce is not None:
         heads, rows = reduce_rows(c, shape)
         reduce_values = {"partials": partials, "o": o_dev, "lse": lse_dev, "heads": heads, "s0": rows,
                          "num_splits": plan.num_splits}
-        _enqueue(reduce_launcher(c), reduce_block_dim(c, shape, cube_core_count()), stream, reduce_values)
+        _enqueue(reduce, reduce_block_dim(c, shape, cube_core_count()), stream, reduce_values)
     if o_dev is not out:
         out.copy_(o_dev.to(out.device))
     if lse_dev is not lse:

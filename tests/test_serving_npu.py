@@ -22,7 +22,7 @@ from ptofa.runner import BackendUnavailable
 from ptofa.sim import GmPointer, simulate
 from ptofa.sim_backend import reduce_block_dim, reduce_rows
 from ptofa.textio import check_text
-from ptofa.toolchain import caller_for, entry_signature
+from ptofa.toolchain import ToolchainError, caller_for, entry_signature
 from ptofa.varlen import reference_varlen, unit_table, varlen_shape
 
 CORES = 24
@@ -232,6 +232,16 @@ def test_a_launcher_error_code_is_raised_naming_the_launcher(calls, monkeypatch,
     monkeypatch.setattr(serving_npu, "launcher_of", failing)
     with pytest.raises(npu.NpuLaunchError, match=f"{argspec.LAUNCHERS[failing_entry]} returned 1: rtGetC2cCtrlAddr"):
         _varlen(3)
+
+
+def test_a_failed_reduce_build_launches_nothing(calls, monkeypatch) -> None:
+    def no_reduce(config):
+        raise ToolchainError("ptoas: error: fake failure")
+
+    monkeypatch.setattr(serving_npu, "reduce_launcher", no_reduce)
+    with pytest.raises(ToolchainError, match="fake failure"):
+        _varlen(3)
+    assert calls == []
 
 
 def test_auto_takes_the_npu_path_where_there_is_an_npu(calls) -> None:
