@@ -79,16 +79,25 @@ def load_launcher(so_path: Path | str, config: FAConfig | None = None) -> Callab
     return launcher
 
 
-def check_launch_code(code: int) -> None:
-    """Turn a launcher return code into an exception naming the cause."""
+def load_entry_launcher(so_path: Path | str, entry: str, args: tuple[argspec.EntryArg, ...]) -> Callable[..., int]:
+    """The launcher of `entry` (`argspec.LAUNCHERS`) from a `.so` built for a `.pto` whose entry
+    declares `args`, with argtypes from the same list (`argspec.host_params_of`)."""
+    launcher = getattr(ctypes.CDLL(str(so_path)), argspec.LAUNCHERS[entry])
+    launcher.argtypes = [ctypes.c_uint32, ctypes.c_void_p] + [p.ctype for p in argspec.host_params_of(args)]
+    launcher.restype = argspec.LAUNCHER_RESTYPE
+    return launcher
+
+
+def check_launch_code(code: int, launcher: str = argspec.LAUNCHER_NAME) -> None:
+    """Turn a launcher return code into an exception naming the launcher and the cause."""
     if code == argspec.RC_OK:
         return
     if code == argspec.RC_FFTS_FAILED:
         raise NpuLaunchError(
-            f"{argspec.LAUNCHER_NAME} returned {code}: rtGetC2cCtrlAddr failed or gave a null FFTS address "
+            f"{launcher} returned {code}: rtGetC2cCtrlAddr failed or gave a null FFTS address "
             "(is the CANN runtime initialised on this device?)"
         )
-    raise NpuLaunchError(f"{argspec.LAUNCHER_NAME} returned unknown code {code}")
+    raise NpuLaunchError(f"{launcher} returned unknown code {code}")
 
 
 @dataclass

@@ -1,12 +1,12 @@
 """The serving calls: `flash_attn_varlen_func` (packed prefill) and `flash_attn_with_kvcache`
 (decode against a contiguous or paged KV cache), with flash-attn's meaning.
 
-Both run the varlen forward kernel (`ptofa.varlen`, `ptofa.kvcache`) on the simulator.
-`num_splits` > 1 splits every unit's KV tiles over that many entries and combines the
-partials with the reduce kernel (`ptofa.splitkv`); 0 picks the count from the timing
-model (`splitkv.choose_splits`), 1 does not split. Not built yet: the NPU launch of the
-varlen kernel (its unit-table and block-table arguments are not marshalled by the NPU
-path yet: `backend="npu"` is refused with one line).
+Both run the varlen forward kernel (`ptofa.varlen`, `ptofa.kvcache`) on the simulator
+(`backend="sim"`) or, built with ptoas and bisheng, on an NPU (`backend="npu"`, and "auto"
+where torch_npu sees one: `ptofa.serving_npu`). `num_splits` > 1 splits every unit's KV
+tiles over that many entries and combines the partials with the reduce kernel
+(`ptofa.splitkv`); 0 picks the count from the timing model (`splitkv.choose_splits`),
+1 does not split.
 """
 
 from __future__ import annotations
@@ -22,17 +22,12 @@ from ptofa.kvcache import KVCache, decode_config, decode_shape, decode_units
 from ptofa.pipeline import MAX_SPLITS, ConfigError, FAConfig, ProblemShape
 from ptofa.sim import SimResult
 from ptofa.sim.socspec import get_soc
+from ptofa.serving_npu import launch_varlen_npu
 from ptofa.sim_backend import launch_sim, launch_split_sim
-from ptofa.splitkv import choose_splits, reduce_kernel
+from ptofa.splitkv import plan_varlen, reduce_kernel
 from ptofa.varlen import seqlens_of, unit_table, varlen_shape
 
 SIM_SOC = "910B2"
-
-
-def _backend(backend: str, what: str) -> None:
-    if resolve_backend(backend) != "sim":
-        raise ValueError(f"backend: {what} runs on the sim backend only for now (the NPU path does not pass the "
-                         "varlen unit table yet)")
 
 
 def _splits(num_splits: int) -> None:
@@ -65,23 +60,27 @@ def launch_varlen(config: FAConfig, shape: ProblemShape, table_of, q, k, v, out,
     """Run the varlen kernel on the sim, split-KV when `num_splits` (0: chosen) > 1.
 
     `table_of(config, num_splits)` builds the unit table; `options` are the simulator's."""
-    cores = get_soc(SIM_SOC).cube_cores
-    table = table_of(config, 1)
-    if not table.shape[0]:
+    plan = plan_varlen(config, shape, table_of, num_splits, get_soc(SIM_SOC).cube_cores)
+    if plan is None:
         return Launch(1)
-    if num_splits == 0:
-        num_splits = choose_splits(config, table, shape.heads, shape.s0, cores, shape.window)
-    if num_splits == 1:
-        block_dim = min(int(table.shape[0]), cores)  # one block per unit-table entry, up to the cores
-        main = launch_sim(get_kernel(config).parsed, config, shape, q, k, v, out, block_dim, scale, lse=lse, units=table,
-                          block_table=block_table, options=options)
-        return Launch(1, config, block_dim, main)
-    split = dataclasses.replace(config, split_kv=True)
-    table = table_of(split, num_splits)
-    block_dim = min(int(table.shape[0]), cores)
-    main, reduced = launch_split_sim(get_kernel(split).parsed, reduce_kernel(split), split, shape, q, k, v, out, block_dim,
-                                     scale, num_splits, units=table, lse=lse, block_table=block_table, options=options)
-    return Launch(num_splits, split, block_dim, main, reduced)
+    c = plan.config
+    if plan.num_splits == 1:
+        main = launch_sim(get_kernel(c).parsed, c, shape, q, k, v, out, plan.block_dim, scale, lse=lse,
+                          units=plan.table, block_table=block_table, options=options)
+        return Launch(1, c, plan.block_dim, main)
+    main, reduced = launch_split_sim(get_kernel(c).parsed, reduce_kernel(c), c, shape, q, k, v, out, plan.block_dim,
+                                     scale, plan.num_splits, units=plan.table, lse=lse, block_table=block_table,
+                                     options=options)
+    return Launch(plan.num_splits, c, plan.block_dim, main, reduced)
+
+
+def _launch(backend: str, config: FAConfig, shape: ProblemShape, table_of, q, k, v, out, scale: float,
+            num_splits: int, *, lse=None, block_table=None) -> None:
+    """Both serving calls launch here, so the backend is chosen in one place ("sim" or "npu", resolved)."""
+    if backend == "npu":
+        launch_varlen_npu(config, shape, table_of, q, k, v, out, scale, num_splits, lse=lse, block_table=block_table)
+    else:
+        launch_varlen(config, shape, table_of, q, k, v, out, scale, num_splits, lse=lse, block_table=block_table)
 
 
 def _window(causal: bool, window_size) -> tuple[int, int]:
@@ -98,7 +97,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: in
                            num_splits: int = 0, backend: str = "auto"):
     """Packed Q [total_q, heads, D], K/V [total_k, kv_heads, D]; returns out [total_q, heads, D]
     (and lse [heads, total_q] fp32). Zero-length sequences are allowed."""
-    _backend(backend, "flash_attn_varlen_func")
+    backend = resolve_backend(backend)
     _splits(num_splits)
     if q.dim() != 3 or k.dim() != 3 or k.shape != v.shape or q.shape[2] != k.shape[2]:
         raise ValueError(f"shapes: q [total_q, heads, D] and k, v [total_k, kv_heads, D] with one D, got "
@@ -121,10 +120,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: in
     config = dataclasses.replace(config, varlen=True)
     shape = varlen_shape(q_lens, k_lens, heads, k.shape[1], window)
     shape.check(config)
-    out = torch.empty(q.shape, dtype=TORCH_DTYPES[config.out_dtype])
-    lse = torch.full((heads, q.shape[0]), math.inf) if return_lse else None
-    launch_varlen(config, shape, lambda c, n: unit_table(c, q_lens, k_lens, heads, window, n), q.contiguous(), k.contiguous(),
-            v.contiguous(), out, _scale(softmax_scale, head), num_splits, lse=lse)
+    out = torch.empty(q.shape, dtype=TORCH_DTYPES[config.out_dtype], device=q.device)
+    lse = torch.full((heads, q.shape[0]), math.inf, device=q.device) if return_lse else None
+    _launch(backend, config, shape, lambda c, n: unit_table(c, q_lens, k_lens, heads, window, n), q.contiguous(),
+            k.contiguous(), v.contiguous(), out, _scale(softmax_scale, head), num_splits, lse=lse)
     return (out, lse) if return_lse else out
 
 
@@ -139,7 +138,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None
     `pack_gqa` (None: whenever it applies) puts the heads / kv_heads q heads of one KV head in the rows
     of one work unit, so K and V are read once per KV head: one query row per sequence (S0 = 1) and a
     window that hides no key from it (none, or causal)."""
-    _backend(backend, "flash_attn_with_kvcache")
+    backend = resolve_backend(backend)
     _splits(num_splits)
     cache = KVCache(k_cache, v_cache, block_table)
     if q.dim() != 4 or k_cache.dim() != 4 or q.shape[3] != k_cache.shape[3]:
@@ -167,10 +166,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None
     config = dataclasses.replace(decode_config(paged_tiles(base, cache.page_size), cache), gqa_pack=pack)
     shape = decode_shape(cache, batch, s0, k_lens, heads, window)
     shape.check(config)
-    out = torch.empty(q.shape, dtype=TORCH_DTYPES[config.out_dtype])
-    lse = torch.full((batch * s0, heads) if pack else (heads, batch * s0), math.inf) if return_lse else None
-    launch_varlen(config, shape, lambda c, n: decode_units(c, cache, batch, s0, k_lens, heads, window, n), q.contiguous(),
-                  cache.k, cache.v, out, _scale(softmax_scale, head), num_splits, lse=lse, block_table=cache.block_table)
+    out = torch.empty(q.shape, dtype=TORCH_DTYPES[config.out_dtype], device=q.device)
+    lse_shape = (batch * s0, heads) if pack else (heads, batch * s0)
+    lse = torch.full(lse_shape, math.inf, device=q.device) if return_lse else None
+    _launch(backend, config, shape, lambda c, n: decode_units(c, cache, batch, s0, k_lens, heads, window, n),
+            q.contiguous(), cache.k, cache.v, out, _scale(softmax_scale, head), num_splits, lse=lse,
+            block_table=cache.block_table)
     if return_lse:
         return out, decode_lse(lse, batch, s0, pack)
     return out

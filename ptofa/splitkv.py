@@ -29,7 +29,6 @@ from ptofa.textio import ParsedModule, check_text
 from ptofa.varlen import split_tiles, unit_table, unit_visible_tiles, varlen_shape
 
 
-
 @functools.lru_cache(maxsize=32)
 def reduce_kernel(config: FAConfig) -> ParsedModule:
     """The parsed, verified reduce kernel of a split-KV config (emitted once per config)."""
@@ -124,3 +123,28 @@ def choose_splits(config: FAConfig, table: torch.Tensor, heads: int, s0_total: i
     best = min(range(1, min(MAX_SPLITS, max(tiles)) + 1),
                key=lambda s: (costs.estimate_us(tiles, s, red_units, cores), s))
     return best
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """One serving launch, decided once for both backends: the split count, the kernel config
+    (`split_kv` when split), its unit table and block count (one block per entry, up to the cores)."""
+
+    num_splits: int
+    config: FAConfig
+    table: torch.Tensor
+    block_dim: int
+
+
+def plan_varlen(config: FAConfig, shape: ProblemShape, table_of, num_splits: int, cores: int) -> Plan | None:
+    """The launch of `config` on `cores` cube cores with `num_splits` (0: chosen by the timing
+    model); None when the unit table is empty (nothing to compute)."""
+    table = table_of(config, 1)
+    if not table.shape[0]:
+        return None
+    if num_splits == 0:
+        num_splits = choose_splits(config, table, shape.heads, shape.s0, cores, shape.window)
+    if num_splits > 1:
+        config = dataclasses.replace(config, split_kv=True)
+        table = table_of(config, num_splits)
+    return Plan(num_splits, config, table, min(int(table.shape[0]), cores))

@@ -153,23 +153,30 @@ def find_tools() -> Tools:
     return tools
 
 
+def entry_signature(pto_text: str) -> tuple[str, tuple[argspec.EntryArg, ...]] | None:
+    """The entry (`argspec.LAUNCHERS`) a `.pto` text defines and its arguments as declared, or
+    None: what the launcher is rendered from, so the host side marshals in this order too."""
+    entries = "|".join(argspec.LAUNCHERS)
+    match = re.search(rf"func\.func @({entries})\((.*?)\)\s*attributes", pto_text, re.S)
+    if match is None:
+        return None
+    signature = [(m.group(1), m.group(2).strip()) for m in re.finditer(r"%(\w+)\s*:\s*([^,]+)", match.group(2))]
+    return match.group(1), argspec.args_from_signature(signature)
+
+
 def caller_for(pto_path: Path | str) -> tuple[Path, str]:
     """The launcher source for a `.pto` and its text: the checked-in `caller.cpp` when the
     entry's signature is the default kernel's, else one rendered for the file's signature
     (kernel variants take more arguments), written beside the `.pto`."""
     pto_path = Path(pto_path)
     default = caller_cpp_path()
-    if not pto_path.is_file():
+    found = entry_signature(pto_path.read_text()) if pto_path.is_file() else None
+    if found is None:
         return default, default.read_text()
-    entries = "|".join(argspec.LAUNCHERS)
-    match = re.search(rf"func\.func @({entries})\((.*?)\)\s*attributes", pto_path.read_text(), re.S)
-    if match is None:
+    entry, args = found
+    if args == argspec.ENTRY_ARGS and entry == argspec.ENTRY_NAME:
         return default, default.read_text()
-    signature = [(m.group(1), m.group(2).strip()) for m in re.finditer(r"%(\w+)\s*:\s*([^,]+)", match.group(2))]
-    args = argspec.args_from_signature(signature)
-    if args == argspec.ENTRY_ARGS and match.group(1) == argspec.ENTRY_NAME:
-        return default, default.read_text()
-    text = render_caller_cpp(args, match.group(1))
+    text = render_caller_cpp(args, entry)
     path = pto_path.with_name(pto_path.stem + ".caller.cpp")
     if not path.is_file() or path.read_text() != text:
         path.write_text(text)
