@@ -74,6 +74,7 @@ def attention_backward(
     backend: str = "auto",
     config: BwdConfig | None = None,
     block_dim: int | None = None,
+    bounds: tuple[int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) of attention, flash-attn's conventions, run by the backward kernels.
 
@@ -88,6 +89,9 @@ def attention_backward(
              result is bit-identical across runs; an atomic-add dQ mode is not built, and
              deterministic=False raises `ValueError`.
     backend: "auto" or "sim" (CPU simulator); "npu" raises `BackendUnavailable` (not wired yet).
+    bounds:  the kernel's own (win_left, win_right) window arguments instead of `window`, as
+             the forward op takes them (`ptofa.attention.window_to_bounds`; torch's top-left
+             causal is the right bound S0 - S1, which `window` cannot say when S0 < S1).
     Returns dq, dk, dv in q's dtype and shapes (dk, dv with KVN heads).
     """
     _check_inputs(q, k, v, out, lse, dout)
@@ -101,18 +105,21 @@ def attention_backward(
         raise ValueError(f"attention_backward: backend={backend!r} must be 'auto', 'sim' or 'npu'")
     b, s0, n, d = q.shape
     s1, kvn = k.shape[1], k.shape[2]
+    if bounds is not None and window is not None:
+        raise ValueError(f"attention_backward: pass window={window} or bounds={bounds}, not both")
     win = (-1, -1) if window is None else tuple(int(w) for w in window)
     shape = ProblemShape(b, n, s0, s1, kvn, win)
+    masked = win != (-1, -1) or bounds is not None
     dtype = _DTYPE_NAMES[q.dtype]
-    cfg = config or BwdConfig(head=d, in_dtype=dtype, masked=win != (-1, -1))
-    if cfg.head != d or cfg.in_dtype != dtype or cfg.masked != (win != (-1, -1)):
+    cfg = config or BwdConfig(head=d, in_dtype=dtype, masked=masked)
+    if cfg.head != d or cfg.in_dtype != dtype or cfg.masked != masked:
         raise ConfigError(f"attention_backward: config (head={cfg.head}, in_dtype={cfg.in_dtype}, masked={cfg.masked}) "
                           f"does not match the inputs (D={d}, {dtype}, window={win})")
     if s0 < 1 or s1 < 1 or min(win) < -1:
         raise ValueError(f"attention_backward: S0={s0}, S1={s1} must be >= 1 and window={win} entries >= -1")
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
     grads = BackwardBuffers.zeros(q, k)
-    run_backward(cfg, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim)
+    run_backward(cfg, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, bounds=bounds)
     return grads.dq, grads.dk, grads.dv
 
 
@@ -132,7 +139,8 @@ class BackwardBuffers:
 
 
 def run_backward(config: BwdConfig, shape: ProblemShape, q, k, v, out, lse, dout, grads: BackwardBuffers, scale: float,
-                 *, block_dim: int | None = None, trace: bool = False) -> dict[str, SimResult]:
+                 *, block_dim: int | None = None, trace: bool = False,
+                 bounds: tuple[int, int] | None = None) -> dict[str, SimResult]:
     """Launch the dq kernel, then the dkdv kernel, on the simulator; `grads` is written in place.
 
     With `trace`, each launch records the blocks the timing model needs (`ptofa.bwd_timing`):
@@ -145,18 +153,18 @@ def run_backward(config: BwdConfig, shape: ProblemShape, q, k, v, out, lse, dout
         units = work_units(config, kernel, shape.batch, shape.heads, shape.kv_heads, shape.s0, shape.s1)
         blocks = block_dim or max(1, min(units, CUBE_CORES))
         traced = None if config.masked else blocks_to_trace(blocks, units)
-        args = launch_args(config, kernel, shape, tensors, scale, blocks)
+        args = launch_args(config, kernel, shape, tensors, scale, blocks, bounds)
         results[kernel] = simulate(parsed[kernel], args, blocks, trace=trace, trace_blocks=traced if trace else None)
     return results
 
 
 def launch_args(config: BwdConfig, kernel: str, shape: ProblemShape, tensors: dict[str, torch.Tensor], scale: float,
-                blocks: int) -> dict[str, object]:
+                blocks: int, bounds: tuple[int, int] | None = None) -> dict[str, object]:
     """`kernel`'s entry arguments by `entry_args` name: the tensors (q k v o do lse dq dk dv dsum),
     the sizes, and a NaN-filled slot workspace for `blocks` blocks (a slot read before its
     write shows up as NaN)."""
     slots = GmPointer.of(torch.full((config.slot_bytes_per_block(kernel) * blocks // 4,), math.nan))
-    left, right = shape.window_bounds()
+    left, right = shape.window_bounds() if bounds is None else bounds
     values = {"ffts": GmPointer.of(torch.zeros(16, dtype=torch.int64)), "slots": slots,
               "slots_h": slots.retyped(config.in_dtype), "batch": shape.batch, "heads": shape.heads,
               "kv_heads": shape.kv_heads, "s0": shape.s0, "s1": shape.s1, "scale": scale, "win_left": left,

@@ -5,9 +5,9 @@
 
 Both check their arguments, then call the custom op `torch.ops.ptofa.flash_attn_fwd`
 (`ptofa.ops`), which runs `ptofa.attention.run_attention` (the simulator on CPU tensors,
-or an Ascend NPU) and which `torch.compile` traces without a graph break. Forward only:
-when an input requires grad the output is on the autograd graph, and its backward raises
-`NotImplementedError` (issue 16, "Backward pass").
+or an Ascend NPU) and which `torch.compile` traces without a graph break. When an input
+requires grad, the backward runs the backward kernels (`torch.ops.ptofa.flash_attn_bwd`,
+`ptofa.backward.attention_backward`) on the saved O and LSE.
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ def flash_attn_func(
 
     Returns out [batch, seqlen_q, nheads, headdim], or (out, lse) with return_lse=True.
     Bad arguments raise ValueError / ConfigError with one line naming the rule and the
-    numbers; backend="npu" without an NPU raises BackendUnavailable. Forward only.
+    numbers; backend="npu" without an NPU raises BackendUnavailable. Differentiable in q, k, v
+    (the backward kernels, simulator only; not with key_padding_mask); lse is not.
     Runs as the custom op torch.ops.ptofa.flash_attn_fwd (torch.compile traces it).
     """
     window = check_window(window_size, "window_size")
@@ -133,7 +134,8 @@ def scaled_dot_product_attention(
     enable_gqa: allow fewer key/value heads than query heads (grouped-query attention).
     backend:   "auto", "sim" or "npu" (see `flash_attn_func`).
 
-    Returns [B, Hq, L, E] in query's dtype. Forward only.
+    Returns [B, Hq, L, E] in query's dtype. Differentiable in query, key, value (the
+    backward kernels, simulator only; not with attn_mask).
     """
     tensors = (query, key, value)
     names = ("query", "key", "value")

@@ -10,8 +10,12 @@ fake implementation gives the output shapes (out [B, S0, N, D] in the out dtype,
 and returns both, the pair a backward pass needs; its arguments are checked by the
 callers (`ptofa.attention.check_qkv`) before they reach it.
 
-Autograd: q, k, v, out and lse are saved; the backward raises `NotImplementedError`
-(`BACKWARD_MISSING`) until the backward kernels (issue 16) are wired in.
+Autograd: q, k, v, out and lse are saved (no S or P); the backward is the custom op
+`ptofa::flash_attn_bwd` (its own fake implementation, so torch.compile traces the
+backward graph too), which runs the backward kernels (`ptofa.backward.attention_backward`)
+on the same window. What those kernels do
+not take yet (a key-padding mask, a backend other than the simulator) raises
+`NotImplementedError` / `BackendUnavailable` when the backward runs, not before.
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ from ptofa.attention import run_attention
 from ptofa.pipeline import FAConfig
 
 BACKWARD_MISSING = (
-    "ptofa: no backward pass yet (issue 16, \"Backward pass\"); the FlashAttention kernel is forward-only, "
-    "call it under torch.no_grad() or on tensors that do not require grad"
+    "ptofa: the backward kernels do not take a key_padding_mask yet (issue 16, \"Backward pass\"); "
+    "call a masked attention under torch.no_grad() or on tensors that do not require grad"
 )
 
 
@@ -74,16 +78,57 @@ def _(q, k, v, scale, masked, win_left, win_right, key_padding_mask, out_dtype, 
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    q, k, v = inputs[:3]
+    q, k, v, scale, masked, win_left, win_right, key_padding_mask, _out_dtype, backend, _config = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.mark_non_differentiable(lse)
+    ctx.scale = scale
+    ctx.bounds = (win_left, win_right) if masked else None
+    ctx.key_padding = key_padding_mask is not None
+    ctx.backend = backend
+
+
+@torch.library.custom_op("ptofa::flash_attn_bwd", mutates_args=())
+def flash_attn_bwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    dout: torch.Tensor,
+    scale: float | None,
+    masked: bool,
+    win_left: int,
+    win_right: int,
+    backend: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of `flash_attn_fwd` from its saved q, k, v, out, lse and the output's
+    gradient, by the backward kernels (`ptofa.backward.attention_backward`). An op of its
+    own so that torch.compile traces the backward graph through the fake implementation."""
+    from ptofa.backward import attention_backward
+
+    bounds = (win_left, win_right) if masked else None
+    return attention_backward(q, k, v, out.to(q.dtype), lse, dout.to(q.dtype), softmax_scale=scale, bounds=bounds,
+                              backend=backend)
+
+
+@flash_attn_bwd.register_fake
+def _(q, k, v, out, lse, dout, scale, masked, win_left, win_right, backend):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _backward(ctx, grad_out, grad_lse):
-    raise NotImplementedError(BACKWARD_MISSING)
+    """dq, dk, dv by `flash_attn_bwd`; out and dO go in q's dtype (an fp32 `out_dtype` output
+    is rounded to it, as the kernel's D = rowsum(dO * O) reads them)."""
+    if ctx.key_padding:
+        raise NotImplementedError(BACKWARD_MISSING)
+    q, k, v, out, lse = ctx.saved_tensors
+    left, right = ctx.bounds if ctx.bounds is not None else (0, 0)
+    dq, dk, dv = flash_attn_bwd(q, k, v, out, lse, grad_out.contiguous(), ctx.scale, ctx.bounds is not None, left,
+                                right, ctx.backend)
+    return (dq, dk, dv) + (None,) * 8
 
 
 flash_attn_fwd.register_autograd(_backward, setup_context=_setup_context)
 
-__all__ = ["BACKWARD_MISSING", "config_from_json", "config_to_json", "flash_attn_fwd"]
+__all__ = ["BACKWARD_MISSING", "config_from_json", "config_to_json", "flash_attn_bwd", "flash_attn_fwd"]

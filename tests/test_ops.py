@@ -86,15 +86,16 @@ def test_opcheck() -> None:
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))
 
 
-def test_backward_saves_and_names_issue_16() -> None:
+def test_backward_saves_out_and_lse_and_refuses_a_key_mask() -> None:
     q, k, v = bsnd()
     q.requires_grad_(True)
     out, lse = ptofa.flash_attn_func(q, k, v, return_lse=True, backend="sim")
     assert out.requires_grad and not lse.requires_grad
-    assert len(out.grad_fn.saved_tensors) == 5  # q, k, v, out, lse for the backward kernels
+    assert len(out.grad_fn.saved_tensors) == 5  # q, k, v, out, lse: no S or P
+    masked = ptofa.flash_attn_func(q, k, v, key_padding_mask=torch.ones(1, 200, dtype=torch.bool), backend="sim")
     with pytest.raises(NotImplementedError) as raised:
-        out.float().sum().backward()
-    assert str(raised.value) == BACKWARD_MISSING and "issue 16" in BACKWARD_MISSING
+        masked.float().sum().backward()
+    assert str(raised.value) == BACKWARD_MISSING and "key_padding_mask" in BACKWARD_MISSING
 
 
 # --------------------------------------------------------------------------------------
