@@ -53,7 +53,9 @@ def run_serving(config, backend: str, batch: int, heads: int, kv_heads: int | No
     from ptofa.serving_run import compare_splits, decode_case, padded_line, run_split, speedup_line, varlen_case
 
     if backend == "npu":
-        raise InputError("--decode / --num-splits: the varlen kernel runs on the sim backend only for now")
+        raise InputError("--decode / --num-splits: run_fa runs these on the sim backend (it prints the timing model's "
+                         "split comparison); on an NPU call ptofa.flash_attn_with_kvcache / flash_attn_varlen_func "
+                         "with backend='npu'")
     if config.key_padding:
         raise InputError("--key-padding-mask: varlen and decode kernels take key lengths from the sequences instead")
     kvn = kv_heads or heads
