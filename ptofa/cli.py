@@ -237,12 +237,13 @@ def print_results(results) -> None:
 
 def _register_optional_commands() -> None:
     from ptofa.bench import bench_cmd
+    from ptofa.catalog import catalog_cmd
     from ptofa.kernel_cache import cache_cmd
     from ptofa.sweep import sweep_cmd
     from ptofa.toolchain import compile_cmd
     from ptofa.tune import tune_cmd
 
-    for cmd in (compile_cmd, sweep_cmd, bench_cmd, cache_cmd, tune_cmd):
+    for cmd in (compile_cmd, sweep_cmd, bench_cmd, cache_cmd, tune_cmd, catalog_cmd):
         main.add_command(cmd)
 
 

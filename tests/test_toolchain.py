@@ -13,7 +13,16 @@ import pytest
 from click.testing import CliRunner
 
 from ptofa import toolchain
-from ptofa.toolchain import Tools, ToolchainError, ToolNotFound, compile_commands, compile_pto, compile_cmd
+from ptofa.toolchain import (
+    PTOAS_FLAGS,
+    Tools,
+    ToolchainError,
+    ToolNotFound,
+    compile_cmd,
+    compile_commands,
+    compile_pto,
+    locate_tools,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 COMPILE_SH = REPO / "compile.sh"
@@ -311,33 +320,22 @@ def test_real_toolchain_builds_the_emitted_kernel(tmp_path: Path, monkeypatch: p
     assert compile_pto(pto_path, config_summary=config.summary()).cache_hit
 
 
-def _legal_fa_configs():
-    """Every legal (head, tile_s1, qk_preload) point of the forward kernel's grid."""
-    import itertools
-    import warnings
+def _catalog():
+    """Every kernel ptofa emits (`ptofa.catalog`): forward grid and switches, reduce, backward."""
+    from ptofa.catalog import kernels
 
-    from ptofa.pipeline import ConfigError, FAConfig
-
-    for head, tile_s1, preload in itertools.product((64, 128), (128, 256, 512), (1, 2, 3, 4)):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                yield pytest.param(FAConfig(head=head, tile_s1=tile_s1, qk_preload=preload), id=f"d{head}-t{tile_s1}-p{preload}")
-            except ConfigError:
-                continue
+    return [pytest.param(k, id=k.name) for k in kernels()]
 
 
 @pytest.mark.ptoas
-@pytest.mark.parametrize("config", list(_legal_fa_configs()))
-def test_real_ptoas_compiles_every_emitted_kernel(config, tmp_path: Path) -> None:
-    """The emitted `.pto` of every legal config compiles unedited and has the extern "C" entry."""
-    from ptofa import argspec
-    from ptofa.fa_builder import emit_fa
-
-    pto_path = tmp_path / "fa.pto"
-    pto_path.write_text(emit_fa(config))
-    ptoas_argv = compile_commands(pto_path, tmp_path)[0]
-    done = subprocess.run(ptoas_argv, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"{config.summary()}\n{done.stderr}"
-    cpp = (tmp_path / "fa.cpp").read_text()
-    assert f'extern "C" __global__ AICORE void {argspec.ENTRY_NAME}(' in cpp
+@pytest.mark.parametrize("kernel", _catalog())
+def test_real_ptoas_compiles_every_emitted_kernel(kernel, tmp_path: Path) -> None:
+    """Every kernel of the catalog compiles unedited, with a global entry in the C++."""
+    tools = locate_tools()[0]
+    pto_path = tmp_path / f"{kernel.name}.pto"
+    pto_path.write_text(kernel.emit())
+    cpp = tmp_path / f"{kernel.name}.cpp"
+    done = subprocess.run([tools.ptoas, *PTOAS_FLAGS, str(pto_path), "-o", str(cpp)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, f"{kernel.summary}\n{done.stderr}"
+    assert 'extern "C" __global__ AICORE void ' in cpp.read_text(), kernel.summary

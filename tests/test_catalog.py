@@ -1,0 +1,55 @@
+"""The kernel catalog: every kernel ptofa emits parses and verifies, names are unique, and
+`run_fa catalog` writes and checks them (a real ptoas compiles each: tests/test_toolchain.py)."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from ptofa import catalog
+from ptofa.cli import main
+from ptofa.pipeline import FAConfig
+from ptofa.textio import PtoCheckError, check_text
+
+
+def test_every_kernel_parses_and_verifies() -> None:
+    failures = {}
+    for k in catalog.kernels():
+        try:
+            check_text(k.emit(), f"{k.name}.pto")
+        except PtoCheckError as exc:
+            failures[k.name] = str(exc).splitlines()[0]
+    assert failures == {}
+
+
+def test_catalog_covers_every_switch_and_kernel_kind() -> None:
+    kernels = catalog.kernels()
+    names = [k.name for k in kernels]
+    assert len(names) == len(set(names))
+    configs = catalog.forward_configs()
+    for flag in ("masked", "key_padding", "lse", "varlen", "split_kv", "gqa_pack"):
+        assert any(getattr(c, flag) for c in configs), flag
+    assert {c.head for c in configs} == {64, 96, 128, 192, 256}
+    assert any(c.page_size for c in configs) and any(c.in_dtype == "bf16" for c in configs)
+    assert FAConfig() in configs
+    assert sum(n.startswith("fa_reduce_") for n in names) == sum(c.split_kv for c in configs)
+    assert sum(n.startswith("fa_bwd_") for n in names) == 2 * len(catalog.backward_configs())
+
+
+def test_run_fa_catalog_writes_the_files(tmp_path, monkeypatch) -> None:
+    few = catalog.kernels()[:2] + [k for k in catalog.kernels() if k.name.startswith("fa_bwd_dq")][:1]
+    monkeypatch.setattr(catalog, "kernels", lambda: few)
+    result = CliRunner().invoke(main, ["catalog", "--out", str(tmp_path), "--check"])
+    assert result.exit_code == 0, result.output
+    for k in few:
+        assert (tmp_path / f"{k.name}.pto").read_text() == k.emit()
+    assert len((tmp_path / "index.tsv").read_text().splitlines()) == 3
+
+
+def test_run_fa_catalog_check_fails_on_a_broken_kernel(monkeypatch) -> None:
+    good = catalog.kernels()[0]
+    broken = catalog.Kernel("broken", "a kernel with an unknown op",
+                            lambda: good.emit().replace("pto.tmatmul ", "pto.tmatmulx ", 1))
+    monkeypatch.setattr(catalog, "kernels", lambda: [broken])
+    result = CliRunner().invoke(main, ["catalog", "--check"])
+    assert result.exit_code == 1
+    assert "FAILED" in result.output
