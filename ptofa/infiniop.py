@@ -296,11 +296,12 @@ def create_descriptor(out_desc: TensorDescriptor, q_desc: TensorDescriptor, k_de
     except ValueError as bad:
         raise _Fail(Status.BAD_PARAM, str(bad)) from None
     in_dtype = "f16" if dtype == DataType.F16 else "bf16"
+    shape = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads)
     try:
-        config = auto_config(head, in_dtype, s1=s1)
+        auto_config(head, in_dtype, s1=s1)  # the fixed rule first: an unsupported head dim is a shape error
+        config = auto_config(head, in_dtype, s1=s1, shape=shape)  # the timing model's choice for this shape
     except ConfigError as error:
         raise _Fail(Status.BAD_TENSOR_SHAPE, str(error)) from None
-    shape = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads)
     if backend == "sim":
         cores = get_soc("910B2").cube_cores
     else:

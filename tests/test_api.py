@@ -297,6 +297,22 @@ def test_infiniop_causal_padded_mask_without_batch_dim() -> None:
     assert infiniop.destroy_descriptor(desc) == Status.SUCCESS
 
 
+def test_infiniop_descriptor_takes_the_timing_model_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """create_descriptor ranks configs for its shape (ptofa.tune), like the torch calls."""
+    from types import SimpleNamespace
+
+    from ptofa import tune
+
+    asked = []
+    chosen = FAConfig(head=64, tile_s1=512, qk_preload=2)
+    monkeypatch.setattr(tune, "tune", lambda wanted: asked.append(wanted) or SimpleNamespace(config=chosen))
+    q, k, v = bsnd(2, S0, S1, 64, torch.float16)
+    status, desc = infiniop.create_descriptor(*descriptors(torch.empty_like(q), q, k, v), backend="sim")
+    assert status == Status.SUCCESS, infiniop.last_error()
+    assert desc.config == chosen
+    assert [(w.batch, w.s0, w.s1, w.head) for w in asked] == [(2, S0, S1, 64)]
+
+
 def test_infiniop_batched_bf16_gqa_with_a_nan_workspace() -> None:
     q, k, v = bsnd(2, S0, S1, 128, torch.bfloat16, seed=6)
     out = torch.empty_like(q)
