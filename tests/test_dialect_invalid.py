@@ -910,6 +910,28 @@ def test_invalid(text: str, message: str, at: str | None) -> None:
         assert matching[0][0] == line_of(text, at), f"{message!r} at line {matching[0][0]}, expected the line of {at!r}: {errors}"
 
 
+# ---------------------------------------------------------------------------- hand-written sync
+op_case("intra_block_event_range", vec, "", "pto.set_intra_block <PIPE_FIX>, 16",
+        "'pto.set_intra_block' event id: a static event_id must be in [0, 15] on A2/A3, got 16")
+op_case("intra_block_pipe", vec, "", "pto.wait_intra_block <PIPE_M>, 1",
+        "'pto.wait_intra_block' pipe: expects one of PIPE_FIX, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_V, got PIPE_M")
+op_case("record_event_op_type", vec, "",
+        '"pto.record_event"() <{src_op = #pto.pipe<PIPE_V>, dst_op = #pto.pipe_event_type<TVEC>, event_id = #pto.event<EVENT_ID0>}> : () -> ()',
+        "'pto.record_event' op type: expected #pto.pipe_event_type<...>, got #pto.pipe<PIPE_V>")
+_SYNCALL_ARGS = "%ws: !pto.ptr<i32>, %wf: !pto.ptr<f32>, %wv: !pto.tensor_view<8xi32>"
+_SOFT = "mode = #pto.sync_all_mode<soft>, core_type = #pto.sync_core_type<aiv_only>"
+op_case("syncall_hard_operands", vec, "", "pto.syncall(%ws : !pto.ptr<i32>) mode = #pto.sync_all_mode<hard>, core_type = #pto.sync_core_type<mix>",
+        "'pto.syncall' hard syncall: expects no gm_workspace or used_cores", args=_SYNCALL_ARGS)
+op_case("syncall_soft_workspace", vec, "", f"pto.syncall() {_SOFT}",
+        "'pto.syncall' soft syncall: expects a gm_workspace operand", args=_SYNCALL_ARGS)
+op_case("syncall_workspace_i32", vec, "", f"pto.syncall(%wf : !pto.ptr<f32>) {_SOFT}",
+        "'pto.syncall' gm_workspace: expects i32 elements, got f32", args=_SYNCALL_ARGS)
+op_case("syncall_workspace_size", vec, "", f"pto.syncall(%wv : !pto.tensor_view<8xi32>) {_SOFT}",
+        "'pto.syncall' gm_workspace: expects at least 16 i32 elements, got 8", args=_SYNCALL_ARGS)
+case("set_flag_event_token", vec('pto.set_flag["PIPE_MTE2", "PIPE_V", "EVENT_ID8"]'),
+     "invalid event token 'EVENT_ID8', expected one of EVENT_ID0", "pto.set_flag")
+
+
 def test_every_verifier_rule_has_a_case() -> None:
     """Each `_fail(..., rule, ...)` rule name of dialect.py appears in some expected message."""
     import re

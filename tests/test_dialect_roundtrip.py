@@ -497,6 +497,18 @@ OPS["local_array"] = ("vector", "%c1 = arith.constant 1 : index\n%v = arith.cons
 OPS["local_array_2d"] = ("vector", "%c1 = arith.constant 1 : index\n%m = pto.declare_local_array -> !pto.local_array<8x8xf32>\n"
                                     "%g = pto.local_array_get %m[%c1, %c1] : !pto.local_array<8x8xf32> -> f32")
 
+OPS["pipe_flags"] = ("vector", 'pto.set_flag ["PIPE_MTE2", "PIPE_V", "EVENT_ID0"]\npto.wait_flag [<PIPE_MTE2>, <PIPE_V>, <EVENT_ID0>]\n'
+                               "%c3 = arith.constant 3 : index\npto.set_flag_dyn [#pto.pipe<PIPE_V>, #pto.pipe<PIPE_MTE3>, %c3]\n"
+                               "pto.wait_flag_dyn [#pto.pipe<PIPE_V>, #pto.pipe<PIPE_MTE3>, %c3]")
+OPS["record_wait_event"] = ("vector", "pto.record_event [#pto.pipe_event_type<TLOAD>, #pto.pipe_event_type<TVEC>, #pto.event<EVENT_ID0>]\n"
+                                      "pto.wait_event [#pto.sync_op_type<TLOAD>, #pto.sync_op_type<TVEC>, <EVENT_ID0>]")
+OPS["intra_block"] = ("vector", "%c3 = arith.constant 3 : index\npto.set_intra_block <PIPE_FIX>, 15\npto.wait_intra_block <PIPE_V>, %c3")
+OPS["syncall"] = ("vector", "%n = arith.constant 4 : i32\n"
+                            "pto.syncall(%pi, %n : !pto.ptr<i32>, i32) mode = #pto.sync_all_mode<soft>, core_type = #pto.sync_core_type<aiv_only>\n"
+                            "pto.syncall() mode = #pto.sync_all_mode<hard>, core_type = #pto.sync_core_type<mix>")
+OPS["eventid_array"] = ("vector", "%c0 = arith.constant 0 : index\n%c1 = arith.constant 1 : index\n%ea = pto.declare_eventid_array -> !pto.eventid_array<4>\n"
+                                  "pto.eventid_array_set %ea[%c0], %c1 : !pto.eventid_array<4>\n%e = pto.eventid_array_get %ea[%c0] : !pto.eventid_array<4>")
+
 OPS["tcolexpandexpdif"] = ("vector", f"{VEC_TILES}\n%r64 = pto.alloc_tile : !pto.tile_buf<vec, 1x64xf32>\n"
                                      "pto.tcolexpandexpdif ins(%a, %r64 : !pto.tile_buf<vec, 16x64xf32>, !pto.tile_buf<vec, 1x64xf32>) outs(%o : !pto.tile_buf<vec, 16x64xf32>)")
 
@@ -504,7 +516,7 @@ OPS["tcolexpandexpdif"] = ("vector", f"{VEC_TILES}\n%r64 = pto.alloc_tile : !pto
 def _args_for(body: str) -> str:
     if "pto.make_tensor_view %pb" in body:
         return _BF_ARGS
-    return GM_ARGS + ", %pi: !pto.ptr<i32>, %pb: !pto.ptr<i8>" if "pto.comm." in body or "pto.cmo." in body else GM_ARGS
+    return GM_ARGS + ", %pi: !pto.ptr<i32>, %pb: !pto.ptr<i8>" if any(k in body for k in ("pto.comm.", "pto.cmo.", "pto.syncall")) else GM_ARGS
 
 
 @pytest.mark.parametrize("kind, body", OPS.values(), ids=OPS.keys())

@@ -177,3 +177,31 @@ def test_tcolexpandexpdif(x: np.ndarray) -> None:
     body = f"%r = pto.alloc_tile : {ROW}\npto.tcolmax ins(%a : {T16}) outs(%r : {ROW})\npto.tcolexpandexpdif ins(%a, %r : {T16}, {ROW}) outs(%o : {T16})"
     run(io(body, 16, 16, T16), x=x, y=y)
     np.testing.assert_allclose(y, np.exp(x - x.max(axis=0, keepdims=True)), rtol=1e-6)
+
+
+def test_pipe_flags_keep_program_order(x: np.ndarray) -> None:
+    """Flags order pipes of one core; the simulator runs in program order, so the copy is exact."""
+    y = np.zeros((16, 16), np.float32)
+    body = ('pto.set_flag["PIPE_MTE2", "PIPE_V", "EVENT_ID0"]\npto.wait_flag[<PIPE_MTE2>, <PIPE_V>, <EVENT_ID0>]\n'
+            "pto.record_event [#pto.pipe_event_type<TLOAD>, #pto.pipe_event_type<TVEC>, #pto.event<EVENT_ID1>]\n"
+            "pto.wait_event [#pto.pipe_event_type<TLOAD>, #pto.pipe_event_type<TVEC>, #pto.event<EVENT_ID1>]\n"
+            "%ea = pto.declare_eventid_array -> !pto.eventid_array<2>\npto.eventid_array_set %ea[%c1], %c1 : !pto.eventid_array<2>\n"
+            "%e = pto.eventid_array_get %ea[%c1] : !pto.eventid_array<2>\n"
+            "pto.set_flag_dyn [#pto.pipe<PIPE_V>, #pto.pipe<PIPE_MTE3>, %e]\npto.wait_flag_dyn [#pto.pipe<PIPE_V>, #pto.pipe<PIPE_MTE3>, %e]\n"
+            f"pto.tmov ins(%a : {T16}) outs(%o : {T16})")
+    run(io(body, 16, 16, T16), x=x, y=y)
+    np.testing.assert_array_equal(y, x)
+
+
+def test_eventid_array_read_before_write_is_a_sim_error(x: np.ndarray) -> None:
+    body = ("%ea = pto.declare_eventid_array -> !pto.eventid_array<2>\n%e = pto.eventid_array_get %ea[%c0] : !pto.eventid_array<2>\n"
+            f"pto.tmov ins(%a : {T16}) outs(%o : {T16})")
+    with pytest.raises(SimError, match="element 0 is read before any eventid_array_set wrote it"):
+        run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))
+
+
+@pytest.mark.parametrize("line", ["pto.set_intra_block <PIPE_MTE3>, 1",
+                                  "pto.syncall() mode = #pto.sync_all_mode<hard>, core_type = #pto.sync_core_type<aiv_only>"])
+def test_cross_core_waits_are_not_simulated(x: np.ndarray, line: str) -> None:
+    with pytest.raises(SimError, match="a wait for another core is not simulated"):
+        run(io(f"{line}\npto.tmov ins(%a : {T16}) outs(%o : {T16})", 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))

@@ -18,7 +18,8 @@ tcolexpand, tprint), `buffers` (core sections, reserved buffers, castptr, barrie
 and `pipes`; from the A2/A3 front end beyond FlashAttention: `multitile` (multi-buffer
 tiles), `reductions` (column / arg reductions, tlrelu, taxpy, taddc), `gathers` (mgather,
 mscatter), `fused` (tprelu, trowexpand, taddsc, tconcat, tmatmul.bias, address casts),
-`comm` (pto.comm.*, cache invalidation, fences), `sorts`, `quant` and `localarray`. This
+`comm` (pto.comm.*, cache invalidation, fences), `sorts`, `quant`, `localarray` and `sync`
+(hand-written flags, intra-block flags, syncall, event-id arrays). This
 package re-exports all of them and assembles the `PTO` dialect; `docs/adding-an-op.md`
 walks through adding an op.
 """
@@ -165,7 +166,22 @@ from ptofa.dialect.vector import (
     _UnaryOp,
 )
 
-from ptofa.dialect import comm, fused, gathers, localarray, multitile, quant, reductions, sorts  # noqa: E402 (families added after the FA subset)
+from ptofa.dialect import comm, fused, gathers, localarray, multitile, quant, reductions, sorts, sync  # noqa: E402 (families added after the FA subset)
+from ptofa.dialect.sync import (  # noqa: E402
+    DeclareEventIdArrayOp,
+    EventIdArrayGetOp,
+    EventIdArraySetOp,
+    EventIdArrayType,
+    RecordEventOp,
+    SetFlagDynOp,
+    SetFlagOp,
+    SetIntraBlockOp,
+    SyncAllOp,
+    WaitEventOp,
+    WaitFlagDynOp,
+    WaitFlagOp,
+    WaitIntraBlockOp,
+)
 from ptofa.dialect.localarray import DeclareLocalArrayOp, LocalArrayGetOp, LocalArraySetOp, LocalArrayType  # noqa: E402
 from ptofa.dialect.quant import QuantTypeAttr, TDequantOp, TQuantOp  # noqa: E402
 from ptofa.dialect.sorts import TMrgSortOp, TSort32Op  # noqa: E402
@@ -193,6 +209,7 @@ from ptofa.dialect.reductions import (  # noqa: E402
 PTO = Dialect(
     "pto",
     [*runtime.OPS, *memory.OPS, *views.OPS, *cube.OPS, *vector.OPS, *rowcol.OPS, *masks.OPS, *pipes.OPS, *tileaccess.OPS, *buffers.OPS,
-     *intops.OPS, *multitile.OPS, *reductions.OPS, *gathers.OPS, *fused.OPS, *comm.OPS, *sorts.OPS, *quant.OPS, *localarray.OPS],
-    [*types.ATTRS, *multitile.ATTRS, *gathers.ATTRS, *comm.ATTRS, *quant.ATTRS, *localarray.ATTRS],
+     *intops.OPS, *multitile.OPS, *reductions.OPS, *gathers.OPS, *fused.OPS, *comm.OPS, *sorts.OPS, *quant.OPS, *localarray.OPS,
+     *sync.OPS],
+    [*types.ATTRS, *multitile.ATTRS, *gathers.ATTRS, *comm.ATTRS, *quant.ATTRS, *localarray.ATTRS, *sync.ATTRS],
 )
