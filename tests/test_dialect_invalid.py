@@ -932,6 +932,15 @@ case("set_flag_event_token", vec('pto.set_flag["PIPE_MTE2", "PIPE_V", "EVENT_ID8
      "invalid event token 'EVENT_ID8', expected one of EVENT_ID0", "pto.set_flag")
 
 
+@pytest.mark.parametrize("name", ["entry_without_set_ffts", "entry_set_ffts_not_first", "entry_tile_argument"])
+def test_launch_rules_are_ptofa_only(name: str) -> None:
+    """ptoas compiles these modules: without ptofa's launch rules they check clean."""
+    text = CASES[name][0]
+    with pytest.raises(PtoCheckError):
+        check_text(text)
+    check_text(text, launch_rules=False)
+
+
 def test_every_verifier_rule_has_a_case() -> None:
     """Each `_fail(..., rule, ...)` rule name of dialect.py appears in some expected message."""
     import re
