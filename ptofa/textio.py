@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects import arith, builtin, func, scf
+from xdsl.dialects import arith, builtin, cf, func, scf
 from xdsl.ir import Operation
 from xdsl.parser import Parser
 from xdsl.printer import Printer
@@ -33,7 +33,7 @@ class PtoCheckError(Exception):
 
 def make_context() -> Context:
     ctx = Context()
-    for dialect in (builtin.Builtin, func.Func, arith.Arith, scf.Scf, d.PTO):
+    for dialect in (builtin.Builtin, func.Func, arith.Arith, scf.Scf, cf.Cf, d.PTO):
         ctx.load_dialect(dialect)
     return ctx
 
@@ -149,8 +149,8 @@ def _ssa_errors(parsed: ParsedModule, text: str) -> list[tuple[int, str]]:
 
 
 def _dominance_error(user: Operation, value) -> str | None:
-    """SSA dominance in structured (single-block) regions: the definition is an earlier op
-    of the block that holds the use, or of a block enclosing it."""
+    """SSA dominance: the definition is an earlier op of the block that holds the use (or of a
+    block enclosing it), or sits in a block that dominates the use's block in a CFG region."""
     from xdsl.ir import Block, BlockArgument, OpResult
 
     if isinstance(value, BlockArgument):
@@ -163,22 +163,47 @@ def _dominance_error(user: Operation, value) -> str | None:
         return f"use of value %{value.name_hint or '?'} that is never defined in scope"
     if block is None:
         return "use of a value outside any block"
-    # the ancestor of `user` that sits in `block`
+    region = block.parent_region()
+    # the ancestor of `user` that sits in `block`'s region
     anc: Operation | None = user
-    while anc is not None and anc.parent_block() is not block:
+    while anc is not None and (anc.parent_block() is None or anc.parent_block().parent_region() is not region):
         anc = anc.parent_op()
     if anc is None:
         return f"%{value.name_hint or '?'} is used outside the region that defines it"
+    if anc.parent_block() is not block:
+        if block in _dominators(region)[anc.parent_block()]:
+            return None
+        return f"%{value.name_hint or '?'} is used in a block its definition's block does not dominate"
     if def_op is None:
         return None
-    region = block.parent_region()
-    if region is not None and len(region.blocks) > 1:
-        return None  # CFG regions (cf.br): block order is not dominance; trust the parser
     if anc is def_op:
         return f"%{value.name_hint or '?'} is used by the op that defines it" if anc is user else None
     if block.get_operation_index(anc) < block.get_operation_index(def_op):
         return f"%{value.name_hint or '?'} is used before its definition (operand does not dominate this use)"
     return None
+
+
+def _dominators(region) -> dict:
+    """Each block of a CFG region (cf.br / cf.cond_br) -> the set of blocks that dominate it,
+    by the iterative data-flow fixpoint from the entry block."""
+    blocks = list(region.blocks)
+    preds: dict = {b: [] for b in blocks}
+    for b in blocks:
+        term = b.last_op
+        for succ in (term.successors if term is not None else ()):
+            if succ in preds:
+                preds[succ].append(b)
+    everything = set(blocks)
+    dom = {b: ({b} if b is blocks[0] else set(everything)) for b in blocks}
+    changed = True
+    while changed:
+        changed = False
+        for b in blocks[1:]:
+            incoming = [dom[p] for p in preds[b]]
+            new = set.intersection(*incoming) | {b} if incoming else {b}
+            if new != dom[b]:
+                dom[b], changed = new, True
+    return dom
 
 
 def _first_line(msg: str) -> str:

@@ -1123,3 +1123,12 @@ op_case("tand_float", vec, alloc("x", V16x16), f"pto.tand ins(%x, %x : {V16x16},
         "'pto.tand' dtype: pto.tand takes i16/i32 tiles, got f32")
 op_case("tnot_float", vec, alloc("x", V16x16), f"pto.tnot ins(%x : {V16x16}) outs(%x : {V16x16})",
         "'pto.tnot' dtype: pto.tnot takes i16/i32 tiles, got f32")
+
+
+def test_cfg_dominance() -> None:
+    """A value from one arm of a cf.cond_br is not visible in the join block; one from the entry block is."""
+    body = ("%t = arith.constant true\n%z = arith.constant 0 : i32\ncf.cond_br %t, ^bb1, ^bb2\n^bb1:\n%one = arith.constant 1 : i32\ncf.br ^bb3\n"
+            "^bb2:\ncf.br ^bb3\n^bb3:\n%s = arith.addi %z, {v} : i32")
+    check_text(vec(body.format(v="%z")))
+    with pytest.raises(PtoCheckError, match="%one is used in a block its definition's block does not dominate"):
+        check_text(vec(body.format(v="%one")))

@@ -205,3 +205,10 @@ def test_eventid_array_read_before_write_is_a_sim_error(x: np.ndarray) -> None:
 def test_cross_core_waits_are_not_simulated(x: np.ndarray, line: str) -> None:
     with pytest.raises(SimError, match="a wait for another core is not simulated"):
         run(io(f"{line}\npto.tmov ins(%a : {T16}) outs(%o : {T16})", 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))
+
+
+def test_cfg_branches_check_but_are_not_simulated(x: np.ndarray) -> None:
+    """cf.br / cf.cond_br parse and verify (dominance through the CFG); the simulator refuses them."""
+    text = io(f"cf.br ^bb1\n^bb1:\npto.tmov ins(%a : {T16}) outs(%o : {T16})", 16, 16, T16)
+    with pytest.raises(SimError, match="branches between blocks \\(cf.br / cf.cond_br\\) are not simulated"):
+        run(text, x=x, y=np.zeros((16, 16), np.float32))

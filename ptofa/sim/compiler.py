@@ -290,6 +290,9 @@ class _FunctionCompiler:
         return s
 
     def run(self) -> None:
+        if len(self.f.body.blocks) > 1:
+            raise SimError(f"@{self.f.sym_name.data} (line {self.mc.parsed.line(self.f)}): branches between blocks "
+                           "(cf.br / cf.cond_br) are not simulated")
         block = self.f.body.blocks[0]
         self.fp.arg_slots = [self.slot(a) for a in block.args]
         self.fp.arg_names = [a.name_hint or f"arg{i}" for i, a in enumerate(block.args)]
