@@ -932,6 +932,32 @@ case("set_flag_event_token", vec('pto.set_flag["PIPE_MTE2", "PIPE_V", "EVENT_ID8
      "invalid event token 'EVENT_ID8', expected one of EVENT_ID0", "pto.set_flag")
 
 
+# ---------------------------------------------------------------------------- internal pipe handles
+_L2L = "%buf = arith.constant 0 : i32\n"
+op_case("internal_pipe_dir_mask", vec, _L2L, "%hp = pto.initialize_l2l_pipe {dir_mask = 4, slot_size = 512, slot_num = 8}(%buf : i32) -> !pto.pipe",
+        "'pto.initialize_l2l_pipe' dir_mask: expects 'dir_mask' to be 1, 2, or 3, got 4")
+op_case("internal_pipe_slot_size", vec, _L2L, "%hp = pto.initialize_l2l_pipe {dir_mask = 1, slot_size = 0, slot_num = 8}(%buf : i32) -> !pto.pipe",
+        "'pto.initialize_l2l_pipe' slot_size: expects 'slot_size' to be greater than 0, got 0")
+op_case("internal_pipe_slot_num", vec, _L2L, "%hp = pto.initialize_l2l_pipe {dir_mask = 1, slot_size = 512, slot_num = 0}(%buf : i32) -> !pto.pipe",
+        "'pto.initialize_l2l_pipe' slot_num: expects 'slot_num' to be greater than 0, got 0")
+op_case("internal_pipe_flag_base", vec, _L2L, "%hp = pto.initialize_l2l_pipe {dir_mask = 3, slot_size = 512, slot_num = 8, flag_base = 13}(%buf : i32, %buf : i32) -> !pto.pipe",
+        "'pto.initialize_l2l_pipe' flag_base: flag_base=13 with dir_mask=3 needs flag ids [13, 17) within 0..15")
+op_case("internal_pipe_peer", vec, _L2L, "%hp = pto.initialize_l2l_pipe {dir_mask = 3, slot_size = 512, slot_num = 8}(%buf : i32) -> !pto.pipe",
+        "'pto.initialize_l2l_pipe' peer_local_addr: a peer local address goes with dir_mask 3 and only with it (dir_mask=3)")
+_GS = "%gs = pto.declare_global -> !pto.tensor_view<16x16xf32>\n"
+op_case("internal_pipe_local_slot_num", vec, _GS,
+        "%hp = pto.initialize_l2g2l_pipe {dir_mask = 1, slot_size = 1024, slot_num = 8, local_slot_num = 4}(%gs : !pto.tensor_view<16x16xf32>) -> !pto.pipe",
+        "'pto.initialize_l2g2l_pipe' local_slot_num: 'local_slot_num' is only allowed when 'local_addr' is present")
+op_case("internal_pipe_split", vec, _L2L + "%hp = pto.initialize_l2l_pipe {dir_mask = 1, slot_size = 512, slot_num = 8}(%buf : i32) -> !pto.pipe\n",
+        "pto.tfree(%hp : !pto.pipe) {split = 5}", "'pto.tfree' split: expects 'split' to be 0, 1, 2, 3, or 4, got 5")
+op_case("internal_pipe_handle", vec, "",
+        '"pto.tfree"(%hp) <{split = 0 : i8, operandSegmentSizes = array<i32: 0, 1, 0>}> : (!pto.pipe) -> ()',
+        "'pto.tfree' pipe handle: pipe_handle must be produced by pto.initialize_l2l_pipe or pto.initialize_l2g2l_pipe", args="%hp: !pto.pipe")
+op_case("internal_pipe_entry", vec, _L2L + "%hp = pto.initialize_l2l_pipe {dir_mask = 1, slot_size = 512, slot_num = 8}(%buf : i32) -> !pto.pipe\n",
+        '"pto.tpush"(%hp) <{split = 0 : i8, operandSegmentSizes = array<i32: 0, 1, 0>}> : (!pto.pipe) -> ()',
+        "'pto.tpush' entry: pto.tpush needs an entry operand")
+
+
 @pytest.mark.parametrize("name", ["entry_without_set_ffts", "entry_set_ffts_not_first", "entry_tile_argument"])
 def test_launch_rules_are_ptofa_only(name: str) -> None:
     """ptoas compiles these modules: without ptofa's launch rules they check clean."""

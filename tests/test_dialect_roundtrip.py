@@ -509,6 +509,19 @@ OPS["syncall"] = ("vector", "%n = arith.constant 4 : i32\n"
 OPS["eventid_array"] = ("vector", "%c0 = arith.constant 0 : index\n%c1 = arith.constant 1 : index\n%ea = pto.declare_eventid_array -> !pto.eventid_array<4>\n"
                                   "pto.eventid_array_set %ea[%c0], %c1 : !pto.eventid_array<4>\n%e = pto.eventid_array_get %ea[%c0] : !pto.eventid_array<4>")
 
+_FIFO = "!pto.tile_buf<vec, 8x16xf32>"
+OPS["internal_pipe_l2g2l"] = ("vector", "%buf = arith.constant 0 : i32\n%gs = pto.declare_global -> !pto.tensor_view<16x16xf32>\n"
+                                        "%hp = pto.initialize_l2g2l_pipe {dir_mask = 1, slot_size = 1024, slot_num = 8, local_slot_num = 4, flag_base = 0}"
+                                        "(%gs : !pto.tensor_view<16x16xf32>, %buf : i32) -> !pto.pipe\n"
+                                        f"%ft = pto.declare_tile -> {_FIFO}\npto.tpop(%ft, %hp : {_FIFO}, !pto.pipe) {{split = 1}}\n"
+                                        "pto.tfree(%hp : !pto.pipe) {split = 1}")
+OPS["internal_pipe_l2l"] = ("vector", f"{VEC_TILES}\n%buf = arith.constant 0 : i32\n"
+                                      "%hp = pto.initialize_l2l_pipe {dir_mask = 2, slot_size = 512, slot_num = 8}(%buf : i32) -> !pto.pipe\n"
+                                      f"pto.tpush(%a, %hp : {V32}, !pto.pipe) {{split = 0}}\n"
+                                      "%ge = pto.declare_global -> !pto.tensor_view<16x16xf32>\n"
+                                      "pto.talloc(%ge, %hp : !pto.tensor_view<16x16xf32>, !pto.pipe) {split = 0}\n"
+                                      f"pto.tfree(%a, %hp : {V32}, !pto.pipe) {{split = 0}}")
+
 OPS["tcolexpandexpdif"] = ("vector", f"{VEC_TILES}\n%r64 = pto.alloc_tile : !pto.tile_buf<vec, 1x64xf32>\n"
                                      "pto.tcolexpandexpdif ins(%a, %r64 : !pto.tile_buf<vec, 16x64xf32>, !pto.tile_buf<vec, 1x64xf32>) outs(%o : !pto.tile_buf<vec, 16x64xf32>)")
 

@@ -212,3 +212,10 @@ def test_cfg_branches_check_but_are_not_simulated(x: np.ndarray) -> None:
     text = io(f"cf.br ^bb1\n^bb1:\npto.tmov ins(%a : {T16}) outs(%o : {T16})", 16, 16, T16)
     with pytest.raises(SimError, match="branches between blocks \\(cf.br / cf.cond_br\\) are not simulated"):
         run(text, x=x, y=np.zeros((16, 16), np.float32))
+
+
+def test_internal_pipe_handles_are_not_simulated(x: np.ndarray) -> None:
+    body = ("%buf = arith.constant 0 : i32\n%hp = pto.initialize_l2l_pipe {dir_mask = 1, slot_size = 1024, slot_num = 8}(%buf : i32) -> !pto.pipe\n"
+            f"pto.tmov ins(%a : {T16}) outs(%o : {T16})")
+    with pytest.raises(SimError, match="pto.initialize_l2l_pipe: ptoas's internal pipe-handle form is not simulated"):
+        run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))

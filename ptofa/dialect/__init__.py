@@ -18,8 +18,9 @@ tcolexpand, tprint), `buffers` (core sections, reserved buffers, castptr, barrie
 and `pipes`; from the A2/A3 front end beyond FlashAttention: `multitile` (multi-buffer
 tiles), `reductions` (column / arg reductions, tlrelu, taxpy, taddc), `gathers` (mgather,
 mscatter), `fused` (tprelu, trowexpand, taddsc, tconcat, tmatmul.bias, address casts),
-`comm` (pto.comm.*, cache invalidation, fences), `sorts`, `quant`, `localarray` and `sync`
-(hand-written flags, intra-block flags, syncall, event-id arrays). This
+`comm` (pto.comm.*, cache invalidation, fences), `sorts`, `quant`, `localarray`, `sync`
+(hand-written flags, intra-block flags, syncall, event-id arrays) and `ipipes` (ptoas's
+internal `!pto.pipe` handle form). This
 package re-exports all of them and assembles the `PTO` dialect; `docs/adding-an-op.md`
 walks through adding an op.
 """
@@ -166,7 +167,18 @@ from ptofa.dialect.vector import (
     _UnaryOp,
 )
 
-from ptofa.dialect import comm, fused, gathers, localarray, multitile, quant, reductions, sorts, sync  # noqa: E402 (families added after the FA subset)
+from ptofa.dialect import comm, fused, gathers, ipipes, localarray, multitile, quant, reductions, sorts, sync  # noqa: E402 (families added after the FA subset)
+from ptofa.dialect.ipipes import (  # noqa: E402
+    DeclareGlobalOp,
+    DeclareTileOp,
+    InitializeL2G2LPipeOp,
+    InitializeL2LPipeOp,
+    PipeHandleType,
+    TAllocOp,
+    TFreeOp,
+    TPopOp,
+    TPushOp,
+)
 from ptofa.dialect.sync import (  # noqa: E402
     DeclareEventIdArrayOp,
     EventIdArrayGetOp,
@@ -210,6 +222,6 @@ PTO = Dialect(
     "pto",
     [*runtime.OPS, *memory.OPS, *views.OPS, *cube.OPS, *vector.OPS, *rowcol.OPS, *masks.OPS, *pipes.OPS, *tileaccess.OPS, *buffers.OPS,
      *intops.OPS, *multitile.OPS, *reductions.OPS, *gathers.OPS, *fused.OPS, *comm.OPS, *sorts.OPS, *quant.OPS, *localarray.OPS,
-     *sync.OPS],
-    [*types.ATTRS, *multitile.ATTRS, *gathers.ATTRS, *comm.ATTRS, *quant.ATTRS, *localarray.ATTRS, *sync.ATTRS],
+     *sync.OPS, *ipipes.OPS],
+    [*types.ATTRS, *multitile.ATTRS, *gathers.ATTRS, *comm.ATTRS, *quant.ATTRS, *localarray.ATTRS, *sync.ATTRS, *ipipes.ATTRS],
 )
