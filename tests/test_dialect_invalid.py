@@ -958,6 +958,25 @@ op_case("internal_pipe_entry", vec, _L2L + "%hp = pto.initialize_l2l_pipe {dir_m
         "'pto.tpush' entry: pto.tpush needs an entry operand")
 
 
+# ---------------------------------------------------------------------------- partial ops, tsels
+_VH8 = "!pto.tile_buf<vec, 16x64xf32, valid=8x64>"
+_VC8 = "!pto.tile_buf<vec, 16x64xf32, valid=16x32>"
+op_case("tpart_valid_exceeds", vec, VEC_TILES + alloc("hv", _VH8), f"pto.tpartadd ins(%a, %b : {V32}, {V32}) outs(%hv : {_VH8})",
+        "'pto.tpartadd' partial valid: source valid shape 16x64 exceeds dst's 8x64")
+op_case("tpart_valid_one_equal", vec, VEC_TILES + alloc("hv", _VH8) + alloc("cv", _VC8), f"pto.tpartmax ins(%hv, %cv : {_VH8}, {_VC8}) outs(%a : {V32})",
+        "'pto.tpartmax' partial valid: one of src0 8x64 / src1 16x32 valid shapes must equal dst's 16x64")
+op_case("tpart_dtype", vec, alloc("p", "!pto.tile_buf<vec, 16x64xi8>"),
+        "pto.tpartmul ins(%p, %p : !pto.tile_buf<vec, 16x64xi8>, !pto.tile_buf<vec, 16x64xi8>) outs(%p : !pto.tile_buf<vec, 16x64xi8>)",
+        "'pto.tpartmul' dtype: expects an A2/A3 element type in ('i16', 'i32', 'f16', 'f32'), got i8")
+_IDX = "!pto.tile_buf<vec, 16x64xi16>"
+op_case("tpart_arg_index", vec, VEC_TILES + alloc("ix", _IDX),
+        f"pto.tpartargmin ins(%a, %b, %ix, %ix : {V32}, {V32}, {_IDX}, {_IDX}) outs(%a, %ix : {V32}, {_IDX})",
+        "'pto.tpartargmin' index: expects src0Idx/src1Idx/dstIdx to share an i32 or ui32 element type, got i16")
+op_case("tsels_scalar_type", vec, VEC_TILES + alloc("m8", "!pto.tile_buf<vec, 16x64xi8>") + "%sc = arith.constant 1.0 : f16\n",
+        f"pto.tsels ins(%m8, %a, %sc : !pto.tile_buf<vec, 16x64xi8>, {V32}, f16) outs(%b : {V32})",
+        "'pto.tsels' operand type: the scalar must be the element type f32, got f16")
+
+
 @pytest.mark.parametrize("name", ["entry_without_set_ffts", "entry_set_ffts_not_first", "entry_tile_argument"])
 def test_launch_rules_are_ptofa_only(name: str) -> None:
     """ptoas compiles these modules: without ptofa's launch rules they check clean."""

@@ -522,6 +522,17 @@ OPS["internal_pipe_l2l"] = ("vector", f"{VEC_TILES}\n%buf = arith.constant 0 : i
                                       "pto.talloc(%ge, %hp : !pto.tensor_view<16x16xf32>, !pto.pipe) {split = 0}\n"
                                       f"pto.tfree(%a, %hp : {V32}, !pto.pipe) {{split = 0}}")
 
+_VH = "!pto.tile_buf<vec, 16x64xf32, valid=8x64>"
+_I32T = "!pto.tile_buf<vec, 16x64xi32>"
+OPS["tpart_binary"] = ("vector", f"{VEC_TILES}\n%hv = pto.alloc_tile : {_VH}\n"
+                                 + "\n".join(f"pto.{n} ins(%a, %hv : {V32}, {_VH}) outs(%o : {V32})" for n in ("tpartadd", "tpartmul", "tpartmax", "tpartmin")))
+OPS["tpart_arg"] = ("vector", f"{VEC_TILES}\n%ai = pto.alloc_tile : {_I32T}\n%bi = pto.alloc_tile : {_I32T}\n%di = pto.alloc_tile : {_I32T}\n"
+                              + "\n".join(f"pto.{n} ins(%a, %b, %ai, %bi : {V32}, {V32}, {_I32T}, {_I32T}) outs(%o, %di : {V32}, {_I32T})"
+                                           for n in ("tpartargmax", "tpartargmin")))
+OPS["tsels"] = ("vector", f"{VEC_TILES}\n%m8 = pto.alloc_tile : !pto.tile_buf<vec, 16x64xi8>\n%sc = arith.constant 1.0 : f32\n"
+                          f"pto.tsels ins(%m8, %a, %sc : !pto.tile_buf<vec, 16x64xi8>, {V32}, f32) outs(%o : {V32})\n"
+                          f"pto.tsels ins(%m8, %a, %t, %sc : !pto.tile_buf<vec, 16x64xi8>, {V32}, {V32}, f32) outs(%o : {V32})")
+
 OPS["tcolexpandexpdif"] = ("vector", f"{VEC_TILES}\n%r64 = pto.alloc_tile : !pto.tile_buf<vec, 1x64xf32>\n"
                                      "pto.tcolexpandexpdif ins(%a, %r64 : !pto.tile_buf<vec, 16x64xf32>, !pto.tile_buf<vec, 1x64xf32>) outs(%o : !pto.tile_buf<vec, 16x64xf32>)")
 

@@ -219,3 +219,37 @@ def test_internal_pipe_handles_are_not_simulated(x: np.ndarray) -> None:
             f"pto.tmov ins(%a : {T16}) outs(%o : {T16})")
     with pytest.raises(SimError, match="pto.initialize_l2l_pipe: ptoas's internal pipe-handle form is not simulated"):
         run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))
+
+
+@pytest.mark.parametrize("op, ref", [("tpartadd", np.add), ("tpartmul", np.multiply), ("tpartmax", np.maximum), ("tpartmin", np.minimum)])
+def test_tpart_ops_on_equal_valid_regions(x: np.ndarray, op: str, ref) -> None:
+    y = np.zeros((16, 16), np.float32)
+    body = (f"%b = pto.alloc_tile : {T16}\npto.tmuls ins(%a, %c2f : {T16}, f32) outs(%b : {T16})\n"
+            f"pto.{op} ins(%a, %b : {T16}, {T16}) outs(%o : {T16})")
+    run(io("%c2f = arith.constant -0.5 : f32\n" + body, 16, 16, T16), x=x, y=y)
+    np.testing.assert_allclose(y, ref(x, x * np.float32(-0.5)), rtol=1e-6)
+
+
+def test_tpart_mismatched_valid_regions_are_not_simulated(x: np.ndarray) -> None:
+    half = "!pto.tile_buf<vec, 16x16xf32, valid=8x16>"
+    body = f"%h = pto.alloc_tile : {half}\npto.tpartadd ins(%a, %h : {T16}, {half}) outs(%o : {T16})"
+    with pytest.raises(SimError, match="implementation-defined"):
+        run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))
+
+
+def test_tsels_selects_src_or_scalar(x: np.ndarray) -> None:
+    y = np.zeros((16, 16), np.float32)
+    mask = "!pto.tile_buf<vec, 16x32xi8>"
+    body = (f"%z = arith.constant 0.0 : f32\n%fill = arith.constant 7.0 : f32\n%mk = pto.alloc_tile : {mask}\n"
+            f"pto.tcmps ins(%a, %z {{cmpMode = #pto<cmp gt>}} : {T16}, f32) outs(%mk : {mask})\n"
+            f"pto.tsels ins(%mk, %a, %fill : {mask}, {T16}, f32) outs(%o : {T16})")
+    run(io(body, 16, 16, T16), x=x, y=y)
+    np.testing.assert_array_equal(y, np.where(x > 0, x, np.float32(7.0)))
+
+
+def test_tpartargmax_is_not_simulated(x: np.ndarray) -> None:
+    it = "!pto.tile_buf<vec, 16x16xi32>"
+    body = (f"%i = pto.alloc_tile : {it}\n%b = pto.alloc_tile : {T16}\n"
+            f"pto.tpartargmax ins(%a, %b, %i, %i : {T16}, {T16}, {it}, {it}) outs(%o, %i : {T16}, {it})")
+    with pytest.raises(SimError, match="tie-breaking"):
+        run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))

@@ -19,8 +19,8 @@ and `pipes`; from the A2/A3 front end beyond FlashAttention: `multitile` (multi-
 tiles), `reductions` (column / arg reductions, tlrelu, taxpy, taddc), `gathers` (mgather,
 mscatter), `fused` (tprelu, trowexpand, taddsc, tconcat, tmatmul.bias, address casts),
 `comm` (pto.comm.*, cache invalidation, fences), `sorts`, `quant`, `localarray`, `sync`
-(hand-written flags, intra-block flags, syncall, event-id arrays) and `ipipes` (ptoas's
-internal `!pto.pipe` handle form). This
+(hand-written flags, intra-block flags, syncall, event-id arrays) `ipipes` (ptoas's
+internal `!pto.pipe` handle form) and `partial` (tpart*, tsels). This
 package re-exports all of them and assembles the `PTO` dialect; `docs/adding-an-op.md`
 walks through adding an op.
 """
@@ -167,7 +167,8 @@ from ptofa.dialect.vector import (
     _UnaryOp,
 )
 
-from ptofa.dialect import comm, fused, gathers, ipipes, localarray, multitile, quant, reductions, sorts, sync  # noqa: E402 (families added after the FA subset)
+from ptofa.dialect import comm, fused, gathers, ipipes, localarray, multitile, partial, quant, reductions, sorts, sync  # noqa: E402 (families added after the FA subset)
+from ptofa.dialect.partial import TPartAddOp, TPartArgMaxOp, TPartArgMinOp, TPartMaxOp, TPartMinOp, TPartMulOp, TSelSOp  # noqa: E402
 from ptofa.dialect.ipipes import (  # noqa: E402
     DeclareGlobalOp,
     DeclareTileOp,
@@ -222,6 +223,6 @@ PTO = Dialect(
     "pto",
     [*runtime.OPS, *memory.OPS, *views.OPS, *cube.OPS, *vector.OPS, *rowcol.OPS, *masks.OPS, *pipes.OPS, *tileaccess.OPS, *buffers.OPS,
      *intops.OPS, *multitile.OPS, *reductions.OPS, *gathers.OPS, *fused.OPS, *comm.OPS, *sorts.OPS, *quant.OPS, *localarray.OPS,
-     *sync.OPS, *ipipes.OPS],
+     *sync.OPS, *ipipes.OPS, *partial.OPS],
     [*types.ATTRS, *multitile.ATTRS, *gathers.ATTRS, *comm.ATTRS, *quant.ATTRS, *localarray.ATTRS, *sync.ATTRS, *ipipes.ATTRS],
 )
