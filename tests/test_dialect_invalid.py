@@ -977,6 +977,11 @@ op_case("tsels_scalar_type", vec, VEC_TILES + alloc("m8", "!pto.tile_buf<vec, 16
         "'pto.tsels' operand type: the scalar must be the element type f32, got f16")
 
 
+op_case("tstore_relu_vec", vec, GM + alloc("t", V32),
+        "pto.tstore ins(%t : " + V32 + ") outs(%pv : !pto.partition_tensor_view<16x64xf32>) {reluPreMode = #pto<relu_pre_mode normal_relu>}",
+        "'pto.tstore' relu: reluPreMode needs a loc=acc src, got loc=vec", args=P)
+
+
 @pytest.mark.parametrize("name", ["entry_without_set_ffts", "entry_set_ffts_not_first", "entry_tile_argument"])
 def test_launch_rules_are_ptofa_only(name: str) -> None:
     """ptoas compiles these modules: without ptofa's launch rules they check clean."""

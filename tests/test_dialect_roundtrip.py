@@ -533,6 +533,14 @@ OPS["tsels"] = ("vector", f"{VEC_TILES}\n%m8 = pto.alloc_tile : !pto.tile_buf<ve
                           f"pto.tsels ins(%m8, %a, %sc : !pto.tile_buf<vec, 16x64xi8>, {V32}, f32) outs(%o : {V32})\n"
                           f"pto.tsels ins(%m8, %a, %t, %sc : !pto.tile_buf<vec, 16x64xi8>, {V32}, {V32}, f32) outs(%o : {V32})")
 
+OPS["tlog_high_precision"] = ("vector", f"{VEC_TILES}\npto.tlog ins(%a : {V32}) outs(%o : {V32}) {{precisionType = #pto<log_precision high_precision>}}")
+OPS["tdivs_high_precision"] = ("vector", f"{VEC_TILES}\n%sc = arith.constant 2.0 : f32\n"
+                                         f"pto.tdivs ins(%a, %sc : {V32}, f32) outs(%o : {V32}) {{precisionType = #pto<div_precision high_precision>}}")
+OPS["tmatmul_acc_phase"] = ("cube", f"{CUBE_TILES}\npto.tmatmul ins(%left, %right : {LEFT}, {RIGHT}) outs(%acc : {ACC}) {{accPhase = #pto<acc_phase partial>}}\n"
+                                    f"pto.tmatmul.acc ins(%acc, %left, %right : {ACC}, {LEFT}, {RIGHT}) outs(%acc : {ACC}) {{accPhase = #pto<acc_phase final>}}")
+OPS["tstore_phase_relu"] = ("cube", f"{GM}\n%t = pto.alloc_tile : {ACC}\npto.tstore ins(%t : {ACC}) outs(%pacc : !pto.partition_tensor_view<128x128xf32>) "
+                                    "{stPhase = #pto<st_phase final>, atomicType = #pto<atomic_type atomic_add>, reluPreMode = #pto<relu_pre_mode normal_relu>}")
+
 OPS["tcolexpandexpdif"] = ("vector", f"{VEC_TILES}\n%r64 = pto.alloc_tile : !pto.tile_buf<vec, 1x64xf32>\n"
                                      "pto.tcolexpandexpdif ins(%a, %r64 : !pto.tile_buf<vec, 16x64xf32>, !pto.tile_buf<vec, 1x64xf32>) outs(%o : !pto.tile_buf<vec, 16x64xf32>)")
 

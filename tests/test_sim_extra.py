@@ -253,3 +253,17 @@ def test_tpartargmax_is_not_simulated(x: np.ndarray) -> None:
             f"pto.tpartargmax ins(%a, %b, %i, %i : {T16}, {T16}, {it}, {it}) outs(%o, %i : {T16}, {it})")
     with pytest.raises(SimError, match="tie-breaking"):
         run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))
+
+
+def test_scheduling_hints_keep_results(x: np.ndarray) -> None:
+    """tlog / tdivs precision and tstore's stPhase select pto-isa variants; the values are the same."""
+    y = np.zeros((16, 16), np.float32)
+    body = (f"%two = arith.constant 2.0 : f32\n%b = pto.alloc_tile : {T16}\npto.tabs ins(%a : {T16}) outs(%b : {T16})\n"
+            f"pto.tadds ins(%b, %two : {T16}, f32) outs(%b : {T16})\n"
+            f"pto.tlog ins(%b : {T16}) outs(%b : {T16}) {{precisionType = #pto<log_precision high_precision>}}\n"
+            f"pto.tdivs ins(%b, %two : {T16}, f32) outs(%o : {T16}) {{precisionType = #pto<div_precision high_precision>}}")
+    text = io(body, 16, 16, T16).replace("outs(%yp : !pto.partition_tensor_view<16x16xf32>)",
+                                         "outs(%yp : !pto.partition_tensor_view<16x16xf32>) {stPhase = #pto<st_phase final>}")
+    assert "stPhase" in text
+    run(text, x=x, y=y)
+    np.testing.assert_allclose(y, np.log(np.abs(x) + 2) / 2, rtol=1e-6)
