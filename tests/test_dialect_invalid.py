@@ -982,6 +982,10 @@ op_case("tstore_relu_vec", vec, GM + alloc("t", V32),
         "'pto.tstore' relu: reluPreMode needs a loc=acc src, got loc=vec", args=P)
 
 
+op_case("tprefetch_dtype_size", vec, GM + alloc("h", V16), f"pto.tprefetch ins(%pv : {PV16x64}) outs(%h : {V16})",
+        "'pto.tprefetch' dtype: expects src and dst element types of one size, got f32 and f16", args=P)
+
+
 @pytest.mark.parametrize("name", ["entry_without_set_ffts", "entry_set_ffts_not_first", "entry_tile_argument"])
 def test_launch_rules_are_ptofa_only(name: str) -> None:
     """ptoas compiles these modules: without ptofa's launch rules they check clean."""

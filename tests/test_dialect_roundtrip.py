@@ -541,6 +541,10 @@ OPS["tmatmul_acc_phase"] = ("cube", f"{CUBE_TILES}\npto.tmatmul ins(%left, %righ
 OPS["tstore_phase_relu"] = ("cube", f"{GM}\n%t = pto.alloc_tile : {ACC}\npto.tstore ins(%t : {ACC}) outs(%pacc : !pto.partition_tensor_view<128x128xf32>) "
                                     "{stPhase = #pto<st_phase final>, atomicType = #pto<atomic_type atomic_add>, reluPreMode = #pto<relu_pre_mode normal_relu>}")
 
+OPS["view_queries"] = ("vector", f"{GM}\n%vd = pto.get_tensor_view_dim %tv, %c0 : !pto.tensor_view<128x128xf32> -> index\n"
+                                 "%vs = pto.get_tensor_view_stride %pv, %c1 : !pto.partition_tensor_view<16x64xf32> -> index")
+OPS["tprefetch"] = ("vector", f"{GM}\n%t = pto.alloc_tile : {V32}\npto.tprefetch ins(%pv : !pto.partition_tensor_view<16x64xf32>) outs(%t : {V32})")
+
 OPS["tcolexpandexpdif"] = ("vector", f"{VEC_TILES}\n%r64 = pto.alloc_tile : !pto.tile_buf<vec, 1x64xf32>\n"
                                      "pto.tcolexpandexpdif ins(%a, %r64 : !pto.tile_buf<vec, 16x64xf32>, !pto.tile_buf<vec, 1x64xf32>) outs(%o : !pto.tile_buf<vec, 16x64xf32>)")
 

@@ -267,3 +267,20 @@ def test_scheduling_hints_keep_results(x: np.ndarray) -> None:
     assert "stPhase" in text
     run(text, x=x, y=y)
     np.testing.assert_allclose(y, np.log(np.abs(x) + 2) / 2, rtol=1e-6)
+
+
+def test_view_queries_read_runtime_shape_and_strides(x: np.ndarray) -> None:
+    """The 16x16 input view: dim 1 is 16, dim 0's stride is 16 elements; their sum is written out."""
+    y = np.zeros((16, 16), np.float32)
+    body = ("%n = pto.get_tensor_view_dim %xv, %c1 : !pto.tensor_view<16x16xf32> -> index\n"
+            "%s = pto.get_tensor_view_stride %xv, %c0 : !pto.tensor_view<16x16xf32> -> index\n"
+            "%ns = arith.addi %n, %s : index\n%ni = arith.index_cast %ns : index to i32\n%nf = arith.sitofp %ni : i32 to f32\n"
+            f"pto.texpands ins(%nf : f32) outs(%o : {T16})")
+    run(io(body, 16, 16, T16), x=x, y=y)
+    assert (y == 32.0).all()
+
+
+def test_tprefetch_is_not_simulated(x: np.ndarray) -> None:
+    body = f"%p = pto.alloc_tile : {T16}\npto.tprefetch ins(%xp : !pto.partition_tensor_view<16x16xf32>) outs(%p : {T16})"
+    with pytest.raises(SimError, match="prefetch is a cache hint"):
+        run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))
