@@ -986,6 +986,18 @@ op_case("tprefetch_dtype_size", vec, GM + alloc("h", V16), f"pto.tprefetch ins(%
         "'pto.tprefetch' dtype: expects src and dst element types of one size, got f32 and f16", args=P)
 
 
+_STR = "!pto.struct<!pto.struct<f32, i8>, i16>"
+_SD = f"%st = pto.declare_struct -> {_STR}\n"
+op_case("struct_path_range", vec, _SD, f"%g = pto.struct_get %st[2] : {_STR} -> i16",
+        "'pto.struct_get' path: field 2 at depth 0 is outside a struct of 2 fields")
+op_case("struct_path_leaf", vec, _SD, f"%g = pto.struct_get %st[0] : {_STR} -> f32",
+        "'pto.struct_get' path: the path [0] must end at a scalar field, but ends at !pto.struct<f32, i8>")
+op_case("struct_value_type", vec, _SD + "%v = arith.constant 1 : i32\n", f"pto.struct_set %st[1], %v : {_STR}, i32",
+        "'pto.struct_set' operand type: the value type i32 must be the field type i16")
+case("struct_escape", f"module {{\n  func.func @f() -> {_STR} {{\n    %st = pto.declare_struct -> {_STR}\n    return %st : {_STR}\n  }}\n}}\n",
+     "'pto.declare_struct' escape: a stack-local struct must not be passed to 'func.return'", "pto.declare_struct")
+
+
 @pytest.mark.parametrize("name", ["entry_without_set_ffts", "entry_set_ffts_not_first", "entry_tile_argument"])
 def test_launch_rules_are_ptofa_only(name: str) -> None:
     """ptoas compiles these modules: without ptofa's launch rules they check clean."""

@@ -545,6 +545,10 @@ OPS["view_queries"] = ("vector", f"{GM}\n%vd = pto.get_tensor_view_dim %tv, %c0 
                                  "%vs = pto.get_tensor_view_stride %pv, %c1 : !pto.partition_tensor_view<16x64xf32> -> index")
 OPS["tprefetch"] = ("vector", f"{GM}\n%t = pto.alloc_tile : {V32}\npto.tprefetch ins(%pv : !pto.partition_tensor_view<16x64xf32>) outs(%t : {V32})")
 
+_ST = "!pto.struct<!pto.struct<f32, i8>, i16>"
+OPS["structs"] = ("vector", f"%sv = arith.constant 1.0 : f32\n%st = pto.declare_struct -> {_ST}\npto.struct_set %st[0, 0], %sv : {_ST}, f32\n"
+                            f"%sg = pto.struct_get %st[0, 0] : {_ST} -> f32")
+
 OPS["tcolexpandexpdif"] = ("vector", f"{VEC_TILES}\n%r64 = pto.alloc_tile : !pto.tile_buf<vec, 1x64xf32>\n"
                                      "pto.tcolexpandexpdif ins(%a, %r64 : !pto.tile_buf<vec, 16x64xf32>, !pto.tile_buf<vec, 1x64xf32>) outs(%o : !pto.tile_buf<vec, 16x64xf32>)")
 

@@ -284,3 +284,21 @@ def test_tprefetch_is_not_simulated(x: np.ndarray) -> None:
     body = f"%p = pto.alloc_tile : {T16}\npto.tprefetch ins(%xp : !pto.partition_tensor_view<16x16xf32>) outs(%p : {T16})"
     with pytest.raises(SimError, match="prefetch is a cache hint"):
         run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))
+
+
+def test_struct_fields_hold_values(x: np.ndarray) -> None:
+    y = np.zeros((16, 16), np.float32)
+    st = "!pto.struct<!pto.struct<f32, i8>, f32>"
+    body = (f"%st = pto.declare_struct -> {st}\n%u = arith.constant 1.5 : f32\n%w = arith.constant 2.0 : f32\n"
+            f"pto.struct_set %st[0, 0], %u : {st}, f32\npto.struct_set %st[1], %w : {st}, f32\n"
+            f"%g0 = pto.struct_get %st[0, 0] : {st} -> f32\n%g1 = pto.struct_get %st[1] : {st} -> f32\n%p = arith.mulf %g0, %g1 : f32\n"
+            f"pto.texpands ins(%p : f32) outs(%o : {T16})")
+    run(io(body, 16, 16, T16), x=x, y=y)
+    assert (y == 3.0).all()
+
+
+def test_struct_read_before_write_is_a_sim_error(x: np.ndarray) -> None:
+    st = "!pto.struct<f32, i8>"
+    body = f"%st = pto.declare_struct -> {st}\n%g = pto.struct_get %st[1] : {st} -> i8\npto.tmov ins(%a : {T16}) outs(%o : {T16})"
+    with pytest.raises(SimError, match="field \\[1\\] is read before any struct_set wrote it"):
+        run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))

@@ -20,8 +20,8 @@ tiles), `reductions` (column / arg reductions, tlrelu, taxpy, taddc), `gathers` 
 mscatter), `fused` (tprelu, trowexpand, taddsc, tconcat, tmatmul.bias, address casts),
 `comm` (pto.comm.*, cache invalidation, fences), `sorts`, `quant`, `localarray`, `sync`
 (hand-written flags, intra-block flags, syncall, event-id arrays) `ipipes` (ptoas's
-internal `!pto.pipe` handle form) `partial` (tpart*, tsels) and
-`gmquery` (get_tensor_view_dim, tprefetch). This
+internal `!pto.pipe` handle form) `partial` (tpart*, tsels),
+`gmquery` (get_tensor_view_dim, tprefetch) and `structs` (stack-local structs). This
 package re-exports all of them and assembles the `PTO` dialect; `docs/adding-an-op.md`
 walks through adding an op.
 """
@@ -171,8 +171,9 @@ from ptofa.dialect.vector import (
     _UnaryOp,
 )
 
-from ptofa.dialect import comm, fused, gathers, gmquery, ipipes, localarray, multitile, partial, quant, reductions, sorts, sync  # noqa: E402 (families added after the FA subset)
+from ptofa.dialect import comm, fused, gathers, gmquery, ipipes, localarray, multitile, partial, quant, reductions, sorts, structs, sync  # noqa: E402 (families added after the FA subset)
 from ptofa.dialect.gmquery import GetTensorViewDimOp, GetTensorViewStrideOp, TPrefetchOp  # noqa: E402
+from ptofa.dialect.structs import DeclareStructOp, StructGetOp, StructSetOp, StructType  # noqa: E402
 from ptofa.dialect.partial import TPartAddOp, TPartArgMaxOp, TPartArgMinOp, TPartMaxOp, TPartMinOp, TPartMulOp, TSelSOp  # noqa: E402
 from ptofa.dialect.ipipes import (  # noqa: E402
     DeclareGlobalOp,
@@ -228,6 +229,6 @@ PTO = Dialect(
     "pto",
     [*runtime.OPS, *memory.OPS, *views.OPS, *cube.OPS, *vector.OPS, *rowcol.OPS, *masks.OPS, *pipes.OPS, *tileaccess.OPS, *buffers.OPS,
      *intops.OPS, *multitile.OPS, *reductions.OPS, *gathers.OPS, *fused.OPS, *comm.OPS, *sorts.OPS, *quant.OPS, *localarray.OPS,
-     *sync.OPS, *ipipes.OPS, *partial.OPS, *gmquery.OPS],
-    [*types.ATTRS, *multitile.ATTRS, *gathers.ATTRS, *comm.ATTRS, *quant.ATTRS, *localarray.ATTRS, *sync.ATTRS, *ipipes.ATTRS],
+     *sync.OPS, *ipipes.OPS, *partial.OPS, *gmquery.OPS, *structs.OPS],
+    [*types.ATTRS, *multitile.ATTRS, *gathers.ATTRS, *comm.ATTRS, *quant.ATTRS, *localarray.ATTRS, *sync.ATTRS, *ipipes.ATTRS, *structs.ATTRS],
 )

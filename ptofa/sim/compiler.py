@@ -21,7 +21,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from ptofa import dialect as d
 from ptofa.sim import (  # noqa: F401 (registers semantics)
     accessops, commops, extraops, fusedops, gatherops, gmqueryops, ipipeops, localarrayops, multitile, partialops, pipeops, registry,
-    syncops, tileops,
+    structops, syncops, tileops,
 )
 from ptofa.sim.errors import SimError
 from ptofa.sim.memory import BF16, GmView, Tile, bf16_decode, bf16_encode, new_tile_storage
@@ -771,7 +771,8 @@ _SCALAR_TYPES = (d.AddPtrOp, d.LoadScalarOp, d.StoreScalarOp, d.MakeTensorViewOp
                  d.SetValidShapeOp, d.TSetValOp, d.TGetValOp, d.TPrintOp, d.ReserveBufferOp, d.ImportReservedBufferOp,
                  d.CastPtrOp, d.BarrierOp, *d.PIPE_INIT_OPS, d.AllocMultiTileOp, d.MultiTileGetOp,
                  d.PtrToIntOp, d.IntToPtrOp, d.CmoCacheInvalidOp, d.FenceBarrierAllOp, d.DeclareLocalArrayOp, d.LocalArrayGetOp,
-                 d.LocalArraySetOp, *d.sync.OPS, *d.gmquery.VIEW_QUERY_OPS)
+                 d.LocalArraySetOp, *d.sync.OPS, *d.gmquery.VIEW_QUERY_OPS,
+                 *d.structs.OPS)
 
 
 def _is_scalar_op(op: Operation) -> bool:
