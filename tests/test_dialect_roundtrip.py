@@ -549,6 +549,11 @@ _ST = "!pto.struct<!pto.struct<f32, i8>, i16>"
 OPS["structs"] = ("vector", f"%sv = arith.constant 1.0 : f32\n%st = pto.declare_struct -> {_ST}\npto.struct_set %st[0, 0], %sv : {_ST}, f32\n"
                             f"%sg = pto.struct_get %st[0, 0] : {_ST} -> f32")
 
+OPS["tprint_format"] = ("vector", f"{VEC_TILES}\npto.tprint ins(%a : {V32}) {{printFormat = #pto<print_format width8_precision2>}}")
+OPS["tcolsum_binary_no_tmp"] = ("vector", f"{VEC_TILES}\n%r64 = pto.alloc_tile : !pto.tile_buf<vec, 1x64xf32>\n"
+                                          f"pto.tcolsum ins(%a : {V32}) outs(%r64 : !pto.tile_buf<vec, 1x64xf32>) {{isBinary = true}}")
+OPS["reserve_location_elided"] = ("vector", '%rb = pto.reserve_buffer{name = "c2v_fifo", size = 8192, location = <vec>, auto = true} -> i32')
+
 OPS["tcolexpandexpdif"] = ("vector", f"{VEC_TILES}\n%r64 = pto.alloc_tile : !pto.tile_buf<vec, 1x64xf32>\n"
                                      "pto.tcolexpandexpdif ins(%a, %r64 : !pto.tile_buf<vec, 16x64xf32>, !pto.tile_buf<vec, 1x64xf32>) outs(%o : !pto.tile_buf<vec, 16x64xf32>)")
 

@@ -133,6 +133,7 @@ from ptofa.dialect.types import (
     LayoutAttr,
     LogPrecisionAttr,
     PartitionTensorViewType,
+    PrintFormatAttr,
     PtrType,
     RoundModeAttr,
     SaturationModeAttr,

@@ -525,6 +525,14 @@ class StPhaseAttr(_PtoEnumAttr):
 
 
 @irdl_attr_definition
+class PrintFormatAttr(_PtoEnumAttr):
+    """`#pto<print_format width8_precision2>` (tprint): field width and precision of the printout."""
+
+    name = "pto.print_format"
+    VALUES: ClassVar[tuple[str, ...]] = ("width8_precision4", "width8_precision2", "width10_precision6")
+
+
+@irdl_attr_definition
 class AtomicTypeAttr(_PtoEnumAttr):
     """`#pto<atomic_type atomic_add>` (tstore)."""
 
@@ -567,7 +575,7 @@ class ReluPreModeAttr(_PtoEnumAttr):
 
 ATTRS = (
     PtrType, TensorViewType, PartitionTensorViewType, TileBufType, KernelKindAttr, LayoutAttr,
-    RoundModeAttr, CmpModeAttr, ExpPrecisionAttr, DivPrecisionAttr, LogPrecisionAttr, AccPhaseAttr, StPhaseAttr, AtomicTypeAttr,
+    RoundModeAttr, CmpModeAttr, ExpPrecisionAttr, DivPrecisionAttr, LogPrecisionAttr, AccPhaseAttr, StPhaseAttr, PrintFormatAttr, AtomicTypeAttr,
     SaturationModeAttr,
     AddressSpaceAttr, MaskPatternAttr, ReluPreModeAttr,
 )
