@@ -543,6 +543,7 @@ OPS["tstore_phase_relu"] = ("cube", f"{GM}\n%t = pto.alloc_tile : {ACC}\npto.tst
 
 OPS["view_queries"] = ("vector", f"{GM}\n%vd = pto.get_tensor_view_dim %tv, %c0 : !pto.tensor_view<128x128xf32> -> index\n"
                                  "%vs = pto.get_tensor_view_stride %pv, %c1 : !pto.partition_tensor_view<16x64xf32> -> index")
+OPS["get_validshape"] = ("vector", f"{VEC_TILES}\n%gr, %gc = pto.get_validshape %a : {V32}")
 OPS["tprefetch"] = ("vector", f"{GM}\n%t = pto.alloc_tile : {V32}\npto.tprefetch ins(%pv : !pto.partition_tensor_view<16x64xf32>) outs(%t : {V32})")
 
 _ST = "!pto.struct<!pto.struct<f32, i8>, i16>"

@@ -302,3 +302,15 @@ def test_struct_read_before_write_is_a_sim_error(x: np.ndarray) -> None:
     body = f"%st = pto.declare_struct -> {st}\n%g = pto.struct_get %st[1] : {st} -> i8\npto.tmov ins(%a : {T16}) outs(%o : {T16})"
     with pytest.raises(SimError, match="field \\[1\\] is read before any struct_set wrote it"):
         run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))
+
+
+def test_get_validshape_reads_the_runtime_valid_shape(x: np.ndarray) -> None:
+    """After set_validshape to 5x16, get_validshape gives 5 and 16; their product is written out."""
+    y = np.zeros((16, 16), np.float32)
+    dyn = "!pto.tile_buf<vec, 16x16xf32, valid=?x?>"
+    body = (f"%c5 = arith.constant 5 : index\n%dv = pto.alloc_tile valid_row = %c16 valid_col = %c16 : {dyn}\n"
+            f"pto.set_validshape %dv, %c5, %c16 : {dyn}\n%r, %c = pto.get_validshape %dv : {dyn}\n"
+            "%rc = arith.muli %r, %c : index\n%ri = arith.index_cast %rc : index to i32\n%rf = arith.sitofp %ri : i32 to f32\n"
+            f"pto.texpands ins(%rf : f32) outs(%o : {T16})")
+    run(io(body, 16, 16, T16), x=x, y=y)
+    assert (y == 80.0).all()

@@ -21,7 +21,7 @@ mscatter), `fused` (tprelu, trowexpand, taddsc, tconcat, tmatmul.bias, address c
 `comm` (pto.comm.*, cache invalidation, fences), `sorts`, `quant`, `localarray`, `sync`
 (hand-written flags, intra-block flags, syncall, event-id arrays) `ipipes` (ptoas's
 internal `!pto.pipe` handle form) `partial` (tpart*, tsels),
-`gmquery` (get_tensor_view_dim, tprefetch) and `structs` (stack-local structs). This
+`gmquery` (get_tensor_view_dim, get_validshape, tprefetch) and `structs` (stack-local structs). This
 package re-exports all of them and assembles the `PTO` dialect; `docs/adding-an-op.md`
 walks through adding an op.
 """
@@ -173,7 +173,7 @@ from ptofa.dialect.vector import (
 )
 
 from ptofa.dialect import comm, fused, gathers, gmquery, ipipes, localarray, multitile, partial, quant, reductions, sorts, structs, sync  # noqa: E402 (families added after the FA subset)
-from ptofa.dialect.gmquery import GetTensorViewDimOp, GetTensorViewStrideOp, TPrefetchOp  # noqa: E402
+from ptofa.dialect.gmquery import GetTensorViewDimOp, GetTensorViewStrideOp, GetValidShapeOp, TPrefetchOp  # noqa: E402
 from ptofa.dialect.structs import DeclareStructOp, StructGetOp, StructSetOp, StructType  # noqa: E402
 from ptofa.dialect.partial import TPartAddOp, TPartArgMaxOp, TPartArgMinOp, TPartMaxOp, TPartMinOp, TPartMulOp, TSelSOp  # noqa: E402
 from ptofa.dialect.ipipes import (  # noqa: E402

@@ -1,5 +1,6 @@
-"""GM view queries and prefetch: `pto.get_tensor_view_dim` / `_stride` (a dimension's size or
-stride, in elements, of a tensor_view or partition, e.g. a dynamic one) and `pto.tprefetch` (GM -> a temporary vec / mat tile, a
+"""View and tile queries and prefetch: `pto.get_tensor_view_dim` / `_stride` (a dimension's size
+or stride, in elements, of a tensor_view or partition, e.g. a dynamic one),
+`pto.get_validshape` (a tile's runtime valid rows and columns, as set_validshape left them) and `pto.tprefetch` (GM -> a temporary vec / mat tile, a
 cache hint without the implicit syncs of tload).
 
 Syntax and rules follow PTOAS's PTOOps.td and PTO.cpp (TPrefetchOp::verify, A2/A3).
@@ -59,6 +60,29 @@ class GetTensorViewStrideOp(_ViewQueryOp):
 
 
 @irdl_op_definition
+class GetValidShapeOp(IRDLOperation):
+    """`%r, %c = pto.get_validshape %t : !pto.tile_buf<...>`"""
+
+    name = "pto.get_validshape"
+    source = operand_def(TileBufType)
+    valid_row = result_def(IndexType)
+    valid_col = result_def(IndexType)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> GetValidShapeOp:
+        src = parser.parse_unresolved_operand()
+        parser.parse_punctuation(":")
+        t = parser.parse_type()
+        return cls.build(operands=[parser.resolve_operand(src, t)], result_types=[IndexType(), IndexType()])
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.source)
+        printer.print_string(" : ")
+        printer.print_attribute(self.source.type)
+
+
+@irdl_op_definition
 class TPrefetchOp(_InsOutsOp):
     """`pto.tprefetch ins(%pv : PV) outs(%t : T)`: prefetch a partition into a vec / mat tile."""
 
@@ -77,5 +101,5 @@ class TPrefetchOp(_InsOutsOp):
             _fail(self, "dtype", f"expects src and dst element types of one size, got {elem_name(pv.elem)} and {t.elem}")
 
 
-VIEW_QUERY_OPS = (GetTensorViewDimOp, GetTensorViewStrideOp)
+VIEW_QUERY_OPS = (GetTensorViewDimOp, GetTensorViewStrideOp, GetValidShapeOp)
 OPS = (*VIEW_QUERY_OPS, TPrefetchOp)

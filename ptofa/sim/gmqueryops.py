@@ -1,5 +1,5 @@
-"""Semantics of `ptofa.dialect.gmquery`: the view queries read the runtime view's shape or
-strides; `tprefetch` is refused (what a prefetched tile holds before a tload is the ISA's
+"""Semantics of `ptofa.dialect.gmquery`: the queries read the runtime view's shape or strides
+and the tile's valid shape; `tprefetch` is refused (what a prefetched tile holds before a tload is the ISA's
 cache behaviour, not data a program may rely on)."""
 
 from __future__ import annotations
@@ -26,10 +26,21 @@ def view_query(op, slot: Slot) -> Fn:
     return fn
 
 
+@registry.semantics(d.GetValidShapeOp)
+def get_validshape(op, slot: Slot) -> Fn:
+    src, rows, cols = slot(op.source), slot(op.valid_row), slot(op.valid_col)
+
+    def fn(vals):
+        t = vals[src]
+        vals[rows], vals[cols] = t.vr, t.vc
+
+    return fn
+
+
 @registry.semantics(d.TPrefetchOp)
 def tprefetch(op, slot: Slot) -> Fn:
     raise SimError(f"{op.name}: prefetch is a cache hint whose tile contents are not simulated (use pto.tload)")
 
 
-registry.cost(d.GetTensorViewDimOp, d.GetTensorViewStrideOp, queue="S", cycles=scalar_cycles)
+registry.cost(*d.gmquery.VIEW_QUERY_OPS, queue="S", cycles=scalar_cycles)
 registry.cost(d.TPrefetchOp, queue="MTE2", cycles=transfer_cycles)
