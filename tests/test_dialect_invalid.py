@@ -1134,8 +1134,6 @@ op_case("tsetval_bounds", vec, WIN + "%x = arith.constant 1.0 : f32\n%c256 = ari
         "'pto.tsetval' bounds: offset 256 is outside the 16x16 tile")
 op_case("tgetval_space", cube, CUBEWIN, f"%y = pto.tgetval ins(%m, %c0 : {MATNZ}, index) outs : f16",
         "'pto.tgetval' memory space: src must be loc=vec, got loc=mat")
-op_case("ttrans_shape", vec, WIN, f"pto.ttrans ins(%a : {V16x16}) outs(%b : {V8x8})",
-        "'pto.ttrans' shape agreement: dst valid 8x8 must be the transpose of src valid 16x16")
 op_case("tgather_index_dtype", vec, WIN + alloc("i", "!pto.tile_buf<vec, 16x16xf32>"),
         f"pto.tgather ins(%a, %i : {V16x16}, {V16x16}) outs(%a : {V16x16})",
         "'pto.tgather' dtype: indices must be i32, got f32")
