@@ -998,6 +998,15 @@ case("struct_escape", f"module {{\n  func.func @f() -> {_STR} {{\n    %st = pto.
      "'pto.declare_struct' escape: a stack-local struct must not be passed to 'func.return'", "pto.declare_struct")
 
 
+op_case("tscatter_index_width", vec, VEC_TILES + alloc("si", "!pto.tile_buf<vec, 16x64xi16>"),
+        f"pto.tscatter ins(%a, %si : {V32}, !pto.tile_buf<vec, 16x64xi16>) outs(%b : {V32})",
+        "'pto.tscatter' dtype: a 4-byte dst takes 4-byte indexes, got i16")
+op_case("tscatter_mask_shape", vec, VEC_TILES, f'pto.tscatter ins(%a, {{maskPattern = #pto.mask_pattern<P0101>}} : {V32}, "row") outs(%b : {V32})',
+        "'pto.tscatter' shape agreement: axis row with P0101 (x2) needs dst valid rows = src's and the other extent x2")
+op_case("tscatter_axis", vec, VEC_TILES, f'pto.tscatter ins(%a, {{maskPattern = #pto.mask_pattern<P1111>}} : {V32}, "diag") outs(%b : {V32})',
+        "'pto.tscatter' axis: axis must be \"row\" or \"col\", got \"diag\"")
+
+
 @pytest.mark.parametrize("name", ["entry_without_set_ffts", "entry_set_ffts_not_first", "entry_tile_argument"])
 def test_launch_rules_are_ptofa_only(name: str) -> None:
     """ptoas compiles these modules: without ptofa's launch rules they check clean."""

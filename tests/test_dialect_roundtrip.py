@@ -555,6 +555,11 @@ OPS["tcolsum_binary_no_tmp"] = ("vector", f"{VEC_TILES}\n%r64 = pto.alloc_tile :
                                           f"pto.tcolsum ins(%a : {V32}) outs(%r64 : !pto.tile_buf<vec, 1x64xf32>) {{isBinary = true}}")
 OPS["reserve_location_elided"] = ("vector", '%rb = pto.reserve_buffer{name = "c2v_fifo", size = 8192, location = <vec>, auto = true} -> i32')
 
+OPS["tscatter"] = ("vector", f"{VEC_TILES}\n%si = pto.alloc_tile : !pto.tile_buf<vec, 16x64xi32>\n"
+                             f"pto.tscatter ins(%a, %si : {V32}, !pto.tile_buf<vec, 16x64xi32>) outs(%o : {V32})\n"
+                             "%s32 = pto.alloc_tile : !pto.tile_buf<vec, 16x32xf32>\n"
+                             f'pto.tscatter ins(%s32, {{maskPattern = #pto.mask_pattern<P0101>}} : !pto.tile_buf<vec, 16x32xf32>, "row") outs(%o : {V32})')
+
 OPS["tcolexpandexpdif"] = ("vector", f"{VEC_TILES}\n%r64 = pto.alloc_tile : !pto.tile_buf<vec, 1x64xf32>\n"
                                      "pto.tcolexpandexpdif ins(%a, %r64 : !pto.tile_buf<vec, 16x64xf32>, !pto.tile_buf<vec, 1x64xf32>) outs(%o : !pto.tile_buf<vec, 16x64xf32>)")
 

@@ -314,3 +314,23 @@ def test_get_validshape_reads_the_runtime_valid_shape(x: np.ndarray) -> None:
             f"pto.texpands ins(%rf : f32) outs(%o : {T16})")
     run(io(body, 16, 16, T16), x=x, y=y)
     assert (y == 80.0).all()
+
+
+def test_tscatter_index_mode_reverses_rows(x: np.ndarray) -> None:
+    """idx[i, j] = 15 - j (a tci descending from 15 broadcast down the rows): dst = src with columns reversed."""
+    y = np.zeros((16, 16), np.float32)
+    it, row = "!pto.tile_buf<vec, 16x16xi32>", "!pto.tile_buf<vec, 1x16xi32>"
+    body = (f"%c15 = arith.constant 15 : i32\n%ir = pto.alloc_tile : {row}\n%ix = pto.alloc_tile : {it}\n"
+            f"pto.tci ins(%c15 : i32) outs(%ir : {row}) {{descending = true}}\n"
+            f"pto.tcolexpand ins(%ir : {row}) outs(%ix : {it})\n"
+            f"pto.tscatter ins(%a, %ix : {T16}, {it}) outs(%o : {T16})")
+    run(io(body, 16, 16, T16), x=x, y=y)
+    np.testing.assert_array_equal(y, x[:, ::-1])
+
+
+def test_tscatter_mask_mode_is_not_simulated(x: np.ndarray) -> None:
+    half = "!pto.tile_buf<vec, 16x8xf32>"
+    body = (f"%h = pto.alloc_tile : {half}\n"
+            f'pto.tscatter ins(%h, {{maskPattern = #pto.mask_pattern<P0101>}} : {half}, "row") outs(%o : {T16})')
+    with pytest.raises(SimError, match="mask-pattern mode is not simulated"):
+        run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))

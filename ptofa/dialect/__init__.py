@@ -21,7 +21,8 @@ mscatter), `fused` (tprelu, trowexpand, taddsc, tconcat, tmatmul.bias, address c
 `comm` (pto.comm.*, cache invalidation, fences), `sorts`, `quant`, `localarray`, `sync`
 (hand-written flags, intra-block flags, syncall, event-id arrays) `ipipes` (ptoas's
 internal `!pto.pipe` handle form) `partial` (tpart*, tsels),
-`gmquery` (get_tensor_view_dim, get_validshape, tprefetch) and `structs` (stack-local structs). This
+`gmquery` (get_tensor_view_dim, get_validshape, tprefetch) `structs` (stack-local structs)
+and `scatter` (tscatter). This
 package re-exports all of them and assembles the `PTO` dialect; `docs/adding-an-op.md`
 walks through adding an op.
 """
@@ -172,8 +173,9 @@ from ptofa.dialect.vector import (
     _UnaryOp,
 )
 
-from ptofa.dialect import comm, fused, gathers, gmquery, ipipes, localarray, multitile, partial, quant, reductions, sorts, structs, sync  # noqa: E402 (families added after the FA subset)
+from ptofa.dialect import comm, fused, gathers, gmquery, ipipes, localarray, multitile, partial, quant, reductions, scatter, sorts, structs, sync  # noqa: E402 (families added after the FA subset)
 from ptofa.dialect.gmquery import GetTensorViewDimOp, GetTensorViewStrideOp, GetValidShapeOp, TPrefetchOp  # noqa: E402
+from ptofa.dialect.scatter import TScatterOp  # noqa: E402
 from ptofa.dialect.structs import DeclareStructOp, StructGetOp, StructSetOp, StructType  # noqa: E402
 from ptofa.dialect.partial import TPartAddOp, TPartArgMaxOp, TPartArgMinOp, TPartMaxOp, TPartMinOp, TPartMulOp, TSelSOp  # noqa: E402
 from ptofa.dialect.ipipes import (  # noqa: E402
@@ -230,6 +232,6 @@ PTO = Dialect(
     "pto",
     [*runtime.OPS, *memory.OPS, *views.OPS, *cube.OPS, *vector.OPS, *rowcol.OPS, *masks.OPS, *pipes.OPS, *tileaccess.OPS, *buffers.OPS,
      *intops.OPS, *multitile.OPS, *reductions.OPS, *gathers.OPS, *fused.OPS, *comm.OPS, *sorts.OPS, *quant.OPS, *localarray.OPS,
-     *sync.OPS, *ipipes.OPS, *partial.OPS, *gmquery.OPS, *structs.OPS],
+     *sync.OPS, *ipipes.OPS, *partial.OPS, *gmquery.OPS, *structs.OPS, *scatter.OPS],
     [*types.ATTRS, *multitile.ATTRS, *gathers.ATTRS, *comm.ATTRS, *quant.ATTRS, *localarray.ATTRS, *sync.ATTRS, *ipipes.ATTRS, *structs.ATTRS],
 )

@@ -21,7 +21,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from ptofa import dialect as d
 from ptofa.sim import (  # noqa: F401 (registers semantics)
     accessops, commops, extraops, fusedops, gatherops, gmqueryops, ipipeops, localarrayops, multitile, partialops, pipeops, registry,
-    structops, syncops, tileops,
+    scatterops, structops, syncops, tileops,
 )
 from ptofa.sim.errors import SimError
 from ptofa.sim.memory import BF16, GmView, Tile, bf16_decode, bf16_encode, new_tile_storage
