@@ -19,11 +19,10 @@ and `pipes`; from the A2/A3 front end beyond FlashAttention: `multitile` (multi-
 tiles), `reductions` (column / arg reductions, tlrelu, taxpy, taddc), `gathers` (mgather,
 mscatter), `fused` (tprelu, trowexpand, taddsc, tconcat, tmatmul.bias, address casts),
 `comm` (pto.comm.*, cache invalidation, fences), `sorts`, `quant`, `localarray`, `sync`
-(hand-written flags, intra-block flags, syncall, event-id arrays) `ipipes` (ptoas's
-internal `!pto.pipe` handle form) `partial` (tpart*, tsels),
-`gmquery` (get_tensor_view_dim, get_validshape, tprefetch) `structs` (stack-local structs)
-and `scatter` (tscatter). This
-package re-exports all of them and assembles the `PTO` dialect; `docs/adding-an-op.md`
+(hand-written flags, intra-block flags, syncall, event-id arrays), `ipipes` (ptoas's
+internal `!pto.pipe` handle form), `partial` (tpart*, tsels), `gmquery`
+(get_tensor_view_dim / _stride, get_validshape, tprefetch), `structs` (stack-local structs)
+and `scatter` (tscatter). This package re-exports all of them and assembles the `PTO` dialect; `docs/adding-an-op.md`
 walks through adding an op.
 """
 
