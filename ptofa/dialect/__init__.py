@@ -22,8 +22,8 @@ mscatter), `fused` (tprelu, trowexpand, taddsc, tconcat, tmatmul.bias, address c
 (hand-written flags, intra-block flags, syncall, event-id arrays), `ipipes` (ptoas's
 internal `!pto.pipe` handle form), `partial` (tpart*, tsels), `gmquery`
 (get_tensor_view_dim / _stride, get_validshape, tprefetch), `structs` (stack-local structs)
-and `scatter` (tscatter). This package re-exports all of them and assembles the `PTO` dialect; `docs/adding-an-op.md`
-walks through adding an op.
+and `scatter` (tscatter). This package re-exports all of them and assembles the `PTO`
+dialect; `docs/adding-an-op.md` walks through adding an op.
 """
 
 from xdsl.ir import Dialect
