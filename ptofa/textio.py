@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects import arith, builtin, func, scf
+from xdsl.dialects import arith, builtin, cf, func, scf
 from xdsl.ir import Operation
 from xdsl.parser import Parser
 from xdsl.printer import Printer
@@ -33,7 +33,7 @@ class PtoCheckError(Exception):
 
 def make_context() -> Context:
     ctx = Context()
-    for dialect in (builtin.Builtin, func.Func, arith.Arith, scf.Scf, d.PTO):
+    for dialect in (builtin.Builtin, func.Func, arith.Arith, scf.Scf, cf.Cf, d.PTO):
         ctx.load_dialect(dialect)
     return ctx
 
@@ -149,8 +149,8 @@ def _ssa_errors(parsed: ParsedModule, text: str) -> list[tuple[int, str]]:
 
 
 def _dominance_error(user: Operation, value) -> str | None:
-    """SSA dominance in structured (single-block) regions: the definition is an earlier op
-    of the block that holds the use, or of a block enclosing it."""
+    """SSA dominance: the definition is an earlier op of the block that holds the use (or of a
+    block enclosing it), or sits in a block that dominates the use's block in a CFG region."""
     from xdsl.ir import Block, BlockArgument, OpResult
 
     if isinstance(value, BlockArgument):
@@ -163,22 +163,47 @@ def _dominance_error(user: Operation, value) -> str | None:
         return f"use of value %{value.name_hint or '?'} that is never defined in scope"
     if block is None:
         return "use of a value outside any block"
-    # the ancestor of `user` that sits in `block`
+    region = block.parent_region()
+    # the ancestor of `user` that sits in `block`'s region
     anc: Operation | None = user
-    while anc is not None and anc.parent_block() is not block:
+    while anc is not None and (anc.parent_block() is None or anc.parent_block().parent_region() is not region):
         anc = anc.parent_op()
     if anc is None:
         return f"%{value.name_hint or '?'} is used outside the region that defines it"
+    if anc.parent_block() is not block:
+        if block in _dominators(region)[anc.parent_block()]:
+            return None
+        return f"%{value.name_hint or '?'} is used in a block its definition's block does not dominate"
     if def_op is None:
         return None
-    region = block.parent_region()
-    if region is not None and len(region.blocks) > 1:
-        return None  # CFG regions (cf.br): block order is not dominance; trust the parser
     if anc is def_op:
         return f"%{value.name_hint or '?'} is used by the op that defines it" if anc is user else None
     if block.get_operation_index(anc) < block.get_operation_index(def_op):
         return f"%{value.name_hint or '?'} is used before its definition (operand does not dominate this use)"
     return None
+
+
+def _dominators(region) -> dict:
+    """Each block of a CFG region (cf.br / cf.cond_br) -> the set of blocks that dominate it,
+    by the iterative data-flow fixpoint from the entry block."""
+    blocks = list(region.blocks)
+    preds: dict = {b: [] for b in blocks}
+    for b in blocks:
+        term = b.last_op
+        for succ in (term.successors if term is not None else ()):
+            if succ in preds:
+                preds[succ].append(b)
+    everything = set(blocks)
+    dom = {b: ({b} if b is blocks[0] else set(everything)) for b in blocks}
+    changed = True
+    while changed:
+        changed = False
+        for b in blocks[1:]:
+            incoming = [dom[p] for p in preds[b]]
+            new = set.intersection(*incoming) | {b} if incoming else {b}
+            if new != dom[b]:
+                dom[b], changed = new, True
+    return dom
 
 
 def _first_line(msg: str) -> str:
@@ -198,8 +223,9 @@ def print_pto(module: builtin.ModuleOp) -> str:
     return out.getvalue().rstrip("\n") + "\n"
 
 
-def verify_module(parsed: ParsedModule) -> None:
-    """Op verifiers + function rules; raises PtoCheckError listing every error with its line."""
+def verify_module(parsed: ParsedModule, launch_rules: bool = True) -> None:
+    """Op verifiers + function rules (+ ptofa's launch rules unless `launch_rules` is False);
+    raises PtoCheckError listing every error with its line."""
     errors: list[tuple[int, str]] = []
     for op in parsed.module.walk():
         if op is parsed.module:
@@ -215,6 +241,8 @@ def verify_module(parsed: ParsedModule) -> None:
             if isinstance(func_op, func.FuncOp):
                 errors += [(parsed.line(op) if op else parsed.line(func_op), msg) for op, msg in function_errors(func_op)]
         errors += [(parsed.line(op) if op else 1, msg) for op, msg in module_errors(parsed.module)]
+        if launch_rules:
+            errors += [(parsed.line(op) if op else 1, msg) for op, msg in launch_errors(parsed.module)]
     except Exception as exc:  # noqa: BLE001 - the function rules assume ops that verify
         if not errors:
             raise
@@ -361,18 +389,35 @@ def is_entry(func_op: func.FuncOp) -> bool:
     return any(a in func_op.attributes for a in ENTRY_ATTRS)
 
 
+def launch_errors(module: builtin.ModuleOp) -> list[tuple[Operation | None, str]]:
+    """ptofa's own rules for a kernel it launches, which ptoas compiles without: an entry
+    takes no tile argument (the launcher has none to pass), and in a module with
+    cube-vector pipes every entry calls pto.set_ffts first (the pipes' cross-core flags
+    need the FFTS base). ptoas itself asks for set_ffts only next to explicit
+    `pto.sync.set` / `pto.sync.wait` (PTOAS PTOToEmitC.cpp), so `check_text(...,
+    launch_rules=False)` checks what ptoas accepts."""
+    errors: list[tuple[Operation | None, str]] = []
+    pipes_used = any(isinstance(op, d.PIPE_INIT_OPS) for op in module.walk())
+    for entry in (f for f in module.walk() if isinstance(f, func.FuncOp) and is_entry(f) and f.body.blocks):
+        name = entry.sym_name.data
+        if any(isinstance(arg.type, d.TileBufType) for arg in entry.body.blocks[0].args):
+            errors.append((entry, f"'func.func' entry arguments: @{name} takes a !pto.tile_buf argument; tiles are only legal in callee functions "
+                                  "(ptofa rule: ptoas compiles it, the kernel cannot be launched)"))
+        if pipes_used and not isinstance(next(iter(entry.body.ops), None), d.SetFftsOp):
+            errors.append((entry, f"'func.func' set_ffts: the module uses cube-vector pipes, so the entry @{name} must call pto.set_ffts first "
+                                  "(ptofa rule: ptoas compiles it, the pipes' cross-core flags then have no FFTS base)"))
+    return errors
+
+
 def module_errors(module: builtin.ModuleOp) -> list[tuple[Operation | None, str]]:
     """Rules across functions: entry functions as ptoas has them, peers agree on pipe parameters and split.
 
     ptoas needs no entry at all (a module of helper or kernel functions compiles; it
     then emits no `__global__` function) and allows several; an entry must be a
     definition and return nothing (PTOAS lib/PTO/IR/PTO.cpp, validatePTOEntryFunctions).
-    ptofa adds two rules of its own, named so in the message: an entry takes no tile
-    argument, and in a module with cube-vector pipes every entry calls pto.set_ffts first.
     """
     errors: list[tuple[Operation | None, str]] = []
     funcs = [op for op in module.walk() if isinstance(op, func.FuncOp)]
-    pipes_used = any(isinstance(op, d.PIPE_INIT_OPS) for op in module.walk())
     for entry in (f for f in funcs if is_entry(f)):
         name = entry.sym_name.data
         if not entry.body.blocks:
@@ -380,14 +425,6 @@ def module_errors(module: builtin.ModuleOp) -> list[tuple[Operation | None, str]
             continue
         if entry.function_type.outputs.data:
             errors.append((entry, f"'func.func' entry: @{name} returns values; PTO entry functions must return void"))
-        for arg in entry.body.blocks[0].args:
-            if isinstance(arg.type, d.TileBufType):
-                errors.append((entry, f"'func.func' entry arguments: @{name} takes a !pto.tile_buf argument; tiles are only legal in callee functions "
-                                      "(ptofa rule: ptoas compiles it, the kernel cannot be launched)"))
-        first = next(iter(entry.body.ops), None)
-        if not isinstance(first, d.SetFftsOp) and pipes_used:
-            errors.append((entry, f"'func.func' set_ffts: the module uses cube-vector pipes, so the entry @{name} must call pto.set_ffts first "
-                                  "(ptofa rule: ptoas compiles it, the pipes' cross-core flags then have no FFTS base)"))
     errors += _level_errors(module)
     errors += _reserved_buffer_errors(funcs)
     cube_inits: dict[int, d._InitPipeOp] = {}
@@ -472,8 +509,9 @@ def _level_errors(module: builtin.ModuleOp) -> list[tuple[Operation | None, str]
             for op in allocs if op.addr is None]
 
 
-def check_text(text: str, path: str = "<pto>") -> ParsedModule:
-    """Parse and verify; raises PtoCheckError with every error and its line."""
+def check_text(text: str, path: str = "<pto>", launch_rules: bool = True) -> ParsedModule:
+    """Parse and verify; raises PtoCheckError with every error and its line. `launch_rules=False`
+    leaves out ptofa's launch rules (`launch_errors`): what ptoas itself accepts."""
     parsed = parse_pto(text, path)
-    verify_module(parsed)
+    verify_module(parsed, launch_rules)
     return parsed

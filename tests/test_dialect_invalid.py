@@ -910,6 +910,112 @@ def test_invalid(text: str, message: str, at: str | None) -> None:
         assert matching[0][0] == line_of(text, at), f"{message!r} at line {matching[0][0]}, expected the line of {at!r}: {errors}"
 
 
+# ---------------------------------------------------------------------------- hand-written sync
+op_case("intra_block_event_range", vec, "", "pto.set_intra_block <PIPE_FIX>, 16",
+        "'pto.set_intra_block' event id: a static event_id must be in [0, 15] on A2/A3, got 16")
+op_case("intra_block_pipe", vec, "", "pto.wait_intra_block <PIPE_M>, 1",
+        "'pto.wait_intra_block' pipe: expects one of PIPE_FIX, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_V, got PIPE_M")
+op_case("record_event_op_type", vec, "",
+        '"pto.record_event"() <{src_op = #pto.pipe<PIPE_V>, dst_op = #pto.pipe_event_type<TVEC>, event_id = #pto.event<EVENT_ID0>}> : () -> ()',
+        "'pto.record_event' op type: expected #pto.pipe_event_type<...>, got #pto.pipe<PIPE_V>")
+_SYNCALL_ARGS = "%ws: !pto.ptr<i32>, %wf: !pto.ptr<f32>, %wv: !pto.tensor_view<8xi32>"
+_SOFT = "mode = #pto.sync_all_mode<soft>, core_type = #pto.sync_core_type<aiv_only>"
+op_case("syncall_hard_operands", vec, "", "pto.syncall(%ws : !pto.ptr<i32>) mode = #pto.sync_all_mode<hard>, core_type = #pto.sync_core_type<mix>",
+        "'pto.syncall' hard syncall: expects no gm_workspace or used_cores", args=_SYNCALL_ARGS)
+op_case("syncall_soft_workspace", vec, "", f"pto.syncall() {_SOFT}",
+        "'pto.syncall' soft syncall: expects a gm_workspace operand", args=_SYNCALL_ARGS)
+op_case("syncall_workspace_i32", vec, "", f"pto.syncall(%wf : !pto.ptr<f32>) {_SOFT}",
+        "'pto.syncall' gm_workspace: expects i32 elements, got f32", args=_SYNCALL_ARGS)
+op_case("syncall_workspace_size", vec, "", f"pto.syncall(%wv : !pto.tensor_view<8xi32>) {_SOFT}",
+        "'pto.syncall' gm_workspace: expects at least 16 i32 elements, got 8", args=_SYNCALL_ARGS)
+case("set_flag_event_token", vec('pto.set_flag["PIPE_MTE2", "PIPE_V", "EVENT_ID8"]'),
+     "invalid event token 'EVENT_ID8', expected one of EVENT_ID0", "pto.set_flag")
+
+
+# ---------------------------------------------------------------------------- internal pipe handles
+_L2L = "%buf = arith.constant 0 : i32\n"
+op_case("internal_pipe_dir_mask", vec, _L2L, "%hp = pto.initialize_l2l_pipe {dir_mask = 4, slot_size = 512, slot_num = 8}(%buf : i32) -> !pto.pipe",
+        "'pto.initialize_l2l_pipe' dir_mask: expects 'dir_mask' to be 1, 2, or 3, got 4")
+op_case("internal_pipe_slot_size", vec, _L2L, "%hp = pto.initialize_l2l_pipe {dir_mask = 1, slot_size = 0, slot_num = 8}(%buf : i32) -> !pto.pipe",
+        "'pto.initialize_l2l_pipe' slot_size: expects 'slot_size' to be greater than 0, got 0")
+op_case("internal_pipe_slot_num", vec, _L2L, "%hp = pto.initialize_l2l_pipe {dir_mask = 1, slot_size = 512, slot_num = 0}(%buf : i32) -> !pto.pipe",
+        "'pto.initialize_l2l_pipe' slot_num: expects 'slot_num' to be greater than 0, got 0")
+op_case("internal_pipe_flag_base", vec, _L2L, "%hp = pto.initialize_l2l_pipe {dir_mask = 3, slot_size = 512, slot_num = 8, flag_base = 13}(%buf : i32, %buf : i32) -> !pto.pipe",
+        "'pto.initialize_l2l_pipe' flag_base: flag_base=13 with dir_mask=3 needs flag ids [13, 17) within 0..15")
+op_case("internal_pipe_peer", vec, _L2L, "%hp = pto.initialize_l2l_pipe {dir_mask = 3, slot_size = 512, slot_num = 8}(%buf : i32) -> !pto.pipe",
+        "'pto.initialize_l2l_pipe' peer_local_addr: a peer local address goes with dir_mask 3 and only with it (dir_mask=3)")
+_GS = "%gs = pto.declare_global -> !pto.tensor_view<16x16xf32>\n"
+op_case("internal_pipe_local_slot_num", vec, _GS,
+        "%hp = pto.initialize_l2g2l_pipe {dir_mask = 1, slot_size = 1024, slot_num = 8, local_slot_num = 4}(%gs : !pto.tensor_view<16x16xf32>) -> !pto.pipe",
+        "'pto.initialize_l2g2l_pipe' local_slot_num: 'local_slot_num' is only allowed when 'local_addr' is present")
+op_case("internal_pipe_split", vec, _L2L + "%hp = pto.initialize_l2l_pipe {dir_mask = 1, slot_size = 512, slot_num = 8}(%buf : i32) -> !pto.pipe\n",
+        "pto.tfree(%hp : !pto.pipe) {split = 5}", "'pto.tfree' split: expects 'split' to be 0, 1, 2, 3, or 4, got 5")
+op_case("internal_pipe_handle", vec, "",
+        '"pto.tfree"(%hp) <{split = 0 : i8, operandSegmentSizes = array<i32: 0, 1, 0>}> : (!pto.pipe) -> ()',
+        "'pto.tfree' pipe handle: pipe_handle must be produced by pto.initialize_l2l_pipe or pto.initialize_l2g2l_pipe", args="%hp: !pto.pipe")
+op_case("internal_pipe_entry", vec, _L2L + "%hp = pto.initialize_l2l_pipe {dir_mask = 1, slot_size = 512, slot_num = 8}(%buf : i32) -> !pto.pipe\n",
+        '"pto.tpush"(%hp) <{split = 0 : i8, operandSegmentSizes = array<i32: 0, 1, 0>}> : (!pto.pipe) -> ()',
+        "'pto.tpush' entry: pto.tpush needs an entry operand")
+
+
+# ---------------------------------------------------------------------------- partial ops, tsels
+_VH8 = "!pto.tile_buf<vec, 16x64xf32, valid=8x64>"
+_VC8 = "!pto.tile_buf<vec, 16x64xf32, valid=16x32>"
+op_case("tpart_valid_exceeds", vec, VEC_TILES + alloc("hv", _VH8), f"pto.tpartadd ins(%a, %b : {V32}, {V32}) outs(%hv : {_VH8})",
+        "'pto.tpartadd' partial valid: source valid shape 16x64 exceeds dst's 8x64")
+op_case("tpart_valid_one_equal", vec, VEC_TILES + alloc("hv", _VH8) + alloc("cv", _VC8), f"pto.tpartmax ins(%hv, %cv : {_VH8}, {_VC8}) outs(%a : {V32})",
+        "'pto.tpartmax' partial valid: one of src0 8x64 / src1 16x32 valid shapes must equal dst's 16x64")
+op_case("tpart_dtype", vec, alloc("p", "!pto.tile_buf<vec, 16x64xi8>"),
+        "pto.tpartmul ins(%p, %p : !pto.tile_buf<vec, 16x64xi8>, !pto.tile_buf<vec, 16x64xi8>) outs(%p : !pto.tile_buf<vec, 16x64xi8>)",
+        "'pto.tpartmul' dtype: expects an A2/A3 element type in ('i16', 'i32', 'f16', 'f32'), got i8")
+_IDX = "!pto.tile_buf<vec, 16x64xi16>"
+op_case("tpart_arg_index", vec, VEC_TILES + alloc("ix", _IDX),
+        f"pto.tpartargmin ins(%a, %b, %ix, %ix : {V32}, {V32}, {_IDX}, {_IDX}) outs(%a, %ix : {V32}, {_IDX})",
+        "'pto.tpartargmin' index: expects src0Idx/src1Idx/dstIdx to share an i32 or ui32 element type, got i16")
+op_case("tsels_scalar_type", vec, VEC_TILES + alloc("m8", "!pto.tile_buf<vec, 16x64xi8>") + "%sc = arith.constant 1.0 : f16\n",
+        f"pto.tsels ins(%m8, %a, %sc : !pto.tile_buf<vec, 16x64xi8>, {V32}, f16) outs(%b : {V32})",
+        "'pto.tsels' operand type: the scalar must be the element type f32, got f16")
+
+
+op_case("tstore_relu_vec", vec, GM + alloc("t", V32),
+        "pto.tstore ins(%t : " + V32 + ") outs(%pv : !pto.partition_tensor_view<16x64xf32>) {reluPreMode = #pto<relu_pre_mode normal_relu>}",
+        "'pto.tstore' relu: reluPreMode needs a loc=acc src, got loc=vec", args=P)
+
+
+op_case("tprefetch_dtype_size", vec, GM + alloc("h", V16), f"pto.tprefetch ins(%pv : {PV16x64}) outs(%h : {V16})",
+        "'pto.tprefetch' dtype: expects src and dst element types of one size, got f32 and f16", args=P)
+
+
+_STR = "!pto.struct<!pto.struct<f32, i8>, i16>"
+_SD = f"%st = pto.declare_struct -> {_STR}\n"
+op_case("struct_path_range", vec, _SD, f"%g = pto.struct_get %st[2] : {_STR} -> i16",
+        "'pto.struct_get' path: field 2 at depth 0 is outside a struct of 2 fields")
+op_case("struct_path_leaf", vec, _SD, f"%g = pto.struct_get %st[0] : {_STR} -> f32",
+        "'pto.struct_get' path: the path [0] must end at a scalar field, but ends at !pto.struct<f32, i8>")
+op_case("struct_value_type", vec, _SD + "%v = arith.constant 1 : i32\n", f"pto.struct_set %st[1], %v : {_STR}, i32",
+        "'pto.struct_set' operand type: the value type i32 must be the field type i16")
+case("struct_escape", f"module {{\n  func.func @f() -> {_STR} {{\n    %st = pto.declare_struct -> {_STR}\n    return %st : {_STR}\n  }}\n}}\n",
+     "'pto.declare_struct' escape: a stack-local struct must not be passed to 'func.return'", "pto.declare_struct")
+
+
+op_case("tscatter_index_width", vec, VEC_TILES + alloc("si", "!pto.tile_buf<vec, 16x64xi16>"),
+        f"pto.tscatter ins(%a, %si : {V32}, !pto.tile_buf<vec, 16x64xi16>) outs(%b : {V32})",
+        "'pto.tscatter' dtype: a 4-byte dst takes 4-byte indexes, got i16")
+op_case("tscatter_mask_shape", vec, VEC_TILES, f'pto.tscatter ins(%a, {{maskPattern = #pto.mask_pattern<P0101>}} : {V32}, "row") outs(%b : {V32})',
+        "'pto.tscatter' shape agreement: axis row with P0101 (x2) needs dst valid rows = src's and the other extent x2")
+op_case("tscatter_axis", vec, VEC_TILES, f'pto.tscatter ins(%a, {{maskPattern = #pto.mask_pattern<P1111>}} : {V32}, "diag") outs(%b : {V32})',
+        "'pto.tscatter' axis: axis must be \"row\" or \"col\", got \"diag\"")
+
+
+@pytest.mark.parametrize("name", ["entry_without_set_ffts", "entry_set_ffts_not_first", "entry_tile_argument"])
+def test_launch_rules_are_ptofa_only(name: str) -> None:
+    """ptoas compiles these modules: without ptofa's launch rules they check clean."""
+    text = CASES[name][0]
+    with pytest.raises(PtoCheckError):
+        check_text(text)
+    check_text(text, launch_rules=False)
+
+
 def test_every_verifier_rule_has_a_case() -> None:
     """Each `_fail(..., rule, ...)` rule name of dialect.py appears in some expected message."""
     import re
@@ -1037,8 +1143,6 @@ op_case("tsetval_bounds", vec, WIN + "%x = arith.constant 1.0 : f32\n%c256 = ari
         "'pto.tsetval' bounds: offset 256 is outside the 16x16 tile")
 op_case("tgetval_space", cube, CUBEWIN, f"%y = pto.tgetval ins(%m, %c0 : {MATNZ}, index) outs : f16",
         "'pto.tgetval' memory space: src must be loc=vec, got loc=mat")
-op_case("ttrans_shape", vec, WIN, f"pto.ttrans ins(%a : {V16x16}) outs(%b : {V8x8})",
-        "'pto.ttrans' shape agreement: dst valid 8x8 must be the transpose of src valid 16x16")
 op_case("tgather_index_dtype", vec, WIN + alloc("i", "!pto.tile_buf<vec, 16x16xf32>"),
         f"pto.tgather ins(%a, %i : {V16x16}, {V16x16}) outs(%a : {V16x16})",
         "'pto.tgather' dtype: indices must be i32, got f32")
@@ -1092,3 +1196,12 @@ op_case("tand_float", vec, alloc("x", V16x16), f"pto.tand ins(%x, %x : {V16x16},
         "'pto.tand' dtype: pto.tand takes i16/i32 tiles, got f32")
 op_case("tnot_float", vec, alloc("x", V16x16), f"pto.tnot ins(%x : {V16x16}) outs(%x : {V16x16})",
         "'pto.tnot' dtype: pto.tnot takes i16/i32 tiles, got f32")
+
+
+def test_cfg_dominance() -> None:
+    """A value from one arm of a cf.cond_br is not visible in the join block; one from the entry block is."""
+    body = ("%t = arith.constant true\n%z = arith.constant 0 : i32\ncf.cond_br %t, ^bb1, ^bb2\n^bb1:\n%one = arith.constant 1 : i32\ncf.br ^bb3\n"
+            "^bb2:\ncf.br ^bb3\n^bb3:\n%s = arith.addi %z, {v} : i32")
+    check_text(vec(body.format(v="%z")))
+    with pytest.raises(PtoCheckError, match="%one is used in a block its definition's block does not dominate"):
+        check_text(vec(body.format(v="%one")))

@@ -497,6 +497,69 @@ OPS["local_array"] = ("vector", "%c1 = arith.constant 1 : index\n%v = arith.cons
 OPS["local_array_2d"] = ("vector", "%c1 = arith.constant 1 : index\n%m = pto.declare_local_array -> !pto.local_array<8x8xf32>\n"
                                     "%g = pto.local_array_get %m[%c1, %c1] : !pto.local_array<8x8xf32> -> f32")
 
+OPS["pipe_flags"] = ("vector", 'pto.set_flag ["PIPE_MTE2", "PIPE_V", "EVENT_ID0"]\npto.wait_flag [<PIPE_MTE2>, <PIPE_V>, <EVENT_ID0>]\n'
+                               "%c3 = arith.constant 3 : index\npto.set_flag_dyn [#pto.pipe<PIPE_V>, #pto.pipe<PIPE_MTE3>, %c3]\n"
+                               "pto.wait_flag_dyn [#pto.pipe<PIPE_V>, #pto.pipe<PIPE_MTE3>, %c3]")
+OPS["record_wait_event"] = ("vector", "pto.record_event [#pto.pipe_event_type<TLOAD>, #pto.pipe_event_type<TVEC>, #pto.event<EVENT_ID0>]\n"
+                                      "pto.wait_event [#pto.sync_op_type<TLOAD>, #pto.sync_op_type<TVEC>, <EVENT_ID0>]")
+OPS["intra_block"] = ("vector", "%c3 = arith.constant 3 : index\npto.set_intra_block <PIPE_FIX>, 15\npto.wait_intra_block <PIPE_V>, %c3")
+OPS["syncall"] = ("vector", "%n = arith.constant 4 : i32\n"
+                            "pto.syncall(%pi, %n : !pto.ptr<i32>, i32) mode = #pto.sync_all_mode<soft>, core_type = #pto.sync_core_type<aiv_only>\n"
+                            "pto.syncall() mode = #pto.sync_all_mode<hard>, core_type = #pto.sync_core_type<mix>")
+OPS["eventid_array"] = ("vector", "%c0 = arith.constant 0 : index\n%c1 = arith.constant 1 : index\n%ea = pto.declare_eventid_array -> !pto.eventid_array<4>\n"
+                                  "pto.eventid_array_set %ea[%c0], %c1 : !pto.eventid_array<4>\n%e = pto.eventid_array_get %ea[%c0] : !pto.eventid_array<4>")
+
+_FIFO = "!pto.tile_buf<vec, 8x16xf32>"
+OPS["internal_pipe_l2g2l"] = ("vector", "%buf = arith.constant 0 : i32\n%gs = pto.declare_global -> !pto.tensor_view<16x16xf32>\n"
+                                        "%hp = pto.initialize_l2g2l_pipe {dir_mask = 1, slot_size = 1024, slot_num = 8, local_slot_num = 4, flag_base = 0}"
+                                        "(%gs : !pto.tensor_view<16x16xf32>, %buf : i32) -> !pto.pipe\n"
+                                        f"%ft = pto.declare_tile -> {_FIFO}\npto.tpop(%ft, %hp : {_FIFO}, !pto.pipe) {{split = 1}}\n"
+                                        "pto.tfree(%hp : !pto.pipe) {split = 1}")
+OPS["internal_pipe_l2l"] = ("vector", f"{VEC_TILES}\n%buf = arith.constant 0 : i32\n"
+                                      "%hp = pto.initialize_l2l_pipe {dir_mask = 2, slot_size = 512, slot_num = 8}(%buf : i32) -> !pto.pipe\n"
+                                      f"pto.tpush(%a, %hp : {V32}, !pto.pipe) {{split = 0}}\n"
+                                      "%ge = pto.declare_global -> !pto.tensor_view<16x16xf32>\n"
+                                      "pto.talloc(%ge, %hp : !pto.tensor_view<16x16xf32>, !pto.pipe) {split = 0}\n"
+                                      f"pto.tfree(%a, %hp : {V32}, !pto.pipe) {{split = 0}}")
+
+_VH = "!pto.tile_buf<vec, 16x64xf32, valid=8x64>"
+_I32T = "!pto.tile_buf<vec, 16x64xi32>"
+OPS["tpart_binary"] = ("vector", f"{VEC_TILES}\n%hv = pto.alloc_tile : {_VH}\n"
+                                 + "\n".join(f"pto.{n} ins(%a, %hv : {V32}, {_VH}) outs(%o : {V32})" for n in ("tpartadd", "tpartmul", "tpartmax", "tpartmin")))
+OPS["tpart_arg"] = ("vector", f"{VEC_TILES}\n%ai = pto.alloc_tile : {_I32T}\n%bi = pto.alloc_tile : {_I32T}\n%di = pto.alloc_tile : {_I32T}\n"
+                              + "\n".join(f"pto.{n} ins(%a, %b, %ai, %bi : {V32}, {V32}, {_I32T}, {_I32T}) outs(%o, %di : {V32}, {_I32T})"
+                                           for n in ("tpartargmax", "tpartargmin")))
+OPS["tsels"] = ("vector", f"{VEC_TILES}\n%m8 = pto.alloc_tile : !pto.tile_buf<vec, 16x64xi8>\n%sc = arith.constant 1.0 : f32\n"
+                          f"pto.tsels ins(%m8, %a, %sc : !pto.tile_buf<vec, 16x64xi8>, {V32}, f32) outs(%o : {V32})\n"
+                          f"pto.tsels ins(%m8, %a, %t, %sc : !pto.tile_buf<vec, 16x64xi8>, {V32}, {V32}, f32) outs(%o : {V32})")
+
+OPS["tlog_high_precision"] = ("vector", f"{VEC_TILES}\npto.tlog ins(%a : {V32}) outs(%o : {V32}) {{precisionType = #pto<log_precision high_precision>}}")
+OPS["tdivs_high_precision"] = ("vector", f"{VEC_TILES}\n%sc = arith.constant 2.0 : f32\n"
+                                         f"pto.tdivs ins(%a, %sc : {V32}, f32) outs(%o : {V32}) {{precisionType = #pto<div_precision high_precision>}}")
+OPS["tmatmul_acc_phase"] = ("cube", f"{CUBE_TILES}\npto.tmatmul ins(%left, %right : {LEFT}, {RIGHT}) outs(%acc : {ACC}) {{accPhase = #pto<acc_phase partial>}}\n"
+                                    f"pto.tmatmul.acc ins(%acc, %left, %right : {ACC}, {LEFT}, {RIGHT}) outs(%acc : {ACC}) {{accPhase = #pto<acc_phase final>}}")
+OPS["tstore_phase_relu"] = ("cube", f"{GM}\n%t = pto.alloc_tile : {ACC}\npto.tstore ins(%t : {ACC}) outs(%pacc : !pto.partition_tensor_view<128x128xf32>) "
+                                    "{stPhase = #pto<st_phase final>, atomicType = #pto<atomic_type atomic_add>, reluPreMode = #pto<relu_pre_mode normal_relu>}")
+
+OPS["view_queries"] = ("vector", f"{GM}\n%vd = pto.get_tensor_view_dim %tv, %c0 : !pto.tensor_view<128x128xf32> -> index\n"
+                                 "%vs = pto.get_tensor_view_stride %pv, %c1 : !pto.partition_tensor_view<16x64xf32> -> index")
+OPS["get_validshape"] = ("vector", f"{VEC_TILES}\n%gr, %gc = pto.get_validshape %a : {V32}")
+OPS["tprefetch"] = ("vector", f"{GM}\n%t = pto.alloc_tile : {V32}\npto.tprefetch ins(%pv : !pto.partition_tensor_view<16x64xf32>) outs(%t : {V32})")
+
+_ST = "!pto.struct<!pto.struct<f32, i8>, i16>"
+OPS["structs"] = ("vector", f"%sv = arith.constant 1.0 : f32\n%st = pto.declare_struct -> {_ST}\npto.struct_set %st[0, 0], %sv : {_ST}, f32\n"
+                            f"%sg = pto.struct_get %st[0, 0] : {_ST} -> f32")
+
+OPS["tprint_format"] = ("vector", f"{VEC_TILES}\npto.tprint ins(%a : {V32}) {{printFormat = #pto<print_format width8_precision2>}}")
+OPS["tcolsum_binary_no_tmp"] = ("vector", f"{VEC_TILES}\n%r64 = pto.alloc_tile : !pto.tile_buf<vec, 1x64xf32>\n"
+                                          f"pto.tcolsum ins(%a : {V32}) outs(%r64 : !pto.tile_buf<vec, 1x64xf32>) {{isBinary = true}}")
+OPS["reserve_location_elided"] = ("vector", '%rb = pto.reserve_buffer{name = "c2v_fifo", size = 8192, location = <vec>, auto = true} -> i32')
+
+OPS["tscatter"] = ("vector", f"{VEC_TILES}\n%si = pto.alloc_tile : !pto.tile_buf<vec, 16x64xi32>\n"
+                             f"pto.tscatter ins(%a, %si : {V32}, !pto.tile_buf<vec, 16x64xi32>) outs(%o : {V32})\n"
+                             "%s32 = pto.alloc_tile : !pto.tile_buf<vec, 16x32xf32>\n"
+                             f'pto.tscatter ins(%s32, {{maskPattern = #pto.mask_pattern<P0101>}} : !pto.tile_buf<vec, 16x32xf32>, "row") outs(%o : {V32})')
+
 OPS["tcolexpandexpdif"] = ("vector", f"{VEC_TILES}\n%r64 = pto.alloc_tile : !pto.tile_buf<vec, 1x64xf32>\n"
                                      "pto.tcolexpandexpdif ins(%a, %r64 : !pto.tile_buf<vec, 16x64xf32>, !pto.tile_buf<vec, 1x64xf32>) outs(%o : !pto.tile_buf<vec, 16x64xf32>)")
 
@@ -504,7 +567,7 @@ OPS["tcolexpandexpdif"] = ("vector", f"{VEC_TILES}\n%r64 = pto.alloc_tile : !pto
 def _args_for(body: str) -> str:
     if "pto.make_tensor_view %pb" in body:
         return _BF_ARGS
-    return GM_ARGS + ", %pi: !pto.ptr<i32>, %pb: !pto.ptr<i8>" if "pto.comm." in body or "pto.cmo." in body else GM_ARGS
+    return GM_ARGS + ", %pi: !pto.ptr<i32>, %pb: !pto.ptr<i8>" if any(k in body for k in ("pto.comm.", "pto.cmo.", "pto.syncall")) else GM_ARGS
 
 
 @pytest.mark.parametrize("kind, body", OPS.values(), ids=OPS.keys())

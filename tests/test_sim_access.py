@@ -77,6 +77,14 @@ def test_ttrans(x: np.ndarray) -> None:
     np.testing.assert_array_equal(y, x.T)
 
 
+def test_ttrans_needs_the_transposed_valid_shape_at_run_time(x: np.ndarray) -> None:
+    """ptoas's verifier leaves the valid shapes unrelated; the simulator refuses a non-transpose."""
+    half = "!pto.tile_buf<vec, 16x16xf32, valid=8x16>"
+    body = f"%h = pto.alloc_tile : {half}\npto.ttrans ins(%a : {T16}) outs(%h : {half})\npto.tmov ins(%a : {T16}) outs(%o : {T16})"
+    with pytest.raises(SimError, match="is not the transpose of"):
+        run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))
+
+
 def test_tgather_mask_pattern(x: np.ndarray) -> None:
     y = np.zeros((16, 8), np.float32)
     t = "!pto.tile_buf<vec, 16x8xf32>"

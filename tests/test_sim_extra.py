@@ -177,3 +177,160 @@ def test_tcolexpandexpdif(x: np.ndarray) -> None:
     body = f"%r = pto.alloc_tile : {ROW}\npto.tcolmax ins(%a : {T16}) outs(%r : {ROW})\npto.tcolexpandexpdif ins(%a, %r : {T16}, {ROW}) outs(%o : {T16})"
     run(io(body, 16, 16, T16), x=x, y=y)
     np.testing.assert_allclose(y, np.exp(x - x.max(axis=0, keepdims=True)), rtol=1e-6)
+
+
+def test_pipe_flags_keep_program_order(x: np.ndarray) -> None:
+    """Flags order pipes of one core; the simulator runs in program order, so the copy is exact."""
+    y = np.zeros((16, 16), np.float32)
+    body = ('pto.set_flag["PIPE_MTE2", "PIPE_V", "EVENT_ID0"]\npto.wait_flag[<PIPE_MTE2>, <PIPE_V>, <EVENT_ID0>]\n'
+            "pto.record_event [#pto.pipe_event_type<TLOAD>, #pto.pipe_event_type<TVEC>, #pto.event<EVENT_ID1>]\n"
+            "pto.wait_event [#pto.pipe_event_type<TLOAD>, #pto.pipe_event_type<TVEC>, #pto.event<EVENT_ID1>]\n"
+            "%ea = pto.declare_eventid_array -> !pto.eventid_array<2>\npto.eventid_array_set %ea[%c1], %c1 : !pto.eventid_array<2>\n"
+            "%e = pto.eventid_array_get %ea[%c1] : !pto.eventid_array<2>\n"
+            "pto.set_flag_dyn [#pto.pipe<PIPE_V>, #pto.pipe<PIPE_MTE3>, %e]\npto.wait_flag_dyn [#pto.pipe<PIPE_V>, #pto.pipe<PIPE_MTE3>, %e]\n"
+            f"pto.tmov ins(%a : {T16}) outs(%o : {T16})")
+    run(io(body, 16, 16, T16), x=x, y=y)
+    np.testing.assert_array_equal(y, x)
+
+
+def test_eventid_array_read_before_write_is_a_sim_error(x: np.ndarray) -> None:
+    body = ("%ea = pto.declare_eventid_array -> !pto.eventid_array<2>\n%e = pto.eventid_array_get %ea[%c0] : !pto.eventid_array<2>\n"
+            f"pto.tmov ins(%a : {T16}) outs(%o : {T16})")
+    with pytest.raises(SimError, match="element 0 is read before any eventid_array_set wrote it"):
+        run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))
+
+
+@pytest.mark.parametrize("line", ["pto.set_intra_block <PIPE_MTE3>, 1",
+                                  "pto.syncall() mode = #pto.sync_all_mode<hard>, core_type = #pto.sync_core_type<aiv_only>"])
+def test_cross_core_waits_are_not_simulated(x: np.ndarray, line: str) -> None:
+    with pytest.raises(SimError, match="a wait for another core is not simulated"):
+        run(io(f"{line}\npto.tmov ins(%a : {T16}) outs(%o : {T16})", 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))
+
+
+def test_cfg_branches_check_but_are_not_simulated(x: np.ndarray) -> None:
+    """cf.br / cf.cond_br parse and verify (dominance through the CFG); the simulator refuses them."""
+    text = io(f"cf.br ^bb1\n^bb1:\npto.tmov ins(%a : {T16}) outs(%o : {T16})", 16, 16, T16)
+    with pytest.raises(SimError, match="branches between blocks \\(cf.br / cf.cond_br\\) are not simulated"):
+        run(text, x=x, y=np.zeros((16, 16), np.float32))
+
+
+def test_internal_pipe_handles_are_not_simulated(x: np.ndarray) -> None:
+    body = ("%buf = arith.constant 0 : i32\n%hp = pto.initialize_l2l_pipe {dir_mask = 1, slot_size = 1024, slot_num = 8}(%buf : i32) -> !pto.pipe\n"
+            f"pto.tmov ins(%a : {T16}) outs(%o : {T16})")
+    with pytest.raises(SimError, match="pto.initialize_l2l_pipe: ptoas's internal pipe-handle form is not simulated"):
+        run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))
+
+
+@pytest.mark.parametrize("op, ref", [("tpartadd", np.add), ("tpartmul", np.multiply), ("tpartmax", np.maximum), ("tpartmin", np.minimum)])
+def test_tpart_ops_on_equal_valid_regions(x: np.ndarray, op: str, ref) -> None:
+    y = np.zeros((16, 16), np.float32)
+    body = (f"%b = pto.alloc_tile : {T16}\npto.tmuls ins(%a, %c2f : {T16}, f32) outs(%b : {T16})\n"
+            f"pto.{op} ins(%a, %b : {T16}, {T16}) outs(%o : {T16})")
+    run(io("%c2f = arith.constant -0.5 : f32\n" + body, 16, 16, T16), x=x, y=y)
+    np.testing.assert_allclose(y, ref(x, x * np.float32(-0.5)), rtol=1e-6)
+
+
+def test_tpart_mismatched_valid_regions_are_not_simulated(x: np.ndarray) -> None:
+    half = "!pto.tile_buf<vec, 16x16xf32, valid=8x16>"
+    body = f"%h = pto.alloc_tile : {half}\npto.tpartadd ins(%a, %h : {T16}, {half}) outs(%o : {T16})"
+    with pytest.raises(SimError, match="implementation-defined"):
+        run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))
+
+
+def test_tsels_selects_src_or_scalar(x: np.ndarray) -> None:
+    y = np.zeros((16, 16), np.float32)
+    mask = "!pto.tile_buf<vec, 16x32xi8>"
+    body = (f"%z = arith.constant 0.0 : f32\n%fill = arith.constant 7.0 : f32\n%mk = pto.alloc_tile : {mask}\n"
+            f"pto.tcmps ins(%a, %z {{cmpMode = #pto<cmp gt>}} : {T16}, f32) outs(%mk : {mask})\n"
+            f"pto.tsels ins(%mk, %a, %fill : {mask}, {T16}, f32) outs(%o : {T16})")
+    run(io(body, 16, 16, T16), x=x, y=y)
+    np.testing.assert_array_equal(y, np.where(x > 0, x, np.float32(7.0)))
+
+
+def test_tpartargmax_is_not_simulated(x: np.ndarray) -> None:
+    it = "!pto.tile_buf<vec, 16x16xi32>"
+    body = (f"%i = pto.alloc_tile : {it}\n%b = pto.alloc_tile : {T16}\n"
+            f"pto.tpartargmax ins(%a, %b, %i, %i : {T16}, {T16}, {it}, {it}) outs(%o, %i : {T16}, {it})")
+    with pytest.raises(SimError, match="tie-breaking"):
+        run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))
+
+
+def test_scheduling_hints_keep_results(x: np.ndarray) -> None:
+    """tlog / tdivs precision and tstore's stPhase select pto-isa variants; the values are the same."""
+    y = np.zeros((16, 16), np.float32)
+    body = (f"%two = arith.constant 2.0 : f32\n%b = pto.alloc_tile : {T16}\npto.tabs ins(%a : {T16}) outs(%b : {T16})\n"
+            f"pto.tadds ins(%b, %two : {T16}, f32) outs(%b : {T16})\n"
+            f"pto.tlog ins(%b : {T16}) outs(%b : {T16}) {{precisionType = #pto<log_precision high_precision>}}\n"
+            f"pto.tdivs ins(%b, %two : {T16}, f32) outs(%o : {T16}) {{precisionType = #pto<div_precision high_precision>}}")
+    text = io(body, 16, 16, T16).replace("outs(%yp : !pto.partition_tensor_view<16x16xf32>)",
+                                         "outs(%yp : !pto.partition_tensor_view<16x16xf32>) {stPhase = #pto<st_phase final>}")
+    assert "stPhase" in text
+    run(text, x=x, y=y)
+    np.testing.assert_allclose(y, np.log(np.abs(x) + 2) / 2, rtol=1e-6)
+
+
+def test_view_queries_read_runtime_shape_and_strides(x: np.ndarray) -> None:
+    """The 16x16 input view: dim 1 is 16, dim 0's stride is 16 elements; their sum is written out."""
+    y = np.zeros((16, 16), np.float32)
+    body = ("%n = pto.get_tensor_view_dim %xv, %c1 : !pto.tensor_view<16x16xf32> -> index\n"
+            "%s = pto.get_tensor_view_stride %xv, %c0 : !pto.tensor_view<16x16xf32> -> index\n"
+            "%ns = arith.addi %n, %s : index\n%ni = arith.index_cast %ns : index to i32\n%nf = arith.sitofp %ni : i32 to f32\n"
+            f"pto.texpands ins(%nf : f32) outs(%o : {T16})")
+    run(io(body, 16, 16, T16), x=x, y=y)
+    assert (y == 32.0).all()
+
+
+def test_tprefetch_is_not_simulated(x: np.ndarray) -> None:
+    body = f"%p = pto.alloc_tile : {T16}\npto.tprefetch ins(%xp : !pto.partition_tensor_view<16x16xf32>) outs(%p : {T16})"
+    with pytest.raises(SimError, match="prefetch is a cache hint"):
+        run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))
+
+
+def test_struct_fields_hold_values(x: np.ndarray) -> None:
+    y = np.zeros((16, 16), np.float32)
+    st = "!pto.struct<!pto.struct<f32, i8>, f32>"
+    body = (f"%st = pto.declare_struct -> {st}\n%u = arith.constant 1.5 : f32\n%w = arith.constant 2.0 : f32\n"
+            f"pto.struct_set %st[0, 0], %u : {st}, f32\npto.struct_set %st[1], %w : {st}, f32\n"
+            f"%g0 = pto.struct_get %st[0, 0] : {st} -> f32\n%g1 = pto.struct_get %st[1] : {st} -> f32\n%p = arith.mulf %g0, %g1 : f32\n"
+            f"pto.texpands ins(%p : f32) outs(%o : {T16})")
+    run(io(body, 16, 16, T16), x=x, y=y)
+    assert (y == 3.0).all()
+
+
+def test_struct_read_before_write_is_a_sim_error(x: np.ndarray) -> None:
+    st = "!pto.struct<f32, i8>"
+    body = f"%st = pto.declare_struct -> {st}\n%g = pto.struct_get %st[1] : {st} -> i8\npto.tmov ins(%a : {T16}) outs(%o : {T16})"
+    with pytest.raises(SimError, match="field \\[1\\] is read before any struct_set wrote it"):
+        run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))
+
+
+def test_get_validshape_reads_the_runtime_valid_shape(x: np.ndarray) -> None:
+    """After set_validshape to 5x16, get_validshape gives 5 and 16; their product is written out."""
+    y = np.zeros((16, 16), np.float32)
+    dyn = "!pto.tile_buf<vec, 16x16xf32, valid=?x?>"
+    body = (f"%c5 = arith.constant 5 : index\n%dv = pto.alloc_tile valid_row = %c16 valid_col = %c16 : {dyn}\n"
+            f"pto.set_validshape %dv, %c5, %c16 : {dyn}\n%r, %c = pto.get_validshape %dv : {dyn}\n"
+            "%rc = arith.muli %r, %c : index\n%ri = arith.index_cast %rc : index to i32\n%rf = arith.sitofp %ri : i32 to f32\n"
+            f"pto.texpands ins(%rf : f32) outs(%o : {T16})")
+    run(io(body, 16, 16, T16), x=x, y=y)
+    assert (y == 80.0).all()
+
+
+def test_tscatter_index_mode_reverses_rows(x: np.ndarray) -> None:
+    """idx[i, j] = 15 - j (a tci descending from 15 broadcast down the rows): dst = src with columns reversed."""
+    y = np.zeros((16, 16), np.float32)
+    it, row = "!pto.tile_buf<vec, 16x16xi32>", "!pto.tile_buf<vec, 1x16xi32>"
+    body = (f"%c15 = arith.constant 15 : i32\n%ir = pto.alloc_tile : {row}\n%ix = pto.alloc_tile : {it}\n"
+            f"pto.tci ins(%c15 : i32) outs(%ir : {row}) {{descending = true}}\n"
+            f"pto.tcolexpand ins(%ir : {row}) outs(%ix : {it})\n"
+            f"pto.tscatter ins(%a, %ix : {T16}, {it}) outs(%o : {T16})")
+    run(io(body, 16, 16, T16), x=x, y=y)
+    np.testing.assert_array_equal(y, x[:, ::-1])
+
+
+def test_tscatter_mask_mode_is_not_simulated(x: np.ndarray) -> None:
+    half = "!pto.tile_buf<vec, 16x8xf32>"
+    body = (f"%h = pto.alloc_tile : {half}\n"
+            f'pto.tscatter ins(%h, {{maskPattern = #pto.mask_pattern<P0101>}} : {half}, "row") outs(%o : {T16})')
+    with pytest.raises(SimError, match="mask-pattern mode is not simulated"):
+        run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))

@@ -18,9 +18,12 @@ tcolexpand, tprint), `buffers` (core sections, reserved buffers, castptr, barrie
 and `pipes`; from the A2/A3 front end beyond FlashAttention: `multitile` (multi-buffer
 tiles), `reductions` (column / arg reductions, tlrelu, taxpy, taddc), `gathers` (mgather,
 mscatter), `fused` (tprelu, trowexpand, taddsc, tconcat, tmatmul.bias, address casts),
-`comm` (pto.comm.*, cache invalidation, fences), `sorts`, `quant` and `localarray`. This
-package re-exports all of them and assembles the `PTO` dialect; `docs/adding-an-op.md`
-walks through adding an op.
+`comm` (pto.comm.*, cache invalidation, fences), `sorts`, `quant`, `localarray`, `sync`
+(hand-written flags, intra-block flags, syncall, event-id arrays), `ipipes` (ptoas's
+internal `!pto.pipe` handle form), `partial` (tpart*, tsels), `gmquery`
+(get_tensor_view_dim / _stride, get_validshape, tprefetch), `structs` (stack-local structs)
+and `scatter` (tscatter). This package re-exports all of them and assembles the `PTO`
+dialect; `docs/adding-an-op.md` walks through adding an op.
 """
 
 from xdsl.ir import Dialect
@@ -121,16 +124,20 @@ from ptofa.dialect.types import (
     ROUND_MODES,
     SLAYOUTS,
     TILE_LOCS,
+    AccPhaseAttr,
     AtomicTypeAttr,
     CmpModeAttr,
     DivPrecisionAttr,
     ExpPrecisionAttr,
     KernelKindAttr,
     LayoutAttr,
+    LogPrecisionAttr,
     PartitionTensorViewType,
+    PrintFormatAttr,
     PtrType,
     RoundModeAttr,
     SaturationModeAttr,
+    StPhaseAttr,
     TensorViewType,
     TileBufType,
     _dims_str,
@@ -165,7 +172,37 @@ from ptofa.dialect.vector import (
     _UnaryOp,
 )
 
-from ptofa.dialect import comm, fused, gathers, localarray, multitile, quant, reductions, sorts  # noqa: E402 (families added after the FA subset)
+from ptofa.dialect import comm, fused, gathers, gmquery, ipipes, localarray, multitile, partial, quant, reductions, scatter, sorts, structs, sync  # noqa: E402 (families added after the FA subset)
+from ptofa.dialect.gmquery import GetTensorViewDimOp, GetTensorViewStrideOp, GetValidShapeOp, TPrefetchOp  # noqa: E402
+from ptofa.dialect.scatter import TScatterOp  # noqa: E402
+from ptofa.dialect.structs import DeclareStructOp, StructGetOp, StructSetOp, StructType  # noqa: E402
+from ptofa.dialect.partial import TPartAddOp, TPartArgMaxOp, TPartArgMinOp, TPartMaxOp, TPartMinOp, TPartMulOp, TSelSOp  # noqa: E402
+from ptofa.dialect.ipipes import (  # noqa: E402
+    DeclareGlobalOp,
+    DeclareTileOp,
+    InitializeL2G2LPipeOp,
+    InitializeL2LPipeOp,
+    PipeHandleType,
+    TAllocOp,
+    TFreeOp,
+    TPopOp,
+    TPushOp,
+)
+from ptofa.dialect.sync import (  # noqa: E402
+    DeclareEventIdArrayOp,
+    EventIdArrayGetOp,
+    EventIdArraySetOp,
+    EventIdArrayType,
+    RecordEventOp,
+    SetFlagDynOp,
+    SetFlagOp,
+    SetIntraBlockOp,
+    SyncAllOp,
+    WaitEventOp,
+    WaitFlagDynOp,
+    WaitFlagOp,
+    WaitIntraBlockOp,
+)
 from ptofa.dialect.localarray import DeclareLocalArrayOp, LocalArrayGetOp, LocalArraySetOp, LocalArrayType  # noqa: E402
 from ptofa.dialect.quant import QuantTypeAttr, TDequantOp, TQuantOp  # noqa: E402
 from ptofa.dialect.sorts import TMrgSortOp, TSort32Op  # noqa: E402
@@ -193,6 +230,7 @@ from ptofa.dialect.reductions import (  # noqa: E402
 PTO = Dialect(
     "pto",
     [*runtime.OPS, *memory.OPS, *views.OPS, *cube.OPS, *vector.OPS, *rowcol.OPS, *masks.OPS, *pipes.OPS, *tileaccess.OPS, *buffers.OPS,
-     *intops.OPS, *multitile.OPS, *reductions.OPS, *gathers.OPS, *fused.OPS, *comm.OPS, *sorts.OPS, *quant.OPS, *localarray.OPS],
-    [*types.ATTRS, *multitile.ATTRS, *gathers.ATTRS, *comm.ATTRS, *quant.ATTRS, *localarray.ATTRS],
+     *intops.OPS, *multitile.OPS, *reductions.OPS, *gathers.OPS, *fused.OPS, *comm.OPS, *sorts.OPS, *quant.OPS, *localarray.OPS,
+     *sync.OPS, *ipipes.OPS, *partial.OPS, *gmquery.OPS, *structs.OPS, *scatter.OPS],
+    [*types.ATTRS, *multitile.ATTRS, *gathers.ATTRS, *comm.ATTRS, *quant.ATTRS, *localarray.ATTRS, *sync.ATTRS, *ipipes.ATTRS, *structs.ATTRS],
 )

@@ -91,6 +91,29 @@ def _brace_dict(parser: Parser, allowed: tuple[str, ...], start: int) -> dict[st
     return attrs
 
 
+def _reserve_dict(parser: Parser, start: int) -> dict[str, Attribute]:
+    """reserve_buffer's `{...}`, where ptoas also takes the elided `location = <vec>`."""
+    allowed = ("name", "size", "location", "auto", "base")
+    attrs: dict[str, Attribute] = {}
+    parser.parse_punctuation("{")
+    while parser.parse_optional_punctuation("}") is None:
+        if attrs:
+            parser.parse_punctuation(",")
+        key = parser.parse_identifier()
+        if key not in allowed:
+            parser.raise_error(f"unexpected attributes ['{key}'], expected {', '.join(allowed)}", start)
+        parser.parse_punctuation("=")
+        if key == "location" and parser.parse_optional_punctuation("<") is not None:
+            space = parser.parse_identifier()
+            parser.parse_punctuation(">")
+            if space not in AddressSpaceAttr.VALUES:
+                parser.raise_error(f"location: '{space}' is not one of {', '.join(AddressSpaceAttr.VALUES)}", start)
+            attrs[key] = AddressSpaceAttr(space)
+        else:
+            attrs[key] = parser.parse_attribute()
+    return attrs
+
+
 def _int(attr: Attribute | None) -> int | None:
     return attr.value.data if isinstance(attr, IntegerAttr) else None
 
@@ -111,7 +134,7 @@ class ReserveBufferOp(IRDLOperation):
     @classmethod
     def parse(cls, parser: Parser) -> "ReserveBufferOp":
         start = parser.pos
-        attrs = _brace_dict(parser, ("name", "size", "location", "auto", "base"), start)
+        attrs = _reserve_dict(parser, start)
         for key in ("name", "size", "location"):
             if key not in attrs:
                 parser.raise_error(f"pto.reserve_buffer needs '{key}'", start)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from xdsl.ir import Operation
-from xdsl.irdl import irdl_op_definition, operand_def
+from xdsl.ir import Attribute, Operation
+from xdsl.irdl import irdl_op_definition, operand_def, opt_prop_def
+from xdsl.parser import Parser
+from xdsl.printer import Printer
 
 from ptofa.dialect.base import _fail, _InsOutsOp, _tile
-from ptofa.dialect.types import TileBufType
+from ptofa.dialect.types import AccPhaseAttr, TileBufType
 
 
 _MATMUL_DTYPES = {("f32", "f16", "f16"), ("f32", "bf16", "bf16"), ("f32", "f32", "f32"), ("i32", "i8", "i8")}
@@ -28,8 +30,30 @@ def _check_matmul(op: Operation, a: TileBufType, b: TileBufType, c: TileBufType)
             _fail(op, "matmul dims", f"{name}={v} must be <= 4095")
 
 
+class _AccPhaseOp(_InsOutsOp):
+    """A matmul with ptoas's optional `{accPhase = #pto<acc_phase partial|final>}` after `outs(...)`."""
+
+    accPhase = opt_prop_def(AccPhaseAttr)  # noqa: N815 (ptoas's attribute name)
+
+    @classmethod
+    def _props_from_attrs(cls, parser: Parser, attrs: dict[str, Attribute], start: int | None = None) -> dict[str, Attribute]:
+        attrs = dict(attrs)
+        phase = attrs.pop("accPhase", None)
+        if attrs:
+            parser.raise_error(f"{cls.name}: unexpected attributes {sorted(attrs)}", start)
+        if phase is None:
+            return {}
+        if not isinstance(phase, AccPhaseAttr):
+            parser.raise_error(f"{cls.name}: accPhase must be #pto<acc_phase ...>, got {phase}", start)
+        return {"accPhase": phase}
+
+    def _print_attrs(self, printer: Printer) -> None:
+        if self.accPhase is not None:
+            printer.print_string(f" {{accPhase = {self.accPhase.text}}}")
+
+
 @irdl_op_definition
-class TMatmulOp(_InsOutsOp):
+class TMatmulOp(_AccPhaseOp):
     """`pto.tmatmul ins(%a, %b : L, R) outs(%c : C)`: C = A @ B with f32 accumulation."""
 
     name = "pto.tmatmul"
@@ -43,7 +67,7 @@ class TMatmulOp(_InsOutsOp):
 
 
 @irdl_op_definition
-class TMatmulAccOp(_InsOutsOp):
+class TMatmulAccOp(_AccPhaseOp):
     """`pto.tmatmul.acc ins(%c, %a, %b : C, L, R) outs(%c : C)`: C_out = C_in + A @ B."""
 
     name = "pto.tmatmul.acc"

@@ -31,6 +31,8 @@ from ptofa.dialect.types import (
     LayoutAttr,
     PartitionTensorViewType,
     PtrType,
+    ReluPreModeAttr,
+    StPhaseAttr,
     TensorViewType,
     TileBufType,
     _dims_str,
@@ -543,6 +545,8 @@ class TStoreOp(_InsOutsOp):
     src = operand_def(TileBufType)
     dst_ = operand_def(PartitionTensorViewType)
     atomicType = opt_prop_def(AtomicTypeAttr)  # noqa: N815 (ptoas's attribute name)
+    stPhase = opt_prop_def(StPhaseAttr)  # noqa: N815 (ptoas's attribute name; a scheduling hint)
+    reluPreMode = opt_prop_def(ReluPreModeAttr)  # noqa: N815 (ptoas's attribute name)
     layout = opt_prop_def(LayoutAttr)
     inferred_layout = opt_prop_def(IntegerAttr, prop_name="pto.inferred_layout")
 
@@ -550,9 +554,18 @@ class TStoreOp(_InsOutsOp):
     def _props_from_attrs(cls, parser: Parser, attrs: dict[str, Attribute], start: int | None = None) -> dict[str, Attribute]:
         attrs = dict(attrs)
         atomic = attrs.pop("atomicType", None)
+        phase = attrs.pop("stPhase", None)
+        relu = attrs.pop("reluPreMode", None)
         props = _pop_layout_hint(parser, attrs, start)
         if attrs:
             parser.raise_error(f"{cls.name}: unexpected attributes {sorted(attrs)}", start)
+        for key, value, kind in (("stPhase", phase, StPhaseAttr), ("reluPreMode", relu, ReluPreModeAttr)):
+            if value is None:
+                continue
+            if not isinstance(value, kind):
+                parser.raise_error(f"{cls.name}: {key} must be #pto<{kind.name[4:]} ...>, got {value}", start)
+            if value.value.data != "no_relu":
+                props[key] = value
         if atomic is None:
             return props
         if not isinstance(atomic, AtomicTypeAttr):
@@ -560,7 +573,9 @@ class TStoreOp(_InsOutsOp):
         return props if atomic.value.data == "atomic_none" else {**props, "atomicType": atomic}
 
     def _print_attrs(self, printer: Printer) -> None:
-        items = [f"atomicType = {self.atomicType.text}"] if self.atomicType is not None else []
+        items = [f"stPhase = {self.stPhase.text}"] if self.stPhase is not None else []
+        items += [f"atomicType = {self.atomicType.text}"] if self.atomicType is not None else []
+        items += [f"reluPreMode = {self.reluPreMode.text}"] if self.reluPreMode is not None else []
         _print_attr_dict(printer, items + _layout_hint_items(self))
 
     @property
@@ -573,6 +588,8 @@ class TStoreOp(_InsOutsOp):
         assert isinstance(pt, PartitionTensorViewType)
         if t.space not in ("vec", "mat", "acc"):
             _fail(self, "memory space", f"src must be loc=vec, mat or acc on A2/A3, got loc={t.space}")
+        if self.reluPreMode is not None and t.space != "acc":
+            _fail(self, "relu", f"reluPreMode needs a loc=acc src, got loc={t.space}")
         if t.space == "acc":
             if t.elem not in ("f32", "i32") or elem_name(pt.elem) not in ("f32", "i32", "f16", "bf16"):
                 _fail(self, "dtype pair", f"acc store {t.elem} -> {elem_name(pt.elem)} is not allowed")

@@ -112,14 +112,28 @@ class TColSumOp(_InsOutsOp):
             parser.raise_error(f"{cls.name}: isBinary must be true or false, got {binary}", start)
         return {"isBinary": binary}
 
+    @classmethod
+    def parse(cls, parser: Parser):
+        """ptoas's two forms: `ins(%src, %tmp {isBinary = ...} : S, T) outs(...)` and, without
+        a tmp, `ins(%src : S) outs(...) {isBinary = ...}` (PTOAS TColSumOp::parse)."""
+        start = parser.pos
+        op = super().parse(parser)
+        trailing = parser.parse_optional_attr_dict()
+        if not trailing:
+            return op
+        if op.tmp is not None or op.isBinary is not None:
+            parser.raise_error(f"{cls.name}: with a tmp, isBinary goes inside ins(...) before the colon", start)
+        op.properties.update(cls._props_from_attrs(parser, trailing, start))
+        return op
+
     def print(self, printer: Printer) -> None:
+        binary = f" {{isBinary = {'true' if self.isBinary.value.data else 'false'}}}" if self.isBinary is not None else ""
         printer.print_string(" ins(")
         printer.print_operand(self.src)
         if self.tmp is not None:
             printer.print_string(", ")
             printer.print_operand(self.tmp)
-        if self.isBinary is not None:
-            printer.print_string(f" {{isBinary = {'true' if self.isBinary.value.data else 'false'}}}")
+            printer.print_string(binary)
         printer.print_string(" : ")
         printer.print_attribute(self.src.type)
         if self.tmp is not None:
@@ -130,6 +144,8 @@ class TColSumOp(_InsOutsOp):
         printer.print_string(" : ")
         printer.print_attribute(self.dst.type)
         printer.print_string(")")
+        if self.tmp is None:
+            printer.print_string(binary)
 
     def verify_(self) -> None:
         s, d = _tile(self, self.src, "src"), _tile(self, self.dst, "dst")

@@ -20,7 +20,7 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 
 from ptofa.dialect.base import _fail, _InsOutsOp, _print_typed_list, _tile, constant_index
-from ptofa.dialect.types import DYN, MaskPatternAttr, ReluPreModeAttr, TileBufType, _dims_str
+from ptofa.dialect.types import DYN, MaskPatternAttr, PrintFormatAttr, ReluPreModeAttr, TileBufType, _dims_str
 from ptofa.dialect.vector import _check_vec, _valid_compatible
 
 _A3_WINDOW_ELEMS = ("i8", "f16", "bf16", "f32")
@@ -300,7 +300,10 @@ class TGetValOp(IRDLOperation):
 
 @irdl_op_definition
 class TTransOp(_InsOutsOp):
-    """`pto.ttrans ins(%src[, %tmp] : S[, T]) outs(%dst : D)`: dst = src^T (valid region)."""
+    """`pto.ttrans ins(%src[, %tmp] : S[, T]) outs(%dst : D)`: dst = src^T (valid region).
+
+    ptoas does not relate the two valid shapes (PTOAS TTransOp::verify); the simulator
+    runs only a dst whose valid shape is src's transposed."""
 
     name = "pto.ttrans"
     src = operand_def(TileBufType)
@@ -316,8 +319,6 @@ class TTransOp(_InsOutsOp):
             _fail(self, "dtype", f"src and dst must share the element type, got {s.elem} and {d.elem}")
         if s.elem not in ("i8", "i16", "i32", "f16", "bf16", "f32"):
             _fail(self, "dtype", f"A2/A3 ttrans takes 8-, 16- or 32-bit elements, got {s.elem}")
-        if not _valid_compatible((s.valid[1], s.valid[0]), d.valid):
-            _fail(self, "shape agreement", f"dst valid {_dims_str(d.valid)} must be the transpose of src valid {_dims_str(s.valid)}")
 
 
 @irdl_op_definition
@@ -450,21 +451,29 @@ class TPrintOp(IRDLOperation):
 
     name = "pto.tprint"
     src = operand_def(TileBufType)
+    printFormat = opt_prop_def(PrintFormatAttr)  # noqa: N815 (ptoas's attribute name)
 
     @classmethod
     def parse(cls, parser: Parser) -> "TPrintOp":
+        start = parser.pos
         parser.parse_keyword("ins")
         parser.parse_punctuation("(")
         src = parser.parse_unresolved_operand()
         parser.parse_punctuation(":")
         t = parser.parse_type()
         parser.parse_punctuation(")")
-        return cls.build(operands=[parser.resolve_operand(src, t)])
+        attrs = dict(parser.parse_optional_attr_dict())
+        fmt = attrs.pop("printFormat", None)
+        if attrs or (fmt is not None and not isinstance(fmt, PrintFormatAttr)):
+            parser.raise_error(f"{cls.name}: takes only {{printFormat = #pto<print_format ...>}}, got {sorted(attrs) or [str(fmt)]}", start)
+        return cls.build(operands=[parser.resolve_operand(src, t)], properties={"printFormat": fmt} if fmt is not None else {})
 
     def print(self, printer: Printer) -> None:
         printer.print_string(" ins(")
         _print_typed_list(printer, [self.src])
         printer.print_string(")")
+        if self.printFormat is not None:
+            printer.print_string(f" {{printFormat = {self.printFormat.text}}}")
 
     def verify_(self) -> None:
         t = _tile(self, self.src, "src")

@@ -499,6 +499,40 @@ class DivPrecisionAttr(_PtoEnumAttr):
 
 
 @irdl_attr_definition
+class LogPrecisionAttr(_PtoEnumAttr):
+    """`#pto<log_precision high_precision>` (tlog)."""
+
+    name = "pto.log_precision"
+    VALUES: ClassVar[tuple[str, ...]] = ("default", "high_precision")
+
+
+@irdl_attr_definition
+class AccPhaseAttr(_PtoEnumAttr):
+    """`#pto<acc_phase partial|final>` (tmatmul, tmatmul.acc): which K-loop step a matmul is, a
+    scheduling hint for ptoas's templated TMATMUL; the product is the same."""
+
+    name = "pto.acc_phase"
+    VALUES: ClassVar[tuple[str, ...]] = ("unspecified", "partial", "final")
+
+
+@irdl_attr_definition
+class StPhaseAttr(_PtoEnumAttr):
+    """`#pto<st_phase partial|final>` (tstore): the store's phase, a scheduling hint for
+    ptoas's templated TSTORE; the stored data is the same."""
+
+    name = "pto.st_phase"
+    VALUES: ClassVar[tuple[str, ...]] = ("unspecified", "partial", "final")
+
+
+@irdl_attr_definition
+class PrintFormatAttr(_PtoEnumAttr):
+    """`#pto<print_format width8_precision2>` (tprint): field width and precision of the printout."""
+
+    name = "pto.print_format"
+    VALUES: ClassVar[tuple[str, ...]] = ("width8_precision4", "width8_precision2", "width10_precision6")
+
+
+@irdl_attr_definition
 class AtomicTypeAttr(_PtoEnumAttr):
     """`#pto<atomic_type atomic_add>` (tstore)."""
 
@@ -541,6 +575,7 @@ class ReluPreModeAttr(_PtoEnumAttr):
 
 ATTRS = (
     PtrType, TensorViewType, PartitionTensorViewType, TileBufType, KernelKindAttr, LayoutAttr,
-    RoundModeAttr, CmpModeAttr, ExpPrecisionAttr, DivPrecisionAttr, AtomicTypeAttr, SaturationModeAttr,
+    RoundModeAttr, CmpModeAttr, ExpPrecisionAttr, DivPrecisionAttr, LogPrecisionAttr, AccPhaseAttr, StPhaseAttr, PrintFormatAttr, AtomicTypeAttr,
+    SaturationModeAttr,
     AddressSpaceAttr, MaskPatternAttr, ReluPreModeAttr,
 )

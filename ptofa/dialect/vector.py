@@ -21,6 +21,7 @@ from ptofa.dialect.types import (
     ROUND_MODES,
     DivPrecisionAttr,
     ExpPrecisionAttr,
+    LogPrecisionAttr,
     RoundModeAttr,
     SaturationModeAttr,
     TileBufType,
@@ -275,11 +276,13 @@ class TExpOp(_UnaryOp, _PrecisionAttrOp):
 
 
 @irdl_op_definition
-class TLogOp(_UnaryOp):
-    """d = ln(a)"""
+class TLogOp(_UnaryOp, _PrecisionAttrOp):
+    """d = ln(a) (optional `{precisionType = #pto<log_precision high_precision>}`)"""
 
     name = "pto.tlog"
     FLOAT_ONLY: ClassVar[bool] = True
+    precisionType = opt_prop_def(LogPrecisionAttr)  # noqa: N815
+    PRECISION: ClassVar[type | None] = LogPrecisionAttr
 
 
 @irdl_op_definition
@@ -396,11 +399,13 @@ class TMulsOp(_ScalarOp):
 
 
 @irdl_op_definition
-class TDivsOp(_ScalarOp):
-    """d = a / s, or d = s / a when the scalar comes first"""
+class TDivsOp(_ScalarOp, _PrecisionAttrOp):
+    """d = a / s, or d = s / a when the scalar comes first (optional `{precisionType = #pto<div_precision ...>}`)"""
 
     name = "pto.tdivs"
     SCALAR_FIRST_OK: ClassVar[bool] = True
+    precisionType = opt_prop_def(DivPrecisionAttr)  # noqa: N815
+    PRECISION: ClassVar[type | None] = DivPrecisionAttr
 
 
 @irdl_op_definition

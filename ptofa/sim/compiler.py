@@ -20,7 +20,8 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from ptofa import dialect as d
 from ptofa.sim import (  # noqa: F401 (registers semantics)
-    accessops, commops, extraops, fusedops, gatherops, localarrayops, multitile, pipeops, registry, tileops,
+    accessops, commops, extraops, fusedops, gatherops, gmqueryops, ipipeops, localarrayops, multitile, partialops, pipeops, registry,
+    scatterops, structops, syncops, tileops,
 )
 from ptofa.sim.errors import SimError
 from ptofa.sim.memory import BF16, GmView, Tile, bf16_decode, bf16_encode, new_tile_storage
@@ -290,6 +291,9 @@ class _FunctionCompiler:
         return s
 
     def run(self) -> None:
+        if len(self.f.body.blocks) > 1:
+            raise SimError(f"@{self.f.sym_name.data} (line {self.mc.parsed.line(self.f)}): branches between blocks "
+                           "(cf.br / cf.cond_br) are not simulated")
         block = self.f.body.blocks[0]
         self.fp.arg_slots = [self.slot(a) for a in block.args]
         self.fp.arg_names = [a.name_hint or f"arg{i}" for i, a in enumerate(block.args)]
@@ -767,7 +771,8 @@ _SCALAR_TYPES = (d.AddPtrOp, d.LoadScalarOp, d.StoreScalarOp, d.MakeTensorViewOp
                  d.SetValidShapeOp, d.TSetValOp, d.TGetValOp, d.TPrintOp, d.ReserveBufferOp, d.ImportReservedBufferOp,
                  d.CastPtrOp, d.BarrierOp, *d.PIPE_INIT_OPS, d.AllocMultiTileOp, d.MultiTileGetOp,
                  d.PtrToIntOp, d.IntToPtrOp, d.CmoCacheInvalidOp, d.FenceBarrierAllOp, d.DeclareLocalArrayOp, d.LocalArrayGetOp,
-                 d.LocalArraySetOp)
+                 d.LocalArraySetOp, *d.sync.OPS, *d.gmquery.VIEW_QUERY_OPS,
+                 *d.structs.OPS)
 
 
 def _is_scalar_op(op: Operation) -> bool:

@@ -190,6 +190,8 @@ def tload(op: d.TLoadOp, slot: Slot) -> Fn:
 def tstore(op: d.TStoreOp, slot: Slot) -> Fn:
     """The tile's valid region to the partition: a copy from vec / mat, a conversion from acc
     (FIX: f32 -> f16 / bf16 rounds to nearest even); `atomic_add` adds into GM instead."""
+    if op.reluPreMode is not None:
+        raise SimError(f"{op.name}: reluPreMode is not simulated")
     src, dst = slot(op.src), slot(op.dst)
     convert = op.src.type.space == "acc"
     atomic = op.atomic_add
