@@ -50,12 +50,8 @@ def block_dim_of(config: BwdConfig, kernel: str, shape: ProblemShape, block_dim:
 
 
 def _on(device: torch.device, tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` itself when it is contiguous on `device`, else a contiguous device copy."""
     return tensor.to(device).contiguous()
-
-
-def _device_buffer(device: torch.device, tensor: torch.Tensor) -> torch.Tensor:
-    """`tensor` itself when it is on `device`, else a device copy (the caller copies it back)."""
-    return tensor if tensor.device == device else tensor.to(device)
 
 
 def launch_backward_npu(config: BwdConfig, shape: ProblemShape, q, k, v, out, lse, dout, grads, scale: float, *,
@@ -68,7 +64,7 @@ def launch_backward_npu(config: BwdConfig, shape: ProblemShape, q, k, v, out, ls
     launchers = {kernel: kernel_launcher(config, kernel) for kernel in KERNELS}
     device = npu_device()
     stream = npu_stream() if stream is None else stream
-    outputs = {name: _device_buffer(device, getattr(grads, name)) for name in ("dq", "dk", "dv")}
+    outputs = {name: _on(device, getattr(grads, name)) for name in ("dq", "dk", "dv")}
     dsum = torch.full(tuple(grads.dsum.shape), math.nan, dtype=torch.float32, device=device)
     left, right = shape.window_bounds() if bounds is None else bounds
     values = {"q": _on(device, q), "k": _on(device, k), "v": _on(device, v), "o": _on(device, out),
