@@ -25,7 +25,9 @@ VECTOR_FUNC_NAME = "fa_vec"
 LAUNCHER_NAME = "call_fa_fwd"
 REDUCE_ENTRY_NAME = "fa_reduce"
 REDUCE_FUNC_NAME = "fa_reduce_vec"
-LAUNCHERS = {ENTRY_NAME: LAUNCHER_NAME, REDUCE_ENTRY_NAME: "call_fa_reduce"}  # entry -> its host launcher
+BWD_ENTRY_NAMES = {"dq": "fa_bwd_dq", "dkdv": "fa_bwd_dkdv"}  # backward kernel -> its entry (kernels/fa_bwd.py)
+LAUNCHERS = {ENTRY_NAME: LAUNCHER_NAME, REDUCE_ENTRY_NAME: "call_fa_reduce",
+             **{entry: f"call_{entry}" for entry in BWD_ENTRY_NAMES.values()}}  # entry -> its host launcher
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,15 @@ LAUNCHER_RETURN_C_TYPE = "int32_t"
 LAUNCHER_RESTYPE = ctypes.c_int32
 
 
+_CXX_KEYWORDS = frozenset({"do", "for", "if", "int", "float", "new", "delete", "case", "default", "char", "long"})
+
+
+def c_ident(name: str) -> str:
+    """`name` as a C++ identifier in the launcher: an argument named like a C++ keyword (the
+    backward kernels' `do`, for dO) gets a trailing underscore, so the launcher compiles."""
+    return f"{name}_" if name in _CXX_KEYWORDS else name
+
+
 def launcher_argtypes(config=None) -> list[type]:
     """ctypes argtypes of the launcher: block_dim, stream, then the host parameters."""
     return [ctypes.c_uint32, ctypes.c_void_p] + [p.ctype for p in host_params(config)]
@@ -186,13 +197,13 @@ def launcher_argtypes(config=None) -> list[type]:
 def launcher_c_params(config=None, args: tuple[EntryArg, ...] | None = None) -> list[str]:
     """The launcher's C parameter list, as written in caller.cpp (of `config`, or of `args`)."""
     params = host_params(config) if args is None else host_params_of(args)
-    return ["uint32_t block_dim", "void* stream"] + [f"{p.c_type} {p.name}" for p in params]
+    return ["uint32_t block_dim", "void* stream"] + [f"{p.c_type} {c_ident(p.name)}" for p in params]
 
 
 def kernel_launch_args(config=None, args: tuple[EntryArg, ...] | None = None) -> list[str]:
     """The expressions caller.cpp passes to the entry, in entry-argument order."""
     out = []
     for arg in entry_args(config) if args is None else args:
-        expr = "ffts_addr" if arg.source == "ffts" else arg.source
+        expr = "ffts_addr" if arg.source == "ffts" else c_ident(arg.source)
         out.append(f"{arg.cxx_cast}{expr}" if arg.cxx_cast else expr)
     return out

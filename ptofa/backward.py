@@ -4,7 +4,7 @@
 `out = softmax(scale Q K^T + mask) V` whose `out` and `lse` the forward kernel wrote
 (`ptofa.flash_attn_func(..., return_lse=True)`): no S or P is kept between the passes.
 It launches the two kernels of `ptofa.kernels.fa_bwd` one after the other: `dq` (which
-also writes D = rowsum(dO * O)) and then `dkdv`, on the simulator.
+also writes D = rowsum(dO * O)) and then `dkdv`, on the simulator or on an NPU (`ptofa.backward_npu`).
 
 `reference_backward` is torch autograd through the same attention in fp64 and in the
 input dtype; `check_gradients` applies the FlashAttention accuracy rule (`check_accuracy`:
@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ptofa.backend import BackendUnavailable
+from ptofa.attention import resolve_backend
+from ptofa.backward_npu import launch_backward_npu
 from ptofa.bwd_pipeline import BwdConfig, entry_args, work_units
 from ptofa.kernels.fa_bwd import emit_bwd
 from ptofa.pipeline import ConfigError, ProblemShape
@@ -88,7 +89,8 @@ def attention_backward(
     deterministic: the kernels accumulate without atomics (one writer per element), so the
              result is bit-identical across runs; an atomic-add dQ mode is not built, and
              deterministic=False raises `ValueError`.
-    backend: "auto" or "sim" (CPU simulator); "npu" raises `BackendUnavailable` (not wired yet).
+    backend: "sim" (CPU simulator), "npu" (built with ptoas + bisheng, launched through torch_npu:
+             `ptofa.backward_npu`; `BackendUnavailable` without an NPU) or "auto" (npu where usable).
     bounds:  the kernel's own (win_left, win_right) window arguments instead of `window`, as
              the forward op takes them (`ptofa.attention.window_to_bounds`; torch's top-left
              causal is the right bound S0 - S1, which `window` cannot say when S0 < S1).
@@ -99,9 +101,7 @@ def attention_backward(
     if not deterministic:
         raise ValueError("attention_backward: deterministic=False asks for the atomic-add dQ mode, which is not built; "
                          "the shipped kernels are deterministic (deterministic=True)")
-    if backend == "npu":
-        raise BackendUnavailable("attention_backward: the backward kernels run on the simulator only (backend='sim')")
-    if backend not in ("auto", "sim"):
+    if backend not in ("auto", "sim", "npu"):
         raise ValueError(f"attention_backward: backend={backend!r} must be 'auto', 'sim' or 'npu'")
     b, s0, n, d = q.shape
     s1, kvn = k.shape[1], k.shape[2]
@@ -119,7 +119,10 @@ def attention_backward(
         raise ValueError(f"attention_backward: S0={s0}, S1={s1} must be >= 1 and window={win} entries >= -1")
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
     grads = BackwardBuffers.zeros(q, k)
-    run_backward(cfg, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, bounds=bounds)
+    if resolve_backend(backend) == "npu":
+        launch_backward_npu(cfg, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, bounds=bounds)
+    else:
+        run_backward(cfg, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, bounds=bounds)
     return grads.dq, grads.dk, grads.dv
 
 

@@ -51,10 +51,13 @@ def build_backward(config: FAConfig, out_dir: Path, echo) -> None:
 
 
 def run_backward_case(config: FAConfig, shape: ProblemShape, forward_us: float | None, seed: int, soc: str,
-                      block_dim: int | None, echo) -> bool:
-    """Forward (for O and LSE), backward, gradient check and timing; True when the gradients pass."""
+                      block_dim: int | None, echo, backend: str = "sim") -> bool:
+    """Forward (for O and LSE), backward, gradient check and timing; True when the gradients pass.
+    On `backend="npu"` both run on the NPU and the timing model is not run (it replays the
+    kernels on the simulator: `--backend sim`)."""
     import ptofa
     from ptofa.backward import BackwardBuffers, check_gradients, reference_backward, run_backward
+    from ptofa.backward_npu import launch_backward_npu
     from ptofa.reference import make_inputs
 
     bwd = backward_config(config)
@@ -62,11 +65,15 @@ def run_backward_case(config: FAConfig, shape: ProblemShape, forward_us: float |
     q, k, v = make_inputs(shape, config.head, seed, dtype, shape.kv_heads)
     dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1)).to(dtype)
     fwd = dataclasses.replace(config, lse=True)
-    out, lse = ptofa.flash_attn_func(q, k, v, window_size=shape.window, return_lse=True, backend="sim", config=fwd)
+    out, lse = ptofa.flash_attn_func(q, k, v, window_size=shape.window, return_lse=True, backend=backend, config=fwd)
     grads = BackwardBuffers.zeros(q, k)
     scale = shape.default_scale(config.head)
-    results = run_backward(bwd, shape, q, k, v, out.contiguous(), lse.contiguous(), dout, grads, scale,
-                           block_dim=block_dim, trace=True)
+    out, lse = out.contiguous(), lse.contiguous()
+    if backend == "npu":
+        launch_backward_npu(bwd, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim)
+        results = None
+    else:
+        results = run_backward(bwd, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, trace=True)
     passed = True
     scores = shape.batch * shape.heads * shape.s0 * shape.s1
     if scores <= MAX_CHECKED_SCORES:
@@ -80,7 +87,9 @@ def run_backward_case(config: FAConfig, shape: ProblemShape, forward_us: float |
         echo(f"gradient check skipped: B*N*S0*S1 = {scores} > {MAX_CHECKED_SCORES} (the fp64 autograd reference "
              f"would hold several tensors of that size); finite: "
              f"{all(bool(torch.isfinite(g).all()) for g in (grads.dq, grads.dk, grads.dv))}")
-    timing = predict_backward(results, bwd, shape, soc)
     echo(f"backward config: {bwd.summary()}")
-    echo(timing.summary(forward_us))
+    if results is None:
+        echo("backward timing model not run on the npu backend (it replays the kernels: --backend sim)")
+    else:
+        echo(predict_backward(results, bwd, shape, soc).summary(forward_us))
     return passed

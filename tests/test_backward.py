@@ -7,7 +7,6 @@ import pytest
 import torch
 
 import ptofa
-from ptofa.backend import BackendUnavailable
 from ptofa.backward import (
     BackwardBuffers,
     attention_backward,
@@ -220,8 +219,8 @@ def test_bad_inputs_raise_clear_errors():
         attention_backward(q, torch.cat([k] * 3, 2), torch.cat([v] * 3, 2), q, lse, dout)
     with pytest.raises(ValueError, match="atomic-add dQ mode"):
         attention_backward(q, k, v, q, lse, dout, deterministic=False)
-    with pytest.raises(BackendUnavailable, match="simulator only"):
-        attention_backward(q, k, v, q, lse, dout, backend="npu")
+    with pytest.raises(ValueError, match="backend='gpu' must be"):
+        attention_backward(q, k, v, q, lse, dout, backend="gpu")
     with pytest.raises(ConfigError, match="head dim"):
         attention_backward(*(torch.zeros(1, 8, 1, 96, dtype=torch.float16),) * 4, torch.zeros(1, 1, 8),
                            torch.zeros(1, 8, 1, 96, dtype=torch.float16))
@@ -281,7 +280,6 @@ def test_cli_build_backward_writes_both_kernels(tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["build", "--backward", "--head", "96"], "head dim"),
     (["build", "--backward", "--key-padding-mask"], "--key-padding-mask not supported"),
-    (["run", "--backward", "--backend", "npu"], "simulator only"),
 ])
 def test_cli_backward_bad_input_exits_2(argv, message):
     from click.testing import CliRunner

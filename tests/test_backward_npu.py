@@ -1,0 +1,334 @@
+"""The NPU path of the backward kernels, checked with a recording fake launcher (the device is the
+CPU) that can replay each launch on the simulator from its recorded addresses, and once on a real
+NPU (marked `npu`, skipped without one)."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import ptofa
+from ptofa import argspec, backward_npu, npu, serving_npu
+from ptofa.backend import BackendUnavailable
+from ptofa.backward import attention_backward, check_gradients, reference_backward
+from ptofa.bwd_pipeline import BwdConfig, entry_args, work_units
+from ptofa.kernels.fa_bwd import emit_bwd, entry_name
+from ptofa.pipeline import ProblemShape
+from ptofa.sim import GmPointer, simulate
+from ptofa.textio import check_text
+from ptofa.toolchain import ToolchainError, caller_for, entry_signature
+
+CORES = 24
+STREAM = 0xB4D
+
+
+@dataclasses.dataclass
+class Call:
+    """One launcher call: its entry, text, block_dim, stream and host arguments by name, in order."""
+
+    entry: str
+    text: str
+    block_dim: int
+    stream: int
+    values: dict[str, int | float]
+    order: list[str]
+
+
+class FakeStream:
+    _as_parameter_ = STREAM
+
+
+class Calls(list):
+    """The recorded calls; `on_launch(call)`, when set, runs inside the launch (buffers still alive)."""
+
+    on_launch = None
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
+    """An NPU that is the CPU: launchers record their arguments (from the kernel text's own entry
+    signature, as `launcher_of` loads them) and compute nothing unless `on_launch` does."""
+    recorded = Calls()
+
+    def launcher_of(text: str, summary: str) -> serving_npu.EntryLauncher:
+        entry, args = entry_signature(text)
+        order = [p.name for p in argspec.host_params_of(args)]
+
+        def launch(block_dim: int, stream: int, *values: int | float) -> int:
+            assert len(values) == len(order)
+            call = Call(entry, text, block_dim, stream, dict(zip(order, values)), order)
+            recorded.append(call)
+            if recorded.on_launch is not None:
+                recorded.on_launch(call)
+            return argspec.RC_OK
+
+        return serving_npu.EntryLauncher(launch, entry, args)
+
+    monkeypatch.setattr(npu, "npu_available", lambda: (True, "fake NPU"))
+    monkeypatch.setattr(backward_npu, "npu_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(backward_npu, "npu_stream", FakeStream)
+    monkeypatch.setattr(backward_npu, "cube_core_count", lambda: CORES)
+    monkeypatch.setattr(backward_npu, "launcher_of", launcher_of)
+    return recorded
+
+
+@pytest.fixture
+def launches(monkeypatch: pytest.MonkeyPatch) -> list[backward_npu.NpuBackwardLaunch]:
+    """The `launch_backward_npu` results (block dims and workspaces) of the calls."""
+    results = []
+    real = backward_npu.launch_backward_npu
+
+    def keep(*args, **kwargs):
+        results.append(real(*args, **kwargs))
+        return results[-1]
+
+    monkeypatch.setattr("ptofa.backward.launch_backward_npu", keep)
+    return results
+
+
+def _inputs(b, n, kvn, s0, s1, d=64, seed=0, dtype=torch.float16):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, s0, n, d, generator=g).to(dtype)
+    k = torch.randn(b, s1, kvn, d, generator=g).to(dtype)
+    v = torch.randn(b, s1, kvn, d, generator=g).to(dtype)
+    dout = torch.randn(b, s0, n, d, generator=g).to(dtype)
+    return q, k, v, dout
+
+
+def _case(window=(-1, 0), b=1, n=4, kvn=2, s0=100, s1=140):
+    """Inputs, and the forward's O and LSE from the simulator (the backward's real inputs)."""
+    q, k, v, dout = _inputs(b, n, kvn, s0, s1)
+    out, lse = ptofa.flash_attn_func(q, k, v, window_size=window, return_lse=True, backend="sim")
+    return q, k, v, out.contiguous(), lse.contiguous(), dout
+
+
+def _launcher_params(text: str, tmp_path: Path) -> list[str]:
+    """The host parameters of the launcher `toolchain.caller_for` renders for this `.pto` text."""
+    pto = tmp_path / "kernel.pto"
+    pto.write_text(text)
+    cpp = caller_for(pto)[1]
+    params = re.search(r'extern "C" int32_t call_fa_\w+\((.*?)\)\n', cpp, re.S).group(1)
+    return [p.split()[-1] for p in params.split(",")][2:]
+
+
+def test_the_backward_entries_have_launchers() -> None:
+    assert [argspec.BWD_ENTRY_NAMES[k] for k in ("dq", "dkdv")] == [entry_name("dq"), entry_name("dkdv")]
+    assert argspec.LAUNCHERS[entry_name("dkdv")] == "call_fa_bwd_dkdv"
+
+
+def test_dq_then_dkdv_get_the_entry_arguments_in_signature_order(calls, launches, tmp_path) -> None:
+    q, k, v, out, lse, dout = _case()
+    dq, dk, dv = attention_backward(q, k, v, out, lse, dout, window=(-1, 0), softmax_scale=0.2, backend="npu")
+    (launch,) = launches
+    config = BwdConfig(head=64, masked=True)
+    assert [call.entry for call in calls] == [entry_name("dq"), entry_name("dkdv")]
+    for call, kernel in zip(calls, ("dq", "dkdv")):
+        assert call.text == emit_bwd(config, kernel)
+        assert tuple((a.name, a.ir_type) for a in entry_signature(call.text)[1]) == entry_args(config, kernel)
+        assert [argspec.c_ident(name) for name in call.order] == _launcher_params(call.text, tmp_path)
+        units = work_units(config, kernel, 1, 4, 2, 100, 140)
+        assert call.block_dim == launch.block_dims[kernel] == min(units, CORES) and call.stream == STREAM
+        workspace = launch.workspaces[kernel]
+        assert call.values["slots"] == workspace.data_ptr()
+        assert workspace.numel() * 4 == config.slot_bytes_per_block(kernel) * call.block_dim
+        assert (call.values["batch"], call.values["heads"], call.values["kv_heads"]) == (1, 4, 2)
+        assert (call.values["s0"], call.values["s1"], call.values["scale"]) == (100, 140, 0.2)
+        bounds = ProblemShape(1, 4, 100, 140, 2, (-1, 0)).window_bounds()
+        assert (call.values["win_left"], call.values["win_right"]) == bounds
+    first, second = calls
+    for name, tensor in {"q": q, "k": k, "v": v, "do": dout, "lse": lse}.items():
+        assert first.values[name] == second.values[name] == tensor.data_ptr()
+    assert first.values["o"] == out.data_ptr() and "o" not in second.values
+    assert first.values["dq"] == dq.data_ptr() and (second.values["dk"], second.values["dv"]) == (
+        dk.data_ptr(), dv.data_ptr())
+    assert first.values["dsum"] == second.values["dsum"]  # dkdv reads the D that dq wrote
+
+
+def test_the_launcher_spells_do_as_a_cpp_identifier(tmp_path) -> None:
+    pto = tmp_path / "fa_bwd_dq.pto"
+    pto.write_text(emit_bwd(BwdConfig(), "dq"))
+    cpp = caller_for(pto)[1]
+    assert "uint8_t* do_" in cpp and "(__gm__ half*)do_" in cpp and "call_fa_bwd_dq(" in cpp
+    assert not re.search(r"\bdo\b", cpp.split("extern \"C\" int32_t call_fa_bwd_dq")[1])
+
+
+def _gm(address: int, nbytes: int, ir_type: str) -> GmPointer:
+    """A simulator pointer onto `nbytes` of host memory at `address` (what a device address means here)."""
+    buf = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address))
+    return GmPointer(buf, 0, ir_type[len("!pto.ptr<"):-1])
+
+
+def _replay_on_sim(calls: Calls, config: BwdConfig, nbytes: dict[str, int]) -> None:
+    """Run each launch on the simulator inside the launch, from its recorded addresses and scalars
+    alone, read in the launcher's order; `nbytes` sizes the tensors, the slot workspace is sized
+    from the config (the size test checks the launch allocates exactly that)."""
+
+    def replay(call: Call) -> None:
+        kernel = call.entry.removeprefix("fa_bwd_")
+        size = {**nbytes, "slots": config.slot_bytes_per_block(kernel) * call.block_dim}
+        args = {}
+        for arg in entry_signature(call.text)[1]:
+            if arg.source == "ffts":
+                args[arg.name] = GmPointer.of(np.zeros(16, dtype=np.int64))
+            elif arg.ir_type.startswith("!pto.ptr<"):
+                args[arg.name] = _gm(call.values[arg.source], size[arg.source], arg.ir_type)
+            else:
+                args[arg.name] = call.values[arg.source]
+        simulate(check_text(call.text, call.entry), args, call.block_dim)
+
+    calls.on_launch = replay
+
+
+def _nbytes(q, k, lse) -> dict[str, int]:
+    qb, kb, lb = (t.numel() * t.element_size() for t in (q, k, lse))
+    return {"q": qb, "o": qb, "do": qb, "dq": qb, "k": kb, "v": kb, "dk": kb, "dv": kb, "lse": lb, "dsum": lb}
+
+
+@pytest.mark.parametrize("window, kvn", [((-1, 0), 2), ((-1, -1), 1)])
+def test_the_marshalled_arguments_run_the_kernels_to_the_reference(calls, window, kvn) -> None:
+    """Causal and non-causal GQA (4 q heads on 2 or 1 kv heads), S0 != S1 with tails."""
+    q, k, v, out, lse, dout = _case(window, kvn=kvn)
+    masked = window != (-1, -1)
+    _replay_on_sim(calls, BwdConfig(head=64, masked=masked), _nbytes(q, k, lse))
+    dq, dk, dv = attention_backward(q, k, v, out, lse, dout, window=window if masked else None, backend="npu")
+    assert [call.entry for call in calls] == [entry_name("dq"), entry_name("dkdv")]
+    acc = check_gradients(dq, dk, dv, reference_backward(q, k, v, dout, window=window))
+    assert all(a.passed for a in acc.values()), {name: str(a) for name, a in acc.items()}
+
+
+def test_a_wrong_marshalling_fails_the_accuracy_rule(calls, monkeypatch) -> None:
+    """k and v passed in each other's place (same shape, so nothing else notices): the replayed
+    gradients fail the rule, so the replay test above can see a marshalling mistake."""
+    q, k, v, out, lse, dout = _case()
+    _replay_on_sim(calls, BwdConfig(head=64, masked=True), _nbytes(q, k, lse))
+    real = backward_npu.host_values
+    monkeypatch.setattr(backward_npu, "host_values",
+                        lambda args, values: real(args, {**values, "k": values["v"], "v": values["k"]}))
+    dq, dk, dv = attention_backward(q, k, v, out, lse, dout, window=(-1, 0), backend="npu")
+    acc = check_gradients(dq, dk, dv, reference_backward(q, k, v, dout, window=(-1, 0)))
+    assert len(calls) == 2 and not acc["dq"].passed and not acc["dk"].passed
+
+
+@pytest.mark.parametrize("change, error, message", [
+    (lambda a: {**a, "lse": a["lse"][:, :1]}, ValueError, "lse must be float32"),
+    (lambda a: {**a, "k": a["k"].to(torch.bfloat16)}, TypeError, "k.dtype"),
+    (lambda a: {**a, "block_dim": 0}, ValueError, "block_dim=0"),
+    (lambda a: {**a, "deterministic": False}, ValueError, "atomic-add"),
+])
+def test_bad_input_launches_nothing(calls, change, error, message) -> None:
+    q, k, v, dout = _inputs(1, 2, 1, 64, 64)
+    lse = torch.zeros(1, 2, 64)
+    kwargs = change({"q": q, "k": k, "v": v, "out": q, "lse": lse, "dout": dout, "backend": "npu"})
+    with pytest.raises(error, match=message):
+        attention_backward(**kwargs)
+    assert calls == []
+
+
+def test_a_failed_dkdv_build_launches_nothing(calls, monkeypatch) -> None:
+    real = backward_npu.kernel_launcher
+
+    def no_dkdv(config, kernel):
+        if kernel == "dkdv":
+            raise ToolchainError("ptoas: error: fake failure")
+        return real(config, kernel)
+
+    monkeypatch.setattr(backward_npu, "kernel_launcher", no_dkdv)
+    q, k, v, dout = _inputs(1, 2, 1, 64, 64)
+    with pytest.raises(ToolchainError, match="fake failure"):
+        attention_backward(q, k, v, q, torch.zeros(1, 2, 64), dout, backend="npu")
+    assert calls == []
+
+
+def test_a_launcher_error_code_is_raised_naming_the_launcher(calls, monkeypatch) -> None:
+    def failing(text: str, summary: str) -> serving_npu.EntryLauncher:
+        entry, args = entry_signature(text)
+        return serving_npu.EntryLauncher(lambda *values: argspec.RC_FFTS_FAILED, entry, args)
+
+    monkeypatch.setattr(backward_npu, "launcher_of", failing)
+    q, k, v, dout = _inputs(1, 2, 1, 64, 64)
+    with pytest.raises(npu.NpuLaunchError, match="call_fa_bwd_dq returned 1"):
+        attention_backward(q, k, v, q, torch.zeros(1, 2, 64), dout, backend="npu")
+
+
+def test_auto_takes_the_npu_path_where_there_is_an_npu(calls) -> None:
+    q, k, v, dout = _inputs(1, 2, 1, 64, 64)
+    attention_backward(q, k, v, q, torch.zeros(1, 2, 64), dout)
+    assert [call.entry for call in calls] == [entry_name("dq"), entry_name("dkdv")]
+
+
+def test_npu_backend_without_an_npu_is_refused_with_one_line(monkeypatch) -> None:
+    monkeypatch.setattr(npu, "npu_available", lambda: (False, "npu backend: torch_npu is not installed"))
+    q, k, v, dout = _inputs(1, 2, 1, 64, 64)
+    with pytest.raises(BackendUnavailable, match="torch_npu is not installed"):
+        attention_backward(q, k, v, q, torch.zeros(1, 2, 64), dout, backend="npu")
+
+
+def test_kernel_launcher_builds_the_text_and_loads_its_entry(monkeypatch, tmp_path) -> None:
+    config = BwdConfig(head=128, in_dtype="bf16", masked=True)
+    built, loaded = [], []
+
+    def compile_pto(path, config_summary):
+        built.append(Path(path).read_text())
+        return type("Compiled", (), {"so_path": tmp_path / "fa.so"})()
+
+    monkeypatch.setattr(serving_npu, "cache_root", lambda: tmp_path)
+    monkeypatch.setattr(serving_npu, "compile_pto", compile_pto)
+    monkeypatch.setattr(serving_npu, "load_entry_launcher", lambda so, entry, args: loaded.append((so, entry, args)))
+    serving_npu.launcher_of.cache_clear()
+    try:
+        backward_npu.kernel_launcher(config, "dkdv")
+    finally:
+        serving_npu.launcher_of.cache_clear()
+    assert built == [emit_bwd(config, "dkdv")]
+    ((so, entry, args),) = loaded
+    assert (so, entry) == (tmp_path / "fa.so", entry_name("dkdv"))
+    assert tuple((a.name, a.ir_type) for a in args) == entry_args(config, "dkdv")
+
+
+def test_run_backward_case_on_the_npu_backend_checks_the_replayed_gradients(calls, monkeypatch) -> None:
+    """`run_fa run --backward --backend npu`'s backward half: the kernels launched through the NPU
+    path (replayed here), the gradients checked, and no timing-model replay."""
+    from ptofa.bwd_cli import run_backward_case
+    from ptofa.pipeline import FAConfig
+
+    forward = ptofa.flash_attn_func
+    monkeypatch.setattr(ptofa, "flash_attn_func", lambda *a, **kw: forward(*a, **{**kw, "backend": "sim"}))
+    shape = ProblemShape(1, 4, 100, 140, 2, (-1, 0))
+    lse_bytes, q_bytes, k_bytes = 4 * 100 * 4, 100 * 4 * 64 * 2, 140 * 2 * 64 * 2
+    _replay_on_sim(calls, BwdConfig(head=64, masked=True),
+                   {**dict.fromkeys(("q", "o", "do", "dq"), q_bytes), **dict.fromkeys(("k", "v", "dk", "dv"), k_bytes),
+                    "lse": lse_bytes, "dsum": lse_bytes})
+    lines: list[str] = []
+    config = FAConfig(head=64, masked=True)
+    assert run_backward_case(config, shape, None, 0, "910B2", None, lines.append, backend="npu")
+    assert [call.entry for call in calls] == [entry_name("dq"), entry_name("dkdv")]
+    assert [line.split(":")[0] for line in lines[:3]] == ["dq", "dk", "dv"] and all("pass" in x for x in lines[:3])
+    assert "timing model not run on the npu backend" in lines[-1]
+
+
+def test_cli_run_backward_on_npu_without_an_npu_exits_2(monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from ptofa.cli import main
+
+    monkeypatch.setattr(npu, "npu_available", lambda: (False, "npu backend: torch_npu is not installed"))
+    result = CliRunner().invoke(main, ["run", "--backward", "--backend", "npu", "--s0", "64", "--s1", "64"])
+    assert result.exit_code == 2 and "torch_npu is not installed" in result.output
+
+
+@pytest.mark.npu
+def test_backward_on_the_npu_matches_the_reference() -> None:
+    device = torch.device("npu", 0)
+    for window, kvn in (((-1, 0), 2), ((-1, -1), 4)):
+        q, k, v, out, lse, dout = _case(window, kvn=kvn)
+        masked = window != (-1, -1)
+        grads = attention_backward(*(t.to(device) for t in (q, k, v, out, lse, dout)),
+                                   window=window if masked else None, backend="npu")
+        acc = check_gradients(*(g.cpu() for g in grads), reference_backward(q, k, v, dout, window=window))
+        assert all(a.passed for a in acc.values()), {name: str(a) for name, a in acc.items()}
