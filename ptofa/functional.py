@@ -76,7 +76,7 @@ def flash_attn_func(
     Returns out [batch, seqlen_q, nheads, headdim], or (out, lse) with return_lse=True.
     Bad arguments raise ValueError / ConfigError with one line naming the rule and the
     numbers; backend="npu" without an NPU raises BackendUnavailable. Differentiable in q, k, v
-    (the backward kernels, simulator only; not with key_padding_mask); lse is not.
+    (the backward kernels, on the same backend; not with key_padding_mask); lse is not.
     Runs as the custom op torch.ops.ptofa.flash_attn_fwd (torch.compile traces it).
     """
     window = check_window(window_size, "window_size")
@@ -135,7 +135,7 @@ def scaled_dot_product_attention(
     backend:   "auto", "sim" or "npu" (see `flash_attn_func`).
 
     Returns [B, Hq, L, E] in query's dtype. Differentiable in query, key, value (the
-    backward kernels, simulator only; not with attn_mask).
+    backward kernels, on the same backend; not with attn_mask).
     """
     tensors = (query, key, value)
     names = ("query", "key", "value")
