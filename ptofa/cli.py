@@ -104,12 +104,15 @@ def build(head: int, tile_s1: int, qk_preload: int, dtype: str, out_dtype: str |
 
 @main.command()
 @click.argument("pto_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def check(pto_file: Path) -> None:
+@click.option("--ptoas-only", is_flag=True,
+              help="Check only what ptoas checks: skip ptofa's launch rules (set_ffts before cube-vector pipes, "
+                   "no tile arguments on an entry), which a kernel launched through ptofa needs.")
+def check(pto_file: Path, ptoas_only: bool) -> None:
     """Parse and verify any .pto file; report every error with its line number."""
     from ptofa.textio import PtoCheckError, check_text
 
     try:
-        check_text(pto_file.read_text(), str(pto_file))
+        check_text(pto_file.read_text(), str(pto_file), launch_rules=not ptoas_only)
     except PtoCheckError as exc:
         click.echo(str(exc), err=True)
         sys.exit(1)

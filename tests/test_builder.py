@@ -421,6 +421,18 @@ def test_cli_check_broken_file(tmp_path: Path) -> None:
     assert f"{path}:{bad_line + 1}: error: 'pto.trecip' in place" in result.output
 
 
+def test_cli_check_ptoas_only_skips_the_launch_rules(tmp_path: Path) -> None:
+    """A kernel with pipes but no set_ffts: ptoas compiles it, ptofa cannot launch it."""
+    text = emitted(128, 256, 3)[0]
+    lines = [line for line in text.splitlines() if "pto.set_ffts" not in line]
+    path = tmp_path / "no_ffts.pto"
+    path.write_text("\n".join(lines) + "\n")
+    strict = CliRunner().invoke(main, ["check", str(path)])
+    assert strict.exit_code == 1 and "set_ffts" in strict.output
+    relaxed = CliRunner().invoke(main, ["check", "--ptoas-only", str(path)])
+    assert relaxed.exit_code == 0, relaxed.output
+
+
 def test_cli_check_parse_error(tmp_path: Path) -> None:
     path = tmp_path / "garbage.pto"
     path.write_text("module {\n  func.func @f() {\n    pto.nonsense\n  }\n}\n")
