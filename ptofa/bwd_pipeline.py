@@ -208,7 +208,8 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
             TileSpec("dv_acc", "cube", "pv", "acc", rows, d, "f32", **acc),
             TileSpec("dk_acc", "cube", "pv", "acc", rows, d, "f32", **acc),
         ]
-        if c.atomic_dq:
+        if c.atomic_dq:  # K's rows of each vector core's keys, [block_q, D] like the Q right tile they move into
+            cube += [TileSpec(f"kp{i}_mat", "cube", "pv", "mat", cols, d, dt, **nz) for i in range(VEC_CORES)]
             cube.append(TileSpec("dqp_acc", "cube", "pv", "acc", cols, d, "f32", **acc))
         vector = [
             TileSpec("stat_row", "vector", "p", "vec", 1, cols, "f32", **dyn),  # -LSE, then -D per query column

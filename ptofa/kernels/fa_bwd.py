@@ -20,6 +20,15 @@ loaded through a DN GM view into a ZN mat tile: the verified K^T form of the for
 Masked kernels visit only the tiles / blocks the window leaves visible (the forward's
 visible-range arithmetic, seen from either side) and mask tiles that cross a bound with
 `ttri`. A unit that sees nothing stores nothing: the host passes zeroed dQ, dK, dV.
+
+Atomic-dQ mode (`BwdConfig.atomic_dq`; the dq kernel is not run):
+
+    prep (vectors):  D = rowsum(dO * O) -> GM
+    dkdv, per step, after dK:  vectors: dS = (dS^T rows)^T by `ttrans` -> dsq slot
+                               cube:    dQ_part = dS_0 K_0 + dS_1 K_1 (K_i: the keys of vector
+                                        core i, in L1 for the whole unit), atomic-add tstore
+                                        into the f32 dQ accumulator (host-zeroed)
+    post (vectors):  dQ f32 -> input dtype
 """
 
 from __future__ import annotations
@@ -373,6 +382,7 @@ def _dkdv_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             pto.load(pto.slice_view(view, [0, 0], [u.k_rows, d], name=f"{name}_part"), tl[f"{name}_mat"])
             tile.set_valid(tl[f"{name}_left"], u.k_rows, d)
             tile.mov(tl[f"{name}_mat"], tl[f"{name}_left"])
+        keys = _key_pieces(c, u, tl, kv_off) if config.atomic_dq else []
 
         def head_views(h: SSAValue, transposed: bool) -> dict[str, SSAValue]:
             off = _row_offset(scalar.mul(u.b, c.s0), h, c.heads, d)
@@ -415,7 +425,7 @@ def _dkdv_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
                 _matmul_first_or_acc(s, u.steps.lo, tl[lt], tl[rt], tl[acc])
             pto.tfree("cube", pds.pipe_id, entry, SPLIT)
             if config.atomic_dq:
-                _dq_atomic(c, u, tl, role["q"], h, q0, n)
+                _dq_atomic(c, u, tl, role["q"], keys, h, q0, n)
 
         _schedule(u.steps, config.preload, produce, consume)
         with pto.if_(scalar.gt(u.steps.hi, 0)):
@@ -424,28 +434,38 @@ def _dkdv_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
                 pto.store(tl[f"{name}_acc"], pto.slice_view(view, [0, 0], [u.k_rows, d], name=f"{name}_part"))
 
 
-def _dq_atomic(c: _Common, u: _KvUnit, tl: dict[str, SSAValue], k_right: str, h: SSAValue, q0: SSAValue,
-               n: SSAValue) -> None:
-    """dQ[q0:q0+n] += dS K_unit, atomically: dS arrives as the two vector cores' pieces
-    [n, keys of core i] (stacked in the dsq slot); piece i meets K's rows of core i. The
-    dS^T mat / left tiles and the Q right tile are free again after dK's matmul."""
+def _key_pieces(c: _Common, u: _KvUnit, tl: dict[str, SSAValue], kv_off: SSAValue) -> list[SSAValue]:
+    """Keys of vector core i (rows [i * block_kv / 2, ...) of the unit's K block, maybe none) -> kp{i}_mat,
+    once per unit: the right operands of dQ = dS K. Returns each piece's key count."""
     cfg, d, half = c.config, c.config.head, c.config.block_kv // VEC_CORES
-    dsq = cfg.pipes("dkdv")[2]
-    entry = pto.tpop("cube", dsq.pipe_id, _entry(dsq, "cube"), SPLIT, name="dsq_entry")
-    kv_off = _row_offset(scalar.add(scalar.mul(u.b, c.s1), u.k0), u.g, c.kv_heads, d)
     k_view = pto.as_tensor(pto.add_ptr(c.args["k"], kv_off), [u.k_rows, d], [c.kv_stride, 1], name="k_view")
-    tile.set_valid(tl["dqp_acc"], n, d)
+    counts = []
     for core in range(VEC_CORES):
         keys = _clamp(scalar.sub(u.k_rows, core * half), 0, half)
+        counts.append(keys)
         with pto.if_(scalar.gt(keys, 0)):
-            tile.set_valid(tl["dst_mat"], n, keys)
-            pto.load(pto.slice_view(entry, [core * cfg.block_q, 0], [n, keys], name="ds_piece"), tl["dst_mat"])
-            tile.set_valid(tl["dst_left"], n, keys)
+            tile.set_valid(tl[f"kp{core}_mat"], keys, d)
+            pto.load(pto.slice_view(k_view, [core * half, 0], [keys, d], name="k_piece"), tl[f"kp{core}_mat"])
+    return counts
+
+
+def _dq_atomic(c: _Common, u: _KvUnit, tl: dict[str, SSAValue], k_right: str, keys: list[SSAValue], h: SSAValue,
+               q0: SSAValue, n: SSAValue) -> None:
+    """dQ[q0:q0+n] += dS K_unit, atomically: dS arrives as the two vector cores' pieces
+    [n, keys of core i] (stacked in the dsq slot); piece i meets kp{i}_mat. The dS^T mat /
+    left tiles and the Q right tile are free again after dK's matmul."""
+    cfg, d = c.config, c.config.head
+    dsq = cfg.pipes("dkdv")[2]
+    entry = pto.tpop("cube", dsq.pipe_id, _entry(dsq, "cube"), SPLIT, name="dsq_entry")
+    tile.set_valid(tl["dqp_acc"], n, d)
+    for core, count in enumerate(keys):
+        with pto.if_(scalar.gt(count, 0)):
+            tile.set_valid(tl["dst_mat"], n, count)
+            pto.load(pto.slice_view(entry, [core * cfg.block_q, 0], [n, count], name="ds_piece"), tl["dst_mat"])
+            tile.set_valid(tl["dst_left"], n, count)
             tile.mov(tl["dst_mat"], tl["dst_left"])
-            tile.set_valid(tl["q_mat"], keys, d)
-            pto.load(pto.slice_view(k_view, [core * half, 0], [keys, d], name="k_piece"), tl["q_mat"])
-            tile.set_valid(tl[k_right], keys, d)
-            tile.mov(tl["q_mat"], tl[k_right])
+            tile.set_valid(tl[k_right], count, d)
+            tile.mov(tl[f"kp{core}_mat"], tl[k_right])
             if core == 0:
                 tile.matmul(tl["dst_left"], tl[k_right], out=tl["dqp_acc"])
             else:
