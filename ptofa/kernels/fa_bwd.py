@@ -274,12 +274,12 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     v = _Vec(c, tl, consts, scalar.mul(pto.get_subblock_idx(), vr, name="row_base"))
     lse_col = tile.reshape(tl["lse_all"], vr, 1, name="lse_col", blayout="col_major")
     dsum_row = tile.reshape(tl["dsum_col"], 1, vr, name="dsum_row")
+    rows = _Rows(c.args, c.heads, c.s0, c.q_stride, d, vr)
     with pto.range(c.block_idx, _dq_units(c), c.block_num, name="unit") as unit:
         u = _q_unit(c, unit)
         n = _clamp(scalar.sub(u.q_rows, v.row_base), 0, vr)
         row0 = scalar.add(u.q0, v.row_base, name="core_q0")
         has_rows = scalar.gt(n, 0)
-        rows = _Rows(c.args, c.heads, c.s0, c.q_stride, d, vr)
         _preprocess(rows, tl, consts["zero"], u.b, u.h, row0, n, has_rows, dsum_row)
         with pto.if_(has_rows):
             tile.set_valid(tl["stat_row"], 1, n)
@@ -529,18 +529,14 @@ def _push_ds_piece(v: _Vec, n: SSAValue) -> None:
 # ======================================================================================
 
 
-def _row_units(config: BwdConfig, args: dict[str, SSAValue]):
-    """(batch, heads, s0, q_blocks, units) of the vector-only kernels: one unit per (batch, head, dq_block_q rows)."""
-    batch, heads, s0 = (scalar.index_cast(args[n], name=n) for n in ("batch", "heads", "s0"))
-    q_blocks = scalar.ceildiv(s0, config.dq_block_q, name="q_blocks")
-    return batch, heads, s0, q_blocks, scalar.mul(scalar.mul(batch, heads), q_blocks, name="units")
-
-
 def _prep_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
-    """D = rowsum(dO * O) for every (batch, head, row): the dq kernel's preprocess on its own."""
+    """D = rowsum(dO * O) for every (batch, head, row): the dq kernel's preprocess on its own,
+    one unit per (batch, head, dq_block_q rows) as the dq kernel's."""
     tl = {spec.name: _alloc(spec) for spec in tile_plan(config, "prep")}
     d, vr = config.head, config.vec_rows("prep")
-    batch, heads, s0, q_blocks, units = _row_units(config, args)
+    batch, heads, s0 = (scalar.index_cast(args[n], name=n) for n in ("batch", "heads", "s0"))
+    q_blocks = scalar.ceildiv(s0, config.dq_block_q, name="q_blocks")
+    units = scalar.mul(scalar.mul(batch, heads), q_blocks, name="units")
     rows = _Rows(args, heads, s0, scalar.mul(heads, d, name="q_stride"), d, vr)
     zero = scalar.const(0.0, F32, name="zero")
     row_base = scalar.mul(pto.get_subblock_idx(), vr, name="row_base")
