@@ -73,6 +73,13 @@ def test_atomic_gradient_grid(dt, d, window):
     _check(_case(2, 4, 2, 333, 257, d, dt, window))
 
 
+def test_rows_that_see_no_key_get_exactly_zero_dq():
+    """Causal with S0 > S1: no atomic add reaches the first S0 - S1 rows; the host's zeros are cast to 0."""
+    dq, dk, dv = _check(_case(1, 1, 1, 200, 64, 64, "f16", (-1, 0)))
+    assert (dq[:, : 200 - 64] == 0).all() and dq[:, 200 - 64:].abs().sum() > 0
+    assert torch.isfinite(dk).all() and torch.isfinite(dv).all()
+
+
 def test_atomic_and_deterministic_agree_within_the_rule():
     """Both modes pass the rule, and the atomic dQ is within the rule of the deterministic one
     (taken as the reference, with the input-dtype autograd as the low-precision comparison);
