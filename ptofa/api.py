@@ -589,6 +589,11 @@ class tile:  # noqa: N801
         _dps(d.TRowExpandDivOp, [src, col], out)
 
     @staticmethod
+    def trans(src: SSAValue, out: SSAValue, tmp: SSAValue) -> None:
+        """out = src^T (`ttrans`; the A2/A3 lowering needs a scratch tile of src's size)."""
+        _dps(d.TTransOp, [src], out, tmp=tmp)
+
+    @staticmethod
     def cvt(src: SSAValue, out: SSAValue, rmode: str = "CAST_RINT") -> None:
         _dps(d.TCvtOp, [src], out, props={"rmode": StringAttr(rmode)})
 

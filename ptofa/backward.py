@@ -4,7 +4,9 @@
 `out = softmax(scale Q K^T + mask) V` whose `out` and `lse` the forward kernel wrote
 (`ptofa.flash_attn_func(..., return_lse=True)`): no S or P is kept between the passes.
 It launches the two kernels of `ptofa.kernels.fa_bwd` one after the other: `dq` (which
-also writes D = rowsum(dO * O)) and then `dkdv`, on the simulator or on an NPU (`ptofa.backward_npu`).
+also writes D = rowsum(dO * O)) and then `dkdv`, on the simulator or on an NPU (`ptofa.backward_npu`);
+with `deterministic=False` instead `prep` (D), `dkdv` with atomic-add dQ into an f32 buffer,
+and `post` (dQ f32 -> input dtype), on the simulator.
 
 `reference_backward` is torch autograd through the same attention in fp64 and in the
 input dtype; `check_gradients` applies the FlashAttention accuracy rule (`check_accuracy`:
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ptofa.backend import BackendUnavailable
 from ptofa.attention import resolve_backend
 from ptofa.backward_npu import launch_backward_npu
 from ptofa.bwd_pipeline import BwdConfig, entry_args, work_units
@@ -36,7 +39,7 @@ _DTYPE_NAMES = {torch.float16: "f16", torch.bfloat16: "bf16"}
 @functools.lru_cache(maxsize=32)
 def parsed_kernels(config: BwdConfig) -> dict[str, ParsedModule]:
     """The two backward kernels of `config`, emitted, parsed from their text and verified."""
-    return {kernel: check_text(emit_bwd(config, kernel), f"fa_bwd_{kernel}.pto") for kernel in ("dq", "dkdv")}
+    return {kernel: check_text(emit_bwd(config, kernel), f"fa_bwd_{kernel}.pto") for kernel in config.kernels}
 
 
 def _check_inputs(q, k, v, out, lse, dout) -> None:
@@ -86,11 +89,13 @@ def attention_backward(
     softmax_scale: default 1 / sqrt(D).
     window:  (left, right), bottom-right aligned as flash-attn (-1 unbounded; causal is (-1, 0));
              None = no mask.
-    deterministic: the kernels accumulate without atomics (one writer per element), so the
-             result is bit-identical across runs; an atomic-add dQ mode is not built, and
-             deterministic=False raises `ValueError`.
+    deterministic: True: the kernels accumulate without atomics (one writer per element), so
+             the result is bit-identical across runs. False: dQ is accumulated by the dkdv
+             kernel with atomic-add stores into an f32 buffer (no dq kernel; 64-query steps),
+             then cast; the order of the adds, and so dQ's last bits, may vary.
     backend: "sim" (CPU simulator), "npu" (built with ptoas + bisheng, launched through torch_npu:
-             `ptofa.backward_npu`; `BackendUnavailable` without an NPU) or "auto" (npu where usable).
+             `ptofa.backward_npu`; `BackendUnavailable` without an NPU; deterministic mode only) or
+             "auto" (npu where usable).
     bounds:  the kernel's own (win_left, win_right) window arguments instead of `window`, as
              the forward op takes them (`ptofa.attention.window_to_bounds`; torch's top-left
              causal is the right bound S0 - S1, which `window` cannot say when S0 < S1).
@@ -98,9 +103,6 @@ def attention_backward(
     """
     _check_inputs(q, k, v, out, lse, dout)
     q, k, v, out, lse, dout = (x.detach().contiguous() for x in (q, k, v, out, lse, dout))
-    if not deterministic:
-        raise ValueError("attention_backward: deterministic=False asks for the atomic-add dQ mode, which is not built; "
-                         "the shipped kernels are deterministic (deterministic=True)")
     if backend not in ("auto", "sim", "npu"):
         raise ValueError(f"attention_backward: backend={backend!r} must be 'auto', 'sim' or 'npu'")
     b, s0, n, d = q.shape
@@ -111,15 +113,20 @@ def attention_backward(
     shape = ProblemShape(b, n, s0, s1, kvn, win)
     masked = win != (-1, -1) or bounds is not None
     dtype = _DTYPE_NAMES[q.dtype]
-    cfg = config or BwdConfig(head=d, in_dtype=dtype, masked=masked)
-    if cfg.head != d or cfg.in_dtype != dtype or cfg.masked != masked:
-        raise ConfigError(f"attention_backward: config (head={cfg.head}, in_dtype={cfg.in_dtype}, masked={cfg.masked}) "
-                          f"does not match the inputs (D={d}, {dtype}, window={win})")
+    atomic = not deterministic
+    cfg = config or BwdConfig(head=d, in_dtype=dtype, masked=masked, atomic_dq=atomic, block_q=64 if atomic else 128)
+    if cfg.head != d or cfg.in_dtype != dtype or cfg.masked != masked or cfg.atomic_dq != atomic:
+        raise ConfigError(f"attention_backward: config (head={cfg.head}, in_dtype={cfg.in_dtype}, masked={cfg.masked}, "
+                          f"atomic_dq={cfg.atomic_dq}) does not match the inputs (D={d}, {dtype}, window={win}, "
+                          f"deterministic={deterministic})")
     if s0 < 1 or s1 < 1 or min(win) < -1:
         raise ValueError(f"attention_backward: S0={s0}, S1={s1} must be >= 1 and window={win} entries >= -1")
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
-    grads = BackwardBuffers.zeros(q, k)
+    grads = BackwardBuffers.zeros(q, k, atomic=atomic)
     if resolve_backend(backend) == "npu":
+        if atomic:
+            raise BackendUnavailable("attention_backward: the atomic-add dQ mode runs on the simulator only "
+                                     "(backend='sim'); on an NPU use deterministic=True")
         launch_backward_npu(cfg, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, bounds=bounds)
     else:
         run_backward(cfg, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, bounds=bounds)
@@ -128,31 +135,38 @@ def attention_backward(
 
 @dataclass
 class BackwardBuffers:
-    """The kernels' outputs: dq, dk, dv (zeroed: a unit that sees nothing stores nothing) and D."""
+    """The kernels' outputs: dq, dk, dv (zeroed: a unit that sees nothing stores nothing), D,
+    and in atomic mode the f32 dQ accumulator (zeroed: the dkdv kernel only adds into it)."""
 
     dq: torch.Tensor
     dk: torch.Tensor
     dv: torch.Tensor
-    dsum: torch.Tensor  # D = rowsum(dO * O), [B, N, S0] f32, written by the dq kernel
+    dsum: torch.Tensor  # D = rowsum(dO * O), [B, N, S0] f32, written by the dq (or prep) kernel
+    dq_acc: torch.Tensor | None = None  # [B, S0, N, D] f32, atomic mode only
 
     @classmethod
-    def zeros(cls, q: torch.Tensor, k: torch.Tensor) -> BackwardBuffers:
+    def zeros(cls, q: torch.Tensor, k: torch.Tensor, atomic: bool = False) -> BackwardBuffers:
         b, s0, n, _ = q.shape
-        return cls(torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(k), torch.full((b, n, s0), math.nan))
+        acc = torch.zeros(q.shape, dtype=torch.float32) if atomic else None
+        return cls(torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(k), torch.full((b, n, s0), math.nan), acc)
 
 
 def run_backward(config: BwdConfig, shape: ProblemShape, q, k, v, out, lse, dout, grads: BackwardBuffers, scale: float,
                  *, block_dim: int | None = None, trace: bool = False,
                  bounds: tuple[int, int] | None = None) -> dict[str, SimResult]:
-    """Launch the dq kernel, then the dkdv kernel, on the simulator; `grads` is written in place.
+    """Launch `config.kernels` (dq, dkdv; or prep, dkdv, post) on the simulator; `grads` is written in place.
 
     With `trace`, each launch records the blocks the timing model needs (`ptofa.bwd_timing`):
     one per distinct unit count, or every block when a window gives units unequal work."""
     parsed = parsed_kernels(config)
+    if config.atomic_dq and grads.dq_acc is None:
+        raise ValueError("run_backward: an atomic_dq config needs grads.dq_acc (BackwardBuffers.zeros(..., atomic=True))")
     tensors = {"q": q, "k": k, "v": v, "o": out, "do": dout, "lse": lse, "dq": grads.dq, "dk": grads.dk,
                "dv": grads.dv, "dsum": grads.dsum}
+    if grads.dq_acc is not None:
+        tensors["dq_acc"] = grads.dq_acc
     results = {}
-    for kernel in ("dq", "dkdv"):
+    for kernel in config.kernels:
         units = work_units(config, kernel, shape.batch, shape.heads, shape.kv_heads, shape.s0, shape.s1)
         blocks = block_dim or max(1, min(units, CUBE_CORES))
         traced = None if config.masked else blocks_to_trace(blocks, units)
@@ -163,15 +177,16 @@ def run_backward(config: BwdConfig, shape: ProblemShape, q, k, v, out, lse, dout
 
 def launch_args(config: BwdConfig, kernel: str, shape: ProblemShape, tensors: dict[str, torch.Tensor], scale: float,
                 blocks: int, bounds: tuple[int, int] | None = None) -> dict[str, object]:
-    """`kernel`'s entry arguments by `entry_args` name: the tensors (q k v o do lse dq dk dv dsum),
+    """`kernel`'s entry arguments by `entry_args` name: the tensors (q k v o do lse dq dk dv dsum, dq_acc in atomic mode),
     the sizes, and a NaN-filled slot workspace for `blocks` blocks (a slot read before its
     write shows up as NaN)."""
-    slots = GmPointer.of(torch.full((config.slot_bytes_per_block(kernel) * blocks // 4,), math.nan))
     left, right = shape.window_bounds() if bounds is None else bounds
-    values = {"ffts": GmPointer.of(torch.zeros(16, dtype=torch.int64)), "slots": slots,
-              "slots_h": slots.retyped(config.in_dtype), "batch": shape.batch, "heads": shape.heads,
+    values = {"ffts": GmPointer.of(torch.zeros(16, dtype=torch.int64)), "batch": shape.batch, "heads": shape.heads,
               "kv_heads": shape.kv_heads, "s0": shape.s0, "s1": shape.s1, "scale": scale, "win_left": left,
               "win_right": right, **{name: GmPointer.of(t) for name, t in tensors.items()}}
+    if config.pipes(kernel):
+        slots = GmPointer.of(torch.full((config.slot_bytes_per_block(kernel) * blocks // 4,), math.nan))
+        values.update(slots=slots, slots_h=slots.retyped(config.in_dtype))
     return {name: values[name] for name, _ in entry_args(config, kernel)}
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from ptofa.backend import TORCH_DTYPES
-from ptofa.bwd_pipeline import KERNELS, BwdConfig, budget
+from ptofa.bwd_pipeline import BwdConfig, budget
 from ptofa.bwd_timing import predict_backward
 from ptofa.kernels.fa_bwd import emit_bwd
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
@@ -23,24 +23,26 @@ from ptofa.switches import InputError
 MAX_CHECKED_SCORES = 1 << 24
 
 
-def backward_config(config: FAConfig) -> BwdConfig:
-    """The backward kernels for a forward config's switches, or `InputError` naming what they lack."""
+def backward_config(config: FAConfig, atomic: bool = False) -> BwdConfig:
+    """The backward kernels for a forward config's switches (`atomic`: the atomic-add dQ mode, 64-query
+    dkdv steps), or `InputError` naming what they lack."""
     unsupported = [name for name, on in (("--key-padding-mask", config.key_padding), ("--seqlens", config.varlen),
                                          ("--out-dtype", config.out_dtype != config.in_dtype)) if on]
     if unsupported:
         raise InputError(f"--backward: {', '.join(unsupported)} not supported by the backward kernels yet")
     try:
-        return BwdConfig(head=config.head, in_dtype=config.in_dtype, masked=config.masked, target=config.target)
+        return BwdConfig(head=config.head, in_dtype=config.in_dtype, masked=config.masked, target=config.target,
+                         atomic_dq=atomic, block_q=64 if atomic else 128)
     except ConfigError as exc:
         raise InputError(f"invalid backward config: {exc}") from None
 
 
-def build_backward(config: FAConfig, out_dir: Path, echo) -> None:
+def build_backward(config: FAConfig, out_dir: Path, echo, atomic: bool = False) -> None:
     """Write the backward kernels' `.pto` files into `out_dir`, with their budgets."""
-    bwd = backward_config(config)
+    bwd = backward_config(config, atomic)
     out_dir.mkdir(parents=True, exist_ok=True)
     echo(f"backward config: {bwd.summary()}")
-    for kernel in KERNELS:
+    for kernel in bwd.kernels:
         text = emit_bwd(bwd, kernel)
         path = out_dir / f"fa_bwd_{kernel}.pto"
         tmp = path.with_suffix(".pto.tmp")
@@ -51,7 +53,7 @@ def build_backward(config: FAConfig, out_dir: Path, echo) -> None:
 
 
 def run_backward_case(config: FAConfig, shape: ProblemShape, forward_us: float | None, seed: int, soc: str,
-                      block_dim: int | None, echo, backend: str = "sim") -> bool:
+                      block_dim: int | None, echo, backend: str = "sim", atomic: bool = False) -> bool:
     """Forward (for O and LSE), backward, gradient check and timing; True when the gradients pass.
     On `backend="npu"` both run on the NPU and the timing model is not run (it replays the
     kernels on the simulator: `--backend sim`)."""
@@ -60,13 +62,13 @@ def run_backward_case(config: FAConfig, shape: ProblemShape, forward_us: float |
     from ptofa.backward_npu import launch_backward_npu
     from ptofa.reference import make_inputs
 
-    bwd = backward_config(config)
+    bwd = backward_config(config, atomic)
     dtype = TORCH_DTYPES[config.in_dtype]
     q, k, v = make_inputs(shape, config.head, seed, dtype, shape.kv_heads)
     dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1)).to(dtype)
     fwd = dataclasses.replace(config, lse=True)
     out, lse = ptofa.flash_attn_func(q, k, v, window_size=shape.window, return_lse=True, backend=backend, config=fwd)
-    grads = BackwardBuffers.zeros(q, k)
+    grads = BackwardBuffers.zeros(q, k, atomic=atomic)
     scale = shape.default_scale(config.head)
     out, lse = out.contiguous(), lse.contiguous()
     if backend == "npu":

@@ -16,7 +16,21 @@ The backward runs as two mixed cube/vector kernels (`ptofa.kernels.fa_bwd`):
          both kept in L0C for the whole unit and stored once.
 
 Neither kernel uses atomics: each output element has one writer, so the backward is
-deterministic (bit-identical across runs and block counts). As in `pipeline.py`, the
+deterministic (bit-identical across runs and block counts).
+
+With `atomic_dq` the backward is instead three kernels, and the dq kernel is not run:
+
+* `prep` vector-only, one unit per (batch, q head, `dq_block_q` rows): D = rowsum(dO * O).
+* `dkdv` as above, and per step also dQ_part = dS K: each vector core transposes its
+         dS^T rows (`ttrans`) and pushes them through a third pipe (`dsq`, whose cube slot
+         holds the two cores' [block_q, block_kv / 2] pieces one under the other), the
+         cube computes dS_0 K_0 + dS_1 K_1 into `dq_acc` and adds it atomically into an
+         f32 GM accumulator (zeroed by the host). dS reuses the dS^T mat / left tiles, so
+         this mode needs block_q == block_kv.
+* `post` vector-only: dQ f32 -> input dtype.
+
+The atomic adds of different units to one dQ row come in any order, so this mode is not
+bit-identical across runs or block counts. As in `pipeline.py`, the
 builder allocates exactly `tile_plan(config, kernel)` and the budget is computed from
 the same list; the pipe rules are the forward's (`slot ring reuse`, `preload vs slot
 ring`), applied to the backward's own slot sizes.
@@ -31,11 +45,13 @@ from ptofa.target import ALIGNMENT, CAPACITY, HIDDEN_ROWEXPAND_TMP_BYTES
 from ptofa.target import align as _align
 
 KERNELS = ("dq", "dkdv")
+ATOMIC_KERNELS = ("prep", "dkdv", "post")
+ALL_KERNELS = ("dq", "prep", "dkdv", "post")
 BWD_HEADS = (64, 128)
 BLOCK_SIZES = (64, 128)
 # trowexpand* ops in the dq kernel's vector function (expdif for P, sub for dP - D): each
 # gets ptoas's hidden 8 KiB UB scratch. The dkdv vectors use tcolexpandadd (no scratch).
-ROWEXPAND_OPS = {"dq": 2, "dkdv": 0}
+ROWEXPAND_OPS = {"dq": 2, "dkdv": 0, "prep": 0, "post": 0}
 
 
 @dataclass(frozen=True)
@@ -52,28 +68,43 @@ class BwdConfig:
     preload: int = 3  # steps the cube computes scores ahead of the gradient matmuls (the forward's default)
     slot_num: int = 8
     target: str = "a3"
+    atomic_dq: bool = False  # prep + dkdv (with atomic dQ) + post instead of dq + dkdv
 
     def __post_init__(self) -> None:
         _check(self)
-        for kernel in KERNELS:
+        for kernel in self.kernels:
             over = [row for row in budget(self, kernel).rows if row.used > row.capacity]
             if over:
                 raise ConfigError(f"memory budget exceeded (rule: local tiles must fit each on-chip space), "
                                   f"{kernel} kernel:\n" + budget(self, kernel).table(only_over=True))
 
     @property
+    def kernels(self) -> tuple[str, ...]:
+        """The kernels one backward launches, in order."""
+        return ATOMIC_KERNELS if self.atomic_dq else KERNELS
+
+    @property
     def sync_period(self) -> int:
         return self.slot_num if self.slot_num <= 2 else self.slot_num // 2
 
     def rows_cols(self, kernel: str) -> tuple[int, int]:
-        """(rows, cols) of one step's score tile: [q rows, keys] for dq, [keys, q rows] for dkdv."""
+        """(rows, cols) of one step's score tile: [q rows, keys] for dq, [keys, q rows] for dkdv;
+        [q rows, D] of one unit for the vector-only prep and post kernels."""
+        if kernel in ("prep", "post"):
+            return self.dq_block_q, self.head
         return (self.dq_block_q, self.dq_block_kv) if kernel == "dq" else (self.block_kv, self.block_q)
 
-    def pipes(self, kernel: str) -> tuple[PipeSpec, PipeSpec]:
-        """C2V: the f32 scores and their gradients side by side; V2C: P (dkdv only) and dS in the input dtype."""
+    def pipes(self, kernel: str) -> tuple[PipeSpec, ...]:
+        """C2V: the f32 scores and their gradients side by side; V2C: P (dkdv only) and dS in the input dtype;
+        with `atomic_dq`, V2C `dsq`: each vector core's dS piece [block_q, block_kv / 2] (cube slot: both, stacked)."""
+        if kernel in ("prep", "post"):
+            return ()
         rows, cols = self.rows_cols(kernel)
         back = 2 * cols if kernel == "dkdv" else cols
-        return (PipeSpec("sdp", 0, 1, rows, 2 * cols, "f32"), PipeSpec("pds", 1, 2, rows, back, self.in_dtype))
+        pipes = (PipeSpec("sdp", 0, 1, rows, 2 * cols, "f32"), PipeSpec("pds", 1, 2, rows, back, self.in_dtype))
+        if kernel == "dkdv" and self.atomic_dq:
+            pipes += (PipeSpec("dsq", 2, 2, VEC_CORES * cols, rows // VEC_CORES, self.in_dtype),)
+        return pipes
 
     def slot_bytes_per_block(self, kernel: str) -> int:
         return sum(p.slot_bytes * self.slot_num for p in self.pipes(kernel))
@@ -84,7 +115,7 @@ class BwdConfig:
     def summary(self) -> str:
         return (f"head={self.head} in={self.in_dtype} block_kv={self.block_kv} block_q={self.block_q} "
                 f"dq_block_q={self.dq_block_q} dq_block_kv={self.dq_block_kv} preload={self.preload} "
-                f"slot_num={self.slot_num}" + (" masked" if self.masked else ""))
+                f"slot_num={self.slot_num}" + (" masked" if self.masked else "") + (" atomic_dq" if self.atomic_dq else ""))
 
 
 def _check(c: BwdConfig) -> None:
@@ -106,6 +137,9 @@ def _check(c: BwdConfig) -> None:
         fail("slot ring reuse", f"slot_num={c.slot_num} must be >= 1 and a multiple of its sync period {c.sync_period}")
     if c.preload < 1:
         fail("preload", f"preload={c.preload} must be >= 1")
+    if c.atomic_dq and c.block_q != c.block_kv:
+        fail("atomic dQ tiles", f"atomic_dq needs block_q == block_kv (dS [block_q, block_kv] reuses the dS^T "
+                                f"[block_kv, block_q] mat and left tiles), got block_q={c.block_q}, block_kv={c.block_kv}")
     limit = c.slot_num - c.sync_period + 1
     if c.preload >= limit:
         fail("preload vs slot ring", f"preload={c.preload} must be < slot_num - sync_period + 1 = "
@@ -114,11 +148,13 @@ def _check(c: BwdConfig) -> None:
 
 def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
     """Every tile the builder allocates for `kernel` ("dq" or "dkdv"), per core."""
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel={kernel!r} must be one of {KERNELS}")
+    if kernel not in c.kernels:
+        raise ValueError(f"kernel={kernel!r} must be one of {c.kernels}")
     d, dt = c.head, c.in_dtype
     rows, cols = c.rows_cols(kernel)
     vr = rows // VEC_CORES
+    if kernel in ("prep", "post"):
+        return _vector_only_plan(c, kernel)
     nz = dict(blayout="col_major", slayout="row_major", dynamic=True)
     zn = dict(slayout="col_major", dynamic=True)
     left = dict(slayout="row_major", dynamic=True)
@@ -172,10 +208,16 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
             TileSpec("dv_acc", "cube", "pv", "acc", rows, d, "f32", **acc),
             TileSpec("dk_acc", "cube", "pv", "acc", rows, d, "f32", **acc),
         ]
+        if c.atomic_dq:  # K's rows of each vector core's keys, [block_q, D] like the Q right tile they move into
+            cube += [TileSpec(f"kp{i}_mat", "cube", "pv", "mat", cols, d, dt, **nz) for i in range(VEC_CORES)]
+            cube.append(TileSpec("dqp_acc", "cube", "pv", "acc", cols, d, "f32", **acc))
         vector = [
             TileSpec("stat_row", "vector", "p", "vec", 1, cols, "f32", **dyn),  # -LSE, then -D per query column
             TileSpec("nlse_row", "vector", "p", "vec", 1, cols, "f32", **dyn),
         ]
+        if c.atomic_dq:  # dS^T rows (out_half) -> dS piece, through ttrans's scratch of out_half's size
+            vector += [TileSpec("trans_tmp", "vector", "p", "vec", vr, cols, dt, **dyn),
+                       TileSpec("ds_piece", "vector", "p", "vec", cols, vr, dt, **dyn)]
     vector += [
         TileSpec("s_tile", "vector", "p", "vec", vr, cols, "f32", **dyn),
         TileSpec("dp_tile", "vector", "p", "vec", vr, cols, "f32", **dyn),
@@ -183,6 +225,23 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
         TileSpec("out_half", "vector", "p", "vec", vr, cols, dt, **dyn),
     ]
     return cube + vector
+
+
+def _vector_only_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
+    """prep: one core's rows of O and dO (input dtype), as f32, and D; post: dQ rows f32 -> input dtype."""
+    vr, d, dt = c.dq_block_q // VEC_CORES, c.head, c.in_dtype
+    dyn = dict(dynamic=True)
+    if kernel == "post":
+        return [TileSpec("dq_f32", "vector", "p", "vec", vr, d, "f32", **dyn),
+                TileSpec("dq_out", "vector", "p", "vec", vr, d, dt, **dyn)]
+    return [
+        TileSpec("o_in", "vector", "p", "vec", vr, d, dt, **dyn),
+        TileSpec("do_in", "vector", "p", "vec", vr, d, dt, **dyn),
+        TileSpec("o_f32", "vector", "p", "vec", vr, d, "f32", **dyn),
+        TileSpec("do_f32", "vector", "p", "vec", vr, d, "f32", **dyn),
+        TileSpec("dsum_col", "vector", "p", "vec", vr, 1, "f32", blayout="col_major"),
+        TileSpec("stat_row", "vector", "p", "vec", 1, vr, "f32", **dyn),
+    ]
 
 
 def _right_tiles(c: BwdConfig) -> dict[str, tuple[int, int]]:
@@ -215,7 +274,9 @@ def budget(c: BwdConfig, kernel: str) -> Budget:
 
 def work_units(c: BwdConfig, kernel: str, batch: int, heads: int, kv_heads: int, s0: int, s1: int) -> int:
     """Work units of one launch of `kernel`."""
-    if kernel == "dq":
+    if kernel == "post":
+        return -(-(batch * s0 * heads) // c.dq_block_q)
+    if kernel in ("dq", "prep"):
         return batch * heads * -(-s0 // c.dq_block_q)
     return batch * kv_heads * -(-s1 // c.block_kv)
 
@@ -223,10 +284,17 @@ def work_units(c: BwdConfig, kernel: str, batch: int, heads: int, kv_heads: int,
 def entry_args(c: BwdConfig, kernel: str) -> tuple[tuple[str, str], ...]:
     """(name, PTO IR type) of `kernel`'s entry function: the one list the builder and the launch use."""
     dt = c.in_dtype
-    ptrs = {"dq": ("q", "k", "v", "o", "do", "lse", "dq", "dsum"), "dkdv": ("q", "k", "v", "do", "lse", "dsum", "dk", "dv")}
-    elem = {"lse": "f32", "dsum": "f32"}
-    args = [("ffts", "!pto.ptr<i64>"), ("slots", "!pto.ptr<f32>"), ("slots_h", f"!pto.ptr<{dt}>")]
-    args += [(n, f"!pto.ptr<{elem.get(n, dt)}>") for n in ptrs[kernel]]
+    ptrs = {"dq": ("q", "k", "v", "o", "do", "lse", "dq", "dsum"), "dkdv": ("q", "k", "v", "do", "lse", "dsum", "dk", "dv"),
+            "prep": ("o", "do", "dsum"), "post": ("dq_acc", "dq")}[kernel]
+    if kernel == "dkdv" and c.atomic_dq:
+        ptrs += ("dq_acc",)
+    elem = {"lse": "f32", "dsum": "f32", "dq_acc": "f32"}
+    args = [("ffts", "!pto.ptr<i64>")]
+    if kernel in ("prep", "post"):
+        return tuple(args + [(n, f"!pto.ptr<{elem.get(n, dt)}>") for n in ptrs]
+                     + [(n, "i64") for n in ("batch", "heads", "s0")])
+    args += [("slots", "!pto.ptr<f32>"), ("slots_h", f"!pto.ptr<{dt}>")]
+    args += [(n, f"!pto.ptr<{elem.get(n, dt)}>") for n in ptrs]
     args += [(n, "i64") for n in ("batch", "heads", "kv_heads", "s0", "s1")]
     args.append(("scale", "f32"))
     if c.masked:

@@ -6,14 +6,15 @@ traced blocks are replayed per core and hardware queue, the untraced ones copied
 traced block with the same unit count, and the launch takes at least its compulsory HBM
 traffic. Matmul work: the dq kernel computes S, dP and dQ, the dkdv kernel S^T, dP^T,
 dV and dK: 7 of the forward's 2 GEMMs per visible score (FlashAttention-2's single
-fused pass has 5; the split into two deterministic kernels recomputes S and dP).
+fused pass has 5; the split into two deterministic kernels recomputes S and dP). The
+atomic-dQ mode's dkdv kernel adds dQ: 5 GEMMs, between two vector-only kernels (prep, post).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ptofa.bwd_pipeline import KERNELS, BwdConfig, work_units
+from ptofa.bwd_pipeline import BwdConfig, work_units
 from ptofa.pipeline import DTYPE_BYTES, ProblemShape
 from ptofa.sim import SimResult
 from ptofa.sim.socspec import SocSpec, get_soc
@@ -29,8 +30,13 @@ from ptofa.sim.timing import (
     steady_bound,
 )
 
-GEMMS = {"dq": 3, "dkdv": 4}  # matmuls per visible score entry, each 2 * D flops
+GEMMS = {"dq": 3, "dkdv": 4, "prep": 0, "post": 0}  # matmuls per visible score entry, each 2 * D flops
 FORWARD_GEMMS = 2
+
+
+def gemms(config: BwdConfig, kernel: str) -> int:
+    """Matmuls per visible score entry of `kernel` (the atomic-dQ dkdv kernel also computes dQ = dS K)."""
+    return GEMMS[kernel] + int(kernel == "dkdv" and config.atomic_dq)
 
 
 def compulsory_bytes(config: BwdConfig, shape: ProblemShape, kernel: str) -> int:
@@ -39,9 +45,15 @@ def compulsory_bytes(config: BwdConfig, shape: ProblemShape, kernel: str) -> int
     q_side = shape.batch * shape.s0 * shape.heads * config.head * e
     kv_side = shape.batch * shape.s1 * shape.kv_heads * config.head * e
     stats = shape.batch * shape.heads * shape.s0 * 4
+    dq_f32 = q_side * 4 // e
     if kernel == "dq":  # Q, dO, O, K, V, LSE in; dQ, D out
         return 4 * q_side + 2 * kv_side + 2 * stats
-    return 2 * q_side + 4 * kv_side + 2 * stats  # Q, dO, K, V, LSE, D in; dK, dV out
+    if kernel == "prep":  # O, dO in; D out
+        return 2 * q_side + stats
+    if kernel == "post":  # dQ f32 in, dQ out
+        return dq_f32 + q_side
+    atomic = 2 * dq_f32 if config.atomic_dq else 0  # each dQ f32 element read and written by the adds at least once
+    return 2 * q_side + 4 * kv_side + 2 * stats + atomic  # Q, dO, K, V, LSE, D in; dK, dV out
 
 
 def predict_kernel(sim: SimResult, config: BwdConfig, shape: ProblemShape, kernel: str,
@@ -59,7 +71,7 @@ def predict_kernel(sim: SimResult, config: BwdConfig, shape: ProblemShape, kerne
         raise TimingError(f"the {kernel} trace has no ops")
     units = work_units(config, kernel, shape.batch, shape.heads, shape.kv_heads, shape.s0, shape.s1)
     cycles, waves, note = launch_cycles({b: r.cycles for b, r in replays.items()}, sim.block_dim, units, spec.cube_cores)
-    macs = shape.flops(config.head) // 2 // FORWARD_GEMMS * GEMMS[kernel]
+    macs = shape.flops(config.head) // 2 // FORWARD_GEMMS * gemms(config, kernel)
     cores = min(sim.block_dim, spec.cube_cores)
     cube_us = spec.cycles_to_us(macs / (cores * spec.cube_macs_per_cycle))
     hbm_us = spec.cycles_to_us(compulsory_bytes(config, shape, kernel) / (spec.hbm_bytes_per_cycle_per_core * spec.cube_cores))
@@ -82,6 +94,7 @@ class BackwardTiming:
     """The backward's predicted time: one `TimingResult` per kernel, run back to back."""
 
     kernels: dict[str, TimingResult]
+    gemms: int  # matmuls per visible score entry, all kernels
 
     @property
     def total_us(self) -> float:
@@ -92,12 +105,13 @@ class BackwardTiming:
                  + " + ".join(f"{k} {t.kernel_us:.2f} us ({t.bound}-bound)" for k, t in self.kernels.items())]
         if forward_us:
             lines.append(f"backward/forward ratio {self.total_us / forward_us:.2f} (forward {forward_us:.2f} us; "
-                         f"matmul work {sum(GEMMS.values())}/{FORWARD_GEMMS} = {sum(GEMMS.values()) / FORWARD_GEMMS:.1f}x)")
+                         f"matmul work {self.gemms}/{FORWARD_GEMMS} = {self.gemms / FORWARD_GEMMS:.1f}x)")
         lines += [f"[{k}] {t.summary()}" for k, t in self.kernels.items()]
         return "\n".join(lines)
 
 
 def predict_backward(results: dict[str, SimResult], config: BwdConfig, shape: ProblemShape,
                      soc: str | SocSpec = "910B2") -> BackwardTiming:
-    """Time both kernels from the traced launches `run_backward(..., trace=True)` returned."""
-    return BackwardTiming({k: predict_kernel(results[k], config, shape, k, soc) for k in KERNELS})
+    """Time `config.kernels` from the traced launches `run_backward(..., trace=True)` returned."""
+    return BackwardTiming({k: predict_kernel(results[k], config, shape, k, soc) for k in config.kernels},
+                          sum(gemms(config, k) for k in config.kernels))

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import click
 
-from ptofa.bwd_pipeline import KERNELS as BWD_KERNELS
 from ptofa.bwd_pipeline import BwdConfig
 from ptofa.pipeline import SUPPORTED_HEAD, SUPPORTED_TILE_S1, ConfigError, FAConfig
 
@@ -82,8 +81,10 @@ def forward_configs() -> list[FAConfig]:
 
 
 def backward_configs() -> list[BwdConfig]:
-    return [BwdConfig(head=head, in_dtype=dtype, masked=masked)
-            for head, dtype, masked in itertools.product((64, 128), ("f16", "bf16"), (False, True))]
+    """Deterministic (dq + dkdv) and atomic-dQ (prep + dkdv + post, 64-row Q steps) modes."""
+    return [BwdConfig(head=head, in_dtype=dtype, masked=masked, atomic_dq=atomic, block_q=64 if atomic else 128)
+            for atomic, head, dtype, masked in itertools.product((False, True), (64, 128), ("f16", "bf16"),
+                                                                 (False, True))]
 
 
 def kernels() -> list[Kernel]:
@@ -99,9 +100,10 @@ def kernels() -> list[Kernel]:
             out.append(Kernel(_name(c).replace("fa_", "fa_reduce_", 1), f"split-KV reduce of {c.summary()}",
                               lambda c=c: emit_reduce(c)))
     for b in backward_configs():
-        for kernel in BWD_KERNELS:
-            name = f"fa_bwd_{kernel}_d{b.head}_{b.in_dtype}" + ("_masked" if b.masked else "")
-            out.append(Kernel(name, f"backward {kernel}: head={b.head} {b.in_dtype} masked={b.masked}",
+        for kernel in b.kernels:
+            name = f"fa_bwd_{kernel}_d{b.head}_{b.in_dtype}" + ("_masked" if b.masked else "") + ("_atomic" if b.atomic_dq else "")
+            out.append(Kernel(name, f"backward {kernel}: head={b.head} {b.in_dtype} masked={b.masked} "
+                                    f"atomic_dq={b.atomic_dq}",
                               lambda b=b, k=kernel: emit_bwd(b, k)))
     return out
 

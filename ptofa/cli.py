@@ -80,8 +80,10 @@ def main() -> None:
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Where to write the .pto file [default: fa.pto]; with --backward, a folder [default: .].")
 @click.option("--backward", is_flag=True, help="Write the backward kernels (fa_bwd_dq.pto, fa_bwd_dkdv.pto) instead.")
+@click.option("--atomic", is_flag=True, help="With --backward: the atomic-add dQ mode (fa_bwd_prep, _dkdv, _post).")
 def build(head: int, tile_s1: int, qk_preload: int, dtype: str, out_dtype: str | None, causal: bool,
-          window: tuple[int, int] | None, key_padding: bool, lse: bool, output: Path | None, backward: bool) -> None:
+          window: tuple[int, int] | None, key_padding: bool, lse: bool, output: Path | None, backward: bool,
+          atomic: bool) -> None:
     """Emit the kernel as PTO IR, and print the config and its memory budget."""
     from ptofa.fa_builder import emit_fa
 
@@ -89,7 +91,7 @@ def build(head: int, tile_s1: int, qk_preload: int, dtype: str, out_dtype: str |
     if backward:
         from ptofa.bwd_cli import build_backward
 
-        build_backward(config, output or Path("."), lambda line: console.print(line, markup=False))
+        build_backward(config, output or Path("."), lambda line: console.print(line, markup=False), atomic)
         return
     output = output or Path("fa.pto")
     text = emit_fa(config)
@@ -148,12 +150,13 @@ def check(pto_file: Path, ptoas_only: bool) -> None:
               help="Test only: the simulator breaks the parsed kernel this way, to exercise its reports.")
 @click.option("--backward", is_flag=True,
               help="Also run the backward kernels on the forward's O and LSE: check dq, dk, dv; predict their time (sim).")
+@click.option("--atomic", is_flag=True, help="With --backward: the atomic-add dQ mode (prep + dkdv + post kernels; sim).")
 def run(backend: str, batch: int, heads: int, kv_heads: int | None, s0: int | None, s1: int, seqlens: list[int] | None,
         kv_seqlens: list[int] | None, seqlens_file: Path | None, decode: bool, cache_len: int | None, page_size: int,
         num_splits: int | None, head: int, tile_s1: int, qk_preload: int, dtype: str, out_dtype: str | None,
         causal: bool, window: tuple[int, int] | None, key_padding: bool, lse: bool, seed: int, block_dim: int | None,
         keep: Path | None, timeline: Path | None, trace: Path | None, soc: str, inject_fault: str | None,
-        backward: bool) -> None:
+        backward: bool, atomic: bool) -> None:
     """Build, run and check the kernel against the torch reference; print one result row."""
     import dataclasses
 
@@ -186,7 +189,9 @@ def run(backend: str, batch: int, heads: int, kv_heads: int | None, s0: int | No
     if backward:
         from ptofa.bwd_cli import backward_config
 
-        backward_config(config)
+        backward_config(config, atomic)
+        if atomic and backend != "sim":
+            raise InputError(f"--atomic: the atomic-add dQ mode runs on the simulator only (--backend sim), not {backend}")
     if inject_fault is not None and backend != "sim":
         raise InputError(f"--inject-fault is a simulator option; the {backend} backend runs the kernel as built")
     key_mask = None
@@ -209,7 +214,7 @@ def run(backend: str, batch: int, heads: int, kv_heads: int | None, s0: int | No
         from ptofa.bwd_cli import run_backward_case
 
         passed = run_backward_case(config, shape, result.predicted_us, seed, soc, block_dim,
-                                   lambda line: console.print(line, markup=False), backend)
+                                   lambda line: console.print(line, markup=False), backend, atomic)
         sys.exit(0 if passed else 1)
     sys.exit(0 if result.passed else 1)
 

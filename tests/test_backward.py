@@ -217,8 +217,8 @@ def test_bad_inputs_raise_clear_errors():
         attention_backward(q, k, v, q, lse[:, :1], dout)
     with pytest.raises(ValueError, match="N=2 a multiple of KVN"):
         attention_backward(q, torch.cat([k] * 3, 2), torch.cat([v] * 3, 2), q, lse, dout)
-    with pytest.raises(ValueError, match="atomic-add dQ mode"):
-        attention_backward(q, k, v, q, lse, dout, deterministic=False)
+    with pytest.raises(ConfigError, match="atomic_dq=False"):
+        attention_backward(q, k, v, q, lse, dout, deterministic=False, config=BwdConfig(head=64))
     with pytest.raises(ValueError, match="backend='gpu' must be"):
         attention_backward(q, k, v, q, lse, dout, backend="gpu")
     with pytest.raises(ConfigError, match="head dim"):

@@ -219,7 +219,6 @@ def test_a_wrong_marshalling_fails_the_accuracy_rule(calls, monkeypatch) -> None
     (lambda a: {**a, "lse": a["lse"][:, :1]}, ValueError, "lse must be float32"),
     (lambda a: {**a, "k": a["k"].to(torch.bfloat16)}, TypeError, "k.dtype"),
     (lambda a: {**a, "block_dim": 0}, ValueError, "block_dim=0"),
-    (lambda a: {**a, "deterministic": False}, ValueError, "atomic-add"),
 ])
 def test_bad_input_launches_nothing(calls, change, error, message) -> None:
     q, k, v, dout = _inputs(1, 2, 1, 64, 64)
@@ -260,6 +259,13 @@ def test_auto_takes_the_npu_path_where_there_is_an_npu(calls) -> None:
     q, k, v, dout = _inputs(1, 2, 1, 64, 64)
     attention_backward(q, k, v, q, torch.zeros(1, 2, 64), dout)
     assert [call.entry for call in calls] == [entry_name("dq"), entry_name("dkdv")]
+
+
+def test_the_atomic_mode_is_refused_on_the_npu_before_anything_launches(calls) -> None:
+    q, k, v, dout = _inputs(1, 2, 1, 64, 64)
+    with pytest.raises(BackendUnavailable, match="atomic-add dQ mode runs on the simulator only"):
+        attention_backward(q, k, v, q, torch.zeros(1, 2, 64), dout, backend="npu", deterministic=False)
+    assert calls == []
 
 
 def test_npu_backend_without_an_npu_is_refused_with_one_line(monkeypatch) -> None:

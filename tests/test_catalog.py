@@ -32,7 +32,8 @@ def test_catalog_covers_every_switch_and_kernel_kind() -> None:
     assert any(c.page_size for c in configs) and any(c.in_dtype == "bf16" for c in configs)
     assert FAConfig() in configs
     assert sum(n.startswith("fa_reduce_") for n in names) == sum(c.split_kv for c in configs)
-    assert sum(n.startswith("fa_bwd_") for n in names) == 2 * len(catalog.backward_configs())
+    assert sum(n.startswith("fa_bwd_") for n in names) == sum(len(b.kernels) for b in catalog.backward_configs())
+    assert any(b.atomic_dq for b in catalog.backward_configs()) and any(n.startswith("fa_bwd_post") for n in names)
 
 
 def test_run_fa_catalog_writes_the_files(tmp_path, monkeypatch) -> None:

@@ -20,6 +20,15 @@ loaded through a DN GM view into a ZN mat tile: the verified K^T form of the for
 Masked kernels visit only the tiles / blocks the window leaves visible (the forward's
 visible-range arithmetic, seen from either side) and mask tiles that cross a bound with
 `ttri`. A unit that sees nothing stores nothing: the host passes zeroed dQ, dK, dV.
+
+Atomic-dQ mode (`BwdConfig.atomic_dq`; the dq kernel is not run):
+
+    prep (vectors):  D = rowsum(dO * O) -> GM
+    dkdv, per step, after dK:  vectors: dS = (dS^T rows)^T by `ttrans` -> dsq slot
+                               cube:    dQ_part = dS_0 K_0 + dS_1 K_1 (K_i: the keys of vector
+                                        core i, in L1 for the whole unit), atomic-add tstore
+                                        into the f32 dQ accumulator (host-zeroed)
+    post (vectors):  dQ f32 -> input dtype
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from ptofa.api import F32, KernelModule, parse_ir_type, pto, scalar, tile, tile_
 from ptofa.bwd_pipeline import BwdConfig, entry_args, right_roles, tile_plan
 from ptofa.kernels.common import SPLIT, TileRange, init_pipes, pipelined
 from ptofa.kernels.window import Window, keys_seen, mask_tile, queries_seeing
-from ptofa.pipeline import PipeSpec, TileSpec
+from ptofa.pipeline import VEC_CORES, PipeSpec, TileSpec
 from ptofa.textio import print_pto
 
 NEG = -3.0e38  # additive mask value: finite, exp gives exactly 0
@@ -56,6 +65,18 @@ def _clamp(x: SSAValue, lo: int, hi: int | SSAValue) -> SSAValue:
 def _row_offset(row: SSAValue, head: SSAValue, heads: SSAValue, head_dim: int) -> SSAValue:
     """Element offset of (row, head, 0) in a [rows, N, D] tensor."""
     return scalar.mul(scalar.add(scalar.mul(row, heads), head), head_dim)
+
+
+@dataclass
+class _Rows:
+    """What the D preprocess needs of a kernel: its arguments and sizes, the rows of one vector core."""
+
+    args: dict[str, SSAValue]
+    heads: SSAValue
+    s0: SSAValue
+    q_stride: SSAValue
+    head: int
+    vec_rows: int
 
 
 @dataclass
@@ -82,11 +103,14 @@ class _Common:
 def _common(config: BwdConfig, kernel: str, args: dict[str, SSAValue]) -> _Common:
     batch, heads, kv_heads, s0, s1 = (scalar.index_cast(args[n], name=n) for n in ("batch", "heads", "kv_heads", "s0", "s1"))
     block_idx, block_num = pto.get_block_idx(), pto.get_block_num()
-    sdp, pds = config.pipes(kernel)
+    sdp, pds, *more = config.pipes(kernel)
     per_block = config.slot_bytes_per_block(kernel) // 4
     sdp_base = pto.add_ptr(args["slots"], scalar.mul(block_idx, per_block), name="sdp_ring")
     h_block = pto.add_ptr(args["slots_h"], scalar.mul(block_idx, 2 * per_block), name="slot_h_block")
     pds_base = pto.add_ptr(h_block, sdp.slot_bytes * config.slot_num // 2, name="pds_ring")
+    bases = {"sdp": sdp_base, "pds": pds_base}
+    if more:  # the dsq ring follows the pds ring (both in the input dtype)
+        bases["dsq"] = pto.add_ptr(pds_base, pds.slot_bytes * config.slot_num // 2, name="dsq_ring")
     window = None
     if config.masked:
         window = Window(scalar.index_cast(args["win_left"], name="win_left"),
@@ -94,7 +118,7 @@ def _common(config: BwdConfig, kernel: str, args: dict[str, SSAValue]) -> _Commo
     return _Common(config, kernel, args, block_idx, block_num, batch, heads, kv_heads,
                    scalar.div(heads, kv_heads, name="group"), s0, s1,
                    scalar.mul(heads, config.head, name="q_stride"), scalar.mul(kv_heads, config.head, name="kv_stride"),
-                   window, {"sdp": sdp_base, "pds": pds_base})
+                   window, bases)
 
 
 # ======================================================================================
@@ -110,7 +134,7 @@ class _Vec:
     row_base: SSAValue  # first row of this core's half of the slot
 
 
-def _stat_view(c: _Common, name: str, h: SSAValue, b: SSAValue, q0: SSAValue, n: SSAValue):
+def _stat_view(c: _Common | _Rows, name: str, h: SSAValue, b: SSAValue, q0: SSAValue, n: SSAValue):
     """[1, n] window of LSE or D ([B, N, S0] f32) at (b, h, q0)."""
     off = scalar.add(scalar.mul(scalar.add(scalar.mul(b, c.heads), h), c.s0), q0)
     view = pto.as_tensor(pto.add_ptr(c.args[name], off), [1, n], [n, 1], name=f"{name}_view")
@@ -250,12 +274,13 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     v = _Vec(c, tl, consts, scalar.mul(pto.get_subblock_idx(), vr, name="row_base"))
     lse_col = tile.reshape(tl["lse_all"], vr, 1, name="lse_col", blayout="col_major")
     dsum_row = tile.reshape(tl["dsum_col"], 1, vr, name="dsum_row")
+    rows = _Rows(c.args, c.heads, c.s0, c.q_stride, d, vr)
     with pto.range(c.block_idx, _dq_units(c), c.block_num, name="unit") as unit:
         u = _q_unit(c, unit)
         n = _clamp(scalar.sub(u.q_rows, v.row_base), 0, vr)
         row0 = scalar.add(u.q0, v.row_base, name="core_q0")
         has_rows = scalar.gt(n, 0)
-        _preprocess(v, u, row0, n, has_rows, dsum_row)
+        _preprocess(rows, tl, consts["zero"], u.b, u.h, row0, n, has_rows, dsum_row)
         with pto.if_(has_rows):
             tile.set_valid(tl["stat_row"], 1, n)
             pto.load(_stat_view(c, "lse", u.h, u.b, row0, n), tl["stat_row"])
@@ -278,13 +303,14 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             pto.tpush("vector", pds.pipe_id, out, SPLIT)
 
 
-def _preprocess(v: _Vec, u: _QUnit, row0: SSAValue, n: SSAValue, has_rows: SSAValue, dsum_row: SSAValue) -> None:
+def _preprocess(r: _Rows, tl: dict[str, SSAValue], zero: SSAValue, b: SSAValue, h: SSAValue, row0: SSAValue,
+                n: SSAValue, has_rows: SSAValue, dsum_row: SSAValue) -> None:
     """D = rowsum(dO * O) of this core's rows -> dsum_col, and to GM for the dkdv kernel."""
-    c, tl, d, vr = v.c, v.tiles, v.c.config.head, v.c.config.vec_rows("dq")
-    off = _row_offset(scalar.add(scalar.mul(u.b, c.s0), row0), u.h, c.heads, d)
+    d, vr = r.head, r.vec_rows
+    off = _row_offset(scalar.add(scalar.mul(b, r.s0), row0), h, r.heads, d)
     with pto.if_(has_rows):
         for name, src in (("o_in", "o"), ("do_in", "do")):
-            view = pto.as_tensor(pto.add_ptr(c.args[src], off), [n, d], [c.q_stride, 1], name=f"{src}_rows")
+            view = pto.as_tensor(pto.add_ptr(r.args[src], off), [n, d], [r.q_stride, 1], name=f"{src}_rows")
             tile.set_valid(tl[name], n, d)
             pto.load(pto.slice_view(view, [0, 0], [n, d], name=f"{src}_part"), tl[name])
     for name in ("o_in", "do_in", "o_f32", "do_f32"):
@@ -295,9 +321,9 @@ def _preprocess(v: _Vec, u: _QUnit, row0: SSAValue, n: SSAValue, has_rows: SSAVa
     tile.row_sum(tl["o_f32"], tl["do_f32"], out=tl["dsum_col"])
     with pto.if_(has_rows):
         tile.set_valid(tl["stat_row"], 1, vr)
-        tile.adds(dsum_row, v.consts["zero"], out=tl["stat_row"])
+        tile.adds(dsum_row, zero, out=tl["stat_row"])
         tile.set_valid(tl["stat_row"], 1, n)
-        pto.store(tl["stat_row"], _stat_view(c, "dsum", u.h, u.b, row0, n))
+        pto.store(tl["stat_row"], _stat_view(r, "dsum", h, b, row0, n))
 
 
 # ======================================================================================
@@ -342,8 +368,8 @@ def _step(c: _Common, u: _KvUnit, s: SSAValue) -> tuple[SSAValue, SSAValue, SSAV
 
 def _dkdv_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     c = _common(config, "dkdv", args)
-    sdp, pds = config.pipes("dkdv")
-    init_pipes((sdp, pds), c.bases, "cube", config.slot_num)
+    sdp, pds, *_ = config.pipes("dkdv")
+    init_pipes(config.pipes("dkdv"), c.bases, "cube", config.slot_num)
     tl = {spec.name: _alloc(spec) for spec in tile_plan(config, "dkdv") if spec.core == "cube"}
     role = right_roles(config)
     d, bq = config.head, config.block_q
@@ -356,6 +382,7 @@ def _dkdv_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             pto.load(pto.slice_view(view, [0, 0], [u.k_rows, d], name=f"{name}_part"), tl[f"{name}_mat"])
             tile.set_valid(tl[f"{name}_left"], u.k_rows, d)
             tile.mov(tl[f"{name}_mat"], tl[f"{name}_left"])
+        keys = _key_pieces(c, u, tl, kv_off) if config.atomic_dq else []
 
         def head_views(h: SSAValue, transposed: bool) -> dict[str, SSAValue]:
             off = _row_offset(scalar.mul(u.b, c.s0), h, c.heads, d)
@@ -397,6 +424,8 @@ def _dkdv_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
                 tile.set_valid(tl[acc], u.k_rows, d)
                 _matmul_first_or_acc(s, u.steps.lo, tl[lt], tl[rt], tl[acc])
             pto.tfree("cube", pds.pipe_id, entry, SPLIT)
+            if config.atomic_dq:
+                _dq_atomic(c, u, tl, role["q"], keys, h, q0, n)
 
         _schedule(u.steps, config.preload, produce, consume)
         with pto.if_(scalar.gt(u.steps.hi, 0)):
@@ -405,10 +434,52 @@ def _dkdv_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
                 pto.store(tl[f"{name}_acc"], pto.slice_view(view, [0, 0], [u.k_rows, d], name=f"{name}_part"))
 
 
+def _key_pieces(c: _Common, u: _KvUnit, tl: dict[str, SSAValue], kv_off: SSAValue) -> list[SSAValue]:
+    """Keys of vector core i (rows [i * block_kv / 2, ...) of the unit's K block, maybe none) -> kp{i}_mat,
+    once per unit: the right operands of dQ = dS K. Returns each piece's key count."""
+    cfg, d, half = c.config, c.config.head, c.config.block_kv // VEC_CORES
+    k_view = pto.as_tensor(pto.add_ptr(c.args["k"], kv_off), [u.k_rows, d], [c.kv_stride, 1], name="k_view")
+    counts = []
+    for core in range(VEC_CORES):
+        keys = _clamp(scalar.sub(u.k_rows, core * half), 0, half)
+        counts.append(keys)
+        with pto.if_(scalar.gt(keys, 0)):
+            tile.set_valid(tl[f"kp{core}_mat"], keys, d)
+            pto.load(pto.slice_view(k_view, [core * half, 0], [keys, d], name="k_piece"), tl[f"kp{core}_mat"])
+    return counts
+
+
+def _dq_atomic(c: _Common, u: _KvUnit, tl: dict[str, SSAValue], k_right: str, keys: list[SSAValue], h: SSAValue,
+               q0: SSAValue, n: SSAValue) -> None:
+    """dQ[q0:q0+n] += dS K_unit, atomically: dS arrives as the two vector cores' pieces
+    [n, keys of core i] (stacked in the dsq slot); piece i meets kp{i}_mat. The dS^T mat /
+    left tiles and the Q right tile are free again after dK's matmul."""
+    cfg, d = c.config, c.config.head
+    dsq = cfg.pipes("dkdv")[2]
+    entry = pto.tpop("cube", dsq.pipe_id, _entry(dsq, "cube"), SPLIT, name="dsq_entry")
+    tile.set_valid(tl["dqp_acc"], n, d)
+    for core, count in enumerate(keys):
+        with pto.if_(scalar.gt(count, 0)):
+            tile.set_valid(tl["dst_mat"], n, count)
+            pto.load(pto.slice_view(entry, [core * cfg.block_q, 0], [n, count], name="ds_piece"), tl["dst_mat"])
+            tile.set_valid(tl["dst_left"], n, count)
+            tile.mov(tl["dst_mat"], tl["dst_left"])
+            tile.set_valid(tl[k_right], count, d)
+            tile.mov(tl[f"kp{core}_mat"], tl[k_right])
+            if core == 0:
+                tile.matmul(tl["dst_left"], tl[k_right], out=tl["dqp_acc"])
+            else:
+                tile.matmul_acc(tl["dqp_acc"], tl["dst_left"], tl[k_right], out=tl["dqp_acc"])
+    pto.tfree("cube", dsq.pipe_id, entry, SPLIT)
+    off = _row_offset(scalar.add(scalar.mul(u.b, c.s0), q0), h, c.heads, d)
+    view = pto.as_tensor(pto.add_ptr(c.args["dq_acc"], off), [n, d], [c.q_stride, 1], name="dq_acc_view")
+    pto.store(tl["dqp_acc"], pto.slice_view(view, [0, 0], [n, d], name="dq_acc_part"), atomic="add")
+
+
 def _dkdv_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     c = _common(config, "dkdv", args)
-    sdp, pds = config.pipes("dkdv")
-    init_pipes((sdp, pds), c.bases, "vector", config.slot_num)
+    sdp, pds, *_ = config.pipes("dkdv")
+    init_pipes(config.pipes("dkdv"), c.bases, "vector", config.slot_num)
     tl = {spec.name: _alloc(spec) for spec in tile_plan(config, "dkdv") if spec.core == "vector"}
     consts = {"neg": scalar.const(NEG, F32, name="neg"), "minus_one": scalar.const(-1.0, F32, name="minus_one"),
               "scale": args["scale"]}
@@ -439,13 +510,73 @@ def _dkdv_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             _store_half(v, out, bq, n)
             pto.tfree("vector", sdp.pipe_id, entry, SPLIT)
             pto.tpush("vector", pds.pipe_id, out, SPLIT)
+            if config.atomic_dq:
+                _push_ds_piece(v, n)
+
+
+def _push_ds_piece(v: _Vec, n: SSAValue) -> None:
+    """This core's dS^T rows (out_half, input dtype) transposed to its dS piece [n, keys] -> dsq slot."""
+    tl, vr, dsq = v.tiles, v.c.config.vec_rows("dkdv"), v.c.config.pipes("dkdv")[2]
+    entry = pto.talloc("vector", dsq.pipe_id, _entry(dsq, "vector"), SPLIT, name="dsq_entry")
+    tile.set_valid(tl["ds_piece"], n, vr)
+    tile.trans(tl["out_half"], tl["ds_piece"], tl["trans_tmp"])
+    pto.store(tl["ds_piece"], pto.slice_view(entry, [0, 0], [n, vr], name="ds_rows"))
+    pto.tpush("vector", dsq.pipe_id, entry, SPLIT)
+
+
+# ======================================================================================
+# Prep and post kernels (atomic dQ mode, vector-only)
+# ======================================================================================
+
+
+def _prep_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
+    """D = rowsum(dO * O) for every (batch, head, row): the dq kernel's preprocess on its own,
+    one unit per (batch, head, dq_block_q rows) as the dq kernel's."""
+    tl = {spec.name: _alloc(spec) for spec in tile_plan(config, "prep")}
+    d, vr = config.head, config.vec_rows("prep")
+    batch, heads, s0 = (scalar.index_cast(args[n], name=n) for n in ("batch", "heads", "s0"))
+    q_blocks = scalar.ceildiv(s0, config.dq_block_q, name="q_blocks")
+    units = scalar.mul(scalar.mul(batch, heads), q_blocks, name="units")
+    rows = _Rows(args, heads, s0, scalar.mul(heads, d, name="q_stride"), d, vr)
+    zero = scalar.const(0.0, F32, name="zero")
+    row_base = scalar.mul(pto.get_subblock_idx(), vr, name="row_base")
+    dsum_row = tile.reshape(tl["dsum_col"], 1, vr, name="dsum_row")
+    with pto.range(pto.get_block_idx(), units, pto.get_block_num(), name="unit") as unit:
+        bh = scalar.div(unit, q_blocks, name="bh")
+        row0 = scalar.add(scalar.mul(scalar.rem(unit, q_blocks), config.dq_block_q), row_base, name="core_q0")
+        n = _clamp(scalar.sub(s0, row0), 0, vr)
+        _preprocess(rows, tl, zero, scalar.div(bh, heads, name="b"), scalar.rem(bh, heads, name="h"), row0, n,
+                    scalar.gt(n, 0), dsum_row)
+
+
+def _post_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
+    """dQ (f32 accumulator) -> dQ in the input dtype, `vec_rows` rows of [B * S0 * N, D] per core and unit."""
+    tl = {spec.name: _alloc(spec) for spec in tile_plan(config, "post")}
+    d, vr = config.head, config.vec_rows("post")
+    batch, heads, s0 = (scalar.index_cast(args[n], name=n) for n in ("batch", "heads", "s0"))
+    total = scalar.mul(scalar.mul(batch, s0), heads, name="rows")
+    units = scalar.ceildiv(total, config.dq_block_q, name="units")
+    row_base = scalar.mul(pto.get_subblock_idx(), vr, name="row_base")
+    with pto.range(pto.get_block_idx(), units, pto.get_block_num(), name="unit") as unit:
+        row0 = scalar.add(scalar.mul(unit, config.dq_block_q), row_base, name="row0")
+        n = _clamp(scalar.sub(total, row0), 0, vr)
+        with pto.if_(scalar.gt(n, 0)):
+            off = scalar.mul(row0, d)
+            src = pto.as_tensor(pto.add_ptr(args["dq_acc"], off), [n, d], [d, 1], name="acc_rows")
+            dst = pto.as_tensor(pto.add_ptr(args["dq"], off), [n, d], [d, 1], name="dq_rows")
+            for name in ("dq_f32", "dq_out"):
+                tile.set_valid(tl[name], n, d)
+            pto.load(pto.slice_view(src, [0, 0], [n, d], name="acc_part"), tl["dq_f32"])
+            tile.cvt(tl["dq_f32"], out=tl["dq_out"])
+            pto.store(tl["dq_out"], pto.slice_view(dst, [0, 0], [n, d], name="dq_part"))
 
 
 # ======================================================================================
 # Modules
 # ======================================================================================
 
-_BUILDERS = {"dq": (_dq_cube, _dq_vector), "dkdv": (_dkdv_cube, _dkdv_vector)}
+_BUILDERS = {"dq": (_dq_cube, _dq_vector), "dkdv": (_dkdv_cube, _dkdv_vector), "prep": (None, _prep_vector),
+             "post": (None, _post_vector)}
 
 
 def entry_name(kernel: str) -> str:
@@ -453,7 +584,9 @@ def entry_name(kernel: str) -> str:
 
 
 def build_bwd(config: BwdConfig, kernel: str) -> builtin.ModuleOp:
-    """The mixed kernel `kernel` ("dq" or "dkdv"): entry (set_ffts + calls), cube function, vector function."""
+    """Kernel `kernel` of `config.kernels`: entry (set_ffts + calls), cube function (mixed kernels), vector function."""
+    if kernel not in config.kernels:
+        raise ValueError(f"kernel={kernel!r} must be one of {config.kernels} (atomic_dq={config.atomic_dq})")
     cube, vector = _BUILDERS[kernel]
     km = KernelModule(config.target)
     types = [(name, parse_ir_type(t)) for name, t in entry_args(config, kernel)]
@@ -461,10 +594,12 @@ def build_bwd(config: BwdConfig, kernel: str) -> builtin.ModuleOp:
     name = entry_name(kernel)
     with km.function(name, types, entry=True) as args:
         pto.set_ffts(args["ffts"])
-        pto.call(f"{name}_cube", [args[n] for n, _ in inner])
+        if cube is not None:
+            pto.call(f"{name}_cube", [args[n] for n, _ in inner])
         pto.call(f"{name}_vec", [args[n] for n, _ in inner])
-    with km.function(f"{name}_cube", inner, kind="cube") as args:
-        cube(config, args)
+    if cube is not None:
+        with km.function(f"{name}_cube", inner, kind="cube") as args:
+            cube(config, args)
     with km.function(f"{name}_vec", inner, kind="vector") as args:
         vector(config, args)
     return km.module
