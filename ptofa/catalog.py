@@ -101,7 +101,8 @@ def kernels() -> list[Kernel]:
                               lambda c=c: emit_reduce(c)))
     for b in backward_configs():
         for kernel in b.kernels:
-            name = f"fa_bwd_{kernel}_d{b.head}_{b.in_dtype}" + ("_masked" if b.masked else "") + ("_atomic" if b.atomic_dq else "")
+            name = (f"fa_bwd_{kernel}_d{b.head}_{b.in_dtype}" + ("_masked" if b.masked else "")
+                    + ("_atomic" if b.atomic_dq else ""))
             out.append(Kernel(name, f"backward {kernel}: head={b.head} {b.in_dtype} masked={b.masked} "
                                     f"atomic_dq={b.atomic_dq}",
                               lambda b=b, k=kernel: emit_bwd(b, k)))
