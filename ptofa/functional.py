@@ -21,7 +21,7 @@ from ptofa.pipeline import FAConfig
 
 
 def _call_op(q, k, v, scale, bounds, key_padding_mask, out_dtype, backend: str, config: FAConfig | None,
-             name: str = "q"):
+             name: str = "q", deterministic: bool = True):
     """(out, lse) of the custom op on checked BSND q/k/v. A device other than CPU or NPU is
     refused here: the op would hand it (a meta tensor, say) to its fake implementation."""
     if q.device.type not in ("cpu", "npu"):
@@ -31,7 +31,8 @@ def _call_op(q, k, v, scale, bounds, key_padding_mask, out_dtype, backend: str, 
     mask = None if key_padding_mask is None else torch.as_tensor(key_padding_mask)
     left, right = bounds if bounds is not None else (0, 0)
     return flash_attn_fwd(q, k, v, scale, bounds is not None, left, right, mask,
-                          None if wanted is None else TORCH_DTYPES[wanted], backend, config_to_json(config))
+                          None if wanted is None else TORCH_DTYPES[wanted], backend, config_to_json(config),
+                          deterministic)
 
 
 def flash_attn_func(
@@ -46,6 +47,7 @@ def flash_attn_func(
     out_dtype: torch.dtype | None = None,
     backend: str = "auto",
     config: FAConfig | None = None,
+    deterministic: bool = True,
 ):
     """FlashAttention forward with flash-attn's arguments and conventions.
 
@@ -72,6 +74,9 @@ def flash_attn_func(
                   (the CPU simulator: CPU tensors) or "npu".
     config:       a `ptofa.pipeline.FAConfig` to run instead of the automatic choice (tile
                   sizes, preload depth); ConfigError when it cannot run this call.
+    deterministic: the backward's mode, as flash-attn's argument: True (default here) runs
+                  dQ without atomics, bit-identical across runs; False accumulates dQ with
+                  atomic-add stores (one kernel fewer; simulator only for now).
 
     Returns out [batch, seqlen_q, nheads, headdim], or (out, lse) with return_lse=True.
     Bad arguments raise ValueError / ConfigError with one line naming the rule and the
@@ -84,7 +89,8 @@ def flash_attn_func(
         window = (window[0], 0)
     check_qkv(q, k, v)
     bounds = window_to_bounds(window, q.shape[1], k.shape[1])
-    out, lse = _call_op(q, k, v, softmax_scale, bounds, key_padding_mask, out_dtype, backend, config)
+    out, lse = _call_op(q, k, v, softmax_scale, bounds, key_padding_mask, out_dtype, backend, config,
+                        deterministic=deterministic)
     return (out, lse) if return_lse else out
 
 

@@ -61,9 +61,11 @@ def flash_attn_fwd(
     out_dtype: torch.dtype | None,
     backend: str,
     config: str | None,
+    deterministic: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out [B, S0, N, D], lse [B, N, S0] fp32) of BSND q/k/v; window bounds in the kernel's
-    convention (`ptofa.attention.window_to_bounds`), used when `masked`."""
+    convention (`ptofa.attention.window_to_bounds`), used when `masked`. `deterministic`
+    only chooses the backward's mode (False: atomic-add dQ)."""
     bounds = (win_left, win_right) if masked else None
     out, lse = run_attention(q, k, v, scale=scale, bounds=bounds, key_padding_mask=key_padding_mask, return_lse=True,
                              out_dtype=out_dtype, backend=backend, config=config_from_json(config))
@@ -71,14 +73,14 @@ def flash_attn_fwd(
 
 
 @flash_attn_fwd.register_fake
-def _(q, k, v, scale, masked, win_left, win_right, key_padding_mask, out_dtype, backend, config):
+def _(q, k, v, scale, masked, win_left, win_right, key_padding_mask, out_dtype, backend, config, deterministic=True):
     batch, s0, heads, head = q.shape
     out = q.new_empty((batch, s0, heads, head), dtype=out_dtype or q.dtype)
     return out, q.new_empty((batch, heads, s0), dtype=torch.float32)
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    q, k, v, scale, masked, win_left, win_right, key_padding_mask, _out_dtype, backend, _config = inputs
+    q, k, v, scale, masked, win_left, win_right, key_padding_mask, _out_dtype, backend, _config, deterministic = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.mark_non_differentiable(lse)
@@ -86,6 +88,7 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.bounds = (win_left, win_right) if masked else None
     ctx.key_padding = key_padding_mask is not None
     ctx.backend = backend
+    ctx.deterministic = deterministic
 
 
 @torch.library.custom_op("ptofa::flash_attn_bwd", mutates_args=())
@@ -101,6 +104,7 @@ def flash_attn_bwd(
     win_left: int,
     win_right: int,
     backend: str,
+    deterministic: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of `flash_attn_fwd` from its saved q, k, v, out, lse and the output's
     gradient, by the backward kernels (`ptofa.backward.attention_backward`). An op of its
@@ -109,11 +113,11 @@ def flash_attn_bwd(
 
     bounds = (win_left, win_right) if masked else None
     return attention_backward(q, k, v, out.to(q.dtype), lse, dout.to(q.dtype), softmax_scale=scale, bounds=bounds,
-                              backend=backend)
+                              backend=backend, deterministic=deterministic)
 
 
 @flash_attn_bwd.register_fake
-def _(q, k, v, out, lse, dout, scale, masked, win_left, win_right, backend):
+def _(q, k, v, out, lse, dout, scale, masked, win_left, win_right, backend, deterministic=True):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -125,8 +129,8 @@ def _backward(ctx, grad_out, grad_lse):
     q, k, v, out, lse = ctx.saved_tensors
     left, right = ctx.bounds if ctx.bounds is not None else (0, 0)
     dq, dk, dv = flash_attn_bwd(q, k, v, out, lse, grad_out.contiguous(), ctx.scale, ctx.bounds is not None, left,
-                                right, ctx.backend)
-    return (dq, dk, dv) + (None,) * 8
+                                right, ctx.backend, ctx.deterministic)
+    return (dq, dk, dv) + (None,) * 9
 
 
 flash_attn_fwd.register_autograd(_backward, setup_context=_setup_context)

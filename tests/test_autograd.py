@@ -127,3 +127,24 @@ def test_backward_op_schema_and_fake() -> None:
     lse = torch.randn(1, 2, 40, generator=g)
     torch.library.opcheck(flash_attn_bwd, (q, k, v, out, lse, dout, 0.125, True, 56 + 40, 0, "sim"),
                           test_utils=("test_schema", "test_faketensor"))
+
+
+def test_flash_attn_func_deterministic_false_runs_the_atomic_backward(monkeypatch) -> None:
+    """deterministic=False reaches the atomic-add dQ mode; both modes pass the rule."""
+    from ptofa import backward
+
+    modes = []
+    real = backward.run_backward
+    monkeypatch.setattr(backward, "run_backward", lambda config, *a, **kw: modes.append(config.atomic_dq)
+                        or real(config, *a, **kw))
+    g = torch.Generator().manual_seed(11)
+    q, k, v = leaves(random((1, 80, 2, 64), torch.float16, g), random((1, 100, 1, 64), torch.float16, g),
+                     random((1, 100, 1, 64), torch.float16, g))
+    dout = random(q.shape, torch.float16, g)
+    ref = reference_backward(q.detach(), k.detach(), v.detach(), dout, None, (-1, 0))
+    for deterministic in (True, False):
+        for t in (q, k, v):
+            t.grad = None
+        ptofa.flash_attn_func(q, k, v, causal=True, backend="sim", deterministic=deterministic).backward(dout)
+        assert all(acc.passed for acc in check_gradients(q.grad, k.grad, v.grad, ref).values()), deterministic
+    assert modes == [False, True]
