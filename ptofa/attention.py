@@ -292,6 +292,14 @@ def run_attention(
         tuned = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads, window=tune_window(bounds, s0, s1))
         config = auto_config(head, in_dtype, s1=s1, out_dtype=wanted_out, masked=masked,
                              key_padding=key_mask is not None, lse=return_lse, shape=tuned)
+        if key_mask is None and out is None and workspace is None and block_dim is None:
+            from ptofa.dense_split import dense_split, sim_cores
+
+            cores = sim_cores() if backend == "sim" else _npu_cores()
+            split = dense_split(config, q, k, v, scale=float(scale), bounds=bounds, return_lse=return_lse,
+                                backend=backend, cores=cores)
+            if split is not None:
+                return split
     else:
         check_config(config, head=head, in_dtype=in_dtype, out_dtype=wanted_out, masked=masked,
                      key_padding=key_mask is not None, lse=return_lse)
