@@ -38,6 +38,7 @@ import heapq
 import json
 import math
 import threading
+import sys
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
@@ -353,7 +354,7 @@ def tune_cmd(s0: int, s1: int, heads: int, kv_heads: int | None, head_dim: int, 
         result = tune(shape)
     except (ConfigError, ValueError, KeyError) as exc:
         raise InputError(f"invalid shape: {exc}") from None
-    print_ranking(result, Console() if click.get_text_stream("stdout").isatty() else Console(width=120))
+    print_ranking(result, Console() if sys.stdout.isatty() else Console(width=120))
 
 
 __all__ = ["Ranked", "TuneResult", "TuneShape", "candidates", "predict_config", "prediction_count", "rank", "tune"]
