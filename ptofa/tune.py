@@ -37,8 +37,8 @@ import hashlib
 import heapq
 import json
 import math
-import threading
 import sys
+import threading
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
