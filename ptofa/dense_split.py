@@ -9,6 +9,7 @@ import math
 
 import torch
 
+from ptofa.attention import tune_window
 from ptofa.backend import TORCH_DTYPES
 from ptofa.pipeline import FAConfig
 from ptofa.sim.socspec import get_soc
@@ -16,16 +17,12 @@ from ptofa.varlen import unit_table, varlen_shape
 
 
 def varlen_window(bounds: tuple[int, int] | None, s0: int, s1: int) -> tuple[int, int] | None:
-    """The varlen kernel's window for dense kernel bounds, or None when it cannot say it: the
-    varlen window reads -1 as unbounded, so a negative right bound (torch's top-left causal
-    with S0 < S1) stays on the dense kernel."""
-    if bounds is None:
-        return (-1, -1)
-    left, right = bounds
-    if right < 0:
+    """The varlen kernel's window for dense kernel bounds (`attention.tune_window`), or None when
+    it cannot say it: the varlen window reads -1 as unbounded, so a negative right bound (torch's
+    top-left causal with S0 < S1) stays on the dense kernel."""
+    if bounds is not None and bounds[1] < 0:
         return None
-    unbounded = s0 + s1
-    return (-1 if left >= unbounded else left, -1 if right >= unbounded else right)
+    return tune_window(bounds, s0, s1)
 
 
 def dense_split(config: FAConfig, q, k, v, *, scale: float, bounds: tuple[int, int] | None, return_lse: bool,
