@@ -5,7 +5,6 @@ NPU (marked `npu`, skipped without one)."""
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import re
 from pathlib import Path
 
@@ -24,58 +23,15 @@ from ptofa.sim import GmPointer, simulate
 from ptofa.textio import check_text
 from ptofa.toolchain import ToolchainError, caller_for, entry_signature
 
+from fake_npu import STREAM, Call, Calls, install_fake_npu
+
 CORES = 24
-STREAM = 0xB4D
-
-
-@dataclasses.dataclass
-class Call:
-    """One launcher call: its entry, text, block_dim, stream and host arguments by name, in order."""
-
-    entry: str
-    text: str
-    block_dim: int
-    stream: int
-    values: dict[str, int | float]
-    order: list[str]
-
-
-class FakeStream:
-    _as_parameter_ = STREAM
-
-
-class Calls(list):
-    """The recorded calls; `on_launch(call)`, when set, runs inside the launch (buffers still alive)."""
-
-    on_launch = None
 
 
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
-    """An NPU that is the CPU: launchers record their arguments (from the kernel text's own entry
-    signature, as `launcher_of` loads them) and compute nothing unless `on_launch` does."""
-    recorded = Calls()
-
-    def launcher_of(text: str, summary: str) -> serving_npu.EntryLauncher:
-        entry, args = entry_signature(text)
-        order = [p.name for p in argspec.host_params_of(args)]
-
-        def launch(block_dim: int, stream: int, *values: int | float) -> int:
-            assert len(values) == len(order)
-            call = Call(entry, text, block_dim, stream, dict(zip(order, values)), order)
-            recorded.append(call)
-            if recorded.on_launch is not None:
-                recorded.on_launch(call)
-            return argspec.RC_OK
-
-        return serving_npu.EntryLauncher(launch, entry, args)
-
-    monkeypatch.setattr(npu, "npu_available", lambda: (True, "fake NPU"))
-    monkeypatch.setattr(backward_npu, "npu_device", lambda: torch.device("cpu"))
-    monkeypatch.setattr(backward_npu, "npu_stream", FakeStream)
-    monkeypatch.setattr(backward_npu, "cube_core_count", lambda: CORES)
-    monkeypatch.setattr(backward_npu, "launcher_of", launcher_of)
-    return recorded
+    """The backward launches on the recording fake NPU (`fake_npu`)."""
+    return install_fake_npu(monkeypatch, backward_npu, CORES)
 
 
 @pytest.fixture

@@ -25,71 +25,29 @@ from ptofa.textio import check_text
 from ptofa.toolchain import ToolchainError, caller_for, entry_signature
 from ptofa.varlen import reference_varlen, unit_table, varlen_shape
 
+from fake_npu import STREAM, Call, Calls, install_fake_npu
+
 CORES = 24
-STREAM = 0x5EA
-
-
-@dataclasses.dataclass
-class Call:
-    """One launcher call: its entry, block_dim, stream and host arguments by name, with the
-    int32 tables read from their addresses at launch time."""
-
-    entry: str
-    text: str
-    block_dim: int
-    stream: int
-    values: dict[str, int | float]
-    order: list[str]
-    units: torch.Tensor | None = None
-    block_table: torch.Tensor | None = None
-
-
-class FakeStream:
-    _as_parameter_ = STREAM
 
 
 def _read_i32(address: int, count: int) -> torch.Tensor:
     return torch.tensor(list((ctypes.c_int32 * count).from_address(address)), dtype=torch.int32)
 
 
-class Calls(list):
-    """The recorded calls; `on_launch(call)`, when set, runs inside the launch (buffers still alive)."""
-
-    on_launch = None
+def _read_tables(call: Call) -> None:
+    """The unit table and block table a serving launch passes, read from their addresses."""
+    by_name = call.values
+    if "units" in by_name:
+        call.units = _read_i32(by_name["units"], by_name["num_units"] * UNIT_FIELDS).reshape(-1, UNIT_FIELDS)
+    if by_name.get("block_table"):
+        call.block_table = _read_i32(by_name["block_table"], by_name["batch"] * by_name["max_pages"]).reshape(
+            by_name["batch"], -1)
 
 
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
-    """An NPU that is the CPU: launchers record their arguments (from the kernel text's own entry
-    signature, as `launcher_of` loads them) and compute nothing unless `on_launch` does."""
-    recorded = Calls()
-
-    def launcher_of(text: str, summary: str) -> serving_npu.EntryLauncher:
-        entry, args = entry_signature(text)
-        order = [p.name for p in argspec.host_params_of(args)]
-
-        def launch(block_dim: int, stream: int, *values: int | float) -> int:
-            assert len(values) == len(order)
-            by_name = dict(zip(order, values))
-            call = Call(entry, text, block_dim, stream, by_name, order)
-            if "units" in by_name:
-                call.units = _read_i32(by_name["units"], by_name["num_units"] * UNIT_FIELDS).reshape(-1, UNIT_FIELDS)
-            if by_name.get("block_table"):
-                call.block_table = _read_i32(by_name["block_table"], by_name["batch"] * by_name["max_pages"]).reshape(
-                    by_name["batch"], -1)
-            recorded.append(call)
-            if recorded.on_launch is not None:
-                recorded.on_launch(call)
-            return argspec.RC_OK
-
-        return serving_npu.EntryLauncher(launch, entry, args)
-
-    monkeypatch.setattr(npu, "npu_available", lambda: (True, "fake NPU"))
-    monkeypatch.setattr(serving_npu, "npu_device", lambda: torch.device("cpu"))
-    monkeypatch.setattr(serving_npu, "npu_stream", FakeStream)
-    monkeypatch.setattr(serving_npu, "cube_core_count", lambda: CORES)
-    monkeypatch.setattr(serving_npu, "launcher_of", launcher_of)
-    return recorded
+    """The serving launches on the recording fake NPU (`fake_npu`), with their tables."""
+    return install_fake_npu(monkeypatch, serving_npu, CORES, _read_tables)
 
 
 @pytest.fixture
