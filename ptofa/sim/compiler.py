@@ -20,8 +20,8 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from ptofa import dialect as d
 from ptofa.sim import (  # noqa: F401 (registers semantics)
-    accessops, commops, extraops, fusedops, gatherops, gmqueryops, ipipeops, localarrayops, multitile, partialops, pipeops, registry,
-    scatterops, structops, syncops, tileops,
+    accessops, commops, extraops, fusedops, gatherops, gmqueryops, ipipeops, localarrayops, maskops, multitile, partialops,
+    pipeops, registry, scatterops, structops, syncops, tileops,
 )
 from ptofa.sim.errors import SimError
 from ptofa.sim.memory import BF16, GmView, Tile, bf16_decode, bf16_encode, new_tile_storage

@@ -15,7 +15,8 @@ from ptofa import dialect as d
 from ptofa.dialect import partial
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
-from ptofa.sim.tileops import Fn, Slot, _same_valid, _unpack_predicate
+from ptofa.sim.maskops import _unpack_predicate
+from ptofa.sim.tileops import Fn, Slot, _same_valid
 from ptofa.sim.timing import on_vector, vector_cycles
 
 _PART = {d.TPartAddOp: np.add, d.TPartMulOp: np.multiply, d.TPartMaxOp: np.maximum, d.TPartMinOp: np.minimum}
