@@ -39,9 +39,9 @@ seq_q < seq_kv) runs the unsplit dense kernel.
 
 The workspace is what the kernels really use (`pipeline.workspace_bytes`): the GM slot rings
 of every block and, split, the fp32 partial O [splits, B*seq_q, heads, head_dim] and LSE
-[splits, heads, B*seq_q] after them. A split launch has at least as many blocks as the
-unsplit one, with the same slot rings per block, so the size also covers a call that falls
-back to the unsplit kernel. A smaller `workspace_size` gives INSUFFICIENT_WORKSPACE before
+[splits, heads, B*seq_q] after them. The slot rings per block are the same for every
+switch; a split launch has at least as many blocks as the unsplit one, and a band at the
+planned split count no more than the planned launch, so the size covers every call. A smaller `workspace_size` gives INSUFFICIENT_WORKSPACE before
 anything runs; the buffer given is the one the slot rings and partials live in (the
 simulator addresses it in place and bounds-checks it, the NPU kernels get its address).
 """
@@ -253,7 +253,8 @@ def _descriptor(desc) -> FlashAttentionDescriptor:
 def create_descriptor(out_desc: TensorDescriptor, q_desc: TensorDescriptor, k_desc: TensorDescriptor,
                       v_desc: TensorDescriptor, mask_desc: TensorDescriptor | None = None, *,
                       backend: str = "auto") -> tuple[Status, FlashAttentionDescriptor | None]:
-    """infiniopCreateFlashAttentionDescriptor: check the tensor descriptors, pick the kernel config.
+    """infiniopCreateFlashAttentionDescriptor: check the tensor descriptors, pick the kernel config
+    and (with fewer units than cube cores) the split-KV launch, as the module docstring says.
 
     Returns (status, descriptor or None). NULL_POINTER for a missing out/q/k/v descriptor;
     BAD_TENSOR_DTYPE unless out, q, k, v share fp16 or bf16 (and the mask is bool/u8/i8);

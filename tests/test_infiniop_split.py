@@ -12,7 +12,8 @@ import torch
 
 from ptofa import argspec, infiniop, npu, serving, serving_npu, sim_backend, splitkv
 from ptofa.infiniop import Status, TensorDescriptor
-from ptofa.pipeline import workspace_bytes
+from ptofa.dense_split import run_dense_split
+from ptofa.pipeline import ConfigError, workspace_bytes
 from ptofa.reference import check_accuracy, check_lse, reference_fa
 
 from fake_npu import install_fake_npu
@@ -153,6 +154,7 @@ def test_masks_split_or_fall_back(launched) -> None:
     workspace = torch.full((size,), 0xA5, dtype=torch.uint8)
     assert infiniop.flash_attention(desc, workspace, size, out, q, k, v, mask) == Status.SUCCESS, infiniop.last_error()
     assert [(n, w) for n, w, _ in launched] == [(SPLITS, (S1 - 1, 0))]
+    assert infiniop._call_split(desc, (S1 - 1, 0), None).workspace_bytes() <= size
     ref = reference_fa(q, k, v, 1 / math.sqrt(D), window=(-1, 0))
     assert check_accuracy(out, ref.out32, ref.out_low).passed
 
@@ -206,3 +208,7 @@ def test_npu_launches_main_and_reduce_on_the_callers_workspace(launched, monkeyp
     assert reduce.values["num_splits"] == SPLITS and main.block_dim == slot_bytes // desc.config.gm_slot_bytes_per_block
     assert infiniop.flash_attention(desc, workspace, desc.workspace_size - 1, out, q, k, v) == \
         Status.INSUFFICIENT_WORKSPACE and len(calls) == 2
+    with pytest.raises(ConfigError, match=f"workspace: {desc.workspace_size - 1} bytes, but num_splits={SPLITS}"):
+        run_dense_split(desc.split, q, k, v, scale=0.125, return_lse=False, backend="npu",
+                        workspace=workspace[:desc.workspace_size - 1])
+    assert len(calls) == 2  # the launch's own check refuses a short buffer before enqueueing
