@@ -41,9 +41,10 @@ The workspace is what the kernels really use (`pipeline.workspace_bytes`): the G
 of every block and, split, the fp32 partial O [splits, B*seq_q, heads, head_dim] and LSE
 [splits, heads, B*seq_q] after them. The slot rings per block are the same for every
 switch; a split launch has at least as many blocks as the unsplit one, and a band at the
-planned split count no more than the planned launch, so the size covers every call. A smaller `workspace_size` gives INSUFFICIENT_WORKSPACE before
-anything runs; the buffer given is the one the slot rings and partials live in (the
-simulator addresses it in place and bounds-checks it, the NPU kernels get its address).
+planned split count no more than the planned launch, so the size covers every call. A
+smaller `workspace_size` gives INSUFFICIENT_WORKSPACE before anything runs; the buffer
+given is the one the slot rings and partials live in (the simulator addresses it in place
+and bounds-checks it, the NPU kernels get its address).
 """
 
 from __future__ import annotations

@@ -162,8 +162,10 @@ def launch_varlen_npu(config: FAConfig, shape: ProblemShape, table_of, q, k, v, 
 
 def _callers_workspace(workspace: torch.Tensor, need: int, device: torch.device, plan: Plan) -> torch.Tensor:
     """The caller's workspace as a flat byte view on `device`, or ConfigError when it is too small."""
-    if workspace.device != device or not workspace.is_contiguous():
-        raise ConfigError(f"workspace: must be a contiguous tensor on {device}, got one on {workspace.device}")
+    if workspace.device != device:
+        raise ConfigError(f"workspace: must be on {device}, got a tensor on {workspace.device}")
+    if not workspace.is_contiguous():
+        raise ConfigError(f"workspace: must be contiguous, got strides {workspace.stride()}")
     flat = workspace.reshape(-1).view(torch.uint8)
     if flat.numel() < need:
         raise ConfigError(f"workspace: {flat.numel()} bytes, but num_splits={plan.num_splits} on {plan.block_dim} "
