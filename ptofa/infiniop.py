@@ -27,10 +27,24 @@ torch's SDPA uses the opposite). The kernel takes a bottom-right window and a ke
 mask, so the mask must be such a band intersected with a set of padded keys (causal,
 sliding window, padding, or none); any other pattern gives NOT_IMPLEMENTED.
 
-The workspace is what the kernel really uses: the GM slot rings of every block,
-`config.gm_slot_bytes_per_block * block_dim` bytes. A smaller `workspace_size` gives
-INSUFFICIENT_WORKSPACE before anything runs; the buffer given is the one the kernel's slot
-rings live in (the simulator addresses it in place, the NPU kernel gets its address).
+Split-KV: `create_descriptor` makes the dense calls' split decision for its shape
+(`dense_split.plan_dense_split`): with fewer work units than cube cores, and the timing
+model predicting a split faster, the problem runs as a varlen batch of B equal sequences
+whose KV ranges are split over several cores, the partial O and LSE combined by the reduce
+kernel. The mask's contents are not known then, so a descriptor with a mask plans the split
+count for every key visible (the most work a mask can leave); at call time a mask that is
+a band alone runs that split count with the band's window, while a mask with padded keys
+or a band the varlen kernel cannot say (a negative right bound: top-left causal with
+seq_q < seq_kv) runs the unsplit dense kernel.
+
+The workspace is what the kernels really use (`pipeline.workspace_bytes`): the GM slot rings
+of every block and, split, the fp32 partial O [splits, B*seq_q, heads, head_dim] and LSE
+[splits, heads, B*seq_q] after them. The slot rings per block are the same for every
+switch; a split launch has at least as many blocks as the unsplit one, and a band at the
+planned split count no more than the planned launch, so the size covers every call. A
+smaller `workspace_size` gives INSUFFICIENT_WORKSPACE before anything runs; the buffer
+given is the one the slot rings and partials live in (the simulator addresses it in place
+and bounds-checks it, the NPU kernels get its address).
 """
 
 from __future__ import annotations
@@ -46,6 +60,7 @@ import torch
 
 from ptofa.attention import auto_config, resolve_backend, run_attention
 from ptofa.backend import BackendUnavailable
+from ptofa.dense_split import DenseSplit, plan_dense_split, run_dense_split
 from ptofa.pipeline import SUPPORTED_HEAD, ConfigError, FAConfig, ProblemShape, default_block_dim, workspace_bytes
 from ptofa.sim.socspec import get_soc
 
@@ -218,8 +233,10 @@ class FlashAttentionDescriptor:
     config: FAConfig  # tiles, head dim and dtype; the mask's switches are set per call
     backend: str  # "sim" or "npu"
     block_dim: int
-    workspace_size: int  # bytes: config.gm_slot_bytes_per_block * block_dim
+    workspace_size: int  # bytes: workspace_bytes of the split launch, else of the dense one
     scale: float
+    cores: int  # cube cores the launches are planned for
+    split: DenseSplit | None  # the split planned for the mask-free problem, None: unsplit
     destroyed: bool = False
 
 
@@ -237,7 +254,8 @@ def _descriptor(desc) -> FlashAttentionDescriptor:
 def create_descriptor(out_desc: TensorDescriptor, q_desc: TensorDescriptor, k_desc: TensorDescriptor,
                       v_desc: TensorDescriptor, mask_desc: TensorDescriptor | None = None, *,
                       backend: str = "auto") -> tuple[Status, FlashAttentionDescriptor | None]:
-    """infiniopCreateFlashAttentionDescriptor: check the tensor descriptors, pick the kernel config.
+    """infiniopCreateFlashAttentionDescriptor: check the tensor descriptors, pick the kernel config
+    and (with fewer units than cube cores) the split-KV launch, as the module docstring says.
 
     Returns (status, descriptor or None). NULL_POINTER for a missing out/q/k/v descriptor;
     BAD_TENSOR_DTYPE unless out, q, k, v share fp16 or bf16 (and the mask is bool/u8/i8);
@@ -309,14 +327,17 @@ def create_descriptor(out_desc: TensorDescriptor, q_desc: TensorDescriptor, k_de
 
         cores = cube_core_count()
     block_dim = default_block_dim(shape, cores, config)
+    split = plan_dense_split(config, batch, s0, s1, heads, kv_heads, None, cores)
+    size = workspace_bytes(config, shape, block_dim) if split is None else split.workspace_bytes()
     desc = FlashAttentionDescriptor(out_desc, q_desc, k_desc, v_desc, mask_desc, shape, config, backend, block_dim,
-                                    workspace_bytes(config, shape, block_dim), 1.0 / math.sqrt(head))
+                                    size, 1.0 / math.sqrt(head), cores, split)
     return Status.SUCCESS, desc
 
 
 @_returns_status(with_value=True)
 def get_workspace_size(desc: FlashAttentionDescriptor) -> tuple[Status, int | None]:
-    """infiniopGetFlashAttentionWorkspaceSize: (status, bytes) — the GM slot rings of every block."""
+    """infiniopGetFlashAttentionWorkspaceSize: (status, bytes) — the GM slot rings of every block,
+    and the split-KV partials when the descriptor planned a split."""
     return Status.SUCCESS, _descriptor(desc).workspace_size
 
 
@@ -359,6 +380,11 @@ def mask_to_window(mask: torch.Tensor) -> tuple[tuple[int, int] | None, torch.Te
         return (left, right), keys.to(torch.int8)
     raise ValueError("mask: only a bottom-right band (causal / sliding window) intersected with padded keys runs on "
                      "this kernel; this mask's visible pairs are not of that form")
+
+
+def device_type_of(backend: str) -> str:
+    """The torch device type of a backend's tensors: "cpu" for the simulator, "npu" for an NPU."""
+    return "cpu" if backend == "sim" else "npu"
 
 
 def _check_tensor(name: str, t, d: TensorDescriptor, device_type: str) -> None:
@@ -405,11 +431,10 @@ def flash_attention(desc: FlashAttentionDescriptor, workspace: torch.Tensor | No
         raise _Fail(Status.BAD_PARAM, f"workspace_size: {workspace_size!r} must be an int >= 0")
     if workspace_size < desc.workspace_size:
         raise _Fail(Status.INSUFFICIENT_WORKSPACE,
-                    f"workspace_size: {workspace_size} bytes < {desc.workspace_size} needed "
-                    f"({desc.config.gm_slot_bytes_per_block} bytes of slot rings x {desc.block_dim} blocks)")
+                    f"workspace_size: {workspace_size} bytes < {desc.workspace_size} needed ({_workspace_parts(desc)})")
     if workspace is None:
         raise _Fail(Status.NULL_POINTER, f"workspace: is None but {desc.workspace_size} bytes are needed")
-    device_type = "cpu" if desc.backend == "sim" else "npu"
+    device_type = device_type_of(desc.backend)
     if not isinstance(workspace, torch.Tensor):
         raise _Fail(Status.BAD_PARAM, f"workspace: must be a torch.Tensor, got {type(workspace).__name__}")
     if workspace.device.type != device_type:
@@ -429,13 +454,43 @@ def flash_attention(desc: FlashAttentionDescriptor, workspace: torch.Tensor | No
             bounds, key_mask = mask_to_window(mask)
         except ValueError as unsupported:
             raise _Fail(Status.NOT_IMPLEMENTED, str(unsupported)) from None
-    config = dataclasses.replace(desc.config, masked=bounds is not None, key_padding=key_mask is not None)
     four = (lambda t: t.unsqueeze(0)) if desc.out.ndim == 3 else (lambda t: t)
-    slots = workspace.reshape(-1).view(torch.uint8)[:desc.workspace_size]
+    buffer = workspace.reshape(-1).view(torch.uint8)
+    split = _call_split(desc, bounds, key_mask)
+    if split is not None:
+        run_dense_split(split, four(q), four(k), four(v), scale=desc.scale, return_lse=False, backend=desc.backend,
+                        out=four(out), workspace=buffer[:desc.workspace_size], stream=stream)
+        return Status.SUCCESS
+    config = dataclasses.replace(desc.config, masked=bounds is not None, key_padding=key_mask is not None)
+    slots = buffer[:workspace_bytes(config, desc.shape, desc.block_dim)]
     run_attention(four(q), four(k), four(v), scale=desc.scale, bounds=bounds, key_padding_mask=key_mask,
                   backend=desc.backend, config=config, block_dim=desc.block_dim, out=four(out), workspace=slots,
                   stream=stream)
     return Status.SUCCESS
+
+
+def _call_split(desc: FlashAttentionDescriptor, bounds: tuple[int, int] | None,
+                key_mask: torch.Tensor | None) -> DenseSplit | None:
+    """The split this call runs: the descriptor's, with the mask's window at its split count;
+    None (the unsplit dense kernel) without a planned split, with padded keys, or for a
+    window the varlen kernel cannot say."""
+    if desc.split is None or key_mask is not None:
+        return None
+    if bounds is None:
+        return desc.split
+    shape = desc.shape
+    return plan_dense_split(desc.config, shape.batch, shape.s0, shape.s1, shape.heads, shape.kv_heads, bounds,
+                            desc.cores, desc.split.num_splits)
+
+
+def _workspace_parts(desc: FlashAttentionDescriptor) -> str:
+    """What the descriptor's workspace holds, for INSUFFICIENT_WORKSPACE."""
+    if desc.split is None:
+        return f"{desc.config.gm_slot_bytes_per_block} bytes of slot rings x {desc.block_dim} blocks"
+    plan = desc.split.plan
+    slots = plan.config.gm_slot_bytes_per_block * plan.block_dim
+    return (f"{plan.config.gm_slot_bytes_per_block} bytes of slot rings x {plan.block_dim} blocks + "
+            f"{desc.workspace_size - slots} bytes of partial O and LSE for num_splits={plan.num_splits}")
 
 
 __all__ = [

@@ -56,31 +56,35 @@ class Launch:
 
 
 def launch_varlen(config: FAConfig, shape: ProblemShape, table_of, q, k, v, out, scale: float, num_splits: int, *,
-                  lse=None, block_table=None, options=None) -> Launch:
+                  lse=None, block_table=None, options=None, workspace=None) -> Launch:
     """Run the varlen kernel on the sim, split-KV when `num_splits` (0: chosen) > 1.
 
-    `table_of(config, num_splits)` builds the unit table; `options` are the simulator's."""
+    `table_of(config, num_splits)` builds the unit table; `options` are the simulator's;
+    `workspace` the caller's buffer for the slot rings and partials (`pipeline.workspace_bytes`)."""
     plan = plan_varlen(config, shape, table_of, num_splits, get_soc(SIM_SOC).cube_cores)
     if plan is None:
         return Launch(1)
     c = plan.config
     if plan.num_splits == 1:
         main = launch_sim(get_kernel(c).parsed, c, shape, q, k, v, out, plan.block_dim, scale, lse=lse,
-                          units=plan.table, block_table=block_table, options=options)
+                          units=plan.table, block_table=block_table, slots=workspace, options=options)
         return Launch(1, c, plan.block_dim, main)
     main, reduced = launch_split_sim(get_kernel(c).parsed, reduce_kernel(c), c, shape, q, k, v, out, plan.block_dim,
-                                     scale, plan.num_splits, units=plan.table, lse=lse, block_table=block_table,
-                                     options=options)
+                                     scale, plan.num_splits, units=plan.table, workspace=workspace, lse=lse,
+                                     block_table=block_table, options=options)
     return Launch(plan.num_splits, c, plan.block_dim, main, reduced)
 
 
 def _launch(backend: str, config: FAConfig, shape: ProblemShape, table_of, q, k, v, out, scale: float,
-            num_splits: int, *, lse=None, block_table=None) -> None:
-    """Both serving calls launch here, so the backend is chosen in one place ("sim" or "npu", resolved)."""
+            num_splits: int, *, lse=None, block_table=None, workspace=None, stream=None) -> None:
+    """Both serving calls launch here, so the backend is chosen in one place ("sim" or "npu", resolved).
+    `workspace` (the caller's, e.g. InfiniOp's) holds the slot rings and partials; `stream` is the NPU's."""
     if backend == "npu":
-        launch_varlen_npu(config, shape, table_of, q, k, v, out, scale, num_splits, lse=lse, block_table=block_table)
+        launch_varlen_npu(config, shape, table_of, q, k, v, out, scale, num_splits, lse=lse, block_table=block_table,
+                          workspace=workspace, stream=stream)
     else:
-        launch_varlen(config, shape, table_of, q, k, v, out, scale, num_splits, lse=lse, block_table=block_table)
+        launch_varlen(config, shape, table_of, q, k, v, out, scale, num_splits, lse=lse, block_table=block_table,
+                      workspace=workspace)
 
 
 def _window(causal: bool, window_size) -> tuple[int, int]:

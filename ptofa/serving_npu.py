@@ -6,7 +6,8 @@ block count) with torch_npu's cube-core count. Each kernel's `.pto` is built onc
 entry the text declares (`toolchain.entry_signature`, `argspec.host_params_of`); the host
 arguments are put in that same order by name, so no order is written twice. The unit
 table and block table go to the device as int32 tensors, the workspace (slot rings, then
-the partials) is sized by `pipeline.workspace_bytes`, and the reduce is enqueued on the
+the partials; the caller's, as InfiniOp's, or a new one) is sized by
+`pipeline.workspace_bytes`, and the reduce is enqueued on the
 forward kernel's stream after it, so it reads the partials once they are written.
 """
 
@@ -24,7 +25,7 @@ from ptofa import argspec
 from ptofa.attention import get_kernel
 from ptofa.kernels.fa_reduce import emit_reduce
 from ptofa.npu import check_launch_code, cube_core_count, load_entry_launcher
-from ptofa.pipeline import FAConfig, ProblemShape, workspace_bytes
+from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, workspace_bytes
 from ptofa.sim_backend import reduce_block_dim, reduce_rows
 from ptofa.splitkv import Plan, plan_varlen
 from ptofa.toolchain import cache_root, compile_pto, entry_signature
@@ -113,26 +114,31 @@ def _on(device: torch.device, tensor: torch.Tensor | None) -> torch.Tensor | Non
 
 
 def launch_varlen_npu(config: FAConfig, shape: ProblemShape, table_of, q, k, v, out, scale: float, num_splits: int, *,
-                      lse=None, block_table=None, stream=None) -> NpuServingLaunch | None:
+                      lse=None, block_table=None, stream=None, workspace=None) -> NpuServingLaunch | None:
     """Enqueue the varlen kernel (and the reduce, split-KV) on the NPU and write O (and LSE)
     into `out` / `lse`; None when the unit table is empty. Tensors not on the NPU are copied
-    there and the results copied back (which waits for the kernels). Both kernels are built
-    before either is enqueued, so a failed build launches nothing."""
+    there and the results copied back (which waits for the kernels). `workspace` is the
+    caller's device buffer for the slot rings and partials (else one is allocated); it is
+    checked, and both kernels built, before either is enqueued, so a failed check or build
+    launches nothing."""
     plan = plan_varlen(config, shape, table_of, num_splits, cube_core_count())
     if plan is None:
         return None
-    forward = forward_launcher(plan.config)
-    reduce = reduce_launcher(plan.config) if plan.config.split_kv else None
-    device = npu_device()
-    stream = npu_stream() if stream is None else stream
     c = plan.config
+    device = npu_device()
+    need = workspace_bytes(c, shape, plan.block_dim, plan.num_splits)
+    if workspace is None:
+        workspace = torch.empty(need // 4, dtype=torch.float32, device=device)
+    else:
+        workspace = _callers_workspace(workspace, need, device, plan)
+    forward = forward_launcher(c)
+    reduce = reduce_launcher(c) if c.split_kv else None
+    stream = npu_stream() if stream is None else stream
     o_dev = out if out.device == device else torch.empty(out.shape, dtype=out.dtype, device=device)
     lse_dev = lse if lse is None or lse.device == device else torch.empty(lse.shape, dtype=lse.dtype, device=device)
     units = plan.table.to(device=device, dtype=torch.int32).contiguous()
     pages = None if block_table is None else block_table.to(device=device, dtype=torch.int32).contiguous()
-    workspace = torch.empty(workspace_bytes(c, shape, plan.block_dim, plan.num_splits) // 4, dtype=torch.float32,
-                            device=device)
-    partials = workspace[c.gm_slot_f32_per_block * plan.block_dim:] if c.split_kv else None
+    partials = workspace.view(torch.uint8)[c.gm_slot_bytes_per_block * plan.block_dim:] if c.split_kv else None
     left, right = shape.window_bounds()
     values = {
         "slots": workspace, "q": _on(device, q), "k": _on(device, k), "v": _on(device, v), "o": o_dev, "lse": lse_dev,
@@ -152,3 +158,16 @@ def launch_varlen_npu(config: FAConfig, shape: ProblemShape, table_of, q, k, v, 
     if lse_dev is not lse:
         lse.copy_(lse_dev.to(lse.device))
     return NpuServingLaunch(plan, workspace, units, pages, partials)
+
+
+def _callers_workspace(workspace: torch.Tensor, need: int, device: torch.device, plan: Plan) -> torch.Tensor:
+    """The caller's workspace as a flat byte view on `device`, or ConfigError when it is too small."""
+    if workspace.device != device:
+        raise ConfigError(f"workspace: must be on {device}, got a tensor on {workspace.device}")
+    if not workspace.is_contiguous():
+        raise ConfigError(f"workspace: must be contiguous, got strides {workspace.stride()}")
+    flat = workspace.reshape(-1).view(torch.uint8)
+    if flat.numel() < need:
+        raise ConfigError(f"workspace: {flat.numel()} bytes, but num_splits={plan.num_splits} on {plan.block_dim} "
+                          f"blocks needs {need} (slot rings + partial O and LSE)")
+    return flat

@@ -286,11 +286,12 @@ def test_infiniop_causal_padded_mask_without_batch_dim() -> None:
     status, desc = infiniop.create_descriptor(*descriptors(out, q, k, v, mask), backend="sim")
     assert status == Status.SUCCESS, infiniop.last_error()
     status, size = infiniop.get_workspace_size(desc)
-    assert status == Status.SUCCESS and size == desc.config.gm_slot_bytes_per_block * desc.block_dim
+    slots = desc.config.gm_slot_bytes_per_block * desc.block_dim
+    assert status == Status.SUCCESS and size >= slots  # more when the descriptor planned a split-KV launch
     workspace = torch.full((size + 256,), 0xA5, dtype=torch.uint8)
     assert infiniop.flash_attention(desc, workspace, size, out, q, k, v, mask) == Status.SUCCESS, infiniop.last_error()
-    # The buffer given is the slot workspace: written inside `size`, untouched after it.
-    assert (workspace[:size] != 0xA5).any() and (workspace[size:] == 0xA5).all()
+    # Padded keys run the dense kernel, whose slot rings are the buffer's first `slots` bytes.
+    assert (workspace[:slots] != 0xA5).any() and (workspace[slots:] == 0xA5).all()
     key_mask = (torch.arange(S1) < 260).to(torch.int8)
     ref = reference_fa(q[None], k[None], v[None], 1 / math.sqrt(64), (-1, 0), key_mask)
     assert_close_to(out[None], ref)
@@ -361,13 +362,13 @@ def _status_cases():
             raise RuntimeError("simulator: boom")
 
         monkeypatch.setattr(infiniop, "run_attention", broken)
+        monkeypatch.setattr(infiniop, "run_dense_split", broken)
         return run(created())
 
     random_mask = torch.rand(S0, S1, generator=torch.Generator().manual_seed(1)) < 0.5
     return {
         "INSUFFICIENT_WORKSPACE": (lambda mp: run(created(), size=created().workspace_size - 1),
-                                   "workspace_size: 4194303 bytes < 4194304 needed "
-                                   "(1048576 bytes of slot rings x 4 blocks)"),
+                                   "bytes of slot rings x"),
         "NULL_POINTER": (lambda mp: infiniop.create_descriptor(*descriptors(out, None, k, v))[0], "q_desc: is None"),
         "BAD_PARAM": (lambda mp: destroyed(), "desc: the descriptor was destroyed"),
         "BAD_TENSOR_DTYPE": (lambda mp: infiniop.create_descriptor(*descriptors(out.float(), q.float(), k.float(),
