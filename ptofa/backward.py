@@ -6,7 +6,7 @@
 It launches the two kernels of `ptofa.kernels.fa_bwd` one after the other: `dq` (which
 also writes D = rowsum(dO * O)) and then `dkdv`, on the simulator or on an NPU (`ptofa.backward_npu`);
 with `deterministic=False` instead `prep` (D), `dkdv` with atomic-add dQ into an f32 buffer,
-and `post` (dQ f32 -> input dtype), on the simulator.
+and `post` (dQ f32 -> input dtype).
 
 `reference_backward` is torch autograd through the same attention in fp64 and in the
 input dtype; `check_gradients` applies the FlashAttention accuracy rule (`check_accuracy`:
@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 import torch
 
-from ptofa.backend import BackendUnavailable
 from ptofa.attention import resolve_backend
 from ptofa.backward_npu import launch_backward_npu
 from ptofa.bwd_pipeline import BwdConfig, entry_args, work_units
@@ -94,7 +93,7 @@ def attention_backward(
              kernel with atomic-add stores into an f32 buffer (no dq kernel; 64-query steps),
              then cast; the order of the adds, and so dQ's last bits, may vary.
     backend: "sim" (CPU simulator), "npu" (built with ptoas + bisheng, launched through torch_npu:
-             `ptofa.backward_npu`; `BackendUnavailable` without an NPU; deterministic mode only) or
+             `ptofa.backward_npu`; `BackendUnavailable` without an NPU) or
              "auto" (npu where usable).
     bounds:  the kernel's own (win_left, win_right) window arguments instead of `window`, as
              the forward op takes them (`ptofa.attention.window_to_bounds`; torch's top-left
@@ -124,9 +123,6 @@ def attention_backward(
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
     grads = BackwardBuffers.zeros(q, k, atomic=atomic)
     if resolve_backend(backend) == "npu":
-        if atomic:
-            raise BackendUnavailable("attention_backward: the atomic-add dQ mode runs on the simulator only "
-                                     "(backend='sim'); on an NPU use deterministic=True")
         launch_backward_npu(cfg, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, bounds=bounds)
     else:
         run_backward(cfg, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, bounds=bounds)
@@ -136,7 +132,8 @@ def attention_backward(
 @dataclass
 class BackwardBuffers:
     """The kernels' outputs: dq, dk, dv (zeroed: a unit that sees nothing stores nothing), D,
-    and in atomic mode the f32 dQ accumulator (zeroed: the dkdv kernel only adds into it)."""
+    and in atomic mode the f32 dQ accumulator (NaN-filled: the prep kernel zeroes it before the
+    dkdv kernel adds into it, so a row it missed shows up as NaN)."""
 
     dq: torch.Tensor
     dk: torch.Tensor
@@ -147,7 +144,7 @@ class BackwardBuffers:
     @classmethod
     def zeros(cls, q: torch.Tensor, k: torch.Tensor, atomic: bool = False) -> BackwardBuffers:
         b, s0, n, _ = q.shape
-        acc = torch.zeros(q.shape, dtype=torch.float32) if atomic else None
+        acc = torch.full(q.shape, math.nan, dtype=torch.float32) if atomic else None
         return cls(torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(k), torch.full((b, n, s0), math.nan), acc)
 
 

@@ -20,12 +20,13 @@ deterministic (bit-identical across runs and block counts).
 
 With `atomic_dq` the backward is instead three kernels, and the dq kernel is not run:
 
-* `prep` vector-only, one unit per (batch, q head, `dq_block_q` rows): D = rowsum(dO * O).
+* `prep` vector-only, one unit per (batch, q head, `dq_block_q` rows): D = rowsum(dO * O), and
+         zeros over those rows of the f32 dQ accumulator (so the launch needs no host memset).
 * `dkdv` as above, and per step also dQ_part = dS K: each vector core transposes its
          dS^T rows (`ttrans`) and pushes them through a third pipe (`dsq`, whose cube slot
          holds the two cores' [block_q, block_kv / 2] pieces one under the other), the
          cube computes dS_0 K_0 + dS_1 K_1 into `dq_acc` and adds it atomically into an
-         f32 GM accumulator (zeroed by the host). dS reuses the dS^T mat / left tiles, so
+         f32 GM accumulator (zeroed by prep). dS reuses the dS^T mat / left tiles, so
          this mode needs block_q == block_kv.
 * `post` vector-only: dQ f32 -> input dtype.
 
@@ -228,7 +229,8 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
 
 
 def _vector_only_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
-    """prep: one core's rows of O and dO (input dtype), as f32, and D; post: dQ rows f32 -> input dtype."""
+    """prep: one core's rows of O and dO (input dtype), as f32, D, and zeros for the f32 dQ accumulator;
+    post: dQ rows f32 -> input dtype."""
     vr, d, dt = c.dq_block_q // VEC_CORES, c.head, c.in_dtype
     dyn = dict(dynamic=True)
     if kernel == "post":
@@ -241,6 +243,7 @@ def _vector_only_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
         TileSpec("do_f32", "vector", "p", "vec", vr, d, "f32", **dyn),
         TileSpec("dsum_col", "vector", "p", "vec", vr, 1, "f32", blayout="col_major"),
         TileSpec("stat_row", "vector", "p", "vec", 1, vr, "f32", **dyn),
+        TileSpec("zeros", "vector", "p", "vec", vr, d, "f32", **dyn),  # stored over the f32 dQ accumulator's rows
     ]
 
 
@@ -285,7 +288,7 @@ def entry_args(c: BwdConfig, kernel: str) -> tuple[tuple[str, str], ...]:
     """(name, PTO IR type) of `kernel`'s entry function: the one list the builder and the launch use."""
     dt = c.in_dtype
     ptrs = {"dq": ("q", "k", "v", "o", "do", "lse", "dq", "dsum"), "dkdv": ("q", "k", "v", "do", "lse", "dsum", "dk", "dv"),
-            "prep": ("o", "do", "dsum"), "post": ("dq_acc", "dq")}[kernel]
+            "prep": ("o", "do", "dsum", "dq_acc"), "post": ("dq_acc", "dq")}[kernel]
     if kernel == "dkdv" and c.atomic_dq:
         ptrs += ("dq_acc",)
     elem = {"lse": "f32", "dsum": "f32", "dq_acc": "f32"}

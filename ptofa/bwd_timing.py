@@ -48,8 +48,8 @@ def compulsory_bytes(config: BwdConfig, shape: ProblemShape, kernel: str) -> int
     dq_f32 = q_side * 4 // e
     if kernel == "dq":  # Q, dO, O, K, V, LSE in; dQ, D out
         return 4 * q_side + 2 * kv_side + 2 * stats
-    if kernel == "prep":  # O, dO in; D out
-        return 2 * q_side + stats
+    if kernel == "prep":  # O, dO in; D and the zeroed dQ f32 accumulator out
+        return 2 * q_side + stats + dq_f32
     if kernel == "post":  # dQ f32 in, dQ out
         return dq_f32 + q_side
     atomic = 2 * dq_f32 if config.atomic_dq else 0  # each dQ f32 element read and written by the adds at least once

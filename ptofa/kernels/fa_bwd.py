@@ -23,11 +23,11 @@ visible-range arithmetic, seen from either side) and mask tiles that cross a bou
 
 Atomic-dQ mode (`BwdConfig.atomic_dq`; the dq kernel is not run):
 
-    prep (vectors):  D = rowsum(dO * O) -> GM
+    prep (vectors):  D = rowsum(dO * O) -> GM, and the f32 dQ accumulator's rows zeroed
     dkdv, per step, after dK:  vectors: dS = (dS^T rows)^T by `ttrans` -> dsq slot
                                cube:    dQ_part = dS_0 K_0 + dS_1 K_1 (K_i: the keys of vector
                                         core i, in L1 for the whole unit), atomic-add tstore
-                                        into the f32 dQ accumulator (host-zeroed)
+                                        into the f32 dQ accumulator (zeroed by prep)
     post (vectors):  dQ f32 -> input dtype
 """
 
@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from xdsl.dialects import builtin
 from xdsl.ir import SSAValue
 
+from ptofa.argspec import BWD_ENTRY_NAMES
 from ptofa.api import F32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type, view_type
 from ptofa.bwd_pipeline import BwdConfig, entry_args, right_roles, tile_plan
 from ptofa.kernels.common import SPLIT, TileRange, init_pipes, pipelined
@@ -531,7 +532,9 @@ def _push_ds_piece(v: _Vec, n: SSAValue) -> None:
 
 def _prep_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     """D = rowsum(dO * O) for every (batch, head, row): the dq kernel's preprocess on its own,
-    one unit per (batch, head, dq_block_q rows) as the dq kernel's."""
+    one unit per (batch, head, dq_block_q rows) as the dq kernel's. It also zeroes the same rows
+    of the f32 dQ accumulator the dkdv kernel adds into: in the launch sequence itself, so the
+    adds never depend on a host memset being ordered before them on the right stream."""
     tl = {spec.name: _alloc(spec) for spec in tile_plan(config, "prep")}
     d, vr = config.head, config.vec_rows("prep")
     batch, heads, s0 = (scalar.index_cast(args[n], name=n) for n in ("batch", "heads", "s0"))
@@ -541,12 +544,20 @@ def _prep_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     zero = scalar.const(0.0, F32, name="zero")
     row_base = scalar.mul(pto.get_subblock_idx(), vr, name="row_base")
     dsum_row = tile.reshape(tl["dsum_col"], 1, vr, name="dsum_row")
+    tile.set_valid(tl["zeros"], vr, d)
+    tile.fill(zero, tl["zeros"])
     with pto.range(pto.get_block_idx(), units, pto.get_block_num(), name="unit") as unit:
         bh = scalar.div(unit, q_blocks, name="bh")
+        b, h = scalar.div(bh, heads, name="b"), scalar.rem(bh, heads, name="h")
         row0 = scalar.add(scalar.mul(scalar.rem(unit, q_blocks), config.dq_block_q), row_base, name="core_q0")
         n = _clamp(scalar.sub(s0, row0), 0, vr)
-        _preprocess(rows, tl, zero, scalar.div(bh, heads, name="b"), scalar.rem(bh, heads, name="h"), row0, n,
-                    scalar.gt(n, 0), dsum_row)
+        has_rows = scalar.gt(n, 0)
+        _preprocess(rows, tl, zero, b, h, row0, n, has_rows, dsum_row)
+        with pto.if_(has_rows):
+            off = _row_offset(scalar.add(scalar.mul(b, s0), row0), h, heads, d)
+            view = pto.as_tensor(pto.add_ptr(args["dq_acc"], off), [n, d], [rows.q_stride, 1], name="dq_acc_rows")
+            tile.set_valid(tl["zeros"], n, d)
+            pto.store(tl["zeros"], pto.slice_view(view, [0, 0], [n, d], name="dq_acc_part"))
 
 
 def _post_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
@@ -580,7 +591,8 @@ _BUILDERS = {"dq": (_dq_cube, _dq_vector), "dkdv": (_dkdv_cube, _dkdv_vector), "
 
 
 def entry_name(kernel: str) -> str:
-    return f"fa_bwd_{kernel}"
+    """The entry function of backward kernel `kernel`, as `argspec` names it for its launcher."""
+    return BWD_ENTRY_NAMES[kernel]
 
 
 def build_bwd(config: BwdConfig, kernel: str) -> builtin.ModuleOp:
