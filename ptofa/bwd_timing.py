@@ -8,6 +8,9 @@ traffic. Matmul work: the dq kernel computes S, dP and dQ, the dkdv kernel S^T, 
 dV and dK: 7 of the forward's 2 GEMMs per visible score (FlashAttention-2's single
 fused pass has 5; the split into two deterministic kernels recomputes S and dP). The
 atomic-dQ mode's dkdv kernel adds dQ: 5 GEMMs, between two vector-only kernels (prep, post).
+Its atomic-add tstore is timed as a plain FIX-pipe store: CANN documents what the atomic
+mode does (the GM destination is read, added to and written back) but publishes no cost for
+it, so only its extra GM read is modelled, in the launch's HBM floor (`compulsory_bytes`).
 """
 
 from __future__ import annotations
