@@ -55,6 +55,11 @@ def block_dim_of(config: BwdConfig, kernel: str, shape: ProblemShape, block_dim:
     return max(1, min(units, cube_core_count()))
 
 
+def key_mask_stride(mask: torch.Tensor | None, s1: int) -> int:
+    """Elements between batches of a normalised key mask: S1 for [B, S1], 0 for a shared [S1] (or none)."""
+    return 0 if mask is None or mask.dim() == 1 else s1
+
+
 def _on(device: torch.device, tensor: torch.Tensor) -> torch.Tensor:
     """`tensor` itself when it is contiguous on `device`, else a contiguous device copy."""
     return tensor.to(device).contiguous()
@@ -62,10 +67,11 @@ def _on(device: torch.device, tensor: torch.Tensor) -> torch.Tensor:
 
 def launch_backward_npu(config: BwdConfig, shape: ProblemShape, q, k, v, out, lse, dout, grads, scale: float, *,
                         block_dim: int | None = None, bounds: tuple[int, int] | None = None,
-                        stream=None) -> NpuBackwardLaunch:
+                        key_mask: torch.Tensor | None = None, stream=None) -> NpuBackwardLaunch:
     """Enqueue `config.kernels` on the NPU and write `grads` (`backward.BackwardBuffers`: dq, dk, dv
-    zeroed by the caller, D, and in atomic mode dq_acc) in place. Inputs not on the NPU are copied
-    there and the gradients copied back (which waits for the kernels)."""
+    zeroed by the caller, D, and in atomic mode dq_acc) in place; `key_mask` is the normalised key
+    mask of a `key_padding` config. Inputs not on the NPU are copied there and the gradients
+    copied back (which waits for the kernels)."""
     kernels = config.kernels
     blocks = {kernel: block_dim_of(config, kernel, shape, block_dim) for kernel in kernels}
     launchers = {kernel: kernel_launcher(config, kernel) for kernel in kernels}
@@ -78,7 +84,9 @@ def launch_backward_npu(config: BwdConfig, shape: ProblemShape, q, k, v, out, ls
     values = {"q": _on(device, q), "k": _on(device, k), "v": _on(device, v), "o": _on(device, out),
               "do": _on(device, dout), "lse": _on(device, lse), "dsum": dsum, "dq_acc": dq_acc, **outputs,
               "batch": shape.batch, "heads": shape.heads, "kv_heads": shape.kv_heads, "s0": shape.s0, "s1": shape.s1,
-              "scale": float(scale), "win_left": left, "win_right": right}
+              "scale": float(scale), "win_left": left, "win_right": right,
+              "key_mask": None if key_mask is None else _on(device, key_mask),
+              "key_mask_stride": key_mask_stride(key_mask, shape.s1)}
     workspaces = {kernel: torch.empty(config.slot_bytes_per_block(kernel) * blocks[kernel] // 4, dtype=torch.float32,
                                       device=device) for kernel in kernels if config.pipes(kernel)}
     handle = getattr(stream, "_as_parameter_", stream)
@@ -95,4 +103,4 @@ def launch_backward_npu(config: BwdConfig, shape: ProblemShape, q, k, v, out, ls
     return NpuBackwardLaunch(blocks, workspaces, dq_acc)
 
 
-__all__ = ["NpuBackwardLaunch", "block_dim_of", "kernel_launcher", "launch_backward_npu"]
+__all__ = ["NpuBackwardLaunch", "block_dim_of", "kernel_launcher", "key_mask_stride", "launch_backward_npu"]

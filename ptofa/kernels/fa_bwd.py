@@ -20,6 +20,8 @@ loaded through a DN GM view into a ZN mat tile: the verified K^T form of the for
 Masked kernels visit only the tiles / blocks the window leaves visible (the forward's
 visible-range arithmetic, seen from either side) and mask tiles that cross a bound with
 `ttri`. A unit that sees nothing stores nothing: the host passes zeroed dQ, dK, dV.
+With a key mask (`key_padding`) the vectors add the forward kernel's bias (0 / -3e38 per key)
+to the scores before the exp, so P, and with it dS, is exactly 0 for a padding key.
 
 Atomic-dQ mode (`BwdConfig.atomic_dq`; the dq kernel is not run):
 
@@ -160,6 +162,21 @@ def _load_scores(v: _Vec, entry: SSAValue, cols: SSAValue, width: int) -> None:
     tile.muls(tl["s_tile"], v.consts["scale"], out=tl["s_tile"])
 
 
+def _key_bias(c: _Common, tl: dict[str, SSAValue], consts: dict[str, SSAValue], b: SSAValue, key0: SSAValue,
+              n: SSAValue) -> None:
+    """kpm_f32 = the key mask of keys [key0, key0 + n) of batch b as an additive bias: 0 for a key
+    that takes part, -3e38 for a padding key (the forward kernel's bias, so P is exactly 0 there)."""
+    for name in ("kpm_i8", "kpm_f16", "kpm_f32"):
+        tile.set_valid(tl[name], 1, n)
+    off = scalar.add(scalar.mul(b, scalar.index_cast(c.args["key_mask_stride"])), key0)
+    view = pto.as_tensor(pto.add_ptr(c.args["key_mask"], off), [1, n], [n, 1], name="kpm_view")
+    pto.load(pto.slice_view(view, [0, 0], [1, n], name="kpm_part"), tl["kpm_i8"])
+    tile.cvt(tl["kpm_i8"], out=tl["kpm_f16"])
+    tile.cvt(tl["kpm_f16"], out=tl["kpm_f32"])
+    tile.muls(tl["kpm_f32"], consts["pos"], out=tl["kpm_f32"])  # 1 -> 3e38, 0 -> 0
+    tile.adds(tl["kpm_f32"], consts["neg"], out=tl["kpm_f32"])  # -> 0 / -3e38
+
+
 def _schedule(steps: TileRange, preload: int, produce, consume) -> None:
     """The cube's software pipeline: scores `preload` steps ahead of the gradient matmuls."""
     def steady(t: SSAValue) -> None:
@@ -270,7 +287,8 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     sdp, pds = config.pipes("dq")
     init_pipes((sdp, pds), c.bases, "vector", config.slot_num)
     tl = {spec.name: _alloc(spec) for spec in tile_plan(config, "dq") if spec.core == "vector"}
-    consts = {"neg": scalar.const(NEG, F32, name="neg"), "zero": scalar.const(0.0, F32, name="zero"), "scale": args["scale"]}
+    consts = {"neg": scalar.const(NEG, F32, name="neg"), "pos": scalar.const(-NEG, F32, name="pos"),
+              "zero": scalar.const(0.0, F32, name="zero"), "scale": args["scale"]}
     d, vr, bkv = config.head, config.vec_rows("dq"), config.dq_block_kv
     v = _Vec(c, tl, consts, scalar.mul(pto.get_subblock_idx(), vr, name="row_base"))
     lse_col = tile.reshape(tl["lse_all"], vr, 1, name="lse_col", blayout="col_major")
@@ -295,6 +313,9 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             if config.masked:
                 mask_tile(c.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], row0, scalar.mul(t, bkv), vr, cols,
                           transposed=False)
+            if config.key_padding:
+                _key_bias(c, tl, consts, u.b, scalar.mul(t, bkv), cols)
+                tile.col_expand_add(tl["s_tile"], tl["kpm_f32"], out=tl["s_tile"])
             tile.row_expand_expdif(tl["s_tile"], lse_col, out=tl["s_tile"])  # P = exp(scale S - LSE)
             tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
             tile.mul(tl["s_tile"], tl["dp_tile"], out=tl["s_tile"])
@@ -482,12 +503,16 @@ def _dkdv_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     sdp, pds, *_ = config.pipes("dkdv")
     init_pipes(config.pipes("dkdv"), c.bases, "vector", config.slot_num)
     tl = {spec.name: _alloc(spec) for spec in tile_plan(config, "dkdv") if spec.core == "vector"}
-    consts = {"neg": scalar.const(NEG, F32, name="neg"), "minus_one": scalar.const(-1.0, F32, name="minus_one"),
+    consts = {"neg": scalar.const(NEG, F32, name="neg"), "pos": scalar.const(-NEG, F32, name="pos"),
+              "zero": scalar.const(0.0, F32, name="zero"), "minus_one": scalar.const(-1.0, F32, name="minus_one"),
               "scale": args["scale"]}
     vr, bq = config.vec_rows("dkdv"), config.block_q
     v = _Vec(c, tl, consts, scalar.mul(pto.get_subblock_idx(), vr, name="row_base"))
+    kbias_col = tile.reshape(tl["kbias_row"], vr, 1, name="kbias_col", blayout="col_major") if config.key_padding else None
     with pto.range(c.block_idx, _kv_units(c), c.block_num, name="unit") as unit:
         u = _kv_unit(c, unit)
+        if config.key_padding:
+            _unit_key_bias(v, u)
         with pto.range(u.steps.lo, u.steps.hi, name="s") as s:
             h, q0, n = _step(c, u, s)
             entry = pto.tpop("vector", sdp.pipe_id, _entry(sdp, "vector"), SPLIT, name="sdp_entry")
@@ -500,6 +525,8 @@ def _dkdv_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             if config.masked:
                 mask_tile(c.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], scalar.add(u.k0, v.row_base), q0, vr, n,
                           transposed=True)
+            if kbias_col is not None:
+                tile.row_expand_add(tl["s_tile"], kbias_col, out=tl["s_tile"])
             tile.col_expand_add(tl["s_tile"], tl["nlse_row"], out=tl["s_tile"])
             tile.exp(tl["s_tile"], out=tl["s_tile"])  # P^T = exp(scale S^T - LSE)
             _store_half(v, out, 0, n)
@@ -513,6 +540,17 @@ def _dkdv_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             pto.tpush("vector", pds.pipe_id, out, SPLIT)
             if config.atomic_dq:
                 _push_ds_piece(v, n)
+
+
+def _unit_key_bias(v: _Vec, u: _KvUnit) -> None:
+    """kbias_row = the key-mask bias of this core's rows (keys) of the unit, once per unit. A core
+    without keys in the unit loads nothing: its rows are never read back."""
+    c, tl, vr = v.c, v.tiles, v.c.config.vec_rows("dkdv")
+    keys = _clamp(scalar.sub(u.k_rows, v.row_base), 0, vr)
+    with pto.if_(scalar.gt(keys, 0)):
+        _key_bias(c, tl, v.consts, u.b, scalar.add(u.k0, v.row_base), keys)
+        tile.set_valid(tl["kpm_f32"], 1, vr)
+        tile.adds(tl["kpm_f32"], v.consts["zero"], out=tl["kbias_row"])
 
 
 def _push_ds_piece(v: _Vec, n: SSAValue) -> None:
