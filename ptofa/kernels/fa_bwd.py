@@ -287,8 +287,9 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     sdp, pds = config.pipes("dq")
     init_pipes((sdp, pds), c.bases, "vector", config.slot_num)
     tl = {spec.name: _alloc(spec) for spec in tile_plan(config, "dq") if spec.core == "vector"}
-    consts = {"neg": scalar.const(NEG, F32, name="neg"), "pos": scalar.const(-NEG, F32, name="pos"),
-              "zero": scalar.const(0.0, F32, name="zero"), "scale": args["scale"]}
+    consts = {"neg": scalar.const(NEG, F32, name="neg"), "zero": scalar.const(0.0, F32, name="zero"), "scale": args["scale"]}
+    if config.key_padding:
+        consts["pos"] = scalar.const(-NEG, F32, name="pos")
     d, vr, bkv = config.head, config.vec_rows("dq"), config.dq_block_kv
     v = _Vec(c, tl, consts, scalar.mul(pto.get_subblock_idx(), vr, name="row_base"))
     lse_col = tile.reshape(tl["lse_all"], vr, 1, name="lse_col", blayout="col_major")
@@ -503,9 +504,10 @@ def _dkdv_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     sdp, pds, *_ = config.pipes("dkdv")
     init_pipes(config.pipes("dkdv"), c.bases, "vector", config.slot_num)
     tl = {spec.name: _alloc(spec) for spec in tile_plan(config, "dkdv") if spec.core == "vector"}
-    consts = {"neg": scalar.const(NEG, F32, name="neg"), "pos": scalar.const(-NEG, F32, name="pos"),
-              "zero": scalar.const(0.0, F32, name="zero"), "minus_one": scalar.const(-1.0, F32, name="minus_one"),
+    consts = {"neg": scalar.const(NEG, F32, name="neg"), "minus_one": scalar.const(-1.0, F32, name="minus_one"),
               "scale": args["scale"]}
+    if config.key_padding:
+        consts.update(pos=scalar.const(-NEG, F32, name="pos"), zero=scalar.const(0.0, F32, name="zero"))
     vr, bq = config.vec_rows("dkdv"), config.block_q
     v = _Vec(c, tl, consts, scalar.mul(pto.get_subblock_idx(), vr, name="row_base"))
     kbias_col = tile.reshape(tl["kbias_row"], vr, 1, name="kbias_col", blayout="col_major") if config.key_padding else None
