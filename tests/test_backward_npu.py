@@ -313,9 +313,10 @@ def test_kernel_launcher_builds_the_text_and_loads_its_entry(monkeypatch, tmp_pa
     assert tuple((a.name, a.ir_type) for a in args) == entry_args(config, "dkdv")
 
 
-def test_run_backward_case_on_the_npu_backend_checks_the_replayed_gradients(calls, monkeypatch) -> None:
-    """`run_fa run --backward --backend npu`'s backward half: the kernels launched through the NPU
-    path (replayed here), the gradients checked, and no timing-model replay."""
+@pytest.mark.parametrize("atomic", [False, True])
+def test_run_backward_case_on_the_npu_backend_checks_the_replayed_gradients(calls, monkeypatch, atomic) -> None:
+    """`run_fa run --backward [--atomic] --backend npu`'s backward half: the kernels launched through
+    the NPU path (replayed here), the gradients checked, and no timing-model replay."""
     from ptofa.bwd_cli import run_backward_case
     from ptofa.pipeline import FAConfig
 
@@ -323,13 +324,14 @@ def test_run_backward_case_on_the_npu_backend_checks_the_replayed_gradients(call
     monkeypatch.setattr(ptofa, "flash_attn_func", lambda *a, **kw: forward(*a, **{**kw, "backend": "sim"}))
     shape = ProblemShape(1, 4, 100, 140, 2, (-1, 0))
     lse_bytes, q_bytes, k_bytes = 4 * 100 * 4, 100 * 4 * 64 * 2, 140 * 2 * 64 * 2
-    _replay_on_sim(calls, BwdConfig(head=64, masked=True),
+    bwd = BwdConfig(head=64, masked=True, atomic_dq=atomic, block_q=64 if atomic else 128)
+    _replay_on_sim(calls, bwd,
                    {**dict.fromkeys(("q", "o", "do", "dq"), q_bytes), **dict.fromkeys(("k", "v", "dk", "dv"), k_bytes),
-                    "lse": lse_bytes, "dsum": lse_bytes})
+                    "lse": lse_bytes, "dsum": lse_bytes, "dq_acc": 2 * q_bytes})
     lines: list[str] = []
     config = FAConfig(head=64, masked=True)
-    assert run_backward_case(config, shape, None, 0, "910B2", None, lines.append, backend="npu")
-    assert [call.entry for call in calls] == [entry_name("dq"), entry_name("dkdv")]
+    assert run_backward_case(config, shape, None, 0, "910B2", None, lines.append, backend="npu", atomic=atomic)
+    assert [call.entry for call in calls] == [entry_name(kernel) for kernel in bwd.kernels]
     assert [line.split(":")[0] for line in lines[:3]] == ["dq", "dk", "dv"] and all("pass" in x for x in lines[:3])
     assert "timing model not run on the npu backend" in lines[-1]
 
