@@ -545,8 +545,9 @@ def _dkdv_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
 
 
 def _unit_key_bias(v: _Vec, u: _KvUnit) -> None:
-    """kbias_row = the key-mask bias of this core's rows (keys) of the unit, once per unit. A core
-    without keys in the unit loads nothing: its rows are never read back."""
+    """kbias_row = the key-mask bias of this core's rows (keys) of the unit, once per unit. Rows past
+    the unit's last key (all of them on a core without keys) keep stale values: the cube never
+    reads those rows back."""
     c, tl, vr = v.c, v.tiles, v.c.config.vec_rows("dkdv")
     keys = _clamp(scalar.sub(u.k_rows, v.row_base), 0, vr)
     with pto.if_(scalar.gt(keys, 0)):
