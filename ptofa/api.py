@@ -576,6 +576,10 @@ class tile:  # noqa: N801
         _dps(d.TRowExpandSubOp, [src, col], out)
 
     @staticmethod
+    def row_expand_add(src: SSAValue, col: SSAValue, out: SSAValue) -> None:
+        _dps(d.TRowExpandAddOp, [src, col], out)
+
+    @staticmethod
     def row_expand_expdif(src: SSAValue, col: SSAValue, out: SSAValue) -> None:
         """out = exp(src - col[i]) in one pass (trowexpandexpdif)."""
         _dps(d.TRowExpandExpdifOp, [src, col], out)

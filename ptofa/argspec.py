@@ -25,7 +25,7 @@ VECTOR_FUNC_NAME = "fa_vec"
 LAUNCHER_NAME = "call_fa_fwd"
 REDUCE_ENTRY_NAME = "fa_reduce"
 REDUCE_FUNC_NAME = "fa_reduce_vec"
-BWD_ENTRY_NAMES = {"dq": "fa_bwd_dq", "dkdv": "fa_bwd_dkdv"}  # backward kernel -> its entry (kernels/fa_bwd.py)
+BWD_ENTRY_NAMES = {kernel: f"fa_bwd_{kernel}" for kernel in ("dq", "prep", "dkdv", "post")}  # -> its entry (kernels/fa_bwd.py)
 LAUNCHERS = {ENTRY_NAME: LAUNCHER_NAME, REDUCE_ENTRY_NAME: "call_fa_reduce",
              **{entry: f"call_{entry}" for entry in BWD_ENTRY_NAMES.values()}}  # entry -> its host launcher
 

@@ -6,7 +6,7 @@
 It launches the two kernels of `ptofa.kernels.fa_bwd` one after the other: `dq` (which
 also writes D = rowsum(dO * O)) and then `dkdv`, on the simulator or on an NPU (`ptofa.backward_npu`);
 with `deterministic=False` instead `prep` (D), `dkdv` with atomic-add dQ into an f32 buffer,
-and `post` (dQ f32 -> input dtype), on the simulator.
+and `post` (dQ f32 -> input dtype).
 
 `reference_backward` is torch autograd through the same attention in fp64 and in the
 input dtype; `check_gradients` applies the FlashAttention accuracy rule (`check_accuracy`:
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ptofa.backend import BackendUnavailable
 from ptofa.attention import resolve_backend
-from ptofa.backward_npu import launch_backward_npu
+from ptofa.backend import normalize_key_mask
+from ptofa.backward_npu import key_mask_stride, launch_backward_npu
 from ptofa.bwd_pipeline import BwdConfig, entry_args, work_units
 from ptofa.kernels.fa_bwd import emit_bwd
 from ptofa.pipeline import ConfigError, ProblemShape
@@ -79,6 +79,7 @@ def attention_backward(
     config: BwdConfig | None = None,
     block_dim: int | None = None,
     bounds: tuple[int, int] | None = None,
+    key_padding_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) of attention, flash-attn's conventions, run by the backward kernels.
 
@@ -94,11 +95,13 @@ def attention_backward(
              kernel with atomic-add stores into an f32 buffer (no dq kernel; 64-query steps),
              then cast; the order of the adds, and so dQ's last bits, may vary.
     backend: "sim" (CPU simulator), "npu" (built with ptoas + bisheng, launched through torch_npu:
-             `ptofa.backward_npu`; `BackendUnavailable` without an NPU; deterministic mode only) or
+             `ptofa.backward_npu`; `BackendUnavailable` without an NPU) or
              "auto" (npu where usable).
     bounds:  the kernel's own (win_left, win_right) window arguments instead of `window`, as
              the forward op takes them (`ptofa.attention.window_to_bounds`; torch's top-left
              causal is the right bound S0 - S1, which `window` cannot say when S0 < S1).
+    key_padding_mask: [B, S1] or [S1] bool / integer, nonzero = the key takes part (the forward's
+             mask: padding keys get no probability, so their dk, dv are 0).
     Returns dq, dk, dv in q's dtype and shapes (dk, dv with KVN heads).
     """
     _check_inputs(q, k, v, out, lse, dout)
@@ -114,29 +117,32 @@ def attention_backward(
     masked = win != (-1, -1) or bounds is not None
     dtype = _DTYPE_NAMES[q.dtype]
     atomic = not deterministic
-    cfg = config or BwdConfig(head=d, in_dtype=dtype, masked=masked, atomic_dq=atomic, block_q=64 if atomic else 128)
-    if cfg.head != d or cfg.in_dtype != dtype or cfg.masked != masked or cfg.atomic_dq != atomic:
+    key_mask = None if key_padding_mask is None else normalize_key_mask(key_padding_mask, b, s1)
+    padded = key_mask is not None
+    cfg = config or BwdConfig(head=d, in_dtype=dtype, masked=masked, atomic_dq=atomic, block_q=64 if atomic else 128,
+                              key_padding=padded)
+    if cfg.head != d or cfg.in_dtype != dtype or cfg.masked != masked or cfg.atomic_dq != atomic or cfg.key_padding != padded:
         raise ConfigError(f"attention_backward: config (head={cfg.head}, in_dtype={cfg.in_dtype}, masked={cfg.masked}, "
-                          f"atomic_dq={cfg.atomic_dq}) does not match the inputs (D={d}, {dtype}, window={win}, "
-                          f"deterministic={deterministic})")
+                          f"atomic_dq={cfg.atomic_dq}, key_padding={cfg.key_padding}) does not match the inputs (D={d}, "
+                          f"{dtype}, window={win}, deterministic={deterministic}, key_padding_mask given: {padded})")
     if s0 < 1 or s1 < 1 or min(win) < -1:
         raise ValueError(f"attention_backward: S0={s0}, S1={s1} must be >= 1 and window={win} entries >= -1")
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
     grads = BackwardBuffers.zeros(q, k, atomic=atomic)
     if resolve_backend(backend) == "npu":
-        if atomic:
-            raise BackendUnavailable("attention_backward: the atomic-add dQ mode runs on the simulator only "
-                                     "(backend='sim'); on an NPU use deterministic=True")
-        launch_backward_npu(cfg, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, bounds=bounds)
+        launch_backward_npu(cfg, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, bounds=bounds,
+                            key_mask=key_mask)
     else:
-        run_backward(cfg, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, bounds=bounds)
+        run_backward(cfg, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, bounds=bounds,
+                     key_mask=key_mask)
     return grads.dq, grads.dk, grads.dv
 
 
 @dataclass
 class BackwardBuffers:
     """The kernels' outputs: dq, dk, dv (zeroed: a unit that sees nothing stores nothing), D,
-    and in atomic mode the f32 dQ accumulator (zeroed: the dkdv kernel only adds into it)."""
+    and in atomic mode the f32 dQ accumulator (NaN-filled: the prep kernel zeroes it before the
+    dkdv kernel adds into it, so a row it missed shows up as NaN)."""
 
     dq: torch.Tensor
     dk: torch.Tensor
@@ -147,13 +153,13 @@ class BackwardBuffers:
     @classmethod
     def zeros(cls, q: torch.Tensor, k: torch.Tensor, atomic: bool = False) -> BackwardBuffers:
         b, s0, n, _ = q.shape
-        acc = torch.zeros(q.shape, dtype=torch.float32) if atomic else None
+        acc = torch.full(q.shape, math.nan, dtype=torch.float32) if atomic else None
         return cls(torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(k), torch.full((b, n, s0), math.nan), acc)
 
 
 def run_backward(config: BwdConfig, shape: ProblemShape, q, k, v, out, lse, dout, grads: BackwardBuffers, scale: float,
                  *, block_dim: int | None = None, trace: bool = False,
-                 bounds: tuple[int, int] | None = None) -> dict[str, SimResult]:
+                 bounds: tuple[int, int] | None = None, key_mask: torch.Tensor | None = None) -> dict[str, SimResult]:
     """Launch `config.kernels` (dq, dkdv; or prep, dkdv, post) on the simulator; `grads` is written in place.
 
     With `trace`, each launch records the blocks the timing model needs (`ptofa.bwd_timing`):
@@ -165,6 +171,10 @@ def run_backward(config: BwdConfig, shape: ProblemShape, q, k, v, out, lse, dout
                "dv": grads.dv, "dsum": grads.dsum}
     if grads.dq_acc is not None:
         tensors["dq_acc"] = grads.dq_acc
+    if config.key_padding:
+        if key_mask is None:
+            raise ValueError("run_backward: a key_padding config needs key_mask (backend.normalize_key_mask)")
+        tensors["key_mask"] = key_mask
     results = {}
     for kernel in config.kernels:
         units = work_units(config, kernel, shape.batch, shape.heads, shape.kv_heads, shape.s0, shape.s1)
@@ -177,13 +187,15 @@ def run_backward(config: BwdConfig, shape: ProblemShape, q, k, v, out, lse, dout
 
 def launch_args(config: BwdConfig, kernel: str, shape: ProblemShape, tensors: dict[str, torch.Tensor], scale: float,
                 blocks: int, bounds: tuple[int, int] | None = None) -> dict[str, object]:
-    """`kernel`'s entry arguments by `entry_args` name: the tensors (q k v o do lse dq dk dv dsum, dq_acc in atomic mode),
-    the sizes, and a NaN-filled slot workspace for `blocks` blocks (a slot read before its
+    """`kernel`'s entry arguments by `entry_args` name: the tensors (q k v o do lse dq dk dv dsum, dq_acc in atomic mode,
+    key_mask with a key mask), the sizes, and a NaN-filled slot workspace for `blocks` blocks (a slot read before its
     write shows up as NaN)."""
     left, right = shape.window_bounds() if bounds is None else bounds
+    mask = tensors.get("key_mask")
     values = {"ffts": GmPointer.of(torch.zeros(16, dtype=torch.int64)), "batch": shape.batch, "heads": shape.heads,
               "kv_heads": shape.kv_heads, "s0": shape.s0, "s1": shape.s1, "scale": scale, "win_left": left,
-              "win_right": right, **{name: GmPointer.of(t) for name, t in tensors.items()}}
+              "win_right": right, "key_mask_stride": key_mask_stride(mask, shape.s1),
+              **{name: GmPointer.of(t) for name, t in tensors.items()}}
     if config.pipes(kernel):
         slots = GmPointer.of(torch.full((config.slot_bytes_per_block(kernel) * blocks // 4,), math.nan))
         values.update(slots=slots, slots_h=slots.retyped(config.in_dtype))
@@ -203,7 +215,7 @@ class GradReference:
     low: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
-def _attention(q, k, v, scale: float, window: tuple[int, int]) -> torch.Tensor:
+def _attention(q, k, v, scale: float, window: tuple[int, int], key_padding_mask=None) -> torch.Tensor:
     """softmax(scale Q K^T) V in q's dtype, with rows that see no key giving 0 (and zero gradients)."""
     b, s0, n, _ = q.shape
     s1, kvn = k.shape[1], k.shape[2]
@@ -211,20 +223,21 @@ def _attention(q, k, v, scale: float, window: tuple[int, int]) -> torch.Tensor:
     qh = q.transpose(1, 2)
     kh = k.transpose(1, 2).repeat_interleave(group, dim=1)
     vh = v.transpose(1, 2).repeat_interleave(group, dim=1)
-    vis = visible_mask(s0, s1, window, batch=b).unsqueeze(1)
+    vis = visible_mask(s0, s1, window, key_padding_mask, batch=b).unsqueeze(1)
     scores = (qh @ kh.transpose(-1, -2)) * scale
     scores = scores.masked_fill(~vis, -1e4 if q.dtype != torch.float64 else -1e300)
     p = torch.softmax(scores, dim=-1) * vis.to(q.dtype)
     return (p @ vh).transpose(1, 2)
 
 
-def reference_backward(q, k, v, dout, scale: float | None = None, window: tuple[int, int] = (-1, -1)) -> GradReference:
-    """torch autograd through attention in fp64 and in the input dtype, with the same dO."""
+def reference_backward(q, k, v, dout, scale: float | None = None, window: tuple[int, int] = (-1, -1),
+                       key_padding_mask: torch.Tensor | None = None) -> GradReference:
+    """torch autograd through attention in fp64 and in the input dtype, with the same dO (and key mask)."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
 
     def grads(dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
         leaves = [x.detach().to(dtype).requires_grad_(True) for x in (q, k, v)]
-        _attention(*leaves, scale, tuple(window)).backward(dout.to(dtype))
+        _attention(*leaves, scale, tuple(window), key_padding_mask).backward(dout.to(dtype))
         return tuple(x.grad for x in leaves)
 
     return GradReference(grads(torch.float64), grads(q.dtype))

@@ -26,13 +26,13 @@ MAX_CHECKED_SCORES = 1 << 24
 def backward_config(config: FAConfig, atomic: bool = False) -> BwdConfig:
     """The backward kernels for a forward config's switches (`atomic`: the atomic-add dQ mode, 64-query
     dkdv steps), or `InputError` naming what they lack."""
-    unsupported = [name for name, on in (("--key-padding-mask", config.key_padding), ("--seqlens", config.varlen),
+    unsupported = [name for name, on in (("--seqlens", config.varlen),
                                          ("--out-dtype", config.out_dtype != config.in_dtype)) if on]
     if unsupported:
         raise InputError(f"--backward: {', '.join(unsupported)} not supported by the backward kernels yet")
     try:
         return BwdConfig(head=config.head, in_dtype=config.in_dtype, masked=config.masked, target=config.target,
-                         atomic_dq=atomic, block_q=64 if atomic else 128)
+                         atomic_dq=atomic, block_q=64 if atomic else 128, key_padding=config.key_padding)
     except ConfigError as exc:
         raise InputError(f"invalid backward config: {exc}") from None
 
@@ -58,6 +58,7 @@ def run_backward_case(config: FAConfig, shape: ProblemShape, forward_us: float |
     On `backend="npu"` both run on the NPU and the timing model is not run (it replays the
     kernels on the simulator: `--backend sim`)."""
     import ptofa
+    from ptofa.backend import case_key_mask
     from ptofa.backward import BackwardBuffers, check_gradients, reference_backward, run_backward
     from ptofa.backward_npu import launch_backward_npu
     from ptofa.reference import make_inputs
@@ -67,19 +68,22 @@ def run_backward_case(config: FAConfig, shape: ProblemShape, forward_us: float |
     q, k, v = make_inputs(shape, config.head, seed, dtype, shape.kv_heads)
     dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1)).to(dtype)
     fwd = dataclasses.replace(config, lse=True)
-    out, lse = ptofa.flash_attn_func(q, k, v, window_size=shape.window, return_lse=True, backend=backend, config=fwd)
+    mask = case_key_mask(config, shape, None, seed)  # a random ragged one with --key-padding-mask
+    out, lse = ptofa.flash_attn_func(q, k, v, window_size=shape.window, key_padding_mask=mask, return_lse=True,
+                                     backend=backend, config=fwd)
     grads = BackwardBuffers.zeros(q, k, atomic=atomic)
     scale = shape.default_scale(config.head)
     out, lse = out.contiguous(), lse.contiguous()
     if backend == "npu":
-        launch_backward_npu(bwd, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim)
+        launch_backward_npu(bwd, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, key_mask=mask)
         results = None
     else:
-        results = run_backward(bwd, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, trace=True)
+        results = run_backward(bwd, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, trace=True,
+                               key_mask=mask)
     passed = True
     scores = shape.batch * shape.heads * shape.s0 * shape.s1
     if scores <= MAX_CHECKED_SCORES:
-        acc = check_gradients(grads.dq, grads.dk, grads.dv, reference_backward(q, k, v, dout, scale, shape.window))
+        acc = check_gradients(grads.dq, grads.dk, grads.dv, reference_backward(q, k, v, dout, scale, shape.window, mask))
         for name, a in acc.items():
             echo(f"{name}: {'pass' if a.passed else 'FAIL'} err {a.err:.2e} <= tol {a.tolerance:.2e} "
                  f"(2 x input-dtype error {a.ref16_err:.2e} + 1e-5)" if a.passed else

@@ -20,14 +20,18 @@ deterministic (bit-identical across runs and block counts).
 
 With `atomic_dq` the backward is instead three kernels, and the dq kernel is not run:
 
-* `prep` vector-only, one unit per (batch, q head, `dq_block_q` rows): D = rowsum(dO * O).
+* `prep` vector-only, one unit per (batch, q head, `dq_block_q` rows): D = rowsum(dO * O), and
+         zeros over those rows of the f32 dQ accumulator (so the launch needs no host memset).
 * `dkdv` as above, and per step also dQ_part = dS K: each vector core transposes its
          dS^T rows (`ttrans`) and pushes them through a third pipe (`dsq`, whose cube slot
          holds the two cores' [block_q, block_kv / 2] pieces one under the other), the
          cube computes dS_0 K_0 + dS_1 K_1 into `dq_acc` and adds it atomically into an
-         f32 GM accumulator (zeroed by the host). dS reuses the dS^T mat / left tiles, so
+         f32 GM accumulator (zeroed by prep). dS reuses the dS^T mat / left tiles, so
          this mode needs block_q == block_kv.
 * `post` vector-only: dQ f32 -> input dtype.
+
+`key_padding` adds the forward kernel's i8 key mask (and its batch stride) to the dq and dkdv
+kernels' arguments; their vectors turn it into an additive bias on the scores.
 
 The atomic adds of different units to one dQ row come in any order, so this mode is not
 bit-identical across runs or block counts. As in `pipeline.py`, the
@@ -50,8 +54,14 @@ ALL_KERNELS = ("dq", "prep", "dkdv", "post")
 BWD_HEADS = (64, 128)
 BLOCK_SIZES = (64, 128)
 # trowexpand* ops in the dq kernel's vector function (expdif for P, sub for dP - D): each
-# gets ptoas's hidden 8 KiB UB scratch. The dkdv vectors use tcolexpandadd (no scratch).
+# gets ptoas's hidden 8 KiB UB scratch. The dkdv vectors use tcolexpandadd (no scratch), and
+# with a key mask one trowexpandadd (the mask of a unit's keys, one per row).
 ROWEXPAND_OPS = {"dq": 2, "dkdv": 0, "prep": 0, "post": 0}
+
+
+def rowexpand_ops(c: BwdConfig, kernel: str) -> int:
+    """trowexpand* ops (each with ptoas's hidden UB scratch) in `kernel`'s vector function."""
+    return ROWEXPAND_OPS[kernel] + int(kernel == "dkdv" and c.key_padding)
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,7 @@ class BwdConfig:
     slot_num: int = 8
     target: str = "a3"
     atomic_dq: bool = False  # prep + dkdv (with atomic dQ) + post instead of dq + dkdv
+    key_padding: bool = False  # an i8 key mask ([B, S1] or [S1]) hides padding keys from every query
 
     def __post_init__(self) -> None:
         _check(self)
@@ -115,7 +126,8 @@ class BwdConfig:
     def summary(self) -> str:
         return (f"head={self.head} in={self.in_dtype} block_kv={self.block_kv} block_q={self.block_q} "
                 f"dq_block_q={self.dq_block_q} dq_block_kv={self.dq_block_kv} preload={self.preload} "
-                f"slot_num={self.slot_num}" + (" masked" if self.masked else "") + (" atomic_dq" if self.atomic_dq else ""))
+                f"slot_num={self.slot_num}" + (" masked" if self.masked else "") + (" atomic_dq" if self.atomic_dq else "")
+                + (" key_padding" if self.key_padding else ""))
 
 
 def _check(c: BwdConfig) -> None:
@@ -188,6 +200,7 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
             TileSpec("stat_row", "vector", "p", "vec", 1, vr, "f32", **dyn),  # LSE, then D (row view)
             TileSpec("lse_all", "vector", "p", "vec", 1, vr, "f32"),
         ]
+        vector += _key_mask_tiles(c, cols)
     else:  # rows = keys, cols = queries
         cube = [
             TileSpec("k_mat", "cube", "qk", "mat", rows, d, dt, **nz),
@@ -215,6 +228,9 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
             TileSpec("stat_row", "vector", "p", "vec", 1, cols, "f32", **dyn),  # -LSE, then -D per query column
             TileSpec("nlse_row", "vector", "p", "vec", 1, cols, "f32", **dyn),
         ]
+        vector += _key_mask_tiles(c, vr)
+        if c.key_padding:  # the bias of this core's keys, one per row, for the unit ([1, vr] viewed as [vr, 1])
+            vector.append(TileSpec("kbias_row", "vector", "p", "vec", 1, vr, "f32"))
         if c.atomic_dq:  # dS^T rows (out_half) -> dS piece, through ttrans's scratch of out_half's size
             vector += [TileSpec("trans_tmp", "vector", "p", "vec", vr, cols, dt, **dyn),
                        TileSpec("ds_piece", "vector", "p", "vec", cols, vr, dt, **dyn)]
@@ -227,8 +243,16 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
     return cube + vector
 
 
+def _key_mask_tiles(c: BwdConfig, keys: int) -> list[TileSpec]:
+    """The key mask of `keys` keys as loaded (i8), converted (f16, f32) and made a bias."""
+    if not c.key_padding:
+        return []
+    return [TileSpec(f"kpm_{dt}", "vector", "p", "vec", 1, keys, dt, dynamic=True) for dt in ("i8", "f16", "f32")]
+
+
 def _vector_only_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
-    """prep: one core's rows of O and dO (input dtype), as f32, and D; post: dQ rows f32 -> input dtype."""
+    """prep: one core's rows of O and dO (input dtype), as f32, D, and zeros for the f32 dQ accumulator;
+    post: dQ rows f32 -> input dtype."""
     vr, d, dt = c.dq_block_q // VEC_CORES, c.head, c.in_dtype
     dyn = dict(dynamic=True)
     if kernel == "post":
@@ -241,6 +265,7 @@ def _vector_only_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
         TileSpec("do_f32", "vector", "p", "vec", vr, d, "f32", **dyn),
         TileSpec("dsum_col", "vector", "p", "vec", vr, 1, "f32", blayout="col_major"),
         TileSpec("stat_row", "vector", "p", "vec", 1, vr, "f32", **dyn),
+        TileSpec("zeros", "vector", "p", "vec", vr, d, "f32", **dyn),  # stored over the f32 dQ accumulator's rows
     ]
 
 
@@ -267,7 +292,7 @@ def budget(c: BwdConfig, kernel: str) -> Budget:
     for space in ("vec", "mat", "left", "right", "acc"):
         items = [(t.name, _align(t.nbytes, ALIGNMENT[space])) for t in plan if t.loc == space]
         if space == "vec":
-            items += [(f"hidden_rowexpand_tmp{i}", HIDDEN_ROWEXPAND_TMP_BYTES) for i in range(ROWEXPAND_OPS[kernel])]
+            items += [(f"hidden_rowexpand_tmp{i}", HIDDEN_ROWEXPAND_TMP_BYTES) for i in range(rowexpand_ops(c, kernel))]
         rows.append(BudgetRow(space, sum(b for _, b in items), CAPACITY[space], tuple(items)))
     return Budget(tuple(rows), c.slot_bytes_per_block(kernel))
 
@@ -285,7 +310,7 @@ def entry_args(c: BwdConfig, kernel: str) -> tuple[tuple[str, str], ...]:
     """(name, PTO IR type) of `kernel`'s entry function: the one list the builder and the launch use."""
     dt = c.in_dtype
     ptrs = {"dq": ("q", "k", "v", "o", "do", "lse", "dq", "dsum"), "dkdv": ("q", "k", "v", "do", "lse", "dsum", "dk", "dv"),
-            "prep": ("o", "do", "dsum"), "post": ("dq_acc", "dq")}[kernel]
+            "prep": ("o", "do", "dsum", "dq_acc"), "post": ("dq_acc", "dq")}[kernel]
     if kernel == "dkdv" and c.atomic_dq:
         ptrs += ("dq_acc",)
     elem = {"lse": "f32", "dsum": "f32", "dq_acc": "f32"}
@@ -299,5 +324,8 @@ def entry_args(c: BwdConfig, kernel: str) -> tuple[tuple[str, str], ...]:
     args.append(("scale", "f32"))
     if c.masked:
         args += [("win_left", "i64"), ("win_right", "i64")]
+    if c.key_padding:  # the forward kernel's names: a [B, S1] mask has stride S1, a shared [S1] one 0
+        args.insert(args.index(("batch", "i64")), ("key_mask", "!pto.ptr<i8>"))
+        args.append(("key_mask_stride", "i64"))
     return tuple(args)
 

@@ -8,6 +8,9 @@ traffic. Matmul work: the dq kernel computes S, dP and dQ, the dkdv kernel S^T, 
 dV and dK: 7 of the forward's 2 GEMMs per visible score (FlashAttention-2's single
 fused pass has 5; the split into two deterministic kernels recomputes S and dP). The
 atomic-dQ mode's dkdv kernel adds dQ: 5 GEMMs, between two vector-only kernels (prep, post).
+Its atomic-add tstore is timed as a plain FIX-pipe store: CANN documents what the atomic
+mode does (the GM destination is read, added to and written back) but publishes no cost for
+it, so only its extra GM read is modelled, in the launch's HBM floor (`compulsory_bytes`).
 """
 
 from __future__ import annotations
@@ -48,8 +51,8 @@ def compulsory_bytes(config: BwdConfig, shape: ProblemShape, kernel: str) -> int
     dq_f32 = q_side * 4 // e
     if kernel == "dq":  # Q, dO, O, K, V, LSE in; dQ, D out
         return 4 * q_side + 2 * kv_side + 2 * stats
-    if kernel == "prep":  # O, dO in; D out
-        return 2 * q_side + stats
+    if kernel == "prep":  # O, dO in; D and the zeroed dQ f32 accumulator out
+        return 2 * q_side + stats + dq_f32
     if kernel == "post":  # dQ f32 in, dQ out
         return dq_f32 + q_side
     atomic = 2 * dq_f32 if config.atomic_dq else 0  # each dQ f32 element read and written by the adds at least once

@@ -81,10 +81,13 @@ def forward_configs() -> list[FAConfig]:
 
 
 def backward_configs() -> list[BwdConfig]:
-    """Deterministic (dq + dkdv) and atomic-dQ (prep + dkdv + post, 64-row Q steps) modes."""
-    return [BwdConfig(head=head, in_dtype=dtype, masked=masked, atomic_dq=atomic, block_q=64 if atomic else 128)
+    """Deterministic (dq + dkdv) and atomic-dQ (prep + dkdv + post, 64-row Q steps) modes, and
+    each with a key-padding mask on top of a window."""
+    grid = [BwdConfig(head=head, in_dtype=dtype, masked=masked, atomic_dq=atomic, block_q=64 if atomic else 128)
             for atomic, head, dtype, masked in itertools.product((False, True), (64, 128), ("f16", "bf16"),
                                                                  (False, True))]
+    return grid + [BwdConfig(masked=True, key_padding=True, atomic_dq=atomic, block_q=64 if atomic else 128)
+                   for atomic in (False, True)]
 
 
 def kernels() -> list[Kernel]:
@@ -102,9 +105,9 @@ def kernels() -> list[Kernel]:
     for b in backward_configs():
         for kernel in b.kernels:
             name = (f"fa_bwd_{kernel}_d{b.head}_{b.in_dtype}" + ("_masked" if b.masked else "")
-                    + ("_atomic" if b.atomic_dq else ""))
+                    + ("_atomic" if b.atomic_dq else "") + ("_key_padding" if b.key_padding else ""))
             out.append(Kernel(name, f"backward {kernel}: head={b.head} {b.in_dtype} masked={b.masked} "
-                                    f"atomic_dq={b.atomic_dq}",
+                                    f"atomic_dq={b.atomic_dq} key_padding={b.key_padding}",
                               lambda b=b, k=kernel: emit_bwd(b, k)))
     return out
 

@@ -150,7 +150,7 @@ def check(pto_file: Path, ptoas_only: bool) -> None:
               help="Test only: the simulator breaks the parsed kernel this way, to exercise its reports.")
 @click.option("--backward", is_flag=True,
               help="Also run the backward kernels on the forward's O and LSE: check dq, dk, dv; predict their time (sim).")
-@click.option("--atomic", is_flag=True, help="With --backward: the atomic-add dQ mode (prep + dkdv + post kernels; sim).")
+@click.option("--atomic", is_flag=True, help="With --backward: the atomic-add dQ mode (prep + dkdv + post kernels).")
 def run(backend: str, batch: int, heads: int, kv_heads: int | None, s0: int | None, s1: int, seqlens: list[int] | None,
         kv_seqlens: list[int] | None, seqlens_file: Path | None, decode: bool, cache_len: int | None, page_size: int,
         num_splits: int | None, head: int, tile_s1: int, qk_preload: int, dtype: str, out_dtype: str | None,
@@ -190,8 +190,6 @@ def run(backend: str, batch: int, heads: int, kv_heads: int | None, s0: int | No
         from ptofa.bwd_cli import backward_config
 
         backward_config(config, atomic)
-        if atomic and backend != "sim":
-            raise InputError(f"--atomic: the atomic-add dQ mode runs on the simulator only (--backend sim), not {backend}")
     if inject_fault is not None and backend != "sim":
         raise InputError(f"--inject-fault is a simulator option; the {backend} backend runs the kernel as built")
     key_mask = None

@@ -16,7 +16,7 @@ import torch
 
 from ptofa.attention import check_qkv, check_window, out_dtype_name, window_to_bounds
 from ptofa.backend import TORCH_DTYPES
-from ptofa.ops import BACKWARD_MISSING, config_to_json, flash_attn_fwd
+from ptofa.ops import config_to_json, flash_attn_fwd
 from ptofa.pipeline import FAConfig
 
 
@@ -76,12 +76,12 @@ def flash_attn_func(
                   sizes, preload depth); ConfigError when it cannot run this call.
     deterministic: the backward's mode, as flash-attn's argument: True (default here) runs
                   dQ without atomics, bit-identical across runs; False accumulates dQ with
-                  atomic-add stores (one kernel fewer; simulator only for now).
+                  atomic-add stores (one kernel fewer).
 
     Returns out [batch, seqlen_q, nheads, headdim], or (out, lse) with return_lse=True.
     Bad arguments raise ValueError / ConfigError with one line naming the rule and the
     numbers; backend="npu" without an NPU raises BackendUnavailable. Differentiable in q, k, v
-    (the backward kernels, on the same backend; not with key_padding_mask); lse is not.
+    (the backward kernels, on the same backend, with the same mask); lse is not.
     Runs as the custom op torch.ops.ptofa.flash_attn_fwd (torch.compile traces it).
     """
     window = check_window(window_size, "window_size")
@@ -141,7 +141,7 @@ def scaled_dot_product_attention(
     backend:   "auto", "sim" or "npu" (see `flash_attn_func`).
 
     Returns [B, Hq, L, E] in query's dtype. Differentiable in query, key, value (the
-    backward kernels, on the same backend; not with attn_mask).
+    backward kernels, on the same backend, with the same mask).
     """
     tensors = (query, key, value)
     names = ("query", "key", "value")
@@ -173,4 +173,4 @@ def scaled_dot_product_attention(
     return out.transpose(1, 2)
 
 
-__all__ = ["BACKWARD_MISSING", "flash_attn_func", "scaled_dot_product_attention"]
+__all__ = ["flash_attn_func", "scaled_dot_product_attention"]

@@ -13,9 +13,7 @@ callers (`ptofa.attention.check_qkv`) before they reach it.
 Autograd: q, k, v, out and lse are saved (no S or P); the backward is the custom op
 `ptofa::flash_attn_bwd` (its own fake implementation, so torch.compile traces the
 backward graph too), which runs the backward kernels (`ptofa.backward.attention_backward`)
-on the same window. What those kernels do
-not take yet (a key-padding mask, a backend other than the simulator) raises
-`NotImplementedError` / `BackendUnavailable` when the backward runs, not before.
+on the same window and key-padding mask.
 """
 
 from __future__ import annotations
@@ -27,12 +25,6 @@ import torch
 
 from ptofa.attention import run_attention
 from ptofa.pipeline import FAConfig
-
-BACKWARD_MISSING = (
-    "ptofa: the backward kernels do not take a key_padding_mask yet (issue 16, \"Backward pass\"); "
-    "call a masked attention under torch.no_grad() or on tensors that do not require grad"
-)
-
 
 @torch.compiler.assume_constant_result
 def config_to_json(config: FAConfig | None) -> str | None:
@@ -82,11 +74,10 @@ def _(q, k, v, scale, masked, win_left, win_right, key_padding_mask, out_dtype, 
 def _setup_context(ctx, inputs, output) -> None:
     q, k, v, scale, masked, win_left, win_right, key_padding_mask, _out_dtype, backend, _config, deterministic = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.save_for_backward(q, k, v, out, lse, key_padding_mask)
     ctx.mark_non_differentiable(lse)
     ctx.scale = scale
     ctx.bounds = (win_left, win_right) if masked else None
-    ctx.key_padding = key_padding_mask is not None
     ctx.backend = backend
     ctx.deterministic = deterministic
 
@@ -105,34 +96,33 @@ def flash_attn_bwd(
     win_right: int,
     backend: str,
     deterministic: bool = True,
+    key_padding_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv) of `flash_attn_fwd` from its saved q, k, v, out, lse and the output's
-    gradient, by the backward kernels (`ptofa.backward.attention_backward`). An op of its
+    """(dq, dk, dv) of `flash_attn_fwd` from its saved q, k, v, out, lse (and key mask) and the
+    output's gradient, by the backward kernels (`ptofa.backward.attention_backward`). An op of its
     own so that torch.compile traces the backward graph through the fake implementation."""
     from ptofa.backward import attention_backward
 
     bounds = (win_left, win_right) if masked else None
     return attention_backward(q, k, v, out.to(q.dtype), lse, dout.to(q.dtype), softmax_scale=scale, bounds=bounds,
-                              backend=backend, deterministic=deterministic)
+                              backend=backend, deterministic=deterministic, key_padding_mask=key_padding_mask)
 
 
 @flash_attn_bwd.register_fake
-def _(q, k, v, out, lse, dout, scale, masked, win_left, win_right, backend, deterministic=True):
+def _(q, k, v, out, lse, dout, scale, masked, win_left, win_right, backend, deterministic=True, key_padding_mask=None):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _backward(ctx, grad_out, grad_lse):
     """dq, dk, dv by `flash_attn_bwd`; out and dO go in q's dtype (an fp32 `out_dtype` output
     is rounded to it, as the kernel's D = rowsum(dO * O) reads them)."""
-    if ctx.key_padding:
-        raise NotImplementedError(BACKWARD_MISSING)
-    q, k, v, out, lse = ctx.saved_tensors
+    q, k, v, out, lse, key_padding_mask = ctx.saved_tensors
     left, right = ctx.bounds if ctx.bounds is not None else (0, 0)
     dq, dk, dv = flash_attn_bwd(q, k, v, out, lse, grad_out.contiguous(), ctx.scale, ctx.bounds is not None, left,
-                                right, ctx.backend, ctx.deterministic)
+                                right, ctx.backend, ctx.deterministic, key_padding_mask)
     return (dq, dk, dv) + (None,) * 9
 
 
 flash_attn_fwd.register_autograd(_backward, setup_context=_setup_context)
 
-__all__ = ["BACKWARD_MISSING", "config_from_json", "config_to_json", "flash_attn_bwd", "flash_attn_fwd"]
+__all__ = ["config_from_json", "config_to_json", "flash_attn_bwd", "flash_attn_fwd"]

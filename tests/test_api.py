@@ -24,7 +24,7 @@ import ptofa
 from ptofa import attention, infiniop, npu
 from ptofa.attention import attend, auto_config
 from ptofa.backend import BackendUnavailable
-from ptofa.functional import BACKWARD_MISSING, flash_attn_func, scaled_dot_product_attention
+from ptofa.functional import flash_attn_func, scaled_dot_product_attention
 from ptofa.infiniop import Status, TensorDescriptor
 from ptofa.pipeline import ConfigError, FAConfig
 from ptofa.reference import check_accuracy, check_lse, reference_fa

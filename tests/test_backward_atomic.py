@@ -11,6 +11,8 @@ from ptofa.backward import (
     BackwardBuffers,
     attention_backward,
     check_gradients,
+    launch_args,
+    parsed_kernels,
     reference_backward,
     run_backward,
 )
@@ -19,6 +21,7 @@ from ptofa.bwd_timing import predict_backward
 from ptofa.kernels.fa_bwd import build_bwd, emit_bwd
 from ptofa.pipeline import ConfigError, ProblemShape
 from ptofa.reference import check_accuracy
+from ptofa.sim import simulate
 from ptofa.textio import check_text, parse_pto, print_pto
 
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
@@ -74,7 +77,7 @@ def test_atomic_gradient_grid(dt, d, window):
 
 
 def test_rows_that_see_no_key_get_exactly_zero_dq():
-    """Causal with S0 > S1: no atomic add reaches the first S0 - S1 rows; the host's zeros are cast to 0."""
+    """Causal with S0 > S1: no atomic add reaches the first S0 - S1 rows; the prep kernel's zeros are cast to 0."""
     dq, dk, dv = _check(_case(1, 1, 1, 200, 64, 64, "f16", (-1, 0)))
     assert (dq[:, : 200 - 64] == 0).all() and dq[:, 200 - 64:].abs().sum() > 0
     assert torch.isfinite(dk).all() and torch.isfinite(dv).all()
@@ -97,24 +100,39 @@ def test_atomic_and_deterministic_agree_within_the_rule():
 
 def test_atomic_adds_accumulate_from_several_blocks():
     """dQ of one query row gets one atomic add per KV block (and q head step) that sees it: with
-    3 KV blocks on 3 blocks, the f32 accumulator before the cast equals dS K summed in fp64, and
-    a non-zero start value is added to, not overwritten (the mode relies on the host's zeros)."""
+    3 KV blocks on 3 blocks, the f32 accumulator (NaN before the launch: the prep kernel zeroes
+    it) equals dS K summed in fp64, and a second dkdv launch on its own adds the same amount again
+    (the stores add into what is there, they do not overwrite it)."""
     config = BwdConfig(head=64, atomic_dq=True, block_q=64)
     b, n, s0, s1 = 1, 1, 64, 192
     shape = ProblemShape(b, n, s0, s1)
     (q, k, v, out, lse, dout), _ = _case(b, n, 1, s0, s1, 64, "f16", (-1, -1), seed=5)
     grads = BackwardBuffers.zeros(q, k, atomic=True)
-    grads.dq_acc += 1.0
+    assert grads.dq_acc.isnan().all()
     results = run_backward(config, shape, q, k, v, out, lse, dout, grads, 0.125, block_dim=3)
     assert work_units(config, "dkdv", b, n, 1, s0, s1) == 3
     dsq_pops = {blk: c["tpop"].get("cube", 0) for (blk, pid), c in results["dkdv"].pipe_counts.items() if pid == 2}
     assert dsq_pops == {0: 1, 1: 1, 2: 1}  # each block adds its KV block's dS K into the same 64 rows
     exact = reference_backward(q, k, v, dout, scale=0.125).exact[0].float()
-    assert torch.allclose(grads.dq_acc - 1.0, exact, atol=2e-2, rtol=2e-2)
+    assert torch.allclose(grads.dq_acc, exact, atol=2e-2, rtol=2e-2)
     assert torch.allclose(grads.dq.float(), grads.dq_acc.to(torch.float16).float())
-    zeroed = BackwardBuffers.zeros(q, k, atomic=True)
-    run_backward(config, shape, q, k, v, out, lse, dout, zeroed, 0.125, block_dim=3)
-    assert torch.allclose(zeroed.dq_acc + 1.0, grads.dq_acc, atol=1e-5)
+    once = grads.dq_acc.clone()
+    tensors = {"q": q, "k": k, "v": v, "do": dout, "lse": lse, "dsum": grads.dsum, "dk": grads.dk, "dv": grads.dv,
+               "dq_acc": grads.dq_acc}
+    simulate(parsed_kernels(config)["dkdv"], launch_args(config, "dkdv", shape, tensors, 0.125, 3), 3)
+    assert torch.allclose(grads.dq_acc, 2 * once, atol=1e-5)
+
+
+def test_the_prep_kernel_zeroes_every_accumulator_row():
+    """GQA, two batches, ragged S0: after prep alone, the NaN-filled accumulator is all zeros."""
+    config = BwdConfig(head=64, atomic_dq=True, block_q=64)
+    shape = ProblemShape(2, 4, 77, 93, 2)
+    (q, k, v, out, lse, dout), _ = _case(2, 4, 2, 77, 93, 64, "f16", (-1, -1))
+    grads = BackwardBuffers.zeros(q, k, atomic=True)
+    tensors = {"o": out, "do": dout, "dsum": grads.dsum, "dq_acc": grads.dq_acc}
+    blocks = work_units(config, "prep", 2, 4, 2, 77, 93)
+    simulate(parsed_kernels(config)["prep"], launch_args(config, "prep", shape, tensors, 0.125, blocks), blocks)
+    assert torch.equal(grads.dq_acc, torch.zeros_like(grads.dq_acc)) and not grads.dsum.isnan().any()
 
 
 def test_atomic_mode_does_not_run_the_dq_kernel():

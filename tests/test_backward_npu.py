@@ -5,6 +5,7 @@ NPU (marked `npu`, skipped without one)."""
 from __future__ import annotations
 
 import ctypes
+import itertools
 import re
 from pathlib import Path
 
@@ -74,8 +75,11 @@ def _launcher_params(text: str, tmp_path: Path) -> list[str]:
 
 
 def test_the_backward_entries_have_launchers() -> None:
-    assert [argspec.BWD_ENTRY_NAMES[k] for k in ("dq", "dkdv")] == [entry_name("dq"), entry_name("dkdv")]
-    assert argspec.LAUNCHERS[entry_name("dkdv")] == "call_fa_bwd_dkdv"
+    for kernel in ("dq", "prep", "dkdv", "post"):
+        assert argspec.BWD_ENTRY_NAMES[kernel] == entry_name(kernel)
+        assert argspec.LAUNCHERS[entry_name(kernel)] == f"call_fa_bwd_{kernel}"
+        config = BwdConfig(atomic_dq=kernel in ("prep", "post"), block_q=64 if kernel in ("prep", "post") else 128)
+        assert entry_signature(emit_bwd(config, kernel))[0] == entry_name(kernel)
 
 
 def test_dq_then_dkdv_get_the_entry_arguments_in_signature_order(calls, launches, tmp_path) -> None:
@@ -143,7 +147,8 @@ def _replay_on_sim(calls: Calls, config: BwdConfig, nbytes: dict[str, int]) -> N
 
 def _nbytes(q, k, lse) -> dict[str, int]:
     qb, kb, lb = (t.numel() * t.element_size() for t in (q, k, lse))
-    return {"q": qb, "o": qb, "do": qb, "dq": qb, "k": kb, "v": kb, "dk": kb, "dv": kb, "lse": lb, "dsum": lb}
+    return {"q": qb, "o": qb, "do": qb, "dq": qb, "k": kb, "v": kb, "dk": kb, "dv": kb, "lse": lb, "dsum": lb,
+            "dq_acc": q.numel() * 4}
 
 
 @pytest.mark.parametrize("window, kvn", [((-1, 0), 2), ((-1, -1), 1)])
@@ -217,9 +222,64 @@ def test_auto_takes_the_npu_path_where_there_is_an_npu(calls) -> None:
     assert [call.entry for call in calls] == [entry_name("dq"), entry_name("dkdv")]
 
 
-def test_the_atomic_mode_is_refused_on_the_npu_before_anything_launches(calls) -> None:
+ATOMIC = ("prep", "dkdv", "post")
+
+
+def test_the_atomic_mode_launches_prep_dkdv_post_with_their_entry_arguments(calls, launches, tmp_path) -> None:
+    """Each launcher gets the arguments of its `.pto` entry in signature order; prep, dkdv and post
+    share one device f32 accumulator (prep zeroes it, dkdv adds into it, post casts it into dq),
+    and only the mixed dkdv kernel gets a slot workspace."""
+    q, k, v, out, lse, dout = _case()
+    dq, dk, dv = attention_backward(q, k, v, out, lse, dout, window=(-1, 0), softmax_scale=0.2, backend="npu",
+                                    deterministic=False)
+    (launch,) = launches
+    config = BwdConfig(head=64, masked=True, atomic_dq=True, block_q=64)
+    assert [call.entry for call in calls] == [entry_name(kernel) for kernel in ATOMIC]
+    for call, kernel in zip(calls, ATOMIC):
+        assert call.text == emit_bwd(config, kernel)
+        assert tuple((a.name, a.ir_type) for a in entry_signature(call.text)[1]) == entry_args(config, kernel)
+        assert [argspec.c_ident(name) for name in call.order] == _launcher_params(call.text, tmp_path)
+        units = work_units(config, kernel, 1, 4, 2, 100, 140)
+        assert call.block_dim == launch.block_dims[kernel] == min(units, CORES) and call.stream == STREAM
+        assert (call.values["batch"], call.values["heads"], call.values["s0"]) == (1, 4, 100)
+    prep, dkdv, post = calls
+    assert set(launch.workspaces) == {"dkdv"} and "slots" not in prep.values and "slots" not in post.values
+    assert dkdv.values["slots"] == launch.workspaces["dkdv"].data_ptr()
+    acc = launch.dq_acc
+    assert acc.dtype == torch.float32 and acc.shape == q.shape
+    assert prep.values["dq_acc"] == dkdv.values["dq_acc"] == post.values["dq_acc"] == acc.data_ptr()
+    assert prep.values["dsum"] == dkdv.values["dsum"] and prep.values["o"] == out.data_ptr()
+    assert post.values["dq"] == dq.data_ptr() and (dkdv.values["dk"], dkdv.values["dv"]) == (dk.data_ptr(), dv.data_ptr())
+    assert (dkdv.values["scale"], dkdv.values["win_left"], dkdv.values["win_right"]) == (
+        0.2, *ProblemShape(1, 4, 100, 140, 2, (-1, 0)).window_bounds())
+
+
+@pytest.mark.parametrize("window, kvn", [((-1, 0), 2), ((-1, -1), 1)])
+def test_the_atomic_launches_replayed_give_the_reference_gradients(calls, launches, window, kvn) -> None:
+    """The three recorded launches, replayed on the simulator from their addresses and values alone
+    (the accumulator starts as whatever torch.empty held: prep must zero it), pass the rule."""
+    q, k, v, out, lse, dout = _case(window, kvn=kvn)
+    masked = window != (-1, -1)
+    _replay_on_sim(calls, BwdConfig(head=64, masked=masked, atomic_dq=True, block_q=64), _nbytes(q, k, lse))
+    dq, dk, dv = attention_backward(q, k, v, out, lse, dout, window=window if masked else None, backend="npu",
+                                    deterministic=False)
+    assert [call.entry for call in calls] == [entry_name(kernel) for kernel in ATOMIC]
+    acc = check_gradients(dq, dk, dv, reference_backward(q, k, v, dout, window=window))
+    assert all(a.passed for a in acc.values()), {name: str(a) for name, a in acc.items()}
+    assert torch.equal(launches[0].dq_acc.to(q.dtype), dq)
+
+
+def test_a_failed_post_build_launches_nothing_in_atomic_mode(calls, monkeypatch) -> None:
+    real = backward_npu.kernel_launcher
+
+    def no_post(config, kernel):
+        if kernel == "post":
+            raise ToolchainError("ptoas: error: fake failure")
+        return real(config, kernel)
+
+    monkeypatch.setattr(backward_npu, "kernel_launcher", no_post)
     q, k, v, dout = _inputs(1, 2, 1, 64, 64)
-    with pytest.raises(BackendUnavailable, match="atomic-add dQ mode runs on the simulator only"):
+    with pytest.raises(ToolchainError, match="fake failure"):
         attention_backward(q, k, v, q, torch.zeros(1, 2, 64), dout, backend="npu", deterministic=False)
     assert calls == []
 
@@ -253,9 +313,10 @@ def test_kernel_launcher_builds_the_text_and_loads_its_entry(monkeypatch, tmp_pa
     assert tuple((a.name, a.ir_type) for a in args) == entry_args(config, "dkdv")
 
 
-def test_run_backward_case_on_the_npu_backend_checks_the_replayed_gradients(calls, monkeypatch) -> None:
-    """`run_fa run --backward --backend npu`'s backward half: the kernels launched through the NPU
-    path (replayed here), the gradients checked, and no timing-model replay."""
+@pytest.mark.parametrize("atomic", [False, True])
+def test_run_backward_case_on_the_npu_backend_checks_the_replayed_gradients(calls, monkeypatch, atomic) -> None:
+    """`run_fa run --backward [--atomic] --backend npu`'s backward half: the kernels launched through
+    the NPU path (replayed here), the gradients checked, and no timing-model replay."""
     from ptofa.bwd_cli import run_backward_case
     from ptofa.pipeline import FAConfig
 
@@ -263,13 +324,14 @@ def test_run_backward_case_on_the_npu_backend_checks_the_replayed_gradients(call
     monkeypatch.setattr(ptofa, "flash_attn_func", lambda *a, **kw: forward(*a, **{**kw, "backend": "sim"}))
     shape = ProblemShape(1, 4, 100, 140, 2, (-1, 0))
     lse_bytes, q_bytes, k_bytes = 4 * 100 * 4, 100 * 4 * 64 * 2, 140 * 2 * 64 * 2
-    _replay_on_sim(calls, BwdConfig(head=64, masked=True),
+    bwd = BwdConfig(head=64, masked=True, atomic_dq=atomic, block_q=64 if atomic else 128)
+    _replay_on_sim(calls, bwd,
                    {**dict.fromkeys(("q", "o", "do", "dq"), q_bytes), **dict.fromkeys(("k", "v", "dk", "dv"), k_bytes),
-                    "lse": lse_bytes, "dsum": lse_bytes})
+                    "lse": lse_bytes, "dsum": lse_bytes, "dq_acc": 2 * q_bytes})
     lines: list[str] = []
     config = FAConfig(head=64, masked=True)
-    assert run_backward_case(config, shape, None, 0, "910B2", None, lines.append, backend="npu")
-    assert [call.entry for call in calls] == [entry_name("dq"), entry_name("dkdv")]
+    assert run_backward_case(config, shape, None, 0, "910B2", None, lines.append, backend="npu", atomic=atomic)
+    assert [call.entry for call in calls] == [entry_name(kernel) for kernel in bwd.kernels]
     assert [line.split(":")[0] for line in lines[:3]] == ["dq", "dk", "dv"] and all("pass" in x for x in lines[:3])
     assert "timing model not run on the npu backend" in lines[-1]
 
@@ -287,10 +349,10 @@ def test_cli_run_backward_on_npu_without_an_npu_exits_2(monkeypatch) -> None:
 @pytest.mark.npu
 def test_backward_on_the_npu_matches_the_reference() -> None:
     device = torch.device("npu", 0)
-    for window, kvn in (((-1, 0), 2), ((-1, -1), 4)):
+    for (window, kvn), deterministic in itertools.product((((-1, 0), 2), ((-1, -1), 4)), (True, False)):
         q, k, v, out, lse, dout = _case(window, kvn=kvn)
         masked = window != (-1, -1)
         grads = attention_backward(*(t.to(device) for t in (q, k, v, out, lse, dout)),
-                                   window=window if masked else None, backend="npu")
+                                   window=window if masked else None, backend="npu", deterministic=deterministic)
         acc = check_gradients(*(g.cpu() for g in grads), reference_backward(q, k, v, dout, window=window))
         assert all(a.passed for a in acc.values()), {name: str(a) for name, a in acc.items()}

@@ -1148,6 +1148,16 @@ op_case("tgather_index_dtype", vec, WIN + alloc("i", "!pto.tile_buf<vec, 16x16xf
         "'pto.tgather' dtype: indices must be i32, got f32")
 op_case("tgather_form", vec, WIN, f"pto.tgather ins(%a, {{maskPattern = #pto.mask_pattern<P1111>}} : {V16x16}) outs(%b : {V8x8})",
         "'pto.tgather' shape agreement", )
+TR_SRC, TR_DST = "!pto.tile_buf<vec, 32x64xf16>", "!pto.tile_buf<vec, 64x32xf16>"
+op_case("ttrans_tmp_size", vec, alloc("s", TR_SRC) + alloc("t", "!pto.tile_buf<vec, 16x64xf16>") + alloc("d", TR_DST),
+        f"pto.ttrans ins(%s, %t : {TR_SRC}, !pto.tile_buf<vec, 16x64xf16>) outs(%d : {TR_DST})",
+        "'pto.ttrans' tmp size: expects the A2/A3 transpose tmp to hold at least 4096 bytes (the src's 32x64xf16), got 2048")
+op_case("ttrans_src_layout", vec, alloc("s", "!pto.tile_buf<vec, 32x64xf16, blayout=col_major>") + alloc("d", TR_DST),
+        f"pto.ttrans ins(%s : !pto.tile_buf<vec, 32x64xf16, blayout=col_major>) outs(%d : {TR_DST})",
+        "'pto.ttrans' layout: expects A2/A3 transpose src to use the row_major blayout")
+op_case("ttrans_tmp_dtype", vec, alloc("s", TR_SRC) + alloc("t", "!pto.tile_buf<vec, 32x64xf32>") + alloc("d", TR_DST),
+        f"pto.ttrans ins(%s, %t : {TR_SRC}, !pto.tile_buf<vec, 32x64xf32>) outs(%d : {TR_DST})",
+        "'pto.ttrans' dtype: src and tmp must share the element type, got f16 and f32")
 op_case("tcolexpand_cols", vec, WIN + alloc("r", "!pto.tile_buf<vec, 1x8xf32>"),
         f"pto.tcolexpand ins(%r : !pto.tile_buf<vec, 1x8xf32>) outs(%a : {V16x16})",
         "'pto.tcolexpand' shape agreement: src valid cols 8 != dst valid cols 16")

@@ -16,7 +16,7 @@ import torch
 
 import ptofa
 from ptofa import argspec, attention, kernel_cache, npu
-from ptofa.ops import BACKWARD_MISSING, flash_attn_fwd
+from ptofa.ops import flash_attn_fwd
 from ptofa.pipeline import ConfigError, FAConfig
 from ptofa.reference import check_accuracy, reference_fa
 
@@ -86,16 +86,29 @@ def test_opcheck() -> None:
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))
 
 
-def test_backward_saves_out_and_lse_and_refuses_a_key_mask() -> None:
+def test_backward_saves_out_lse_and_the_key_mask_only() -> None:
+    """No S or P is saved; a key mask is saved and reaches the backward kernels: the gradients
+    through a masked attention pass the rule against fp64 autograd with the same mask, and the
+    padding keys get exactly zero dk, dv."""
+    from ptofa.backward import check_gradients, reference_backward
+
     q, k, v = bsnd()
     q.requires_grad_(True)
     out, lse = ptofa.flash_attn_func(q, k, v, return_lse=True, backend="sim")
     assert out.requires_grad and not lse.requires_grad
-    assert len(out.grad_fn.saved_tensors) == 5  # q, k, v, out, lse: no S or P
-    masked = ptofa.flash_attn_func(q, k, v, key_padding_mask=torch.ones(1, 200, dtype=torch.bool), backend="sim")
-    with pytest.raises(NotImplementedError) as raised:
-        masked.float().sum().backward()
-    assert str(raised.value) == BACKWARD_MISSING and "key_padding_mask" in BACKWARD_MISSING
+    saved = out.grad_fn.saved_tensors
+    assert len(saved) == 6 and saved[5] is None  # q, k, v, out, lse and no key mask
+    mask = torch.ones(1, 200, dtype=torch.bool)
+    mask[:, 150:] = False
+    leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+    masked = ptofa.flash_attn_func(*leaves, key_padding_mask=mask, backend="sim")
+    assert torch.equal(masked.grad_fn.saved_tensors[5], mask.to(torch.int8))
+    dout = torch.randn(masked.shape, generator=torch.Generator().manual_seed(1)).to(masked.dtype)
+    masked.backward(dout)
+    grads = [t.grad for t in leaves]
+    acc = check_gradients(*grads, reference_backward(q.detach(), k, v, dout, key_padding_mask=mask))
+    assert all(a.passed for a in acc.values()), {name: str(a) for name, a in acc.items()}
+    assert (grads[1][:, 150:] == 0).all() and (grads[2][:, 150:] == 0).all() and grads[1][:, :150].abs().sum() > 0
 
 
 # --------------------------------------------------------------------------------------

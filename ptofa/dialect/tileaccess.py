@@ -20,7 +20,7 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 
 from ptofa.dialect.base import _fail, _InsOutsOp, _print_typed_list, _tile, constant_index
-from ptofa.dialect.types import DYN, MaskPatternAttr, PrintFormatAttr, ReluPreModeAttr, TileBufType, _dims_str
+from ptofa.dialect.types import DYN, MaskPatternAttr, elem_bytes, PrintFormatAttr, ReluPreModeAttr, TileBufType, _dims_str
 from ptofa.dialect.vector import _check_vec, _valid_compatible
 
 _A3_WINDOW_ELEMS = ("i8", "f16", "bf16", "f32")
@@ -298,11 +298,23 @@ class TGetValOp(IRDLOperation):
         _check_offset(self, self.offset, t)
 
 
+def _ttrans_uses_tmp(src: TileBufType, dst: TileBufType) -> bool:
+    """PTOAS ttransUsesTmp: the A2/A3 transpose goes through its tmp tile when the strides allow
+    the vnchwconv path (dst row stride a multiple of 16 (32 for 1-byte), src rows whole 32-byte
+    blocks, at most 255 of them)."""
+    width = elem_bytes(src.dtype)
+    per_block = 32 // width
+    return (dst.cols.data % (32 if width == 1 else 16) == 0 and src.cols.data % per_block == 0
+            and src.cols.data // per_block <= 255)
+
+
 @irdl_op_definition
 class TTransOp(_InsOutsOp):
     """`pto.ttrans ins(%src[, %tmp] : S[, T]) outs(%dst : D)`: dst = src^T (valid region).
 
-    ptoas does not relate the two valid shapes (PTOAS TTransOp::verify); the simulator
+    The rules are PTOAS TTransOp::verify's for A2/A3: src blayout=row_major, one element type
+    of 1, 2 or 4 bytes for all tiles, and a tmp of at least the src's bytes when the transpose
+    goes through it (else 32 bytes). ptoas does not relate the two valid shapes; the simulator
     runs only a dst whose valid shape is src's transposed."""
 
     name = "pto.ttrans"
@@ -313,12 +325,20 @@ class TTransOp(_InsOutsOp):
 
     def verify_(self) -> None:
         s, d = _tile(self, self.src, "src"), _tile(self, self.dst, "dst")
-        tiles = [s, d] + ([_tile(self, self.tmp, "tmp")] if self.tmp is not None else [])
-        _check_vec(self, tiles)
-        if s.elem != d.elem:
-            _fail(self, "dtype", f"src and dst must share the element type, got {s.elem} and {d.elem}")
+        t = _tile(self, self.tmp, "tmp") if self.tmp is not None else None
+        _check_vec(self, [s, d] + ([t] if t is not None else []))
+        if not s.is_row_major:
+            _fail(self, "layout", f"expects A2/A3 transpose src to use the row_major blayout, got {s.describe()} col_major")
+        for role, other in (("dst", d), ("tmp", t)):
+            if other is not None and other.elem != s.elem:
+                _fail(self, "dtype", f"src and {role} must share the element type, got {s.elem} and {other.elem}")
         if s.elem not in ("i8", "i16", "i32", "f16", "bf16", "f32"):
             _fail(self, "dtype", f"A2/A3 ttrans takes 8-, 16- or 32-bit elements, got {s.elem}")
+        if t is not None:
+            need = s.nbytes if _ttrans_uses_tmp(s, d) else 32
+            if t.nbytes < need:
+                _fail(self, "tmp size", f"expects the A2/A3 transpose tmp to hold at least {need} bytes "
+                                        f"(the src's {s.rows.data}x{s.cols.data}x{s.elem}), got {t.nbytes}")
 
 
 @irdl_op_definition

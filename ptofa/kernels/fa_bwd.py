@@ -20,14 +20,16 @@ loaded through a DN GM view into a ZN mat tile: the verified K^T form of the for
 Masked kernels visit only the tiles / blocks the window leaves visible (the forward's
 visible-range arithmetic, seen from either side) and mask tiles that cross a bound with
 `ttri`. A unit that sees nothing stores nothing: the host passes zeroed dQ, dK, dV.
+With a key mask (`key_padding`) the vectors add the forward kernel's bias (0 / -3e38 per key)
+to the scores before the exp, so P, and with it dS, is exactly 0 for a padding key.
 
 Atomic-dQ mode (`BwdConfig.atomic_dq`; the dq kernel is not run):
 
-    prep (vectors):  D = rowsum(dO * O) -> GM
+    prep (vectors):  D = rowsum(dO * O) -> GM, and the f32 dQ accumulator's rows zeroed
     dkdv, per step, after dK:  vectors: dS = (dS^T rows)^T by `ttrans` -> dsq slot
                                cube:    dQ_part = dS_0 K_0 + dS_1 K_1 (K_i: the keys of vector
                                         core i, in L1 for the whole unit), atomic-add tstore
-                                        into the f32 dQ accumulator (host-zeroed)
+                                        into the f32 dQ accumulator (zeroed by prep)
     post (vectors):  dQ f32 -> input dtype
 """
 
@@ -38,6 +40,7 @@ from dataclasses import dataclass
 from xdsl.dialects import builtin
 from xdsl.ir import SSAValue
 
+from ptofa.argspec import BWD_ENTRY_NAMES
 from ptofa.api import F32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type, view_type
 from ptofa.bwd_pipeline import BwdConfig, entry_args, right_roles, tile_plan
 from ptofa.kernels.common import SPLIT, TileRange, init_pipes, pipelined
@@ -159,6 +162,21 @@ def _load_scores(v: _Vec, entry: SSAValue, cols: SSAValue, width: int) -> None:
     tile.muls(tl["s_tile"], v.consts["scale"], out=tl["s_tile"])
 
 
+def _key_bias(c: _Common, tl: dict[str, SSAValue], consts: dict[str, SSAValue], b: SSAValue, key0: SSAValue,
+              n: SSAValue) -> None:
+    """kpm_f32 = the key mask of keys [key0, key0 + n) of batch b as an additive bias: 0 for a key
+    that takes part, -3e38 for a padding key (the forward kernel's bias, so P is exactly 0 there)."""
+    for name in ("kpm_i8", "kpm_f16", "kpm_f32"):
+        tile.set_valid(tl[name], 1, n)
+    off = scalar.add(scalar.mul(b, scalar.index_cast(c.args["key_mask_stride"])), key0)
+    view = pto.as_tensor(pto.add_ptr(c.args["key_mask"], off), [1, n], [n, 1], name="kpm_view")
+    pto.load(pto.slice_view(view, [0, 0], [1, n], name="kpm_part"), tl["kpm_i8"])
+    tile.cvt(tl["kpm_i8"], out=tl["kpm_f16"])
+    tile.cvt(tl["kpm_f16"], out=tl["kpm_f32"])
+    tile.muls(tl["kpm_f32"], consts["pos"], out=tl["kpm_f32"])  # 1 -> 3e38, 0 -> 0
+    tile.adds(tl["kpm_f32"], consts["neg"], out=tl["kpm_f32"])  # -> 0 / -3e38
+
+
 def _schedule(steps: TileRange, preload: int, produce, consume) -> None:
     """The cube's software pipeline: scores `preload` steps ahead of the gradient matmuls."""
     def steady(t: SSAValue) -> None:
@@ -270,6 +288,8 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     init_pipes((sdp, pds), c.bases, "vector", config.slot_num)
     tl = {spec.name: _alloc(spec) for spec in tile_plan(config, "dq") if spec.core == "vector"}
     consts = {"neg": scalar.const(NEG, F32, name="neg"), "zero": scalar.const(0.0, F32, name="zero"), "scale": args["scale"]}
+    if config.key_padding:
+        consts["pos"] = scalar.const(-NEG, F32, name="pos")
     d, vr, bkv = config.head, config.vec_rows("dq"), config.dq_block_kv
     v = _Vec(c, tl, consts, scalar.mul(pto.get_subblock_idx(), vr, name="row_base"))
     lse_col = tile.reshape(tl["lse_all"], vr, 1, name="lse_col", blayout="col_major")
@@ -294,6 +314,9 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             if config.masked:
                 mask_tile(c.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], row0, scalar.mul(t, bkv), vr, cols,
                           transposed=False)
+            if config.key_padding:
+                _key_bias(c, tl, consts, u.b, scalar.mul(t, bkv), cols)
+                tile.col_expand_add(tl["s_tile"], tl["kpm_f32"], out=tl["s_tile"])
             tile.row_expand_expdif(tl["s_tile"], lse_col, out=tl["s_tile"])  # P = exp(scale S - LSE)
             tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
             tile.mul(tl["s_tile"], tl["dp_tile"], out=tl["s_tile"])
@@ -483,10 +506,15 @@ def _dkdv_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     tl = {spec.name: _alloc(spec) for spec in tile_plan(config, "dkdv") if spec.core == "vector"}
     consts = {"neg": scalar.const(NEG, F32, name="neg"), "minus_one": scalar.const(-1.0, F32, name="minus_one"),
               "scale": args["scale"]}
+    if config.key_padding:
+        consts.update(pos=scalar.const(-NEG, F32, name="pos"), zero=scalar.const(0.0, F32, name="zero"))
     vr, bq = config.vec_rows("dkdv"), config.block_q
     v = _Vec(c, tl, consts, scalar.mul(pto.get_subblock_idx(), vr, name="row_base"))
+    kbias_col = tile.reshape(tl["kbias_row"], vr, 1, name="kbias_col", blayout="col_major") if config.key_padding else None
     with pto.range(c.block_idx, _kv_units(c), c.block_num, name="unit") as unit:
         u = _kv_unit(c, unit)
+        if config.key_padding:
+            _unit_key_bias(v, u)
         with pto.range(u.steps.lo, u.steps.hi, name="s") as s:
             h, q0, n = _step(c, u, s)
             entry = pto.tpop("vector", sdp.pipe_id, _entry(sdp, "vector"), SPLIT, name="sdp_entry")
@@ -499,6 +527,8 @@ def _dkdv_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             if config.masked:
                 mask_tile(c.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], scalar.add(u.k0, v.row_base), q0, vr, n,
                           transposed=True)
+            if kbias_col is not None:
+                tile.row_expand_add(tl["s_tile"], kbias_col, out=tl["s_tile"])
             tile.col_expand_add(tl["s_tile"], tl["nlse_row"], out=tl["s_tile"])
             tile.exp(tl["s_tile"], out=tl["s_tile"])  # P^T = exp(scale S^T - LSE)
             _store_half(v, out, 0, n)
@@ -512,6 +542,18 @@ def _dkdv_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             pto.tpush("vector", pds.pipe_id, out, SPLIT)
             if config.atomic_dq:
                 _push_ds_piece(v, n)
+
+
+def _unit_key_bias(v: _Vec, u: _KvUnit) -> None:
+    """kbias_row = the key-mask bias of this core's rows (keys) of the unit, once per unit. Rows past
+    the unit's last key (all of them on a core without keys) keep stale values: the cube never
+    reads those rows back."""
+    c, tl, vr = v.c, v.tiles, v.c.config.vec_rows("dkdv")
+    keys = _clamp(scalar.sub(u.k_rows, v.row_base), 0, vr)
+    with pto.if_(scalar.gt(keys, 0)):
+        _key_bias(c, tl, v.consts, u.b, scalar.add(u.k0, v.row_base), keys)
+        tile.set_valid(tl["kpm_f32"], 1, vr)
+        tile.adds(tl["kpm_f32"], v.consts["zero"], out=tl["kbias_row"])
 
 
 def _push_ds_piece(v: _Vec, n: SSAValue) -> None:
@@ -531,7 +573,9 @@ def _push_ds_piece(v: _Vec, n: SSAValue) -> None:
 
 def _prep_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     """D = rowsum(dO * O) for every (batch, head, row): the dq kernel's preprocess on its own,
-    one unit per (batch, head, dq_block_q rows) as the dq kernel's."""
+    one unit per (batch, head, dq_block_q rows) as the dq kernel's. It also zeroes the same rows
+    of the f32 dQ accumulator the dkdv kernel adds into: in the launch sequence itself, so the
+    adds never depend on a host memset being ordered before them on the right stream."""
     tl = {spec.name: _alloc(spec) for spec in tile_plan(config, "prep")}
     d, vr = config.head, config.vec_rows("prep")
     batch, heads, s0 = (scalar.index_cast(args[n], name=n) for n in ("batch", "heads", "s0"))
@@ -541,12 +585,20 @@ def _prep_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     zero = scalar.const(0.0, F32, name="zero")
     row_base = scalar.mul(pto.get_subblock_idx(), vr, name="row_base")
     dsum_row = tile.reshape(tl["dsum_col"], 1, vr, name="dsum_row")
+    tile.set_valid(tl["zeros"], vr, d)
+    tile.fill(zero, tl["zeros"])
     with pto.range(pto.get_block_idx(), units, pto.get_block_num(), name="unit") as unit:
         bh = scalar.div(unit, q_blocks, name="bh")
+        b, h = scalar.div(bh, heads, name="b"), scalar.rem(bh, heads, name="h")
         row0 = scalar.add(scalar.mul(scalar.rem(unit, q_blocks), config.dq_block_q), row_base, name="core_q0")
         n = _clamp(scalar.sub(s0, row0), 0, vr)
-        _preprocess(rows, tl, zero, scalar.div(bh, heads, name="b"), scalar.rem(bh, heads, name="h"), row0, n,
-                    scalar.gt(n, 0), dsum_row)
+        has_rows = scalar.gt(n, 0)
+        _preprocess(rows, tl, zero, b, h, row0, n, has_rows, dsum_row)
+        with pto.if_(has_rows):
+            off = _row_offset(scalar.add(scalar.mul(b, s0), row0), h, heads, d)
+            view = pto.as_tensor(pto.add_ptr(args["dq_acc"], off), [n, d], [rows.q_stride, 1], name="dq_acc_rows")
+            tile.set_valid(tl["zeros"], n, d)
+            pto.store(tl["zeros"], pto.slice_view(view, [0, 0], [n, d], name="dq_acc_part"))
 
 
 def _post_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
@@ -580,7 +632,8 @@ _BUILDERS = {"dq": (_dq_cube, _dq_vector), "dkdv": (_dkdv_cube, _dkdv_vector), "
 
 
 def entry_name(kernel: str) -> str:
-    return f"fa_bwd_{kernel}"
+    """The entry function of backward kernel `kernel`, as `argspec` names it for its launcher."""
+    return BWD_ENTRY_NAMES[kernel]
 
 
 def build_bwd(config: BwdConfig, kernel: str) -> builtin.ModuleOp:
