@@ -26,6 +26,9 @@ MAX_SPLITS = 16  # split-KV: most splits of one unit's KV tiles (num_splits)
 # Rows of a softmax row slice below which the vector stage does not split it further
 # to double-buffer it (fa-pipeline.md 11: vec_s0 * 4 bytes a multiple of 32).
 MIN_VEC_S0 = 8
+# Q rows a vector core scales at once (prescale_q): the two [rows, D] tiles (input dtype and
+# f32) take 6 KiB at D = 128, which fits beside the TILE_S1 = 512 softmax working set.
+PRESCALE_ROWS = 8
 
 DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i8": 1, "i64": 8}
 VEC_CORES = 2
@@ -102,6 +105,9 @@ class FAConfig:
     page_size: int = 0  # > 0: K/V live in a paged cache [pages, page_size, KVN, D] read through a block table
     split_kv: bool = False  # a unit covers one split of its KV tiles and writes fp32 partial O and LSE (fa_reduce combines)
     gqa_pack: bool = False  # decode (one query row per sequence): a unit's rows are the q heads of one KV head
+    # The vectors scale Q by the softmax scale once per unit and hand it to the cube through a
+    # fourth (V2C) pipe, one unit ahead; compute_p then has no per-tile scaling pass.
+    prescale_q: bool = True
     target: str = "a3"
 
     def __post_init__(self) -> None:
@@ -161,12 +167,16 @@ class FAConfig:
         return self.slot_num if self.slot_num <= 2 else self.slot_num // 2
 
     @property
-    def pipes(self) -> tuple[PipeSpec, PipeSpec, PipeSpec]:
-        return (
+    def pipes(self) -> tuple[PipeSpec, ...]:
+        """QK (C2V), P (V2C), PV (C2V), and with `prescale_q` the scaled Q block (V2C)."""
+        pipes = (
             PipeSpec("qk", 0, 1, self.cube_s0, self.tile_s1, "f32"),
             PipeSpec("p", 1, 2, self.cube_s0, self.tile_s1, self.in_dtype),
             PipeSpec("pv", 2, 1, self.cube_s0, self.head, "f32"),
         )
+        if self.prescale_q:
+            pipes += (PipeSpec("q", 3, 2, self.cube_s0, self.head, self.in_dtype),)
+        return pipes
 
     @property
     def d_split(self) -> int:
@@ -196,7 +206,8 @@ class FAConfig:
         """The kernel's switches in one word list (empty for the plain forward kernel)."""
         parts = [name for name, on in (("masked", self.masked), ("key_padding", self.key_padding), ("lse", self.lse),
                                        ("varlen", self.varlen), (f"page_size={self.page_size}", self.page_size),
-                                       ("split_kv", self.split_kv), ("gqa_pack", self.gqa_pack)) if on]
+                                       ("split_kv", self.split_kv), ("gqa_pack", self.gqa_pack),
+                                       ("no_prescale_q", not self.prescale_q)) if on]
         return " ".join(parts)
 
     def summary(self) -> str:
@@ -330,6 +341,8 @@ def tile_plan(c: FAConfig) -> list[TileSpec]:
         TileSpec("o_tile", "vector", "gu", "vec", rows, d, "f32", **dyn),
     ]
     tiles += [TileSpec(f"exp_ring{r}", "vector", "p", "vec", rows, 1, "f32", **col) for r in range(c.exp_ring)]
+    if c.prescale_q:  # Q rows of the next unit: input dtype -> f32, times the scale, -> input dtype
+        tiles += [TileSpec(name, "vector", "qk", "vec", PRESCALE_ROWS, d, dt_, **dyn) for name, dt_ in (("q_in", dt), ("q_f32", "f32"))]
     if c.out_dtype != "f32" and not c.split_kv:  # split-KV stores fp32 partials
         tiles.append(TileSpec("o_out", "vector", "gu", "vec", rows, d, c.out_dtype, **dyn))
     if c.key_padding:  # one key-mask row per tile: i8 from GM -> f16 -> f32 additive bias
