@@ -26,9 +26,10 @@ MAX_SPLITS = 16  # split-KV: most splits of one unit's KV tiles (num_splits)
 # Rows of a softmax row slice below which the vector stage does not split it further
 # to double-buffer it (fa-pipeline.md 11: vec_s0 * 4 bytes a multiple of 32).
 MIN_VEC_S0 = 8
-# Q rows a vector core scales at once (prescale_q): the two [rows, D] tiles (input dtype and
-# f32) take 6 KiB at D = 128, which fits beside the TILE_S1 = 512 softmax working set.
-PRESCALE_ROWS = 8
+# Fewest Q rows a vector core scales at once (prescale_q): its three [rows, D] tiles take
+# 8 KiB at D = 128, which fits beside every TILE_S1 = 512 softmax working set.
+MIN_PRESCALE_ROWS = 8
+PRESCALE_TILES = (("q_in", None), ("q_f32", "f32"), ("q_out", None))  # (name, dtype; None: the input dtype)
 
 DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i8": 1, "i64": 8}
 VEC_CORES = 2
@@ -161,6 +162,17 @@ class FAConfig:
         handles one slice per buffer), compute_gu's trowexpandmul, the final trowexpanddiv.
         A test counts them in the emitted IR, and one checks the simulator's UB peak."""
         return self.vec_buffers + 2
+
+    @property
+    def prescale_rows(self) -> int:
+        """Q rows the vectors scale per step (prescale_q): the largest power of two up to the
+        core's rows whose tiles fit in the UB the rest of the plan leaves, at least
+        MIN_PRESCALE_ROWS (fewer steps: each step pays the DMA and vector fixed costs)."""
+        rows = self.vec_rows
+        free = CAPACITY["vec"] - _vec_bytes(self, _main_plan(self))
+        while rows > MIN_PRESCALE_ROWS and _vec_bytes(self, _prescale_tiles(self, rows), hidden=False) > free:
+            rows //= 2
+        return rows
 
     @property
     def sync_period(self) -> int:
@@ -302,6 +314,21 @@ def tile_plan(c: FAConfig) -> list[TileSpec]:
     `dynamic` tiles carry a runtime valid shape: the Q block's rows (a ragged last Q
     block), a sub-tile's keys (a ragged last KV tile), the rows a vector core stores.
     """
+    tiles = _main_plan(c)
+    if c.prescale_q:
+        tiles += _prescale_tiles(c, c.prescale_rows)
+    return tiles
+
+
+def _prescale_tiles(c: FAConfig, rows: int) -> list[TileSpec]:
+    """Q rows of the next unit: loaded (input dtype), scaled in f32, stored (input dtype); a
+    separate store tile lets the next step's load overlap this step's vector work."""
+    return [TileSpec(name, "vector", "qk", "vec", rows, c.head, dtype or c.in_dtype, dynamic=True)
+            for name, dtype in PRESCALE_TILES]
+
+
+def _main_plan(c: FAConfig) -> list[TileSpec]:
+    """The tiles of every kernel of the family (all but the prescale_q tiles)."""
     d, s0, s1, ts1 = c.head, c.cube_s0, c.cube_s1, c.tile_s1
     rows, vs0, dt = c.vec_rows, c.vec_s0, c.in_dtype
     nz = dict(blayout="col_major", slayout="row_major")
@@ -341,8 +368,6 @@ def tile_plan(c: FAConfig) -> list[TileSpec]:
         TileSpec("o_tile", "vector", "gu", "vec", rows, d, "f32", **dyn),
     ]
     tiles += [TileSpec(f"exp_ring{r}", "vector", "p", "vec", rows, 1, "f32", **col) for r in range(c.exp_ring)]
-    if c.prescale_q:  # Q rows of the next unit: input dtype -> f32, times the scale, -> input dtype
-        tiles += [TileSpec(name, "vector", "qk", "vec", PRESCALE_ROWS, d, dt_, **dyn) for name, dt_ in (("q_in", dt), ("q_f32", "f32"))]
     if c.out_dtype != "f32" and not c.split_kv:  # split-KV stores fp32 partials
         tiles.append(TileSpec("o_out", "vector", "gu", "vec", rows, d, c.out_dtype, **dyn))
     if c.key_padding:  # one key-mask row per tile: i8 from GM -> f16 -> f32 additive bias
@@ -383,15 +408,23 @@ class Budget:
 def budget(c: FAConfig) -> Budget:
     """Bytes per on-chip space (UB per vector core) from `tile_plan`, with alignment."""
     rows = []
+    plan = tile_plan(c)
     for space in ("vec", "mat", "left", "right", "acc"):
-        items = [(t.name, _align(t.nbytes, ALIGNMENT[space])) for t in tile_plan(c) if t.loc == space]
-        if space == "vec":
-            items += [
-                (f"hidden_rowexpand_tmp{i}", HIDDEN_ROWEXPAND_TMP_BYTES)
-                for i in range(c.rowexpand_ops)
-            ]
+        items = _space_items(c, plan, space, hidden=space == "vec")
         rows.append(BudgetRow(space, sum(b for _, b in items), CAPACITY[space], tuple(items)))
     return Budget(tuple(rows), c.gm_slot_bytes_per_block)
+
+
+def _space_items(c: FAConfig, tiles: list[TileSpec], space: str, hidden: bool) -> list[tuple[str, int]]:
+    """(name, aligned bytes) of the tiles in `space`, and (hidden) ptoas's hidden UB scratch."""
+    items = [(t.name, _align(t.nbytes, ALIGNMENT[space])) for t in tiles if t.loc == space]
+    if hidden:
+        items += [(f"hidden_rowexpand_tmp{i}", HIDDEN_ROWEXPAND_TMP_BYTES) for i in range(c.rowexpand_ops)]
+    return items
+
+
+def _vec_bytes(c: FAConfig, tiles: list[TileSpec], hidden: bool = True) -> int:
+    return sum(b for _, b in _space_items(c, tiles, "vec", hidden))
 
 
 @dataclass(frozen=True)

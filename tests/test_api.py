@@ -366,8 +366,8 @@ def _status_cases():
     random_mask = torch.rand(S0, S1, generator=torch.Generator().manual_seed(1)) < 0.5
     return {
         "INSUFFICIENT_WORKSPACE": (lambda mp: run(created(), size=created().workspace_size - 1),
-                                   "workspace_size: 4194303 bytes < 4194304 needed "
-                                   "(1048576 bytes of slot rings x 4 blocks)"),
+                                   "workspace_size: 4718591 bytes < 4718592 needed "
+                                   "(1179648 bytes of slot rings x 4 blocks)"),  # QK, P, PV and scaled-Q rings
         "NULL_POINTER": (lambda mp: infiniop.create_descriptor(*descriptors(out, None, k, v))[0], "q_desc: is None"),
         "BAD_PARAM": (lambda mp: destroyed(), "desc: the descriptor was destroyed"),
         "BAD_TENSOR_DTYPE": (lambda mp: infiniop.create_descriptor(*descriptors(out.float(), q.float(), k.float(),

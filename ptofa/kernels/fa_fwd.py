@@ -51,7 +51,7 @@ from xdsl.ir import SSAValue
 from ptofa import argspec
 from ptofa.api import F32, I32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type
 from ptofa.kernels.common import SPLIT, TileRange, entry_type, fused, init_pipes, pipelined, ring_select
-from ptofa.pipeline import PRESCALE_ROWS, UNIT_FIELDS, UNIT_TABLE, FAConfig, TileSpec, buffer_names, chunk_names, tile_plan
+from ptofa.pipeline import UNIT_FIELDS, UNIT_TABLE, FAConfig, TileSpec, buffer_names, chunk_names, tile_plan
 from ptofa.textio import print_pto
 
 NEG_INIT = -3.0e38  # running-max start and mask value: finite, so no inf - inf ever appears
@@ -607,26 +607,26 @@ def _push_scaled_q(c: _Common, tiles: dict[str, SSAValue], scale: SSAValue, row_
     """Q' = scale * Q of `unit`, this core's rows, into the next entry of the Q pipe: the cube's
     left operand of QK, so that compute_p has no per-tile scaling pass (`prescale_q`).
 
-    PRESCALE_ROWS rows at a time through f32, so Q' is the exact product rounded once to the
-    input dtype. The vectors push one unit ahead of the cube's pop, so the cube never waits
-    for Q' at a unit boundary."""
+    `prescale_rows` rows at a time through f32, so Q' is the exact product rounded once to
+    the input dtype. The vectors push one unit ahead of the cube's pop, so the cube waits for
+    Q' only at the block's first unit."""
     cfg = c.config
-    qp = cfg.pipes[3]
+    qp, step = cfg.pipes[3], cfg.prescale_rows
     u = _unit(c, unit)
     q_view = _q_view(c, u)
     entry = pto.talloc("vector", qp.pipe_id, entry_type(qp, "vector"), SPLIT, name="q_entry")
     valid = _clamp(scalar.sub(u.q_rows, row_base), 0, cfg.vec_rows)
-    q_in, q_f32 = tiles["q_in"], tiles["q_f32"]
-    with pto.range(0, scalar.ceildiv(valid, PRESCALE_ROWS), name="q_chunk") as chunk:
-        r0 = scalar.mul(chunk, PRESCALE_ROWS, name="q_chunk_row")
-        n = scalar.min(scalar.sub(valid, r0), PRESCALE_ROWS, name="q_chunk_rows")
-        tile.set_valid(q_in, n, cfg.head)
-        tile.set_valid(q_f32, n, cfg.head)
+    q_in, q_f32, q_out = tiles["q_in"], tiles["q_f32"], tiles["q_out"]
+    with pto.range(0, scalar.ceildiv(valid, step), name="q_step") as i:
+        r0 = scalar.mul(i, step, name="q_step_row")
+        n = scalar.min(scalar.sub(valid, r0), step, name="q_step_rows")
+        for t in (q_in, q_f32, q_out):
+            tile.set_valid(t, n, cfg.head)
         pto.load(pto.slice_view(q_view, [scalar.add(row_base, r0), 0], [n, cfg.head], name="q_rows"), q_in)
         tile.cvt(q_in, out=q_f32)
         tile.muls(q_f32, scale, out=q_f32)
-        tile.cvt(q_f32, out=q_in)
-        pto.store(q_in, pto.slice_view(entry, [r0, 0], [n, cfg.head], name="q_scaled_rows"))
+        tile.cvt(q_f32, out=q_out)
+        pto.store(q_out, pto.slice_view(entry, [r0, 0], [n, cfg.head], name="q_scaled_rows"))
     pto.tpush("vector", qp.pipe_id, entry, SPLIT)
 
 
