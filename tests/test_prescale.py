@@ -153,3 +153,21 @@ def test_budget_counts_the_prescale_tiles(monkeypatch: pytest.MonkeyPatch) -> No
     with pytest.raises(ConfigError, match=r"(?s)memory budget exceeded .*q_in 8K, q_f32 16K, q_out 8K, .*OVER"):
         pipeline.FAConfig(tile_s1=512, key_padding=True, lse=True)
     pipeline.FAConfig(tile_s1=512, key_padding=True, lse=True, prescale_q=False)
+
+
+def test_cli_switch_builds_and_sweeps_both(tmp_path) -> None:
+    """`--no-prescale-q` gives the three-pipe kernel (build) and its own sweep key; the default has four pipes."""
+    from click.testing import CliRunner
+
+    from ptofa.cli import main
+
+    for flag, pipes in (("--prescale-q", 4), ("--no-prescale-q", 3)):
+        out = tmp_path / f"{flag}.pto"
+        result = CliRunner().invoke(main, ["build", "--head", "64", flag, "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        assert out.read_text().count("pto.aic_initialize_pipe") == pipes
+    result = CliRunner().invoke(main, ["sweep", "--s1", "300", "--head-dim", "64", "--tile-s1", "128", "--qk-preload", "2",
+                                       "--no-prescale-q", "-j", "1", "--out", str(tmp_path / "sweep")])
+    assert result.exit_code == 0, result.output
+    rows = (tmp_path / "sweep" / "results.jsonl").read_text().splitlines()
+    assert len(rows) == 1 and ",prescale_q=0," in rows[0] and '"prescale_q": false' in rows[0]
