@@ -16,7 +16,7 @@ The rescale factor alpha_t of softmax(t) is kept in an exp_max ring of P tiles
 because both touch slot t % P.
 
 Work units (batch, head, 128-row Q block) are shared by the launched blocks in a
-persistent loop; the three pipes are initialised once per block and every unit
+persistent loop; the pipes are initialised once per block and every unit
 streams through them. Each vector core owns 64 of the 128 rows (split = 1).
 
 The kernel family (switches of `FAConfig`, one builder):
@@ -36,7 +36,10 @@ The kernel family (switches of `FAConfig`, one builder):
 * `gqa_pack` (varlen, unmasked): a unit's rows are the q heads of one KV head at one query
   row, so Q / O rows are D apart and LSE is [total_q, N];
 * head dims above 128 (192, 256): 64-row Q blocks, and the cube splits D in two
-  chunks (QK accumulates over them, PV computes O chunk by chunk) to fit L0A/L0B/L0C.
+  chunks (QK accumulates over them, PV computes O chunk by chunk) to fit L0A/L0B/L0C;
+* `prescale_q` (default): the vectors scale each unit's Q rows once and push them to the
+  cube through a fourth (V2C) pipe, one unit ahead of the cube's pop, so S arrives scaled
+  and compute_p makes no scaling pass per tile.
 
 `build_fa(config)` returns the module; `emit_fa(config)` its text.
 """
