@@ -361,6 +361,7 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
         # the [R, 1] column views the row-broadcast ops need are treshapes of them.
         TileSpec("m_all", "vector", "p", "vec", 1, rows, "f32"),
         TileSpec("l_all", "vector", "p", "vec", 1, rows, "f32"),
+        TileSpec("m_new", "vector", "p", "vec", 1, rows, "f32"),
         TileSpec("alpha_new", "vector", "p", "vec", 1, rows, "f32"),
         TileSpec("l_tile", "vector", "p", "vec", 1, rows, "f32"),
         TileSpec("alpha_cur", "vector", "gu", "vec", rows, 1, "f32", **col),

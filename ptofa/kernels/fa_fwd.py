@@ -493,6 +493,8 @@ def compute_p(s: _VecState, t: SSAValue) -> None:
         for b, (s_name, p_name) in enumerate(buffers):
             r0 = scalar.mul(scalar.add(scalar.mul(sl, nbuf), b), vs0, name="slice_row")
             _softmax_slice(s, t, r0, keys, tl[s_name], tl[p_name], qk_entry, p_entry)
+    tile.sub(rows["m_all"], rows["m_new"], out=rows["alpha_new"])
+    tile.mov(rows["m_new"], rows["m_all"])
     tile.exp(rows["alpha_new"], out=rows["alpha_new"])  # alpha_t = exp(m_old - m_new)
     tile.mul(rows["l_all"], rows["alpha_new"], out=rows["l_all"])
     tile.add(rows["l_all"], rows["l_tile"], out=rows["l_all"])  # l = alpha_t * l + l_t
@@ -503,13 +505,13 @@ def compute_p(s: _VecState, t: SSAValue) -> None:
 
 def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_tile: SSAValue, p_half: SSAValue,
                    qk_entry: SSAValue, p_entry: SSAValue) -> None:
-    """Rows r0 .. r0 + vec_s0 of tile t: scores in, P out, the running max updated; the rows'
-    m_old - m_new and row sums go to alpha_new and l_tile (compute_p finishes them per tile)."""
+    """Rows r0 .. r0 + vec_s0 of tile t: scores in, P out; the rows' new max and row sums go to
+    m_new and l_tile (compute_p finishes alpha, m and l once per tile, over all rows)."""
     cfg, tl, rows = s.c.config, s.tiles, s.rows
     vs0 = cfg.vec_s0
     m_old = tile.subview(rows["m_all"], 0, r0, 1, vs0, name="m_old")
+    m_new = tile.subview(rows["m_new"], 0, r0, 1, vs0, name="m_new")
     l_new = tile.subview(rows["l_tile"], 0, r0, 1, vs0, name="l_new")
-    alpha = tile.subview(rows["alpha_new"], 0, r0, 1, vs0, name="alpha")
     pto.load(pto.slice_view(qk_entry, [r0, 0], [vs0, keys], name="qk_rows"), s_tile)
     if not cfg.prescale_q:
         tile.muls(s_tile, s.scale, out=s_tile)
@@ -519,8 +521,7 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
         tile.col_expand_add(s_tile, tl["kpm_f32"], out=s_tile)
     tile.row_max(s_tile, tl["red_tmp"], out=tl["m_slice"])
     tile.max(rows["m_slice"], m_old, out=rows["m_slice"])  # m_new (finite: m_old starts at -3e38)
-    tile.sub(m_old, rows["m_slice"], out=alpha)  # m_old - m_new
-    tile.adds(rows["m_slice"], s.consts["zero"], out=m_old)  # m_old := m_new (a tmov into a subview is rejected)
+    tile.adds(rows["m_slice"], s.consts["zero"], out=m_new)  # a tmov into a subview is rejected
     tile.row_expand_expdif(s_tile, tl["m_slice"], out=s_tile)  # P = exp(S - m_new), one pass
     tile.row_sum(s_tile, tl["red_tmp"], out=tl["l_slice"])
     tile.adds(rows["l_slice"], s.consts["zero"], out=l_new)
