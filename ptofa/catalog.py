@@ -58,6 +58,9 @@ SWITCHES: tuple[dict, ...] = (
     dict(varlen=True, split_kv=True, masked=True, lse=True),
     dict(varlen=True, split_kv=True, gqa_pack=True, page_size=256),
     dict(varlen=True, gqa_pack=True, page_size=256, in_dtype="bf16"),
+    dict(prescale_q=False),
+    dict(prescale_q=False, masked=True, lse=True, in_dtype="bf16"),
+    dict(prescale_q=False, varlen=True, split_kv=True, gqa_pack=True, page_size=256),
 )
 SWITCH_BASES = ((64, 128), (128, 256), (256, 256))  # (head, tile_s1): small, default, D split in two
 
@@ -69,6 +72,8 @@ def _name(c: FAConfig) -> str:
     parts += [flag for flag in ("masked", "key_padding", "lse", "varlen", "split_kv", "gqa_pack") if getattr(c, flag)]
     if c.page_size:
         parts.append(f"page{c.page_size}")
+    if not c.prescale_q:
+        parts.append("no_prescale_q")
     return "_".join(parts)
 
 

@@ -26,6 +26,10 @@ MAX_SPLITS = 16  # split-KV: most splits of one unit's KV tiles (num_splits)
 # Rows of a softmax row slice below which the vector stage does not split it further
 # to double-buffer it (fa-pipeline.md 11: vec_s0 * 4 bytes a multiple of 32).
 MIN_VEC_S0 = 8
+# Fewest Q rows a vector core scales at once (prescale_q): its three [rows, D] tiles take
+# 8 KiB at D = 128, which fits beside every TILE_S1 = 512 softmax working set.
+MIN_PRESCALE_ROWS = 8
+PRESCALE_TILES = (("q_in", None), ("q_f32", "f32"), ("q_out", None))  # (name, dtype; None: the input dtype)
 
 DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i8": 1, "i64": 8}
 VEC_CORES = 2
@@ -102,6 +106,9 @@ class FAConfig:
     page_size: int = 0  # > 0: K/V live in a paged cache [pages, page_size, KVN, D] read through a block table
     split_kv: bool = False  # a unit covers one split of its KV tiles and writes fp32 partial O and LSE (fa_reduce combines)
     gqa_pack: bool = False  # decode (one query row per sequence): a unit's rows are the q heads of one KV head
+    # The vectors scale Q by the softmax scale once per unit and hand it to the cube through a
+    # fourth (V2C) pipe, one unit ahead; compute_p then has no per-tile scaling pass.
+    prescale_q: bool = True
     target: str = "a3"
 
     def __post_init__(self) -> None:
@@ -157,16 +164,31 @@ class FAConfig:
         return self.vec_buffers + 2
 
     @property
+    def prescale_rows(self) -> int:
+        """Q rows the vectors scale per step (prescale_q): the largest power of two up to the
+        core's rows whose tiles fit in the UB the rest of the plan leaves, at least
+        MIN_PRESCALE_ROWS (fewer steps: each step pays the DMA and vector fixed costs)."""
+        rows = self.vec_rows
+        free = CAPACITY["vec"] - _vec_bytes(self, _main_plan(self))
+        while rows > MIN_PRESCALE_ROWS and _vec_bytes(self, _prescale_tiles(self, rows), hidden=False) > free:
+            rows //= 2
+        return rows
+
+    @property
     def sync_period(self) -> int:
         return self.slot_num if self.slot_num <= 2 else self.slot_num // 2
 
     @property
-    def pipes(self) -> tuple[PipeSpec, PipeSpec, PipeSpec]:
-        return (
+    def pipes(self) -> tuple[PipeSpec, ...]:
+        """QK (C2V), P (V2C), PV (C2V), and with `prescale_q` the scaled Q block (V2C)."""
+        pipes = (
             PipeSpec("qk", 0, 1, self.cube_s0, self.tile_s1, "f32"),
             PipeSpec("p", 1, 2, self.cube_s0, self.tile_s1, self.in_dtype),
             PipeSpec("pv", 2, 1, self.cube_s0, self.head, "f32"),
         )
+        if self.prescale_q:
+            pipes += (PipeSpec("q", 3, 2, self.cube_s0, self.head, self.in_dtype),)
+        return pipes
 
     @property
     def d_split(self) -> int:
@@ -196,7 +218,8 @@ class FAConfig:
         """The kernel's switches in one word list (empty for the plain forward kernel)."""
         parts = [name for name, on in (("masked", self.masked), ("key_padding", self.key_padding), ("lse", self.lse),
                                        ("varlen", self.varlen), (f"page_size={self.page_size}", self.page_size),
-                                       ("split_kv", self.split_kv), ("gqa_pack", self.gqa_pack)) if on]
+                                       ("split_kv", self.split_kv), ("gqa_pack", self.gqa_pack),
+                                       ("no_prescale_q", not self.prescale_q)) if on]
         return " ".join(parts)
 
     def summary(self) -> str:
@@ -291,6 +314,21 @@ def tile_plan(c: FAConfig) -> list[TileSpec]:
     `dynamic` tiles carry a runtime valid shape: the Q block's rows (a ragged last Q
     block), a sub-tile's keys (a ragged last KV tile), the rows a vector core stores.
     """
+    tiles = _main_plan(c)
+    if c.prescale_q:
+        tiles += _prescale_tiles(c, c.prescale_rows)
+    return tiles
+
+
+def _prescale_tiles(c: FAConfig, rows: int) -> list[TileSpec]:
+    """Q rows of the next unit: loaded (input dtype), scaled in f32, stored (input dtype); a
+    separate store tile lets the next step's load overlap this step's vector work."""
+    return [TileSpec(name, "vector", "qk", "vec", rows, c.head, dtype or c.in_dtype, dynamic=True)
+            for name, dtype in PRESCALE_TILES]
+
+
+def _main_plan(c: FAConfig) -> list[TileSpec]:
+    """The tiles of every kernel of the family (all but the prescale_q tiles)."""
     d, s0, s1, ts1 = c.head, c.cube_s0, c.cube_s1, c.tile_s1
     rows, vs0, dt = c.vec_rows, c.vec_s0, c.in_dtype
     nz = dict(blayout="col_major", slayout="row_major")
@@ -323,6 +361,7 @@ def tile_plan(c: FAConfig) -> list[TileSpec]:
         # the [R, 1] column views the row-broadcast ops need are treshapes of them.
         TileSpec("m_all", "vector", "p", "vec", 1, rows, "f32"),
         TileSpec("l_all", "vector", "p", "vec", 1, rows, "f32"),
+        TileSpec("m_new", "vector", "p", "vec", 1, rows, "f32"),
         TileSpec("alpha_new", "vector", "p", "vec", 1, rows, "f32"),
         TileSpec("l_tile", "vector", "p", "vec", 1, rows, "f32"),
         TileSpec("alpha_cur", "vector", "gu", "vec", rows, 1, "f32", **col),
@@ -370,15 +409,23 @@ class Budget:
 def budget(c: FAConfig) -> Budget:
     """Bytes per on-chip space (UB per vector core) from `tile_plan`, with alignment."""
     rows = []
+    plan = tile_plan(c)
     for space in ("vec", "mat", "left", "right", "acc"):
-        items = [(t.name, _align(t.nbytes, ALIGNMENT[space])) for t in tile_plan(c) if t.loc == space]
-        if space == "vec":
-            items += [
-                (f"hidden_rowexpand_tmp{i}", HIDDEN_ROWEXPAND_TMP_BYTES)
-                for i in range(c.rowexpand_ops)
-            ]
+        items = _space_items(c, plan, space, hidden=space == "vec")
         rows.append(BudgetRow(space, sum(b for _, b in items), CAPACITY[space], tuple(items)))
     return Budget(tuple(rows), c.gm_slot_bytes_per_block)
+
+
+def _space_items(c: FAConfig, tiles: list[TileSpec], space: str, hidden: bool) -> list[tuple[str, int]]:
+    """(name, aligned bytes) of the tiles in `space`, and (hidden) ptoas's hidden UB scratch."""
+    items = [(t.name, _align(t.nbytes, ALIGNMENT[space])) for t in tiles if t.loc == space]
+    if hidden:
+        items += [(f"hidden_rowexpand_tmp{i}", HIDDEN_ROWEXPAND_TMP_BYTES) for i in range(c.rowexpand_ops)]
+    return items
+
+
+def _vec_bytes(c: FAConfig, tiles: list[TileSpec], hidden: bool = True) -> int:
+    return sum(b for _, b in _space_items(c, tiles, "vec", hidden))
 
 
 @dataclass(frozen=True)

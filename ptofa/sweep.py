@@ -64,7 +64,7 @@ TIME_METRICS = (
 )
 RESULT_FIELDS = tuple(f.name for f in fields(RunResult))
 # The kernel's switches and kv_heads: columns of every row (RunResult has no field for them).
-SWITCH_FIELDS = ("kv_heads", "window", "key_padding", "lse", "in_dtype", "out_dtype")
+SWITCH_FIELDS = ("kv_heads", "window", "key_padding", "lse", "in_dtype", "out_dtype", "prescale_q")
 VERSION_PACKAGES = ("ptofa", "torch", "xdsl", "numpy")
 STOP_POLL_S = 0.5
 
@@ -114,6 +114,7 @@ class SweepPoint:
     lse: bool = False
     in_dtype: str = "f16"
     out_dtype: str | None = None
+    prescale_q: bool = True
 
     def __post_init__(self) -> None:
         if self.kv_heads is None:
@@ -134,6 +135,8 @@ class SweepPoint:
             switches += f",in_dtype={self.in_dtype}"
         if self.out_dtype != self.in_dtype:
             switches += f",out_dtype={self.out_dtype}"
+        if not self.prescale_q:
+            switches += ",prescale_q=0"
         kv_heads = f",kv_heads={self.kv_heads}" if self.kv_heads != self.heads else ""
         return (
             f"head={self.head},tile_s1={self.tile_s1},qk_preload={self.qk_preload}{switches},"
@@ -154,6 +157,8 @@ class SweepPoint:
         words = [f"head={self.head} tile_s1={self.tile_s1} qk_preload={self.qk_preload}", self.variant]
         if self.kv_heads != self.heads:
             words.append(f"kv_heads={self.kv_heads}")
+        if not self.prescale_q:
+            words.append("no_prescale_q")
         return " ".join(word for word in words if word)
 
     def switch_columns(self) -> dict:
@@ -179,6 +184,7 @@ class SweepGrid:
     lse: bool = False
     in_dtype: str = "f16"
     out_dtype: str | None = None  # None: the input dtype
+    prescale_q: bool = True
     square: bool = False  # S0 = S1 at every point (the s0 axis is not used)
 
     def points(self, backend: str) -> list[SweepPoint]:
@@ -187,7 +193,7 @@ class SweepGrid:
         s0_axis = (None,) if self.square else self.s0
         axes = (self.batch, self.heads, s0_axis, self.s1, self.head, self.tile_s1, self.qk_preload)
         switches = dict(kv_heads=self.kv_heads, window=tuple(self.window), key_padding=self.key_padding,
-                        lse=self.lse, in_dtype=self.in_dtype, out_dtype=self.out_dtype)
+                        lse=self.lse, in_dtype=self.in_dtype, out_dtype=self.out_dtype, prescale_q=self.prescale_q)
         return [
             SweepPoint(head, tile_s1, qk_preload, batch, heads, s1 if s0 is None else s0, s1, backend, **switches)
             for batch, heads, s0, s1, head, tile_s1, qk_preload in itertools.product(
@@ -227,7 +233,7 @@ def validate_point(point: SweepPoint) -> tuple[FAConfig | None, str, list[str]]:
         try:
             config = FAConfig(head=point.head, tile_s1=point.tile_s1, qk_preload=point.qk_preload,
                               in_dtype=point.in_dtype, out_dtype=point.out_dtype, masked=point.window != UNBOUNDED,
-                              key_padding=point.key_padding, lse=point.lse)
+                              key_padding=point.key_padding, lse=point.lse, prescale_q=point.prescale_q)
             point.shape.check(config)
         except ConfigError as exc:
             return None, str(exc), []
@@ -757,6 +763,7 @@ def sweep_cmd(
     window: tuple[int, int] | None,
     key_padding: bool,
     lse: bool,
+    prescale_q: bool,
     backend: str,
     jobs: int | None,
     out_dir: Path,
@@ -776,7 +783,7 @@ def sweep_cmd(
     (rerun the same command to resume).
     """
     console = Console() if sys.stdout.isatty() else Console(width=120)
-    knobs = config_knobs(dtype, out_dtype, causal, window, key_padding, lse)
+    knobs = config_knobs(dtype, out_dtype, causal, window, key_padding, lse, prescale_q)
     if decode or num_splits is not None or seqlens is not None:
         from ptofa.serving_cli import sweep_serving
 
@@ -793,7 +800,7 @@ def sweep_cmd(
         return
     grid = SweepGrid(tile_s1=tile_s1, qk_preload=qk_preload, head=head_dim, s1=s1, s0=s0, batch=batch, heads=heads,
                      kv_heads=kv_heads, window=window_of(causal, window), key_padding=key_padding, lse=lse,
-                     in_dtype=knobs["in_dtype"], out_dtype=knobs["out_dtype"], square=square)
+                     in_dtype=knobs["in_dtype"], out_dtype=knobs["out_dtype"], prescale_q=prescale_q, square=square)
     try:
         outcome = run_sweep(grid, out_dir, backend=backend, jobs=jobs, seed=seed, console=console)
     except BackendUnavailable as exc:

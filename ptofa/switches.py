@@ -1,6 +1,7 @@
 """The forward kernel's switches as command-line options, shared by `run_fa build`, `run` and `sweep`.
 
-`kernel_switches` adds `--dtype --out-dtype --causal --window --key-padding-mask --lse`,
+`kernel_switches` adds `--dtype --out-dtype --causal --window --key-padding-mask --lse
+--prescale-q/--no-prescale-q`,
 `kv_heads_option` adds `--kv-heads`; `config_knobs` maps the parsed switches to
 `FAConfig` keyword arguments and `window_of` gives the problem shape's window. A
 switch value that cannot be parsed, or two switches that contradict each other,
@@ -46,15 +47,18 @@ def window_of(causal: bool, window: tuple[int, int] | None) -> tuple[int, int]:
 
 
 def config_knobs(dtype: str = "fp16", out_dtype: str | None = None, causal: bool = False,
-                 window: tuple[int, int] | None = None, key_padding: bool = False, lse: bool = False) -> dict:
+                 window: tuple[int, int] | None = None, key_padding: bool = False, lse: bool = False,
+                 prescale_q: bool = True) -> dict:
     """The switches as `FAConfig` keyword arguments (a window other than unbounded needs a masked kernel)."""
     return dict(in_dtype=DTYPES[dtype], out_dtype=DTYPES[out_dtype], masked=window_of(causal, window) != UNBOUNDED,
-                key_padding=key_padding, lse=lse)
+                key_padding=key_padding, lse=lse, prescale_q=prescale_q)
 
 
 def kernel_switches(f):
     """The kernel's switches (options of build, run and sweep), in --help order:
-    --dtype --out-dtype --causal --window --key-padding-mask --lse."""
+    --dtype --out-dtype --causal --window --key-padding-mask --lse --prescale-q/--no-prescale-q."""
+    f = click.option("--prescale-q/--no-prescale-q", default=True, show_default=True,
+                     help="Scale Q once per work unit on the vectors (a fourth pipe) instead of every score tile.")(f)
     f = click.option("--lse", is_flag=True, help="Also write LSE [B, heads, S0] fp32 (+inf on rows without a visible key).")(f)
     f = click.option("--key-padding-mask", "key_padding", is_flag=True,
                      help="Take a key-padding mask [B, S1] (run, sweep: random ragged valid lengths per batch).")(f)

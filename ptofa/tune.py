@@ -6,7 +6,8 @@
 Candidates: every legal (TILE_S1, QK_PRELOAD) of `TILE_S1S` x `PRELOADS` with the
 call's head dim, dtypes and switches (QK_PRELOAD = 4 is left out: `FAConfig` warns of
 ptoas's event-id deadlock there; a config that breaks a legality rule or warns is
-skipped).
+skipped), with `prescale_q` on; then the fastest of them with `prescale_q` off (the
+scaled-Q pipe delays each block's first QK, which short units do not win back).
 
 Prediction, per candidate: the simulator runs probes of one head with the call's head
 dim, dtypes and switches, records their traces, and `ptofa.sim.timing.predict` replays
@@ -67,7 +68,7 @@ MASKED_PROBE_ROWS = 1024
 # Q blocks simulated per head for a window with right bound 0 (the others interpolated).
 MASKED_SAMPLES = 8
 TUNE_DIR = "tune"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 # Sources whose change makes a stored ranking stale (besides the builder's, `builder_digest`).
 MODEL_SOURCES = ("sim/timing.py", "sim/socspec.py", "sim/registry.py", "tune.py")
 
@@ -111,6 +112,7 @@ class Ranked:
     tflops: float | None
     bound: str | None
     error: str | None = None
+    prescale_q: bool = True
 
 
 @dataclass(frozen=True)
@@ -235,7 +237,8 @@ def predict_config(config: FAConfig, shape: TuneShape) -> Ranked:
     hbm_us = spec.cycles_to_us(compulsory_bytes(config, problem) / hbm_rate)
     kernel_us = max(per_block, hbm_us)
     bound = "HBM" if hbm_us >= per_block else bound
-    return Ranked(config.tile_s1, config.qk_preload, kernel_us, problem.flops(config.head) / kernel_us / 1e6, bound)
+    return Ranked(config.tile_s1, config.qk_preload, kernel_us, problem.flops(config.head) / kernel_us / 1e6, bound,
+                  prescale_q=config.prescale_q)
 
 
 def prediction_count() -> int:
@@ -275,23 +278,36 @@ def _result(bucket: TuneShape, table: tuple[Ranked, ...], note: str) -> TuneResu
     if best is None:
         reason = table[0].error if table else "no legal candidate"
         raise ConfigError(f"tune: no candidate config could be predicted for {bucket}: {reason}")
-    config = dataclasses.replace(bucket.base_config(), tile_s1=best.tile_s1, qk_preload=best.qk_preload, exp_ring=None)
-    return TuneResult(bucket, table, config, note)
+    return TuneResult(bucket, table, _config_of(bucket, best), note)
+
+
+def _config_of(bucket: TuneShape, row: Ranked) -> FAConfig:
+    return dataclasses.replace(bucket.base_config(), tile_s1=row.tile_s1, qk_preload=row.qk_preload,
+                               prescale_q=row.prescale_q, exp_ring=None)
 
 
 def rank(bucket: TuneShape) -> TuneResult:
     """Predict every candidate of `bucket` (no cache) and rank them, fastest first."""
-    rows = []
-    for config in candidates(bucket.base_config()):
-        try:
-            rows.append(predict_config(config, bucket))
-        except (RuntimeError, ValueError) as exc:  # a simulator report or timing error: the candidate drops out
-            rows.append(Ranked(config.tile_s1, config.qk_preload, None, None, None, f"{type(exc).__name__}: {exc}"))
-    rows.sort(key=lambda r: (r.predicted_us is None, r.predicted_us or 0.0, r.tile_s1, r.qk_preload))
+    rows = sorted((_ranked(config, bucket) for config in candidates(bucket.base_config())), key=_order)
+    if rows and rows[0].predicted_us is not None and rows[0].prescale_q:
+        rows = sorted([*rows, _ranked(dataclasses.replace(_config_of(bucket, rows[0]), prescale_q=False), bucket)],
+                      key=_order)
     note = "probes of one head, scaled to the launch"
     if bucket.window != (-1, -1) and bucket.window[1] != 0 and bucket.s0 > MASKED_PROBE_ROWS:
         note += f"; S0 capped at {MASKED_PROBE_ROWS} rows (the last rows: an upper estimate)"
     return _result(bucket, tuple(rows), note)
+
+
+def _ranked(config: FAConfig, bucket: TuneShape) -> Ranked:
+    try:
+        return predict_config(config, bucket)
+    except (RuntimeError, ValueError) as exc:  # a simulator report or timing error: the candidate drops out
+        return Ranked(config.tile_s1, config.qk_preload, None, None, None, f"{type(exc).__name__}: {exc}",
+                      config.prescale_q)
+
+
+def _order(row: Ranked) -> tuple:
+    return row.predicted_us is None, row.predicted_us or 0.0, row.tile_s1, row.qk_preload, not row.prescale_q
 
 
 def tune(shape: TuneShape) -> TuneResult:
@@ -317,14 +333,14 @@ def print_ranking(result: TuneResult, console: Console) -> None:
     b = result.shape
     table = Table(title=f"ptofa tune: B={b.batch} N={b.heads}/{b.kv_heads} S0={b.s0} S1={b.s1} D={b.head} "
                         f"{b.in_dtype} window={b.window} ({b.soc})", box=box.SIMPLE_HEAD, padding=(0, 1))
-    for col in ("rank", "tile_s1", "qk_preload", "predicted us", "TFLOP/s", "bound"):
+    for col in ("rank", "tile_s1", "qk_preload", "prescale_q", "predicted us", "TFLOP/s", "bound"):
         table.add_column(col, justify="right")
     for i, row in enumerate(result.table, 1):
+        knobs = (str(i), str(row.tile_s1), str(row.qk_preload), "on" if row.prescale_q else "off")
         if row.predicted_us is None:
-            table.add_row(str(i), str(row.tile_s1), str(row.qk_preload), "-", "-", row.error or "-")
+            table.add_row(*knobs, "-", "-", row.error or "-")
         else:
-            table.add_row(str(i), str(row.tile_s1), str(row.qk_preload), f"{row.predicted_us:.2f}",
-                          f"{row.tflops:.1f}", row.bound or "-")
+            table.add_row(*knobs, f"{row.predicted_us:.2f}", f"{row.tflops:.1f}", row.bound or "-")
     console.print(table)
     console.print(f"note: {result.note}", markup=False)
     console.print(f"chosen: {result.config.summary()}", markup=False)

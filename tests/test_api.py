@@ -394,9 +394,10 @@ STATUS_CASES = _status_cases()
 @pytest.mark.parametrize("name", list(STATUS_CASES))
 def test_each_infiniop_status_is_reachable(name, monkeypatch: pytest.MonkeyPatch) -> None:
     call, message = STATUS_CASES[name]
+    expected = message() if callable(message) else message  # before the call: creating a descriptor clears the error
     status = call(monkeypatch)
     assert status == Status[name], infiniop.last_error()
-    assert message in infiniop.last_error()
+    assert expected in infiniop.last_error()
     with pytest.raises(infiniop.InfiniopError, match=name):
         infiniop.check(status)
 

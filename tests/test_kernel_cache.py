@@ -151,9 +151,14 @@ def test_tune_picks_the_argmin_of_its_table() -> None:
     result = tune.tune(SMALL)
     times = [row.predicted_us for row in result.table]
     assert all(t is not None and t > 0 for t in times), result.table
-    assert times == sorted(times) and len(times) == len(tune.candidates(SMALL.base_config()))
+    # every candidate with prescale_q on, and the fastest of them again with it off
+    assert times == sorted(times) and len(times) == len(tune.candidates(SMALL.base_config())) + 1
+    (off,) = [row for row in result.table if not row.prescale_q]
+    fastest_on = min((row for row in result.table if row.prescale_q), key=lambda row: row.predicted_us)
+    assert (off.tile_s1, off.qk_preload) == (fastest_on.tile_s1, fastest_on.qk_preload)
     best = min(result.table, key=lambda row: row.predicted_us)
-    assert (result.config.tile_s1, result.config.qk_preload) == (best.tile_s1, best.qk_preload)
+    assert (result.config.tile_s1, result.config.qk_preload, result.config.prescale_q) == \
+        (best.tile_s1, best.qk_preload, best.prescale_q)
     assert {(row.tile_s1, row.qk_preload) for row in result.table} >= {(128, 2), (256, 3)}
     for row in result.table:  # TFLOP/s is the shape's matmul flops over the predicted time
         assert row.tflops == pytest.approx(SMALL.problem().flops(64) / row.predicted_us / 1e6)
@@ -201,7 +206,7 @@ def test_tune_command_prints_the_ranking_and_the_choice() -> None:
     assert "predicted us" in result.output and "TFLOP/s" in result.output and "bound" in result.output
     assert "chosen: " + " ".join(chosen.summary().split()) in " ".join(result.output.split())
     first_row = next(line.split() for line in result.output.splitlines() if line.split()[:1] == ["1"])
-    assert first_row[1:3] == [str(chosen.tile_s1), str(chosen.qk_preload)]
+    assert first_row[1:4] == [str(chosen.tile_s1), str(chosen.qk_preload), "on" if chosen.prescale_q else "off"]
     bad = CliRunner().invoke(main, ["tune", "--s0", "128", "--s1", "512", "--heads", "3", "--kv-heads", "2",
                                     "--head-dim", "64"])
     assert bad.exit_code == 2 and "heads=3 must be a multiple of kv_heads=2" in bad.output
@@ -236,10 +241,11 @@ def test_tune_agrees_with_the_full_timing_model(window) -> None:
     shape = TuneShape(batch=1, heads=4, kv_heads=4, s0=512, s1=1024, head=64, window=window)
     full = {}
     for row in tune.rank(shape).table:
-        config = dataclasses.replace(shape.base_config(), tile_s1=row.tile_s1, qk_preload=row.qk_preload, exp_ring=None)
+        config = dataclasses.replace(shape.base_config(), tile_s1=row.tile_s1, qk_preload=row.qk_preload,
+                                     prescale_q=row.prescale_q, exp_ring=None)
         result = run_case(config, shape.problem(), backend="sim", timing=True)
         assert result.passed, result.message
-        full[(row.tile_s1, row.qk_preload)] = result.predicted_us
+        full[(row.tile_s1, row.qk_preload, row.prescale_q)] = result.predicted_us
         assert row.predicted_us == pytest.approx(result.predicted_us, rel=0.1)
     chosen = tune.rank(shape).config
-    assert full[(chosen.tile_s1, chosen.qk_preload)] == pytest.approx(min(full.values()), rel=0.02)
+    assert full[(chosen.tile_s1, chosen.qk_preload, chosen.prescale_q)] == pytest.approx(min(full.values()), rel=0.02)

@@ -16,7 +16,7 @@ The rescale factor alpha_t of softmax(t) is kept in an exp_max ring of P tiles
 because both touch slot t % P.
 
 Work units (batch, head, 128-row Q block) are shared by the launched blocks in a
-persistent loop; the three pipes are initialised once per block and every unit
+persistent loop; the pipes are initialised once per block and every unit
 streams through them. Each vector core owns 64 of the 128 rows (split = 1).
 
 The kernel family (switches of `FAConfig`, one builder):
@@ -36,7 +36,10 @@ The kernel family (switches of `FAConfig`, one builder):
 * `gqa_pack` (varlen, unmasked): a unit's rows are the q heads of one KV head at one query
   row, so Q / O rows are D apart and LSE is [total_q, N];
 * head dims above 128 (192, 256): 64-row Q blocks, and the cube splits D in two
-  chunks (QK accumulates over them, PV computes O chunk by chunk) to fit L0A/L0B/L0C.
+  chunks (QK accumulates over them, PV computes O chunk by chunk) to fit L0A/L0B/L0C;
+* `prescale_q` (default): the vectors scale each unit's Q rows once and push them to the
+  cube through a fourth (V2C) pipe, one unit ahead of the cube's pop, so S arrives scaled
+  and compute_p makes no scaling pass per tile.
 
 `build_fa(config)` returns the module; `emit_fa(config)` its text.
 """
@@ -131,16 +134,20 @@ def _common(config: FAConfig, args: dict[str, SSAValue]) -> _Common:
     kv_stride = scalar.mul(kv_heads, config.head, name="kv_stride")
     block_idx = pto.get_block_idx()
     block_num = pto.get_block_num()
-    # Slot workspace per block: [QK ring | PV ring] in f32 elements, then the P ring (input dtype).
-    qk, p, pv = config.pipes
+    # Slot workspace per block: [QK ring | PV ring] in f32 elements, then the P ring and (prescale_q)
+    # the scaled-Q ring in the input dtype.
+    qk, p, pv = config.pipes[:3]
     f32_off = scalar.mul(block_idx, config.gm_slot_f32_per_block, name="slot_f32_off")
     qk_base = pto.add_ptr(args["slots"], f32_off, name="qk_ring")
     pv_base = pto.add_ptr(qk_base, qk.slot_bytes * config.slot_num // 4, name="pv_ring")
     h_off = scalar.mul(block_idx, 2 * config.gm_slot_f32_per_block, name="slot_h_off")
     p_block = pto.add_ptr(args["slots_h"], h_off, name="slot_h_block")
     p_base = pto.add_ptr(p_block, (qk.slot_bytes + pv.slot_bytes) * config.slot_num // 2, name="p_ring")
+    bases = {"qk": qk_base, "p": p_base, "pv": pv_base}
+    if config.prescale_q:
+        bases["q"] = pto.add_ptr(p_base, p.slot_bytes * config.slot_num // 2, name="q_ring")
     return _Common(config, args, block_idx, block_num, batch, heads, group, s0, s1, units, q_blocks,
-                   q_stride, kv_stride, kv_heads, {"qk": qk_base, "p": p_base, "pv": pv_base})
+                   q_stride, kv_stride, kv_heads, bases)
 
 
 def _unit(c: _Common, unit: SSAValue) -> _Unit:
@@ -233,6 +240,12 @@ def _row_offset(row: SSAValue, head: SSAValue, heads: SSAValue, head_dim: int) -
 def _q_row_stride(c: _Common) -> SSAValue | int:
     """Elements between two rows of a Q / O block: the next query row, or (GQA packing) the next head."""
     return c.config.head if c.config.gqa_pack else c.q_stride
+
+
+def _q_view(c: _Common, u: _Unit) -> SSAValue:
+    """The unit's Q block in GM: [q_rows, D]."""
+    return pto.as_tensor(pto.add_ptr(c.args["q"], _row_offset(u.q_row, u.h, c.heads, c.config.head)),
+                         [u.q_rows, c.config.head], [_q_row_stride(c), 1], name="q_view")
 
 
 def _tile_keys(c: _Common, u: _Unit, t: SSAValue) -> SSAValue:
@@ -347,7 +360,7 @@ def _qk_tile(s: _CubeState, t: SSAValue) -> None:
 def _pv_tile(s: _CubeState, t: SSAValue, interleave_qk_tile: SSAValue | None) -> None:
     """PV(t), with QK(interleave_qk_tile) issued between its sub-tiles (steady state)."""
     cfg = s.c.config
-    qk, p, pv = cfg.pipes
+    qk, p, pv = cfg.pipes[:3]
     p_entry = pto.tpop("cube", p.pipe_id, entry_type(p, "cube"), SPLIT, name="p_entry")
     qk_entry = None
     if interleave_qk_tile is not None:
@@ -366,6 +379,12 @@ def _pv_tile(s: _CubeState, t: SSAValue, interleave_qk_tile: SSAValue | None) ->
     pto.tpush("cube", pv.pipe_id, pv_entry, SPLIT)
 
 
+def _scaled_q_entry(config: FAConfig) -> SSAValue:
+    """The unit's scaled Q block from the vectors (prescale_q): the next entry of the Q pipe."""
+    qp = config.pipes[3]
+    return pto.tpop("cube", qp.pipe_id, entry_type(qp, "cube"), SPLIT, name="q_entry")
+
+
 def _cube_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
     c = _common(config, args)
     init_pipes(config.pipes, c.slot_bases, "cube", config.slot_num)
@@ -373,8 +392,7 @@ def _cube_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
     preload = config.qk_preload
     with pto.range(c.block_idx, c.units, c.block_num, name="unit") as unit:
         u = _unit(c, unit)
-        q_view = pto.as_tensor(pto.add_ptr(args["q"], _row_offset(u.q_row, u.h, c.heads, config.head)),
-                               [u.q_rows, config.head], [_q_row_stride(c), 1], name="q_view")
+        q_src = _scaled_q_entry(config) if config.prescale_q else _q_view(c, u)
         k_view = v_view = None
         if not config.page_size:
             kv_off = _row_offset(u.k_row, u.g, c.kv_heads, config.head)
@@ -384,9 +402,11 @@ def _cube_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
         dc = config.d_chunk
         for chunk, (q_mat, q_left) in enumerate(zip(chunk_names(config, "q_mat"), chunk_names(config, "q_left"))):
             tile.set_valid(tiles[q_mat], u.q_rows, dc)
-            pto.load(pto.slice_view(q_view, [0, chunk * dc], [u.q_rows, dc], name="q_part"), tiles[q_mat])
+            pto.load(pto.slice_view(q_src, [0, chunk * dc], [u.q_rows, dc], name="q_part"), tiles[q_mat])
             tile.set_valid(tiles[q_left], u.q_rows, dc)
             tile.mov(tiles[q_mat], tiles[q_left])
+        if config.prescale_q:
+            pto.tfree("cube", config.pipes[3].pipe_id, q_src, SPLIT)
         s = _CubeState(c, u, tiles, k_view, v_view)
         pipelined(
             u.tiles, preload,
@@ -452,13 +472,14 @@ def _key_bias(s: _VecState, t: SSAValue, keys: SSAValue) -> None:
 
 def compute_p(s: _VecState, t: SSAValue) -> None:
     """Online softmax of tile t over row slices: P = exp(scale*S - m_new) in the input dtype; update m, l, alpha_t.
+    (With `prescale_q` the scores arrive scaled: Q was scaled once per unit.)
 
     With two slice buffers the loop body handles one slice per buffer, so the load of a
     slice's scores overlaps the vector work on the other buffer's slice. alpha_t and l are
     finished once per tile over all of the core's rows, not once per slice.
     """
     cfg, tl, rows = s.c.config, s.tiles, s.rows
-    qk, p, _ = cfg.pipes
+    qk, p = cfg.pipes[:2]
     vs0, nbuf = cfg.vec_s0, cfg.vec_buffers
     keys = _tile_keys(s.c, s.u, t)
     qk_entry = pto.tpop("vector", qk.pipe_id, entry_type(qk, "vector"), SPLIT, name="qk_entry")
@@ -472,6 +493,8 @@ def compute_p(s: _VecState, t: SSAValue) -> None:
         for b, (s_name, p_name) in enumerate(buffers):
             r0 = scalar.mul(scalar.add(scalar.mul(sl, nbuf), b), vs0, name="slice_row")
             _softmax_slice(s, t, r0, keys, tl[s_name], tl[p_name], qk_entry, p_entry)
+    tile.sub(rows["m_all"], rows["m_new"], out=rows["alpha_new"])
+    tile.mov(rows["m_new"], rows["m_all"])
     tile.exp(rows["alpha_new"], out=rows["alpha_new"])  # alpha_t = exp(m_old - m_new)
     tile.mul(rows["l_all"], rows["alpha_new"], out=rows["l_all"])
     tile.add(rows["l_all"], rows["l_tile"], out=rows["l_all"])  # l = alpha_t * l + l_t
@@ -482,23 +505,23 @@ def compute_p(s: _VecState, t: SSAValue) -> None:
 
 def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_tile: SSAValue, p_half: SSAValue,
                    qk_entry: SSAValue, p_entry: SSAValue) -> None:
-    """Rows r0 .. r0 + vec_s0 of tile t: scores in, P out, the running max updated; the rows'
-    m_old - m_new and row sums go to alpha_new and l_tile (compute_p finishes them per tile)."""
+    """Rows r0 .. r0 + vec_s0 of tile t: scores in, P out; the rows' new max and row sums go to
+    m_new and l_tile (compute_p finishes alpha, m and l once per tile, over all rows)."""
     cfg, tl, rows = s.c.config, s.tiles, s.rows
     vs0 = cfg.vec_s0
     m_old = tile.subview(rows["m_all"], 0, r0, 1, vs0, name="m_old")
+    m_new = tile.subview(rows["m_new"], 0, r0, 1, vs0, name="m_new")
     l_new = tile.subview(rows["l_tile"], 0, r0, 1, vs0, name="l_new")
-    alpha = tile.subview(rows["alpha_new"], 0, r0, 1, vs0, name="alpha")
     pto.load(pto.slice_view(qk_entry, [r0, 0], [vs0, keys], name="qk_rows"), s_tile)
-    tile.muls(s_tile, s.scale, out=s_tile)
+    if not cfg.prescale_q:
+        tile.muls(s_tile, s.scale, out=s_tile)
     if cfg.masked:
         _mask_bounds(s, t, r0, keys, s_tile)
     if cfg.key_padding:
         tile.col_expand_add(s_tile, tl["kpm_f32"], out=s_tile)
     tile.row_max(s_tile, tl["red_tmp"], out=tl["m_slice"])
     tile.max(rows["m_slice"], m_old, out=rows["m_slice"])  # m_new (finite: m_old starts at -3e38)
-    tile.sub(m_old, rows["m_slice"], out=alpha)  # m_old - m_new
-    tile.adds(rows["m_slice"], s.consts["zero"], out=m_old)  # m_old := m_new (a tmov into a subview is rejected)
+    tile.adds(rows["m_slice"], s.consts["zero"], out=m_new)  # a tmov into a subview is rejected
     tile.row_expand_expdif(s_tile, tl["m_slice"], out=s_tile)  # P = exp(S - m_new), one pass
     tile.row_sum(s_tile, tl["red_tmp"], out=tl["l_slice"])
     tile.adds(rows["l_slice"], s.consts["zero"], out=l_new)
@@ -583,6 +606,34 @@ def _out_bases(s: _VecState) -> tuple[SSAValue, SSAValue | None]:
     return o_base, pto.add_ptr(c.args["partials"], lse_off, name="part_lse")
 
 
+def _push_scaled_q(c: _Common, tiles: dict[str, SSAValue], scale: SSAValue, row_base: SSAValue,
+                   unit: SSAValue) -> None:
+    """Q' = scale * Q of `unit`, this core's rows, into the next entry of the Q pipe: the cube's
+    left operand of QK, so that compute_p has no per-tile scaling pass (`prescale_q`).
+
+    `prescale_rows` rows at a time through f32, so Q' is the exact product rounded once to
+    the input dtype. The vectors push one unit ahead of the cube's pop, so the cube waits for
+    Q' only at the block's first unit."""
+    cfg = c.config
+    qp, step = cfg.pipes[3], cfg.prescale_rows
+    u = _unit(c, unit)
+    q_view = _q_view(c, u)
+    entry = pto.talloc("vector", qp.pipe_id, entry_type(qp, "vector"), SPLIT, name="q_entry")
+    valid = _clamp(scalar.sub(u.q_rows, row_base), 0, cfg.vec_rows)
+    q_in, q_f32, q_out = tiles["q_in"], tiles["q_f32"], tiles["q_out"]
+    with pto.range(0, scalar.ceildiv(valid, step), name="q_step") as i:
+        r0 = scalar.mul(i, step, name="q_step_row")
+        n = scalar.min(scalar.sub(valid, r0), step, name="q_step_rows")
+        for t in (q_in, q_f32, q_out):
+            tile.set_valid(t, n, cfg.head)
+        pto.load(pto.slice_view(q_view, [scalar.add(row_base, r0), 0], [n, cfg.head], name="q_rows"), q_in)
+        tile.cvt(q_in, out=q_f32)
+        tile.muls(q_f32, scale, out=q_f32)
+        tile.cvt(q_f32, out=q_out)
+        pto.store(q_out, pto.slice_view(entry, [r0, 0], [n, cfg.head], name="q_scaled_rows"))
+    pto.tpush("vector", qp.pipe_id, entry, SPLIT)
+
+
 def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
     c = _common(config, args)
     init_pipes(config.pipes, c.slot_bases, "vector", config.slot_num)
@@ -603,7 +654,14 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
         ("neg", NEG_INIT), ("zero", 0.0), ("one", 1.0), ("minus_one", -1.0), ("pos", -NEG_INIT), ("half_pos", HALF_NEG))}
     row_base = scalar.mul(pto.get_subblock_idx(), config.vec_rows, name="row_base")
     preload = config.qk_preload
+    if config.prescale_q:
+        with pto.if_(scalar.lt(c.block_idx, c.units)):
+            _push_scaled_q(c, tiles, args["scale"], row_base, c.block_idx)
     with pto.range(c.block_idx, c.units, c.block_num, name="unit") as unit:
+        if config.prescale_q:
+            following = scalar.add(unit, c.block_num, name="next_unit")
+            with pto.if_(scalar.lt(following, c.units)):
+                _push_scaled_q(c, tiles, args["scale"], row_base, following)
         u = _unit(c, unit)
         s = _VecState(c, u, tiles, rows, args["scale"], consts, ring, row_base)
         tile.fill(consts["neg"], out=rows["m_all"])
@@ -620,7 +678,7 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
 
 _CUBE_ARGS = ("slots", "slots_h", "q", "k", "v", "units", "block_table", "batch", "heads", "kv_heads", "s0", "s1",
               "num_units", "max_pages", "win_left", "win_right")
-_VECTOR_ARGS = ("slots", "slots_h", "o", "lse", "partials", "key_mask", "units", "batch", "heads", "kv_heads", "s0", "s1",
+_VECTOR_ARGS = ("slots", "slots_h", "q", "o", "lse", "partials", "key_mask", "units", "batch", "heads", "kv_heads", "s0", "s1",
                 "num_units", "scale", "win_left", "win_right", "key_mask_stride")
 
 
@@ -628,8 +686,9 @@ def build_fa(config: FAConfig) -> builtin.ModuleOp:
     """The mixed kernel: entry (set_ffts + calls), cube function, vector function."""
     km = KernelModule(config.target)
     entry_types = {a.name: parse_ir_type(a.ir_type) for a in argspec.entry_args(config)}
-    cube_args = [n for n in _CUBE_ARGS if n in entry_types]
-    vector_args = [n for n in _VECTOR_ARGS if n in entry_types]
+    vector_reads_q = config.prescale_q  # the vectors scale Q; the cube reads it from the Q pipe
+    cube_args = [n for n in _CUBE_ARGS if n in entry_types and (n != "q" or not vector_reads_q)]
+    vector_args = [n for n in _VECTOR_ARGS if n in entry_types and (n != "q" or vector_reads_q)]
     with km.function(argspec.ENTRY_NAME, list(entry_types.items()), entry=True) as args:
         pto.set_ffts(args["ffts"])
         pto.call(argspec.CUBE_FUNC_NAME, [args[n] for n in cube_args])
