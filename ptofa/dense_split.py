@@ -1,6 +1,7 @@
-"""Split-KV for the dense calls: a dense problem with fewer work units than cube cores runs as
-a varlen batch of B equal sequences through the serving split path (`ptofa.serving`), so each
-unit's KV range is spread over several cores and combined by the reduce kernel."""
+"""Split-KV for the dense calls: a dense problem whose units leave cores idle (fewer units than
+cube cores, or an incomplete last wave) runs as a varlen batch of B equal sequences through the
+serving split path (`ptofa.serving`), so the KV range of some units (all of them, or those of
+the last wave) is spread over several cores and combined by the reduce kernel."""
 
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ def varlen_window(bounds: tuple[int, int] | None, s0: int, s1: int) -> tuple[int
 
 def dense_split(config: FAConfig, q, k, v, *, scale: float, bounds: tuple[int, int] | None, return_lse: bool,
                 backend: str, cores: int, num_splits: int = 0):
-    """Run the dense problem split-KV when the timing model says a split helps (`num_splits` 0)
-    or as told (> 1); returns (out [B,S0,N,D], lse [B,N,S0] or None), or None to run unsplit."""
+    """Run the dense problem split-KV when the timing model's estimate of the balanced per-unit
+    split (reduce included, `splitkv.plan_splits`) beats the unsplit launch (`num_splits` 0), or
+    with every unit split as told (> 1); returns (out [B,S0,N,D], lse [B,N,S0] or None), or None
+    to run unsplit."""
     from ptofa.serving import _launch  # serving imports attention, which calls here
     from ptofa.splitkv import plan_varlen
 
@@ -46,12 +49,10 @@ def dense_split(config: FAConfig, q, k, v, *, scale: float, bounds: tuple[int, i
         return unit_table(c, q_lens, k_lens, heads, window, n)
 
     if num_splits == 0:
-        if int(table_of(config, 1).shape[0]) >= cores:
-            return None
         plan = plan_varlen(config, shape, table_of, 0, cores)
         if plan is None or plan.num_splits == 1:
             return None
-        num_splits = plan.num_splits
+        num_splits = plan.num_splits if len(set(plan.unit_splits)) == 1 else plan.unit_splits
     out = torch.empty((batch * s0, heads, head), dtype=TORCH_DTYPES[config.out_dtype], device=q.device)
     lse = torch.full((heads, batch * s0), math.inf, device=q.device) if return_lse else None
     _launch(backend, config, shape, table_of, q.reshape(batch * s0, heads, head).contiguous(),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 
 import torch
 
@@ -57,9 +58,9 @@ class Launch:
     plan: Plan | None = None
 
 
-def launch_varlen(config: FAConfig, shape: ProblemShape, table_of, q, k, v, out, scale: float, num_splits: int, *,
-                  lse=None, block_table=None, options=None) -> Launch:
-    """Run the varlen kernel on the sim, split-KV when `num_splits` (0: chosen) > 1.
+def launch_varlen(config: FAConfig, shape: ProblemShape, table_of, q, k, v, out, scale: float,
+                  num_splits: int | Sequence[int], *, lse=None, block_table=None, options=None) -> Launch:
+    """Run the varlen kernel on the sim, split-KV when `num_splits` (0: chosen; or per unit) > 1.
 
     `table_of(config, num_splits)` builds the unit table; `options` are the simulator's."""
     plan = plan_varlen(config, shape, table_of, num_splits, get_soc(SIM_SOC).cube_cores)
@@ -77,7 +78,7 @@ def launch_varlen(config: FAConfig, shape: ProblemShape, table_of, q, k, v, out,
 
 
 def _launch(backend: str, config: FAConfig, shape: ProblemShape, table_of, q, k, v, out, scale: float,
-            num_splits: int, *, lse=None, block_table=None) -> None:
+            num_splits: int | Sequence[int], *, lse=None, block_table=None) -> None:
     """Both serving calls launch here, so the backend is chosen in one place ("sim" or "npu", resolved)."""
     if backend == "npu":
         launch_varlen_npu(config, shape, table_of, q, k, v, out, scale, num_splits, lse=lse, block_table=block_table)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -114,8 +114,9 @@ def _on(device: torch.device, tensor: torch.Tensor | None) -> torch.Tensor | Non
     return None if tensor is None else tensor.to(device).contiguous()
 
 
-def launch_varlen_npu(config: FAConfig, shape: ProblemShape, table_of, q, k, v, out, scale: float, num_splits: int, *,
-                      lse=None, block_table=None, stream=None) -> NpuServingLaunch | None:
+def launch_varlen_npu(config: FAConfig, shape: ProblemShape, table_of, q, k, v, out, scale: float,
+                      num_splits: int | Sequence[int], *, lse=None, block_table=None,
+                      stream=None) -> NpuServingLaunch | None:
     """Enqueue the varlen kernel (and the reduce, split-KV) on the NPU and write O (and LSE)
     into `out` / `lse`; None when the unit table is empty. Tensors not on the NPU are copied
     there and the results copied back (which waits for the kernels). Both kernels are built

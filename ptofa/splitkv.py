@@ -15,12 +15,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import heapq
+from collections.abc import Sequence
 
 import torch
 
 from ptofa.attention import get_kernel
 from ptofa.kernels.fa_reduce import emit_reduce
-from ptofa.pipeline import DTYPE_BYTES, MAX_SPLITS, REDUCE_TABLE, FAConfig, ProblemShape
+from ptofa.pipeline import DTYPE_BYTES, MAX_SPLITS, REDUCE_TABLE, ConfigError, FAConfig, ProblemShape
 from ptofa.sim.options import RunOptions
 from ptofa.sim.socspec import SocSpec, get_soc
 from ptofa.sim.timing import launch_cycles, replay
@@ -185,20 +186,27 @@ class Plan:
     unit_splits: tuple[int, ...] = ()
 
     def describe(self) -> str:
-        """The split of the launch, e.g. "120 units x1 + 8 units x3" or "unsplit"."""
+        """The split of the launch as units x splits, most splits first: "8x3+24x1", or "unsplit"."""
         if self.num_splits == 1:
             return "unsplit"
         counts = sorted(set(self.unit_splits), reverse=True)
-        return " + ".join(f"{self.unit_splits.count(n)} units x{n}" for n in counts)
+        return "+".join(f"{self.unit_splits.count(n)}x{n}" for n in counts)
 
 
-def plan_varlen(config: FAConfig, shape: ProblemShape, table_of, num_splits: int, cores: int) -> Plan | None:
+def plan_varlen(config: FAConfig, shape: ProblemShape, table_of, num_splits: int | Sequence[int],
+                cores: int) -> Plan | None:
     """The launch of `config` on `cores` cube cores with `num_splits` splits of every unit (0: per-unit
-    counts chosen by the timing model, `plan_splits`); None when the unit table is empty."""
+    counts chosen by the timing model, `plan_splits`; a list: per unit of the num_splits=1 table);
+    None when the unit table is empty."""
     table = table_of(config, 1)
     if not table.shape[0]:
         return None
-    counts = [num_splits] * int(table.shape[0])
+    if isinstance(num_splits, int):
+        counts = [num_splits] * int(table.shape[0])
+    elif len(num_splits) == table.shape[0]:
+        counts = [int(n) for n in num_splits]
+    else:
+        raise ConfigError(f"split-KV: {len(num_splits)} per-unit split counts for a table of {table.shape[0]} units")
     if num_splits == 0:
         counts = plan_splits(config, table, cores, shape.window)
     if max(counts) > 1:

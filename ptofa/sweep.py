@@ -114,6 +114,7 @@ class SweepPoint:
     lse: bool = False
     in_dtype: str = "f16"
     out_dtype: str | None = None
+    balance: bool = False  # the balanced split-KV launch (`ptofa.balance`) instead of the dense kernel
 
     def __post_init__(self) -> None:
         if self.kv_heads is None:
@@ -135,6 +136,7 @@ class SweepPoint:
         if self.out_dtype != self.in_dtype:
             switches += f",out_dtype={self.out_dtype}"
         kv_heads = f",kv_heads={self.kv_heads}" if self.kv_heads != self.heads else ""
+        switches += ",balance=1" if self.balance else ""
         return (
             f"head={self.head},tile_s1={self.tile_s1},qk_preload={self.qk_preload}{switches},"
             f"batch={self.batch},heads={self.heads}{kv_heads},s0={self.s0},s1={self.s1},backend={self.backend}"
@@ -154,6 +156,8 @@ class SweepPoint:
         words = [f"head={self.head} tile_s1={self.tile_s1} qk_preload={self.qk_preload}", self.variant]
         if self.kv_heads != self.heads:
             words.append(f"kv_heads={self.kv_heads}")
+        if self.balance:
+            words.append("balanced split")
         return " ".join(word for word in words if word)
 
     def switch_columns(self) -> dict:
@@ -180,17 +184,20 @@ class SweepGrid:
     in_dtype: str = "f16"
     out_dtype: str | None = None  # None: the input dtype
     square: bool = False  # S0 = S1 at every point (the s0 axis is not used)
+    balance: bool = False  # each point also through the balanced split-KV launch
 
     def points(self, backend: str) -> list[SweepPoint]:
         """Points ordered by shape, then by config, so a partial sweep covers whole shapes first.
         A value listed twice on an axis gives one point."""
         s0_axis = (None,) if self.square else self.s0
-        axes = (self.batch, self.heads, s0_axis, self.s1, self.head, self.tile_s1, self.qk_preload)
+        axes = (self.batch, self.heads, s0_axis, self.s1, self.head, self.tile_s1, self.qk_preload,
+                (False, True) if self.balance else (False,))
         switches = dict(kv_heads=self.kv_heads, window=tuple(self.window), key_padding=self.key_padding,
                         lse=self.lse, in_dtype=self.in_dtype, out_dtype=self.out_dtype)
         return [
-            SweepPoint(head, tile_s1, qk_preload, batch, heads, s1 if s0 is None else s0, s1, backend, **switches)
-            for batch, heads, s0, s1, head, tile_s1, qk_preload in itertools.product(
+            SweepPoint(head, tile_s1, qk_preload, batch, heads, s1 if s0 is None else s0, s1, backend, **switches,
+                       balance=balance)
+            for batch, heads, s0, s1, head, tile_s1, qk_preload, balance in itertools.product(
                 *(dict.fromkeys(axis) for axis in axes)
             )
         ]
@@ -267,6 +274,10 @@ def run_point(run_fn: RunFunction, config: FAConfig, point: SweepPoint, seed: in
         from ptofa.reference import make_key_mask
 
         kwargs["key_mask"], lengths = make_key_mask(point.batch, point.s1, seed)
+    if point.balance:
+        from ptofa.balance import run_balanced
+
+        run_fn = run_balanced
     try:
         result = run_fn(config, point.shape, backend=point.backend, seed=seed, timing=True, **kwargs)
     except (BackendUnavailable, KeyboardInterrupt):
@@ -645,7 +656,8 @@ def _table_note(row: dict) -> str:
     if row["status"] == "rejected":
         return row["message"].split(":", 1)[0]
     if row["status"] == "pass":
-        return ""
+        split = (row.get("extra") or {}).get("split")
+        return f"split {split}" if split else ""
     return row["message"].splitlines()[0] if row["message"] else ""
 
 
@@ -740,6 +752,8 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[i
 @click.option("--page-size", default=128, show_default=True, help="--decode: keys per page (a multiple of 128).")
 @click.option("--seqlens", default=None, callback=lambda ctx, p, v: None if v is None else _int_list(ctx, p, v),
               help="One packed varlen batch of these lengths, at each --num-splits.")
+@click.option("--balance", is_flag=True, help="Also run every point through the balanced split-KV launch (sim; "
+              "the timing model's per-unit splits, then the reduce); the note says how it split.")
 def sweep_cmd(
     tile_s1: tuple[int, ...],
     qk_preload: tuple[int, ...],
@@ -766,6 +780,7 @@ def sweep_cmd(
     cache_len: tuple[int, ...],
     page_size: int,
     seqlens: tuple[int, ...] | None,
+    balance: bool,
 ) -> None:
     """Run every (config, shape) of a grid, check accuracy and time it; resumable.
 
@@ -791,9 +806,11 @@ def sweep_cmd(
         if any(row["status"] != "pass" for row in rows):
             raise click.ClickException("a serving point failed its accuracy check")
         return
+    if balance and (key_padding or backend != "sim"):
+        raise click.UsageError("--balance: the balanced split-KV launch runs on --backend sim, without --key-padding-mask")
     grid = SweepGrid(tile_s1=tile_s1, qk_preload=qk_preload, head=head_dim, s1=s1, s0=s0, batch=batch, heads=heads,
                      kv_heads=kv_heads, window=window_of(causal, window), key_padding=key_padding, lse=lse,
-                     in_dtype=knobs["in_dtype"], out_dtype=knobs["out_dtype"], square=square)
+                     in_dtype=knobs["in_dtype"], out_dtype=knobs["out_dtype"], square=square, balance=balance)
     try:
         outcome = run_sweep(grid, out_dir, backend=backend, jobs=jobs, seed=seed, console=console)
     except BackendUnavailable as exc:
