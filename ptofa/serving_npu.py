@@ -152,7 +152,7 @@ def launch_varlen_npu(config: FAConfig, shape: ProblemShape, table_of, q, k, v, 
         heads, rows = reduce_rows(c, shape)
         reduce_values = {"partials": partials, "o": o_dev, "lse": lse_dev, "units": reduce_units, "heads": heads,
                          "s0": rows, "num_units": int(reduce_units.shape[0])}
-        _enqueue(reduce, reduce_block_dim(c, int(reduce_units.shape[0]), cube_core_count()), stream, reduce_values)
+        _enqueue(reduce, reduce_block_dim(int(reduce_units.shape[0]), cube_core_count()), stream, reduce_values)
     if o_dev is not out:
         out.copy_(o_dev.to(out.device))
     if lse_dev is not lse:

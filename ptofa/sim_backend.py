@@ -105,7 +105,7 @@ def launch_split_sim(parsed, reduce_parsed, config: FAConfig, shape: ProblemShap
     `workspace` is the caller's buffer (tensor, array or `GmPointer`), else a NaN-filled one,
     so a partial read before it is written shows up in O. Returns both launches' results (the
     reduce's None when no unit has more than one split); the reduce runs on
-    `reduce_block_dim(config, reduce units)` blocks."""
+    `reduce_block_dim(reduce units)` blocks."""
     most = max(units[:, UNIT_TABLE.index("splits")].tolist(), default=1)
     if most > num_splits:
         raise ConfigError(f"split-KV: a unit of the table has {most} splits, more than num_splits={num_splits}")
@@ -130,7 +130,7 @@ def launch_split_sim(parsed, reduce_parsed, config: FAConfig, shape: ProblemShap
               "num_units": int(table.shape[0])}
     reduce_args = {a.name: values[a.name] for a in argspec.reduce_entry_args(config)}
     reduce_options = None if options is None else dataclasses.replace(options, fault=None, blocks=None, trace_blocks=None)
-    reduced = simulate(reduce_parsed, reduce_args, reduce_block_dim(config, int(table.shape[0])), reduce_options)
+    reduced = simulate(reduce_parsed, reduce_args, reduce_block_dim(int(table.shape[0])), reduce_options)
     return main, reduced
 
 
@@ -140,7 +140,7 @@ def reduce_rows(config: FAConfig, shape: ProblemShape) -> tuple[int, int]:
     return (1, shape.s0 * shape.heads) if config.gqa_pack else (shape.heads, shape.s0)
 
 
-def reduce_block_dim(config: FAConfig, reduce_units: int, cube_cores: int = 24) -> int:
+def reduce_block_dim(reduce_units: int, cube_cores: int = 24) -> int:
     """Blocks of the reduce launch: one per reduce unit (`varlen.reduce_table` entry), up to the cube cores."""
     return max(1, min(reduce_units, cube_cores))
 

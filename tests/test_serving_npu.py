@@ -141,7 +141,7 @@ def test_varlen_split_launches_the_reduce_after_the_forward_on_the_partials(call
     red_units = reduce_table(config, main.units, 4, 2)
     assert torch.equal(reduce.units, red_units) and set(red_units[:, 3].tolist()) == {3}
     assert (reduce.values["heads"], reduce.values["s0"], reduce.values["num_units"]) == (heads, rows, len(red_units))
-    assert reduce.block_dim == reduce_block_dim(config, len(red_units), CORES)
+    assert reduce.block_dim == reduce_block_dim(len(red_units), CORES)
     assert main.stream == reduce.stream == STREAM
 
 
