@@ -33,6 +33,7 @@ The kernel family (switches of `FAConfig`, one builder):
 * `lse`: LSE = m + ln(l) per query row; dtypes fp16/bf16 in, fp16/bf16/fp32 out;
 * `split_kv` (varlen): a unit-table entry covers one split of the unit's visible tiles and
   writes fp32 O and LSE (-inf for rows with no key) to the partials; `fa_reduce` combines;
+  each unit has its own split count, and a unit of one split writes O (and LSE) itself;
 * `gqa_pack` (varlen, unmasked): a unit's rows are the q heads of one KV head at one query
   row, so Q / O rows are D apart and LSE is [total_q, N];
 * head dims above 128 (192, 256): 64-row Q blocks, and the cube splits D in two
@@ -547,8 +548,7 @@ def _finish(s: _VecState, l_col: SSAValue) -> None:
     if not cfg.split_kv:
         _store(s, valid_rows, partial=False)
         return
-    split_unit = scalar.gt(s.u.split[1], 1, name="split_unit")
-    with pto.if_(split_unit):
+    with pto.if_(scalar.gt(s.u.split[1], 1, name="split_unit")):
         _store(s, valid_rows, partial=True)
     with pto.if_(scalar.eq(s.u.split[1], 1)):
         _store(s, valid_rows, partial=False)
