@@ -170,12 +170,12 @@ def test_run_balance_prints_the_split_and_both_launches() -> None:
 
 
 def test_sweep_balance_adds_a_split_row(tmp_path) -> None:
-    args = ["sweep", "--square", "--s1", "512", "--heads", "26", "--head-dim", "64", "--tile-s1", "128",
+    args = ["sweep", "--square", "--s1", "256", "--heads", "26", "--head-dim", "64", "--tile-s1", "128",
             "--qk-preload", "2", "--balance", "-j", "1", "--out", str(tmp_path)]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     rows = json.loads((tmp_path / "results.json").read_text())
-    assert [row["key"].endswith(",balance=1,batch=1,heads=26,s0=512,s1=512,backend=sim") for row in rows] == [False, True]
+    assert [row["key"].endswith(",balance=1,batch=1,heads=26,s0=256,s1=256,backend=sim") for row in rows] == [False, True]
     assert all(row["status"] == "pass" and row["predicted_us"] > 0 for row in rows)
     split = rows[1]["extra"]
     assert split["split"].endswith("x1") and split["main_us"] + split["reduce_us"] == pytest.approx(rows[1]["predicted_us"], abs=0.02)
