@@ -652,13 +652,20 @@ TABLE_MODEL = (
 
 def _table_note(row: dict) -> str:
     """The rule's name for a rejected point, the first line of the report for a failed one,
-    nothing for a pass (the full messages are in the files)."""
+    the split of a passing balanced split-KV point, else nothing (the full messages are in the files)."""
     if row["status"] == "rejected":
         return row["message"].split(":", 1)[0]
     if row["status"] == "pass":
-        split = (row.get("extra") or {}).get("split")
-        return f"split {split}" if split else ""
+        return _split_note(row)
     return row["message"].splitlines()[0] if row["message"] else ""
+
+
+def _split_note(row: dict) -> str:
+    """A balanced split-KV point's split units, "NxS" (N units split S ways; the others whole)."""
+    split = (row.get("extra") or {}).get("split")
+    if not split:
+        return ""
+    return "+".join(part for part in split.split("+") if part.split("x")[1] != "1") or "unsplit"
 
 
 def summary_table(outcome: SweepOutcome, best_only: bool = False) -> Table:
@@ -676,6 +683,8 @@ def summary_table(outcome: SweepOutcome, best_only: bool = False) -> Table:
     constant = [f"{header}={rows[0][name]}" for header, name in shown if (header, name) not in shape_columns]
     if rows and row_variant_label(rows[0]):
         constant.append(row_variant_label(rows[0]))
+    if any(_split_note(row) for row in rows):
+        constant.append("note NxS: balanced split-KV, N units split S ways")
     number_columns = [column for column in TABLE_NUMBERS if any(row.get(column[1]) is not None for row in rows)]
     with_bound = any(_bound(row) for row in rows)
     model_columns = [column for column in TABLE_MODEL if any(column[1](row) is not None for row in rows)]

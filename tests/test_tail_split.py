@@ -179,4 +179,4 @@ def test_sweep_balance_adds_a_split_row(tmp_path) -> None:
     assert all(row["status"] == "pass" and row["predicted_us"] > 0 for row in rows)
     split = rows[1]["extra"]
     assert split["split"].endswith("x1") and split["main_us"] + split["reduce_us"] == pytest.approx(rows[1]["predicted_us"], abs=0.02)
-    assert "split " in result.output
+    assert "note NxS: balanced split-KV, N units split S ways" in result.output
