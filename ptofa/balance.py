@@ -27,14 +27,16 @@ from ptofa.varlen import unit_table, varlen_shape
 
 
 def run_balanced(config: FAConfig, shape: ProblemShape, backend: str = "sim", seed: int = 0, soc: str = SIM_SOC,
-                 num_splits: int = 0, **_: object) -> RunResult:
+                 num_splits: int = 0, timing: bool = True, key_mask: torch.Tensor | None = None) -> RunResult:
     """Run the dense `shape` split-KV on the simulator (`num_splits` 0: the balanced per-unit plan;
     > 0: every unit split that many ways), check O (and LSE) against the dense reference and
-    predict the time of the forward launch plus the reduce launch. `RunResult.extra["split"]`
-    says how the units were split (`splitkv.Plan.describe`)."""
+    predict the time of the forward launch plus the reduce launch (`timing` is always on: the
+    sweep's run-function signature). `RunResult.extra["split"]` says how the units were split
+    (`splitkv.Plan.describe`)."""
     result = RunResult.start(config, shape, "sim")
-    if backend != "sim":
-        result.status, result.message = "error", f"--balance runs on the simulator, not the {backend} backend"
+    if backend != "sim" or key_mask is not None or not timing:
+        result.status, result.message = "error", (f"--balance: a timed run on the simulator without a key-padding "
+                                                  f"mask, not backend={backend}, key_mask given={key_mask is not None}")
         return result
     batch, heads, kv_heads = shape.batch, shape.heads, shape.kv_heads
     q_lens, k_lens = [shape.s0] * batch, [shape.s1] * batch
