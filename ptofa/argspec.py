@@ -126,14 +126,16 @@ def entry_args(config=None) -> tuple[EntryArg, ...]:
 def reduce_entry_args(config) -> tuple[EntryArg, ...]:
     """The split-KV reduce kernel's entry arguments (`kernels/fa_reduce.py`): the FFTS base (set as
     in every entry, though the reduce has no cross-core flags), the partials the forward kernel
-    wrote, O (and LSE) in the forward kernel's varlen layout, and the sizes."""
+    wrote, O (and LSE) in the forward kernel's varlen layout, the reduce table
+    (`pipeline.REDUCE_TABLE`) and the sizes."""
     c = config
     args = [EntryArg("ffts", "!pto.ptr<i64>", "ffts", "(__gm__ int64_t*)"),
             EntryArg("partials", "!pto.ptr<f32>", "partials", "(__gm__ float*)"),
             EntryArg("o", f"!pto.ptr<{c.out_dtype}>", "o", f"(__gm__ {_C_ELEM[c.out_dtype]}*)")]
     if c.lse:
         args.append(EntryArg("lse", "!pto.ptr<f32>", "lse", "(__gm__ float*)"))
-    args += [EntryArg(name, "i64", name, "") for name in ("heads", "s0", "num_splits")]
+    args.append(EntryArg("units", "!pto.ptr<i32>", "units", "(__gm__ int32_t*)"))
+    args += [EntryArg(name, "i64", name, "") for name in ("heads", "s0", "num_units")]
     return tuple(args)
 
 

@@ -151,13 +151,17 @@ def check(pto_file: Path, ptoas_only: bool) -> None:
 @click.option("--backward", is_flag=True,
               help="Also run the backward kernels on the forward's O and LSE: check dq, dk, dv; predict their time (sim).")
 @click.option("--atomic", is_flag=True, help="With --backward: the atomic-add dQ mode (prep + dkdv + post kernels).")
+@click.option("--balance", is_flag=True,
+              help="Also run the dense shape through the balanced split-KV launch (per-unit splits chosen by the "
+                   "timing model, e.g. only the last wave's units; then the reduce kernel): check it and predict both "
+                   "launches (sim).")
 def run(backend: str, batch: int, heads: int, kv_heads: int | None, s0: int | None, s1: int, seqlens: list[int] | None,
         kv_seqlens: list[int] | None, seqlens_file: Path | None, decode: bool, cache_len: int | None, page_size: int,
         num_splits: int | None, head: int, tile_s1: int, qk_preload: int, dtype: str, out_dtype: str | None,
         causal: bool, window: tuple[int, int] | None, key_padding: bool, lse: bool, prescale_q: bool, seed: int,
         block_dim: int | None,
         keep: Path | None, timeline: Path | None, trace: Path | None, soc: str, inject_fault: str | None,
-        backward: bool, atomic: bool) -> None:
+        backward: bool, atomic: bool, balance: bool) -> None:
     """Build, run and check the kernel against the torch reference; print one result row."""
     import dataclasses
 
@@ -193,6 +197,9 @@ def run(backend: str, batch: int, heads: int, kv_heads: int | None, s0: int | No
         backward_config(config, atomic)
     if inject_fault is not None and backend != "sim":
         raise InputError(f"--inject-fault is a simulator option; the {backend} backend runs the kernel as built")
+    if balance and (backend != "sim" or backward or key_padding or config.varlen or block_dim is not None):
+        raise InputError("--balance: a dense shape on the sim backend, without --backward, --key-padding-mask, "
+                         "--seqlens or --block-dim")
     key_mask = None
     if key_padding:
         key_mask, lengths = make_key_mask(batch, s1, seed)
@@ -209,6 +216,15 @@ def run(backend: str, batch: int, heads: int, kv_heads: int | None, s0: int | No
     for path in (timeline, trace):
         if path is not None and result.predicted_us is not None:
             console.print(f"timeline written to {path}")
+    if balance:
+        from ptofa.balance import balanced_line, run_balanced
+
+        split = run_balanced(config, shape, backend, seed, soc)
+        print_results([split])
+        console.print(balanced_line(split), markup=False)
+        if result.predicted_us and split.predicted_us:
+            console.print(f"balanced split vs unsplit: {result.predicted_us / split.predicted_us:.2f}x predicted speedup")
+        sys.exit(0 if result.passed and split.passed else 1)
     if backward and result.passed:
         from ptofa.bwd_cli import run_backward_case
 

@@ -1,6 +1,7 @@
-"""Split-KV for the dense calls: a dense problem with fewer work units than cube cores runs as
-a varlen batch of B equal sequences through the serving split path (`ptofa.serving`), so each
-unit's KV range is spread over several cores and combined by the reduce kernel."""
+"""Split-KV for the dense calls: a dense problem whose units leave cores idle (fewer units than
+cube cores, or an incomplete last wave) runs as a varlen batch of B equal sequences through the
+serving split path (`ptofa.serving`), so the KV range of some units (all of them, or those of
+the last wave) is spread over several cores and combined by the reduce kernel."""
 
 from __future__ import annotations
 
@@ -40,7 +41,14 @@ class DenseSplit:
 
     @property
     def num_splits(self) -> int:
+        """The most splits of any unit (the partials hold that many)."""
         return self.plan.num_splits
+
+    @property
+    def launch_splits(self) -> int | list[int]:
+        """What the serving launch takes: one count for every unit, or the count of each unit."""
+        counts = self.plan.unit_splits
+        return counts[0] if len(set(counts)) == 1 else list(counts)
 
     def workspace_bytes(self) -> int:
         """The launch's GM workspace: slot rings of its blocks, then the partial O and LSE."""
@@ -48,10 +56,12 @@ class DenseSplit:
 
 
 def plan_dense_split(config: FAConfig, batch: int, s0: int, s1: int, heads: int, kv_heads: int,
-                     bounds: tuple[int, int] | None, cores: int, num_splits: int = 0) -> DenseSplit | None:
-    """The one split decision of the dense calls and InfiniOp: split when told (`num_splits` > 1),
-    or (0) when the units are fewer than `cores` and the timing model picks a split > 1; None
-    to run the dense kernel unsplit (also when the varlen window cannot say `bounds`)."""
+                     bounds: tuple[int, int] | None, cores: int,
+                     num_splits: int | list[int] = 0) -> DenseSplit | None:
+    """The one split decision of the dense calls and InfiniOp: split when told (`num_splits` > 1,
+    or one count per unit), or (0) when the timing model's estimate of the balanced per-unit split
+    (reduce included, `splitkv.plan_splits`) beats the unsplit launch; None to run the dense
+    kernel unsplit (also when the varlen window cannot say `bounds`)."""
     window = varlen_window(bounds, s0, s1)
     if window is None:
         return None
@@ -62,8 +72,6 @@ def plan_dense_split(config: FAConfig, batch: int, s0: int, s1: int, heads: int,
     def table_of(c: FAConfig, n: int) -> torch.Tensor:
         return unit_table(c, [s0] * batch, [s1] * batch, heads, window, n)
 
-    if num_splits == 0 and int(table_of(config, 1).shape[0]) >= cores:
-        return None
     plan = plan_varlen(config, shape, table_of, num_splits, cores)
     if plan is None or plan.num_splits == 1:
         return None
@@ -85,7 +93,7 @@ def run_dense_split(split: DenseSplit, q, k, v, *, scale: float, return_lse: boo
     lse = torch.full((heads, batch * s0), math.inf, device=q.device) if return_lse else None
     _launch(backend, split.config, split.shape, split.table_of, q.reshape(batch * s0, heads, head).contiguous(),
             k.reshape(batch * s1, kv_heads, head).contiguous(), v.reshape(batch * s1, kv_heads, head).contiguous(),
-            out.view(batch * s0, heads, head), scale, split.num_splits, lse=lse, workspace=workspace, stream=stream)
+            out.view(batch * s0, heads, head), scale, split.launch_splits, lse=lse, workspace=workspace, stream=stream)
     dense_lse = lse.reshape(heads, batch, s0).permute(1, 0, 2).contiguous() if return_lse else None
     return out.view(batch, s0, heads, head), dense_lse
 

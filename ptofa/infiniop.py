@@ -471,16 +471,16 @@ def flash_attention(desc: FlashAttentionDescriptor, workspace: torch.Tensor | No
 
 def _call_split(desc: FlashAttentionDescriptor, bounds: tuple[int, int] | None,
                 key_mask: torch.Tensor | None) -> DenseSplit | None:
-    """The split this call runs: the descriptor's, with the mask's window at its split count;
-    None (the unsplit dense kernel) without a planned split, with padded keys, or for a
-    window the varlen kernel cannot say."""
+    """The split this call runs: the descriptor's, with the mask's window at its split counts (as
+    many entries and at most as many splits, so the same workspace fits); None (the unsplit dense
+    kernel) without a planned split, with padded keys, or for a window the varlen kernel cannot say."""
     if desc.split is None or key_mask is not None:
         return None
     if bounds is None:
         return desc.split
     shape = desc.shape
     return plan_dense_split(desc.config, shape.batch, shape.s0, shape.s1, shape.heads, shape.kv_heads, bounds,
-                            desc.cores, desc.split.num_splits)
+                            desc.cores, desc.split.launch_splits)
 
 
 def _workspace_parts(desc: FlashAttentionDescriptor) -> str:

@@ -21,6 +21,9 @@ from ptofa.target import align as _align
 # The varlen kernel's unit table: UNIT_FIELDS int32 per work unit, in this order (ptofa.varlen builds it).
 UNIT_TABLE = ("q_start", "q_len", "k_start", "k_len", "head", "q_block", "seq", "split", "splits")
 UNIT_FIELDS = len(UNIT_TABLE)
+# The split-KV reduce kernel's table: one entry per unit split more than once (ptofa.varlen.reduce_table),
+# in the reduce's (head, packed row) coordinates.
+REDUCE_TABLE = ("head", "row", "rows", "splits")
 MAX_SPLITS = 16  # split-KV: most splits of one unit's KV tiles (num_splits)
 
 # Rows of a softmax row slice below which the vector stage does not split it further
@@ -369,7 +372,7 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
         TileSpec("o_tile", "vector", "gu", "vec", rows, d, "f32", **dyn),
     ]
     tiles += [TileSpec(f"exp_ring{r}", "vector", "p", "vec", rows, 1, "f32", **col) for r in range(c.exp_ring)]
-    if c.out_dtype != "f32" and not c.split_kv:  # split-KV stores fp32 partials
+    if c.out_dtype != "f32":  # (split-KV: a unit of one split stores O itself; the others fp32 partials)
         tiles.append(TileSpec("o_out", "vector", "gu", "vec", rows, d, c.out_dtype, **dyn))
     if c.key_padding:  # one key-mask row per tile: i8 from GM -> f16 -> f32 additive bias
         tiles += [TileSpec(f"kpm_{dt_}", "vector", "p", "vec", 1, ts1, dt_, **dyn) for dt_ in ("i8", "f16", "f32")]
@@ -515,14 +518,17 @@ class ProblemShape:
 
 
 def partial_elems(c: FAConfig, shape: ProblemShape, num_splits: int) -> tuple[int, int]:
-    """f32 elements of the split-KV partials: O [splits, S0, N, D] and LSE [splits, N, S0] (S0 = total_q)."""
+    """f32 elements of the split-KV partials for at most `num_splits` splits of a unit: per split i,
+    O_i [S0, N, D] then LSE_i [N, S0] (S0 = total_q), one block after the other, so where split i
+    lies does not depend on how many splits the launch or the unit has. Returns (O, LSE) totals."""
     if num_splits < 1:
         raise ConfigError(f"split-KV: num_splits={num_splits} must be >= 1")
     return num_splits * shape.s0 * shape.heads * c.head, num_splits * shape.heads * shape.s0
 
 
 def workspace_bytes(c: FAConfig, shape: ProblemShape, block_dim: int, num_splits: int = 1) -> int:
-    """GM workspace of one launch: the blocks' slot rings, then (split-KV) the partial O and LSE.
+    """GM workspace of one launch: the blocks' slot rings, then (split-KV) the partial O and LSE
+    of `num_splits` splits (the most splits of any unit of the launch).
 
     The one formula the simulator, the NPU path and InfiniOp's workspace size use."""
     slots = c.gm_slot_bytes_per_block * block_dim

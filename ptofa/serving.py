@@ -5,7 +5,7 @@ Both run the varlen forward kernel (`ptofa.varlen`, `ptofa.kvcache`) on the simu
 (`backend="sim"`) or, built with ptoas and bisheng, on an NPU (`backend="npu"`, and "auto"
 where torch_npu sees one: `ptofa.serving_npu`). `num_splits` > 1 splits every unit's KV
 tiles over that many entries and combines the partials with the reduce kernel
-(`ptofa.splitkv`); 0 picks the count from the timing model (`splitkv.choose_splits`),
+(`ptofa.splitkv`); 0 picks a count per unit from the timing model (`splitkv.plan_splits`),
 1 does not split.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 
 import torch
 
@@ -24,7 +25,7 @@ from ptofa.sim import SimResult
 from ptofa.sim.socspec import get_soc
 from ptofa.serving_npu import launch_varlen_npu
 from ptofa.sim_backend import launch_sim, launch_split_sim
-from ptofa.splitkv import plan_varlen, reduce_kernel
+from ptofa.splitkv import Plan, plan_varlen, reduce_kernel
 from ptofa.varlen import seqlens_of, unit_table, varlen_shape
 
 SIM_SOC = "910B2"
@@ -45,19 +46,21 @@ def paged_tiles(base: FAConfig, page_size: int) -> FAConfig:
 
 @dataclasses.dataclass
 class Launch:
-    """What `launch_varlen` ran: the split count, the kernel config, its block count and the
-    simulator results of the forward launch and (split-KV) the reduce launch."""
+    """What `launch_varlen` ran: the split count (the most of any unit), the kernel config, its
+    block count, the simulator results of the forward launch and (split-KV) the reduce launch,
+    and the plan."""
 
     num_splits: int
     config: FAConfig | None = None
     block_dim: int = 0
     main: SimResult | None = None
     reduce: SimResult | None = None
+    plan: Plan | None = None
 
 
-def launch_varlen(config: FAConfig, shape: ProblemShape, table_of, q, k, v, out, scale: float, num_splits: int, *,
-                  lse=None, block_table=None, options=None, workspace=None) -> Launch:
-    """Run the varlen kernel on the sim, split-KV when `num_splits` (0: chosen) > 1.
+def launch_varlen(config: FAConfig, shape: ProblemShape, table_of, q, k, v, out, scale: float,
+                  num_splits: int | Sequence[int], *, lse=None, block_table=None, options=None, workspace=None) -> Launch:
+    """Run the varlen kernel on the sim, split-KV when `num_splits` (0: chosen; or per unit) > 1.
 
     `table_of(config, num_splits)` builds the unit table; `options` are the simulator's;
     `workspace` the caller's buffer for the slot rings and partials (`pipeline.workspace_bytes`)."""
@@ -68,15 +71,15 @@ def launch_varlen(config: FAConfig, shape: ProblemShape, table_of, q, k, v, out,
     if plan.num_splits == 1:
         main = launch_sim(get_kernel(c).parsed, c, shape, q, k, v, out, plan.block_dim, scale, lse=lse,
                           units=plan.table, block_table=block_table, slots=workspace, options=options)
-        return Launch(1, c, plan.block_dim, main)
+        return Launch(1, c, plan.block_dim, main, plan=plan)
     main, reduced = launch_split_sim(get_kernel(c).parsed, reduce_kernel(c), c, shape, q, k, v, out, plan.block_dim,
                                      scale, plan.num_splits, units=plan.table, workspace=workspace, lse=lse,
                                      block_table=block_table, options=options)
-    return Launch(plan.num_splits, c, plan.block_dim, main, reduced)
+    return Launch(plan.num_splits, c, plan.block_dim, main, reduced, plan)
 
 
 def _launch(backend: str, config: FAConfig, shape: ProblemShape, table_of, q, k, v, out, scale: float,
-            num_splits: int, *, lse=None, block_table=None, workspace=None, stream=None) -> None:
+            num_splits: int | Sequence[int], *, lse=None, block_table=None, workspace=None, stream=None) -> None:
     """Both serving calls launch here, so the backend is chosen in one place ("sim" or "npu", resolved).
     `workspace` (the caller's, e.g. InfiniOp's) holds the slot rings and partials; `stream` is the NPU's."""
     if backend == "npu":

@@ -137,7 +137,7 @@ def sweep_serving(config, batches, heads_list, kv_heads: int | None, s0_list, ca
         for splits in splits_list:
             row = run_split(case, splits)
             rows.append({"shape": shape, "gqa_pack": case.config.gqa_pack, "num_splits_asked": splits,
-                         "num_splits": row.num_splits, "status": "pass" if row.passed else "fail",
+                         "num_splits": row.num_splits, "split": row.split, "status": "pass" if row.passed else "fail",
                          "predicted_us": round(row.predicted_us, 2), "main_us": round(row.main_us, 2),
                          "reduce_us": round(row.reduce_us, 2), "wall_s": round(row.wall_s, 2)})
             click.echo(" ".join(f"{k}={v}" for k, v in rows[-1].items()))

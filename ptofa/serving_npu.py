@@ -5,10 +5,10 @@ block count) with torch_npu's cube-core count. Each kernel's `.pto` is built onc
 (`toolchain.compile_pto`, cached on disk) and its launcher loaded with argtypes from the
 entry the text declares (`toolchain.entry_signature`, `argspec.host_params_of`); the host
 arguments are put in that same order by name, so no order is written twice. The unit
-table and block table go to the device as int32 tensors, the workspace (slot rings, then
-the partials; the caller's, as InfiniOp's, or a new one) is sized by
-`pipeline.workspace_bytes`, and the reduce is enqueued on the
-forward kernel's stream after it, so it reads the partials once they are written.
+table, the reduce's table (`varlen.reduce_table`) and the block table go to the device as
+int32 tensors, the workspace (slot rings, then the partials; the caller's, as InfiniOp's, or a
+new one) is sized by `pipeline.workspace_bytes`, and the reduce is enqueued on the forward
+kernel's stream after it, so it reads the partials once they are written.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +29,7 @@ from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, workspace_bytes
 from ptofa.sim_backend import reduce_block_dim, reduce_rows
 from ptofa.splitkv import Plan, plan_varlen
 from ptofa.toolchain import cache_root, compile_pto, entry_signature
+from ptofa.varlen import reduce_table
 
 
 @dataclass(frozen=True)
@@ -113,8 +114,9 @@ def _on(device: torch.device, tensor: torch.Tensor | None) -> torch.Tensor | Non
     return None if tensor is None else tensor.to(device).contiguous()
 
 
-def launch_varlen_npu(config: FAConfig, shape: ProblemShape, table_of, q, k, v, out, scale: float, num_splits: int, *,
-                      lse=None, block_table=None, stream=None, workspace=None) -> NpuServingLaunch | None:
+def launch_varlen_npu(config: FAConfig, shape: ProblemShape, table_of, q, k, v, out, scale: float,
+                      num_splits: int | Sequence[int], *, lse=None, block_table=None, stream=None,
+                      workspace=None) -> NpuServingLaunch | None:
     """Enqueue the varlen kernel (and the reduce, split-KV) on the NPU and write O (and LSE)
     into `out` / `lse`; None when the unit table is empty. Tensors not on the NPU are copied
     there and the results copied back (which waits for the kernels). `workspace` is the
@@ -147,12 +149,15 @@ def launch_varlen_npu(config: FAConfig, shape: ProblemShape, table_of, q, k, v, 
         "num_units": int(units.shape[0]), "max_pages": 0 if pages is None else int(pages.shape[-1]),
         "scale": float(scale), "win_left": left, "win_right": right, "key_mask_stride": 0,
     }
-    _enqueue(forward, plan.block_dim, stream, values)
+    reduce_units = None
     if reduce is not None:
+        reduce_units = reduce_table(c, plan.table, shape.heads, shape.heads // shape.kv_heads).to(device).contiguous()
+    _enqueue(forward, plan.block_dim, stream, values)
+    if reduce_units is not None and reduce_units.shape[0]:
         heads, rows = reduce_rows(c, shape)
-        reduce_values = {"partials": partials, "o": o_dev, "lse": lse_dev, "heads": heads, "s0": rows,
-                         "num_splits": plan.num_splits}
-        _enqueue(reduce, reduce_block_dim(c, shape, cube_core_count()), stream, reduce_values)
+        reduce_values = {"partials": partials, "o": o_dev, "lse": lse_dev, "units": reduce_units, "heads": heads,
+                         "s0": rows, "num_units": int(reduce_units.shape[0])}
+        _enqueue(reduce, reduce_block_dim(int(reduce_units.shape[0]), cube_core_count()), stream, reduce_values)
     if o_dev is not out:
         out.copy_(o_dev.to(out.device))
     if lse_dev is not lse:

@@ -32,6 +32,7 @@ class ServingRow:
     wall_s: float
     main_us: float
     reduce_us: float
+    split: str = "unsplit"  # the plan's split (`splitkv.Plan.describe`)
 
     @property
     def predicted_us(self) -> float:
@@ -41,7 +42,7 @@ class ServingRow:
         parts = f"main {self.main_us:.1f} + reduce {self.reduce_us:.1f} us" if self.num_splits > 1 else "no reduce"
         status = "passed" if self.passed else "FAILED"
         return (f"num_splits={self.num_splits:<2} {status}  predicted {self.predicted_us:8.1f} us ({parts})  "
-                f"wall {self.wall_s:.1f} s  {self.message}")
+                f"wall {self.wall_s:.1f} s  split: {self.split}  {self.message}")
 
 
 @dataclasses.dataclass
@@ -121,8 +122,9 @@ def run_split(case: ServingCase, num_splits: int, soc: str = "910B2") -> Serving
     if launch.main is not None:
         main_us = predict(launch.main.trace, launch.config, case.shape, soc=soc, block_dim=launch.block_dim).kernel_us
     if launch.reduce is not None:
-        red_us = reduce_us(launch.reduce.trace, launch.config, case.shape, launch.num_splits, soc)
-    return ServingRow(launch.num_splits, passed, message, wall, main_us, red_us)
+        red_us = reduce_us(launch.reduce.trace, launch.config, case.shape, launch.plan.table, soc)
+    split = launch.plan.describe() if launch.plan is not None else "unsplit"
+    return ServingRow(launch.num_splits, passed, message, wall, main_us, red_us, split)
 
 
 def compare_splits(case: ServingCase, num_splits: int, soc: str = "910B2") -> list[ServingRow]:

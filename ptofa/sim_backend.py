@@ -19,7 +19,7 @@ import torch
 
 from ptofa import argspec
 from ptofa.backend import TORCH_DTYPES, RunRequest, RunResult, case_key_mask, check_output, register_backend
-from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, default_block_dim, workspace_bytes
+from ptofa.pipeline import UNIT_TABLE, ConfigError, FAConfig, ProblemShape, default_block_dim, workspace_bytes
 from ptofa.reference import make_inputs
 from ptofa.sim import GmPointer, SimDeadlock, SimError, SimResult, simulate
 from ptofa.sim.faults import fault_path, fault_text
@@ -27,7 +27,7 @@ from ptofa.sim.socspec import get_soc
 from ptofa.sim.timeline import write_chrome_trace, write_timeline
 from ptofa.sim.timing import blocks_to_trace, predict
 from ptofa.textio import PtoCheckError, check_text
-from ptofa.varlen import make_varlen_inputs, reference_varlen, unit_table
+from ptofa.varlen import make_varlen_inputs, reduce_table, reference_varlen, unit_table
 
 
 def sim_kernel_args(
@@ -96,14 +96,19 @@ def launch_sim(parsed, config: FAConfig, shape: ProblemShape, q, k, v, o, block_
 
 def launch_split_sim(parsed, reduce_parsed, config: FAConfig, shape: ProblemShape, q, k, v, o, block_dim: int,
                      scale: float, num_splits: int, *, units, workspace=None, lse=None, block_table=None,
-                     options=None) -> tuple[SimResult, SimResult]:
+                     options=None) -> tuple[SimResult, SimResult | None]:
     """Split-KV on the simulator: the `split_kv` forward kernel writes each split's partial O
-    and LSE after the slot rings in one workspace (`pipeline.workspace_bytes`), then the
-    reduce kernel (`kernels/fa_reduce.py`) combines them into O (and LSE), in place.
+    and LSE after the slot rings in one workspace (`pipeline.workspace_bytes`, `num_splits` the
+    most splits of a unit in `units`) and the result of every unit of one split; then the reduce
+    kernel (`kernels/fa_reduce.py`) combines the split units' partials into O (and LSE), in place.
 
     `workspace` is the caller's buffer (tensor, array or `GmPointer`), else a NaN-filled one,
-    so a partial read before it is written shows up in O. Returns both launches' results;
-    the reduce runs on `reduce_block_dim(config, shape)` blocks."""
+    so a partial read before it is written shows up in O. Returns both launches' results (the
+    reduce's None when no unit has more than one split); the reduce runs on
+    `reduce_block_dim(reduce units)` blocks."""
+    most = max(units[:, UNIT_TABLE.index("splits")].tolist(), default=1)
+    if most > num_splits:
+        raise ConfigError(f"split-KV: a unit of the table has {most} splits, more than num_splits={num_splits}")
     need = workspace_bytes(config, shape, block_dim, num_splits)
     if workspace is None:
         ws = GmPointer.of(np.full(need // 4, np.nan, dtype=np.float32))
@@ -116,25 +121,28 @@ def launch_split_sim(parsed, reduce_parsed, config: FAConfig, shape: ProblemShap
     partials = ws.add(config.gm_slot_f32_per_block * block_dim)
     main = launch_sim(parsed, config, shape, q, k, v, o, block_dim, scale, options=options, lse=lse, units=units,
                       block_table=block_table, slots=ws, partials=partials)
+    table = reduce_table(config, units, shape.heads, shape.heads // shape.kv_heads)
+    if not table.shape[0]:
+        return main, None
     heads, rows = reduce_rows(config, shape)
     values = {"ffts": GmPointer.of(np.zeros(16, dtype=np.int64)), "partials": partials, "o": _pointer(o),
-              "lse": _pointer(lse), "heads": heads, "s0": rows, "num_splits": num_splits}
+              "lse": _pointer(lse), "units": _pointer(table), "heads": heads, "s0": rows,
+              "num_units": int(table.shape[0])}
     reduce_args = {a.name: values[a.name] for a in argspec.reduce_entry_args(config)}
     reduce_options = None if options is None else dataclasses.replace(options, fault=None, blocks=None, trace_blocks=None)
-    reduced = simulate(reduce_parsed, reduce_args, reduce_block_dim(config, shape), reduce_options)
+    reduced = simulate(reduce_parsed, reduce_args, reduce_block_dim(int(table.shape[0])), reduce_options)
     return main, reduced
 
 
 def reduce_rows(config: FAConfig, shape: ProblemShape) -> tuple[int, int]:
-    """(heads, rows per head) the reduce kernel walks: (N, total_q), or (1, total_q * N) after GQA
+    """(heads, rows per head) the reduce kernel addresses: (N, total_q), or (1, total_q * N) after GQA
     packing, whose O rows and [total_q, N] LSE are one contiguous run of rows."""
     return (1, shape.s0 * shape.heads) if config.gqa_pack else (shape.heads, shape.s0)
 
 
-def reduce_block_dim(config: FAConfig, shape: ProblemShape, cube_cores: int = 24) -> int:
-    """Blocks of the reduce launch: one per (head, Q block of packed rows), up to the cube cores."""
-    heads, rows = reduce_rows(config, shape)
-    return max(1, min(heads * -(-rows // config.cube_s0), cube_cores))
+def reduce_block_dim(reduce_units: int, cube_cores: int = 24) -> int:
+    """Blocks of the reduce launch: one per reduce unit (`varlen.reduce_table` entry), up to the cube cores."""
+    return max(1, min(reduce_units, cube_cores))
 
 
 class SimBackend:

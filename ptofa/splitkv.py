@@ -1,11 +1,13 @@
 """Split-KV (flash-decoding) on the host: the reduce kernel, its predicted time, and the split count.
 
 When a launch has fewer work units than cube cores (decode: B * heads units of one query
-row), most cores idle while a few walk the whole cache. A `split_kv` forward kernel
-splits each unit's visible KV tiles over `num_splits` entries of the unit table
-(`varlen.table_of_sequences`), each writing a partial O and LSE; the reduce kernel
-(`kernels/fa_reduce.py`) combines them. `choose_splits` picks the count for
-`num_splits=0` from the timing model's costs of this kernel (see its docstring).
+row), most cores idle while a few walk the whole cache; when it has a few more than a
+multiple of the cores (a dense prefill of 32 Q blocks on 24 cores), the last wave keeps
+most cores idle. A `split_kv` forward kernel splits a unit's visible KV tiles over its own
+number of entries of the unit table (`varlen.table_of_sequences`), each writing a partial
+O and LSE; the reduce kernel (`kernels/fa_reduce.py`) combines each split unit's partials.
+`plan_splits` picks the per-unit counts for `num_splits=0` from the timing model's costs of
+this kernel (`balanced_splits`: e.g. only the units of the last wave split).
 """
 
 from __future__ import annotations
@@ -13,20 +15,20 @@ from __future__ import annotations
 import dataclasses
 import functools
 import heapq
-import math
+from collections.abc import Sequence
 
 import torch
 
 from ptofa.attention import get_kernel
 from ptofa.kernels.fa_reduce import emit_reduce
-from ptofa.pipeline import DTYPE_BYTES, MAX_SPLITS, FAConfig, ProblemShape, partial_elems
+from ptofa.pipeline import DTYPE_BYTES, MAX_SPLITS, REDUCE_TABLE, ConfigError, FAConfig, ProblemShape
 from ptofa.sim.options import RunOptions
 from ptofa.sim.socspec import SocSpec, get_soc
 from ptofa.sim.timing import launch_cycles, replay
 from ptofa.sim.trace import Trace
-from ptofa.sim_backend import launch_split_sim, reduce_rows
+from ptofa.sim_backend import launch_split_sim
 from ptofa.textio import ParsedModule, check_text
-from ptofa.varlen import split_tiles, unit_table, unit_visible_tiles, varlen_shape
+from ptofa.varlen import reduce_table, split_tiles, unit_table, unit_visible_tiles, varlen_shape
 
 
 @functools.lru_cache(maxsize=32)
@@ -35,25 +37,36 @@ def reduce_kernel(config: FAConfig) -> ParsedModule:
     return check_text(emit_reduce(config), f"fa_reduce_{config.head}_{config.out_dtype}.pto")
 
 
-def reduce_units(config: FAConfig, shape: ProblemShape) -> int:
-    """(head, Q block of packed rows) units of the reduce launch."""
-    heads, rows = reduce_rows(config, shape)
-    return heads * -(-rows // config.cube_s0)
-
-
-def reduce_us(trace: Trace, config: FAConfig, shape: ProblemShape, num_splits: int, soc: str | SocSpec = "910B2") -> float:
-    """Predicted time of a traced reduce launch: its replayed blocks, or the HBM time of reading
-    the partials and writing O (and LSE), whichever is longer (as `timing.predict` bounds)."""
+def reduce_us(trace: Trace, config: FAConfig, shape: ProblemShape, units: torch.Tensor,
+              soc: str | SocSpec = "910B2") -> float:
+    """Predicted time of a traced reduce launch of the forward unit table `units`: its replayed
+    blocks, or the HBM time of reading the split units' partials and writing their O (and LSE),
+    whichever is longer (as `timing.predict` bounds)."""
     spec = get_soc(soc)
+    table = reduce_table(config, units, shape.heads, shape.heads // shape.kv_heads)
     replays = replay(trace, spec, config.slot_num)
     cycles, _, _ = launch_cycles({b: r.cycles for b, r in replays.items()}, trace.block_dim,
-                                 reduce_units(config, shape), spec.cube_cores)
-    rows = shape.s0 * shape.heads
-    nbytes = 4 * sum(partial_elems(config, shape, num_splits)) + rows * config.head * DTYPE_BYTES[config.out_dtype]
-    if config.lse:
-        nbytes += 4 * rows
+                                 int(table.shape[0]), spec.cube_cores)
+    rows = table[:, REDUCE_TABLE.index("rows")].to(torch.int64)
+    splits = table[:, REDUCE_TABLE.index("splits")].to(torch.int64)
+    row_bytes = config.head * DTYPE_BYTES[config.out_dtype] + (4 if config.lse else 0)
+    nbytes = 4 * (config.head + 1) * int((rows * splits).sum()) + row_bytes * int(rows.sum())
     hbm_us = spec.cycles_to_us(nbytes / (spec.hbm_bytes_per_cycle_per_core * spec.cube_cores))
     return max(spec.cycles_to_us(cycles), hbm_us)
+
+
+def _snake_loads(costs: list[float], cores: int) -> list[float]:
+    """Per-block time of the forward kernel's persistent loop over entries of these costs (in table
+    order): block b runs rank i*n + b of even waves and i*n + (n-1-b) of odd full ones
+    (`fa_fwd._snake`, n = min(entries, cores))."""
+    n = max(1, min(cores, len(costs)))
+    load = [0.0] * n
+    for rank, cost in enumerate(costs):
+        wave, pos = divmod(rank, n)
+        if wave % 2 == 1 and (wave + 1) * n <= len(costs):
+            pos = n - 1 - pos
+        load[pos] += cost
+    return load
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,16 +79,16 @@ class SplitCosts:
     reduce_unit_us: float
     reduce_split_us: float
 
-    def estimate_us(self, unit_tiles: list[int], num_splits: int, reduce_units: int, cores: int) -> float:
-        """Longest core of a longest-first greedy assignment of the split units, plus the reduce's waves."""
-        costs = sorted((self.unit_us + self.tile_us * split_tiles(n, i, num_splits)
-                        for n in unit_tiles for i in range(num_splits)), reverse=True)
-        load = [0.0] * min(cores, max(1, len(costs)))
-        for cost in costs:
-            heapq.heapreplace(load, load[0] + cost)
-        total = max(load)
-        if num_splits > 1:
-            total += math.ceil(reduce_units / cores) * (self.reduce_unit_us + self.reduce_split_us * num_splits)
+    def plan_us(self, unit_tiles: list[int], counts: list[int], cores: int) -> float:
+        """Estimated time of per-unit split counts: the longest block of the forward kernel's snake
+        over the split table's entries (longest first, as `varlen.table_of_sequences` orders them),
+        plus, when a unit is split, the reduce's longest block over the split units (round robin)."""
+        entries = sorted((split_tiles(n, i, s) for n, s in zip(unit_tiles, counts) for i in range(s)), reverse=True)
+        total = max(_snake_loads([self.unit_us + self.tile_us * t for t in entries], cores))
+        reduced = [self.reduce_unit_us + self.reduce_split_us * s for s in counts if s > 1]
+        if reduced:
+            blocks = min(cores, len(reduced))
+            total += max(sum(reduced[b::blocks]) for b in range(blocks))
         return total
 
 
@@ -100,51 +113,103 @@ def _one_block_us(config: FAConfig, q_len: int, tiles: int, num_splits: int, red
 @functools.lru_cache(maxsize=32)
 def split_costs(config: FAConfig, q_len: int) -> SplitCosts:
     """Costs from the timing model: one block with one unit of 1 and of 4 tiles (slope = per tile),
-    and the reduce of 1 and 4 splits (slope = per split). A split_kv, non-paged config."""
+    and the reduce of 2 and 4 splits (slope = per split; a unit of one split is not reduced).
+    A split_kv, non-paged config."""
     base = dataclasses.replace(config, page_size=0, split_kv=True, varlen=True)
     one, four = (_one_block_us(base, q_len, n, 1, False) for n in (1, 4))
-    r1, r4 = (_one_block_us(base, q_len, 4, s, True) for s in (1, 4))
+    r2, r4 = (_one_block_us(base, q_len, 4, s, True) for s in (2, 4))
     tile_us = (four - one) / 3
-    split_us = (r4 - r1) / 3
-    return SplitCosts(one - tile_us, tile_us, r1 - split_us, split_us)
+    split_us = (r4 - r2) / 2
+    return SplitCosts(one - tile_us, tile_us, r2 - 2 * split_us, split_us)
 
 
-def choose_splits(config: FAConfig, table: torch.Tensor, heads: int, s0_total: int, cores: int,
-                  window: tuple[int, int] = (-1, -1)) -> int:
-    """The split count `num_splits=0` asks for: the one with the least estimated time
-    (`SplitCosts.estimate_us`, ties to fewer splits) among 1..16, for the units of `table`
-    (a num_splits=1 unit table)."""
+def _fill_slots(tiles: list[int], costs: SplitCosts, slots: int) -> list[int]:
+    """Split counts for units of `tiles` over `slots` entries: each unit one, then one more to the unit
+    whose splits are longest, while entries are left (at most its tiles and MAX_SPLITS per unit)."""
+    counts = [1] * len(tiles)
+    heap = [(-(costs.unit_us + costs.tile_us * n), i) for i, n in enumerate(tiles)]
+    heapq.heapify(heap)
+    for _ in range(slots - len(tiles)):
+        while heap and counts[heap[0][1]] >= min(MAX_SPLITS, max(1, tiles[heap[0][1]])):
+            heapq.heappop(heap)
+        if not heap:
+            break
+        _, i = heapq.heappop(heap)
+        counts[i] += 1
+        heapq.heappush(heap, (-(costs.unit_us + costs.tile_us * tiles[i] / counts[i]), i))
+    return counts
+
+
+def balanced_splits(costs: SplitCosts, tiles: list[int], cores: int) -> list[int]:
+    """Per-unit split counts (for `tiles`, the units' visible tiles in the order of the num_splits=1
+    table, longest first) with the least estimated time (`SplitCosts.plan_us`; ties to fewer entries).
+
+    Candidates: every uniform count 1..16, and tail splits: the longest units of `keep` full waves
+    stay whole and the remaining units share `m` waves of entries (`_fill_slots`), for every number
+    of kept waves and m = 1..4. Splitting only the units of the incomplete last wave so that every
+    core gets about the same work is the tail split keeping all the full waves, with m = 1."""
+    if not tiles:
+        return []
+    most = min(MAX_SPLITS, max(1, max(tiles)))
+    candidates = [[s] * len(tiles) for s in range(1, most + 1)]
+    for waves in range(len(tiles) // cores + 1):
+        keep = waves * cores
+        rest = tiles[keep:]
+        for m in range(1, 5):
+            slots = cores * (m + -(-len(rest) // cores) - 1)
+            if rest and slots >= len(rest):
+                candidates.append([1] * keep + _fill_slots(rest, costs, slots))
+    return min(candidates, key=lambda counts: (costs.plan_us(tiles, counts, cores), sum(counts)))
+
+
+def plan_splits(config: FAConfig, table: torch.Tensor, cores: int, window: tuple[int, int] = (-1, -1)) -> list[int]:
+    """The per-unit split counts `num_splits=0` asks for (`balanced_splits` on the timing model's
+    costs of this kernel), for the units of `table` (a num_splits=1 unit table). All ones, with no
+    costs measured, when no unit has two tiles or every core gets the same whole units."""
     tiles = unit_visible_tiles(config, table, window)
-    if not tiles or max(tiles) <= 1:
-        return 1
+    if not tiles or max(tiles) <= 1 or (len(tiles) % cores == 0 and min(tiles) == max(tiles)):
+        return [1] * len(tiles)
     q_len = int(min(config.cube_s0, max(int(r) for r in table[:, 1])))
-    costs = split_costs(config, q_len)
-    red_units = heads * -(-s0_total // config.cube_s0) if not config.gqa_pack else -(-s0_total * heads // config.cube_s0)
-    best = min(range(1, min(MAX_SPLITS, max(tiles)) + 1),
-               key=lambda s: (costs.estimate_us(tiles, s, red_units, cores), s))
-    return best
+    return balanced_splits(split_costs(config, q_len), tiles, cores)
 
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """One serving launch, decided once for both backends: the split count, the kernel config
-    (`split_kv` when split), its unit table and block count (one block per entry, up to the cores)."""
+    """One serving launch, decided once for both backends: the split counts (`num_splits` the most
+    of any unit, `unit_splits` per unit of the num_splits=1 table), the kernel config (`split_kv`
+    when split), its unit table and block count (one block per entry, up to the cores)."""
 
     num_splits: int
     config: FAConfig
     table: torch.Tensor
     block_dim: int
+    unit_splits: tuple[int, ...] = ()
+
+    def describe(self) -> str:
+        """The split of the launch as units x splits, most splits first: "8x3+24x1", or "unsplit"."""
+        if self.num_splits == 1:
+            return "unsplit"
+        counts = sorted(set(self.unit_splits), reverse=True)
+        return "+".join(f"{self.unit_splits.count(n)}x{n}" for n in counts)
 
 
-def plan_varlen(config: FAConfig, shape: ProblemShape, table_of, num_splits: int, cores: int) -> Plan | None:
-    """The launch of `config` on `cores` cube cores with `num_splits` (0: chosen by the timing
-    model); None when the unit table is empty (nothing to compute)."""
+def plan_varlen(config: FAConfig, shape: ProblemShape, table_of, num_splits: int | Sequence[int],
+                cores: int) -> Plan | None:
+    """The launch of `config` on `cores` cube cores with `num_splits` splits of every unit (0: per-unit
+    counts chosen by the timing model, `plan_splits`; a list: per unit of the num_splits=1 table);
+    None when the unit table is empty."""
     table = table_of(config, 1)
     if not table.shape[0]:
         return None
+    if isinstance(num_splits, int):
+        counts = [num_splits] * int(table.shape[0])
+    elif len(num_splits) == table.shape[0]:
+        counts = [int(n) for n in num_splits]
+    else:
+        raise ConfigError(f"split-KV: {len(num_splits)} per-unit split counts for a table of {table.shape[0]} units")
     if num_splits == 0:
-        num_splits = choose_splits(config, table, shape.heads, shape.s0, cores, shape.window)
-    if num_splits > 1:
+        counts = plan_splits(config, table, cores, shape.window)
+    if max(counts) > 1:
         config = dataclasses.replace(config, split_kv=True)
-        table = table_of(config, num_splits)
-    return Plan(num_splits, config, table, min(int(table.shape[0]), cores))
+        table = table_of(config, counts[0] if len(set(counts)) == 1 else counts)
+    return Plan(max(counts), config, table, min(int(table.shape[0]), cores), tuple(counts))

@@ -115,6 +115,7 @@ class SweepPoint:
     in_dtype: str = "f16"
     out_dtype: str | None = None
     prescale_q: bool = True
+    balance: bool = False  # the balanced split-KV launch (`ptofa.balance`) instead of the dense kernel
 
     def __post_init__(self) -> None:
         if self.kv_heads is None:
@@ -138,6 +139,7 @@ class SweepPoint:
         if not self.prescale_q:
             switches += ",prescale_q=0"
         kv_heads = f",kv_heads={self.kv_heads}" if self.kv_heads != self.heads else ""
+        switches += ",balance=1" if self.balance else ""
         return (
             f"head={self.head},tile_s1={self.tile_s1},qk_preload={self.qk_preload}{switches},"
             f"batch={self.batch},heads={self.heads}{kv_heads},s0={self.s0},s1={self.s1},backend={self.backend}"
@@ -159,6 +161,8 @@ class SweepPoint:
             words.append(f"kv_heads={self.kv_heads}")
         if not self.prescale_q:
             words.append("no_prescale_q")
+        if self.balance:
+            words.append("balanced split")
         return " ".join(word for word in words if word)
 
     def switch_columns(self) -> dict:
@@ -186,17 +190,20 @@ class SweepGrid:
     out_dtype: str | None = None  # None: the input dtype
     prescale_q: bool = True
     square: bool = False  # S0 = S1 at every point (the s0 axis is not used)
+    balance: bool = False  # each point also through the balanced split-KV launch
 
     def points(self, backend: str) -> list[SweepPoint]:
         """Points ordered by shape, then by config, so a partial sweep covers whole shapes first.
         A value listed twice on an axis gives one point."""
         s0_axis = (None,) if self.square else self.s0
-        axes = (self.batch, self.heads, s0_axis, self.s1, self.head, self.tile_s1, self.qk_preload)
+        axes = (self.batch, self.heads, s0_axis, self.s1, self.head, self.tile_s1, self.qk_preload,
+                (False, True) if self.balance else (False,))
         switches = dict(kv_heads=self.kv_heads, window=tuple(self.window), key_padding=self.key_padding,
                         lse=self.lse, in_dtype=self.in_dtype, out_dtype=self.out_dtype, prescale_q=self.prescale_q)
         return [
-            SweepPoint(head, tile_s1, qk_preload, batch, heads, s1 if s0 is None else s0, s1, backend, **switches)
-            for batch, heads, s0, s1, head, tile_s1, qk_preload in itertools.product(
+            SweepPoint(head, tile_s1, qk_preload, batch, heads, s1 if s0 is None else s0, s1, backend, **switches,
+                       balance=balance)
+            for batch, heads, s0, s1, head, tile_s1, qk_preload, balance in itertools.product(
                 *(dict.fromkeys(axis) for axis in axes)
             )
         ]
@@ -273,6 +280,10 @@ def run_point(run_fn: RunFunction, config: FAConfig, point: SweepPoint, seed: in
         from ptofa.reference import make_key_mask
 
         kwargs["key_mask"], lengths = make_key_mask(point.batch, point.s1, seed)
+    if point.balance:
+        from ptofa.balance import run_balanced
+
+        run_fn = run_balanced
     try:
         result = run_fn(config, point.shape, backend=point.backend, seed=seed, timing=True, **kwargs)
     except (BackendUnavailable, KeyboardInterrupt):
@@ -647,12 +658,20 @@ TABLE_MODEL = (
 
 def _table_note(row: dict) -> str:
     """The rule's name for a rejected point, the first line of the report for a failed one,
-    nothing for a pass (the full messages are in the files)."""
+    the split of a passing balanced split-KV point, else nothing (the full messages are in the files)."""
     if row["status"] == "rejected":
         return row["message"].split(":", 1)[0]
     if row["status"] == "pass":
-        return ""
+        return _split_note(row)
     return row["message"].splitlines()[0] if row["message"] else ""
+
+
+def _split_note(row: dict) -> str:
+    """A balanced split-KV point's split units, "NxS" (N units split S ways; the others whole)."""
+    split = (row.get("extra") or {}).get("split")
+    if not split:
+        return ""
+    return "+".join(part for part in split.split("+") if part.split("x")[1] != "1") or "unsplit"
 
 
 def summary_table(outcome: SweepOutcome, best_only: bool = False) -> Table:
@@ -670,6 +689,8 @@ def summary_table(outcome: SweepOutcome, best_only: bool = False) -> Table:
     constant = [f"{header}={rows[0][name]}" for header, name in shown if (header, name) not in shape_columns]
     if rows and row_variant_label(rows[0]):
         constant.append(row_variant_label(rows[0]))
+    if any(_split_note(row) for row in rows):
+        constant.append("note NxS: balanced split-KV, N units split S ways")
     number_columns = [column for column in TABLE_NUMBERS if any(row.get(column[1]) is not None for row in rows)]
     with_bound = any(_bound(row) for row in rows)
     model_columns = [column for column in TABLE_MODEL if any(column[1](row) is not None for row in rows)]
@@ -746,6 +767,8 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[i
 @click.option("--page-size", default=128, show_default=True, help="--decode: keys per page (a multiple of 128).")
 @click.option("--seqlens", default=None, callback=lambda ctx, p, v: None if v is None else _int_list(ctx, p, v),
               help="One packed varlen batch of these lengths, at each --num-splits.")
+@click.option("--balance", is_flag=True, help="Also run every point through the balanced split-KV launch (sim; "
+              "the timing model's per-unit splits, then the reduce); the note says how it split.")
 def sweep_cmd(
     tile_s1: tuple[int, ...],
     qk_preload: tuple[int, ...],
@@ -773,6 +796,7 @@ def sweep_cmd(
     cache_len: tuple[int, ...],
     page_size: int,
     seqlens: tuple[int, ...] | None,
+    balance: bool,
 ) -> None:
     """Run every (config, shape) of a grid, check accuracy and time it; resumable.
 
@@ -798,9 +822,12 @@ def sweep_cmd(
         if any(row["status"] != "pass" for row in rows):
             raise click.ClickException("a serving point failed its accuracy check")
         return
+    if balance and (key_padding or backend != "sim"):
+        raise click.UsageError("--balance: the balanced split-KV launch runs on --backend sim, without --key-padding-mask")
     grid = SweepGrid(tile_s1=tile_s1, qk_preload=qk_preload, head=head_dim, s1=s1, s0=s0, batch=batch, heads=heads,
                      kv_heads=kv_heads, window=window_of(causal, window), key_padding=key_padding, lse=lse,
-                     in_dtype=knobs["in_dtype"], out_dtype=knobs["out_dtype"], prescale_q=prescale_q, square=square)
+                     in_dtype=knobs["in_dtype"], out_dtype=knobs["out_dtype"], prescale_q=prescale_q, square=square,
+                     balance=balance)
     try:
         outcome = run_sweep(grid, out_dir, backend=backend, jobs=jobs, seed=seed, console=console)
     except BackendUnavailable as exc:

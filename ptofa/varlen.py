@@ -21,10 +21,11 @@ scalar loads per unit and lets the host order units by their work.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 
-from ptofa.pipeline import UNIT_TABLE, ConfigError, FAConfig, ProblemShape
+from ptofa.pipeline import MAX_SPLITS, REDUCE_TABLE, UNIT_TABLE, ConfigError, FAConfig, ProblemShape
 from ptofa.reference import Reference, reference_fa
 
 
@@ -83,41 +84,76 @@ def split_tiles(visible: int, split: int, splits: int) -> int:
 
 
 def unit_table(c: FAConfig, q_lens: list[int], k_lens: list[int], heads: int,
-               window: tuple[int, int] = (-1, -1), num_splits: int = 1) -> torch.Tensor:
+               window: tuple[int, int] = (-1, -1), num_splits: int | Sequence[int] = 1) -> torch.Tensor:
     """The unit table of packed sequences (cumulative starts); see `table_of_sequences`."""
     q_starts = [sum(q_lens[:i]) for i in range(len(q_lens))]
     k_starts = [sum(k_lens[:i]) for i in range(len(k_lens))]
     return table_of_sequences(c, list(zip(q_starts, q_lens, k_starts, k_lens)), heads, window, num_splits)
 
 
+def _check_splits(c: FAConfig, num_splits: int | Sequence[int], units: int) -> list[int]:
+    """One split count per unit of the unsplit table, or `ConfigError` naming the rule and the numbers."""
+    counts = [num_splits] * units if isinstance(num_splits, int) else [int(n) for n in num_splits]
+    if len(counts) != units:
+        raise ConfigError(f"split-KV: {len(counts)} per-unit split counts for a table of {units} units")
+    low = num_splits if isinstance(num_splits, int) else min(counts, default=1)
+    high = num_splits if isinstance(num_splits, int) else max(counts, default=1)
+    if low < 1 or (high > 1 and not c.split_kv):
+        raise ConfigError(f"split-KV: num_splits={num_splits} needs num_splits >= 1, and > 1 needs a split_kv kernel "
+                          f"(split_kv={c.split_kv})")
+    if high > MAX_SPLITS:
+        raise ConfigError(f"split-KV: {high} splits of one unit; at most MAX_SPLITS={MAX_SPLITS}")
+    return counts
+
+
 def table_of_sequences(c: FAConfig, seqs: list[tuple[int, int, int, int]], heads: int,
-                       window: tuple[int, int] = (-1, -1), num_splits: int = 1, group: int = 1) -> torch.Tensor:
+                       window: tuple[int, int] = (-1, -1), num_splits: int | Sequence[int] = 1,
+                       group: int = 1) -> torch.Tensor:
     """int32 [units, len(UNIT_TABLE)] for sequences (q_start, q_len, k_start, k_len); sequence i is
     row i of a paged cache's block table. Longest units first (stable within equal work).
 
-    With `num_splits` > 1 (a `split_kv` kernel) every (sequence, head, Q block) gets one entry
-    per split, even a split with no visible tile: each split writes its partial rows.
+    `num_splits` > 1 (a `split_kv` kernel) gives every (sequence, head, Q block) one entry per
+    split, even a split with no visible tile: each split writes its partial rows. A list gives
+    each unit its own count, in the order of the num_splits=1 table (`splitkv.balanced_splits`);
+    a unit of count 1 in a split_kv kernel writes O (and LSE) itself, with no partials.
     A `gqa_pack` kernel gets one unit per (sequence, KV head): its rows are the `group` q heads
     from `head` on, of the sequence's one query row."""
-    if num_splits < 1 or (num_splits > 1 and not c.split_kv):
-        raise ConfigError(f"split-KV: num_splits={num_splits} needs num_splits >= 1, and > 1 needs a split_kv kernel "
-                          f"(split_kv={c.split_kv})")
     if c.gqa_pack and (not 1 <= group <= c.cube_s0 or any(q_len > 1 for _, q_len, _, _ in seqs)):
         raise ConfigError(f"GQA packing: needs one query row per sequence and 1 <= group <= {c.cube_s0} q heads per KV "
                           f"head, got group={group}, q_lens={[q_len for _, q_len, _, _ in seqs]}")
     head_step = group if c.gqa_pack else 1
-    units = []
+    whole = []
     for seq, (q_start, q_len, k_start, k_len) in enumerate(seqs):
         for q_block in range(-(-q_len // c.cube_s0)):
             q0 = q_block * c.cube_s0
             visible = _visible_tiles(c, q0, min(c.cube_s0, q_len - q0), q_len, k_len, window)
-            for h in range(0, heads, head_step):
-                for split in range(num_splits):
-                    work = split_tiles(visible, split, num_splits)
-                    units.append((work, (q_start, q_len, k_start, k_len, h, q_block, seq, split, num_splits)))
+            whole += [(visible, (q_start, q_len, k_start, k_len, h, q_block, seq)) for h in range(0, heads, head_step)]
+    whole.sort(key=lambda unit: -unit[0])
+    counts = _check_splits(c, num_splits, len(whole))
+    units = [(split_tiles(visible, split, n), (*fields, split, n))
+             for (visible, fields), n in zip(whole, counts) for split in range(n)]
     units.sort(key=lambda unit: -unit[0])
     table = torch.tensor([fields for _, fields in units], dtype=torch.int32).reshape(-1, len(UNIT_TABLE))
     return table.contiguous()
+
+
+def reduce_table(c: FAConfig, table: torch.Tensor, heads: int, group: int = 1) -> torch.Tensor:
+    """int32 [split units, len(REDUCE_TABLE)]: the units of a forward table with more than one split,
+    in the reduce kernel's (head, packed row) coordinates (`sim_backend.reduce_rows`): the head, the
+    first row, the rows (<= cube_s0) and the split count whose partials it combines; `group` is the
+    q heads per KV head of a `gqa_pack` kernel."""
+    f = {name: i for i, name in enumerate(UNIT_TABLE)}
+    rows = []
+    for row in table.tolist():
+        if row[f["split"]] != 0 or row[f["splits"]] < 2:
+            continue
+        q_row = row[f["q_start"]] + row[f["q_block"]] * c.cube_s0
+        if c.gqa_pack:  # rows are the group's heads of one query row: packed row q_row * N + head
+            rows.append((0, q_row * heads + row[f["head"]], group, row[f["splits"]]))
+        else:
+            rows.append((row[f["head"]], q_row, min(c.cube_s0, row[f["q_len"]] - row[f["q_block"]] * c.cube_s0),
+                         row[f["splits"]]))
+    return torch.tensor(rows, dtype=torch.int32).reshape(-1, len(REDUCE_TABLE)).contiguous()
 
 
 def make_varlen_inputs(shape: ProblemShape, c: FAConfig, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -14,6 +14,9 @@ from ptofa.reference import check_accuracy, check_lse, reference_fa
 from test_serving_npu import CORES, calls, launches  # noqa: F401 (fixtures)
 
 
+REAL_PLAN_SPLITS = splitkv.plan_splits
+
+
 def _rand(*shape, seed):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(torch.float16)
 
@@ -22,7 +25,7 @@ def _rand(*shape, seed):
 def splits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Force the timing model's choice to `splits[0]` and record the split counts launched."""
     chosen, launched = [3], []
-    monkeypatch.setattr(splitkv, "choose_splits", lambda *a, **kw: chosen[0])
+    monkeypatch.setattr(splitkv, "plan_splits", lambda config, table, *a, **kw: [chosen[0]] * int(table.shape[0]))
     real = serving._launch
 
     def spy(backend, config, shape, table_of, q, k, v, out, scale, num_splits, **kw):
@@ -71,10 +74,12 @@ def test_sdpa_top_left_causal(splits, s0, s1, splits_run) -> None:
     assert check_accuracy(out, ref32, ref16).passed
 
 
-def test_explicit_config_and_many_units_stay_unsplit(splits) -> None:
-    """An explicit config keeps the dense kernel; so does a problem with a unit per core already."""
+def test_explicit_config_and_many_units_stay_unsplit(splits, monkeypatch) -> None:
+    """An explicit config keeps the dense kernel; so does a problem with a unit per core already
+    (the timing model's own planner: equal units filling the cores stay whole)."""
     q, k, v = _qkv(64, 640)
     ptofa.flash_attn_func(q, k, v, backend="sim", config=auto_config(64, s1=640))
+    monkeypatch.setattr(splitkv, "plan_splits", REAL_PLAN_SPLITS)
     q, k, v = _qkv(64, 256, heads=24, kv_heads=24)
     ptofa.flash_attn_func(q, k, v, backend="sim")
     assert splits[1] == []
@@ -96,5 +101,5 @@ def test_npu_dense_split_launches_forward_then_reduce(splits, calls, launches, m
     (launch,) = launches
     assert (main.entry, reduce.entry) == (argspec.ENTRY_NAME, argspec.REDUCE_ENTRY_NAME)
     assert launch.plan.config.split_kv and launch.plan.config.varlen and launch.plan.num_splits == 3
-    assert reduce.values["num_splits"] == 3 and main.stream == reduce.stream
+    assert set(reduce.units[:, 3].tolist()) == {3} and main.stream == reduce.stream
     assert out.shape == q.shape and lse.shape == (1, 4, 64)

@@ -39,7 +39,7 @@ def causal_mask(s0: int, s1: int) -> torch.Tensor:
 @pytest.fixture
 def launched(monkeypatch: pytest.MonkeyPatch) -> list:
     """Force the timing model's split choice to SPLITS and record the serving launches (split count, shape)."""
-    monkeypatch.setattr(splitkv, "choose_splits", lambda *a, **kw: SPLITS)
+    monkeypatch.setattr(splitkv, "plan_splits", lambda config, table, *a, **kw: [SPLITS] * int(table.shape[0]))
     calls = []
     real = serving._launch
 
@@ -60,16 +60,17 @@ def _descriptor(out, q, k, v, mask=None, backend: str = "sim") -> infiniop.Flash
 
 def _expected_size(desc, kv_heads: int = KV_HEADS) -> tuple[int, int]:
     """(slot bytes, partial bytes) from the shapes: one block per (head, Q block, split) entry
-    up to the cores, fp32 partial O [splits, S0, N, D] and LSE [splits, N, S0]."""
+    up to the cores, fp32 partial O [S0, N, D] and LSE [N, S0] per split."""
     blocks = min(B * HEADS * -(-S0 // 128) * SPLITS, CORES)
     return desc.config.gm_slot_bytes_per_block * blocks, 4 * SPLITS * B * S0 * HEADS * (D + 1)
 
 
 def _partial_lse(workspace: torch.Tensor, slot_bytes: int) -> torch.Tensor:
-    """The partial LSE [splits, N, B*S0] the split kernel left in the caller's buffer, combined."""
+    """The partial LSE [N, B*S0] of every split the split kernel left in the caller's buffer (split i
+    at i * B*S0*N*(D+1) floats: O_i [B*S0, N, D], then LSE_i), combined."""
     floats = workspace.view(torch.uint8)[slot_bytes:].view(torch.float32)
-    o_elems = SPLITS * B * S0 * HEADS * D
-    partial = floats[o_elems:o_elems + SPLITS * HEADS * B * S0].reshape(SPLITS, HEADS, B, S0)
+    per_split, o_elems = B * S0 * HEADS * (D + 1), B * S0 * HEADS * D
+    partial = floats[:SPLITS * per_split].reshape(SPLITS, per_split)[:, o_elems:].reshape(SPLITS, HEADS, B, S0)
     return torch.logsumexp(partial, 0).permute(1, 0, 2)
 
 
@@ -98,7 +99,7 @@ def test_split_equals_unsplit_within_the_rule(launched, monkeypatch: pytest.Monk
     desc = _descriptor(split_out, q, k, v)
     assert infiniop.flash_attention(desc, torch.empty(desc.workspace_size, dtype=torch.uint8), desc.workspace_size,
                                     split_out, q, k, v) == Status.SUCCESS
-    monkeypatch.setattr(splitkv, "choose_splits", lambda *a, **kw: 1)
+    monkeypatch.setattr(splitkv, "plan_splits", lambda config, table, *a, **kw: [1] * int(table.shape[0]))
     whole = _descriptor(whole_out, q, k, v)
     assert whole.split is None and whole.workspace_size == whole.config.gm_slot_bytes_per_block * whole.block_dim
     assert infiniop.flash_attention(whole, torch.empty(whole.workspace_size, dtype=torch.uint8),
@@ -205,7 +206,7 @@ def test_npu_launches_main_and_reduce_on_the_callers_workspace(launched, monkeyp
     assert main.values["partials"] == reduce.values["partials"] == workspace.data_ptr() + slot_bytes
     assert main.values["o"] == reduce.values["o"] == out.data_ptr()
     assert main.stream == reduce.stream == _Stream._as_parameter_
-    assert reduce.values["num_splits"] == SPLITS and main.block_dim == slot_bytes // desc.config.gm_slot_bytes_per_block
+    assert reduce.values["num_units"] == B * HEADS * -(-S0 // 128) and main.block_dim == slot_bytes // desc.config.gm_slot_bytes_per_block
     assert infiniop.flash_attention(desc, workspace, desc.workspace_size - 1, out, q, k, v) == \
         Status.INSUFFICIENT_WORKSPACE and len(calls) == 2
     with pytest.raises(ConfigError, match=f"workspace: {desc.workspace_size - 1} bytes, but num_splits={SPLITS}"):

@@ -64,7 +64,8 @@ def test_sweep_num_splits_over_decode_shapes(tmp_path) -> None:
     rows = json.loads((tmp_path / "serving.json").read_text())
     assert [row["num_splits"] for row in rows] == [1, 3] and all(row["status"] == "pass" for row in rows)
     assert rows[0]["gqa_pack"] is True and rows[1]["reduce_us"] > 0 and rows[0]["reduce_us"] == 0
-    assert (tmp_path / "serving.csv").read_text().startswith("shape,gqa_pack,num_splits_asked,num_splits,status")
+    assert [row["split"] for row in rows] == ["unsplit", "2x3"]  # 1 sequence x 2 KV heads, packed
+    assert (tmp_path / "serving.csv").read_text().startswith("shape,gqa_pack,num_splits_asked,num_splits,split,status")
 
 
 def test_sweep_num_splits_needs_a_serving_shape(tmp_path) -> None:

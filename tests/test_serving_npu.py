@@ -16,14 +16,14 @@ import torch
 import ptofa
 from ptofa import argspec, npu, serving, serving_npu
 from ptofa.kvcache import KVCache, reference_kvcache
-from ptofa.pipeline import UNIT_FIELDS, FAConfig, workspace_bytes
+from ptofa.pipeline import REDUCE_TABLE, UNIT_FIELDS, FAConfig, workspace_bytes
 from ptofa.reference import check_accuracy, check_lse
 from ptofa.runner import BackendUnavailable
 from ptofa.sim import GmPointer, simulate
 from ptofa.sim_backend import reduce_block_dim, reduce_rows
 from ptofa.textio import check_text
 from ptofa.toolchain import ToolchainError, caller_for, entry_signature
-from ptofa.varlen import reference_varlen, unit_table, varlen_shape
+from ptofa.varlen import reduce_table, reference_varlen, unit_table, varlen_shape
 
 from fake_npu import STREAM, Call, Calls, install_fake_npu
 
@@ -34,11 +34,17 @@ def _read_i32(address: int, count: int) -> torch.Tensor:
     return torch.tensor(list((ctypes.c_int32 * count).from_address(address)), dtype=torch.int32)
 
 
+def _unit_fields(call: Call) -> int:
+    return len(REDUCE_TABLE) if call.entry == argspec.REDUCE_ENTRY_NAME else UNIT_FIELDS
+
+
 def _read_tables(call: Call) -> None:
-    """The unit table and block table a serving launch passes, read from their addresses."""
+    """The unit table (the reduce's table for a reduce launch) and block table a serving launch
+    passes, read from their addresses."""
     by_name = call.values
     if "units" in by_name:
-        call.units = _read_i32(by_name["units"], by_name["num_units"] * UNIT_FIELDS).reshape(-1, UNIT_FIELDS)
+        fields = _unit_fields(call)
+        call.units = _read_i32(by_name["units"], by_name["num_units"] * fields).reshape(-1, fields)
     if by_name.get("block_table"):
         call.block_table = _read_i32(by_name["block_table"], by_name["batch"] * by_name["max_pages"]).reshape(
             by_name["batch"], -1)
@@ -132,8 +138,10 @@ def test_varlen_split_launches_the_reduce_after_the_forward_on_the_partials(call
     assert reduce.values["o"] == main.values["o"] == out.data_ptr()
     assert reduce.values["lse"] == main.values["lse"] == lse.data_ptr()
     heads, rows = reduce_rows(config, shape)
-    assert (reduce.values["heads"], reduce.values["s0"], reduce.values["num_splits"]) == (heads, rows, 3)
-    assert reduce.block_dim == reduce_block_dim(config, shape, CORES)
+    red_units = reduce_table(config, main.units, 4, 2)
+    assert torch.equal(reduce.units, red_units) and set(red_units[:, 3].tolist()) == {3}
+    assert (reduce.values["heads"], reduce.values["s0"], reduce.values["num_units"]) == (heads, rows, len(red_units))
+    assert reduce.block_dim == reduce_block_dim(len(red_units), CORES)
     assert main.stream == reduce.stream == STREAM
 
 
@@ -238,8 +246,8 @@ def test_load_entry_launcher_sets_the_argtypes_of_the_declared_arguments(monkeyp
     library = type("Library", (), {"call_fa_reduce": type("Fn", (), {})()})()
     monkeypatch.setattr(npu.ctypes, "CDLL", lambda path: library)
     launcher = npu.load_entry_launcher("x.so", argspec.REDUCE_ENTRY_NAME, argspec.reduce_entry_args(config))
-    pointers, ints = [ctypes.c_void_p] * 3, [ctypes.c_int64] * 3
-    assert launcher.argtypes == [ctypes.c_uint32, ctypes.c_void_p, *pointers, *ints]  # partials, o, lse; sizes
+    pointers, ints = [ctypes.c_void_p] * 4, [ctypes.c_int64] * 3
+    assert launcher.argtypes == [ctypes.c_uint32, ctypes.c_void_p, *pointers, *ints]  # partials, o, lse, units; sizes
     assert launcher.restype is argspec.LAUNCHER_RESTYPE
 
 
@@ -268,7 +276,7 @@ def _replay_on_sim(calls: Calls, monkeypatch: pytest.MonkeyPatch, nbytes: dict[s
         end = workspace["start"] + sizes[-1]
         partials = values.get("partials", end)
         size = {**nbytes, "slots": partials - workspace["start"], "partials": end - partials,
-                "units": values.get("num_units", 0) * UNIT_FIELDS * 4,
+                "units": values.get("num_units", 0) * _unit_fields(call) * 4,
                 "block_table": values.get("batch", 0) * values.get("max_pages", 0) * 4}
         args = {}
         for arg in entry_signature(call.text)[1]:

@@ -20,7 +20,7 @@ from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, partial_elems, w
 from ptofa.reference import Reference, check_accuracy, check_lse
 from ptofa.sim import simulate
 from ptofa.sim_backend import launch_split_sim, sim_kernel_args
-from ptofa.splitkv import choose_splits, reduce_kernel
+from ptofa.splitkv import plan_splits, reduce_kernel
 from ptofa.textio import check_text, print_pto
 from ptofa.varlen import make_varlen_inputs, reference_varlen, split_tiles, unit_table, varlen_shape
 
@@ -120,14 +120,14 @@ def test_serving_calls_split_and_choose() -> None:
         assert check_accuracy(out.float(), ref.out32, ref.out_low).passed and check_lse(lse, ref).passed
     base = config(head=64, varlen=True, page_size=256)
     table = decode_units(base, cache, 1, 1, [4000], 4, (-1, -1))
-    chosen = choose_splits(base, table, 4, 1, 24)
-    assert 2 <= chosen <= 16  # 4 units of 16 tiles on 24 cores: the model predicts splitting pays
+    chosen = plan_splits(base, table, 24)
+    assert min(chosen) >= 2 and max(chosen) <= 16  # 4 units of 16 tiles on 24 cores: the model predicts splitting pays
     def wide(batch: int) -> torch.Tensor:
         paged = KVCache(cache.k, cache.v, cache.block_table.repeat(batch, 1))
         return decode_units(base, paged, batch, 1, [4000] * batch, 4, (-1, -1))
 
-    assert choose_splits(base, wide(6), 4, 6, 24) == 1  # 24 units fill the 24 cores in one wave
-    assert choose_splits(base, wide(8), 4, 8, 24) == 3  # 32 units leave a partial wave; 96 fill four
+    assert plan_splits(base, wide(6), 24) == [1] * 24  # 24 units fill the 24 cores in one wave
+    assert plan_splits(base, wide(8), 24) == [1] * 24 + [3] * 8  # 32 units: the 8 of the last wave fill it
 
 
 def test_workspace_and_split_rules() -> None:
@@ -178,7 +178,7 @@ def test_reduce_kernel_gets_its_own_launcher(tmp_path) -> None:
     _, text = caller_for(path)
     assert 'extern "C" int32_t call_fa_reduce(' in text
     assert "fa_reduce<<<block_dim, nullptr, stream>>>(" in text
-    assert "int64_t num_splits)" in text
+    assert "uint8_t* units,\n        int64_t heads,\n        int64_t s0,\n        int64_t num_units)" in text
 
 
 @pytest.mark.ptoas

@@ -33,6 +33,7 @@ The kernel family (switches of `FAConfig`, one builder):
 * `lse`: LSE = m + ln(l) per query row; dtypes fp16/bf16 in, fp16/bf16/fp32 out;
 * `split_kv` (varlen): a unit-table entry covers one split of the unit's visible tiles and
   writes fp32 O and LSE (-inf for rows with no key) to the partials; `fa_reduce` combines;
+  each unit has its own split count, and a unit of one split writes O (and LSE) itself;
 * `gqa_pack` (varlen, unmasked): a unit's rows are the q heads of one KV head at one query
   row, so Q / O rows are D apart and LSE is [total_q, N];
 * head dims above 128 (192, 256): 64-row Q blocks, and the cube splits D in two
@@ -544,9 +545,10 @@ def compute_gu(s: _VecState, t: SSAValue) -> None:
 def _finish(s: _VecState, l_col: SSAValue) -> None:
     """O = O / l, O = 0 and LSE = +inf for rows that saw no key; store this core's valid rows.
 
-    Split-KV writes fp32 O and LSE of its split to the partials instead, with LSE = -inf for
-    rows that saw no key, so that `fa_reduce` weights them exp(-inf) = 0."""
-    cfg, tl, rows, c, u = s.c.config, s.tiles, s.rows, s.c, s.u
+    Split-KV: an entry whose unit has more than one split writes fp32 O and LSE of its split to
+    the partials instead, with LSE = -inf for rows that saw no key, so that `fa_reduce` weights
+    them exp(-inf) = 0; a unit of one split stores its result as the unsplit kernel does."""
+    cfg, tl, rows = s.c.config, s.tiles, s.rows
     k = s.consts
     if cfg.needs_row_fix:
         # row_ok = 1 where m is a real score, 0 where it is still -3e38 (no visible key).
@@ -565,12 +567,25 @@ def _finish(s: _VecState, l_col: SSAValue) -> None:
         if cfg.needs_row_fix:
             tile.rdivs(k["one"], tl["row_ok"], out=tl["row_ok"])  # 1 or +inf
             tile.adds(tl["row_ok"], k["minus_one"], out=tl["row_ok"])  # 0 or +inf
-            if cfg.split_kv:
-                tile.sub(lse, tl["row_ok"], out=lse)
-            else:
-                tile.add(lse, tl["row_ok"], out=lse)
-    valid_rows = _clamp(scalar.sub(u.q_rows, s.row_base), 0, cfg.vec_rows)
-    o_base, lse_base = _out_bases(s)
+    valid_rows = _clamp(scalar.sub(s.u.q_rows, s.row_base), 0, cfg.vec_rows)
+    if not cfg.split_kv:
+        _store(s, valid_rows, partial=False)
+        return
+    with pto.if_(scalar.gt(s.u.split[1], 1, name="split_unit")):
+        _store(s, valid_rows, partial=True)
+    with pto.if_(scalar.eq(s.u.split[1], 1)):
+        _store(s, valid_rows, partial=False)
+
+
+def _store(s: _VecState, valid_rows: SSAValue, partial: bool) -> None:
+    """Store O (and LSE) of the valid rows: the result in the output dtype (LSE + inf for empty
+    rows), or (`partial`) fp32 to this split's partials (LSE - inf for empty rows)."""
+    cfg, tl, c, u = s.c.config, s.tiles, s.c, s.u
+    o_base, lse_base = _out_bases(s) if partial else (c.args["o"], c.args.get("lse"))
+    write_lse = cfg.lse or partial
+    if write_lse and cfg.needs_row_fix:
+        fix = tile.sub if partial else tile.add
+        fix(tl["lse_row"], tl["row_ok"], out=tl["lse_row"])
     with pto.if_(scalar.gt(valid_rows, 0)):
         if cfg.gqa_pack:
             o_off = _row_offset(u.q_row, scalar.add(u.h, s.row_base, name="o_head"), c.heads, cfg.head)
@@ -579,31 +594,27 @@ def _finish(s: _VecState, l_col: SSAValue) -> None:
         o_view = pto.as_tensor(pto.add_ptr(o_base, o_off), [valid_rows, cfg.head], [_q_row_stride(c), 1], name="o_view")
         o_part = pto.slice_view(o_view, [0, 0], [valid_rows, cfg.head], name="o_rows")
         tile.set_valid(tl["o_tile"], valid_rows, cfg.head)
-        if cfg.out_dtype == "f32" or cfg.split_kv:
+        if cfg.out_dtype == "f32" or partial:
             pto.store(tl["o_tile"], o_part)
         else:
             tile.set_valid(tl["o_out"], valid_rows, cfg.head)
             tile.cvt(tl["o_tile"], out=tl["o_out"])
             pto.store(tl["o_out"], o_part)
-        if cfg.lse or cfg.split_kv:
+        if write_lse:
             lse_view = pto.as_tensor(pto.add_ptr(lse_base, scalar.add(u.lse_row, s.row_base)), [1, valid_rows],
                                      [valid_rows, 1], name="lse_view")
             tile.set_valid(tl["lse_row"], 1, valid_rows)
             pto.store(tl["lse_row"], pto.slice_view(lse_view, [0, 0], [1, valid_rows], name="lse_rows"))
 
 
-def _out_bases(s: _VecState) -> tuple[SSAValue, SSAValue | None]:
-    """Where O and LSE go: the outputs, or (split-KV) this split's slice of the partials,
-    O [splits, total_q, N, D] then LSE [splits, N, total_q] (`pipeline.partial_elems`)."""
+def _out_bases(s: _VecState) -> tuple[SSAValue, SSAValue]:
+    """This split's slice of the partials: split i's block O_i [total_q, N, D] then LSE_i [N, total_q]
+    lies at i * total_q * N * (D + 1) (`pipeline.partial_elems`), whatever the unit's split count."""
     c = s.c
-    if not c.config.split_kv:
-        return c.args["o"], c.args.get("lse")
-    split, splits = s.u.split
     o_per_split = scalar.mul(c.s0, c.q_stride, name="o_per_split")
-    lse_per_split = scalar.mul(c.s0, c.heads, name="lse_per_split")
-    o_base = pto.add_ptr(c.args["partials"], scalar.mul(split, o_per_split), name="part_o")
-    lse_off = scalar.add(scalar.mul(splits, o_per_split), scalar.mul(split, lse_per_split))
-    return o_base, pto.add_ptr(c.args["partials"], lse_off, name="part_lse")
+    per_split = scalar.add(o_per_split, scalar.mul(c.s0, c.heads), name="per_split")
+    o_base = pto.add_ptr(c.args["partials"], scalar.mul(s.u.split[0], per_split), name="part_o")
+    return o_base, pto.add_ptr(o_base, o_per_split, name="part_lse")
 
 
 def _push_scaled_q(c: _Common, tiles: dict[str, SSAValue], scale: SSAValue, row_base: SSAValue,

@@ -1,8 +1,9 @@
 """The split-KV reduce kernel: combine the partial O and LSE of every split, weighted by the LSEs.
 
-A `split_kv` forward kernel (`fa_fwd`) writes, for split i of S, the split's normalised
-O_i (fp32) and LSE_i to the partials: O [S, total_q, N, D] then LSE [S, N, total_q]
-(`pipeline.partial_elems`); a row that saw no key in a split has O_i = 0 and LSE_i = -inf.
+A `split_kv` forward kernel (`fa_fwd`) writes, for split i of a unit's S splits, the split's
+normalised O_i (fp32) and LSE_i to the partials: split i's block O_i [total_q, N, D] then
+LSE_i [N, total_q] (`pipeline.partial_elems`); a row that saw no key in a split has O_i = 0
+and LSE_i = -inf. Units of one split wrote their result themselves and are not reduced.
 This vector-only kernel computes per query row and head
 
     M = max(max_i LSE_i, -3e38)    (finite even when every split is empty)
@@ -13,10 +14,12 @@ This vector-only kernel computes per query row and head
 The max split has w = 1, so the divisor's clamp only acts on rows with no key at all,
 which get O = 0 and LSE = +inf: what the unsplit kernel writes for them.
 
-Work units are (head, 128-row block of packed query rows), shared by the blocks in a
-persistent loop; each vector core owns 64 of the rows (the forward kernel's split of a
-Q block, and the same strided [rows, D] views of O). The split count is a runtime
-argument, so one compiled kernel serves every split.
+Work units are the forward units of more than one split, read from a host-built table
+(`pipeline.REDUCE_TABLE`, `varlen.reduce_table`: head, first packed row, rows, split count),
+shared by the blocks in a persistent loop; each vector core owns up to 64 of a unit's rows
+(the forward kernel's split of a Q block, and the same strided [rows, D] views of O). Each
+unit combines exactly its own splits, so a launch may split its units differently (only
+the last wave, say) and the reduce never reads a partial no split wrote.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from xdsl.ir import SSAValue
 from ptofa import argspec
 from ptofa.api import F32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type
 from ptofa.kernels.fa_fwd import HALF_NEG, NEG_INIT
-from ptofa.pipeline import FAConfig, TileSpec
+from ptofa.pipeline import REDUCE_TABLE, FAConfig, TileSpec
 from ptofa.textio import print_pto
 
 
@@ -64,6 +67,7 @@ class _Rows:
     h: SSAValue
     q_row: SSAValue  # first packed query row
     valid: SSAValue  # rows that exist (<= vec_rows)
+    splits: SSAValue  # the unit's split count
 
 
 class _Reducer:
@@ -73,11 +77,10 @@ class _Reducer:
         self.c, self.args = c, args
         self.heads = scalar.index_cast(args["heads"], name="heads")
         self.s0 = scalar.index_cast(args["s0"], name="s0")
-        self.splits = scalar.index_cast(args["num_splits"], name="splits")
         self.q_stride = scalar.mul(self.heads, c.head, name="q_stride")
         self.o_per_split = scalar.mul(self.s0, self.q_stride, name="o_per_split")
-        self.lse_per_split = scalar.mul(self.s0, self.heads, name="lse_per_split")
-        self.lse_base = pto.add_ptr(args["partials"], scalar.mul(self.splits, self.o_per_split), name="part_lse")
+        self.per_split = scalar.add(self.o_per_split, scalar.mul(self.s0, self.heads), name="per_split")
+        self.lse_base = pto.add_ptr(args["partials"], self.o_per_split, name="part_lse")
         self.t = {spec.name: _alloc(spec) for spec in reduce_tile_plan(c)}
         self.col = {name: tile.reshape(self.t[name], c.vec_rows, 1, name=f"{name}_col", blayout="col_major")
                     for name in ("weight", "w_sum")}
@@ -99,7 +102,7 @@ class _Reducer:
     def _load_lse(self, split: SSAValue, r: _Rows) -> SSAValue:
         lse_in = self.t["lse_in"]
         tile.set_valid(lse_in, 1, r.valid)
-        base = pto.add_ptr(self.lse_base, scalar.mul(split, self.lse_per_split), name="split_lse")
+        base = pto.add_ptr(self.lse_base, scalar.mul(split, self.per_split), name="split_lse")
         pto.load(self._lse_view(base, r, "lse_in"), lse_in)
         tile.set_valid(lse_in, 1, self.c.vec_rows)
         return lse_in
@@ -109,18 +112,18 @@ class _Reducer:
         c, t, k = self.c, self.t, self.k
         rows = c.vec_rows
         tile.fill(k["neg"], out=t["m_max"])
-        with pto.range(0, self.splits, name="split") as split:
+        with pto.range(0, r.splits, name="split") as split:
             tile.max(t["m_max"], self._load_lse(split, r), out=t["m_max"])
         tile.fill(k["zero"], out=t["w_sum"])
         tile.set_valid(t["o_acc"], rows, c.head)
         tile.fill(k["zero"], out=t["o_acc"])
-        with pto.range(0, self.splits, name="split") as split:
+        with pto.range(0, r.splits, name="split") as split:
             tile.sub(self._load_lse(split, r), t["m_max"], out=t["weight"])
             tile.exp(t["weight"], out=t["weight"])
             tile.add(t["w_sum"], t["weight"], out=t["w_sum"])
             o_in = t["o_in"]
             tile.set_valid(o_in, r.valid, c.head)
-            pto.load(self._o_view(pto.add_ptr(self.args["partials"], scalar.mul(split, self.o_per_split)), r, "o_in"), o_in)
+            pto.load(self._o_view(pto.add_ptr(self.args["partials"], scalar.mul(split, self.per_split)), r, "o_in"), o_in)
             tile.set_valid(o_in, rows, c.head)
             tile.row_expand_mul(o_in, self.col["weight"], out=o_in)
             tile.add(t["o_acc"], o_in, out=t["o_acc"])
@@ -157,15 +160,16 @@ class _Reducer:
 
 def _vector_kernel(c: FAConfig, args: dict[str, SSAValue]) -> None:
     red = _Reducer(c, args)
-    q_blocks = scalar.ceildiv(red.s0, c.cube_s0, name="q_blocks")
-    units = scalar.mul(red.heads, q_blocks, name="units")
+    units = scalar.index_cast(args["num_units"], name="units")
     row_base = scalar.mul(pto.get_subblock_idx(), c.vec_rows, name="row_base")
     with pto.range(pto.get_block_idx(), units, pto.get_block_num(), name="unit") as unit:
-        h = scalar.rem(unit, red.heads, name="h")
-        q_row = scalar.add(scalar.mul(scalar.div(unit, red.heads), c.cube_s0), row_base, name="q_row")
-        valid = scalar.min(scalar.max(scalar.sub(red.s0, q_row), 0), c.vec_rows, name="valid_rows")
+        rec = scalar.mul(unit, len(REDUCE_TABLE), name="unit_rec")
+        field = {name: scalar.index_cast(pto.load_scalar(args["units"], scalar.add(rec, i)), name=name)
+                 for i, name in enumerate(REDUCE_TABLE)}
+        q_row = scalar.add(field["row"], row_base, name="q_row")
+        valid = scalar.min(scalar.max(scalar.sub(field["rows"], row_base), 0), c.vec_rows, name="valid_rows")
         with pto.if_(scalar.gt(valid, 0)):
-            red.reduce(_Rows(h, q_row, valid))
+            red.reduce(_Rows(field["head"], q_row, valid, field["splits"]))
 
 
 def build_reduce(config: FAConfig) -> builtin.ModuleOp:
