@@ -19,6 +19,7 @@ from ptofa.sim.timing import (
     VEC_QUEUES,
     TimingError,
     blocks_to_trace,
+    duration_cycles,
     predict,
     queue_of,
     replay,
@@ -230,6 +231,39 @@ def test_queue_mapping_follows_pto_ir_11_1() -> None:
         q("cube", "pto.texp", "vec", "vec")
 
 
+def _vec_cost(name: str, **kw) -> float:
+    op = TraceOp("vec0", 0, name, 0, "p", src_loc="vec", dst_loc="vec", **kw)
+    return duration_cycles(op, queue_of(op), SOCS["910B2"])
+
+
+def test_row_ops_cost_their_pto_isa_instruction_sequences() -> None:
+    """pto-isa A2/A3: trowexpandexpdif = vbrcb + vsub + vexp; a row reduction of C > E columns
+    = ceil(C / E) - 1 count-mode folds + one in-repeat reduce, R repeats each; f16 halves repeats.
+    Every instruction costs head + slope * repeats + tail from the cost model's table."""
+    from ptofa.sim.socspec import VECTOR_COUNT_MODE_FLOOR as FLOOR
+    from ptofa.sim.socspec import VECTOR_INSTRUCTIONS as INSTR
+
+    def instr(name: str, repeats: int) -> int:
+        head, slope, tail = INSTR[name]
+        return head + slope * repeats + tail
+
+    rows, cols = 16, 512
+    n = rows * cols
+    repeats = n * 4 // 256
+    sub = _vec_cost("pto.trowexpandsub", elems=n, rows=rows)
+    assert sub == instr("vbrcb", rows // 8) + instr("vsub", repeats)
+    assert _vec_cost("pto.trowexpandexpdif", elems=n, rows=rows) == sub + instr("vexp", repeats)  # not one fused pass
+    assert _vec_cost("pto.texp", elems=n) == instr("vexp", repeats)
+    assert _vec_cost("pto.trowmax", elems=rows, src_elems=n, rows=rows) == 7 * (instr("vmax", rows) + FLOOR) + instr("vcmax", rows)
+    assert _vec_cost("pto.trowsum", elems=rows, src_elems=n, rows=rows) == 7 * (instr("vadd", rows) + FLOOR) + instr("vcadd", rows)
+    assert _vec_cost("pto.trowsum", elems=rows, src_elems=rows * 64, rows=rows) == instr("vcadd", rows)
+    half = _vec_cost("pto.trowsum", elems=rows, src_elems=n, rows=rows, elem_bytes=2)
+    assert half == 3 * (instr("vadd", rows) + FLOOR) + instr("vcadd", rows)
+    assert _vec_cost("pto.tadd", elems=n, elem_bytes=2) == instr("vadd", n * 2 // 256)
+    assert _vec_cost("pto.tcvt", elems=n) == instr("vconv", repeats)  # f32 -> f16 counts its wider side
+    assert _vec_cost("pto.tmov", nbytes=n * 4) == instr("vcopy", repeats)  # vec -> vec copy
+
+
 def test_twice_the_s1_takes_at_least_1_8x_in_the_long_s1_regime() -> None:
     short = _cycles(fa_trace(num_tiles=32))
     long = _cycles(fa_trace(num_tiles=64))
@@ -411,7 +445,7 @@ def test_summary_is_one_paragraph_with_the_numbers() -> None:
 def test_svg_timeline_is_well_formed(tmp_path: Path) -> None:
     """matplotlib's SVG: one lane label per core queue, bars grouped per stage and lane, pipe waits drawn."""
     result = predict(fa_trace(num_tiles=12), FAConfig(), ProblemShape(s0=128, s1=12 * 256))
-    path = write_timeline(result, tmp_path / "t.svg", window_us=10.0)
+    path = write_timeline(result, tmp_path / "t.svg", window_us=40.0)
     root = ET.parse(path).getroot()
     ns = "{http://www.w3.org/2000/svg}"
     assert root.tag == f"{ns}svg"
@@ -538,3 +572,29 @@ def test_run_prints_the_steady_state_and_writes_chrome_trace(tmp_path: Path) -> 
     assert {e["args"]["name"] for e in events if e["name"] == "thread_name"} >= {"cube M", "vec0 V", "vec1 MTE3"}
     bad = runner.invoke(main, [*args, "--trace", str(tmp_path / "fa.txt")])
     assert bad.exit_code == 2 and "must end in .json" in bad.output
+
+
+def test_real_trace_records_rows_and_element_widths() -> None:
+    """The tracer fills what the row-op costs need: destination rows and the widest operand."""
+    import math
+
+    import torch
+
+    from ptofa.fa_builder import emit_fa
+    from ptofa.reference import make_inputs
+    from ptofa.sim.options import RunOptions
+    from ptofa.sim_backend import launch_sim
+    from ptofa.textio import check_text
+
+    config, shape = FAConfig(tile_s1=256, qk_preload=2), ProblemShape(1, 1, 128, 512)
+    q, k, v = make_inputs(shape, config.head, 0, torch.float16, shape.kv_heads)
+    o = torch.full((1, 128, 1, config.head), math.nan, dtype=torch.float16)
+    sim = launch_sim(check_text(emit_fa(config)), config, shape, q, k, v, o, 1, 128 ** -0.5,
+                     options=RunOptions(trace=True))
+    ops = sim.trace.ops(0, "vec0")
+    expdif = [op for op in ops if op.op == "pto.trowexpandexpdif"]
+    assert expdif and all(op.rows == config.vec_s0 and op.elem_bytes == 4 for op in expdif)
+    casts = [op for op in ops if op.op == "pto.tcvt" and op.stage == "p"]
+    assert casts and all(op.elem_bytes == 4 for op in casts)  # f32 -> f16 counts its wider side
+    reduces = [op for op in ops if op.op == "pto.trowmax"]
+    assert reduces and all(op.src_elems == op.rows * 256 for op in reduces)

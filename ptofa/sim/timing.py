@@ -43,7 +43,7 @@ from dataclasses import replace as dataclass_replace
 from ptofa import dialect as d
 from ptofa.pipeline import DTYPE_BYTES, FAConfig, ProblemShape
 from ptofa.sim import registry
-from ptofa.sim.socspec import SocSpec, get_soc
+from ptofa.sim.socspec import VECTOR_COUNT_MODE_FLOOR, VECTOR_INSTRUCTIONS, SocSpec, get_soc
 from ptofa.sim.trace import Trace, TraceOp
 
 CUBE_QUEUES = ("MTE2", "MTE1", "M", "FIX", "S")
@@ -210,19 +210,77 @@ def tpush_queue(op: TraceOp) -> str:
     return "FIX" if core_kind(op.core) == "cube" else "MTE3"
 
 
+def vector_repeats(op: TraceOp, soc: SocSpec, elems: int | None = None) -> int:
+    """Vector repeats of an op: its elements (the larger of source and destination) in the
+    widest operand type, over the bytes one repeat moves (`SocSpec.vec_bytes_per_cycle`)."""
+    n = max(op.elems, op.src_elems) if elems is None else elems
+    return math.ceil(n * op.elem_bytes / soc.vec_bytes_per_cycle)
+
+
+def instruction_cycles(name: str, repeats: int, count_mode: bool = False) -> float:
+    """One barrier-separated vector instruction: head + slope * repeats + tail (`VECTOR_INSTRUCTIONS`),
+    plus the count-mode dispatch floor of a binary ALU op issued in count mode."""
+    head, slope, tail = VECTOR_INSTRUCTIONS[name]
+    return head + slope * repeats + tail + (VECTOR_COUNT_MODE_FLOOR if count_mode else 0)
+
+
 def vector_cycles(factor: str | None = None):
-    """V cycles: a fixed cost plus the work in fp32 bytes (the FA vector stage computes in
-    fp32) over the vector rate, times the SoC attribute `factor` for slow op classes."""
+    """Vector ops without an instruction mapping: a binary-ALU-class instruction (`vadd`),
+    its per-repeat slope times the SoC attribute `factor` for slow op classes."""
 
     def cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
-        elems = max(op.elems, op.src_elems)
         scale = getattr(soc, factor) if factor else 1.0
-        return soc.v_op_cycles + scale * math.ceil(elems * DTYPE_BYTES["f32"] / soc.vec_bytes_per_cycle)
+        _, slope, _ = VECTOR_INSTRUCTIONS["vadd"]
+        return soc.v_op_cycles + scale * slope * vector_repeats(op, soc)
 
     return cycles
 
 
-_plain_vector = vector_cycles()
+def one_instruction(name: str):
+    """An elementwise tile op that lowers to one vector instruction over its repeats."""
+
+    def cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
+        return instruction_cycles(name, vector_repeats(op, soc))
+
+    return cycles
+
+
+# The composite row ops follow their A2/A3 implementation in pto-isa (public source,
+# github.com/PTO-ISA/pto-isa, include/pto/npu/a2a3/): pipe_barrier(PIPE_V) separates
+# every instruction of the sequence from the next.
+
+_ROW_REDUCE = {"pto.trowmax": ("vmax", "vcmax"), "pto.trowsum": ("vadd", "vcadd"), "pto.trowmin": ("vmin", "vcmin")}
+
+
+def row_reduce_cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
+    """trowmax / trowsum / trowmin of an [R, C] source (TRowReduceOps.hpp, TRowReduceInstr):
+    with E elements per repeat, C <= E is one in-repeat reduce (vcmax / vcadd) of R repeats;
+    otherwise count-mode binary ops fold the ceil(C / E) column chunks into a
+    one-repeat-per-row temp (ceil(C / E) - 1 of them, R repeats each) and the in-repeat
+    reduce finishes."""
+    fold, final = _ROW_REDUCE[op.op]
+    rows = max(op.rows or op.elems, 1)
+    cols = max(op.src_elems, op.elems) // rows
+    chunks = max(1, math.ceil(cols / (soc.vec_bytes_per_cycle // op.elem_bytes)))
+    return (chunks - 1) * instruction_cycles(fold, rows, count_mode=True) + instruction_cycles(final, rows)
+
+
+def _broadcast(op: TraceOp) -> float:
+    """vbrcb of the [R, 1] column to one 32 B block per row, ceil(R / 8) repeats
+    (TRowExpandBinOp.hpp, TRowExpandBinaryInstr)."""
+    return instruction_cycles("vbrcb", math.ceil(max(op.rows, 1) / 8))
+
+
+def row_expand(*steps: str):
+    """trowexpand*: the column broadcast, then `steps` over the tile (trowexpandexpdif,
+    TRowExpandExpdif.hpp: TROWEXPANDSUB then TEXP in place; two passes, not one fused one)."""
+
+    def cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
+        return _broadcast(op) + sum(instruction_cycles(step, vector_repeats(op, soc)) for step in steps)
+
+    return cycles
+
+
 
 
 def transfer_cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
@@ -231,12 +289,13 @@ def transfer_cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
         rate = soc.mte2_gm_to_l1_bytes if op.dst_loc == "mat" else soc.mte2_gm_to_ub_bytes
         return soc.mte2_op_cycles + op.nbytes * soc.gm_scale / rate
     if queue == "MTE1":
-        return soc.mte1_op_cycles + op.nbytes / soc.mte1_l1_to_l0_bytes
+        rate = soc.mte1_l1_to_l0a_bytes if op.dst_loc == "left" else soc.mte1_l1_to_l0b_bytes
+        return soc.mte1_op_cycles + op.nbytes / rate
     if queue == "FIX":
         return soc.fix_op_cycles + op.nbytes * soc.gm_scale / soc.fix_l0c_to_gm_bytes
     if queue == "MTE3":
         return soc.mte3_op_cycles + op.nbytes * soc.gm_scale / soc.mte3_ub_to_gm_bytes
-    return _plain_vector(op, queue, soc)  # a vec -> vec tmov
+    return instruction_cycles("vcopy", math.ceil(op.nbytes / soc.vec_bytes_per_cycle))  # a vec -> vec tmov
 
 
 def matmul_cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
@@ -255,22 +314,25 @@ registry.cost(d.TLoadOp, queue="MTE2", cycles=transfer_cycles)
 registry.cost(d.TStoreOp, queue=tstore_queue, cycles=transfer_cycles)
 registry.cost(d.TMovOp, queue=tmov_queue, cycles=transfer_cycles)
 registry.cost(d.TMatmulOp, d.TMatmulAccOp, queue="M", cycles=matmul_cycles)
-registry.cost(
-    d.TAddOp, d.TSubOp, d.TMulOp, d.TMaxOp, d.TMinOp, d.TAbsOp, d.TNegOp, d.TReluOp, d.TExpandsOp, d.TCvtOp,
-    d.TAddsOp, d.TSubsOp, d.TMulsOp, d.TMaxsOp, d.TMinsOp,
-    d.TRowExpandSubOp, d.TRowExpandMulOp, d.TRowExpandAddOp, d.TRowExpandMaxOp, d.TRowExpandMinOp,
-    queue=on_vector,
-    cycles=vector_cycles(),
-)
-registry.cost(
-    d.TExpOp, d.TLogOp, d.TSqrtOp, d.TRsqrtOp, d.TRecipOp, d.TDivOp, d.TDivsOp, d.TRowExpandDivOp, d.TRowExpandExpdifOp,
-    queue=on_vector,
-    cycles=vector_cycles("vec_transcendental_factor"),
-)
-registry.cost(d.TRowMaxOp, d.TRowSumOp, d.TRowMinOp, queue=on_vector, cycles=vector_cycles("vec_reduce_factor"))
+# Elementwise tile ops: one vector instruction each (pto-isa A2/A3 cost model classes).
+for _op, _instr in {
+    d.TAddOp: "vadd", d.TSubOp: "vsub", d.TMulOp: "vmul", d.TMaxOp: "vmax", d.TMinOp: "vmin", d.TDivOp: "vdiv",
+    d.TAddsOp: "vadds", d.TSubsOp: "vadds", d.TMulsOp: "vmuls", d.TDivsOp: "vdiv", d.TMaxsOp: "vmaxs",
+    d.TMinsOp: "vmins", d.TExpOp: "vexp", d.TLogOp: "vln", d.TSqrtOp: "vsqrt", d.TRsqrtOp: "vrsqrt",
+    d.TRecipOp: "vdiv", d.TAbsOp: "vabs", d.TNegOp: "vmuls", d.TReluOp: "vrelu", d.TCvtOp: "vconv",
+    d.TExpandsOp: "vector_dup", d.TSelOp: "vsel",
+}.items():
+    registry.cost(_op, queue=on_vector, cycles=one_instruction(_instr))
+for _op, _steps in {
+    d.TRowExpandSubOp: ("vsub",), d.TRowExpandAddOp: ("vadd",), d.TRowExpandMulOp: ("vmul",),
+    d.TRowExpandMaxOp: ("vmax",), d.TRowExpandMinOp: ("vmin",), d.TRowExpandDivOp: ("vdiv",),
+    d.TRowExpandExpdifOp: ("vsub", "vexp"),
+}.items():
+    registry.cost(_op, queue=on_vector, cycles=row_expand(*_steps))
+registry.cost(d.TRowMaxOp, d.TRowSumOp, d.TRowMinOp, queue=on_vector, cycles=row_reduce_cycles)
 # Masks, iota, column broadcasts and padding: elementwise-rate vector work (tcolexpanddiv divides).
 registry.cost(
-    d.TTriOp, d.TCmpSOp, d.TCmpOp, d.TSelOp, d.TCIOp, d.TFillPadOp,
+    d.TTriOp, d.TCmpSOp, d.TCmpOp, d.TCIOp, d.TFillPadOp,
     d.TColExpandAddOp, d.TColExpandSubOp, d.TColExpandMulOp, d.TColExpandMaxOp, d.TColExpandMinOp,
     queue=on_vector,
     cycles=vector_cycles(),
@@ -280,7 +342,7 @@ registry.cost(d.TColExpandDivOp, queue=on_vector, cycles=vector_cycles("vec_tran
 # acc -> mat on FIX (tmov's queues); the trace records elements, moved as 4-byte words.
 registry.cost(
     d.TExtractOp, d.TInsertOp, queue=tmov_queue,
-    cycles=lambda op, queue, soc: _plain_vector(op, queue, soc) if queue == "V"
+    cycles=lambda op, queue, soc: one_instruction("vcopy")(op, queue, soc) if queue == "V"
     else transfer_cycles(dataclass_replace(op, nbytes=op.nbytes or 4 * op.elems), queue, soc),
 )
 registry.cost(d.TTransOp, d.TGatherOp, d.TColExpandOp, *d.intops.OPS, queue=on_vector, cycles=vector_cycles())

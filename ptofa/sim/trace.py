@@ -37,6 +37,10 @@ class TraceOp:
     # elements read from the source by a vector op, when that differs from `elems`
     # (row reductions: src [r, c] -> dst [r, 1]); 0 means "same as elems"
     src_elems: int = 0
+    # widest element (bytes) among a vector op's tile operands: a vector repeat moves 256 B,
+    # so an f16 op takes half the repeats of an f32 one (a cast counts its wider side)
+    elem_bytes: int = 4
+    rows: int = 0  # valid rows of a vector op's destination (the column broadcast of trowexpand*)
 
 
 @dataclass

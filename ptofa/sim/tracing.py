@@ -73,6 +73,8 @@ def wrap_tile_op(op, fn, opid: int, slot, infos):
                 rec.nbytes = first.v.size * out.dtype.itemsize
         elif isinstance(out, Tile):
             rec.elems = out.v.size
+            rec.rows = out.vr
+            rec.elem_bytes = max(v.data.dtype.itemsize for v in (out, *(vals[s] for s in ins)) if isinstance(v, Tile))
             if is_reduce:
                 rec.src_elems = first.v.size
         elif isinstance(first, Tile):  # a tile written to GM by index (mscatter)
