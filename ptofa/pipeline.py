@@ -31,7 +31,7 @@ MAX_SPLITS = 16  # split-KV: most splits of one unit's KV tiles (num_splits)
 MIN_VEC_S0 = 8
 # Fewest Q rows a vector core scales at once (prescale_q): its three [rows, D] tiles take
 # 8 KiB at D = 128, which fits beside every TILE_S1 = 512 softmax working set.
-MIN_PRESCALE_ROWS = 8
+MIN_PRESCALE_ROWS = 4
 PRESCALE_TILES = (("q_in", None), ("q_f32", "f32"), ("q_out", None))  # (name, dtype; None: the input dtype)
 
 DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i8": 1, "i64": 8}
@@ -112,6 +112,11 @@ class FAConfig:
     # The vectors scale Q by the softmax scale once per unit and hand it to the cube through a
     # fourth (V2C) pipe, one unit ahead; compute_p then has no per-tile scaling pass.
     prescale_q: bool = True
+    # Softmax row-slice buffers per vector core: 1 (whole-tile-height slices), 2 (half-height
+    # slices, the next one loading while this one computes), or 0: 1 when its plan fits the
+    # UB, else 2. Every vector instruction pays a fixed head and tail, so the taller single
+    # slice does the same work in fewer instructions.
+    slice_buffers: int = 0
     target: str = "a3"
 
     def __post_init__(self) -> None:
@@ -149,9 +154,19 @@ class FAConfig:
 
     @property
     def vec_buffers(self) -> int:
-        """Softmax row-slice buffers per vector core: 2 (the next slice loads while this one
-        computes) when the halved slice keeps MIN_VEC_S0 rows, else 1."""
-        return 2 if self.cube_s0 // VEC_CORES // self.tile_factor // 2 >= MIN_VEC_S0 else 1
+        """Softmax row-slice buffers per vector core: `slice_buffers`, or (0) 1 when the
+        single-buffered plan fits the UB (prescale_q's tiles at MIN_PRESCALE_ROWS), else 2
+        when the halved slice keeps MIN_VEC_S0 rows, else 1."""
+        if self.slice_buffers:
+            return self.slice_buffers
+        if self.cube_s0 // VEC_CORES // self.tile_factor // 2 < MIN_VEC_S0:
+            return 1
+        single = object.__new__(FAConfig)  # unvalidated: its budget is what is being checked
+        single.__dict__.update(self.__dict__, slice_buffers=1)
+        used = _vec_bytes(single, _main_plan(single))
+        if self.prescale_q:
+            used += _vec_bytes(single, _prescale_tiles(single, MIN_PRESCALE_ROWS), hidden=False)
+        return 1 if used <= CAPACITY["vec"] else 2
 
     @property
     def vec_s0(self) -> int:
@@ -266,6 +281,8 @@ def _check_config(c: FAConfig) -> None:
     k = c.tile_factor
     if c.cube_s0 % (VEC_CORES * k) != 0:
         fail("divisibility", f"cube_s0={c.cube_s0} must be a multiple of 2*k_tile_factor={2 * k}")
+    if c.slice_buffers not in (0, 1, 2):
+        fail("slice buffers", f"slice_buffers={c.slice_buffers} must be 0 (automatic), 1 or 2")
     vec_s0 = c.vec_s0
     if vec_s0 < MIN_VEC_S0 or (vec_s0 * 4) % 32 != 0:
         fail("vector row slice", f"vec_s0={vec_s0} rows: vec_s0*4 bytes must be a multiple of 32 (vec_s0 >= {MIN_VEC_S0})")

@@ -218,10 +218,10 @@ def test_budget_overflow_is_rejected_naming_space_and_tiles(monkeypatch: pytest.
                                                           (256, 512, 1, 8)])
 def test_softmax_slices_are_double_buffered_while_they_keep_8_rows(head: int, tile_s1: int, buffers: int,
                                                                     vec_s0: int) -> None:
-    """Two slice buffers (s_tile0/1, p_half0/1: the next slice loads while this one computes) when
-    the halved slice keeps MIN_VEC_S0 = 8 rows; the slices of a tile still cover the core's rows;
-    the IR emits one softmax slice per buffer in the slice loop, each on its own buffers."""
-    config = make(head=head, tile_s1=tile_s1, qk_preload=2)
+    """slice_buffers=2: two slice buffers (s_tile0/1, p_half0/1: the next slice loads while this one
+    computes) when the halved slice keeps MIN_VEC_S0 = 8 rows; the slices of a tile still cover the
+    core's rows; the IR emits one softmax slice per buffer in the slice loop, each on its own buffers."""
+    config = make(head=head, tile_s1=tile_s1, qk_preload=2, slice_buffers=2 if buffers == 2 else 0)
     assert (config.vec_buffers, config.vec_s0) == (buffers, vec_s0)
     assert config.vec_s0 * config.tile_factor * config.vec_buffers == config.vec_rows
     names = {t.name: t for t in tile_plan(config) if t.core == "vector"}
@@ -233,6 +233,22 @@ def test_softmax_slices_are_double_buffered_while_they_keep_8_rows(head: int, ti
     assert vec_text.count("pto.trowexpandexpdif") == buffers
     for suffix in suffixes:
         assert re.search(rf"pto.tcvt ins\(%s_tile{suffix} \{{", vec_text) and f"outs(%p_half{suffix} :" in vec_text
+
+
+@pytest.mark.parametrize("tile_s1", [128, 256, 512])
+def test_automatic_slice_buffers_take_the_tallest_slice_that_fits(tile_s1: int) -> None:
+    """slice_buffers=0: one buffer of whole-height slices where that plan fits the UB (fewer
+    vector instructions for the same work), two half-height buffers where it does not (a key
+    padding mask's tiles); an explicit count outside 0..2 is refused with the rule."""
+    plain = make(tile_s1=tile_s1)
+    assert (plain.vec_buffers, plain.vec_s0) == (1, 64 * 128 // tile_s1)
+    assert budget(plain).rows[0].used <= budget(plain).rows[0].capacity
+    padded = make(tile_s1=tile_s1, key_padding=True)
+    assert padded.vec_buffers == 2
+    with pytest.raises(ConfigError, match="memory budget exceeded"):
+        make(tile_s1=tile_s1, key_padding=True, slice_buffers=1)
+    with pytest.raises(ConfigError, match=r"slice buffers.*slice_buffers=3 must be 0 \(automatic\), 1 or 2"):
+        make(tile_s1=tile_s1, slice_buffers=3)
 
 
 def test_budget_table_lists_every_space() -> None:
@@ -416,7 +432,7 @@ def test_cli_check_broken_file(tmp_path: Path) -> None:
     bad_line = next(i for i, line in enumerate(text.splitlines()) if "pto.trowexpandexpdif" in line)
     lines = text.splitlines()
     lines[bad_line] = lines[bad_line].replace("pto.trowexpandexpdif", "pto.trecip", 1)
-    lines[bad_line] = lines[bad_line].split(" ins(")[0] + " ins(%s_tile0 : !pto.tile_buf<vec, 16x256xf32, valid=?x?>) outs(%s_tile0 : !pto.tile_buf<vec, 16x256xf32, valid=?x?>)"
+    lines[bad_line] = lines[bad_line].split(" ins(")[0] + " ins(%s_tile : !pto.tile_buf<vec, 32x256xf32, valid=?x?>) outs(%s_tile : !pto.tile_buf<vec, 32x256xf32, valid=?x?>)"
     path = tmp_path / "broken.pto"
     path.write_text("\n".join(lines) + "\n")
     result = CliRunner().invoke(main, ["check", str(path)])

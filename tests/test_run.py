@@ -222,11 +222,11 @@ def test_simulator_memory_peak_equals_the_budget(head, tile_s1, qk_preload, vari
         assert peak[(0, "cube")][space] == planned[space]
 
 
-@pytest.mark.parametrize("head,tile_s1,buffers", [(128, 256, 2), (128, 512, 2), (192, 512, 1)])
+@pytest.mark.parametrize("head,tile_s1,buffers", [(128, 256, 1), (128, 256, 2), (128, 512, 2), (192, 512, 1)])
 def test_rowexpand_count_in_the_emitted_vector_function(head, tile_s1, buffers):
     from ptofa.fa_builder import emit_fa
 
-    config = _config(head, tile_s1, 3)
+    config = FAConfig(head=head, tile_s1=tile_s1, qk_preload=3, slice_buffers=buffers)
     assert config.vec_buffers == buffers
     text = emit_fa(config)
     vector_func = text[text.index("func.func @fa_vec"):]
