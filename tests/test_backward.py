@@ -27,7 +27,8 @@ from ptofa.textio import check_text, parse_pto, print_pto
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 
 
-def _inputs(b, n, kvn, s0, s1, d, dtype, seed=0):
+def _inputs(b, n, kvn, s0, s1, d=64, dtype=torch.float16, seed=0):
+    """Seeded Q [B, S0, N, D], K and V [B, S1, KVN, D], dO, in `dtype` (shared by the backward tests)."""
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(b, s0, n, d, generator=g).to(dtype)
     k = torch.randn(b, s1, kvn, d, generator=g).to(dtype)

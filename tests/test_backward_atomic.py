@@ -23,17 +23,9 @@ from ptofa.pipeline import ConfigError, ProblemShape
 from ptofa.reference import check_accuracy
 from ptofa.sim import simulate
 from ptofa.textio import check_text, parse_pto, print_pto
+from test_backward import _inputs
 
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
-
-
-def _inputs(b, n, kvn, s0, s1, d, dtype, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(b, s0, n, d, generator=g).to(dtype)
-    k = torch.randn(b, s1, kvn, d, generator=g).to(dtype)
-    v = torch.randn(b, s1, kvn, d, generator=g).to(dtype)
-    dout = torch.randn(b, s0, n, d, generator=g).to(dtype)
-    return q, k, v, dout
 
 
 def _case(b, n, kvn, s0, s1, d, dt, window, seed=0):

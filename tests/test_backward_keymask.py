@@ -15,15 +15,7 @@ from ptofa.pipeline import ConfigError
 
 from fake_npu import install_fake_npu
 from test_backward_npu import _nbytes, _replay_on_sim
-
-
-def _case(b, n, kvn, s0, s1, d=64, dtype=torch.float16, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(b, s0, n, d, generator=g).to(dtype)
-    k = torch.randn(b, s1, kvn, d, generator=g).to(dtype)
-    v = torch.randn(b, s1, kvn, d, generator=g).to(dtype)
-    dout = torch.randn(b, s0, n, d, generator=g).to(dtype)
-    return q, k, v, dout
+from test_backward import _inputs
 
 
 def _mask(b: int, s1: int, shared: bool) -> torch.Tensor:
@@ -53,7 +45,7 @@ def _grads(q, k, v, dout, window, mask, deterministic=True, backend="sim", **kwa
 ])
 def test_masked_gradients_match_fp64_autograd_with_the_mask(deterministic, window, shared, dtype, d):
     """GQA 2, two batches, tails on both sides; padding keys get exactly zero dk and dv."""
-    q, k, v, dout = _case(2, 4, 2, 77, 93, d, dtype)
+    q, k, v, dout = _inputs(2, 4, 2, 77, 93, d, dtype)
     mask = _mask(2, 93, shared)
     dq, dk, dv = _grads(q, k, v, dout, window, mask, deterministic)
     acc = check_gradients(dq, dk, dv, reference_backward(q, k, v, dout, window=window, key_padding_mask=mask))
@@ -65,7 +57,7 @@ def test_masked_gradients_match_fp64_autograd_with_the_mask(deterministic, windo
 def test_the_mask_reaches_the_kernels():
     """The same O and LSE with the mask left out of the backward fail the rule: the test above
     would see kernels that ignore it."""
-    q, k, v, dout = _case(1, 2, 1, 64, 96)
+    q, k, v, dout = _inputs(1, 2, 1, 64, 96)
     mask = _mask(1, 96, shared=False)
     out, lse = ptofa.flash_attn_func(q, k, v, key_padding_mask=mask, return_lse=True, backend="sim")
     grads = attention_backward(q, k, v, out, lse, dout, backend="sim")
@@ -74,7 +66,7 @@ def test_the_mask_reaches_the_kernels():
 
 
 def test_a_batch_without_keys_gets_zero_gradients():
-    q, k, v, dout = _case(2, 2, 2, 40, 70)
+    q, k, v, dout = _inputs(2, 2, 2, 40, 70)
     mask = torch.ones(2, 70, dtype=torch.bool)
     mask[1] = False
     dq, dk, dv = _grads(q, k, v, dout, (-1, -1), mask)
@@ -100,13 +92,13 @@ def test_the_kernels_take_the_forward_kernels_mask_arguments():
     (torch.ones(2, 93), "key padding mask: dtype torch.float32 must be bool or an integer type"),
 ])
 def test_a_bad_mask_is_refused_before_anything_runs(mask, message):
-    q, k, v, dout = _case(2, 2, 2, 40, 93)
+    q, k, v, dout = _inputs(2, 2, 2, 40, 93)
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         attention_backward(q, k, v, q, torch.zeros(2, 2, 40), dout, key_padding_mask=mask, backend="sim")
 
 
 def test_a_config_without_key_padding_is_refused_with_a_mask():
-    q, k, v, dout = _case(1, 2, 2, 40, 93)
+    q, k, v, dout = _inputs(1, 2, 2, 40, 93)
     with pytest.raises(ConfigError, match="key_padding=False.*key_padding_mask given: True"):
         attention_backward(q, k, v, q, torch.zeros(1, 2, 40), dout, key_padding_mask=torch.ones(93, dtype=torch.bool),
                            config=BwdConfig(head=64), backend="sim")
@@ -117,7 +109,7 @@ def test_the_npu_launch_passes_the_mask_and_its_stride(monkeypatch, deterministi
     """Recorded launches replayed on the simulator from their addresses: the per-batch mask's
     address and stride S1 reach the mixed kernels and the gradients pass the rule."""
     calls = install_fake_npu(monkeypatch, backward_npu, 24)
-    q, k, v, dout = _case(2, 4, 2, 77, 93)
+    q, k, v, dout = _inputs(2, 4, 2, 77, 93)
     mask = _mask(2, 93, shared=False)
     out, lse = ptofa.flash_attn_func(q, k, v, window_size=(-1, 0), key_padding_mask=mask, return_lse=True, backend="sim")
     config = BwdConfig(head=64, masked=True, key_padding=True, atomic_dq=not deterministic,

@@ -25,6 +25,7 @@ from ptofa.textio import check_text
 from ptofa.toolchain import ToolchainError, caller_for, entry_signature
 
 from fake_npu import STREAM, Call, Calls, install_fake_npu
+from test_backward import _inputs
 
 CORES = 24
 
@@ -47,15 +48,6 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> list[backward_npu.NpuBackwardLa
 
     monkeypatch.setattr("ptofa.backward.launch_backward_npu", keep)
     return results
-
-
-def _inputs(b, n, kvn, s0, s1, d=64, seed=0, dtype=torch.float16):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(b, s0, n, d, generator=g).to(dtype)
-    k = torch.randn(b, s1, kvn, d, generator=g).to(dtype)
-    v = torch.randn(b, s1, kvn, d, generator=g).to(dtype)
-    dout = torch.randn(b, s0, n, d, generator=g).to(dtype)
-    return q, k, v, dout
 
 
 def _case(window=(-1, 0), b=1, n=4, kvn=2, s0=100, s1=140):
@@ -190,18 +182,21 @@ def test_bad_input_launches_nothing(calls, change, error, message) -> None:
     assert calls == []
 
 
-def test_a_failed_dkdv_build_launches_nothing(calls, monkeypatch) -> None:
+@pytest.mark.parametrize("failing, deterministic", [("dkdv", True), ("post", False)])
+def test_a_failed_build_launches_nothing(calls, monkeypatch, failing, deterministic) -> None:
+    """Every kernel of the mode is built before any is enqueued: the dkdv kernel of the
+    deterministic mode, the post kernel (the last one) of the atomic mode."""
     real = backward_npu.kernel_launcher
 
-    def no_dkdv(config, kernel):
-        if kernel == "dkdv":
+    def failing_build(config, kernel):
+        if kernel == failing:
             raise ToolchainError("ptoas: error: fake failure")
         return real(config, kernel)
 
-    monkeypatch.setattr(backward_npu, "kernel_launcher", no_dkdv)
+    monkeypatch.setattr(backward_npu, "kernel_launcher", failing_build)
     q, k, v, dout = _inputs(1, 2, 1, 64, 64)
     with pytest.raises(ToolchainError, match="fake failure"):
-        attention_backward(q, k, v, q, torch.zeros(1, 2, 64), dout, backend="npu")
+        attention_backward(q, k, v, q, torch.zeros(1, 2, 64), dout, backend="npu", deterministic=deterministic)
     assert calls == []
 
 
@@ -267,21 +262,6 @@ def test_the_atomic_launches_replayed_give_the_reference_gradients(calls, launch
     acc = check_gradients(dq, dk, dv, reference_backward(q, k, v, dout, window=window))
     assert all(a.passed for a in acc.values()), {name: str(a) for name, a in acc.items()}
     assert torch.equal(launches[0].dq_acc.to(q.dtype), dq)
-
-
-def test_a_failed_post_build_launches_nothing_in_atomic_mode(calls, monkeypatch) -> None:
-    real = backward_npu.kernel_launcher
-
-    def no_post(config, kernel):
-        if kernel == "post":
-            raise ToolchainError("ptoas: error: fake failure")
-        return real(config, kernel)
-
-    monkeypatch.setattr(backward_npu, "kernel_launcher", no_post)
-    q, k, v, dout = _inputs(1, 2, 1, 64, 64)
-    with pytest.raises(ToolchainError, match="fake failure"):
-        attention_backward(q, k, v, q, torch.zeros(1, 2, 64), dout, backend="npu", deterministic=False)
-    assert calls == []
 
 
 def test_npu_backend_without_an_npu_is_refused_with_one_line(monkeypatch) -> None:
