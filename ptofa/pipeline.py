@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from ptofa.target import ALIGNMENT, CAPACITY, HIDDEN_ROWEXPAND_TMP_BYTES, KIB, SPACE_NAMES  # noqa: F401 (re-exported)
 from ptofa.target import align as _align
@@ -162,7 +162,7 @@ class FAConfig:
         if self.cube_s0 // VEC_CORES // self.tile_factor // 2 < MIN_VEC_S0:
             return 1
         single = object.__new__(FAConfig)  # unvalidated: its budget is what is being checked
-        single.__dict__.update(self.__dict__, slice_buffers=1)
+        single.__dict__.update({f.name: getattr(self, f.name) for f in fields(self)}, slice_buffers=1)
         used = _vec_bytes(single, _main_plan(single))
         if self.prescale_q:
             used += _vec_bytes(single, _prescale_tiles(single, MIN_PRESCALE_ROWS), hidden=False)

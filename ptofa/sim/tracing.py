@@ -9,7 +9,7 @@ Pipe ops record themselves (`pipeops`).
 from __future__ import annotations
 
 from ptofa import dialect as d
-from ptofa.sim.memory import GmView, Tile
+from ptofa.sim.memory import NP_DTYPES, GmView, Tile
 from ptofa.sim.trace import TraceOp
 
 _REDUCTIONS = (d.TRowMaxOp, d.TRowSumOp, d.TRowMinOp)
@@ -26,6 +26,13 @@ def wrap_scalar(fn, line: int):
         core.pending_scalar += 1
 
     return traced_scalar
+
+
+def _widest_tile_element(op) -> int:
+    """Bytes of the widest element among an op's tile operands (static: the tile_buf types)."""
+    widths = [NP_DTYPES[d.elem_name(v.type.dtype)].itemsize for v in op.operands
+              if isinstance(v.type, d.TileBufType) and d.elem_name(v.type.dtype) in NP_DTYPES]
+    return max(widths, default=4)
 
 
 def _buffer_id(value) -> int | None:
@@ -48,6 +55,7 @@ def wrap_tile_op(op, fn, opid: int, slot, infos):
     is_reduce = isinstance(op, _REDUCTIONS)
     lhs = slot(op.lhs) if is_matmul else 0
     rhs = slot(op.rhs) if is_matmul else 0
+    elem_bytes = _widest_tile_element(op)
 
     def traced(vals):
         fn(vals)
@@ -74,7 +82,7 @@ def wrap_tile_op(op, fn, opid: int, slot, infos):
         elif isinstance(out, Tile):
             rec.elems = out.v.size
             rec.rows = out.vr
-            rec.elem_bytes = max(v.data.dtype.itemsize for v in (out, *(vals[s] for s in ins)) if isinstance(v, Tile))
+            rec.elem_bytes = elem_bytes
             if is_reduce:
                 rec.src_elems = first.v.size
         elif isinstance(first, Tile):  # a tile written to GM by index (mscatter)
