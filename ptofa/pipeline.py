@@ -40,6 +40,7 @@ SUPPORTED_TILE_S1 = (128, 256, 512)
 SUPPORTED_HEAD = (64, 96, 128, 192, 256)
 SPLIT_HEAD = 128  # head dims above this split the cube stages in two D chunks with 64-row Q blocks
 IN_DTYPES = ("f16", "bf16")
+SOFTMAX_DTYPES = ("f32", "f16")
 OUT_DTYPES = ("f16", "bf16", "f32")
 MAX_MATMUL_DIM = 4095
 
@@ -117,6 +118,12 @@ class FAConfig:
     # UB, else 2. Every vector instruction pays a fixed head and tail, so the taller single
     # slice does the same work in fewer instructions.
     slice_buffers: int = 0
+    # The softmax's working dtype (CANN's inner-precise modes): "f32" (high precision) stores the
+    # scores as f32 and computes the row max, exp and row sum in f32; "f16" (high performance,
+    # fp16 inputs, unmasked, no key padding) has the cube's FIX pipe round the scores to f16 and
+    # computes the row max, exp and row sum on f16 tiles, so each vector pass covers twice the
+    # elements and P needs no conversion. The running max, row sums, rescale and O stay f32.
+    softmax_dtype: str = "f32"
     target: str = "a3"
 
     def __post_init__(self) -> None:
@@ -200,7 +207,7 @@ class FAConfig:
     def pipes(self) -> tuple[PipeSpec, ...]:
         """QK (C2V), P (V2C), PV (C2V), and with `prescale_q` the scaled Q block (V2C)."""
         pipes = (
-            PipeSpec("qk", 0, 1, self.cube_s0, self.tile_s1, "f32"),
+            PipeSpec("qk", 0, 1, self.cube_s0, self.tile_s1, self.softmax_dtype),
             PipeSpec("p", 1, 2, self.cube_s0, self.tile_s1, self.in_dtype),
             PipeSpec("pv", 2, 1, self.cube_s0, self.head, "f32"),
         )
@@ -237,7 +244,8 @@ class FAConfig:
         parts = [name for name, on in (("masked", self.masked), ("key_padding", self.key_padding), ("lse", self.lse),
                                        ("varlen", self.varlen), (f"page_size={self.page_size}", self.page_size),
                                        ("split_kv", self.split_kv), ("gqa_pack", self.gqa_pack),
-                                       ("no_prescale_q", not self.prescale_q)) if on]
+                                       ("no_prescale_q", not self.prescale_q),
+                                       ("softmax_f16", self.softmax_dtype == "f16")) if on]
         return " ".join(parts)
 
     def summary(self) -> str:
@@ -283,9 +291,15 @@ def _check_config(c: FAConfig) -> None:
         fail("divisibility", f"cube_s0={c.cube_s0} must be a multiple of 2*k_tile_factor={2 * k}")
     if c.slice_buffers not in (0, 1, 2):
         fail("slice buffers", f"slice_buffers={c.slice_buffers} must be 0 (automatic), 1 or 2")
-    vec_s0 = c.vec_s0
-    if vec_s0 < MIN_VEC_S0 or (vec_s0 * 4) % 32 != 0:
-        fail("vector row slice", f"vec_s0={vec_s0} rows: vec_s0*4 bytes must be a multiple of 32 (vec_s0 >= {MIN_VEC_S0})")
+    if c.softmax_dtype not in SOFTMAX_DTYPES:
+        fail("softmax dtype", f"softmax_dtype={c.softmax_dtype!r} must be one of {SOFTMAX_DTYPES}")
+    if c.softmax_dtype == "f16" and (c.in_dtype != "f16" or c.masked or c.key_padding):
+        fail("softmax dtype", f"softmax_dtype='f16' is built for fp16 inputs without masks or key padding, got "
+                              f"in_dtype={c.in_dtype!r}, masked={c.masked}, key_padding={c.key_padding}; use 'f32'")
+    vec_s0, stat_bytes = c.vec_s0, DTYPE_BYTES[c.softmax_dtype]
+    if vec_s0 < MIN_VEC_S0 or (vec_s0 * 4) % 32 != 0 or (vec_s0 * stat_bytes) % 32 != 0:
+        fail("vector row slice", f"vec_s0={vec_s0} rows: vec_s0*4 and vec_s0*{stat_bytes} bytes (softmax_dtype="
+                                 f"{c.softmax_dtype}) must be multiples of 32 (vec_s0 >= {MIN_VEC_S0})")
     if c.cube_s0 * c.cube_s1 * 4 > 64 * KIB:
         fail("L0C", f"cube_s0*cube_s1*4 = {c.cube_s0 * c.cube_s1 * 4} B exceeds 64 KiB")
     if c.cube_s0 * c.head * 4 > 64 * KIB:
@@ -350,7 +364,7 @@ def _prescale_tiles(c: FAConfig, rows: int) -> list[TileSpec]:
 def _main_plan(c: FAConfig) -> list[TileSpec]:
     """The tiles of every kernel of the family (all but the prescale_q tiles)."""
     d, s0, s1, ts1 = c.head, c.cube_s0, c.cube_s1, c.tile_s1
-    rows, vs0, dt = c.vec_rows, c.vec_s0, c.in_dtype
+    rows, vs0, dt, sd = c.vec_rows, c.vec_s0, c.in_dtype, c.softmax_dtype
     nz = dict(blayout="col_major", slayout="row_major")
     col = dict(blayout="col_major")
     dyn = dict(dynamic=True)
@@ -368,12 +382,17 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
         TileSpec("v_right", "cube", "pv", "right", s1, dc, dt, slayout="col_major", **dyn),
         TileSpec("s_acc", "cube", "qk", "acc", s0, s1, "f32", **acc, **dyn),
         *[TileSpec(name, "cube", "pv", "acc", s0, dc, "f32", **acc) for name in chunk_names(c, "o_acc")],
-        # vector: softmax working set for one row slice (red_tmp is also the mask tile)
-        *[TileSpec(name, "vector", "p", "vec", vs0, ts1, "f32", **dyn) for name in buffer_names(c, "s_tile")],
-        TileSpec("red_tmp", "vector", "p", "vec", vs0, ts1, "f32", **dyn),
-        *[TileSpec(name, "vector", "p", "vec", vs0, ts1, dt, **dyn) for name in buffer_names(c, "p_half")],
+        # vector: softmax working set for one row slice (red_tmp is also the mask tile), in the
+        # softmax dtype; an f32 softmax converts P into p_half, an f16 one computes it in place.
+        *[TileSpec(name, "vector", "p", "vec", vs0, ts1, sd, **dyn) for name in buffer_names(c, "s_tile")],
+        TileSpec("red_tmp", "vector", "p", "vec", vs0, ts1, sd, **dyn),
+        *([TileSpec(name, "vector", "p", "vec", vs0, ts1, dt, **dyn) for name in buffer_names(c, "p_half")]
+          if sd == "f32" else []),
         TileSpec("m_slice", "vector", "p", "vec", vs0, 1, "f32", **col),
         TileSpec("l_slice", "vector", "p", "vec", vs0, 1, "f32", **col),
+        # an f16 softmax's row max and row sum, before their conversion to the f32 statistics
+        *([TileSpec(name, "vector", "p", "vec", vs0, 1, sd, **col) for name in ("m_half", "l_half")]
+          if sd != "f32" else []),
         # vector: per-row state of the core's rows, and GU tiles. The running
         # statistics are allocated as [1, R] rows because compute_p slices them per
         # row slice with pto.subview, whose source must come from alloc_tile (a

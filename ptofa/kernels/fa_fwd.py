@@ -55,7 +55,7 @@ from xdsl.ir import SSAValue
 from ptofa import argspec
 from ptofa.api import F32, I32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type
 from ptofa.kernels.common import SPLIT, TileRange, entry_type, fused, init_pipes, pipelined, ring_select
-from ptofa.pipeline import UNIT_FIELDS, UNIT_TABLE, FAConfig, TileSpec, buffer_names, chunk_names, tile_plan
+from ptofa.pipeline import DTYPE_BYTES, UNIT_FIELDS, UNIT_TABLE, FAConfig, TileSpec, buffer_names, chunk_names, tile_plan
 from ptofa.textio import print_pto
 
 NEG_INIT = -3.0e38  # running-max start and mask value: finite, so no inf - inf ever appears
@@ -135,18 +135,18 @@ def _common(config: FAConfig, args: dict[str, SSAValue]) -> _Common:
     kv_stride = scalar.mul(kv_heads, config.head, name="kv_stride")
     block_idx = pto.get_block_idx()
     block_num = pto.get_block_num()
-    # Slot workspace per block: [QK ring | PV ring] in f32 elements, then the P ring and (prescale_q)
-    # the scaled-Q ring in the input dtype.
-    qk, p, pv = config.pipes[:3]
+    # Slot workspace per block: the rings of the QK, PV, P and (prescale_q) scaled-Q pipes, one
+    # after the other; `slots` addresses it in f32 elements, `slots_h` in the input dtype (the
+    # dtype of the P and Q rings, and of an f16 softmax's QK ring).
     f32_off = scalar.mul(block_idx, config.gm_slot_f32_per_block, name="slot_f32_off")
-    qk_base = pto.add_ptr(args["slots"], f32_off, name="qk_ring")
-    pv_base = pto.add_ptr(qk_base, qk.slot_bytes * config.slot_num // 4, name="pv_ring")
     h_off = scalar.mul(block_idx, 2 * config.gm_slot_f32_per_block, name="slot_h_off")
-    p_block = pto.add_ptr(args["slots_h"], h_off, name="slot_h_block")
-    p_base = pto.add_ptr(p_block, (qk.slot_bytes + pv.slot_bytes) * config.slot_num // 2, name="p_ring")
-    bases = {"qk": qk_base, "p": p_base, "pv": pv_base}
-    if config.prescale_q:
-        bases["q"] = pto.add_ptr(p_base, p.slot_bytes * config.slot_num // 2, name="q_ring")
+    block_base = {"f32": pto.add_ptr(args["slots"], f32_off, name="slot_f32_block"),
+                  config.in_dtype: pto.add_ptr(args["slots_h"], h_off, name="slot_h_block")}
+    bases, offset = {}, 0
+    for pipe in (config.pipes[0], config.pipes[2], config.pipes[1], *config.pipes[3:]):
+        elem = DTYPE_BYTES[pipe.dtype]
+        bases[pipe.name] = pto.add_ptr(block_base[pipe.dtype], offset // elem, name=f"{pipe.name}_ring")
+        offset += pipe.slot_bytes * config.slot_num
     return _Common(config, args, block_idx, block_num, batch, heads, group, s0, s1, units, q_blocks,
                    q_stride, kv_stride, kv_heads, bases)
 
@@ -485,8 +485,9 @@ def compute_p(s: _VecState, t: SSAValue) -> None:
     keys = _tile_keys(s.c, s.u, t)
     qk_entry = pto.tpop("vector", qk.pipe_id, entry_type(qk, "vector"), SPLIT, name="qk_entry")
     p_entry = pto.talloc("vector", p.pipe_id, entry_type(p, "vector"), SPLIT, name="p_entry")
-    buffers = list(zip(buffer_names(cfg, "s_tile"), buffer_names(cfg, "p_half")))
-    for name in ("red_tmp", *(n for pair in buffers for n in pair)):
+    p_names = "p_half" if cfg.softmax_dtype == "f32" else "s_tile"  # an f16 softmax computes P in place
+    buffers = list(zip(buffer_names(cfg, "s_tile"), buffer_names(cfg, p_names)))
+    for name in ("red_tmp", *dict.fromkeys(n for pair in buffers for n in pair)):
         tile.set_valid(tl[name], vs0, keys)
     if cfg.key_padding:
         _key_bias(s, t, keys)
@@ -520,13 +521,23 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
         _mask_bounds(s, t, r0, keys, s_tile)
     if cfg.key_padding:
         tile.col_expand_add(s_tile, tl["kpm_f32"], out=s_tile)
-    tile.row_max(s_tile, tl["red_tmp"], out=tl["m_slice"])
+    if cfg.softmax_dtype == "f32":
+        tile.row_max(s_tile, tl["red_tmp"], out=tl["m_slice"])
+    else:  # the max of f16 scores is an f16 value: its f32 copy joins the f32 running max exactly
+        tile.row_max(s_tile, tl["red_tmp"], out=tl["m_half"])
+        tile.cvt(rows["m_half"], out=rows["m_slice"])
     tile.max(rows["m_slice"], m_old, out=rows["m_slice"])  # m_new (finite: m_old starts at -3e38)
     tile.adds(rows["m_slice"], s.consts["zero"], out=m_new)  # a tmov into a subview is rejected
-    tile.row_expand_expdif(s_tile, tl["m_slice"], out=s_tile)  # P = exp(S - m_new), one pass
-    tile.row_sum(s_tile, tl["red_tmp"], out=tl["l_slice"])
+    if cfg.softmax_dtype == "f32":
+        tile.row_expand_expdif(s_tile, tl["m_slice"], out=s_tile)  # P = exp(S - m_new), one pass
+        tile.row_sum(s_tile, tl["red_tmp"], out=tl["l_slice"])
+        tile.cvt(s_tile, out=p_half)
+    else:  # m_new is a maximum of f16 scores, so its f16 copy is exact; P = exp(S - m_new) is f16 already
+        tile.cvt(rows["m_slice"], out=rows["m_half"])
+        tile.row_expand_expdif(s_tile, tl["m_half"], out=s_tile)
+        tile.row_sum(s_tile, tl["red_tmp"], out=tl["l_half"])
+        tile.cvt(rows["l_half"], out=rows["l_slice"])
     tile.adds(rows["l_slice"], s.consts["zero"], out=l_new)
-    tile.cvt(s_tile, out=p_half)
     pto.store(p_half, pto.slice_view(p_entry, [r0, 0], [vs0, keys], name="p_rows"))
 
 
