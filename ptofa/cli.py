@@ -24,6 +24,7 @@ from ptofa.switches import (  # noqa: F401 (DTYPES, window_of, InputError: re-ex
     config_knobs,
     kernel_switches,
     kv_heads_option,
+    one_softmax_dtype,
     window_of,
 )
 
@@ -55,9 +56,9 @@ def _int_list(value: str | None, name: str) -> list[int] | None:
 
 def make_config(head: int, tile_s1: int, qk_preload: int, dtype: str = "fp16", out_dtype: str | None = None,
                 causal: bool = False, window: tuple[int, int] | None = None, key_padding: bool = False,
-                lse: bool = False, prescale_q: bool = True) -> FAConfig:
+                lse: bool = False, prescale_q: bool = True, softmax_dtypes: tuple[str, ...] = ("f32",)) -> FAConfig:
     """An FAConfig, or exit 2 with the broken rule on one line."""
-    knobs = config_knobs(dtype, out_dtype, causal, window, key_padding, lse, prescale_q)
+    knobs = config_knobs(dtype, out_dtype, causal, window, key_padding, lse, prescale_q, one_softmax_dtype(softmax_dtypes))
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -82,12 +83,13 @@ def main() -> None:
 @click.option("--backward", is_flag=True, help="Write the backward kernels (fa_bwd_dq.pto, fa_bwd_dkdv.pto) instead.")
 @click.option("--atomic", is_flag=True, help="With --backward: the atomic-add dQ mode (fa_bwd_prep, _dkdv, _post).")
 def build(head: int, tile_s1: int, qk_preload: int, dtype: str, out_dtype: str | None, causal: bool,
-          window: tuple[int, int] | None, key_padding: bool, lse: bool, prescale_q: bool, output: Path | None,
-          backward: bool, atomic: bool) -> None:
+          window: tuple[int, int] | None, key_padding: bool, lse: bool, prescale_q: bool, softmax_dtypes: tuple[str, ...],
+          output: Path | None, backward: bool, atomic: bool) -> None:
     """Emit the kernel as PTO IR, and print the config and its memory budget."""
     from ptofa.fa_builder import emit_fa
 
-    config = make_config(head, tile_s1, qk_preload, dtype, out_dtype, causal, window, key_padding, lse, prescale_q)
+    config = make_config(head, tile_s1, qk_preload, dtype, out_dtype, causal, window, key_padding, lse, prescale_q,
+                         softmax_dtypes)
     if backward:
         from ptofa.bwd_cli import build_backward
 
@@ -158,8 +160,8 @@ def check(pto_file: Path, ptoas_only: bool) -> None:
 def run(backend: str, batch: int, heads: int, kv_heads: int | None, s0: int | None, s1: int, seqlens: list[int] | None,
         kv_seqlens: list[int] | None, seqlens_file: Path | None, decode: bool, cache_len: int | None, page_size: int,
         num_splits: int | None, head: int, tile_s1: int, qk_preload: int, dtype: str, out_dtype: str | None,
-        causal: bool, window: tuple[int, int] | None, key_padding: bool, lse: bool, prescale_q: bool, seed: int,
-        block_dim: int | None,
+        causal: bool, window: tuple[int, int] | None, key_padding: bool, lse: bool, prescale_q: bool,
+        softmax_dtypes: tuple[str, ...], seed: int, block_dim: int | None,
         keep: Path | None, timeline: Path | None, trace: Path | None, soc: str, inject_fault: str | None,
         backward: bool, atomic: bool, balance: bool) -> None:
     """Build, run and check the kernel against the torch reference; print one result row."""
@@ -169,7 +171,8 @@ def run(backend: str, batch: int, heads: int, kv_heads: int | None, s0: int | No
     from ptofa.runner import BackendUnavailable, resolve_backend, run_case
     from ptofa.varlen import varlen_shape
 
-    config = make_config(head, tile_s1, qk_preload, dtype, out_dtype, causal, window, key_padding, lse, prescale_q)
+    config = make_config(head, tile_s1, qk_preload, dtype, out_dtype, causal, window, key_padding, lse, prescale_q,
+                         softmax_dtypes)
     if seqlens_file is not None:
         seqlens = read_seqlens(seqlens_file, seqlens)
     if decode or num_splits is not None:

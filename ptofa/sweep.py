@@ -46,7 +46,7 @@ from rich.table import Table
 import ptofa
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
 from ptofa.backend import BACKENDS, BackendUnavailable, RunResult
-from ptofa.switches import UNBOUNDED, config_knobs, kernel_switches, kv_heads_option, window_of
+from ptofa.switches import UNBOUNDED, config_knobs, kernel_switches, kv_heads_option, one_softmax_dtype, window_of
 
 RunFunction = Callable[..., RunResult]
 
@@ -64,7 +64,7 @@ TIME_METRICS = (
 )
 RESULT_FIELDS = tuple(f.name for f in fields(RunResult))
 # The kernel's switches and kv_heads: columns of every row (RunResult has no field for them).
-SWITCH_FIELDS = ("kv_heads", "window", "key_padding", "lse", "in_dtype", "out_dtype", "prescale_q")
+SWITCH_FIELDS = ("kv_heads", "window", "key_padding", "lse", "in_dtype", "out_dtype", "prescale_q", "softmax_dtype")
 VERSION_PACKAGES = ("ptofa", "torch", "xdsl", "numpy")
 STOP_POLL_S = 0.5
 
@@ -116,6 +116,7 @@ class SweepPoint:
     out_dtype: str | None = None
     prescale_q: bool = True
     balance: bool = False  # the balanced split-KV launch (`ptofa.balance`) instead of the dense kernel
+    softmax_dtype: str = "f32"
 
     def __post_init__(self) -> None:
         if self.kv_heads is None:
@@ -138,6 +139,8 @@ class SweepPoint:
             switches += f",out_dtype={self.out_dtype}"
         if not self.prescale_q:
             switches += ",prescale_q=0"
+        if self.softmax_dtype != "f32":
+            switches += f",softmax_dtype={self.softmax_dtype}"
         kv_heads = f",kv_heads={self.kv_heads}" if self.kv_heads != self.heads else ""
         switches += ",balance=1" if self.balance else ""
         return (
@@ -161,6 +164,8 @@ class SweepPoint:
             words.append(f"kv_heads={self.kv_heads}")
         if not self.prescale_q:
             words.append("no_prescale_q")
+        if self.softmax_dtype != "f32":
+            words.append(f"softmax={self.softmax_dtype}")
         if self.balance:
             words.append("balanced split")
         return " ".join(word for word in words if word)
@@ -191,19 +196,20 @@ class SweepGrid:
     prescale_q: bool = True
     square: bool = False  # S0 = S1 at every point (the s0 axis is not used)
     balance: bool = False  # each point also through the balanced split-KV launch
+    softmax_dtype: Sequence[str] = ("f32",)  # swept, after qk_preload
 
     def points(self, backend: str) -> list[SweepPoint]:
         """Points ordered by shape, then by config, so a partial sweep covers whole shapes first.
         A value listed twice on an axis gives one point."""
         s0_axis = (None,) if self.square else self.s0
         axes = (self.batch, self.heads, s0_axis, self.s1, self.head, self.tile_s1, self.qk_preload,
-                (False, True) if self.balance else (False,))
+                self.softmax_dtype, (False, True) if self.balance else (False,))
         switches = dict(kv_heads=self.kv_heads, window=tuple(self.window), key_padding=self.key_padding,
                         lse=self.lse, in_dtype=self.in_dtype, out_dtype=self.out_dtype, prescale_q=self.prescale_q)
         return [
             SweepPoint(head, tile_s1, qk_preload, batch, heads, s1 if s0 is None else s0, s1, backend, **switches,
-                       balance=balance)
-            for batch, heads, s0, s1, head, tile_s1, qk_preload, balance in itertools.product(
+                       balance=balance, softmax_dtype=softmax)
+            for batch, heads, s0, s1, head, tile_s1, qk_preload, softmax, balance in itertools.product(
                 *(dict.fromkeys(axis) for axis in axes)
             )
         ]
@@ -240,7 +246,8 @@ def validate_point(point: SweepPoint) -> tuple[FAConfig | None, str, list[str]]:
         try:
             config = FAConfig(head=point.head, tile_s1=point.tile_s1, qk_preload=point.qk_preload,
                               in_dtype=point.in_dtype, out_dtype=point.out_dtype, masked=point.window != UNBOUNDED,
-                              key_padding=point.key_padding, lse=point.lse, prescale_q=point.prescale_q)
+                              key_padding=point.key_padding, lse=point.lse, prescale_q=point.prescale_q,
+                              softmax_dtype=point.softmax_dtype)
             point.shape.check(config)
         except ConfigError as exc:
             return None, str(exc), []
@@ -787,6 +794,7 @@ def sweep_cmd(
     key_padding: bool,
     lse: bool,
     prescale_q: bool,
+    softmax_dtypes: tuple[str, ...],
     backend: str,
     jobs: int | None,
     out_dir: Path,
@@ -807,10 +815,11 @@ def sweep_cmd(
     (rerun the same command to resume).
     """
     console = Console() if sys.stdout.isatty() else Console(width=120)
-    knobs = config_knobs(dtype, out_dtype, causal, window, key_padding, lse, prescale_q)
+    knobs = config_knobs(dtype, out_dtype, causal, window, key_padding, lse, prescale_q, softmax_dtypes[0])
     if decode or num_splits is not None or seqlens is not None:
         from ptofa.serving_cli import sweep_serving
 
+        one_softmax_dtype(softmax_dtypes)
         try:
             config = FAConfig(head=head_dim[0], tile_s1=tile_s1[0], qk_preload=qk_preload[0], **knobs)
         except ConfigError as exc:
@@ -827,7 +836,7 @@ def sweep_cmd(
     grid = SweepGrid(tile_s1=tile_s1, qk_preload=qk_preload, head=head_dim, s1=s1, s0=s0, batch=batch, heads=heads,
                      kv_heads=kv_heads, window=window_of(causal, window), key_padding=key_padding, lse=lse,
                      in_dtype=knobs["in_dtype"], out_dtype=knobs["out_dtype"], prescale_q=prescale_q, square=square,
-                     balance=balance)
+                     balance=balance, softmax_dtype=softmax_dtypes)
     try:
         outcome = run_sweep(grid, out_dir, backend=backend, jobs=jobs, seed=seed, console=console)
     except BackendUnavailable as exc:

@@ -1,7 +1,7 @@
 """The forward kernel's switches as command-line options, shared by `run_fa build`, `run` and `sweep`.
 
 `kernel_switches` adds `--dtype --out-dtype --causal --window --key-padding-mask --lse
---prescale-q/--no-prescale-q`,
+--prescale-q/--no-prescale-q --softmax-dtype`,
 `kv_heads_option` adds `--kv-heads`; `config_knobs` maps the parsed switches to
 `FAConfig` keyword arguments and `window_of` gives the problem shape's window. A
 switch value that cannot be parsed, or two switches that contradict each other,
@@ -16,6 +16,7 @@ import click
 DTYPES = {"fp16": "f16", "bf16": "bf16", "fp32": "f32", None: None}
 IN_CHOICES = ("fp16", "bf16")
 OUT_CHOICES = ("fp16", "bf16", "fp32")
+SOFTMAX_CHOICES = ("f32", "f16")
 UNBOUNDED = (-1, -1)
 CAUSAL = (-1, 0)
 
@@ -39,6 +40,24 @@ def parse_window(ctx: click.Context | None, param: click.Parameter | None, value
     return left, right
 
 
+def parse_softmax_dtypes(ctx: click.Context | None, param: click.Parameter | None, value: str) -> tuple[str, ...]:
+    """`--softmax-dtype f32`, `f16`, or (sweep) a comma list of them, as a tuple without repeats."""
+    values = tuple(dict.fromkeys(item.strip() for item in value.split(",") if item.strip()))
+    bad = [item for item in values if item not in SOFTMAX_CHOICES]
+    if not values or bad:
+        raise InputError(f"softmax dtype: --softmax-dtype {value!r} must be one of {', '.join(SOFTMAX_CHOICES)} "
+                         f"(sweep: a comma-separated list of them)")
+    return values
+
+
+def one_softmax_dtype(values: tuple[str, ...]) -> str:
+    """The one --softmax-dtype of build and run (only sweep takes a list)."""
+    if len(values) != 1:
+        raise InputError(f"softmax dtype: --softmax-dtype {','.join(values)}: build and run take one value; "
+                         f"sweep takes a list")
+    return values[0]
+
+
 def window_of(causal: bool, window: tuple[int, int] | None) -> tuple[int, int]:
     """--causal and --window as one (left, right) pair; both given must agree."""
     if causal and window is not None and window != CAUSAL:
@@ -48,15 +67,20 @@ def window_of(causal: bool, window: tuple[int, int] | None) -> tuple[int, int]:
 
 def config_knobs(dtype: str = "fp16", out_dtype: str | None = None, causal: bool = False,
                  window: tuple[int, int] | None = None, key_padding: bool = False, lse: bool = False,
-                 prescale_q: bool = True) -> dict:
+                 prescale_q: bool = True, softmax_dtype: str = "f32") -> dict:
     """The switches as `FAConfig` keyword arguments (a window other than unbounded needs a masked kernel)."""
     return dict(in_dtype=DTYPES[dtype], out_dtype=DTYPES[out_dtype], masked=window_of(causal, window) != UNBOUNDED,
-                key_padding=key_padding, lse=lse, prescale_q=prescale_q)
+                key_padding=key_padding, lse=lse, prescale_q=prescale_q, softmax_dtype=softmax_dtype)
 
 
 def kernel_switches(f):
     """The kernel's switches (options of build, run and sweep), in --help order:
-    --dtype --out-dtype --causal --window --key-padding-mask --lse --prescale-q/--no-prescale-q."""
+    --dtype --out-dtype --causal --window --key-padding-mask --lse --prescale-q/--no-prescale-q --softmax-dtype."""
+    f = click.option("--softmax-dtype", "softmax_dtypes", default="f32", show_default=True, callback=parse_softmax_dtypes,
+                     metavar="f32|f16",
+                     help="The softmax's working dtype: f32 (high precision) or f16 (high performance: the cube rounds "
+                          "the scores to f16 and the row max, exp and row sum run on f16 tiles; fp16 inputs without "
+                          "masks, key padding or LSE). sweep: a comma list is an axis of the grid.")(f)
     f = click.option("--prescale-q/--no-prescale-q", default=True, show_default=True,
                      help="Scale Q once per work unit on the vectors (a fourth pipe) instead of every score tile.")(f)
     f = click.option("--lse", is_flag=True, help="Also write LSE [B, heads, S0] fp32 (+inf on rows without a visible key).")(f)
