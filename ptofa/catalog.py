@@ -61,6 +61,9 @@ SWITCHES: tuple[dict, ...] = (
     dict(prescale_q=False),
     dict(prescale_q=False, masked=True, lse=True, in_dtype="bf16"),
     dict(prescale_q=False, varlen=True, split_kv=True, gqa_pack=True, page_size=256),
+    dict(softmax_dtype="f16"),
+    dict(softmax_dtype="f16", out_dtype="f32", prescale_q=False),
+    dict(softmax_dtype="f16", varlen=True, page_size=256, gqa_pack=True),
 )
 SWITCH_BASES = ((64, 128), (128, 256), (256, 256))  # (head, tile_s1): small, default, D split in two
 
@@ -74,6 +77,8 @@ def _name(c: FAConfig) -> str:
         parts.append(f"page{c.page_size}")
     if not c.prescale_q:
         parts.append("no_prescale_q")
+    if c.softmax_dtype != "f32":
+        parts.append(f"softmax_{c.softmax_dtype}")
     return "_".join(parts)
 
 

@@ -1,0 +1,146 @@
+"""`FAConfig.softmax_dtype = "f16"`: the cube's FIX pipe rounds the scores to f16, and the
+row max, exp and row sum run on f16 tiles (CANN's high-performance inner-precise mode).
+
+Numerics over the kernel family it is built for (the accuracy rule against the torch
+reference); the legality rule and the combinations it refuses; the IR (the QK pipe and its
+slot in f16, the vector passes per score slice, no P conversion); the slot workspace; the
+CLI and sweep switches; and the timing model's view of the vector work it saves.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+from test_kvcache import make_cache, run_decode
+from test_prescale import _stage_ops
+from test_variants import config, parsed, run_variant
+from test_varlen import run_varlen
+
+from ptofa import dialect as d
+from ptofa.cli import main
+from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, tile_plan
+from ptofa.sweep import SweepGrid
+
+F16 = dict(softmax_dtype="f16")
+
+CASES = {
+    "d128_ragged": (dict(), dict(batch=2, heads=2, s0=129, s1=300)),
+    "d64_t128_gqa": (dict(head=64, tile_s1=128, qk_preload=2), dict(heads=8, kv_heads=2, s0=70, s1=1000)),
+    "d96_t512": (dict(head=96, tile_s1=512, qk_preload=2), dict(heads=2, s0=257, s1=1100)),
+    "d256_out_f32": (dict(head=256, out_dtype="f32"), dict(heads=2, kv_heads=1, s0=65, s1=700)),
+    "d192_no_prescale": (dict(head=192, prescale_q=False), dict(heads=2, s0=100, s1=513)),
+    "d128_one_key": (dict(), dict(heads=2, s0=300, s1=1)),
+}
+
+
+@pytest.mark.parametrize("knobs, dims", CASES.values(), ids=CASES.keys())
+def test_dense_kernels_pass_the_accuracy_rule(knobs, dims) -> None:
+    """The f16 softmax passes the rule against the fp32 and fp16 torch references (run_variant
+    asserts it, with guards around every GM tensor), and stays close to the f32 softmax."""
+    shape = ProblemShape(**dims)
+    fast, _, _ = run_variant(config(**F16, **knobs), shape)
+    precise, _, _ = run_variant(config(**knobs), shape)
+    assert torch.allclose(fast.float(), precise.float(), atol=5e-3)
+
+
+def test_varlen_with_empty_sequences() -> None:
+    """Packed sequences, some with no query or no key rows: rows without keys get O = 0."""
+    run_varlen(config(varlen=True, **F16), [0, 1, 127, 129, 300], [5, 0, 127, 129, 300], 4, 2)
+
+
+def test_paged_gqa_packed_decode() -> None:
+    cache = make_cache(True, 3, 1024, 2, 128, page_size=256)
+    run_decode(config(varlen=True, page_size=256, gqa_pack=True, **F16), cache, [300, 513, 1], heads=8)
+
+
+@pytest.mark.parametrize("knobs, names", [
+    (dict(in_dtype="bf16"), "in_dtype='bf16'"),
+    (dict(masked=True), "masked=True"),
+    (dict(key_padding=True), "key_padding=True"),
+    (dict(lse=True), "lse=True"),
+    (dict(varlen=True, split_kv=True), "split_kv=True"),
+])
+def test_refused_combinations_name_the_rule(knobs, names) -> None:
+    with pytest.raises(ConfigError, match=r"^softmax dtype: .*" + names.replace("(", r"\(")):
+        FAConfig(**F16, **knobs)
+
+
+def test_unknown_softmax_dtype_and_short_slices_are_refused() -> None:
+    with pytest.raises(ConfigError, match=r"^softmax dtype: softmax_dtype='bf16' must be one of \('f32', 'f16'\)"):
+        FAConfig(softmax_dtype="bf16")
+    # Two 8-row slices of a 512-key tile: an f16 [8, 1] statistic is 16 bytes, not a 32-byte block.
+    FAConfig(tile_s1=512, slice_buffers=2)
+    with pytest.raises(ConfigError, match=r"^vector row slice: vec_s0=8 rows: .*vec_s0\*2 bytes \(softmax_dtype=f16\)"):
+        FAConfig(tile_s1=512, slice_buffers=2, **F16)
+
+
+def test_plan_and_pipes_hold_f16_scores() -> None:
+    fast, precise = FAConfig(**F16), FAConfig()
+    qk = fast.pipes[0]
+    assert (qk.name, qk.dtype, qk.slot_bytes) == ("qk", "f16", precise.pipes[0].slot_bytes // 2)
+    assert fast.gm_slot_bytes_per_block == precise.gm_slot_bytes_per_block - qk.slot_bytes * fast.slot_num
+    plan = {t.name: t for t in tile_plan(fast)}
+    assert plan["s_tile"].dtype == plan["red_tmp"].dtype == "f16"
+    assert "p_half" not in plan and plan["m_half"].dtype == plan["l_half"].dtype == "f16"
+    assert {t.name for t in tile_plan(precise)} - set(plan) == {"p_half"}
+
+
+def test_ir_stores_f16_scores_and_computes_p_in_place() -> None:
+    """The cube stores its f32 accumulator into the f16 QK slot (FIX converts); the vectors
+    read f16 scores and make three passes over a slice (row max, exp of the difference,
+    row sum), against four with the f32 softmax (which also converts P into another tile)."""
+    module = parsed(config(**F16)).module
+    acc_stores = [op for op in module.walk() if isinstance(op, d.TStoreOp)
+                  and "acc" in str(op.operands[0].type) and "128x128xf32" in str(op.operands[0].type)]
+    assert acc_stores and any("f16" in str(op.operands[1].type) for op in acc_stores)
+    # P is stored from the score tile itself
+    assert _stage_ops(config(**F16)) == ["pto.trowmax", "pto.trowexpandexpdif", "pto.trowsum", "pto.tstore"]
+    assert _stage_ops(config()) == ["pto.trowmax", "pto.trowexpandexpdif", "pto.trowsum", "pto.tcvt"]
+
+
+def test_timing_model_sees_half_the_vector_work_per_pass(tmp_path) -> None:
+    """The same shape through both softmaxes: the f16 one's predicted time is lower, and its
+    trowmax / trowexpandexpdif cost less per slice (128 f16 elements per repeat, not 64)."""
+    from ptofa.runner import run_case
+
+    shape = ProblemShape(batch=1, heads=1, s0=512, s1=2048)
+    times, per_op = {}, {}
+    for sd in ("f32", "f16"):
+        trace = tmp_path / f"{sd}.json"
+        result = run_case(FAConfig(softmax_dtype=sd), shape, backend="sim", timing=True, trace=trace, block_dim=1)
+        assert result.status == "pass", result.message
+        times[sd] = result.predicted_us
+        events = json.loads(trace.read_text())
+        events = events["traceEvents"] if isinstance(events, dict) else events
+        per_op[sd] = {name: max(e["dur"] for e in events if e.get("ph") == "X" and e["name"] == name)
+                      for name in ("pto.trowmax", "pto.trowexpandexpdif")}
+    assert times["f16"] < 0.8 * times["f32"]
+    for name in per_op["f32"]:
+        assert per_op["f16"][name] < 0.65 * per_op["f32"][name], (name, per_op)
+
+
+def test_cli_run_and_build_take_one_value(tmp_path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(main, ["run", "--backend", "sim", "--softmax-dtype", "f16,f32"])
+    assert result.exit_code == 2 and "softmax dtype: --softmax-dtype f16,f32: build and run take one value" in result.output
+    result = runner.invoke(main, ["build", "--softmax-dtype", "f16", "--causal", "-o", str(tmp_path / "fa.pto")])
+    assert result.exit_code == 2 and "softmax dtype: softmax_dtype='f16' is built for" in result.output
+    assert not (tmp_path / "fa.pto").exists()
+    result = runner.invoke(main, ["build", "--softmax-dtype", "f16", "-o", str(tmp_path / "fa.pto")])
+    assert result.exit_code == 0, result.output
+    assert "softmax_f16" in "".join(result.output.split())
+    assert "!pto.tensor_view<128x256xf16>" in (tmp_path / "fa.pto").read_text()  # the QK slot's entry
+    result = runner.invoke(main, ["run", "--backend", "sim", "--softmax-dtype", "f64"])
+    assert result.exit_code == 2 and "must be one of f32, f16" in result.output
+
+
+def test_sweep_axis_keys_and_labels() -> None:
+    grid = SweepGrid(tile_s1=(256,), qk_preload=(3,), head=(128,), s1=(1024,), softmax_dtype=("f32", "f16"))
+    points = grid.points("sim")
+    assert [p.softmax_dtype for p in points] == ["f32", "f16"]
+    assert "softmax_dtype" not in points[0].key and ",softmax_dtype=f16," in points[1].key
+    assert points[1].config_label.endswith("softmax=f16")
+    assert points[1].switch_columns()["softmax_dtype"] == "f16"
