@@ -155,6 +155,13 @@ class FAConfig:
         return self.tile_s1 // self.cube_s1
 
     @property
+    def slice_factor(self) -> int:
+        """Row slices per vector core and score tile (per slice buffer): a slice holds as many
+        bytes as a 128-key f32 sub-tile of the core's rows, so it spans vec_rows / k_tile_factor
+        rows of f32 scores, or twice as many (up to all the core's rows) of f16 scores."""
+        return max(1, self.tile_factor * DTYPE_BYTES[self.softmax_dtype] // 4)
+
+    @property
     def vec_rows(self) -> int:
         """Rows each vector core owns in a block (TILE_UP_DOWN split)."""
         return self.cube_s0 // VEC_CORES
@@ -166,7 +173,7 @@ class FAConfig:
         when the halved slice keeps MIN_VEC_S0 rows, else 1."""
         if self.slice_buffers:
             return self.slice_buffers
-        if self.cube_s0 // VEC_CORES // self.tile_factor // 2 < MIN_VEC_S0:
+        if self.cube_s0 // VEC_CORES // self.slice_factor // 2 < MIN_VEC_S0:
             return 1
         single = object.__new__(FAConfig)  # unvalidated: its budget is what is being checked
         single.__dict__.update({f.name: getattr(self, f.name) for f in fields(self)}, slice_buffers=1)
@@ -177,8 +184,8 @@ class FAConfig:
 
     @property
     def vec_s0(self) -> int:
-        """Rows of one softmax row slice: CUBE_S0 / VEC_CORES / kTileFactor / vec_buffers."""
-        return self.cube_s0 // VEC_CORES // self.tile_factor // self.vec_buffers
+        """Rows of one softmax row slice: CUBE_S0 / VEC_CORES / slice_factor / vec_buffers."""
+        return self.cube_s0 // VEC_CORES // self.slice_factor // self.vec_buffers
 
     @property
     def rowexpand_ops(self) -> int:

@@ -491,7 +491,7 @@ def compute_p(s: _VecState, t: SSAValue) -> None:
         tile.set_valid(tl[name], vs0, keys)
     if cfg.key_padding:
         _key_bias(s, t, keys)
-    with pto.range(0, cfg.tile_factor, name="slice") as sl:
+    with pto.range(0, cfg.slice_factor, name="slice") as sl:
         for b, (s_name, p_name) in enumerate(buffers):
             r0 = scalar.mul(scalar.add(scalar.mul(sl, nbuf), b), vs0, name="slice_row")
             _softmax_slice(s, t, r0, keys, tl[s_name], tl[p_name], qk_entry, p_entry)
