@@ -64,6 +64,8 @@ SWITCHES: tuple[dict, ...] = (
     dict(softmax_dtype="f16"),
     dict(softmax_dtype="f16", out_dtype="f32", prescale_q=False),
     dict(softmax_dtype="f16", varlen=True, page_size=256, gqa_pack=True),
+    dict(softmax_dtype="f16", masked=True, key_padding=True),
+    dict(softmax_dtype="f16", varlen=True, masked=True),
 )
 SWITCH_BASES = ((64, 128), (128, 256), (256, 256))  # (head, tile_s1): small, default, D split in two
 

@@ -41,6 +41,8 @@ SUPPORTED_HEAD = (64, 96, 128, 192, 256)
 SPLIT_HEAD = 128  # head dims above this split the cube stages in two D chunks with 64-row Q blocks
 IN_DTYPES = ("f16", "bf16")
 SOFTMAX_DTYPES = ("f32", "f16")
+# A key-mask row per tile: i8 from GM, converted up to the softmax dtype (the additive bias).
+KEY_MASK_TILES = {"f32": ("kpm_i8", "kpm_f16", "kpm_f32"), "f16": ("kpm_i8", "kpm_f16")}
 OUT_DTYPES = ("f16", "bf16", "f32")
 MAX_MATMUL_DIM = 4095
 
@@ -120,7 +122,7 @@ class FAConfig:
     slice_buffers: int = 0
     # The softmax's working dtype (CANN's inner-precise modes): "f32" (high precision) stores the
     # scores as f32 and computes the row max, exp and row sum in f32; "f16" (high performance,
-    # fp16 inputs; no masks, key padding, LSE or split-KV) has the cube's FIX pipe round the scores to f16 and
+    # fp16 inputs; no LSE or split-KV; masks add -30000) has the cube's FIX pipe round the scores to f16 and
     # computes the row max, exp and row sum on f16 tiles, so each vector pass covers twice the
     # elements and P needs no conversion. The running max, row sums, rescale and O stay f32.
     softmax_dtype: str = "f32"
@@ -300,12 +302,11 @@ def _check_config(c: FAConfig) -> None:
         fail("slice buffers", f"slice_buffers={c.slice_buffers} must be 0 (automatic), 1 or 2")
     if c.softmax_dtype not in SOFTMAX_DTYPES:
         fail("softmax dtype", f"softmax_dtype={c.softmax_dtype!r} must be one of {SOFTMAX_DTYPES}")
-    if c.softmax_dtype == "f16" and (c.in_dtype != "f16" or c.masked or c.key_padding or c.lse or c.split_kv):
-        # Masks add -3e38, which f16 cannot hold; an LSE from f16 row sums misses the LSE accuracy
-        # rule (D=256: err 4.2e-4 against a tolerance of 3.0e-4), and split-KV combines by LSE.
-        fail("softmax dtype", f"softmax_dtype='f16' is built for fp16 inputs without masks, key padding, LSE or "
-                              f"split-KV, got in_dtype={c.in_dtype!r}, masked={c.masked}, key_padding={c.key_padding}, "
-                              f"lse={c.lse}, split_kv={c.split_kv}; use 'f32'")
+    if c.softmax_dtype == "f16" and (c.in_dtype != "f16" or c.lse or c.split_kv):
+        # An LSE from f16 row sums misses the LSE accuracy rule (D=256: err 4.2e-4 against a
+        # tolerance of 3.0e-4), and split-KV combines its partials by their LSE.
+        fail("softmax dtype", f"softmax_dtype='f16' is built for fp16 inputs without LSE or split-KV, got "
+                              f"in_dtype={c.in_dtype!r}, lse={c.lse}, split_kv={c.split_kv}; use 'f32'")
     vec_s0, stat_bytes = c.vec_s0, DTYPE_BYTES[c.softmax_dtype]
     if vec_s0 < MIN_VEC_S0 or (vec_s0 * 4) % 32 != 0 or (vec_s0 * stat_bytes) % 32 != 0:
         fail("vector row slice", f"vec_s0={vec_s0} rows: vec_s0*4 and vec_s0*{stat_bytes} bytes (softmax_dtype="
@@ -421,7 +422,7 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
     if c.out_dtype != "f32":  # (split-KV: a unit of one split stores O itself; the others fp32 partials)
         tiles.append(TileSpec("o_out", "vector", "gu", "vec", rows, d, c.out_dtype, **dyn))
     if c.key_padding:  # one key-mask row per tile: i8 from GM -> f16 -> f32 additive bias
-        tiles += [TileSpec(f"kpm_{dt_}", "vector", "p", "vec", 1, ts1, dt_, **dyn) for dt_ in ("i8", "f16", "f32")]
+        tiles += [TileSpec(name, "vector", "p", "vec", 1, ts1, name[4:], **dyn) for name in KEY_MASK_TILES[sd]]
     if c.needs_row_fix:  # per-row "has a visible key" flag and the fixed row sum
         tiles += [TileSpec("row_ok", "vector", "gu", "vec", 1, rows, "f32"), TileSpec("l_fix", "vector", "gu", "vec", 1, rows, "f32")]
     if c.lse or c.split_kv:

@@ -79,8 +79,8 @@ def kernel_switches(f):
     f = click.option("--softmax-dtype", "softmax_dtypes", default="f32", show_default=True, callback=parse_softmax_dtypes,
                      metavar="f32|f16",
                      help="The softmax's working dtype: f32 (high precision) or f16 (high performance: the cube rounds "
-                          "the scores to f16 and the row max, exp and row sum run on f16 tiles; fp16 inputs without "
-                          "masks, key padding or LSE). sweep: a comma list is an axis of the grid.")(f)
+                          "the scores to f16 and the row max, exp and row sum run on f16 tiles; fp16 inputs, without "
+                          "--lse). sweep: a comma list is an axis of the grid.")(f)
     f = click.option("--prescale-q/--no-prescale-q", default=True, show_default=True,
                      help="Scale Q once per work unit on the vectors (a fourth pipe) instead of every score tile.")(f)
     f = click.option("--lse", is_flag=True, help="Also write LSE [B, heads, S0] fp32 (+inf on rows without a visible key).")(f)

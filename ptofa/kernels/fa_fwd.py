@@ -55,11 +55,21 @@ from xdsl.ir import SSAValue
 from ptofa import argspec
 from ptofa.api import F32, I32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type
 from ptofa.kernels.common import SPLIT, TileRange, entry_type, fused, init_pipes, pipelined, ring_select
-from ptofa.pipeline import DTYPE_BYTES, UNIT_FIELDS, UNIT_TABLE, FAConfig, TileSpec, buffer_names, chunk_names, tile_plan
+from ptofa.pipeline import DTYPE_BYTES, KEY_MASK_TILES, UNIT_FIELDS, UNIT_TABLE, FAConfig, TileSpec, buffer_names, chunk_names, tile_plan
 from ptofa.textio import print_pto
 
 NEG_INIT = -3.0e38  # running-max start and mask value: finite, so no inf - inf ever appears
 HALF_NEG = 1.5e38  # m + HALF_NEG > 0 exactly for rows that saw a key (row fix)
+# The f16 softmax's mask value: finite in f16 even when added to a score (or twice, window and key
+# padding: scores above -5000 stay above -65504), and its row-fix threshold; a row whose real
+# scores are all below -15000 would count as empty (f16 scores have a 16-wide spacing there).
+NEG_MASK_F16 = -30000.0
+HALF_NEG_F16 = 15000.0
+
+
+def mask_constants(config: FAConfig) -> tuple[float, float]:
+    """(additive mask value, row-fix threshold) of the config's softmax dtype."""
+    return (NEG_INIT, HALF_NEG) if config.softmax_dtype == "f32" else (NEG_MASK_F16, HALF_NEG_F16)
 
 
 def _alloc(spec: TileSpec) -> SSAValue:
@@ -449,26 +459,29 @@ def _mask_bounds(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_tile
     with pto.if_(scalar.or_(crosses_right, crosses_left)):
         # (r, col) is hidden iff col >= r + (right_edge - j0 + 1)  (upper triangle) ...
         tile.tri(scalar.index_cast(scalar.add(scalar.sub(right_edge, j0), 1), I32), out=tl["red_tmp"], upper=True)
-        tile.muls(tl["red_tmp"], s.consts["neg"], out=tl["red_tmp"])
+        tile.muls(tl["red_tmp"], s.consts["mask"], out=tl["red_tmp"])
         tile.add(s_tile, tl["red_tmp"], out=s_tile)
         # ... or col <= r + (left_edge - j0 - 1)  (lower triangle); never both for one entry.
         tile.tri(scalar.index_cast(scalar.sub(scalar.sub(left_edge, j0), 1), I32), out=tl["red_tmp"], upper=False)
-        tile.muls(tl["red_tmp"], s.consts["neg"], out=tl["red_tmp"])
+        tile.muls(tl["red_tmp"], s.consts["mask"], out=tl["red_tmp"])
         tile.add(s_tile, tl["red_tmp"], out=s_tile)
 
 
 def _key_bias(s: _VecState, t: SSAValue, keys: SSAValue) -> None:
-    """The key mask row of tile t as an additive bias: 0 for a key that takes part, -3e38 else."""
+    """The key mask row of tile t as an additive bias in the softmax dtype: 0 for a key that
+    takes part, the mask value (-3e38, or -30000 for an f16 softmax) else."""
     cfg, tl, c = s.c.config, s.tiles, s.c
-    for name in ("kpm_i8", "kpm_f16", "kpm_f32"):
+    names = KEY_MASK_TILES[cfg.softmax_dtype]
+    for name in names:
         tile.set_valid(tl[name], 1, keys)
     row0 = scalar.add(scalar.mul(s.u.b, scalar.index_cast(c.args["key_mask_stride"])), scalar.mul(t, cfg.tile_s1))
     view = pto.as_tensor(pto.add_ptr(c.args["key_mask"], row0), [1, keys], [keys, 1], name="kpm_view")
     pto.load(pto.slice_view(view, [0, 0], [1, keys], name="kpm_part"), tl["kpm_i8"])
-    tile.cvt(tl["kpm_i8"], out=tl["kpm_f16"])
-    tile.cvt(tl["kpm_f16"], out=tl["kpm_f32"])
-    tile.muls(tl["kpm_f32"], s.consts["pos"], out=tl["kpm_f32"])  # 1 -> 3e38, 0 -> 0
-    tile.adds(tl["kpm_f32"], s.consts["neg"], out=tl["kpm_f32"])  # -> 0 / -3e38
+    for src, dst in zip(names, names[1:]):  # i8 -> f16 (-> f32)
+        tile.cvt(tl[src], out=tl[dst])
+    bias = tl[names[-1]]
+    tile.muls(bias, s.consts["unmask"], out=bias)  # 1 -> -mask, 0 -> 0
+    tile.adds(bias, s.consts["mask"], out=bias)  # -> 0 / mask
 
 
 def compute_p(s: _VecState, t: SSAValue) -> None:
@@ -520,7 +533,7 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
     if cfg.masked:
         _mask_bounds(s, t, r0, keys, s_tile)
     if cfg.key_padding:
-        tile.col_expand_add(s_tile, tl["kpm_f32"], out=s_tile)
+        tile.col_expand_add(s_tile, tl[KEY_MASK_TILES[cfg.softmax_dtype][-1]], out=s_tile)
     if cfg.softmax_dtype == "f32":
         tile.row_max(s_tile, tl["red_tmp"], out=tl["m_slice"])
     else:  # the max of f16 scores is an f16 value: its f32 copy joins the f32 running max exactly
@@ -673,7 +686,10 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
     l_col = tile.reshape(tiles[divisor], config.vec_rows, 1, name=f"{divisor}_col", blayout="col_major")
     ring = [rows[f"exp_ring{r}"] for r in range(config.exp_ring)]
     consts = {name: scalar.const(value, F32, name=name) for name, value in (
-        ("neg", NEG_INIT), ("zero", 0.0), ("one", 1.0), ("minus_one", -1.0), ("pos", -NEG_INIT), ("half_pos", HALF_NEG))}
+        ("neg", NEG_INIT), ("zero", 0.0), ("one", 1.0), ("minus_one", -1.0))}
+    mask, half = mask_constants(config)
+    consts.update({name: scalar.const(value, F32, name=name) for name, value in (
+        ("mask", mask), ("unmask", -mask), ("half_pos", half))})
     row_base = scalar.mul(pto.get_subblock_idx(), config.vec_rows, name="row_base")
     preload = config.qk_preload
     if config.prescale_q:
