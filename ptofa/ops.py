@@ -24,7 +24,7 @@ import json
 import torch
 
 from ptofa.attention import run_attention
-from ptofa.pipeline import FAConfig
+from ptofa.pipeline import ConfigError, FAConfig
 
 @torch.compiler.assume_constant_result
 def config_to_json(config: FAConfig | None) -> str | None:
@@ -37,7 +37,11 @@ def config_from_json(text: str | None) -> FAConfig | None:
     """The `FAConfig` of `config_to_json`, with LSE on (the op always returns it)."""
     if text is None:
         return None
-    return dataclasses.replace(FAConfig(**json.loads(text)), lse=True)
+    config = FAConfig(**json.loads(text))
+    if config.softmax_dtype != "f32":
+        raise ConfigError(f"config: softmax_dtype={config.softmax_dtype!r} computes no LSE, and this op always "
+                          f"returns one (autograd needs it); ptofa.attention.attend runs it without LSE")
+    return dataclasses.replace(config, lse=True)
 
 
 @torch.library.custom_op("ptofa::flash_attn_fwd", mutates_args=())

@@ -159,3 +159,21 @@ def test_sweep_axis_keys_and_labels() -> None:
     assert "softmax_dtype" not in points[0].key and ",softmax_dtype=f16," in points[1].key
     assert points[1].config_label.endswith("softmax=f16")
     assert points[1].switch_columns()["softmax_dtype"] == "f16"
+
+
+def test_attend_runs_it_and_the_torch_op_refuses_it() -> None:
+    """`attend` (no LSE asked) runs an f16-softmax config within the accuracy rule; the torch op,
+    which always returns an LSE for autograd, refuses it before any work, naming the reason."""
+    from ptofa.attention import attend
+    from ptofa.functional import flash_attn_func
+    from ptofa.reference import check_accuracy, make_inputs, reference_fa
+
+    shape = ProblemShape(batch=2, heads=2, s0=200, s1=500, window=(-1, 0))
+    q, k, v = make_inputs(shape, 128, 3, torch.float16, 2)
+    out, lse = attend(q, k, v, scale=None, window=(-1, 0), backend="sim", config=config(masked=True, **F16))
+    assert lse is None
+    ref = reference_fa(q, k, v, 128 ** -0.5, (-1, 0))
+    acc = check_accuracy(out.float(), ref.out32, ref.out_low)
+    assert acc.passed, acc.summary()
+    with pytest.raises(ConfigError, match=r"^config: softmax_dtype='f16' computes no LSE, and this op always returns one"):
+        flash_attn_func(q, k, v, causal=True, backend="sim", config=config(masked=True, **F16))
