@@ -8,7 +8,7 @@
 Schedule (fa-pipeline.md section 7; `common.pipelined` on the cube, `common.fused`
 on the vectors), with P = QK_PRELOAD over the unit's visible tiles [lo, hi):
 
-    cube:    QK(lo..lo+P-1) | PV(t) interleaved with QK(t+P) | PV(hi-P..hi-1)
+    cube:    QK(lo..lo+P-1) | QK(t+P) interleaved with PV(t), QK first | PV(hi-P..hi-1)
     vectors: for k: GU(k-P) if k >= lo+P, then softmax(k) if k < hi
 
 The rescale factor alpha_t of softmax(t) is kept in an exp_max ring of P tiles
@@ -369,17 +369,21 @@ def _qk_tile(s: _CubeState, t: SSAValue) -> None:
 
 
 def _pv_tile(s: _CubeState, t: SSAValue, interleave_qk_tile: SSAValue | None) -> None:
-    """PV(t), with QK(interleave_qk_tile) issued between its sub-tiles (steady state)."""
+    """PV(t), with QK(interleave_qk_tile) interleaved sub-tile by sub-tile (steady state).
+
+    QK's first sub-tile comes before the pop of P(t): the cube works while the vectors finish
+    P(t), and the FIX store of the previous PV(t - 1) overlaps a QK matmul, not a wait."""
     cfg = s.c.config
     qk, p, pv = cfg.pipes[:3]
-    p_entry = pto.tpop("cube", p.pipe_id, entry_type(p, "cube"), SPLIT, name="p_entry")
     qk_entry = None
     if interleave_qk_tile is not None:
         qk_entry = pto.talloc("cube", qk.pipe_id, entry_type(qk, "cube"), SPLIT, name="qk_entry")
+        compute_qk(s, interleave_qk_tile, 0, qk_entry)
+    p_entry = pto.tpop("cube", p.pipe_id, entry_type(p, "cube"), SPLIT, name="p_entry")
     for sub in range(cfg.tile_factor):
         compute_pv(s, t, sub, p_entry)
-        if qk_entry is not None:
-            compute_qk(s, interleave_qk_tile, sub, qk_entry)
+        if qk_entry is not None and sub + 1 < cfg.tile_factor:
+            compute_qk(s, interleave_qk_tile, sub + 1, qk_entry)
     pto.tfree("cube", p.pipe_id, p_entry, SPLIT)
     if qk_entry is not None:
         pto.tpush("cube", qk.pipe_id, qk_entry, SPLIT)
