@@ -328,6 +328,29 @@ VECTOR_SCHEDULE = (
 )
 
 
+@pytest.mark.parametrize("head, tile_s1", [(64, 128), (128, 256), (128, 512), (256, 256)])
+def test_steady_state_starts_qk_before_it_waits_for_p(head: int, tile_s1: int) -> None:
+    """In the cube's steady loop the QK entry is allocated and QK(t+P)'s first matmul issued
+    before P(t) is popped, so the cube computes while the vectors finish P(t); the epilogue
+    (no QK) pops P first."""
+    _, parsed = emitted(head, tile_s1, 2)
+    _, steady, epilogue = _schedule_loops(functions(parsed)[argspec.CUBE_FUNC_NAME])
+
+    def order(loop) -> list[str]:
+        names = []
+        for op in loop.body.walk():
+            if isinstance(op, d.PIPE_DATA_OPS) and (op.ROLE, op.id_value) in (("talloc", 0), ("tpop", 1)):
+                names.append(f"{op.ROLE}{op.id_value}")
+            elif isinstance(op, (d.TMatmulOp, d.TMatmulAccOp)):
+                names.append("matmul")
+        return names
+
+    steady_order = order(steady)
+    assert steady_order[0] == "talloc0" and steady_order[1] == "matmul" and "tpop1" in steady_order
+    assert set(steady_order[1:steady_order.index("tpop1")]) == {"matmul"}  # QK's D chunks, then the pop
+    assert order(epilogue)[0] == "tpop1" and "talloc0" not in order(epilogue)
+
+
 @pytest.mark.parametrize("head, tile_s1, qk_preload", LEGAL, ids=[_grid_id(p) for p in LEGAL])
 def test_schedule_pipe_op_counts(head: int, tile_s1: int, qk_preload: int) -> None:
     text, parsed = emitted(head, tile_s1, qk_preload)
