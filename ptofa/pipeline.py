@@ -37,6 +37,7 @@ PRESCALE_TILES = (("q_in", None), ("q_f32", "f32"), ("q_out", None))  # (name, d
 DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i8": 1, "i64": 8}
 VEC_CORES = 2
 SUPPORTED_TILE_S1 = (128, 256, 512)
+CUBE_S1_CHOICES = (64, 128)
 SUPPORTED_HEAD = (64, 96, 128, 192, 256)
 SPLIT_HEAD = 128  # head dims above this split the cube stages in two D chunks with 64-row Q blocks
 IN_DTYPES = ("f16", "bf16")
@@ -100,7 +101,12 @@ class FAConfig:
     tile_s1: int = 256
     qk_preload: int = 3
     cube_s0: int | None = None  # Q rows per work unit: 128, or 64 for head dims above 128
-    cube_s1: int = 128
+    # Keys per cube sub-tile: 64 (the L1 staging tiles, L0A/L0B operands and QK accumulator
+    # double-buffered, so the next sub-tile's loads overlap this one's matmul), or 128
+    # (single-buffered; the only width with QK_PRELOAD = 1, which needs one sub-tile per
+    # tile). None: 128 with QK_PRELOAD = 1, and for head dims above 128 with TILE_S1 below 512
+    # (64-row Q blocks: the timing model puts 64x64 matmuls 1-7 % behind there), else 64.
+    cube_s1: int | None = None
     slot_num: int = 8
     exp_ring: int | None = None  # defaults to qk_preload; any other value is rejected
     in_dtype: str = "f16"  # Q, K, V and P
@@ -135,6 +141,9 @@ class FAConfig:
             object.__setattr__(self, "out_dtype", self.in_dtype)
         if self.cube_s0 is None:
             object.__setattr__(self, "cube_s0", 128 if self.head <= SPLIT_HEAD else 64)
+        if self.cube_s1 is None:
+            narrow = self.qk_preload == 1 or (self.head > SPLIT_HEAD and self.tile_s1 < 512)
+            object.__setattr__(self, "cube_s1", 128 if narrow else 64)
         _check_config(self)
         plan = budget(self)
         over = [row for row in plan.rows if row.used > row.capacity]
@@ -159,9 +168,15 @@ class FAConfig:
     @property
     def slice_factor(self) -> int:
         """Row slices per vector core and score tile (per slice buffer): a slice holds as many
-        bytes as a 128-key f32 sub-tile of the core's rows, so it spans vec_rows / k_tile_factor
-        rows of f32 scores, or twice as many (up to all the core's rows) of f16 scores."""
-        return max(1, self.tile_factor * DTYPE_BYTES[self.softmax_dtype] // 4)
+        bytes as 128 f32 keys of the core's rows, so it spans vec_rows / (TILE_S1 / 128) rows
+        of f32 scores, or twice as many (up to all the core's rows) of f16 scores."""
+        return max(1, self.tile_s1 // 128 * DTYPE_BYTES[self.softmax_dtype] // 4)
+
+    @property
+    def cube_buffers(self) -> int:
+        """Buffers of the cube's per-sub-tile tiles: 2 with 64-key sub-tiles, 1 with 128 (whose
+        operands fill L0A/L0B and whose accumulators fill L0C once)."""
+        return 2 if self.cube_s1 == 64 else 1
 
     @property
     def vec_rows(self) -> int:
@@ -288,16 +303,16 @@ def _check_config(c: FAConfig) -> None:
     if c.head not in SUPPORTED_HEAD:
         fail("head dim", f"head={c.head} must be one of {SUPPORTED_HEAD}")
     want_s0 = 128 if c.head <= SPLIT_HEAD else 64
-    if c.cube_s0 != want_s0 or c.cube_s1 != 128:
+    if c.cube_s0 != want_s0 or c.cube_s1 not in CUBE_S1_CHOICES:
         fail("cube tile", f"cube_s0={c.cube_s0}, cube_s1={c.cube_s1}; head={c.head} is built with "
-                          f"{want_s0}-row Q blocks and 128-key sub-tiles")
+                          f"{want_s0}-row Q blocks and sub-tiles of {' or '.join(map(str, CUBE_S1_CHOICES))} keys")
     if c.tile_s1 % c.cube_s1 != 0:
         fail("divisibility", f"cube_s1={c.cube_s1} must divide tile_s1={c.tile_s1}")
     if c.tile_s1 not in SUPPORTED_TILE_S1:
         fail("tile_s1", f"tile_s1={c.tile_s1} must be one of {SUPPORTED_TILE_S1} (1024 needs a new schedule)")
-    k = c.tile_factor
+    k = c.slice_factor
     if c.cube_s0 % (VEC_CORES * k) != 0:
-        fail("divisibility", f"cube_s0={c.cube_s0} must be a multiple of 2*k_tile_factor={2 * k}")
+        fail("divisibility", f"cube_s0={c.cube_s0} must be a multiple of 2*slice_factor={2 * k}")
     if c.slice_buffers not in (0, 1, 2):
         fail("slice buffers", f"slice_buffers={c.slice_buffers} must be 0 (automatic), 1 or 2")
     if c.softmax_dtype not in SOFTMAX_DTYPES:
@@ -339,13 +354,25 @@ def _check_config(c: FAConfig) -> None:
             f"qk_preload={c.qk_preload} must be < slot_num - sync_period + 1 = "
             f"{c.slot_num} - {c.sync_period} + 1 = {limit} (batched free credits)",
         )
-    if c.qk_preload == 1 and k != 1:
-        fail("preload vs tile factor", f"qk_preload=1 needs k_tile_factor=1 (tile_s1=128), got tile_s1={c.tile_s1}")
+    if c.qk_preload == 1 and c.tile_factor != 1:
+        fail("preload vs tile factor", f"qk_preload=1 needs k_tile_factor=1 (tile_s1=cube_s1=128), got "
+                                       f"tile_s1={c.tile_s1}, cube_s1={c.cube_s1}")
 
 
 def chunk_names(c: FAConfig, name: str) -> list[str]:
     """Names of a per-D-chunk tile: `name` alone, or name0, name1 when the cube stages split D."""
     return [name] if c.d_split == 1 else [f"{name}{i}" for i in range(c.d_split)]
+
+
+def l0_names(c: FAConfig, name: str) -> list[str]:
+    """Names of a cube tile that sub-tiles alternate: an L1 staging tile, L0A/L0B operand or QK
+    accumulator; two (sub-tile i uses buffer i % 2) with 64-key sub-tiles, else one."""
+    return [f"{name}{i}" for i in range(c.cube_buffers)] if c.cube_buffers > 1 else [name]
+
+
+def l0_name(c: FAConfig, name: str, sub: int) -> str:
+    names = l0_names(c, name)
+    return names[sub % len(names)]
 
 
 def buffer_names(c: FAConfig, name: str) -> list[str]:
@@ -384,14 +411,14 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
     tiles = [
         # cube: L1 staging, L0A/L0B operands, L0C accumulators (Q and O per D chunk)
         *[TileSpec(name, "cube", "qk", "mat", s0, dc, dt, **nz, **dyn) for name in chunk_names(c, "q_mat")],
-        TileSpec("k_mat", "cube", "qk", "mat", dc, s1, dt, slayout="col_major", **dyn),
-        TileSpec("v_mat", "cube", "pv", "mat", s1, dc, dt, **nz, **dyn),
-        TileSpec("p_mat", "cube", "pv", "mat", s0, s1, dt, **nz, **dyn),
+        *[TileSpec(n, "cube", "qk", "mat", dc, s1, dt, slayout="col_major", **dyn) for n in l0_names(c, "k_mat")],
+        *[TileSpec(n, "cube", "pv", "mat", s1, dc, dt, **nz, **dyn) for n in l0_names(c, "v_mat")],
+        *[TileSpec(n, "cube", "pv", "mat", s0, s1, dt, **nz, **dyn) for n in l0_names(c, "p_mat")],
         *[TileSpec(name, "cube", "qk", "left", s0, dc, dt, slayout="row_major", **dyn) for name in chunk_names(c, "q_left")],
-        TileSpec("p_left", "cube", "pv", "left", s0, s1, dt, slayout="row_major", **dyn),
-        TileSpec("k_right", "cube", "qk", "right", dc, s1, dt, slayout="col_major", **dyn),
-        TileSpec("v_right", "cube", "pv", "right", s1, dc, dt, slayout="col_major", **dyn),
-        TileSpec("s_acc", "cube", "qk", "acc", s0, s1, "f32", **acc, **dyn),
+        *[TileSpec(n, "cube", "pv", "left", s0, s1, dt, slayout="row_major", **dyn) for n in l0_names(c, "p_left")],
+        *[TileSpec(n, "cube", "qk", "right", dc, s1, dt, slayout="col_major", **dyn) for n in l0_names(c, "k_right")],
+        *[TileSpec(n, "cube", "pv", "right", s1, dc, dt, slayout="col_major", **dyn) for n in l0_names(c, "v_right")],
+        *[TileSpec(n, "cube", "qk", "acc", s0, s1, "f32", **acc, **dyn) for n in l0_names(c, "s_acc")],
         *[TileSpec(name, "cube", "pv", "acc", s0, dc, "f32", **acc) for name in chunk_names(c, "o_acc")],
         # vector: softmax working set for one row slice (red_tmp is also the mask tile), in the
         # softmax dtype; an f32 softmax converts P into p_half, an f16 one computes it in place.

@@ -40,7 +40,7 @@ def paged_tiles(base: FAConfig, page_size: int) -> FAConfig:
     """`base`, with 128-key tiles (and QK_PRELOAD 2) when its KV tile does not divide the page size."""
     if page_size and page_size % base.tile_s1 != 0:
         preload = min(base.qk_preload, 2)
-        return dataclasses.replace(base, tile_s1=128, qk_preload=preload, exp_ring=preload)
+        return dataclasses.replace(base, tile_s1=128, qk_preload=preload, exp_ring=preload, cube_s1=None)
     return base
 
 

@@ -147,7 +147,7 @@ def candidates(base: FAConfig) -> list[FAConfig]:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
                 try:
-                    legal.append(dataclasses.replace(base, tile_s1=tile_s1, qk_preload=qk_preload, exp_ring=None))
+                    legal.append(dataclasses.replace(base, tile_s1=tile_s1, qk_preload=qk_preload, exp_ring=None, cube_s1=None))
                 except (ConfigError, Warning):
                     continue
     return legal
@@ -283,7 +283,7 @@ def _result(bucket: TuneShape, table: tuple[Ranked, ...], note: str) -> TuneResu
 
 def _config_of(bucket: TuneShape, row: Ranked) -> FAConfig:
     return dataclasses.replace(bucket.base_config(), tile_s1=row.tile_s1, qk_preload=row.qk_preload,
-                               prescale_q=row.prescale_q, exp_ring=None)
+                               prescale_q=row.prescale_q, exp_ring=None, cube_s1=None)
 
 
 def rank(bucket: TuneShape) -> TuneResult:

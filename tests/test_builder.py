@@ -64,7 +64,7 @@ def functions(parsed: ParsedModule) -> dict[str, func.FuncOp]:
 @pytest.mark.parametrize("head, tile_s1, qk_preload", GRID, ids=[_grid_id(p) for p in GRID])
 def test_grid_config_is_rejected_or_emits_valid_ir(head: int, tile_s1: int, qk_preload: int) -> None:
     if not is_legal(head, tile_s1, qk_preload):
-        with pytest.raises(ConfigError, match=r"^preload vs tile factor: qk_preload=1 needs k_tile_factor=1 \(tile_s1=128\), got tile_s1="):
+        with pytest.raises(ConfigError, match=r"^preload vs tile factor: qk_preload=1 needs k_tile_factor=1 \(tile_s1=cube_s1=128\), got tile_s1="):
             FAConfig(head=head, tile_s1=tile_s1, qk_preload=qk_preload)
         return
     text, parsed = emitted(head, tile_s1, qk_preload)
@@ -104,7 +104,8 @@ ILLEGAL_CONFIGS = {
     "head_80": (dict(head=80), "head dim: head=80 must be one of (64, 96, 128, 192, 256)"),
     "head_256_128_rows": (dict(head=256, cube_s0=128), "cube tile: cube_s0=128, cube_s1=128; head=256 is built with 64-row Q blocks"),
     "tile_s1_1024": (dict(tile_s1=1024), "tile_s1: tile_s1=1024 must be one of (128, 256, 512)"),
-    "tile_s1_not_multiple": (dict(tile_s1=192), "divisibility: cube_s1=128 must divide tile_s1=192"),
+    "tile_s1_not_multiple": (dict(tile_s1=192, cube_s1=128), "divisibility: cube_s1=128 must divide tile_s1=192"),
+    "tile_s1_unsupported": (dict(tile_s1=192), "tile_s1: tile_s1=192 must be one of (128, 256, 512)"),
     "qk_preload_0": (dict(qk_preload=0), "qk_preload: qk_preload=0 must be >= 1"),
     "qk_preload_5": (dict(qk_preload=5), "preload vs slot ring: qk_preload=5 must be < slot_num - sync_period + 1 = 8 - 4 + 1 = 5"),
     "exp_ring": (dict(qk_preload=3, exp_ring=2), "exp ring: exp_ring=2 must equal qk_preload=3"),
@@ -115,7 +116,9 @@ ILLEGAL_CONFIGS = {
     "out_dtype": (dict(out_dtype="i8"), "dtypes: in_dtype='f16', out_dtype='i8'; Q/K/V must be one of ('f16', 'bf16')"),
     "in_dtype_f32": (dict(in_dtype="f32"), "dtypes: in_dtype='f32', out_dtype='f32'; Q/K/V must be one of ('f16', 'bf16')"),
     "target": (dict(target="a5"), "target: target='a5'; only a2/a3"),
-    "cube_tile": (dict(cube_s0=64), "cube tile: cube_s0=64, cube_s1=128"),
+    "cube_tile": (dict(cube_s0=64), "cube tile: cube_s0=64, cube_s1=64"),
+    "cube_sub_tile": (dict(cube_s1=32), "cube tile: cube_s0=128, cube_s1=32; head=128 is built with 128-row Q blocks and "
+                                        "sub-tiles of 64 or 128 keys"),
 }
 
 
@@ -223,7 +226,7 @@ def test_softmax_slices_are_double_buffered_while_they_keep_8_rows(head: int, ti
     core's rows; the IR emits one softmax slice per buffer in the slice loop, each on its own buffers."""
     config = make(head=head, tile_s1=tile_s1, qk_preload=2, slice_buffers=2 if buffers == 2 else 0)
     assert (config.vec_buffers, config.vec_s0) == (buffers, vec_s0)
-    assert config.vec_s0 * config.tile_factor * config.vec_buffers == config.vec_rows
+    assert config.vec_s0 * config.slice_factor * config.vec_buffers == config.vec_rows
     names = {t.name: t for t in tile_plan(config) if t.core == "vector"}
     suffixes = [str(b) for b in range(buffers)] if buffers == 2 else [""]
     for base, dtype in (("s_tile", "f32"), ("p_half", config.in_dtype)):

@@ -224,7 +224,7 @@ def test_causal_probes_equal_the_full_timing_model_when_each_block_runs_one_unit
     from ptofa.runner import run_case
 
     shape = TuneShape(batch=1, heads=2, kv_heads=1, s0=256, s1=512, head=64, window=(-1, 0))
-    config = dataclasses.replace(shape.base_config(), tile_s1=128, qk_preload=2, exp_ring=None)
+    config = dataclasses.replace(shape.base_config(), tile_s1=128, qk_preload=2, exp_ring=None, cube_s1=None)
     full = run_case(config, shape.problem(), backend="sim", timing=True)
     assert full.passed, full.message
     assert tune.predict_config(config, shape).predicted_us == pytest.approx(full.predicted_us, rel=1e-9)
@@ -242,7 +242,7 @@ def test_tune_agrees_with_the_full_timing_model(window) -> None:
     full = {}
     for row in tune.rank(shape).table:
         config = dataclasses.replace(shape.base_config(), tile_s1=row.tile_s1, qk_preload=row.qk_preload,
-                                     prescale_q=row.prescale_q, exp_ring=None)
+                                     prescale_q=row.prescale_q, exp_ring=None, cube_s1=None)
         result = run_case(config, shape.problem(), backend="sim", timing=True)
         assert result.passed, result.message
         full[(row.tile_s1, row.qk_preload, row.prescale_q)] = result.predicted_us

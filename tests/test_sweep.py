@@ -108,7 +108,8 @@ def test_sweep_rows_and_files(tmp_path: Path) -> None:
     tile_factor_rule = rows[(256, 1, 512)]
     assert tile_factor_rule["status"] == "rejected"
     assert tile_factor_rule["message"] == (
-        "preload vs tile factor: qk_preload=1 needs k_tile_factor=1 (tile_s1=128), got tile_s1=256"
+        "preload vs tile factor: qk_preload=1 needs k_tile_factor=1 (tile_s1=cube_s1=128), got tile_s1=256, "
+        "cube_s1=128"
     )
     assert rows[(256, 2, 256)]["status"] == "pass"
     assert rows[(128, 2, 512)]["extra"] == {"seed_seen": 5, "timing_seen": True}

@@ -193,9 +193,10 @@ def test_causal_kernel_skips_invisible_tiles() -> None:
         res = simulate(parsed(c), args, 2, trace=True)
         counts[name] = sum(1 for (_, core), ops in res.trace.cores.items() if core == "cube"
                            for op in ops if op.op in ("pto.tmatmul", "pto.tmatmul.acc"))
-    # 8 Q blocks x 8 KV tiles: causal visits 1 + 2 + ... + 8 = 36 of 64 tiles (QK and PV matmuls alike)
-    assert counts["dense"] == 2 * 64
-    assert counts["causal"] == 2 * 36
+    # 8 Q blocks x 8 KV tiles: causal visits 1 + 2 + ... + 8 = 36 of 64 tiles (QK and PV matmuls
+    # alike, one of each per cube sub-tile)
+    assert counts["dense"] == 2 * 64 * dense.tile_factor
+    assert counts["causal"] == 2 * 36 * cfg.tile_factor
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -15,6 +15,10 @@ The rescale factor alpha_t of softmax(t) is kept in an exp_max ring of P tiles
 (slot t % P, chosen with an `scf.if` chain); GU(t) runs before softmax(t+P)
 because both touch slot t % P.
 
+The cube works in CUBE_S1-key sub-tiles; with 64-key sub-tiles (the default) each L1 staging
+tile, L0A/L0B operand and QK accumulator has two buffers that consecutive sub-tiles
+alternate, so one sub-tile's loads overlap the other's matmul.
+
 Work units (batch, head, 128-row Q block) are shared by the launched blocks in a
 persistent loop; the pipes are initialised once per block and every unit
 streams through them. Each vector core owns 64 of the 128 rows (split = 1).
@@ -55,7 +59,7 @@ from xdsl.ir import SSAValue
 from ptofa import argspec
 from ptofa.api import F32, I32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type
 from ptofa.kernels.common import SPLIT, TileRange, entry_type, fused, init_pipes, pipelined, ring_select
-from ptofa.pipeline import DTYPE_BYTES, KEY_MASK_TILES, UNIT_FIELDS, UNIT_TABLE, FAConfig, TileSpec, buffer_names, chunk_names, tile_plan
+from ptofa.pipeline import DTYPE_BYTES, KEY_MASK_TILES, UNIT_FIELDS, UNIT_TABLE, FAConfig, TileSpec, buffer_names, chunk_names, l0_name, tile_plan
 from ptofa.textio import print_pto
 
 NEG_INIT = -3.0e38  # running-max start and mask value: finite, so no inf - inf ever appears
@@ -310,26 +314,33 @@ class _CubeState:
         return k_view, v_view, 0
 
 
+def _sub_tiles(s: _CubeState, sub: int, *names: str) -> list[SSAValue]:
+    """The buffers sub-tile `sub` uses of these cube tiles (`pipeline.l0_names`: with 64-key
+    sub-tiles consecutive sub-tiles alternate between two, so one's loads overlap the other's matmul)."""
+    return [s.tiles[l0_name(s.c.config, name, sub)] for name in names]
+
+
 def compute_qk(s: _CubeState, t: SSAValue, sub: int, entry: SSAValue) -> None:
     """S[:, sub] = Q K_sub^T for tile t (summed over the D chunks), stored into column band `sub` of the QK slot."""
     cfg, tl = s.c.config, s.tiles
     dc = cfg.d_chunk
+    k_mat, k_right, s_acc = _sub_tiles(s, sub, "k_mat", "k_right", "s_acc")
 
     def body(keys: SSAValue) -> None:
         k_view, _, tile_col = s.kv_views(t)
         col0 = scalar.add(tile_col, sub * cfg.cube_s1, name="k_col")
-        tile.set_valid(tl["s_acc"], s.u.q_rows, keys)
+        tile.set_valid(s_acc, s.u.q_rows, keys)
         for chunk, q_left in enumerate(chunk_names(cfg, "q_left")):
-            tile.set_valid(tl["k_mat"], dc, keys)
-            pto.load(pto.slice_view(k_view, [chunk * dc, col0], [dc, keys], name="k_part"), tl["k_mat"])
-            tile.set_valid(tl["k_right"], dc, keys)
-            tile.mov(tl["k_mat"], tl["k_right"])
+            tile.set_valid(k_mat, dc, keys)
+            pto.load(pto.slice_view(k_view, [chunk * dc, col0], [dc, keys], name="k_part"), k_mat)
+            tile.set_valid(k_right, dc, keys)
+            tile.mov(k_mat, k_right)
             if chunk == 0:
-                tile.matmul(tl[q_left], tl["k_right"], out=tl["s_acc"])
+                tile.matmul(tl[q_left], k_right, out=s_acc)
             else:
-                tile.matmul_acc(tl["s_acc"], tl[q_left], tl["k_right"], out=tl["s_acc"])
+                tile.matmul_acc(s_acc, tl[q_left], k_right, out=s_acc)
         band = pto.slice_view(entry, [0, sub * cfg.cube_s1], [s.u.q_rows, keys], name="qk_band")
-        pto.store(tl["s_acc"], band)
+        pto.store(s_acc, band)
 
     _for_sub(s.c, s.u, t, sub, body)
 
@@ -337,24 +348,25 @@ def compute_qk(s: _CubeState, t: SSAValue, sub: int, entry: SSAValue) -> None:
 def compute_pv(s: _CubeState, t: SSAValue, sub: int, p_entry: SSAValue) -> None:
     """O_acc (+)= P[:, sub] V_sub for tile t: the sub-tiles are the K dimension of P V."""
     cfg, tl = s.c.config, s.tiles
+    p_mat, p_left, v_mat, v_right = _sub_tiles(s, sub, "p_mat", "p_left", "v_mat", "v_right")
 
     def body(keys: SSAValue) -> None:
-        tile.set_valid(tl["p_mat"], cfg.cube_s0, keys)
-        pto.load(pto.slice_view(p_entry, [0, sub * cfg.cube_s1], [cfg.cube_s0, keys], name="p_band"), tl["p_mat"])
-        tile.set_valid(tl["p_left"], cfg.cube_s0, keys)
-        tile.mov(tl["p_mat"], tl["p_left"])
+        tile.set_valid(p_mat, cfg.cube_s0, keys)
+        pto.load(pto.slice_view(p_entry, [0, sub * cfg.cube_s1], [cfg.cube_s0, keys], name="p_band"), p_mat)
+        tile.set_valid(p_left, cfg.cube_s0, keys)
+        tile.mov(p_mat, p_left)
         _, v_view, tile_row = s.kv_views(t)
         row0 = scalar.add(tile_row, sub * cfg.cube_s1, name="v_row")
         dc = cfg.d_chunk
         for chunk, o_acc in enumerate(chunk_names(cfg, "o_acc")):  # O[:, chunk] (+)= P V[:, chunk]
-            tile.set_valid(tl["v_mat"], keys, dc)
-            pto.load(pto.slice_view(v_view, [row0, chunk * dc], [keys, dc], name="v_part"), tl["v_mat"])
-            tile.set_valid(tl["v_right"], keys, dc)
-            tile.mov(tl["v_mat"], tl["v_right"])
+            tile.set_valid(v_mat, keys, dc)
+            pto.load(pto.slice_view(v_view, [row0, chunk * dc], [keys, dc], name="v_part"), v_mat)
+            tile.set_valid(v_right, keys, dc)
+            tile.mov(v_mat, v_right)
             if sub == 0:
-                tile.matmul(tl["p_left"], tl["v_right"], out=tl[o_acc])
+                tile.matmul(p_left, v_right, out=tl[o_acc])
             else:
-                tile.matmul_acc(tl[o_acc], tl["p_left"], tl["v_right"], out=tl[o_acc])
+                tile.matmul_acc(tl[o_acc], p_left, v_right, out=tl[o_acc])
 
     _for_sub(s.c, s.u, t, sub, body)
 
