@@ -58,7 +58,8 @@ def make_config(head: int, tile_s1: int, qk_preload: int, dtype: str = "fp16", o
                 causal: bool = False, window: tuple[int, int] | None = None, key_padding: bool = False,
                 lse: bool = False, prescale_q: bool = True, softmax_dtypes: tuple[str, ...] = ("f32",)) -> FAConfig:
     """An FAConfig, or exit 2 with the broken rule on one line."""
-    knobs = config_knobs(dtype, out_dtype, causal, window, key_padding, lse, prescale_q, one_softmax_dtype(softmax_dtypes))
+    knobs = config_knobs(dtype, out_dtype, causal, window, key_padding, lse, prescale_q,
+                         one_softmax_dtype(softmax_dtypes))
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -83,8 +84,8 @@ def main() -> None:
 @click.option("--backward", is_flag=True, help="Write the backward kernels (fa_bwd_dq.pto, fa_bwd_dkdv.pto) instead.")
 @click.option("--atomic", is_flag=True, help="With --backward: the atomic-add dQ mode (fa_bwd_prep, _dkdv, _post).")
 def build(head: int, tile_s1: int, qk_preload: int, dtype: str, out_dtype: str | None, causal: bool,
-          window: tuple[int, int] | None, key_padding: bool, lse: bool, prescale_q: bool, softmax_dtypes: tuple[str, ...],
-          output: Path | None, backward: bool, atomic: bool) -> None:
+          window: tuple[int, int] | None, key_padding: bool, lse: bool, prescale_q: bool,
+          softmax_dtypes: tuple[str, ...], output: Path | None, backward: bool, atomic: bool) -> None:
     """Emit the kernel as PTO IR, and print the config and its memory budget."""
     from ptofa.fa_builder import emit_fa
 

@@ -76,8 +76,8 @@ def config_knobs(dtype: str = "fp16", out_dtype: str | None = None, causal: bool
 def kernel_switches(f):
     """The kernel's switches (options of build, run and sweep), in --help order:
     --dtype --out-dtype --causal --window --key-padding-mask --lse --prescale-q/--no-prescale-q --softmax-dtype."""
-    f = click.option("--softmax-dtype", "softmax_dtypes", default="f32", show_default=True, callback=parse_softmax_dtypes,
-                     metavar="f32|f16",
+    f = click.option("--softmax-dtype", "softmax_dtypes", default="f32", show_default=True,
+                     callback=parse_softmax_dtypes, metavar="f32|f16",
                      help="The softmax's working dtype: f32 (high precision) or f16 (high performance: the cube rounds "
                           "the scores to f16 and the row max, exp and row sum run on f16 tiles; fp16 inputs, without "
                           "--lse). sweep: a comma list is an axis of the grid.")(f)

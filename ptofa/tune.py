@@ -147,7 +147,8 @@ def candidates(base: FAConfig) -> list[FAConfig]:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
                 try:
-                    legal.append(dataclasses.replace(base, tile_s1=tile_s1, qk_preload=qk_preload, exp_ring=None, cube_s1=None))
+                    legal.append(dataclasses.replace(base, tile_s1=tile_s1, qk_preload=qk_preload, exp_ring=None,
+                                                     cube_s1=None))
                 except (ConfigError, Warning):
                     continue
     return legal

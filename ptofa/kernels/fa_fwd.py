@@ -59,7 +59,8 @@ from xdsl.ir import SSAValue
 from ptofa import argspec
 from ptofa.api import F32, I32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type
 from ptofa.kernels.common import SPLIT, TileRange, entry_type, fused, init_pipes, pipelined, ring_select
-from ptofa.pipeline import DTYPE_BYTES, KEY_MASK_TILES, UNIT_FIELDS, UNIT_TABLE, FAConfig, TileSpec, buffer_names, chunk_names, l0_name, tile_plan
+from ptofa.pipeline import (DTYPE_BYTES, KEY_MASK_TILES, UNIT_FIELDS, UNIT_TABLE, FAConfig, TileSpec, buffer_names,
+                             chunk_names, l0_name, tile_plan)
 from ptofa.textio import print_pto
 
 NEG_INIT = -3.0e38  # running-max start and mask value: finite, so no inf - inf ever appears
