@@ -66,6 +66,7 @@ SWITCHES: tuple[dict, ...] = (
     dict(softmax_dtype="f16", varlen=True, page_size=256, gqa_pack=True),
     dict(softmax_dtype="f16", masked=True, key_padding=True),
     dict(softmax_dtype="f16", varlen=True, masked=True),
+    dict(softmax_dtype="f16", varlen=True, split_kv=True, masked=True),
 )
 SWITCH_BASES = ((64, 128), (128, 256), (256, 256))  # (head, tile_s1): small, default, D split in two
 
