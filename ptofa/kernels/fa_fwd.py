@@ -57,7 +57,7 @@ from xdsl.dialects import builtin
 from xdsl.ir import SSAValue
 
 from ptofa import argspec
-from ptofa.api import F32, I32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type
+from ptofa.api import F16, F32, I32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type
 from ptofa.kernels.common import SPLIT, TileRange, entry_type, fused, init_pipes, pipelined, ring_select
 from ptofa.pipeline import (DTYPE_BYTES, KEY_MASK_TILES, UNIT_FIELDS, UNIT_TABLE, FAConfig, TileSpec, buffer_names,
                              chunk_names, l0_name, tile_plan)
@@ -705,8 +705,12 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
     consts = {name: scalar.const(value, F32, name=name) for name, value in (
         ("neg", NEG_INIT), ("zero", 0.0), ("one", 1.0), ("minus_one", -1.0))}
     mask, half = mask_constants(config)
-    consts.update({name: scalar.const(value, F32, name=name) for name, value in (
-        ("mask", mask), ("unmask", -mask), ("half_pos", half))})
+    # The mask value and its negation scale softmax-dtype tiles: scalars of the tiles' element
+    # type (pto-ir.md 9); the row-fix threshold is added to the f32 running max.
+    mask_type = F16 if config.softmax_dtype == "f16" else F32
+    consts.update({name: scalar.const(value, mask_type, name=name)
+                   for name, value in (("mask", mask), ("unmask", -mask))})
+    consts["half_pos"] = scalar.const(half, F32, name="half_pos")
     row_base = scalar.mul(pto.get_subblock_idx(), config.vec_rows, name="row_base")
     preload = config.qk_preload
     if config.prescale_q:
