@@ -269,18 +269,13 @@ def _tile_keys(c: _Common, u: _Unit, t: SSAValue) -> SSAValue:
     return scalar.min(scalar.sub(u.s1, scalar.mul(t, c.config.tile_s1)), c.config.tile_s1, name="tile_keys")
 
 
-def _sub_keys(c: _Common, u: _Unit, t: SSAValue, sub: int) -> SSAValue:
-    """Valid keys of sub-tile `sub` of tile t (0 past the end of a ragged last tile)."""
-    keys = scalar.sub(_tile_keys(c, u, t), sub * c.config.cube_s1)
-    return _clamp(keys, 0, c.config.cube_s1)
-
-
-def _for_sub(c: _Common, u: _Unit, t: SSAValue, sub: int, body) -> None:
-    """Run body(keys) for a sub-tile that has keys; sub-tile 0 of a visited tile always has."""
-    keys = _sub_keys(c, u, t, sub)
-    if sub == 0:
-        body(keys)
+def _for_sub(c: _Common, tile_keys: SSAValue, sub: int, body) -> None:
+    """Run body(keys) for sub-tile `sub` of a tile with `tile_keys` valid keys, if it has keys
+    (none past the end of a ragged last tile); sub-tile 0 of a visited tile always has."""
+    if sub == 0:  # a visited tile has at least one key
+        body(scalar.min(tile_keys, c.config.cube_s1, name="sub_keys"))
         return
+    keys = _clamp(scalar.sub(tile_keys, sub * c.config.cube_s1), 0, c.config.cube_s1)
     with pto.if_(scalar.gt(keys, 0)):
         body(keys)
 
@@ -315,25 +310,39 @@ class _CubeState:
         return k_view, v_view, 0
 
 
+@dataclass
+class _KVTile:
+    """KV tile t as the cube reads it, derived once per tile for all of its sub-tiles."""
+
+    keys: SSAValue  # valid keys of the tile
+    k_view: SSAValue  # K^T [D, S1] (or of the page holding the tile)
+    v_view: SSAValue  # V [S1, D]
+    col: SSAValue | int  # first key of the tile in those views
+
+
+def _kv_tile(s: _CubeState, t: SSAValue) -> _KVTile:
+    k_view, v_view, col = s.kv_views(t)
+    return _KVTile(_tile_keys(s.c, s.u, t), k_view, v_view, col)
+
+
 def _sub_tiles(s: _CubeState, sub: int, *names: str) -> list[SSAValue]:
     """The buffers sub-tile `sub` uses of these cube tiles (`pipeline.l0_names`: with 64-key
     sub-tiles consecutive sub-tiles alternate between two, so one's loads overlap the other's matmul)."""
     return [s.tiles[l0_name(s.c.config, name, sub)] for name in names]
 
 
-def compute_qk(s: _CubeState, t: SSAValue, sub: int, entry: SSAValue) -> None:
+def compute_qk(s: _CubeState, kt: _KVTile, sub: int, entry: SSAValue) -> None:
     """S[:, sub] = Q K_sub^T for tile t (summed over the D chunks), stored into column band `sub` of the QK slot."""
     cfg, tl = s.c.config, s.tiles
     dc = cfg.d_chunk
     k_mat, k_right, s_acc = _sub_tiles(s, sub, "k_mat", "k_right", "s_acc")
 
     def body(keys: SSAValue) -> None:
-        k_view, _, tile_col = s.kv_views(t)
-        col0 = scalar.add(tile_col, sub * cfg.cube_s1, name="k_col")
+        col0 = scalar.add(kt.col, sub * cfg.cube_s1, name="k_col") if sub else kt.col
         tile.set_valid(s_acc, s.u.q_rows, keys)
         for chunk, q_left in enumerate(chunk_names(cfg, "q_left")):
             tile.set_valid(k_mat, dc, keys)
-            pto.load(pto.slice_view(k_view, [chunk * dc, col0], [dc, keys], name="k_part"), k_mat)
+            pto.load(pto.slice_view(kt.k_view, [chunk * dc, col0], [dc, keys], name="k_part"), k_mat)
             tile.set_valid(k_right, dc, keys)
             tile.mov(k_mat, k_right)
             if chunk == 0:
@@ -343,10 +352,10 @@ def compute_qk(s: _CubeState, t: SSAValue, sub: int, entry: SSAValue) -> None:
         band = pto.slice_view(entry, [0, sub * cfg.cube_s1], [s.u.q_rows, keys], name="qk_band")
         pto.store(s_acc, band)
 
-    _for_sub(s.c, s.u, t, sub, body)
+    _for_sub(s.c, kt.keys, sub, body)
 
 
-def compute_pv(s: _CubeState, t: SSAValue, sub: int, p_entry: SSAValue) -> None:
+def compute_pv(s: _CubeState, kt: _KVTile, sub: int, p_entry: SSAValue) -> None:
     """O_acc (+)= P[:, sub] V_sub for tile t: the sub-tiles are the K dimension of P V."""
     cfg, tl = s.c.config, s.tiles
     p_mat, p_left, v_mat, v_right = _sub_tiles(s, sub, "p_mat", "p_left", "v_mat", "v_right")
@@ -356,12 +365,11 @@ def compute_pv(s: _CubeState, t: SSAValue, sub: int, p_entry: SSAValue) -> None:
         pto.load(pto.slice_view(p_entry, [0, sub * cfg.cube_s1], [cfg.cube_s0, keys], name="p_band"), p_mat)
         tile.set_valid(p_left, cfg.cube_s0, keys)
         tile.mov(p_mat, p_left)
-        _, v_view, tile_row = s.kv_views(t)
-        row0 = scalar.add(tile_row, sub * cfg.cube_s1, name="v_row")
+        row0 = scalar.add(kt.col, sub * cfg.cube_s1, name="v_row") if sub else kt.col
         dc = cfg.d_chunk
         for chunk, o_acc in enumerate(chunk_names(cfg, "o_acc")):  # O[:, chunk] (+)= P V[:, chunk]
             tile.set_valid(v_mat, keys, dc)
-            pto.load(pto.slice_view(v_view, [row0, chunk * dc], [keys, dc], name="v_part"), v_mat)
+            pto.load(pto.slice_view(kt.v_view, [row0, chunk * dc], [keys, dc], name="v_part"), v_mat)
             tile.set_valid(v_right, keys, dc)
             tile.mov(v_mat, v_right)
             if sub == 0:
@@ -369,15 +377,16 @@ def compute_pv(s: _CubeState, t: SSAValue, sub: int, p_entry: SSAValue) -> None:
             else:
                 tile.matmul_acc(tl[o_acc], p_left, v_right, out=tl[o_acc])
 
-    _for_sub(s.c, s.u, t, sub, body)
+    _for_sub(s.c, kt.keys, sub, body)
 
 
 def _qk_tile(s: _CubeState, t: SSAValue) -> None:
     """QK for a whole logical tile (prologue)."""
     qk = s.c.config.pipes[0]
     entry = pto.talloc("cube", qk.pipe_id, entry_type(qk, "cube"), SPLIT, name="qk_entry")
+    kt = _kv_tile(s, t)
     for sub in range(s.c.config.tile_factor):
-        compute_qk(s, t, sub, entry)
+        compute_qk(s, kt, sub, entry)
     pto.tpush("cube", qk.pipe_id, entry, SPLIT)
 
 
@@ -388,15 +397,17 @@ def _pv_tile(s: _CubeState, t: SSAValue, interleave_qk_tile: SSAValue | None) ->
     P(t), and the FIX store of the previous PV(t - 1) overlaps a QK matmul, not a wait."""
     cfg = s.c.config
     qk, p, pv = cfg.pipes[:3]
-    qk_entry = None
+    qk_entry = qk_kt = None
     if interleave_qk_tile is not None:
         qk_entry = pto.talloc("cube", qk.pipe_id, entry_type(qk, "cube"), SPLIT, name="qk_entry")
-        compute_qk(s, interleave_qk_tile, 0, qk_entry)
+        qk_kt = _kv_tile(s, interleave_qk_tile)
+        compute_qk(s, qk_kt, 0, qk_entry)
     p_entry = pto.tpop("cube", p.pipe_id, entry_type(p, "cube"), SPLIT, name="p_entry")
+    pv_kt = _kv_tile(s, t)
     for sub in range(cfg.tile_factor):
-        compute_pv(s, t, sub, p_entry)
-        if qk_entry is not None and sub + 1 < cfg.tile_factor:
-            compute_qk(s, interleave_qk_tile, sub + 1, qk_entry)
+        compute_pv(s, pv_kt, sub, p_entry)
+        if qk_kt is not None and sub + 1 < cfg.tile_factor:
+            compute_qk(s, qk_kt, sub + 1, qk_entry)
     pto.tfree("cube", p.pipe_id, p_entry, SPLIT)
     if qk_entry is not None:
         pto.tpush("cube", qk.pipe_id, qk_entry, SPLIT)

@@ -125,25 +125,32 @@ def partition_view(op: d.PartitionViewOp, slot: Slot) -> Fn:
     src, res = slot(op.source), slot(op.result)
     off_s = [slot(v) for v in op.offsets]
     size_s = [slot(v) for v in op.sizes]
-    static = op.result.type.dims
+    static = [(i, n) for i, n in enumerate(op.result.type.dims) if n != d.DYN]
 
     def fn(vals):
         tv = vals[src]
         offs = [vals[s] for s in off_s]
-        sizes = tuple(vals[s] for s in size_s)
+        sizes = tuple([vals[s] for s in size_s])
         delta = 0
-        for i, (o, n, dim, st) in enumerate(zip(offs, sizes, tv.shape, tv.strides)):
+        for o, n, dim, st in zip(offs, sizes, tv.shape, tv.strides):
             if o < 0 or n < 0 or o + n > dim:
-                raise SimError(
-                    f"partition out of the view: dim {i} window [{o}, {o + n}) of a view with dim {dim} "
-                    f"(view shape {list(tv.shape)}, offsets {offs}, sizes {list(sizes)})"
-                )
-            if static[i] != d.DYN and n != static[i]:
-                raise SimError(f"partition size {n} of dim {i} != {static[i]} in the result type")
+                raise _partition_error(tv, offs, sizes)
             delta += o * st
+        for i, n in static:
+            if sizes[i] != n:
+                raise SimError(f"partition size {sizes[i]} of dim {i} != {n} in the result type")
         vals[res] = GmView(tv.buf, tv.offset + delta * tv.dtype.itemsize, tv.dtype, sizes, tv.strides, tv.slot)
 
     return fn
+
+
+def _partition_error(tv: GmView, offs: list, sizes: tuple) -> SimError:
+    """The first dim whose window [offset, offset + size) leaves the view."""
+    for i, (o, n, dim) in enumerate(zip(offs, sizes, tv.shape)):
+        if o < 0 or n < 0 or o + n > dim:
+            return SimError(f"partition out of the view: dim {i} window [{o}, {o + n}) of a view with dim {dim} "
+                            f"(view shape {list(tv.shape)}, offsets {offs}, sizes {list(sizes)})")
+    raise AssertionError("no dim leaves the view")
 
 
 def _collapse(shape: tuple) -> tuple[int, int]:
