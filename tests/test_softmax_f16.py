@@ -189,3 +189,12 @@ def test_split_kv_passes_the_rule(extra) -> None:
     lines = [line for line in result.output.splitlines() if line.startswith("num_splits=")]
     assert len(lines) == 2 and all(" passed " in line for line in lines)
     assert "x3" in lines[0]  # the split launch really split
+
+
+def test_run_balance_splits_an_f16_softmax_launch() -> None:
+    """`run_fa run --balance` sends the dense shape through the balanced split-KV launch (main + reduce)."""
+    result = CliRunner().invoke(main, ["run", "--backend", "sim", "--batch", "1", "--heads", "1", "--s0", "1024",
+                                       "--s1", "1024", "--softmax-dtype", "f16", "--causal", "--balance"])
+    assert result.exit_code == 0, result.output
+    (line,) = [line for line in result.output.splitlines() if line.startswith("balanced split-KV (units x splits:")]
+    assert ": pass" in line
