@@ -96,6 +96,9 @@ class ParsedModule:
 
 def parse_pto(text: str, path: str = "<pto>") -> ParsedModule:
     """Parse `.pto` text (custom or generic syntax, aliases allowed). Raises PtoCheckError."""
+    unterminated = _unterminated_string(text)
+    if unterminated:
+        raise PtoCheckError([(unterminated, "unterminated string literal (a string ends on its line)")], path)
     parser = _LineParser(make_context(), text, path)
     try:
         module = parser.parse_module()
@@ -117,6 +120,31 @@ def parse_pto(text: str, path: str = "<pto>") -> ParsedModule:
     if errors:
         raise PtoCheckError(errors, path)
     return parsed
+
+
+def _unterminated_string(text: str) -> int:
+    """The first line (1-based) whose string literal does not end on it, else 0. MLIR strings
+    cannot span lines, and xDSL's lexer takes time quadratic in the rest of the file to find
+    that out, so the checker reports it before parsing."""
+    for number, line in enumerate(text.splitlines(), 1):
+        if '"' not in line:
+            continue
+        inside = escaped = False
+        for i, ch in enumerate(line):
+            if inside:
+                if escaped:
+                    escaped = False
+                elif ch == "\\":
+                    escaped = True
+                elif ch == '"':
+                    inside = False
+            elif ch == '"':
+                inside = True
+            elif ch == "/" and line.startswith("//", i):
+                break
+        if inside:
+            return number
+    return 0
 
 
 def _parse_line(parser: _LineParser, exc: BaseException) -> int:

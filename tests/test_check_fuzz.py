@@ -97,7 +97,7 @@ def test_mutated_kernels_never_crash_the_checker(kernel_lines: list[str]) -> Non
     assert seen["error"] > 0
 
 
-@pytest.mark.parametrize("case", ["use_before_def", "huge_float", "huge_float_negative", "huge_int"])
+@pytest.mark.parametrize("case", ["use_before_def", "huge_float", "huge_float_negative", "huge_int", "unterminated_string"])
 def test_known_crashes_are_line_numbered_errors(case: str) -> None:
     text = {
         "use_before_def": "module {\n  func.func @k() {\n    %b = arith.addi %a, %a : index\n"
@@ -105,6 +105,9 @@ def test_known_crashes_are_line_numbered_errors(case: str) -> None:
         "huge_float": "module {\n  func.func @k() {\n    %x = arith.constant 1.0e400 : f32\n    return\n  }\n}\n",
         "huge_float_negative": "module {\n  func.func @k() {\n    %x = arith.constant -3.5e39 : f32\n    return\n  }\n}\n",
         "huge_int": "module {\n  func.func @k() {\n    %x = arith.constant 99999999999999999999 : i32\n    return\n  }\n}\n",
+        # xDSL's lexer takes time quadratic in the rest of the file to reject this (mutant 116 of the fuzz run)
+        "unterminated_string": "module {\n  func.func @k() {\n    %x = arith.constant 1 : index {a = \"x}\n"
+                               + "    return\n" * 2000 + "  }\n}\n",
     }[case]
     with pytest.raises(PtoCheckError) as info:
         check_text(text)
