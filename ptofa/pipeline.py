@@ -365,14 +365,15 @@ def chunk_names(c: FAConfig, name: str) -> list[str]:
     return [name] if c.d_split == 1 else [f"{name}{i}" for i in range(c.d_split)]
 
 
-def l0_names(c: FAConfig, name: str) -> list[str]:
+def cube_buffer_names(c: FAConfig, name: str) -> list[str]:
     """Names of a cube tile that sub-tiles alternate: an L1 staging tile, L0A/L0B operand or QK
     accumulator; two (sub-tile i uses buffer i % 2) with 64-key sub-tiles, else one."""
     return [f"{name}{i}" for i in range(c.cube_buffers)] if c.cube_buffers > 1 else [name]
 
 
-def l0_name(c: FAConfig, name: str, sub: int) -> str:
-    names = l0_names(c, name)
+def cube_buffer_name(c: FAConfig, name: str, sub: int) -> str:
+    """The buffer of cube tile `name` that sub-tile `sub` uses."""
+    names = cube_buffer_names(c, name)
     return names[sub % len(names)]
 
 
@@ -412,14 +413,14 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
     tiles = [
         # cube: L1 staging, L0A/L0B operands, L0C accumulators (Q and O per D chunk)
         *[TileSpec(name, "cube", "qk", "mat", s0, dc, dt, **nz, **dyn) for name in chunk_names(c, "q_mat")],
-        *[TileSpec(n, "cube", "qk", "mat", dc, s1, dt, slayout="col_major", **dyn) for n in l0_names(c, "k_mat")],
-        *[TileSpec(n, "cube", "pv", "mat", s1, dc, dt, **nz, **dyn) for n in l0_names(c, "v_mat")],
-        *[TileSpec(n, "cube", "pv", "mat", s0, s1, dt, **nz, **dyn) for n in l0_names(c, "p_mat")],
+        *[TileSpec(n, "cube", "qk", "mat", dc, s1, dt, slayout="col_major", **dyn) for n in cube_buffer_names(c, "k_mat")],
+        *[TileSpec(n, "cube", "pv", "mat", s1, dc, dt, **nz, **dyn) for n in cube_buffer_names(c, "v_mat")],
+        *[TileSpec(n, "cube", "pv", "mat", s0, s1, dt, **nz, **dyn) for n in cube_buffer_names(c, "p_mat")],
         *[TileSpec(name, "cube", "qk", "left", s0, dc, dt, slayout="row_major", **dyn) for name in chunk_names(c, "q_left")],
-        *[TileSpec(n, "cube", "pv", "left", s0, s1, dt, slayout="row_major", **dyn) for n in l0_names(c, "p_left")],
-        *[TileSpec(n, "cube", "qk", "right", dc, s1, dt, slayout="col_major", **dyn) for n in l0_names(c, "k_right")],
-        *[TileSpec(n, "cube", "pv", "right", s1, dc, dt, slayout="col_major", **dyn) for n in l0_names(c, "v_right")],
-        *[TileSpec(n, "cube", "qk", "acc", s0, s1, "f32", **acc, **dyn) for n in l0_names(c, "s_acc")],
+        *[TileSpec(n, "cube", "pv", "left", s0, s1, dt, slayout="row_major", **dyn) for n in cube_buffer_names(c, "p_left")],
+        *[TileSpec(n, "cube", "qk", "right", dc, s1, dt, slayout="col_major", **dyn) for n in cube_buffer_names(c, "k_right")],
+        *[TileSpec(n, "cube", "pv", "right", s1, dc, dt, slayout="col_major", **dyn) for n in cube_buffer_names(c, "v_right")],
+        *[TileSpec(n, "cube", "qk", "acc", s0, s1, "f32", **acc, **dyn) for n in cube_buffer_names(c, "s_acc")],
         *[TileSpec(name, "cube", "pv", "acc", s0, dc, "f32", **acc) for name in chunk_names(c, "o_acc")],
         # vector: softmax working set for one row slice (red_tmp is also the mask tile), in the
         # softmax dtype; an f32 softmax converts P into p_half, an f16 one computes it in place.

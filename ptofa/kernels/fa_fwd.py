@@ -60,7 +60,7 @@ from ptofa import argspec
 from ptofa.api import F16, F32, I32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type
 from ptofa.kernels.common import SPLIT, TileRange, entry_type, fused, init_pipes, pipelined, ring_select
 from ptofa.pipeline import (DTYPE_BYTES, KEY_MASK_TILES, UNIT_FIELDS, UNIT_TABLE, FAConfig, TileSpec, buffer_names,
-                             chunk_names, l0_name, tile_plan)
+                             chunk_names, cube_buffer_name, tile_plan)
 from ptofa.textio import print_pto
 
 NEG_INIT = -3.0e38  # running-max start and mask value: finite, so no inf - inf ever appears
@@ -326,9 +326,9 @@ def _kv_tile(s: _CubeState, t: SSAValue) -> _KVTile:
 
 
 def _sub_tiles(s: _CubeState, sub: int, *names: str) -> list[SSAValue]:
-    """The buffers sub-tile `sub` uses of these cube tiles (`pipeline.l0_names`: with 64-key
+    """The buffers sub-tile `sub` uses of these cube tiles (`pipeline.cube_buffer_names`: with 64-key
     sub-tiles consecutive sub-tiles alternate between two, so one's loads overlap the other's matmul)."""
-    return [s.tiles[l0_name(s.c.config, name, sub)] for name in names]
+    return [s.tiles[cube_buffer_name(s.c.config, name, sub)] for name in names]
 
 
 def compute_qk(s: _CubeState, kt: _KVTile, sub: int, entry: SSAValue) -> None:
@@ -713,15 +713,20 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
     divisor = "l_fix" if config.needs_row_fix else "l_all"
     l_col = tile.reshape(tiles[divisor], config.vec_rows, 1, name=f"{divisor}_col", blayout="col_major")
     ring = [rows[f"exp_ring{r}"] for r in range(config.exp_ring)]
-    consts = {name: scalar.const(value, F32, name=name) for name, value in (
-        ("neg", NEG_INIT), ("zero", 0.0), ("one", 1.0), ("minus_one", -1.0))}
     mask, half = mask_constants(config)
     # The mask value and its negation scale softmax-dtype tiles: scalars of the tiles' element
-    # type (pto-ir.md 9); the row-fix threshold is added to the f32 running max.
+    # type (pto-ir.md 9); the running-max start and row-fix threshold meet the f32 statistics.
+    # One constant per (value, type): the f32 mask is the running-max start.
     mask_type = F16 if config.softmax_dtype == "f16" else F32
-    consts.update({name: scalar.const(value, mask_type, name=name)
-                   for name, value in (("mask", mask), ("unmask", -mask))})
-    consts["half_pos"] = scalar.const(half, F32, name="half_pos")
+    consts: dict[str, SSAValue] = {}
+    made: dict[tuple[float, str], SSAValue] = {}
+    for name, value, type_ in (("neg", NEG_INIT, F32), ("zero", 0.0, F32), ("one", 1.0, F32),
+                               ("minus_one", -1.0, F32), ("half_pos", half, F32),
+                               ("mask", mask, mask_type), ("unmask", -mask, mask_type)):
+        key = (value, str(type_))
+        if key not in made:
+            made[key] = scalar.const(value, type_, name=name)
+        consts[name] = made[key]
     row_base = scalar.mul(pto.get_subblock_idx(), config.vec_rows, name="row_base")
     preload = config.qk_preload
     if config.prescale_q:
