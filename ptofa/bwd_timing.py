@@ -73,7 +73,7 @@ def predict_kernel(sim: SimResult, config: BwdConfig, shape: ProblemShape, kerne
     if not replays:
         raise TimingError(f"the {kernel} trace has no ops")
     units = work_units(config, kernel, shape.batch, shape.heads, shape.kv_heads, shape.s0, shape.s1)
-    cycles, waves, note = launch_cycles({b: r.cycles for b, r in replays.items()}, sim.block_dim, units, spec.cube_cores)
+    cycles, waves, note = launch_cycles({b: r.cycles for b, r in replays.items()}, sim.block_dim, units, spec)
     macs = shape.flops(config.head) // 2 // FORWARD_GEMMS * gemms(config, kernel)
     cores = min(sim.block_dim, spec.cube_cores)
     cube_us = spec.cycles_to_us(macs / (cores * spec.cube_macs_per_cycle))

@@ -46,7 +46,7 @@ def reduce_us(trace: Trace, config: FAConfig, shape: ProblemShape, units: torch.
     table = reduce_table(config, units, shape.heads, shape.heads // shape.kv_heads)
     replays = replay(trace, spec, config.slot_num)
     cycles, _, _ = launch_cycles({b: r.cycles for b, r in replays.items()}, trace.block_dim,
-                                 int(table.shape[0]), spec.cube_cores)
+                                 int(table.shape[0]), spec)
     rows = table[:, REDUCE_TABLE.index("rows")].to(torch.int64)
     splits = table[:, REDUCE_TABLE.index("splits")].to(torch.int64)
     row_bytes = config.head * DTYPE_BYTES[config.out_dtype] + (4 if config.lse else 0)

@@ -11,8 +11,8 @@ scaled-Q pipe delays each block's first QK, which short units do not win back).
 
 Prediction, per candidate: the simulator runs probes of one head with the call's head
 dim, dtypes and switches, records their traces, and `ptofa.sim.timing.predict` replays
-them; the result is the launch's busiest block, bounded below by the compulsory HBM
-traffic as in `predict`.
+them; the result is the launch's busiest block plus the block start-up of each wave,
+bounded below by the compulsory HBM traffic as in `predict`.
 
 * Equal units (no mask): one block runs the first `PROBE_ROWS` rows' units back to back;
   its time is scaled by units per block of the real launch (the rule
@@ -233,7 +233,9 @@ def predict_config(config: FAConfig, shape: TuneShape) -> Ranked:
     _PREDICTIONS["count"] += 1
     spec = get_soc(shape.soc)
     problem = shape.problem()
-    per_block, bound = busiest_block_us(config, shape, spec, default_block_dim(problem, spec.cube_cores, config))
+    block_dim = default_block_dim(problem, spec.cube_cores, config)
+    per_block, bound = busiest_block_us(config, shape, spec, block_dim)
+    per_block += math.ceil(block_dim / spec.cube_cores) * spec.block_start_us  # as `timing.launch_cycles`
     hbm_rate = spec.hbm_bytes_per_cycle_per_core * spec.cube_cores
     hbm_us = spec.cycles_to_us(compulsory_bytes(config, problem) / hbm_rate)
     kernel_us = max(per_block, hbm_us)

@@ -406,15 +406,21 @@ def test_launch_extrapolates_blocks_and_waves() -> None:
     for op_list in fa_trace(num_tiles=8, blocks=(7,), units=1, block_dim=24).cores.items():
         trace.cores[op_list[0]] = op_list[1]
     result = predict(trace, config, shape, block_dim=24)
-    assert result.kernel_us == pytest.approx(result.block_us[0])
+    start = SOCS["910B2"].block_start_us
+    assert start > 0
+    assert result.kernel_us == pytest.approx(result.block_us[0] + start)  # the busiest block, after its start-up
     assert result.block_us[0] > 1.8 * result.block_us[7]
     assert result.waves == 1
-    # 48 blocks of one unit on 24 cores: two waves, each core runs two blocks.
+    # 48 blocks of one unit on 24 cores: two waves, each core runs two blocks, each started.
     two_waves = predict(
         fa_trace(num_tiles=8, block_dim=48), config, ProblemShape(s0=128 * 48, s1=8 * 256), block_dim=48
     )
     assert two_waves.waves == 2
-    assert two_waves.kernel_us == pytest.approx(2 * two_waves.block_us[0])
+    assert two_waves.kernel_us == pytest.approx(2 * (two_waves.block_us[0] + start))
+    # The start-up is the socspec constant and nothing else: without it, blocks back to back.
+    no_start = predict(fa_trace(num_tiles=8, block_dim=48), config, ProblemShape(s0=128 * 48, s1=8 * 256),
+                       soc=dataclasses.replace(SOCS["910B2"], block_start_us=0.0), block_dim=48)
+    assert no_start.kernel_us == pytest.approx(2 * no_start.block_us[0])
     with pytest.raises(TimingError, match="block_dim"):
         predict(fa_trace(num_tiles=8, blocks=(3,), block_dim=2), config, ProblemShape(s0=256, s1=2048), block_dim=2)
 
@@ -440,6 +446,7 @@ def test_summary_is_one_paragraph_with_the_numbers() -> None:
     assert "\n" not in text
     assert f"{result.kernel_us:.2f} us" in text
     assert "TFLOPS" in text and result.bound in text and "cube M" in text
+    assert "block start-up" in text and f"{result.soc.host_launch_us:g} us for the host" in text
 
 
 def test_svg_timeline_is_well_formed(tmp_path: Path) -> None:

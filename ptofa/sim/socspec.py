@@ -120,6 +120,22 @@ class SocSpec:
     cross_core_flag_cycles: int = 200  # assumption: FFTS flag set -> seen by the peer core (~0.1 us)
     pipe_op_cycles: int = 8  # assumption: scalar bookkeeping of talloc/tpush/tpop/tfree
 
+    # Fixed costs of a launch, in microseconds (wall time, not clock cycles).
+    # Block start-up: dispatch of a block to its cores until its kernel code starts. Public
+    # measurement on A2/A3 (github.com/hw-native-sys/simpler, docs/investigations/
+    # 2026-06-aicore-cold-start-warmup.md, a 24-block MIX task on 72 AI cores: dispatch ->
+    # start 0.2-0.5 us per task in the steady state; a core's first task after the runtime
+    # starts 0.3-5.6 us, average 2.3-3.9 us, from NoC/FFTS routing). A block starts when
+    # the last of its three cores (AIC + 2 AIV) does: the upper end of the steady range.
+    # Charged once per block a core runs (`timing.launch_cycles`), so once per wave.
+    block_start_us: float = 0.5
+    # Host enqueue of one kernel launch through a C launcher on 910B2 (github.com/triton-lang/
+    # triton-ascend issue 1675: 8.599 us per launch for the optimised launcher, 12.142 us for
+    # eager torch.add, NPU execution excluded). Host time: launches queued back to back hide
+    # it behind the previous kernel, so the predicted kernel time does not include it; a lone
+    # synchronous call pays it on top (`TimingResult.summary` says so).
+    host_launch_us: float = 8.599
+
     @property
     def vec_cores(self) -> int:
         return self.cube_cores * self.vec_per_cube
@@ -140,6 +156,10 @@ class SocSpec:
 
     def cycles_to_us(self, cycles: float) -> float:
         return cycles / self.clock_mhz
+
+    @property
+    def block_start_cycles(self) -> float:
+        return self.block_start_us * self.clock_mhz
 
 
 SOCS: dict[str, SocSpec] = {

@@ -28,9 +28,13 @@ Model (constants in `ptofa.sim.socspec`, nothing fitted to measurements):
   i, i + block_dim, ... A block missing from the trace takes the time of a traced
   block with the same unit count, else a traced block's time scaled by the unit
   ratio. Blocks beyond the cube-core count run in waves: core c runs blocks
-  c, c + cores, ... back to back. The result is at least the HBM time of the
-  compulsory traffic (Q, K, V read once, O written once). Launch overhead on the
-  host is not included.
+  c, c + cores, ... back to back, each block after its start-up
+  (`SocSpec.block_start_us`, a public A2/A3 measurement); a replay starts with empty
+  queues, so the first tiles' pipeline fill is in each block's time, and the busiest
+  core's last block is the last wave's tail. The result is at least the HBM time of
+  the compulsory traffic (Q, K, V read once, O written once). The host's enqueue of
+  the launch (`SocSpec.host_launch_us`) is not device time and is not included; the
+  summary names it.
 """
 
 from __future__ import annotations
@@ -140,7 +144,8 @@ class TimingResult:
             f"({self.tflops:.1f} TFLOPS, 4*B*N*D*visible scores; block_dim={self.block_dim}, {self.waves} wave(s)); "
             f"steady state bound by {self.bound} (critical path of block {block}: {shares}); "
             f"busy in block {block}: {busy or 'none'}; "
-            f"limits: cube {self.cube_bound_us:.2f} us, HBM {self.hbm_bound_us:.2f} us; {self.extrapolation}."
+            f"limits: cube {self.cube_bound_us:.2f} us, HBM {self.hbm_bound_us:.2f} us; {self.extrapolation}; "
+            f"a lone synchronous call also waits {self.soc.host_launch_us:g} us for the host to enqueue the launch."
         )
 
     def utilization_line(self) -> str:
@@ -669,9 +674,14 @@ def blocks_to_trace(block_dim: int, work_units: int) -> list[int]:
 
 
 def launch_cycles(
-    block_cycles: dict[int, float], block_dim: int, work_units: int, cube_cores: int
+    block_cycles: dict[int, float], block_dim: int, work_units: int, soc: SocSpec
 ) -> tuple[float, int, str]:
-    """(launch cycles, waves, how missing blocks were extrapolated)."""
+    """(launch cycles, waves, how missing blocks were extrapolated).
+
+    Each block costs its replayed time (which starts with empty queues, so the first
+    tiles' pipeline fill is in it) plus the chip's block start-up (`SocSpec.block_start_us`);
+    core c runs blocks c, c + cores, ... back to back, so a launch of several waves ends
+    with its busiest core's last block (the last wave's tail)."""
     if any(b >= block_dim for b in block_cycles):
         raise TimingError(f"trace has block {max(block_cycles)} but block_dim={block_dim}")
     traced_units = {b: units_of_block(b, block_dim, work_units) for b in block_cycles}
@@ -690,11 +700,14 @@ def launch_cycles(
             ref = min(traced_units, key=lambda t: (abs(traced_units[t] - n), t))
             per_block.append(block_cycles[ref] * n / traced_units[ref] if traced_units[ref] else 0.0)
             scaled += 1
-    waves = math.ceil(block_dim / cube_cores)
-    per_core = [sum(per_block[c::cube_cores]) for c in range(min(block_dim, cube_cores))]
+    cores = soc.cube_cores
+    waves = math.ceil(block_dim / cores)
+    per_core = [sum(per_block[c::cores]) + len(per_block[c::cores]) * soc.block_start_cycles
+                for c in range(min(block_dim, cores))]
     note = (
         f"{len(block_cycles)} of {block_dim} blocks replayed, {copied} copied from a block "
-        f"with the same unit count, {scaled} scaled by unit count"
+        f"with the same unit count, {scaled} scaled by unit count; {soc.block_start_us:g} us "
+        f"block start-up per wave"
     )
     return max(per_core, default=0.0), waves, note
 
@@ -722,7 +735,7 @@ def predict(
     if not replays:
         raise TimingError("the trace has no ops")
     block_cycles = {b: r.cycles for b, r in replays.items()}
-    cycles, waves, note = launch_cycles(block_cycles, block_dim, shape.work_units(config), spec.cube_cores)
+    cycles, waves, note = launch_cycles(block_cycles, block_dim, shape.work_units(config), spec)
     cores_used = min(block_dim, spec.cube_cores)
     macs = shape.flops(config.head) // 2  # QK and PV over the visible scores
     cube_bound_us = spec.cycles_to_us(macs / (cores_used * spec.cube_macs_per_cycle))
