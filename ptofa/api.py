@@ -580,9 +580,10 @@ class tile:  # noqa: N801
         _dps(d.TRowExpandAddOp, [src, col], out)
 
     @staticmethod
-    def row_expand_expdif(src: SSAValue, col: SSAValue, out: SSAValue) -> None:
-        """out = exp(src - col[i]) in one pass (trowexpandexpdif)."""
-        _dps(d.TRowExpandExpdifOp, [src, col], out)
+    def row_expand_expdif(src: SSAValue, col: SSAValue, out: SSAValue, tmp: SSAValue) -> None:
+        """out = exp(src - col[i]) (trowexpandexpdif); `tmp` receives the broadcast column
+        (required: see `ptofa.target.EXPDIF_TMP_BYTES`)."""
+        _dps(d.TRowExpandExpdifOp, [src, col], out, tmp)
 
     @staticmethod
     def row_expand_mul(src: SSAValue, col: SSAValue, out: SSAValue) -> None:

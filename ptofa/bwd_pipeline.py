@@ -45,7 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ptofa.pipeline import IN_DTYPES, MAX_MATMUL_DIM, VEC_CORES, Budget, BudgetRow, ConfigError, PipeSpec, TileSpec
-from ptofa.target import ALIGNMENT, CAPACITY, HIDDEN_ROWEXPAND_TMP_BYTES
+from ptofa.target import ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES
 from ptofa.target import align as _align
 
 KERNELS = ("dq", "dkdv")
@@ -53,10 +53,11 @@ ATOMIC_KERNELS = ("prep", "dkdv", "post")
 ALL_KERNELS = ("dq", "prep", "dkdv", "post")
 BWD_HEADS = (64, 128)
 BLOCK_SIZES = (64, 128)
-# trowexpand* ops in the dq kernel's vector function (expdif for P, sub for dP - D): each
-# gets ptoas's hidden 8 KiB UB scratch. The dkdv vectors use tcolexpandadd (no scratch), and
-# with a key mask one trowexpandadd (the mask of a unit's keys, one per row).
-ROWEXPAND_OPS = {"dq": 2, "dkdv": 0, "prep": 0, "post": 0}
+# trowexpand* ops with ptoas's hidden 8 KiB UB scratch: in the dq kernel's vector function the
+# sub for dP - D (its expdif for P takes the plan's `exp_tmp`, `target.EXPDIF_TMP_BYTES`). The
+# dkdv vectors use tcolexpandadd (no scratch), and with a key mask one trowexpandadd (the mask
+# of a unit's keys, one per row).
+ROWEXPAND_OPS = {"dq": 1, "dkdv": 0, "prep": 0, "post": 0}
 
 
 def rowexpand_ops(c: BwdConfig, kernel: str) -> int:
@@ -199,6 +200,8 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
             TileSpec("dsum_col", "vector", "p", "vec", vr, 1, "f32", blayout="col_major"),
             TileSpec("stat_row", "vector", "p", "vec", 1, vr, "f32", **dyn),  # LSE, then D (row view)
             TileSpec("lse_all", "vector", "p", "vec", 1, vr, "f32"),
+            # trowexpandexpdif's explicit scratch (`target.EXPDIF_TMP_BYTES`)
+            TileSpec("exp_tmp", "vector", "p", "vec", 1, EXPDIF_TMP_BYTES // 4, "f32"),
         ]
         vector += _key_mask_tiles(c, cols)
     else:  # rows = keys, cols = queries

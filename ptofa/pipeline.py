@@ -15,7 +15,8 @@ import math
 import warnings
 from dataclasses import dataclass, fields
 
-from ptofa.target import ALIGNMENT, CAPACITY, HIDDEN_ROWEXPAND_TMP_BYTES, KIB, SPACE_NAMES  # noqa: F401 (re-exported)
+from ptofa.target import (ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES, KIB,  # noqa: F401 (re-exported)
+                          SPACE_NAMES)
 from ptofa.target import align as _align
 
 # The varlen kernel's unit table: UNIT_FIELDS int32 per work unit, in this order (ptofa.varlen builds it).
@@ -206,11 +207,12 @@ class FAConfig:
 
     @property
     def rowexpand_ops(self) -> int:
-        """trowexpand* ops in the vector function as the builder emits it (each has a hidden
-        UB scratch): compute_p's trowexpandexpdif once per slice buffer (the slice loop body
-        handles one slice per buffer), compute_gu's trowexpandmul, the final trowexpanddiv.
-        A test counts them in the emitted IR, and one checks the simulator's UB peak."""
-        return self.vec_buffers + 2
+        """trowexpand* ops with ptoas's hidden UB scratch in the vector function as the builder
+        emits it: compute_gu's trowexpandmul and the final trowexpanddiv. (compute_p's
+        trowexpandexpdif, once per slice buffer, takes the plan's `exp_tmp` tiles instead:
+        `target.EXPDIF_TMP_BYTES`.) A test counts them in the emitted IR, and one checks the
+        simulator's UB peak."""
+        return 2
 
     @property
     def prescale_rows(self) -> int:
@@ -426,6 +428,9 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
         # softmax dtype; an f32 softmax converts P into p_half, an f16 one computes it in place.
         *[TileSpec(name, "vector", "p", "vec", vs0, ts1, sd, **dyn) for name in buffer_names(c, "s_tile")],
         TileSpec("red_tmp", "vector", "p", "vec", vs0, ts1, sd, **dyn),
+        # trowexpandexpdif's explicit scratch, one per slice buffer (`target.EXPDIF_TMP_BYTES`)
+        *[TileSpec(name, "vector", "p", "vec", 1, EXPDIF_TMP_BYTES // DTYPE_BYTES[sd], sd)
+          for name in buffer_names(c, "exp_tmp")],
         *([TileSpec(name, "vector", "p", "vec", vs0, ts1, dt, **dyn) for name in buffer_names(c, "p_half")]
           if sd == "f32" else []),
         TileSpec("m_slice", "vector", "p", "vec", vs0, 1, "f32", **col),

@@ -25,6 +25,20 @@ PTOAS_SPACE_NAMES = {"vec": "vec", "mat": "mat", "left": "left", "right": "right
 # tmp operand: 1x2048 f32 = 8 KiB each (pto-ir.md section 0, item 5). Row reductions
 # without tmp get a scratch of their source's size.
 HIDDEN_ROWEXPAND_TMP_BYTES = 8 * KIB
+# trowexpandexpdif is the exception: ptoas makes no hidden scratch for it (its implicit-tmp
+# pass lists the six other trowexpand ops, PTOAS lib/PTO/Transforms/PTOMaterializeImplicitTmp.cpp),
+# and pto-isa's A2/A3 TROWEXPANDEXPDIF without a tmp broadcasts the column through a fixed
+# 8 KiB at UB offset 184 KiB (TMP_UB_OFFSET, include/pto/npu/a2a3/TRowExpandBinOp.hpp) that
+# ptoas's planner neither allocates nor reserves: planned tiles there would be overwritten.
+# ptofa passes an explicit tmp of ptoas's implicit-tmp size, and its verifier requires one
+# of at least `rowexpand_tmp_min_bytes`.
+EXPDIF_TMP_BYTES = HIDDEN_ROWEXPAND_TMP_BYTES
+
+
+def rowexpand_tmp_min_bytes(rows: int) -> int:
+    """Bytes a row-broadcast op's tmp receives: vbrcb writes one 32-byte block per row, 8 rows
+    (256 bytes) per repeat (TRowExpandBinaryInstr, rows < 256)."""
+    return -(-rows // 8) * 256
 
 
 def align(nbytes: int, alignment: int) -> int:

@@ -305,8 +305,17 @@ op_case("rowexpand_src1_rows", vec, VEC_TILES + alloc("c8", "!pto.tile_buf<vec, 
         f"pto.trowexpandmax ins(%a, %c8 : {V32}, !pto.tile_buf<vec, 8x1xf32, blayout=col_major>) outs(%a : {V32})",
         "'pto.trowexpandmax' shape agreement: src1 valid rows 8 != 16 rows of the tile")
 op_case("rowexpand_space", vec, VEC_TILES + alloc("mc", "!pto.tile_buf<mat, 16x1xf32, blayout=col_major>"),
-        f"pto.trowexpandexpdif ins(%a, %mc : {V32}, !pto.tile_buf<mat, 16x1xf32, blayout=col_major>) outs(%a : {V32})",
+        f"pto.trowexpandexpdif ins(%a, %mc, %b : {V32}, !pto.tile_buf<mat, 16x1xf32, blayout=col_major>, {V32}) outs(%a : {V32})",
         "'pto.trowexpandexpdif' memory space: vector ops take loc=vec tiles, got mat 16x1xf32")
+op_case("expdif_without_tmp", vec, VEC_TILES, f"pto.trowexpandexpdif ins(%a, %col : {V32}, {COL}) outs(%a : {V32})",
+        "'pto.trowexpandexpdif' scratch: trowexpandexpdif needs a tmp tile: without one, pto-isa's A2/A3 "
+        "TROWEXPANDEXPDIF broadcasts the column through a fixed 8 KiB of UB at 184 KiB")
+op_case("rowexpand_tmp_too_small", vec, VEC_TILES + alloc("t8", "!pto.tile_buf<vec, 1x8xf32>"),
+        f"pto.trowexpandexpdif ins(%a, %col, %t8 : {V32}, {COL}, !pto.tile_buf<vec, 1x8xf32>) outs(%a : {V32})",
+        "'pto.trowexpandexpdif' scratch: tmp holds 32 bytes; the column broadcast of 16 rows writes 512")
+op_case("rowexpand_tmp_dtype", vec, VEC_TILES + alloc("th", "!pto.tile_buf<vec, 1x2048xf16>"),
+        f"pto.trowexpandmul ins(%a, %col, %th : {V32}, {COL}, !pto.tile_buf<vec, 1x2048xf16>) outs(%a : {V32})",
+        "'pto.trowexpandmul' dtype: tmp and dst must have the same element type, got tmp f16, dst f32")
 op_case("ins_outs_arity", vec, VEC_TILES, f"pto.tadd ins(%a : {V32}) outs(%a : {V32})",
         "pto.tadd takes 2 ins and 1 outs operand, got 1 ins and 1 outs")
 

@@ -262,9 +262,12 @@ for _op in ("trowmax", "trowsum", "trowmin"):
     OPS[f"{_op}_nd_dst"] = ("vector", f"{VEC_TILES}\npto.{_op} ins(%a, %t : {V32}, {V32}) outs(%nd1 : {ND1})")
 
 for _op in ("trowexpandsub", "trowexpandmul", "trowexpanddiv", "trowexpandadd", "trowexpandmax", "trowexpandmin", "trowexpandexpdif"):
-    OPS[f"{_op}_dn"] = ("vector", f"{VEC_TILES}\npto.{_op} ins(%a, %col : {V32}, {COL}) outs(%o : {V32})")
     OPS[f"{_op}_tmp"] = ("vector", f"{VEC_TILES}\npto.{_op} ins(%a, %col, %t : {V32}, {COL}, {V32}) outs(%o : {V32})")
-    OPS[f"{_op}_nd_col"] = ("vector", f"{VEC_TILES}\npto.{_op} ins(%a, %nd8 : {V32}, {ND8}) outs(%a : {V32})")
+    if _op != "trowexpandexpdif":  # its tmp is required (ptofa.target.EXPDIF_TMP_BYTES)
+        OPS[f"{_op}_dn"] = ("vector", f"{VEC_TILES}\npto.{_op} ins(%a, %col : {V32}, {COL}) outs(%o : {V32})")
+        OPS[f"{_op}_nd_col"] = ("vector", f"{VEC_TILES}\npto.{_op} ins(%a, %nd8 : {V32}, {ND8}) outs(%a : {V32})")
+OPS["trowexpandexpdif_nd_col_tmp"] = (
+    "vector", f"{VEC_TILES}\npto.trowexpandexpdif ins(%a, %nd8, %t : {V32}, {ND8}, {V32}) outs(%a : {V32})")
 
 OPS["scf_for_body"] = ("vector", f"""%c0 = arith.constant 0 : index
 %c1 = arith.constant 1 : index

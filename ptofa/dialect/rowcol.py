@@ -12,6 +12,7 @@ from xdsl.irdl import irdl_op_definition, operand_def, opt_operand_def, opt_prop
 from ptofa.dialect.base import _fail, _InsOutsOp, _tile
 from ptofa.dialect.types import DYN, DivPrecisionAttr, TileBufType, _dims_str, elem_bytes
 from ptofa.dialect.vector import _check_vec, _check_vec_row_major, _PrecisionAttrOp, _same_extent, _valid_compatible
+from ptofa.target import rowexpand_tmp_min_bytes
 
 
 def _check_col_vector(op: Operation, col: TileBufType, rows: int, role: str, nd_valid_cols: int | None = None) -> None:
@@ -96,6 +97,15 @@ class _RowExpandOp(_InsOutsOp):
         if not (s.dtype == c.dtype == d.dtype) or s.elem not in ("f16", "f32"):
             _fail(self, "dtype", f"src0/src1/dst must share f16 or f32, got {s.elem}, {c.elem}, {d.elem}")
         _check_col_vector(self, c, d.valid[0], "src1")
+        if self.tmp is not None:
+            t = _tile(self, self.tmp, "tmp")
+            _check_vec(self, [t])
+            if t.dtype != d.dtype:
+                _fail(self, "dtype", f"tmp and dst must have the same element type, got tmp {t.elem}, dst {d.elem}")
+            need = rowexpand_tmp_min_bytes(d.rows.data)
+            if t.nbytes < need:
+                _fail(self, "scratch", f"tmp holds {t.nbytes} bytes; the column broadcast of {d.rows.data} rows "
+                                       f"writes {need} (one 32-byte block per row, 256 bytes per 8 rows)")
 
 
 @irdl_op_definition
@@ -144,9 +154,17 @@ class TRowExpandMinOp(_RowExpandOp):
 
 @irdl_op_definition
 class TRowExpandExpdifOp(_RowExpandOp):
-    """d = exp(a - col)"""
+    """d = exp(a - col); a tmp is required (`ptofa.target.EXPDIF_TMP_BYTES`)."""
 
     name = "pto.trowexpandexpdif"
+
+    def verify_(self) -> None:
+        super().verify_()
+        if self.tmp is None:
+            _fail(self, "scratch", "trowexpandexpdif needs a tmp tile: without one, pto-isa's A2/A3 "
+                                   "TROWEXPANDEXPDIF broadcasts the column through a fixed 8 KiB of UB at 184 KiB "
+                                   "(TMP_UB_OFFSET) that ptoas neither allocates nor reserves, so it can overwrite "
+                                   "planned tiles (ptoas does not check this); pass ins(%src, %col, %tmp : ...)")
 
 
 class _ColExpandOp(_PrecisionAttrOp):

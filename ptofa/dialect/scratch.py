@@ -1,6 +1,7 @@
 """`hidden_scratch`: the UB scratch tile ptoas materializes for an op written without a
 tmp operand (a row reduction, a row expand, tsel or tci). The sizes are ptoas's: tsel and
-tci in `masks` (`HIDDEN_TSEL_TMP`, `HIDDEN_TCI_TMP`), row expands in `ptofa.target`."""
+tci in `masks` (`HIDDEN_TSEL_TMP`, `HIDDEN_TCI_TMP`), row expands in `ptofa.target`.
+(`trowexpandexpdif` gets none from ptoas; the verifier requires its tmp, `ptofa.target.EXPDIF_TMP_BYTES`.)"""
 
 from __future__ import annotations
 

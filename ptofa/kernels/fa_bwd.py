@@ -317,7 +317,7 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             if config.key_padding:
                 _key_bias(c, tl, consts, u.b, scalar.mul(t, bkv), cols)
                 tile.col_expand_add(tl["s_tile"], tl["kpm_f32"], out=tl["s_tile"])
-            tile.row_expand_expdif(tl["s_tile"], lse_col, out=tl["s_tile"])  # P = exp(scale S - LSE)
+            tile.row_expand_expdif(tl["s_tile"], lse_col, out=tl["s_tile"], tmp=tl["exp_tmp"])  # P = exp(scale S - LSE)
             tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
             tile.mul(tl["s_tile"], tl["dp_tile"], out=tl["s_tile"])
             tile.muls(tl["s_tile"], consts["scale"], out=tl["s_tile"])  # dS, with the softmax scale folded in

@@ -527,15 +527,15 @@ def compute_p(s: _VecState, t: SSAValue) -> None:
     qk_entry = pto.tpop("vector", qk.pipe_id, entry_type(qk, "vector"), SPLIT, name="qk_entry")
     p_entry = pto.talloc("vector", p.pipe_id, entry_type(p, "vector"), SPLIT, name="p_entry")
     p_names = "p_half" if cfg.softmax_dtype == "f32" else "s_tile"  # an f16 softmax computes P in place
-    buffers = list(zip(buffer_names(cfg, "s_tile"), buffer_names(cfg, p_names)))
-    for name in ("red_tmp", *dict.fromkeys(n for pair in buffers for n in pair)):
+    buffers = list(zip(buffer_names(cfg, "s_tile"), buffer_names(cfg, p_names), buffer_names(cfg, "exp_tmp")))
+    for name in ("red_tmp", *dict.fromkeys(n for names in buffers for n in names[:2])):
         tile.set_valid(tl[name], vs0, keys)
     if cfg.key_padding:
         _key_bias(s, t, keys)
     with pto.range(0, cfg.slice_factor, name="slice") as sl:
-        for b, (s_name, p_name) in enumerate(buffers):
+        for b, (s_name, p_name, tmp_name) in enumerate(buffers):
             r0 = scalar.mul(scalar.add(scalar.mul(sl, nbuf), b), vs0, name="slice_row")
-            _softmax_slice(s, t, r0, keys, tl[s_name], tl[p_name], qk_entry, p_entry)
+            _softmax_slice(s, t, r0, keys, tl[s_name], tl[p_name], tl[tmp_name], qk_entry, p_entry)
     tile.sub(rows["m_all"], rows["m_new"], out=rows["alpha_new"])
     tile.mov(rows["m_new"], rows["m_all"])
     tile.exp(rows["alpha_new"], out=rows["alpha_new"])  # alpha_t = exp(m_old - m_new)
@@ -547,7 +547,7 @@ def compute_p(s: _VecState, t: SSAValue) -> None:
 
 
 def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_tile: SSAValue, p_half: SSAValue,
-                   qk_entry: SSAValue, p_entry: SSAValue) -> None:
+                   exp_tmp: SSAValue, qk_entry: SSAValue, p_entry: SSAValue) -> None:
     """Rows r0 .. r0 + vec_s0 of tile t: scores in, P out; the rows' new max and row sums go to
     m_new and l_tile (compute_p finishes alpha, m and l once per tile, over all rows)."""
     cfg, tl, rows = s.c.config, s.tiles, s.rows
@@ -570,12 +570,12 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
     tile.max(rows["m_slice"], m_old, out=rows["m_slice"])  # m_new (finite: m_old starts at -3e38)
     tile.adds(rows["m_slice"], s.consts["zero"], out=m_new)  # a tmov into a subview is rejected
     if cfg.softmax_dtype == "f32":
-        tile.row_expand_expdif(s_tile, tl["m_slice"], out=s_tile)  # P = exp(S - m_new), one pass
+        tile.row_expand_expdif(s_tile, tl["m_slice"], out=s_tile, tmp=exp_tmp)  # P = exp(S - m_new)
         tile.row_sum(s_tile, tl["red_tmp"], out=tl["l_slice"])
         tile.cvt(s_tile, out=p_half)
     else:  # m_new is a maximum of f16 scores, so its f16 copy is exact; P = exp(S - m_new) is f16 already
         tile.cvt(rows["m_slice"], out=rows["m_half"])
-        tile.row_expand_expdif(s_tile, tl["m_half"], out=s_tile)
+        tile.row_expand_expdif(s_tile, tl["m_half"], out=s_tile, tmp=exp_tmp)
         tile.row_sum(s_tile, tl["red_tmp"], out=tl["l_half"])
         tile.cvt(rows["l_half"], out=rows["l_slice"])
     tile.adds(rows["l_slice"], s.consts["zero"], out=l_new)
