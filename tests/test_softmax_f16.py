@@ -67,6 +67,29 @@ def test_key_padding_and_window() -> None:
     assert torch.count_nonzero(out[1].float()) == 0 and torch.count_nonzero(out[0].float()) > 0
 
 
+def test_slice_rows_of_minus_inf_scores_give_no_nan() -> None:
+    """Scores near -6000, masked twice (window and key padding), round to -inf in f16: a slice
+    row of them keeps the running-max start, which must stay finite in f16 (-60000, not -3e38),
+    or P = exp(-inf + inf) would be NaN. Rows 228.. of the second Q block see no key of tile 0
+    (window) and tile 0's keys are all padding; their visible keys are in tile 1."""
+    from ptofa.attention import attend
+    from ptofa.reference import check_accuracy, reference_fa
+
+    s, d = 256, 128
+    q = torch.full((1, s, 1, d), 23.0, dtype=torch.float16)
+    k = torch.full((1, s, 1, d), -23.0, dtype=torch.float16)  # every score 23 * -23 * 128 / sqrt(128) = -5985
+    v = torch.randn(1, s, 1, d, generator=torch.Generator().manual_seed(0)).to(torch.float16)
+    mask = torch.ones(1, s, dtype=torch.bool)
+    mask[:, :128] = False
+    window = (100, 0)
+    cfg = config(tile_s1=128, qk_preload=2, masked=True, key_padding=True, **F16)
+    out, _ = attend(q, k, v, scale=d ** -0.5, window=window, key_padding_mask=mask, backend="sim", config=cfg)
+    assert not torch.isnan(out).any()
+    ref = reference_fa(q, k, v, d ** -0.5, window, key_padding_mask=mask)
+    acc = check_accuracy(out.float(), ref.out32, ref.out_low)
+    assert acc.passed, acc.summary()
+
+
 def test_paged_gqa_packed_decode() -> None:
     cache = make_cache(True, 3, 1024, 2, 128, page_size=256)
     run_decode(config(varlen=True, page_size=256, gqa_pack=True, **F16), cache, [300, 513, 1], heads=8)

@@ -70,11 +70,18 @@ HALF_NEG = 1.5e38  # m + HALF_NEG > 0 exactly for rows that saw a key (row fix)
 # scores are all below -15000 would count as empty (f16 scores have a 16-wide spacing there).
 NEG_MASK_F16 = -30000.0
 HALF_NEG_F16 = 15000.0
+# The f16 softmax's running-max start: the f16 copy of the running max must stay finite. A
+# slice row whose scores are all -inf (a score below -5504 masked twice rounds to -inf in f16)
+# keeps the start as its max, and exp(-inf - start) = 0, where an f16 copy of -3e38 would be
+# -inf and give exp(-inf + inf) = NaN.
+NEG_INIT_F16 = -60000.0
 
 
-def mask_constants(config: FAConfig) -> tuple[float, float]:
-    """(additive mask value, row-fix threshold) of the config's softmax dtype."""
-    return (NEG_INIT, HALF_NEG) if config.softmax_dtype == "f32" else (NEG_MASK_F16, HALF_NEG_F16)
+def mask_constants(config: FAConfig) -> tuple[float, float, float]:
+    """(running-max start, additive mask value, row-fix threshold) of the config's softmax dtype."""
+    if config.softmax_dtype == "f32":
+        return NEG_INIT, NEG_INIT, HALF_NEG
+    return NEG_INIT_F16, NEG_MASK_F16, HALF_NEG_F16
 
 
 def _alloc(spec: TileSpec) -> SSAValue:
@@ -713,14 +720,14 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
     divisor = "l_fix" if config.needs_row_fix else "l_all"
     l_col = tile.reshape(tiles[divisor], config.vec_rows, 1, name=f"{divisor}_col", blayout="col_major")
     ring = [rows[f"exp_ring{r}"] for r in range(config.exp_ring)]
-    mask, half = mask_constants(config)
+    start, mask, half = mask_constants(config)
     # The mask value and its negation scale softmax-dtype tiles: scalars of the tiles' element
     # type (pto-ir.md 9); the running-max start and row-fix threshold meet the f32 statistics.
     # One constant per (value, type): the f32 mask is the running-max start.
     mask_type = F16 if config.softmax_dtype == "f16" else F32
     consts: dict[str, SSAValue] = {}
     made: dict[tuple[float, str], SSAValue] = {}
-    for name, value, type_ in (("neg", NEG_INIT, F32), ("zero", 0.0, F32), ("one", 1.0, F32),
+    for name, value, type_ in (("neg", start, F32), ("zero", 0.0, F32), ("one", 1.0, F32),
                                ("minus_one", -1.0, F32), ("half_pos", half, F32),
                                ("mask", mask, mask_type), ("unmask", -mask, mask_type)):
         key = (value, str(type_))
