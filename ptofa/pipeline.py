@@ -433,10 +433,12 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
           for name in buffer_names(c, "exp_tmp")],
         *([TileSpec(name, "vector", "p", "vec", vs0, ts1, dt, **dyn) for name in buffer_names(c, "p_half")]
           if sd == "f32" else []),
-        TileSpec("m_slice", "vector", "p", "vec", vs0, 1, "f32", **col),
-        TileSpec("l_slice", "vector", "p", "vec", vs0, 1, "f32", **col),
-        # an f16 softmax's row max and row sum, before their conversion to the f32 statistics
-        *([TileSpec(name, "vector", "p", "vec", vs0, 1, sd, **col) for name in ("m_half", "l_half")]
+        # a slice's row max and row sum, in the softmax dtype
+        *[TileSpec(name, "vector", "p", "vec", vs0, 1, sd, **col)
+          for name in (("m_slice", "l_slice") if sd == "f32" else ("m_half", "l_half"))],
+        # an f16 softmax keeps an f16 copy of the running max (exact: a max of f16 scores) and
+        # the tile's f16 row sums; compute_p converts them to the f32 statistics once per tile
+        *([TileSpec(name, "vector", "p", "vec", 1, rows, sd) for name in ("m_all_h", "l_tile_h")]
           if sd != "f32" else []),
         # vector: per-row state of the core's rows, and GU tiles. The running
         # statistics are allocated as [1, R] rows because compute_p slices them per

@@ -121,7 +121,26 @@ def test_plan_and_pipes_hold_f16_scores() -> None:
     plan = {t.name: t for t in tile_plan(fast)}
     assert plan["s_tile"].dtype == plan["red_tmp"].dtype == "f16"
     assert "p_half" not in plan and plan["m_half"].dtype == plan["l_half"].dtype == "f16"
-    assert {t.name for t in tile_plan(precise)} - set(plan) == {"p_half"}
+    # f16 copies of the running max and the tile's row sums replace the f32 slice statistics
+    assert plan["m_all_h"].dtype == plan["l_tile_h"].dtype == "f16"
+    assert (plan["m_all_h"].rows, plan["m_all_h"].cols) == (1, fast.vec_rows)
+    assert {t.name for t in tile_plan(precise)} - set(plan) == {"p_half", "m_slice", "l_slice"}
+    assert set(plan) - {t.name for t in tile_plan(precise)} == {"m_half", "l_half", "m_all_h", "l_tile_h"}
+
+
+def test_f16_statistics_per_slice_and_per_tile() -> None:
+    """Per slice, the f16 softmax updates the f16 running max in place and copies the f16 row
+    sums, with no conversion; per tile, two tcvt make the f32 statistics (exact: f16 values)."""
+    from ptofa.fa_builder import emit_fa
+
+    text = emit_fa(config(**F16))
+    vec = text[text.index("func.func @fa_vec"):]
+    body = vec[vec.index("scf.for %slice"):]
+    body = body[:body.index("pto.tstore")]
+    assert "pto.tcvt" not in body
+    assert body.count("pto.tadds") == 2 and body.count("pto.tmax") == 1
+    assert "%m_all_h" in body and "%l_tile_h" in body
+    assert "pto.tcvt ins(%m_all_h" in vec and "pto.tcvt ins(%l_tile_h" in vec
 
 
 def test_ir_stores_f16_scores_and_computes_p_in_place() -> None:

@@ -543,6 +543,9 @@ def compute_p(s: _VecState, t: SSAValue) -> None:
         for b, (s_name, p_name, tmp_name) in enumerate(buffers):
             r0 = scalar.mul(scalar.add(scalar.mul(sl, nbuf), b), vs0, name="slice_row")
             _softmax_slice(s, t, r0, keys, tl[s_name], tl[p_name], tl[tmp_name], qk_entry, p_entry)
+    if cfg.softmax_dtype != "f32":  # the tile's f16 statistics, exactly as f32
+        tile.cvt(rows["m_all_h"], out=rows["m_new"])
+        tile.cvt(rows["l_tile_h"], out=rows["l_tile"])
     tile.sub(rows["m_all"], rows["m_new"], out=rows["alpha_new"])
     tile.mov(rows["m_new"], rows["m_all"])
     tile.exp(rows["alpha_new"], out=rows["alpha_new"])  # alpha_t = exp(m_old - m_new)
@@ -559,9 +562,13 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
     m_new and l_tile (compute_p finishes alpha, m and l once per tile, over all rows)."""
     cfg, tl, rows = s.c.config, s.tiles, s.rows
     vs0 = cfg.vec_s0
-    m_old = tile.subview(rows["m_all"], 0, r0, 1, vs0, name="m_old")
-    m_new = tile.subview(rows["m_new"], 0, r0, 1, vs0, name="m_new")
-    l_new = tile.subview(rows["l_tile"], 0, r0, 1, vs0, name="l_new")
+    if cfg.softmax_dtype == "f32":
+        m_old = tile.subview(rows["m_all"], 0, r0, 1, vs0, name="m_old")
+        m_new = tile.subview(rows["m_new"], 0, r0, 1, vs0, name="m_new")
+        l_new = tile.subview(rows["l_tile"], 0, r0, 1, vs0, name="l_new")
+    else:  # the f16 running max (m_all_h) and the tile's f16 row sums (l_tile_h), see below
+        m_run = tile.subview(rows["m_all_h"], 0, r0, 1, vs0, name="m_run")
+        l_new = tile.subview(rows["l_tile_h"], 0, r0, 1, vs0, name="l_new")
     pto.load(pto.slice_view(qk_entry, [r0, 0], [vs0, keys], name="qk_rows"), s_tile)
     if not cfg.prescale_q:
         tile.muls(s_tile, s.scale, out=s_tile)
@@ -571,21 +578,22 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
         tile.col_expand_add(s_tile, tl[KEY_MASK_TILES[cfg.softmax_dtype][-1]], out=s_tile)
     if cfg.softmax_dtype == "f32":
         tile.row_max(s_tile, tl["red_tmp"], out=tl["m_slice"])
-    else:  # the max of f16 scores is an f16 value: its f32 copy joins the f32 running max exactly
-        tile.row_max(s_tile, tl["red_tmp"], out=tl["m_half"])
-        tile.cvt(rows["m_half"], out=rows["m_slice"])
-    tile.max(rows["m_slice"], m_old, out=rows["m_slice"])  # m_new (finite: m_old starts at -3e38)
-    tile.adds(rows["m_slice"], s.consts["zero"], out=m_new)  # a tmov into a subview is rejected
-    if cfg.softmax_dtype == "f32":
+        tile.max(rows["m_slice"], m_old, out=rows["m_slice"])  # m_new (finite: m_old starts at -3e38)
+        tile.adds(rows["m_slice"], s.consts["zero"], out=m_new)  # a tmov into a subview is rejected
         tile.row_expand_expdif(s_tile, tl["m_slice"], out=s_tile, tmp=exp_tmp)  # P = exp(S - m_new)
         tile.row_sum(s_tile, tl["red_tmp"], out=tl["l_slice"])
         tile.cvt(s_tile, out=p_half)
-    else:  # m_new is a maximum of f16 scores, so its f16 copy is exact; P = exp(S - m_new) is f16 already
-        tile.cvt(rows["m_slice"], out=rows["m_half"])
+        tile.adds(rows["l_slice"], s.consts["zero"], out=l_new)
+    else:
+        # A max of f16 scores is an f16 value: the running max has an exact f16 copy (m_all_h),
+        # updated here in place; P = exp(S - m_new) is f16 already. compute_p converts the
+        # running max and the row sums (l_tile_h) to the f32 statistics once per tile.
+        tile.row_max(s_tile, tl["red_tmp"], out=tl["m_half"])
+        tile.max(rows["m_half"], m_run, out=rows["m_half"])  # m_new (finite: m_run starts at -60000)
+        tile.adds(rows["m_half"], s.consts["zero_h"], out=m_run)
         tile.row_expand_expdif(s_tile, tl["m_half"], out=s_tile, tmp=exp_tmp)
         tile.row_sum(s_tile, tl["red_tmp"], out=tl["l_half"])
-        tile.cvt(rows["l_half"], out=rows["l_slice"])
-    tile.adds(rows["l_slice"], s.consts["zero"], out=l_new)
+        tile.adds(rows["l_half"], s.consts["zero_h"], out=l_new)
     pto.store(p_half, pto.slice_view(p_entry, [r0, 0], [vs0, keys], name="p_rows"))
 
 
@@ -729,7 +737,8 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
     made: dict[tuple[float, str], SSAValue] = {}
     for name, value, type_ in (("neg", start, F32), ("zero", 0.0, F32), ("one", 1.0, F32),
                                ("minus_one", -1.0, F32), ("half_pos", half, F32),
-                               ("mask", mask, mask_type), ("unmask", -mask, mask_type)):
+                               ("mask", mask, mask_type), ("unmask", -mask, mask_type),
+                               *((("zero_h", 0.0, F16), ("neg_h", start, F16)) if mask_type is F16 else ())):
         key = (value, str(type_))
         if key not in made:
             made[key] = scalar.const(value, type_, name=name)
@@ -747,6 +756,8 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
         u = _unit(c, unit)
         s = _VecState(c, u, tiles, rows, args["scale"], consts, ring, row_base)
         tile.fill(consts["neg"], out=rows["m_all"])
+        if config.softmax_dtype != "f32":
+            tile.fill(consts["neg_h"], out=rows["m_all_h"])
         tile.fill(consts["zero"], out=rows["l_all"])
         tile.set_valid(tiles["o_tile"], config.vec_rows, config.head)
         tile.fill(consts["zero"], out=tiles["o_tile"])
