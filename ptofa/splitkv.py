@@ -78,17 +78,19 @@ class SplitCosts:
     tile_us: float
     reduce_unit_us: float
     reduce_split_us: float
+    start_us: float = 0.0  # block start-up of a launch (`SocSpec.block_start_us`, one wave)
 
     def plan_us(self, unit_tiles: list[int], counts: list[int], cores: int) -> float:
         """Estimated time of per-unit split counts: the longest block of the forward kernel's snake
         over the split table's entries (longest first, as `varlen.table_of_sequences` orders them),
-        plus, when a unit is split, the reduce's longest block over the split units (round robin)."""
+        plus, when a unit is split, the reduce's longest block over the split units (round robin);
+        each launch after its block start-up, as `timing.launch_cycles` charges it."""
         entries = sorted((split_tiles(n, i, s) for n, s in zip(unit_tiles, counts) for i in range(s)), reverse=True)
-        total = max(_snake_loads([self.unit_us + self.tile_us * t for t in entries], cores))
+        total = self.start_us + max(_snake_loads([self.unit_us + self.tile_us * t for t in entries], cores))
         reduced = [self.reduce_unit_us + self.reduce_split_us * s for s in counts if s > 1]
         if reduced:
             blocks = min(cores, len(reduced))
-            total += max(sum(reduced[b::blocks]) for b in range(blocks))
+            total += self.start_us + max(sum(reduced[b::blocks]) for b in range(blocks))
         return total
 
 
@@ -120,7 +122,7 @@ def split_costs(config: FAConfig, q_len: int) -> SplitCosts:
     r2, r4 = (_one_block_us(base, q_len, 4, s, True) for s in (2, 4))
     tile_us = (four - one) / 3
     split_us = (r4 - r2) / 2
-    return SplitCosts(one - tile_us, tile_us, r2 - 2 * split_us, split_us)
+    return SplitCosts(one - tile_us, tile_us, r2 - 2 * split_us, split_us, get_soc("910B2").block_start_us)
 
 
 def _fill_slots(tiles: list[int], costs: SplitCosts, slots: int) -> list[int]:

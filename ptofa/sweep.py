@@ -678,6 +678,8 @@ def _split_note(row: dict) -> str:
     split = (row.get("extra") or {}).get("split")
     if not split:
         return ""
+    if split == "unsplit":  # the planner split no unit
+        return split
     return "+".join(part for part in split.split("+") if part.split("x")[1] != "1") or "unsplit"
 
 

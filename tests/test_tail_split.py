@@ -5,6 +5,7 @@ planner on synthetic costs, the dense call and the --balance options."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -103,6 +104,15 @@ def test_planner_splits_only_the_last_wave(units, tiles) -> None:
     assert COSTS.plan_us([tiles] * units, counts, 24) < 1.15 * ideal + 2 * COSTS.reduce_unit_us
 
 
+def test_plan_charges_each_launch_its_block_start_up() -> None:
+    """A split plan pays the start-up twice (forward and reduce launch), an unsplit one once,
+    as `timing.launch_cycles` charges a predicted launch."""
+    started = dataclasses.replace(COSTS, start_us=0.5)
+    tiles = [8] * 10
+    assert started.plan_us(tiles, [1] * 10, 24) == pytest.approx(COSTS.plan_us(tiles, [1] * 10, 24) + 0.5)
+    assert started.plan_us(tiles, [2] * 10, 24) == pytest.approx(COSTS.plan_us(tiles, [2] * 10, 24) + 1.0)
+
+
 def test_planner_is_never_worse_than_a_uniform_count() -> None:
     rng = random.Random(17)
     for _ in range(40):
@@ -170,13 +180,25 @@ def test_run_balance_prints_the_split_and_both_launches() -> None:
 
 
 def test_sweep_balance_adds_a_split_row(tmp_path) -> None:
-    args = ["sweep", "--square", "--s1", "256", "--heads", "26", "--head-dim", "64", "--tile-s1", "128",
+    # 13 heads x 4 Q blocks = 52 units: two full waves, then 4 units that the planner splits
+    args = ["sweep", "--square", "--s1", "512", "--heads", "13", "--head-dim", "64", "--tile-s1", "128",
             "--qk-preload", "2", "--balance", "-j", "1", "--out", str(tmp_path)]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     rows = json.loads((tmp_path / "results.json").read_text())
-    assert [row["key"].endswith(",balance=1,batch=1,heads=26,s0=256,s1=256,backend=sim") for row in rows] == [False, True]
+    assert [row["key"].endswith(",balance=1,batch=1,heads=13,s0=512,s1=512,backend=sim") for row in rows] == [False, True]
     assert all(row["status"] == "pass" and row["predicted_us"] > 0 for row in rows)
     split = rows[1]["extra"]
     assert split["split"].endswith("x1") and split["main_us"] + split["reduce_us"] == pytest.approx(rows[1]["predicted_us"], abs=0.02)
     assert "note NxS: balanced split-KV, N units split S ways" in result.output
+    assert rows[1]["predicted_us"] < rows[0]["predicted_us"]  # the model's own verdict on the split
+
+
+def test_sweep_notes_a_balanced_launch_that_split_nothing() -> None:
+    """When the planner splits no unit (the estimated gain is below the reduce launch's cost),
+    the balanced row says "unsplit" (this crashed the summary table before)."""
+    from ptofa.sweep import _split_note
+
+    assert _split_note({"extra": {"split": "unsplit"}}) == "unsplit"
+    assert _split_note({"extra": {"split": "4x4+48x1"}}) == "4x4"
+    assert _split_note({"extra": {}}) == ""

@@ -70,11 +70,12 @@ HALF_NEG = 1.5e38  # m + HALF_NEG > 0 exactly for rows that saw a key (row fix)
 # scores are all below -15000 would count as empty (f16 scores have a 16-wide spacing there).
 NEG_MASK_F16 = -30000.0
 HALF_NEG_F16 = 15000.0
-# The f16 softmax's running-max start: the f16 copy of the running max must stay finite. A
-# slice row whose scores are all -inf (a score below -5504 masked twice rounds to -inf in f16)
-# keeps the start as its max, and exp(-inf - start) = 0, where an f16 copy of -3e38 would be
-# -inf and give exp(-inf + inf) = NaN.
-NEG_INIT_F16 = -60000.0
+# The f16 softmax's running-max start: the lowest finite f16. Finite, because a slice row whose
+# scores are all -inf (a score below -5504 masked twice rounds to -inf in f16) keeps the start
+# as its max and needs exp(-inf - start) = 0, where an f16 copy of -3e38 would be -inf and give
+# exp(-inf + inf) = NaN; the lowest, so that no finite f16 score lies below it (its row would
+# get P = 0 and l = 0).
+NEG_INIT_F16 = -65504.0
 
 
 def mask_constants(config: FAConfig) -> tuple[float, float, float]:
@@ -589,7 +590,7 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
         # updated here in place; P = exp(S - m_new) is f16 already. compute_p converts the
         # running max and the row sums (l_tile_h) to the f32 statistics once per tile.
         tile.row_max(s_tile, tl["red_tmp"], out=tl["m_half"])
-        tile.max(rows["m_half"], m_run, out=rows["m_half"])  # m_new (finite: m_run starts at -60000)
+        tile.max(rows["m_half"], m_run, out=rows["m_half"])  # m_new (finite: m_run starts at -65504)
         tile.adds(rows["m_half"], s.consts["zero_h"], out=m_run)
         tile.row_expand_expdif(s_tile, tl["m_half"], out=s_tile, tmp=exp_tmp)
         tile.row_sum(s_tile, tl["red_tmp"], out=tl["l_half"])
