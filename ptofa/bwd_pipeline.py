@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ptofa.pipeline import IN_DTYPES, MAX_MATMUL_DIM, VEC_CORES, Budget, BudgetRow, ConfigError, PipeSpec, TileSpec
+from ptofa.pipeline import DTYPE_BYTES, IN_DTYPES, MAX_MATMUL_DIM, VEC_CORES, Budget, BudgetRow, ConfigError, PipeSpec, TileSpec
 from ptofa.target import ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES
 from ptofa.target import align as _align
 
@@ -201,7 +201,7 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
             TileSpec("stat_row", "vector", "p", "vec", 1, vr, "f32", **dyn),  # LSE, then D (row view)
             TileSpec("lse_all", "vector", "p", "vec", 1, vr, "f32"),
             # trowexpandexpdif's explicit scratch (`target.EXPDIF_TMP_BYTES`)
-            TileSpec("exp_tmp", "vector", "p", "vec", 1, EXPDIF_TMP_BYTES // 4, "f32"),
+            TileSpec("exp_tmp", "vector", "p", "vec", 1, EXPDIF_TMP_BYTES // DTYPE_BYTES["f32"], "f32"),
         ]
         vector += _key_mask_tiles(c, cols)
     else:  # rows = keys, cols = queries

@@ -78,7 +78,7 @@ class SplitCosts:
     tile_us: float
     reduce_unit_us: float
     reduce_split_us: float
-    start_us: float = 0.0  # block start-up of a launch (`SocSpec.block_start_us`, one wave)
+    start_us: float = 0.0  # block start-up of a launch of one wave (`SocSpec.launch_start_us`)
 
     def plan_us(self, unit_tiles: list[int], counts: list[int], cores: int) -> float:
         """Estimated time of per-unit split counts: the longest block of the forward kernel's snake
@@ -122,7 +122,7 @@ def split_costs(config: FAConfig, q_len: int) -> SplitCosts:
     r2, r4 = (_one_block_us(base, q_len, 4, s, True) for s in (2, 4))
     tile_us = (four - one) / 3
     split_us = (r4 - r2) / 2
-    return SplitCosts(one - tile_us, tile_us, r2 - 2 * split_us, split_us, get_soc("910B2").block_start_us)
+    return SplitCosts(one - tile_us, tile_us, r2 - 2 * split_us, split_us, get_soc("910B2").launch_start_us(1))
 
 
 def _fill_slots(tiles: list[int], costs: SplitCosts, slots: int) -> list[int]:

@@ -235,7 +235,7 @@ def predict_config(config: FAConfig, shape: TuneShape) -> Ranked:
     problem = shape.problem()
     block_dim = default_block_dim(problem, spec.cube_cores, config)
     per_block, bound = busiest_block_us(config, shape, spec, block_dim)
-    per_block += math.ceil(block_dim / spec.cube_cores) * spec.block_start_us  # as `timing.launch_cycles`
+    per_block += spec.launch_start_us(block_dim)
     hbm_rate = spec.hbm_bytes_per_cycle_per_core * spec.cube_cores
     hbm_us = spec.cycles_to_us(compulsory_bytes(config, problem) / hbm_rate)
     kernel_us = max(per_block, hbm_us)

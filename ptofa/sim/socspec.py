@@ -19,6 +19,7 @@ head, slope per repeat, tail) and the cube's `mad` in `cce_costmodel_cube.hpp`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 # pto-isa A2/A3 cost model (see the module docstring): its clock and byte unit.
@@ -160,6 +161,10 @@ class SocSpec:
     @property
     def block_start_cycles(self) -> float:
         return self.block_start_us * self.clock_mhz
+
+    def launch_start_us(self, block_dim: int) -> float:
+        """Block start-ups on the busiest core of a launch: one per wave (`timing.launch_cycles`)."""
+        return math.ceil(block_dim / self.cube_cores) * self.block_start_us
 
 
 SOCS: dict[str, SocSpec] = {
