@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build a FlashAttention .pto into a loadable .so, the same steps as `run_fa compile`
-# (ptofa/toolchain.py builds the same command lines; tests/test_toolchain.py keeps them equal).
+# (ptofa/launch/toolchain.py builds the same command lines; tests/test_toolchain.py keeps them equal).
 #
 #   ./compile.sh fa.pto [-o build/]
 #
@@ -77,7 +77,7 @@ caller_cpp="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/ptofa/npu/caller.cpp"
 "$bisheng" "-I$PTO_LIB_PATH/include" "${BISHENG_FLAGS[@]}" \
     "-DKERNEL_CPP=\"$build_dir/fa.cpp\"" "$caller_cpp" -o "$build_dir/fa.so"
 
-# Same names as ptofa.toolchain.metadata_text.
+# Same names as ptofa.launch.toolchain.metadata_text.
 {
     echo "pto_sha256: $(sha256sum "$pto_file" | cut -d' ' -f1)"
     echo "caller_sha256: $(sha256sum "$caller_cpp" | cut -d' ' -f1)"

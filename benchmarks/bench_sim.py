@@ -23,7 +23,7 @@ from ptofa.pipeline import FAConfig, ProblemShape, default_block_dim
 from ptofa.reference import check_accuracy, make_inputs, reference_attention
 from ptofa.runner import sim_kernel_args
 from ptofa.sim import simulate
-from ptofa.textio import check_text
+from ptofa.ir.textio import check_text
 
 
 def torch_fp32_attention(q32: torch.Tensor, k32: torch.Tensor, v32: torch.Tensor, scale: float) -> torch.Tensor:

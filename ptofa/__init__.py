@@ -39,13 +39,13 @@ __version__ = "0.1.0"
 
 # Public name -> the module that defines it (imported when the name is first used).
 _LAZY = {
-    "attend": "ptofa.attention",
-    "flash_attn_func": "ptofa.functional",
-    "scaled_dot_product_attention": "ptofa.functional",
-    "infiniop": "ptofa.infiniop",
-    "flash_attn_varlen_func": "ptofa.serving",
-    "flash_attn_with_kvcache": "ptofa.serving",
-    "attention_backward": "ptofa.backward",
+    "attend": "ptofa.attention.core",
+    "flash_attn_func": "ptofa.attention.functional",
+    "scaled_dot_product_attention": "ptofa.attention.functional",
+    "infiniop": "ptofa.attention.infiniop",
+    "flash_attn_varlen_func": "ptofa.attention.serving",
+    "flash_attn_with_kvcache": "ptofa.attention.serving",
+    "attention_backward": "ptofa.attention.backward",
 }
 
 __all__ = ["__version__", *_LAZY]
@@ -55,7 +55,7 @@ def __getattr__(name: str):
     if name not in _LAZY:
         raise AttributeError(f"module 'ptofa' has no attribute {name!r}")
     module = importlib.import_module(_LAZY[name])
-    value = module if module.__name__ == f"ptofa.{name}" else getattr(module, name)
+    value = module if module.__name__.rpartition(".")[2] == name else getattr(module, name)
     globals()[name] = value
     return value
 

@@ -33,7 +33,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
-from ptofa import dialect as d
+from ptofa.ir import dialect as d
 
 Value = SSAValue
 INDEX = IndexType()
@@ -102,7 +102,7 @@ def parse_ir_type(text: str) -> Attribute:
     """A type from its PTO IR spelling, e.g. `!pto.ptr<f16>` or `i64`."""
     from xdsl.parser import Parser
 
-    from ptofa.textio import make_context
+    from ptofa.ir.textio import make_context
 
     return Parser(make_context(), text).parse_type()
 
@@ -582,7 +582,7 @@ class tile:  # noqa: N801
     @staticmethod
     def row_expand_expdif(src: SSAValue, col: SSAValue, out: SSAValue, tmp: SSAValue) -> None:
         """out = exp(src - col[i]) (trowexpandexpdif); `tmp` receives the broadcast column
-        (required: see `ptofa.target.EXPDIF_TMP_BYTES`)."""
+        (required: see `ptofa.ir.target.EXPDIF_TMP_BYTES`)."""
         _dps(d.TRowExpandExpdifOp, [src, col], out, tmp)
 
     @staticmethod

@@ -15,14 +15,14 @@ import math
 import warnings
 from dataclasses import dataclass, fields
 
-from ptofa.target import (ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES, KIB,  # noqa: F401 (re-exported)
+from ptofa.ir.target import (ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES, KIB,  # noqa: F401 (re-exported)
                           SPACE_NAMES)
-from ptofa.target import align as _align
+from ptofa.ir.target import align as _align
 
-# The varlen kernel's unit table: UNIT_FIELDS int32 per work unit, in this order (ptofa.varlen builds it).
+# The varlen kernel's unit table: UNIT_FIELDS int32 per work unit, in this order (ptofa.launch.varlen builds it).
 UNIT_TABLE = ("q_start", "q_len", "k_start", "k_len", "head", "q_block", "seq", "split", "splits")
 UNIT_FIELDS = len(UNIT_TABLE)
-# The split-KV reduce kernel's table: one entry per unit split more than once (ptofa.varlen.reduce_table),
+# The split-KV reduce kernel's table: one entry per unit split more than once (ptofa.launch.varlen.reduce_table),
 # in the reduce's (head, packed row) coordinates.
 REDUCE_TABLE = ("head", "row", "rows", "splits")
 MAX_SPLITS = 16  # split-KV: most splits of one unit's KV tiles (num_splits)

@@ -2,8 +2,8 @@
 
 `run_case` is the single entry point used by `run_fa run`, the sweep and the
 tests: build the `.pto` for a config, write it, and hand it to a backend of the
-`ptofa.backend` registry (`ptofa.sim_backend`: the simulator on the parsed text
-file, not the builder's objects; `ptofa.npu`: an Ascend device), which compares O
+`ptofa.launch.base` registry (`ptofa.launch.sim`: the simulator on the parsed text
+file, not the builder's objects; `ptofa.launch.npu`: an Ascend device), which compares O
 with the torch reference using the accuracy rule of `ptofa.reference`.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-import ptofa.npu  # noqa: F401  (registers the "npu" backend)
-from ptofa.backend import (  # noqa: F401 (BackendUnavailable, RunResult, BACKENDS: re-exported)
+import ptofa.launch.npu  # noqa: F401  (registers the "npu" backend)
+from ptofa.launch.base import (  # noqa: F401 (BackendUnavailable, RunResult, BACKENDS: re-exported)
     AUTO,
     BACKENDS,
     BackendUnavailable,
@@ -25,7 +25,7 @@ from ptofa.backend import (  # noqa: F401 (BackendUnavailable, RunResult, BACKEN
 from ptofa.fa_builder import emit_fa
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
 from ptofa.sim.options import RunOptions
-from ptofa.sim_backend import sim_kernel_args  # noqa: F401 (re-exported; the import registers "sim")
+from ptofa.launch.sim import sim_kernel_args  # noqa: F401 (re-exported; the import registers "sim")
 
 # `auto` runs on the first of these that is available here.
 AUTO_PREFERENCE = ("npu", "sim")

@@ -4,7 +4,7 @@
 
 Walks a folder of `.pto` files (e.g. a local fetch of PTOAS's `test/` folder: never
 commit it), keeps the ones a real ptoas compiles for A2/A3, runs `check_text` (what
-`run_fa check` runs, less ptofa's launch rules: `ptofa.textio.launch_errors`, which ptoas
+`run_fa check` runs, less ptofa's launch rules: `ptofa.ir.textio.launch_errors`, which ptoas
 does not have) on each and prints a table: files, parsed, verified, simulated,
 and the first error of every failure grouped by cause.
 
@@ -121,7 +121,7 @@ def cause_of(stage: str, message: str) -> str:
 
 
 def check_one(path: str, simulate: bool) -> Result:
-    from ptofa.textio import PtoCheckError, parse_pto, verify_module
+    from ptofa.ir.textio import PtoCheckError, parse_pto, verify_module
 
     res = Result(path)
     text = Path(path).read_text(errors="replace")
@@ -147,7 +147,7 @@ def _simulate(parsed, res: Result) -> None:
     import numpy as np
     from xdsl.dialects import builtin, func
 
-    from ptofa import dialect as d
+    from ptofa.ir import dialect as d
     from ptofa.sim import GmPointer, SimError, simulate
 
     funcs = [op for op in parsed.module.walk() if isinstance(op, func.FuncOp) and op.body.blocks]

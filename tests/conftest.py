@@ -13,7 +13,7 @@ def session_cache_dir(tmp_path_factory: pytest.TempPathFactory):
     """`PTOFA_CACHE_DIR` of the session (inherited by subprocesses): tests never touch the user's cache."""
     import os
 
-    from ptofa.kernel_cache import CACHE_ENV
+    from ptofa.launch.kernel_cache import CACHE_ENV
 
     saved = os.environ.get(CACHE_ENV)
     os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("ptofa-cache"))
@@ -27,7 +27,7 @@ def session_cache_dir(tmp_path_factory: pytest.TempPathFactory):
 @lru_cache(maxsize=None)
 def missing_requirement(marker: str) -> str:
     """Why a test with `marker` cannot run here ("" when it can)."""
-    from ptofa import toolchain
+    from ptofa.launch import toolchain
 
     if marker == "ptoas":
         return toolchain.find_ptoas()[1]
@@ -35,7 +35,7 @@ def missing_requirement(marker: str) -> str:
         reasons = [toolchain.find_ptoas()[1], toolchain.find_bisheng()[1], toolchain.find_pto_lib_path()[1]]
         return "; ".join(reason for reason in reasons if reason)
     if marker == "npu":
-        from ptofa.npu import npu_available
+        from ptofa.launch.npu import npu_available
 
         available, reason = npu_available()
         return "" if available else reason

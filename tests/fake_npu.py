@@ -10,8 +10,12 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from ptofa import argspec, npu, serving_npu
-from ptofa.toolchain import entry_signature
+from ptofa.kernels import argspec
+
+from ptofa.launch import npu
+
+from ptofa.launch import serving_npu
+from ptofa.launch.toolchain import entry_signature
 
 STREAM = 0x5EA
 

@@ -5,7 +5,7 @@ two global-entry pipes (id 0 QK C2V f32, id 1 P V2C f16, split 1, half descripto
 
 from __future__ import annotations
 
-from ptofa.textio import PtoCheckError, check_text, print_pto
+from ptofa.ir.textio import PtoCheckError, check_text, print_pto
 
 ENTRY = """  func.func @entry(%ffts: !pto.ptr<i64>) attributes {pto.entry} {
     pto.set_ffts %ffts : !pto.ptr<i64>

@@ -6,7 +6,7 @@ its own library's semantics with the FlashAttention accuracy rule of `ptofa.refe
 `flash_attn_func` against `reference_fa` (flash-attn's bottom-right causal and windows),
 `scaled_dot_product_attention` against `torch.nn.functional.scaled_dot_product_attention`
 itself (fp32 on the same inputs; torch's math backend in the input dtype for the
-tolerance), `ptofa.infiniop` against `reference_fa` with InfiniOp's layout and mask.
+tolerance), `ptofa.attention.infiniop` against `reference_fa` with InfiniOp's layout and mask.
 """
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import ptofa
-from ptofa import attention, infiniop, npu
-from ptofa.attention import attend, auto_config
-from ptofa.backend import BackendUnavailable
-from ptofa.functional import flash_attn_func, scaled_dot_product_attention
-from ptofa.infiniop import Status, TensorDescriptor
+from ptofa.attention import core as attention
+from ptofa.attention.core import infiniop
+from ptofa.launch import npu
+from ptofa.attention.core import attend, auto_config
+from ptofa.launch.base import BackendUnavailable
+from ptofa.attention.functional import flash_attn_func, scaled_dot_product_attention
+from ptofa.attention.infiniop import Status, TensorDescriptor
 from ptofa.pipeline import ConfigError, FAConfig
 from ptofa.reference import check_accuracy, check_lse, reference_fa
 
@@ -254,7 +256,7 @@ def test_sim_backend_wants_cpu_tensors() -> None:
 
 
 # --------------------------------------------------------------------------------------
-# ptofa.infiniop
+# ptofa.attention.infiniop
 # --------------------------------------------------------------------------------------
 
 
@@ -299,10 +301,10 @@ def test_infiniop_causal_padded_mask_without_batch_dim() -> None:
 
 
 def test_infiniop_descriptor_takes_the_timing_model_choice(monkeypatch: pytest.MonkeyPatch) -> None:
-    """create_descriptor ranks configs for its shape (ptofa.tune), like the torch calls."""
+    """create_descriptor ranks configs for its shape (ptofa.launch.tune), like the torch calls."""
     from types import SimpleNamespace
 
-    from ptofa import tune
+    from ptofa.launch import tune
 
     asked = []
     chosen = FAConfig(head=64, tile_s1=512, qk_preload=2)
@@ -435,7 +437,7 @@ def test_infiniop_more_status_rules() -> None:
 def test_package_exports_are_lazy_and_documented() -> None:
     assert ptofa.flash_attn_func is flash_attn_func
     assert ptofa.scaled_dot_product_attention is scaled_dot_product_attention
-    assert ptofa.attend is attend and ptofa.infiniop is infiniop
+    assert ptofa.attend is attend and ptofa.attention.infiniop is infiniop
     light = subprocess.run([sys.executable, "-c", "import sys, ptofa; print('torch' in sys.modules)"],
                            capture_output=True, text=True, check=True)
     assert light.stdout.strip() == "False"
@@ -450,8 +452,8 @@ def test_package_exports_are_lazy_and_documented() -> None:
 def test_npu_launch_arguments_carry_the_bounds_and_the_workspace() -> None:
     """The NPU launch's marshalling, on CPU tensors (data_ptr only): FALaunch's argument list with
     the kernel's window bounds replaced (top-left causal: a negative right bound)."""
-    from ptofa import argspec
-    from ptofa.attention import npu_host_args
+    from ptofa.kernels import argspec
+    from ptofa.attention.core import npu_host_args
     from ptofa.pipeline import ProblemShape
 
     config = FAConfig(head=64, tile_s1=128, qk_preload=2, masked=True, key_padding=True, lse=True)

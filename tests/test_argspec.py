@@ -1,4 +1,4 @@
-"""caller.cpp, the ctypes argtypes and the entry's argument types all follow ptofa.argspec."""
+"""caller.cpp, the ctypes argtypes and the entry's argument types all follow ptofa.kernels.argspec."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from ptofa import argspec
-from ptofa.npu import FALaunch, NpuLaunchError, check_launch_code, load_launcher
+from ptofa.kernels import argspec
+from ptofa.launch.npu import FALaunch, NpuLaunchError, check_launch_code, load_launcher
 from ptofa.pipeline import ProblemShape
-from ptofa.toolchain import caller_cpp_path, render_caller_cpp
+from ptofa.launch.toolchain import caller_cpp_path, render_caller_cpp
 
 CALLER_TEXT = caller_cpp_path().read_text()
 
@@ -47,7 +47,7 @@ def launcher_signature() -> tuple[str, str, list[str]]:
 
 
 def test_checked_in_caller_is_generated_from_argspec() -> None:
-    assert CALLER_TEXT == render_caller_cpp(), "run: python -m ptofa.toolchain gen-caller"
+    assert CALLER_TEXT == render_caller_cpp(), "run: python -m ptofa.launch.toolchain gen-caller"
 
 
 def test_caller_parameters_equal_argspec() -> None:

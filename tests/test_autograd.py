@@ -1,5 +1,5 @@
 """Autograd through ptofa's attention calls: the forward kernel saves O and LSE, the backward
-kernels (`ptofa.backward`) give dq, dk, dv.
+kernels (`ptofa.attention.backward`) give dq, dk, dv.
 
 Each call is checked against its own library's gradients: `flash_attn_func` (bottom-right
 windows) against fp64 autograd through the reference attention, the SDPA-shaped call
@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import ptofa
-from ptofa import npu
-from ptofa.backward import check_gradients, reference_backward
+from ptofa.launch import npu
+from ptofa.attention.backward import check_gradients, reference_backward
 from ptofa.reference import check_accuracy
 
 F = torch.nn.functional
@@ -119,7 +119,7 @@ def test_compiled_module_trains_like_eager() -> None:
 
 
 def test_backward_op_schema_and_fake() -> None:
-    from ptofa.ops import flash_attn_bwd
+    from ptofa.attention.ops import flash_attn_bwd
 
     g = torch.Generator().manual_seed(9)
     q, out, dout = (random((1, 40, 2, 64), torch.float16, g) for _ in range(3))
@@ -131,7 +131,7 @@ def test_backward_op_schema_and_fake() -> None:
 
 def test_flash_attn_func_deterministic_false_runs_the_atomic_backward(monkeypatch) -> None:
     """deterministic=False reaches the atomic-add dQ mode; both modes pass the rule."""
-    from ptofa import backward
+    from ptofa.attention.core import backward
 
     modes = []
     real = backward.run_backward

@@ -1,13 +1,15 @@
-"""The backend interface (`ptofa.backend`): registry, dispatch of `run_case`, `auto`."""
+"""The backend interface (`ptofa.launch.base`): registry, dispatch of `run_case`, `auto`."""
 
 from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
 
-from ptofa import backend, npu
-from ptofa.backend import RunRequest, RunResult, get_backend, register_backend
-from ptofa.cli import main
+from ptofa.launch import base as backend
+
+from ptofa.launch import npu
+from ptofa.launch.base import RunRequest, RunResult, get_backend, register_backend
+from ptofa.cli.main import main
 from ptofa.pipeline import FAConfig, ProblemShape
 from ptofa.runner import BACKENDS, resolve_backend, run_case
 from ptofa.sim.options import RunOptions

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import ptofa
-from ptofa.backward import (
+from ptofa.attention.backward import (
     BackwardBuffers,
     attention_backward,
     check_gradients,
@@ -16,13 +16,13 @@ from ptofa.backward import (
     reference_backward,
     run_backward,
 )
-from ptofa.bwd_pipeline import BwdConfig, budget, entry_args, tile_plan
-from ptofa.bwd_timing import predict_backward
+from ptofa.kernels.bwd_pipeline import BwdConfig, budget, entry_args, tile_plan
+from ptofa.sim.bwd_timing import predict_backward
 from ptofa.kernels.fa_bwd import build_bwd, emit_bwd
 from ptofa.pipeline import ConfigError, ProblemShape
 from ptofa.reference import visible_mask
 from ptofa.sim import SimImbalance, simulate
-from ptofa.textio import check_text, parse_pto, print_pto
+from ptofa.ir.textio import check_text, parse_pto, print_pto
 
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 
@@ -258,7 +258,7 @@ def test_visible_mask_is_the_reference_mask():
 def test_cli_run_backward_checks_gradients_and_prints_the_ratio():
     from click.testing import CliRunner
 
-    from ptofa.cli import main
+    from ptofa.cli.main import main
 
     result = CliRunner().invoke(main, ["run", "--backend", "sim", "--backward", "--heads", "2", "--kv-heads", "1",
                                        "--s0", "100", "--s1", "150", "--causal", "--head", "64"])
@@ -271,7 +271,7 @@ def test_cli_run_backward_checks_gradients_and_prints_the_ratio():
 def test_cli_build_backward_writes_both_kernels(tmp_path):
     from click.testing import CliRunner
 
-    from ptofa.cli import main
+    from ptofa.cli.main import main
 
     result = CliRunner().invoke(main, ["build", "--backward", "--window", "16,4", "--dtype", "bf16", "-o", str(tmp_path)])
     assert result.exit_code == 0, result.output
@@ -288,7 +288,7 @@ def test_cli_build_backward_writes_both_kernels(tmp_path):
 def test_cli_backward_bad_input_exits_2(argv, message):
     from click.testing import CliRunner
 
-    from ptofa.cli import main
+    from ptofa.cli.main import main
 
     result = CliRunner().invoke(main, argv)
     assert result.exit_code == 2 and message in result.output

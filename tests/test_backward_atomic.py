@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import ptofa
-from ptofa.backward import (
+from ptofa.attention.backward import (
     BackwardBuffers,
     attention_backward,
     check_gradients,
@@ -16,13 +16,13 @@ from ptofa.backward import (
     reference_backward,
     run_backward,
 )
-from ptofa.bwd_pipeline import BwdConfig, budget, entry_args, tile_plan, work_units
-from ptofa.bwd_timing import predict_backward
+from ptofa.kernels.bwd_pipeline import BwdConfig, budget, entry_args, tile_plan, work_units
+from ptofa.sim.bwd_timing import predict_backward
 from ptofa.kernels.fa_bwd import build_bwd, emit_bwd
 from ptofa.pipeline import ConfigError, ProblemShape
 from ptofa.reference import check_accuracy
 from ptofa.sim import simulate
-from ptofa.textio import check_text, parse_pto, print_pto
+from ptofa.ir.textio import check_text, parse_pto, print_pto
 from test_backward import _inputs
 
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
@@ -222,7 +222,7 @@ def test_timing_model_times_the_three_kernels():
 def test_cli_run_backward_atomic_checks_gradients():
     from click.testing import CliRunner
 
-    from ptofa.cli import main
+    from ptofa.cli.main import main
 
     result = CliRunner().invoke(main, ["run", "--backend", "sim", "--backward", "--atomic", "--heads", "2",
                                        "--kv-heads", "1", "--s0", "100", "--s1", "150", "--causal", "--head", "64"])
@@ -235,7 +235,7 @@ def test_cli_run_backward_atomic_checks_gradients():
 def test_cli_build_backward_atomic_writes_three_kernels(tmp_path):
     from click.testing import CliRunner
 
-    from ptofa.cli import main
+    from ptofa.cli.main import main
 
     result = CliRunner().invoke(main, ["build", "--backward", "--atomic", "--causal", "-o", str(tmp_path)])
     assert result.exit_code == 0, result.output
@@ -249,7 +249,7 @@ def test_cli_timing_at_8k():
     """The atomic mode's predicted backward/forward ratio at S=8192, D=128 (printed; gradients not checked)."""
     from click.testing import CliRunner
 
-    from ptofa.cli import main
+    from ptofa.cli.main import main
 
     result = CliRunner().invoke(main, ["run", "--backend", "sim", "--backward", "--atomic", "--heads", "1",
                                        "--s0", "8192", "--s1", "8192"])

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import ptofa
-from ptofa import backward_npu
-from ptofa.backward import attention_backward, check_gradients, reference_backward
-from ptofa.bwd_pipeline import BwdConfig, budget, entry_args
+from ptofa.launch import backward_npu
+from ptofa.attention.backward import attention_backward, check_gradients, reference_backward
+from ptofa.kernels.bwd_pipeline import BwdConfig, budget, entry_args
 from ptofa.kernels.fa_bwd import emit_bwd
 from ptofa.pipeline import ConfigError
 
@@ -128,7 +128,7 @@ def test_the_npu_launch_passes_the_mask_and_its_stride(monkeypatch, deterministi
 def test_cli_run_backward_with_a_key_mask_checks_all_three_gradients(tmp_path):
     from click.testing import CliRunner
 
-    from ptofa.cli import main
+    from ptofa.cli.main import main
 
     result = CliRunner().invoke(main, ["run", "--backward", "--key-padding-mask", "--causal", "--head", "64",
                                        "--s0", "70", "--s1", "90", "--heads", "2"])

@@ -14,15 +14,18 @@ import pytest
 import torch
 
 import ptofa
-from ptofa import argspec, backward_npu, npu, serving_npu
-from ptofa.backend import BackendUnavailable
-from ptofa.backward import attention_backward, check_gradients, reference_backward
-from ptofa.bwd_pipeline import BwdConfig, entry_args, work_units
+from ptofa.kernels import argspec
+from ptofa.launch import backward_npu
+from ptofa.launch import npu
+from ptofa.launch import serving_npu
+from ptofa.launch.base import BackendUnavailable
+from ptofa.attention.backward import attention_backward, check_gradients, reference_backward
+from ptofa.kernels.bwd_pipeline import BwdConfig, entry_args, work_units
 from ptofa.kernels.fa_bwd import emit_bwd, entry_name
 from ptofa.pipeline import ProblemShape
 from ptofa.sim import GmPointer, simulate
-from ptofa.textio import check_text
-from ptofa.toolchain import ToolchainError, caller_for, entry_signature
+from ptofa.ir.textio import check_text
+from ptofa.launch.toolchain import ToolchainError, caller_for, entry_signature
 
 from fake_npu import STREAM, Call, Calls, install_fake_npu
 from test_backward import _inputs
@@ -46,7 +49,7 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> list[backward_npu.NpuBackwardLa
         results.append(real(*args, **kwargs))
         return results[-1]
 
-    monkeypatch.setattr("ptofa.backward.launch_backward_npu", keep)
+    monkeypatch.setattr("ptofa.attention.backward.launch_backward_npu", keep)
     return results
 
 
@@ -297,7 +300,7 @@ def test_kernel_launcher_builds_the_text_and_loads_its_entry(monkeypatch, tmp_pa
 def test_run_backward_case_on_the_npu_backend_checks_the_replayed_gradients(calls, monkeypatch, atomic) -> None:
     """`run_fa run --backward [--atomic] --backend npu`'s backward half: the kernels launched through
     the NPU path (replayed here), the gradients checked, and no timing-model replay."""
-    from ptofa.bwd_cli import run_backward_case
+    from ptofa.cli.bwd_cli import run_backward_case
     from ptofa.pipeline import FAConfig
 
     forward = ptofa.flash_attn_func
@@ -319,7 +322,7 @@ def test_run_backward_case_on_the_npu_backend_checks_the_replayed_gradients(call
 def test_cli_run_backward_on_npu_without_an_npu_exits_2(monkeypatch) -> None:
     from click.testing import CliRunner
 
-    from ptofa.cli import main
+    from ptofa.cli.main import main
 
     monkeypatch.setattr(npu, "npu_available", lambda: (False, "npu backend: torch_npu is not installed"))
     result = CliRunner().invoke(main, ["run", "--backward", "--backend", "npu", "--s0", "64", "--s1", "64"])

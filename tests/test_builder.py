@@ -15,15 +15,17 @@ import pytest
 from click.testing import CliRunner
 from xdsl.dialects import func, scf
 
-from ptofa import argspec, pipeline
-from ptofa import dialect as d
+from ptofa import pipeline
+
+from ptofa.kernels import argspec
+from ptofa.ir import dialect as d
 from ptofa.api import parse_ir_type, tile_type
-from ptofa.cli import main
+from ptofa.cli.main import main
 from ptofa.fa_builder import emit_fa
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, TileSpec, budget, tile_plan
 from ptofa.sim.faults import fault_text
 from ptofa.sim.options import RunOptions
-from ptofa.textio import ParsedModule, PtoCheckError, check_text, print_pto
+from ptofa.ir.textio import ParsedModule, PtoCheckError, check_text, print_pto
 
 GRID = list(itertools.product((64, 96, 128, 192, 256), (128, 256, 512), (1, 2, 3, 4)))
 
@@ -507,7 +509,7 @@ def test_static_memory_check_agrees_with_the_budget(head: int, tile_s1: int, qk_
     """The checker's liveness peak (what ptoas's planner needs at least) fits the budget: on the
     cube every tile is live at once, so they are equal; on the vectors every tile is live in the
     unit loop and one hidden trowexpand scratch at a time, while the budget keeps all of them."""
-    from ptofa.memcheck import peak_usage
+    from ptofa.ir.memcheck import peak_usage
 
     _, parsed = emitted(head, tile_s1, qk_preload)
     fns = functions(parsed)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from ptofa import catalog
-from ptofa.cli import main
+from ptofa.kernels import catalog
+from ptofa.cli.main import main
 from ptofa.pipeline import FAConfig
-from ptofa.textio import PtoCheckError, check_text
+from ptofa.ir.textio import PtoCheckError, check_text
 
 
 def test_every_kernel_parses_and_verifies() -> None:

@@ -1,7 +1,7 @@
 """Bad input never crashes the checker: seeded mutations of an emitted FA kernel (lines
 deleted, duplicated, swapped; tokens, numbers and float literals replaced) either check
 clean or raise `PtoCheckError` whose errors carry a line number. Any other exception is a
-bug in `ptofa.textio` or the dialect."""
+bug in `ptofa.ir.textio` or the dialect."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from ptofa.fa_builder import emit_fa
 from ptofa.pipeline import FAConfig
-from ptofa.textio import PtoCheckError, check_text
+from ptofa.ir.textio import PtoCheckError, check_text
 
 SEED = 20261118
 N_MUTANTS = 400

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ptofa.cli import main
+from ptofa.cli.main import main
 from ptofa.reference import make_key_mask
 
 # The plain kernel's entry arguments (every variant has them, in this order).

@@ -12,8 +12,8 @@ import torch
 from test_variants import config, parsed, run_variant
 from xdsl.dialects import func
 
-from ptofa import argspec
-from ptofa import dialect as d
+from ptofa.kernels import argspec
+from ptofa.ir import dialect as d
 from ptofa.pipeline import FAConfig, ProblemShape, budget, tile_plan
 
 PER_SUB_TILE = ("k_mat", "v_mat", "p_mat", "p_left", "k_right", "v_right", "s_acc")

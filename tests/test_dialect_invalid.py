@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from pto_snippets import CUBE_BODY, CUBE_PRE, ENTRY, LOCAL_PIPES, PP, PPH, QK, QKH, VEC_BODY, VEC_PRE, errors_of, line_of, pipes, wrap
 
-from ptofa.textio import PtoCheckError, check_text
+from ptofa.ir.textio import PtoCheckError, check_text
 
 V32 = "!pto.tile_buf<vec, 16x64xf32>"
 V16 = "!pto.tile_buf<vec, 16x64xf16>"
@@ -719,7 +719,7 @@ op_case("tstore_unknown_attr", vec, GM + alloc("t", V32),
         f"pto.tstore ins(%t : {V32}) outs(%pv : {PV16x64}) {{atomic = 1}}",
         "pto.tstore: unexpected attributes ['atomic']", P)
 
-# column / arg reductions, tlrelu, taxpy, taddc, multi-buffer tiles (ptofa/dialect/reductions.py, multitile.py)
+# column / arg reductions, tlrelu, taxpy, taddc, multi-buffer tiles (ptofa/ir/dialect/reductions.py, multitile.py)
 _R64 = "!pto.tile_buf<vec, 1x64xf32>"
 _I64 = "!pto.tile_buf<vec, 1x64xi32>"
 op_case("tcolmax_dtype_i8", vec, alloc("x", "!pto.tile_buf<vec, 16x64xi8>") + alloc("r", "!pto.tile_buf<vec, 1x64xi8>"),
@@ -761,7 +761,7 @@ op_case("multi_tile_get_index", vec, f"%c2 = arith.constant 2 : index\n%m = pto.
         f"%g = pto.multi_tile_get %m[%c2] : {_MT} -> {V32}",
         "'pto.multi_tile_get' slot index: constant slot 2 is out of range for multi_tile_buf count=2")
 
-# mgather / mscatter (ptofa/dialect/gathers.py)
+# mgather / mscatter (ptofa/ir/dialect/gathers.py)
 _IDX = "!pto.tile_buf<vec, 16x64xi32>"
 _IROW = "!pto.tile_buf<vec, 1x16xi32>"
 _G = GM + VEC_TILES + alloc("ix", _IDX) + alloc("ir", _IROW)
@@ -788,7 +788,7 @@ op_case("mscatter_atomic_dtype", vec, GM + _PVH + alloc("hh", "!pto.tile_buf<vec
 op_case("mscatter_layout", vec, _G, f"pto.mscatter ins(%col, %ix : {COL}, {_IDX}) outs(%pv : {PV16x64})",
         "'pto.mscatter' layout: src must be a loc=vec ND tile", P)
 
-# tprelu, trowexpand, taddsc, tmatmul.bias, inttoptr (ptofa/dialect/fused.py)
+# tprelu, trowexpand, taddsc, tmatmul.bias, inttoptr (ptofa/ir/dialect/fused.py)
 op_case("tprelu_dtype_i16", vec, alloc("x", "!pto.tile_buf<vec, 16x64xi16>"),
         "pto.tprelu ins(%x, %x : !pto.tile_buf<vec, 16x64xi16>, !pto.tile_buf<vec, 16x64xi16>) outs(%x : !pto.tile_buf<vec, 16x64xi16>)",
         "'pto.tprelu' dtype: tprelu takes f16 or f32 tiles, got i16")
@@ -815,7 +815,7 @@ case("inttoptr_general_use", vec("%ad = arith.constant 64 : i64\n%c4 = arith.con
 op_case("ptrtoint_result", vec, "", "%ad = pto.ptrtoint %p : !pto.ptr<f32> -> i32",
         "'pto.ptrtoint' operand type: ptrtoint yields an i64 byte address, got i32", P)
 
-# pto.comm.*, cmo, fence (ptofa/dialect/comm.py)
+# pto.comm.*, cmo, fence (ptofa/ir/dialect/comm.py)
 _STG = "!pto.tile_buf<vec, 1x64xf32>"
 _C = GM + alloc("ping", _STG) + alloc("pong", "!pto.tile_buf<vec, 1x128xf32>") + alloc("ih", "!pto.tile_buf<vec, 1x64xi32>") + "%v7 = arith.constant 7 : i32\n"
 op_case("comm_staging_dtype", vec, _C, f"pto.comm.tput(%pv, %pv, buf(%ih) : {PV16x64}, {PV16x64}, !pto.tile_buf<vec, 1x64xi32>)",
@@ -1030,9 +1030,9 @@ def test_every_verifier_rule_has_a_case() -> None:
     import re
     from pathlib import Path
 
-    import ptofa.dialect
+    import ptofa.ir.dialect
 
-    source = "\n".join(f.read_text() for f in sorted(Path(ptofa.dialect.__file__).parent.glob("*.py")))
+    source = "\n".join(f.read_text() for f in sorted(Path(ptofa.ir.dialect.__file__).parent.glob("*.py")))
     rules = set(re.findall(r'_fail\((?:self|op), "([^"]+)"', source))
     assert len(rules) > 25
     messages = " ".join(message for _, message, _ in CASES.values())

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from pto_snippets import CUBE_BODY, CUBE_PRE, ENTRY, LOCAL_PIPES, PP, PPH, QK, QKH, VEC_BODY, VEC_PRE, pipes, roundtrip, wrap
 
-from ptofa import dialect as d
-from ptofa.textio import check_text, parse_pto, print_pto
+from ptofa.ir import dialect as d
+from ptofa.ir.textio import check_text, parse_pto, print_pto
 
 SAMPLE = Path("/work/shared/samples/fa_min_verified.pto")
 
@@ -263,7 +263,7 @@ for _op in ("trowmax", "trowsum", "trowmin"):
 
 for _op in ("trowexpandsub", "trowexpandmul", "trowexpanddiv", "trowexpandadd", "trowexpandmax", "trowexpandmin", "trowexpandexpdif"):
     OPS[f"{_op}_tmp"] = ("vector", f"{VEC_TILES}\npto.{_op} ins(%a, %col, %t : {V32}, {COL}, {V32}) outs(%o : {V32})")
-    if _op != "trowexpandexpdif":  # its tmp is required (ptofa.target.EXPDIF_TMP_BYTES)
+    if _op != "trowexpandexpdif":  # its tmp is required (ptofa.ir.target.EXPDIF_TMP_BYTES)
         OPS[f"{_op}_dn"] = ("vector", f"{VEC_TILES}\npto.{_op} ins(%a, %col : {V32}, {COL}) outs(%o : {V32})")
         OPS[f"{_op}_nd_col"] = ("vector", f"{VEC_TILES}\npto.{_op} ins(%a, %nd8 : {V32}, {ND8}) outs(%a : {V32})")
 OPS["trowexpandexpdif_nd_col_tmp"] = (
@@ -441,7 +441,7 @@ OPS["tmatmul_bias"] = ("cube", f"{CUBE_TILES}\n%bz = pto.alloc_tile : {_BIAS}\n"
 OPS["ptrtoint_inttoptr"] = ("vector", "%c0 = arith.constant 0 : index\n%ad = pto.ptrtoint %p : !pto.ptr<f32> -> i64\n"
                                       "%q = pto.inttoptr %ad : i64 -> !pto.ptr<i32>\n%v = pto.load_scalar %q[%c0] : !pto.ptr<i32> -> i32")
 
-# pto.comm.*, cmo.cacheinvalid, fence.barrier_all (ptofa/dialect/comm.py); PTO_IR_manual 4.21 forms
+# pto.comm.*, cmo.cacheinvalid, fence.barrier_all (ptofa/ir/dialect/comm.py); PTO_IR_manual 4.21 forms
 _P128 = "!pto.partition_tensor_view<16x64xf32>"
 _STG = "!pto.tile_buf<vec, 1x64xf32>"
 _SIG = "!pto.partition_tensor_view<1x1xi32>"

@@ -179,11 +179,11 @@ def test_ptofa_has_no_import_cycle() -> None:
 
 
 def test_backends_sit_above_the_backend_interface() -> None:
-    """The former circle: npu and runner both import ptofa.backend; npu does not import runner."""
+    """The former circle: npu and runner both import ptofa.launch.base; npu does not import runner."""
     graph = import_graph(PACKAGE_ROOT)
-    assert "ptofa.backend" in graph["ptofa.npu"] and "ptofa.backend" in graph["ptofa.runner"]
-    assert "ptofa.runner" not in graph["ptofa.npu"]
-    assert not graph["ptofa.backend"] & {"ptofa.runner", "ptofa.npu", "ptofa.sim_backend"}
+    assert "ptofa.launch.base" in graph["ptofa.launch.npu"] and "ptofa.launch.base" in graph["ptofa.runner"]
+    assert "ptofa.runner" not in graph["ptofa.launch.npu"]
+    assert not graph["ptofa.launch.base"] & {"ptofa.runner", "ptofa.launch.npu", "ptofa.launch.sim"}
 
 
 def test_cycle_finder_on_a_small_package(tmp_path: Path) -> None:

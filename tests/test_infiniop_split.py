@@ -1,4 +1,4 @@
-"""Split-KV behind the InfiniOp interface (`ptofa.infiniop`): the descriptor plans the dense calls'
+"""Split-KV behind the InfiniOp interface (`ptofa.attention.infiniop`): the descriptor plans the dense calls'
 split, its workspace size is the slot rings plus the partials, and the split launch keeps its slot
 rings and partials in the caller's buffer. The split count is forced (the timing model's choice is
 checked in test_splitkv); outputs are checked against `reference_fa` with the accuracy rule."""
@@ -10,9 +10,21 @@ import math
 import pytest
 import torch
 
-from ptofa import argspec, infiniop, npu, serving, serving_npu, sim_backend, splitkv
-from ptofa.infiniop import Status, TensorDescriptor
-from ptofa.dense_split import run_dense_split
+from ptofa.kernels import argspec
+
+from ptofa.attention.core import infiniop
+
+from ptofa.launch import npu
+
+from ptofa.attention.core import serving
+
+from ptofa.launch import serving_npu
+
+from ptofa.launch import sim as sim_backend
+
+from ptofa.launch import splitkv
+from ptofa.attention.infiniop import Status, TensorDescriptor
+from ptofa.launch.dense_split import run_dense_split
 from ptofa.pipeline import ConfigError, workspace_bytes
 from ptofa.reference import check_accuracy, check_lse, reference_fa
 

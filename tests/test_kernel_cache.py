@@ -15,14 +15,16 @@ import torch
 from click.testing import CliRunner
 
 import ptofa
-from ptofa import kernel_cache, npu, tune
-from ptofa.attention import auto_config
-from ptofa.cli import main
-from ptofa.functional import flash_attn_func
-from ptofa.kernel_cache import clear_kernel_cache, get_kernel, kernel_cache_info, kernel_key
+from ptofa.launch import kernel_cache
+from ptofa.launch import npu
+from ptofa.launch import tune
+from ptofa.attention.core import auto_config
+from ptofa.cli.main import main
+from ptofa.attention.functional import flash_attn_func
+from ptofa.launch.kernel_cache import clear_kernel_cache, get_kernel, kernel_cache_info, kernel_key
 from ptofa.pipeline import FAConfig
 from ptofa.reference import check_accuracy, reference_fa
-from ptofa.tune import TuneShape, prediction_count
+from ptofa.launch.tune import TuneShape, prediction_count
 
 
 @pytest.fixture(autouse=True)
@@ -113,7 +115,7 @@ def test_cache_root_follows_xdg_cache_home(tmp_path, monkeypatch: pytest.MonkeyP
     monkeypatch.delenv(kernel_cache.CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert kernel_cache.cache_root() == tmp_path / "xdg" / "ptofa"
-    from ptofa.toolchain import cache_root as builds_root
+    from ptofa.launch.toolchain import cache_root as builds_root
 
     monkeypatch.delenv("PTOFA_CACHE", raising=False)
     assert builds_root() == tmp_path / "xdg" / "ptofa" / "builds"

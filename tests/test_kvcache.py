@@ -9,12 +9,12 @@ import pytest
 import torch
 from test_variants import Guarded, config, parsed
 
-from ptofa.backend import TORCH_DTYPES
-from ptofa.kvcache import KVCache, decode_config, decode_shape, decode_units, reference_kvcache
+from ptofa.launch.base import TORCH_DTYPES
+from ptofa.attention.kvcache import KVCache, decode_config, decode_shape, decode_units, reference_kvcache
 from ptofa.pipeline import ConfigError
 from ptofa.reference import check_accuracy, check_lse
 from ptofa.sim import simulate
-from ptofa.sim_backend import sim_kernel_args
+from ptofa.launch.sim import sim_kernel_args
 
 
 def make_cache(paged: bool, batch: int, capacity: int, kv_heads: int, head: int, page_size: int = 256, seed: int = 0,

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ptofa import bench, npu
-from ptofa.bench import BenchRow, append_rows, bench_cmd, cann_version, flops_dsl_gp, flops_matmul, tflops
+from ptofa.cli.main import bench
+
+from ptofa.launch import npu
+from ptofa.cli.bench import BenchRow, append_rows, bench_cmd, cann_version, flops_dsl_gp, flops_matmul, tflops
 from ptofa.pipeline import FAConfig, ProblemShape
 from ptofa.runner import BackendUnavailable
 

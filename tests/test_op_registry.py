@@ -7,7 +7,7 @@ import pytest
 
 import ptofa.sim.compiler  # noqa: F401  (registers the simulator semantics)
 import ptofa.sim.timing  # noqa: F401  (registers the timing costs)
-from ptofa import dialect as d
+from ptofa.ir import dialect as d
 from ptofa.sim import registry
 from ptofa.sim.trace import TraceOp
 

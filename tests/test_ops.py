@@ -15,8 +15,11 @@ import pytest
 import torch
 
 import ptofa
-from ptofa import argspec, attention, kernel_cache, npu
-from ptofa.ops import flash_attn_fwd
+from ptofa.kernels import argspec
+from ptofa.attention import core as attention
+from ptofa.launch import kernel_cache
+from ptofa.launch import npu
+from ptofa.attention.ops import flash_attn_fwd
 from ptofa.pipeline import ConfigError, FAConfig
 from ptofa.reference import check_accuracy, reference_fa
 
@@ -90,7 +93,7 @@ def test_backward_saves_out_lse_and_the_key_mask_only() -> None:
     """No S or P is saved; a key mask is saved and reaches the backward kernels: the gradients
     through a masked attention pass the rule against fp64 autograd with the same mask, and the
     padding keys get exactly zero dk, dv."""
-    from ptofa.backward import check_gradients, reference_backward
+    from ptofa.attention.backward import check_gradients, reference_backward
 
     q, k, v = bsnd()
     q.requires_grad_(True)

@@ -112,7 +112,7 @@ def tile_types(draw):
 @given(spelling=tile_types())
 def test_tile_buf_prints_and_parses_back(spelling):
     from ptofa.api import parse_ir_type
-    from ptofa.dialect import TileBufType
+    from ptofa.ir.dialect import TileBufType
 
     parsed = parse_ir_type(spelling)
     assert isinstance(parsed, TileBufType)

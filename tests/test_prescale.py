@@ -19,12 +19,14 @@ from test_variants import config, parsed, run_variant
 from test_varlen import run_varlen
 from xdsl.dialects import func, scf
 
-from ptofa import argspec, pipeline
-from ptofa import dialect as d
+from ptofa import pipeline
+
+from ptofa.kernels import argspec
+from ptofa.ir import dialect as d
 from ptofa.pipeline import ConfigError, ProblemShape, budget, workspace_bytes
 from ptofa.reference import make_inputs
 from ptofa.sim import GmPointer, SimError, simulate
-from ptofa.sim_backend import sim_kernel_args
+from ptofa.launch.sim import sim_kernel_args
 
 Q_PIPE = 3
 
@@ -159,7 +161,7 @@ def test_cli_switch_builds_and_sweeps_both(tmp_path) -> None:
     """`--no-prescale-q` gives the three-pipe kernel (build) and its own sweep key; the default has four pipes."""
     from click.testing import CliRunner
 
-    from ptofa.cli import main
+    from ptofa.cli.main import main
 
     for flag, pipes in (("--prescale-q", 4), ("--no-prescale-q", 3)):
         out = tmp_path / f"{flag}.pto"

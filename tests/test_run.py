@@ -13,7 +13,7 @@ import warnings
 import pytest
 from click.testing import CliRunner
 
-from ptofa.cli import main
+from ptofa.cli.main import main
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
 from ptofa.runner import run_case
 from ptofa.sim.options import RunOptions
@@ -90,7 +90,7 @@ def test_legal_grid_size():
 
 def test_runtime_scale_and_wrong_reference(monkeypatch):
     """The scale is a runtime argument; a reference that disagrees makes the check fail."""
-    import ptofa.backend as backend
+    import ptofa.launch.base as backend
     from ptofa.reference import reference_fa
 
     config = _config(128, 256, 3)
@@ -197,12 +197,12 @@ def test_simulator_memory_peak_equals_the_budget(head, tile_s1, qk_preload, vari
     """The budget (from tile_plan + hidden scratch) and the simulator's live-byte count agree exactly."""
     import torch
 
-    from ptofa.backend import TORCH_DTYPES
+    from ptofa.launch.base import TORCH_DTYPES
     from ptofa.fa_builder import emit_fa
     from ptofa.pipeline import budget
     from ptofa.runner import sim_kernel_args
     from ptofa.sim import simulate
-    from ptofa.textio import check_text
+    from ptofa.ir.textio import check_text
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

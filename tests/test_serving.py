@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import ptofa
-from ptofa.kvcache import KVCache, reference_kvcache
+from ptofa.attention.kvcache import KVCache, reference_kvcache
 from ptofa.reference import check_accuracy, check_lse
-from ptofa.varlen import reference_varlen
+from ptofa.launch.varlen import reference_varlen
 
 
 def _rand(*shape, seed=0, dtype=torch.float16):

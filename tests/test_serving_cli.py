@@ -7,7 +7,7 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from ptofa.cli import main
+from ptofa.cli.main import main
 
 
 def _run(*args: str):

@@ -14,16 +14,19 @@ import pytest
 import torch
 
 import ptofa
-from ptofa import argspec, npu, serving, serving_npu
-from ptofa.kvcache import KVCache, reference_kvcache
+from ptofa.kernels import argspec
+from ptofa.launch import npu
+from ptofa.attention.core import serving
+from ptofa.launch import serving_npu
+from ptofa.attention.kvcache import KVCache, reference_kvcache
 from ptofa.pipeline import REDUCE_TABLE, UNIT_FIELDS, FAConfig, workspace_bytes
 from ptofa.reference import check_accuracy, check_lse
 from ptofa.runner import BackendUnavailable
 from ptofa.sim import GmPointer, simulate
-from ptofa.sim_backend import reduce_block_dim, reduce_rows
-from ptofa.textio import check_text
-from ptofa.toolchain import ToolchainError, caller_for, entry_signature
-from ptofa.varlen import reduce_table, reference_varlen, unit_table, varlen_shape
+from ptofa.launch.sim import reduce_block_dim, reduce_rows
+from ptofa.ir.textio import check_text
+from ptofa.launch.toolchain import ToolchainError, caller_for, entry_signature
+from ptofa.launch.varlen import reduce_table, reference_varlen, unit_table, varlen_shape
 
 from fake_npu import STREAM, Call, Calls, install_fake_npu
 

@@ -15,7 +15,7 @@ from ptofa.sim.options import RunOptions
 from ptofa.sim.memory import GmPointer
 from ptofa.sim.pipes import PipeProtocol, pending_drain, sync_period, waited_credits
 from ptofa.sim.tileops import _directed_float
-from ptofa.textio import parse_pto, print_pto
+from ptofa.ir.textio import parse_pto, print_pto
 
 SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "samples" / "fa_min_verified.pto"
 HEAD = 128

@@ -136,7 +136,7 @@ def test_single_function_module_simulates_without_entry_attribute(x: np.ndarray)
     single = "module {\n" + text[start:].replace("attributes {pto.kernel_kind = #pto.kernel_kind<vector>}", "")
     from ptofa.sim.executor import simulate
     from ptofa.sim.memory import GmPointer
-    from ptofa.textio import check_text
+    from ptofa.ir.textio import check_text
 
     y = np.zeros((16, 16), np.float32)
     simulate(check_text(single), {"x": GmPointer.of(x), "y": GmPointer.of(y)}, 1)

@@ -1,4 +1,4 @@
-"""Simulator semantics of the ops of `ptofa.dialect.reductions` and `ptofa.dialect.multitile`:
+"""Simulator semantics of the ops of `ptofa.ir.dialect.reductions` and `ptofa.ir.dialect.multitile`:
 tiny vector kernels that load a 16x16 f32 input, apply the op and store the result, checked
 against numpy."""
 
@@ -109,7 +109,7 @@ def test_local_pipes_are_rejected_as_not_simulated() -> None:
     from pto_snippets import LOCAL_PIPES
 
     from ptofa.sim import GmPointer, simulate
-    from ptofa.textio import check_text
+    from ptofa.ir.textio import check_text
 
     text = LOCAL_PIPES.replace("@entry(%ffts: !pto.ptr<i64>)", "@entry(%ffts: !pto.ptr<i64>, %f: !pto.ptr<f32>)").replace(
         "    pto.set_ffts %ffts : !pto.ptr<i64>\n",

@@ -1,4 +1,4 @@
-"""Simulator semantics of `ptofa.dialect.fused` (tprelu, trowexpand, taddsc / tsubsc,
+"""Simulator semantics of `ptofa.ir.dialect.fused` (tprelu, trowexpand, taddsc / tsubsc,
 tmatmul.bias) against numpy, and the refusal to run integer-address pointers."""
 
 from __future__ import annotations

@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 import torch
 
-from ptofa import dialect as d
+from ptofa.ir import dialect as d
 from ptofa.api import F32, I32, KernelModule, pto, ptr_type, scalar, tile, tile_type
 from ptofa.api import I64 as I64T
-from ptofa.memcheck import peak_usage
+from ptofa.ir.memcheck import peak_usage
 from ptofa.sim.errors import SimError
 from ptofa.sim.executor import simulate
 from ptofa.sim.memory import BF16, GmPointer, bf16_decode, bf16_encode
 from ptofa.sim.timing import queue_of, replay
-from ptofa.textio import check_text, print_pto
+from ptofa.ir.textio import check_text, print_pto
 
 R, C = 16, 64
 V = f"!pto.tile_buf<vec, {R}x{C}xf32>"
@@ -781,7 +781,7 @@ def test_api_scalars_and_atomic_store_print() -> None:
 def test_pto_enum_attributes_parse_in_generic_attribute_dicts() -> None:
     from xdsl.parser import Parser
 
-    from ptofa.textio import make_context
+    from ptofa.ir.textio import make_context
 
     text = ("{a = #pto<round_mode CAST_RINT>, b = #pto<cmp ge>, c = #pto<exp_precision high_precision>, "
             "d = #pto<atomic_type atomic_add>, e = #pto<saturation_mode OFF>, f = #pto.round_mode<TRUNC>}")

@@ -19,10 +19,10 @@ from test_prescale import _stage_ops
 from test_variants import config, parsed, run_variant
 from test_varlen import run_varlen
 
-from ptofa import dialect as d
-from ptofa.cli import main
+from ptofa.ir import dialect as d
+from ptofa.cli.main import main
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, tile_plan
-from ptofa.sweep import SweepGrid
+from ptofa.cli.sweep import SweepGrid
 
 F16 = dict(softmax_dtype="f16")
 
@@ -72,7 +72,7 @@ def test_slice_rows_of_minus_inf_scores_give_no_nan() -> None:
     row of them keeps the running-max start, which must stay finite in f16 (-65504, not -3e38),
     or P = exp(-inf + inf) would be NaN. Rows 228.. of the second Q block see no key of tile 0
     (window) and tile 0's keys are all padding; their visible keys are in tile 1."""
-    from ptofa.attention import attend
+    from ptofa.attention.core import attend
     from ptofa.reference import check_accuracy, reference_fa
 
     s, d = 256, 128
@@ -93,7 +93,7 @@ def test_slice_rows_of_minus_inf_scores_give_no_nan() -> None:
 def test_scores_near_the_lowest_f16_keep_their_max() -> None:
     """Every score -63640 (finite in f16, below any start but the lowest f16): the running max
     must reach it, or P = exp(s - start) would be 0 for every key and O = 0 / 0."""
-    from ptofa.attention import attend
+    from ptofa.attention.core import attend
     from ptofa.reference import check_accuracy, reference_fa
 
     s, d = 128, 128
@@ -221,8 +221,8 @@ def test_sweep_axis_keys_and_labels() -> None:
 def test_attend_runs_it_and_the_torch_op_refuses_it() -> None:
     """`attend` (no LSE asked) runs an f16-softmax config within the accuracy rule; the torch op,
     which always returns an LSE for autograd, refuses it before any work, naming the reason."""
-    from ptofa.attention import attend
-    from ptofa.functional import flash_attn_func
+    from ptofa.attention.core import attend
+    from ptofa.attention.functional import flash_attn_func
     from ptofa.reference import check_accuracy, make_inputs, reference_fa
 
     shape = ProblemShape(batch=2, heads=2, s0=200, s1=500, window=(-1, 0))

@@ -11,18 +11,18 @@ from click.testing import CliRunner
 from test_variants import Guarded, config, parsed
 
 import ptofa
-from ptofa import argspec
-from ptofa.backend import TORCH_DTYPES
-from ptofa.cli import main
+from ptofa.kernels import argspec
+from ptofa.launch.base import TORCH_DTYPES
+from ptofa.cli.main import main
 from ptofa.kernels.fa_reduce import emit_reduce
-from ptofa.kvcache import KVCache, decode_shape, decode_units, reference_kvcache
+from ptofa.attention.kvcache import KVCache, decode_shape, decode_units, reference_kvcache
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, partial_elems, workspace_bytes
 from ptofa.reference import Reference, check_accuracy, check_lse
 from ptofa.sim import simulate
-from ptofa.sim_backend import launch_split_sim, sim_kernel_args
-from ptofa.splitkv import plan_splits, reduce_kernel
-from ptofa.textio import check_text, print_pto
-from ptofa.varlen import make_varlen_inputs, reference_varlen, split_tiles, unit_table, varlen_shape
+from ptofa.launch.sim import launch_split_sim, sim_kernel_args
+from ptofa.launch.splitkv import plan_splits, reduce_kernel
+from ptofa.ir.textio import check_text, print_pto
+from ptofa.launch.varlen import make_varlen_inputs, reference_varlen, split_tiles, unit_table, varlen_shape
 
 
 def _unsplit(cfg: FAConfig, shape: ProblemShape, q, k, v, table, scale, block_table=None):
@@ -170,7 +170,7 @@ def test_reduce_kernel_round_trips_and_verifies(knobs, tmp_path) -> None:
 
 
 def test_reduce_kernel_gets_its_own_launcher(tmp_path) -> None:
-    from ptofa.toolchain import caller_for
+    from ptofa.launch.toolchain import caller_for
 
     cfg = config(varlen=True, split_kv=True, lse=True)
     path = tmp_path / "fa_reduce.pto"
@@ -188,7 +188,7 @@ def test_real_ptoas_compiles_the_split_kernels(knobs, tmp_path) -> None:
     import subprocess
 
     from ptofa.fa_builder import emit_fa
-    from ptofa.toolchain import compile_commands
+    from ptofa.launch.toolchain import compile_commands
 
     cfg = config(varlen=True, split_kv=True, **knobs)
     for entry, text in ((argspec.ENTRY_NAME, emit_fa(cfg)), (argspec.REDUCE_ENTRY_NAME, emit_reduce(cfg))):
@@ -260,7 +260,7 @@ def test_gqa_packing_off_for_causal_s0_2_is_still_right() -> None:
 
 
 def _decode_figures(cache_len: int) -> dict[str, float]:
-    from ptofa.serving_run import decode_case, run_split
+    from ptofa.cli.serving_run import decode_case, run_split
 
     times = {}
     for pack in (True, False):

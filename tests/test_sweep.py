@@ -14,7 +14,7 @@ from rich.console import Console
 import ptofa.runner
 from ptofa.pipeline import FAConfig, ProblemShape
 from ptofa.runner import BackendUnavailable, RunResult
-from ptofa.sweep import JSONL_NAME, SweepGrid, SweepPoint, run_sweep, summary_table, sweep_cmd
+from ptofa.cli.sweep import JSONL_NAME, SweepGrid, SweepPoint, run_sweep, summary_table, sweep_cmd
 
 # 2 tile sizes x 2 preloads x 3 S1 = 12 points; rejected: (256, preload 1) at every S1 by the
 # tile-factor rule. (256, preload 2) at S1=256 runs: the schedule shrinks to the one tile.

@@ -16,12 +16,13 @@ from test_splitkv import _check, _split, _unsplit
 from test_variants import config
 
 import ptofa
-from ptofa import serving, splitkv
-from ptofa.cli import main
+from ptofa.attention.core import serving
+from ptofa.launch import splitkv
+from ptofa.cli.main import main
 from ptofa.pipeline import MAX_SPLITS, ConfigError, workspace_bytes
 from ptofa.reference import check_accuracy, check_lse, reference_fa
-from ptofa.splitkv import SplitCosts, balanced_splits, plan_splits, plan_varlen
-from ptofa.varlen import make_varlen_inputs, reduce_table, reference_varlen, unit_table, unit_visible_tiles, varlen_shape
+from ptofa.launch.splitkv import SplitCosts, balanced_splits, plan_splits, plan_varlen
+from ptofa.launch.varlen import make_varlen_inputs, reduce_table, reference_varlen, unit_table, unit_visible_tiles, varlen_shape
 
 LENS = [0, 300, 640]
 # A unit split 7 or 16 ways has more splits than its at most 5 tiles: empty splits (LSE -inf, O 0).
@@ -197,7 +198,7 @@ def test_sweep_balance_adds_a_split_row(tmp_path) -> None:
 def test_sweep_notes_a_balanced_launch_that_split_nothing() -> None:
     """When the planner splits no unit (the estimated gain is below the reduce launch's cost),
     the balanced row says "unsplit" (this crashed the summary table before)."""
-    from ptofa.sweep import _split_note
+    from ptofa.cli.sweep import _split_note
 
     assert _split_note({"extra": {"split": "unsplit"}}) == "unsplit"
     assert _split_note({"extra": {"split": "4x4+48x1"}}) == "4x4"

@@ -565,7 +565,7 @@ def test_run_prints_the_steady_state_and_writes_chrome_trace(tmp_path: Path) -> 
     and writes trace events of the replayed blocks; a name without .json is refused before any work."""
     from click.testing import CliRunner
 
-    from ptofa.cli import main
+    from ptofa.cli.main import main
 
     path = tmp_path / "fa.json"
     runner = CliRunner()
@@ -590,8 +590,8 @@ def test_real_trace_records_rows_and_element_widths() -> None:
     from ptofa.fa_builder import emit_fa
     from ptofa.reference import make_inputs
     from ptofa.sim.options import RunOptions
-    from ptofa.sim_backend import launch_sim
-    from ptofa.textio import check_text
+    from ptofa.launch.sim import launch_sim
+    from ptofa.ir.textio import check_text
 
     config, shape = FAConfig(tile_s1=256, qk_preload=2), ProblemShape(1, 1, 128, 512)
     q, k, v = make_inputs(shape, config.head, 0, torch.float16, shape.kv_heads)

@@ -1,4 +1,4 @@
-"""ptofa.toolchain and compile.sh: command lines, missing tools, the build cache."""
+"""ptofa.launch.toolchain and compile.sh: command lines, missing tools, the build cache."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ptofa import toolchain
-from ptofa.toolchain import (
+from ptofa.launch import toolchain
+from ptofa.launch.toolchain import (
     PTOAS_FLAGS,
     Tools,
     ToolchainError,
@@ -321,8 +321,8 @@ def test_real_toolchain_builds_the_emitted_kernel(tmp_path: Path, monkeypatch: p
 
 
 def _catalog():
-    """Every kernel ptofa emits (`ptofa.catalog`): forward grid and switches, reduce, backward."""
-    from ptofa.catalog import kernels
+    """Every kernel ptofa emits (`ptofa.kernels.catalog`): forward grid and switches, reduce, backward."""
+    from ptofa.kernels.catalog import kernels
 
     return [pytest.param(k, id=k.name) for k in kernels()]
 

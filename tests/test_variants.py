@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 import torch
 
-from ptofa.backend import TORCH_DTYPES, normalize_key_mask
+from ptofa.launch.base import TORCH_DTYPES, normalize_key_mask
 from ptofa.fa_builder import emit_fa
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
 from ptofa.reference import check_accuracy, check_lse, make_inputs, make_key_mask, reference_fa
 from ptofa.sim import GmPointer, simulate
-from ptofa.sim_backend import sim_kernel_args
-from ptofa.textio import check_text
+from ptofa.launch.sim import sim_kernel_args
+from ptofa.ir.textio import check_text
 
 GUARD = 48  # elements of guard on each side of every tensor
 GUARD_BYTE = 0x5A

@@ -12,12 +12,12 @@ import pytest
 import torch
 from test_variants import Guarded, config, parsed
 
-from ptofa.backend import TORCH_DTYPES
+from ptofa.launch.base import TORCH_DTYPES
 from ptofa.pipeline import UNIT_FIELDS, ConfigError
 from ptofa.reference import check_accuracy, check_lse
 from ptofa.sim import simulate
-from ptofa.sim_backend import sim_kernel_args
-from ptofa.varlen import reference_varlen, seqlens_of, unit_table, varlen_shape
+from ptofa.launch.sim import sim_kernel_args
+from ptofa.launch.varlen import reference_varlen, seqlens_of, unit_table, varlen_shape
 
 
 def run_varlen(cfg, q_lens, k_lens, heads=2, kv_heads=1, window=(-1, -1), block_dim=3, seed=0):
@@ -97,7 +97,7 @@ def test_varlen_with_key_padding_is_rejected() -> None:
 def test_cli_run_varlen() -> None:
     from click.testing import CliRunner
 
-    from ptofa.cli import main
+    from ptofa.cli.main import main
 
     result = CliRunner().invoke(main, ["run", "--backend", "sim", "--seqlens", "100,0,37", "--kv-seqlens", "90,5,300",
                                        "--heads", "2", "--kv-heads", "1", "--causal", "--lse"])
@@ -139,7 +139,7 @@ def test_longest_first_snake_order_is_predicted_faster() -> None:
     the waves, finish before the same units in Q-block order (timing model: 20 units on 8 blocks, the
     last wave partial, as at S = 8192 on 24 blocks: 111 vs 127 us)."""
     from ptofa.sim.timing import predict
-    from ptofa.varlen import make_varlen_inputs
+    from ptofa.launch.varlen import make_varlen_inputs
 
     s, blocks = 2560, 8
     cfg = config(varlen=True, masked=True)

@@ -1,6 +1,15 @@
-"""Kernels emitted by ptofa's builder.
+"""The kernels ptofa's builders emit, with their configs and argument lists.
 
-`common` holds the pieces every kernel of the family shares (work-unit decoding,
-BSND offsets, pipe setup, the software-pipelined schedule over a tile range, ring
-selection); `fa_fwd` is the FlashAttention-2 forward kernel built from them.
+  argspec        the entry argument list of every kernel (entry, caller.cpp, ctypes)
+  common         pieces the kernel family shares: unit decoding, offsets, pipe setup,
+                 the software-pipelined schedule over a tile range, ring selection
+  window         the visible-tile arithmetic of a window mask, in IR
+  fa_fwd         the FlashAttention-2 forward kernel (four stages)
+  fa_reduce      the split-KV reduce kernel (vector only)
+  bwd_pipeline   `BwdConfig`: the backward's knobs, rules and tile plans; fa_bwd its kernels
+  catalog        every kernel ptofa emits (the list a real ptoas must compile)
+
+May import: `ptofa.ir`, `ptofa.api`, `ptofa.pipeline`; never the simulator, the launch
+layer or anything torch-facing. (`ptofa.pipeline`, `FAConfig` and its rules, lives in
+the package root under the name the design gives it.)
 """

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from xdsl.ir import SSAValue
 
-from ptofa import dialect as d
+from ptofa.ir import dialect as d
 from ptofa.api import pto, scalar, view_type
 from ptofa.pipeline import PipeSpec
 

@@ -1,4 +1,4 @@
-"""The FlashAttention-2 backward as two mixed cube/vector kernels (see `ptofa.bwd_pipeline`).
+"""The FlashAttention-2 backward as two mixed cube/vector kernels (see `ptofa.kernels.bwd_pipeline`).
 
 dq kernel, unit = (batch, q head, Q block); per visible KV tile t:
 
@@ -40,13 +40,13 @@ from dataclasses import dataclass
 from xdsl.dialects import builtin
 from xdsl.ir import SSAValue
 
-from ptofa.argspec import BWD_ENTRY_NAMES
+from ptofa.kernels.argspec import BWD_ENTRY_NAMES
 from ptofa.api import F32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type, view_type
-from ptofa.bwd_pipeline import BwdConfig, entry_args, right_roles, tile_plan
+from ptofa.kernels.bwd_pipeline import BwdConfig, entry_args, right_roles, tile_plan
 from ptofa.kernels.common import SPLIT, TileRange, init_pipes, pipelined
 from ptofa.kernels.window import Window, keys_seen, mask_tile, queries_seeing
 from ptofa.pipeline import VEC_CORES, PipeSpec, TileSpec
-from ptofa.textio import print_pto
+from ptofa.ir.textio import print_pto
 
 NEG = -3.0e38  # additive mask value: finite, exp gives exactly 0
 

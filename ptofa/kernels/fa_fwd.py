@@ -56,12 +56,12 @@ from dataclasses import dataclass
 from xdsl.dialects import builtin
 from xdsl.ir import SSAValue
 
-from ptofa import argspec
+from ptofa.kernels import argspec
 from ptofa.api import F16, F32, I32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type
 from ptofa.kernels.common import SPLIT, TileRange, entry_type, fused, init_pipes, pipelined, ring_select
 from ptofa.pipeline import (DTYPE_BYTES, KEY_MASK_TILES, UNIT_FIELDS, UNIT_TABLE, FAConfig, TileSpec, buffer_names,
                              chunk_names, cube_buffer_name, tile_plan)
-from ptofa.textio import print_pto
+from ptofa.ir.textio import print_pto
 
 NEG_INIT = -3.0e38  # running-max start and mask value: finite, so no inf - inf ever appears
 HALF_NEG = 1.5e38  # m + HALF_NEG > 0 exactly for rows that saw a key (row fix)
@@ -179,7 +179,7 @@ def _unit(c: _Common, unit: SSAValue) -> _Unit:
 
     Uniform batches decode (batch, head, Q block) from the unit index; masked kernels
     rank Q blocks last-first (bottom-right causal: later blocks see more keys). Varlen
-    kernels read the unit from a host-built table (`ptofa.varlen.unit_table`, ordered
+    kernels read the unit from a host-built table (`ptofa.launch.varlen.unit_table`, ordered
     longest first). Ranks are handed out in a snake over the persistent loop's waves.
     """
     cfg = c.config

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from xdsl.dialects import builtin
 from xdsl.ir import SSAValue
 
-from ptofa import argspec
+from ptofa.kernels import argspec
 from ptofa.api import F32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type
 from ptofa.kernels.fa_fwd import HALF_NEG, NEG_INIT
 from ptofa.pipeline import REDUCE_TABLE, FAConfig, TileSpec
-from ptofa.textio import print_pto
+from ptofa.ir.textio import print_pto
 
 
 def reduce_tile_plan(c: FAConfig) -> list[TileSpec]:

@@ -1,4 +1,4 @@
-// Generated from ptofa/argspec.py by `python -m ptofa.toolchain gen-caller`; do not edit.
+// Generated from ptofa/kernels/argspec.py by `python -m ptofa.launch.toolchain gen-caller`; do not edit.
 // Host launcher of the FlashAttention kernel. bisheng compiles this file in mix mode
 // with -DKERNEL_CPP="\"<ptoas output>\"" (pto-ir.md 13.2, compile.sh).
 #include <cstdint>

@@ -5,6 +5,10 @@
     result = simulate(parsed, args, 8, RunOptions(trace=True, fault="extra_tpop"))
 
 `RunOptions` (`options`) says how to run a module, `faults` how a fault breaks it.
+The timing model (`timing`, `bwd_timing`, constants in `socspec`) replays a run's trace.
+
+May import: `ptofa.ir`, `ptofa.pipeline`, `ptofa.kernels` (configs); never the launch
+layer, the torch-facing calls or the command line.
 """
 
 from ptofa.sim.errors import SimDeadlock, SimError, SimImbalance, SimMemoryOverflow, SimSlotHazard, SimStepLimit

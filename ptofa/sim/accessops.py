@@ -1,12 +1,12 @@
 """Semantics of the tile-window, element, transpose, gather and print ops
-(`ptofa.dialect.tileaccess`), in the style of `ptofa.sim.tileops`: a factory per op
+(`ptofa.ir.dialect.tileaccess`), in the style of `ptofa.sim.tileops`: a factory per op
 class that resolves shapes once and returns `fn(vals)`."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ptofa import dialect as d
+from ptofa.ir import dialect as d
 from ptofa.sim.errors import SimError
 from ptofa.sim.registry import semantics
 from ptofa.sim.tileops import Fn, Slot, copy_bits, copy_cast, np_dtype
@@ -219,7 +219,7 @@ def barrier(op: d.BarrierOp, slot: Slot) -> Fn:
     return fn
 
 
-# Bitwise, shift, power and remainder ops (`ptofa.dialect.intops`) ----------------------------
+# Bitwise, shift, power and remainder ops (`ptofa.ir.dialect.intops`) ----------------------------
 
 INT_UFUNCS = {
     d.TAndOp: np.bitwise_and, d.TOrOp: np.bitwise_or, d.TXorOp: np.bitwise_xor, d.TShlOp: np.left_shift,

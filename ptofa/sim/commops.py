@@ -5,7 +5,7 @@ order on coherent memory)."""
 
 from __future__ import annotations
 
-from ptofa import dialect as d
+from ptofa.ir import dialect as d
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
 from ptofa.sim.tileops import Fn, Slot

@@ -18,7 +18,7 @@ import numpy as np
 from xdsl.dialects import arith, builtin, func, scf
 from xdsl.ir import Block, Operation, SSAValue
 
-from ptofa import dialect as d
+from ptofa.ir import dialect as d
 from ptofa.sim import (  # noqa: F401 (registers semantics)
     accessops, commops, extraops, fusedops, gatherops, gmqueryops, ipipeops, localarrayops, maskops, multitile, partialops,
     pipeops, registry, scatterops, structops, syncops, tileops,
@@ -27,7 +27,7 @@ from ptofa.sim.errors import SimError
 from ptofa.sim.memory import BF16, GmView, Tile, bf16_decode, bf16_encode, new_tile_storage
 from ptofa.sim.stages import op_stages
 from ptofa.sim.tracing import wrap_scalar, wrap_tile_op
-from ptofa.textio import kernel_kind
+from ptofa.ir.textio import kernel_kind
 
 Fn = Callable[[list], object]
 
@@ -241,7 +241,7 @@ class ModuleCompiler:
                 self.func_ops[op.sym_name.data] = op
 
     def compile(self) -> Program:
-        from ptofa.textio import ENTRY_ATTRS, is_entry
+        from ptofa.ir.textio import ENTRY_ATTRS, is_entry
 
         defined = [f for f in self.func_ops.values() if f.body.blocks]
         entries = [f for f in defined if is_entry(f)]

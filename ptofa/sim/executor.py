@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from xdsl.dialects import builtin
 
-from ptofa import dialect as d
+from ptofa.ir import dialect as d
 from ptofa.sim.compiler import FuncProgram, Program, compile_module, invoke
 from ptofa.sim.errors import SimDeadlock, SimError, SimImbalance, SimStepLimit
 from ptofa.sim.faults import inject_fault
@@ -33,7 +33,7 @@ from ptofa.sim.pipes import PipeProtocol
 from ptofa.sim.report import deadlock_report, imbalance_report, ring_warnings
 from ptofa.sim.tileops import np_dtype
 from ptofa.sim.trace import Trace, TraceOp
-from ptofa.textio import ParsedModule
+from ptofa.ir.textio import ParsedModule
 
 CORE_NAMES = ("cube", "vec0", "vec1")
 HISTORY = 6  # ops remembered per core for reports

@@ -1,13 +1,13 @@
-"""Semantics and timing costs of `ptofa.dialect.reductions` and `ptofa.dialect.quant`: column
+"""Semantics and timing costs of `ptofa.ir.dialect.reductions` and `ptofa.ir.dialect.quant`: column
 reductions, the row product, tcolexpandexpdif, arg reductions, tlrelu, taxpy, taddc / tsubc
-and tdequant (the sorts of `ptofa.dialect.sorts` and tquant are refused). Each factory
+and tdequant (the sorts of `ptofa.ir.dialect.sorts` and tquant are refused). Each factory
 resolves its op once and returns `fn(vals)`, which writes only dst's valid region."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ptofa import dialect as d
+from ptofa.ir import dialect as d
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
 from ptofa.sim.tileops import Fn, Slot, np_dtype

@@ -30,7 +30,7 @@ from xdsl.ir import Operation
 
 from ptofa.sim.errors import SimError
 from ptofa.sim.options import FAULTS
-from ptofa.textio import ParsedModule, check_text, kernel_kind, print_pto
+from ptofa.ir.textio import ParsedModule, check_text, kernel_kind, print_pto
 
 # Pipe ids of the FlashAttention kernel (`ptofa.pipeline.FAConfig.pipes`): QK and PV are
 # cube -> vector pipes, P goes back to the cube.

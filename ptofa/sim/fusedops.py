@@ -1,4 +1,4 @@
-"""Semantics and costs of `ptofa.dialect.fused`: tprelu, trowexpand, taddsc / tsubsc,
+"""Semantics and costs of `ptofa.ir.dialect.fused`: tprelu, trowexpand, taddsc / tsubsc,
 tconcat / tconcatidx, tmatmul.bias; ptrtoint / inttoptr are refused (an integer address has
 no simulated memory)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ptofa import dialect as d
+from ptofa.ir import dialect as d
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
 from ptofa.sim.tileops import Fn, Slot, copy_bits, np_dtype, tmatmul

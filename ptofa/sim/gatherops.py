@@ -1,4 +1,4 @@
-"""Semantics and costs of `pto.mgather` / `pto.mscatter` (`ptofa.dialect.gathers`): indexed
+"""Semantics and costs of `pto.mgather` / `pto.mscatter` (`ptofa.ir.dialect.gathers`): indexed
 GM reads into a vec tile and indexed writes from one, with the out-of-bounds and atomic
 modes of docs/PTO_IR_manual.md. An index the hardware leaves undefined (out of range with
 mode `undefined`, two elements scattered to one place without an atomic mode) is a
@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ptofa import dialect as d
+from ptofa.ir import dialect as d
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
 from ptofa.sim.tileops import Fn, Slot

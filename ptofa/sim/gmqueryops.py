@@ -1,10 +1,10 @@
-"""Semantics of `ptofa.dialect.gmquery`: the queries read the runtime view's shape or strides
+"""Semantics of `ptofa.ir.dialect.gmquery`: the queries read the runtime view's shape or strides
 and the tile's valid shape; `tprefetch` is refused (what a prefetched tile holds before a tload is the ISA's
 cache behaviour, not data a program may rely on)."""
 
 from __future__ import annotations
 
-from ptofa import dialect as d
+from ptofa.ir import dialect as d
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
 from ptofa.sim.tileops import Fn, Slot

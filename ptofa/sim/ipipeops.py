@@ -1,11 +1,11 @@
-"""ptoas's internal `!pto.pipe` handle form (`ptofa.dialect.ipipes`) in the simulator: refused
+"""ptoas's internal `!pto.pipe` handle form (`ptofa.ir.dialect.ipipes`) in the simulator: refused
 when the kernel is compiled. Its slot protocol, flag ids and the addresses that tpop / talloc
 bind to declared entries are ptoas's lowering, which the simulator does not reproduce; the
 frontend pipes (`pto.aic_initialize_pipe` ...) are what it runs."""
 
 from __future__ import annotations
 
-from ptofa.dialect import ipipes
+from ptofa.ir.dialect import ipipes
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
 from ptofa.sim.tileops import Fn, Slot

@@ -1,4 +1,4 @@
-"""Semantics of stack-local scalar arrays (`ptofa.dialect.localarray`): each execution of a
+"""Semantics of stack-local scalar arrays (`ptofa.ir.dialect.localarray`): each execution of a
 declaration makes a fresh array; reading an element no set wrote (uninitialised C++ storage)
 or indexing outside the shape is a `SimError`."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ptofa import dialect as d
+from ptofa.ir import dialect as d
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
 from ptofa.sim.tileops import Fn, Slot

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ptofa import dialect as d
+from ptofa.ir import dialect as d
 from ptofa.sim.errors import SimError
 from ptofa.sim.memory import BF16, Tile
 from ptofa.sim.registry import semantics

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ptofa.target import ALIGNMENT, CAPACITY, SPACE_NAMES
+from ptofa.ir.target import ALIGNMENT, CAPACITY, SPACE_NAMES
 from ptofa.sim.errors import SimError, SimMemoryOverflow
 
 BF16 = np.dtype("V2")  # bf16 bit patterns (see the module docstring)

@@ -1,9 +1,9 @@
-"""Semantics and cost of multi-buffer tiles (`ptofa.dialect.multitile`): an
+"""Semantics and cost of multi-buffer tiles (`ptofa.ir.dialect.multitile`): an
 `alloc_multi_tile` owns `count` distinct tiles, `multi_tile_get` hands out one of them."""
 
 from __future__ import annotations
 
-from ptofa import dialect as d
+from ptofa.ir import dialect as d
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
 from ptofa.sim.memory import Tile, new_tile_storage

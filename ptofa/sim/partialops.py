@@ -1,4 +1,4 @@
-"""Semantics of `ptofa.dialect.partial`.
+"""Semantics of `ptofa.ir.dialect.partial`.
 
 The partial elementwise ops are simulated where PTO_IR_manual defines them: when both
 sources' runtime valid regions equal dst's, d = f(a, b); what the hardware writes where only
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ptofa import dialect as d
-from ptofa.dialect import partial
+from ptofa.ir import dialect as d
+from ptofa.ir.dialect import partial
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
 from ptofa.sim.maskops import _unpack_predicate

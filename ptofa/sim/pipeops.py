@@ -10,7 +10,7 @@ vector side of a split pipe.
 
 from __future__ import annotations
 
-from ptofa import dialect as d
+from ptofa.ir import dialect as d
 from ptofa.sim.errors import SimError
 from ptofa.sim.memory import GmView
 from ptofa.sim.pipes import PipeProtocol

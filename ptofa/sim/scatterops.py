@@ -1,4 +1,4 @@
-"""Semantics of `pto.tscatter` (`ptofa.dialect.scatter`): index mode writes
+"""Semantics of `pto.tscatter` (`ptofa.ir.dialect.scatter`): index mode writes
 dst[i, idx[i, j]] = src[i, j] over src's valid region (an index outside dst's columns is a
 `SimError`; later columns win on a repeated index, as a sequential loop writes); the
 mask-pattern mode is refused, as where in each group of four the hardware places the element
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ptofa import dialect as d
+from ptofa.ir import dialect as d
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
 from ptofa.sim.tileops import Fn, Slot

@@ -15,7 +15,7 @@ from __future__ import annotations
 from xdsl.dialects import func
 from xdsl.ir import Operation, SSAValue
 
-from ptofa import dialect as d
+from ptofa.ir import dialect as d
 from ptofa.pipeline import FAConfig, tile_plan
 
 # Builder tile name -> stage; the exp_max ring tiles are numbered (exp_ring0, ...).

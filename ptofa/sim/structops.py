@@ -1,10 +1,10 @@
-"""Semantics of stack-local structs (`ptofa.dialect.structs`): each execution of a declaration
+"""Semantics of stack-local structs (`ptofa.ir.dialect.structs`): each execution of a declaration
 makes fresh storage, a field keyed by its path; reading a field no set wrote (uninitialised
 C++ storage) is a `SimError`."""
 
 from __future__ import annotations
 
-from ptofa import dialect as d
+from ptofa.ir import dialect as d
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
 from ptofa.sim.tileops import Fn, Slot

@@ -1,4 +1,4 @@
-"""Hand-written synchronization (`ptofa.dialect.sync`) in the simulator.
+"""Hand-written synchronization (`ptofa.ir.dialect.sync`) in the simulator.
 
 A pipe flag (`set_flag` / `wait_flag`, the `_dyn` forms, `record_event` / `wait_event`) only
 orders work between the pipes of one core; the simulator runs every op of a core in program
@@ -10,8 +10,8 @@ simulated like local arrays: a read of an element no set wrote is a `SimError`.
 
 from __future__ import annotations
 
-from ptofa import dialect as d
-from ptofa.dialect import sync
+from ptofa.ir import dialect as d
+from ptofa.ir.dialect import sync
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
 from ptofa.sim.tileops import Fn, Slot

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from ptofa import dialect as d
+from ptofa.ir import dialect as d
 from ptofa.sim.errors import SimError
 from ptofa.sim.memory import BF16, NP_DTYPES, GmView, Tile, bf16_decode, bf16_encode
 from ptofa.sim.registry import semantics

@@ -44,7 +44,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from dataclasses import replace as dataclass_replace
 
-from ptofa import dialect as d
+from ptofa.ir import dialect as d
 from ptofa.pipeline import DTYPE_BYTES, FAConfig, ProblemShape
 from ptofa.sim import registry
 from ptofa.sim.socspec import VECTOR_COUNT_MODE_FLOOR, VECTOR_INSTRUCTIONS, SocSpec, get_soc

@@ -8,7 +8,7 @@ Pipe ops record themselves (`pipeops`).
 
 from __future__ import annotations
 
-from ptofa import dialect as d
+from ptofa.ir import dialect as d
 from ptofa.sim.memory import NP_DTYPES, GmView, Tile
 from ptofa.sim.trace import TraceOp
 

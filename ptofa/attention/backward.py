@@ -1,0 +1,253 @@
+"""FlashAttention backward on torch tensors: run the backward kernels, and their reference.
+
+`attention_backward(q, k, v, out, lse, dout)` returns (dq, dk, dv) for the forward
+`out = softmax(scale Q K^T + mask) V` whose `out` and `lse` the forward kernel wrote
+(`ptofa.flash_attn_func(..., return_lse=True)`): no S or P is kept between the passes.
+It launches the two kernels of `ptofa.kernels.fa_bwd` one after the other: `dq` (which
+also writes D = rowsum(dO * O)) and then `dkdv`, on the simulator or on an NPU (`ptofa.launch.backward_npu`);
+with `deterministic=False` instead `prep` (D), `dkdv` with atomic-add dQ into an f32 buffer,
+and `post` (dQ f32 -> input dtype).
+
+`reference_backward` is torch autograd through the same attention in fp64 and in the
+input dtype; `check_gradients` applies the FlashAttention accuracy rule (`check_accuracy`:
+error against fp64 <= 2 x the input-dtype computation's error + 1e-5) to each gradient.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ptofa.attention.core import resolve_backend
+from ptofa.launch.base import normalize_key_mask
+from ptofa.launch.backward_npu import key_mask_stride, launch_backward_npu
+from ptofa.kernels.bwd_pipeline import BwdConfig, entry_args, work_units
+from ptofa.kernels.fa_bwd import emit_bwd
+from ptofa.pipeline import ConfigError, ProblemShape
+from ptofa.reference import Accuracy, check_accuracy, visible_mask
+from ptofa.sim import GmPointer, SimResult, simulate
+from ptofa.sim.timing import blocks_to_trace
+from ptofa.ir.textio import ParsedModule, check_text
+
+CUBE_CORES = 24
+_DTYPE_NAMES = {torch.float16: "f16", torch.bfloat16: "bf16"}
+
+
+@functools.lru_cache(maxsize=32)
+def parsed_kernels(config: BwdConfig) -> dict[str, ParsedModule]:
+    """The two backward kernels of `config`, emitted, parsed from their text and verified."""
+    return {kernel: check_text(emit_bwd(config, kernel), f"fa_bwd_{kernel}.pto") for kernel in config.kernels}
+
+
+def _check_inputs(q, k, v, out, lse, dout) -> None:
+    tensors = {"q": q, "k": k, "v": v, "out": out, "dout": dout, "lse": lse}
+    for name, x in tensors.items():
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"attention_backward: {name} must be a torch.Tensor, got {type(x).__name__}")
+    if q.dtype not in _DTYPE_NAMES:
+        raise TypeError(f"attention_backward: q.dtype={q.dtype} must be torch.float16 or torch.bfloat16")
+    for name in ("k", "v", "out", "dout"):
+        if tensors[name].dtype != q.dtype:
+            raise TypeError(f"attention_backward: {name}.dtype={tensors[name].dtype} must equal q.dtype={q.dtype}")
+    if q.dim() != 4 or k.dim() != 4 or k.shape != v.shape:
+        raise ValueError(f"attention_backward: q [B,S0,N,D] and k, v [B,S1,KVN,D] expected, got q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}, v {tuple(v.shape)}")
+    b, s0, n, d = q.shape
+    if k.shape[0] != b or k.shape[3] != d or n % k.shape[2] != 0:
+        raise ValueError(f"attention_backward: k {tuple(k.shape)} must be [B={b}, S1, KVN, D={d}] with N={n} a multiple of KVN")
+    if out.shape != q.shape or dout.shape != q.shape:
+        raise ValueError(f"attention_backward: out {tuple(out.shape)} and dout {tuple(dout.shape)} must be q's shape {tuple(q.shape)}")
+    if tuple(lse.shape) != (b, n, s0) or lse.dtype != torch.float32:
+        raise ValueError(f"attention_backward: lse must be float32 [B, N, S0] = [{b}, {n}, {s0}], got {lse.dtype} {tuple(lse.shape)}")
+
+
+def attention_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    dout: torch.Tensor,
+    *,
+    softmax_scale: float | None = None,
+    window: tuple[int, int] | None = None,
+    deterministic: bool = True,
+    backend: str = "auto",
+    config: BwdConfig | None = None,
+    block_dim: int | None = None,
+    bounds: tuple[int, int] | None = None,
+    key_padding_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients (dq, dk, dv) of attention, flash-attn's conventions, run by the backward kernels.
+
+    q, out, dout: [B, S0, N, D]; k, v: [B, S1, KVN, D] (N a multiple of KVN: GQA/MQA, dk/dv are
+    summed over each kv head's q heads); all float16 or all bfloat16; D 64 or 128. Non-contiguous tensors are copied.
+    lse:     [B, N, S0] float32 from the forward (`flash_attn_func(..., return_lse=True)`);
+             +inf marks a row that sees no key (its gradients are 0).
+    softmax_scale: default 1 / sqrt(D).
+    window:  (left, right), bottom-right aligned as flash-attn (-1 unbounded; causal is (-1, 0));
+             None = no mask.
+    deterministic: True: the kernels accumulate without atomics (one writer per element), so
+             the result is bit-identical across runs. False: dQ is accumulated by the dkdv
+             kernel with atomic-add stores into an f32 buffer (no dq kernel; 64-query steps),
+             then cast; the order of the adds, and so dQ's last bits, may vary.
+    backend: "sim" (CPU simulator), "npu" (built with ptoas + bisheng, launched through torch_npu:
+             `ptofa.launch.backward_npu`; `BackendUnavailable` without an NPU) or
+             "auto" (npu where usable).
+    bounds:  the kernel's own (win_left, win_right) window arguments instead of `window`, as
+             the forward op takes them (`ptofa.attention.core.window_to_bounds`; torch's top-left
+             causal is the right bound S0 - S1, which `window` cannot say when S0 < S1).
+    key_padding_mask: [B, S1] or [S1] bool / integer, nonzero = the key takes part (the forward's
+             mask: padding keys get no probability, so their dk, dv are 0).
+    Returns dq, dk, dv in q's dtype and shapes (dk, dv with KVN heads).
+    """
+    _check_inputs(q, k, v, out, lse, dout)
+    q, k, v, out, lse, dout = (x.detach().contiguous() for x in (q, k, v, out, lse, dout))
+    if backend not in ("auto", "sim", "npu"):
+        raise ValueError(f"attention_backward: backend={backend!r} must be 'auto', 'sim' or 'npu'")
+    b, s0, n, d = q.shape
+    s1, kvn = k.shape[1], k.shape[2]
+    if bounds is not None and window is not None:
+        raise ValueError(f"attention_backward: pass window={window} or bounds={bounds}, not both")
+    win = (-1, -1) if window is None else tuple(int(w) for w in window)
+    shape = ProblemShape(b, n, s0, s1, kvn, win)
+    masked = win != (-1, -1) or bounds is not None
+    dtype = _DTYPE_NAMES[q.dtype]
+    atomic = not deterministic
+    key_mask = None if key_padding_mask is None else normalize_key_mask(key_padding_mask, b, s1)
+    padded = key_mask is not None
+    cfg = config or BwdConfig(head=d, in_dtype=dtype, masked=masked, atomic_dq=atomic, block_q=64 if atomic else 128,
+                              key_padding=padded)
+    if cfg.head != d or cfg.in_dtype != dtype or cfg.masked != masked or cfg.atomic_dq != atomic or cfg.key_padding != padded:
+        raise ConfigError(f"attention_backward: config (head={cfg.head}, in_dtype={cfg.in_dtype}, masked={cfg.masked}, "
+                          f"atomic_dq={cfg.atomic_dq}, key_padding={cfg.key_padding}) does not match the inputs (D={d}, "
+                          f"{dtype}, window={win}, deterministic={deterministic}, key_padding_mask given: {padded})")
+    if s0 < 1 or s1 < 1 or min(win) < -1:
+        raise ValueError(f"attention_backward: S0={s0}, S1={s1} must be >= 1 and window={win} entries >= -1")
+    scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
+    grads = BackwardBuffers.zeros(q, k, atomic=atomic)
+    if resolve_backend(backend) == "npu":
+        launch_backward_npu(cfg, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, bounds=bounds,
+                            key_mask=key_mask)
+    else:
+        run_backward(cfg, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, bounds=bounds,
+                     key_mask=key_mask)
+    return grads.dq, grads.dk, grads.dv
+
+
+@dataclass
+class BackwardBuffers:
+    """The kernels' outputs: dq, dk, dv (zeroed: a unit that sees nothing stores nothing), D,
+    and in atomic mode the f32 dQ accumulator (NaN-filled: the prep kernel zeroes it before the
+    dkdv kernel adds into it, so a row it missed shows up as NaN)."""
+
+    dq: torch.Tensor
+    dk: torch.Tensor
+    dv: torch.Tensor
+    dsum: torch.Tensor  # D = rowsum(dO * O), [B, N, S0] f32, written by the dq (or prep) kernel
+    dq_acc: torch.Tensor | None = None  # [B, S0, N, D] f32, atomic mode only
+
+    @classmethod
+    def zeros(cls, q: torch.Tensor, k: torch.Tensor, atomic: bool = False) -> BackwardBuffers:
+        b, s0, n, _ = q.shape
+        acc = torch.full(q.shape, math.nan, dtype=torch.float32) if atomic else None
+        return cls(torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(k), torch.full((b, n, s0), math.nan), acc)
+
+
+def run_backward(config: BwdConfig, shape: ProblemShape, q, k, v, out, lse, dout, grads: BackwardBuffers, scale: float,
+                 *, block_dim: int | None = None, trace: bool = False,
+                 bounds: tuple[int, int] | None = None, key_mask: torch.Tensor | None = None) -> dict[str, SimResult]:
+    """Launch `config.kernels` (dq, dkdv; or prep, dkdv, post) on the simulator; `grads` is written in place.
+
+    With `trace`, each launch records the blocks the timing model needs (`ptofa.sim.bwd_timing`):
+    one per distinct unit count, or every block when a window gives units unequal work."""
+    parsed = parsed_kernels(config)
+    if config.atomic_dq and grads.dq_acc is None:
+        raise ValueError("run_backward: an atomic_dq config needs grads.dq_acc (BackwardBuffers.zeros(..., atomic=True))")
+    tensors = {"q": q, "k": k, "v": v, "o": out, "do": dout, "lse": lse, "dq": grads.dq, "dk": grads.dk,
+               "dv": grads.dv, "dsum": grads.dsum}
+    if grads.dq_acc is not None:
+        tensors["dq_acc"] = grads.dq_acc
+    if config.key_padding:
+        if key_mask is None:
+            raise ValueError("run_backward: a key_padding config needs key_mask (backend.normalize_key_mask)")
+        tensors["key_mask"] = key_mask
+    results = {}
+    for kernel in config.kernels:
+        units = work_units(config, kernel, shape.batch, shape.heads, shape.kv_heads, shape.s0, shape.s1)
+        blocks = block_dim or max(1, min(units, CUBE_CORES))
+        traced = None if config.masked else blocks_to_trace(blocks, units)
+        args = launch_args(config, kernel, shape, tensors, scale, blocks, bounds)
+        results[kernel] = simulate(parsed[kernel], args, blocks, trace=trace, trace_blocks=traced if trace else None)
+    return results
+
+
+def launch_args(config: BwdConfig, kernel: str, shape: ProblemShape, tensors: dict[str, torch.Tensor], scale: float,
+                blocks: int, bounds: tuple[int, int] | None = None) -> dict[str, object]:
+    """`kernel`'s entry arguments by `entry_args` name: the tensors (q k v o do lse dq dk dv dsum, dq_acc in atomic mode,
+    key_mask with a key mask), the sizes, and a NaN-filled slot workspace for `blocks` blocks (a slot read before its
+    write shows up as NaN)."""
+    left, right = shape.window_bounds() if bounds is None else bounds
+    mask = tensors.get("key_mask")
+    values = {"ffts": GmPointer.of(torch.zeros(16, dtype=torch.int64)), "batch": shape.batch, "heads": shape.heads,
+              "kv_heads": shape.kv_heads, "s0": shape.s0, "s1": shape.s1, "scale": scale, "win_left": left,
+              "win_right": right, "key_mask_stride": key_mask_stride(mask, shape.s1),
+              **{name: GmPointer.of(t) for name, t in tensors.items()}}
+    if config.pipes(kernel):
+        slots = GmPointer.of(torch.full((config.slot_bytes_per_block(kernel) * blocks // 4,), math.nan))
+        values.update(slots=slots, slots_h=slots.retyped(config.in_dtype))
+    return {name: values[name] for name, _ in entry_args(config, kernel)}
+
+
+# ======================================================================================
+# Reference and the accuracy rule
+# ======================================================================================
+
+
+@dataclass(frozen=True)
+class GradReference:
+    """fp64 gradients and the same autograd in the input dtype (BSND; dk, dv with KVN heads)."""
+
+    exact: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    low: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _attention(q, k, v, scale: float, window: tuple[int, int], key_padding_mask=None) -> torch.Tensor:
+    """softmax(scale Q K^T) V in q's dtype, with rows that see no key giving 0 (and zero gradients)."""
+    b, s0, n, _ = q.shape
+    s1, kvn = k.shape[1], k.shape[2]
+    group = n // kvn
+    qh = q.transpose(1, 2)
+    kh = k.transpose(1, 2).repeat_interleave(group, dim=1)
+    vh = v.transpose(1, 2).repeat_interleave(group, dim=1)
+    vis = visible_mask(s0, s1, window, key_padding_mask, batch=b).unsqueeze(1)
+    scores = (qh @ kh.transpose(-1, -2)) * scale
+    scores = scores.masked_fill(~vis, -1e4 if q.dtype != torch.float64 else -1e300)
+    p = torch.softmax(scores, dim=-1) * vis.to(q.dtype)
+    return (p @ vh).transpose(1, 2)
+
+
+def reference_backward(q, k, v, dout, scale: float | None = None, window: tuple[int, int] = (-1, -1),
+                       key_padding_mask: torch.Tensor | None = None) -> GradReference:
+    """torch autograd through attention in fp64 and in the input dtype, with the same dO (and key mask)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+
+    def grads(dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+        leaves = [x.detach().to(dtype).requires_grad_(True) for x in (q, k, v)]
+        _attention(*leaves, scale, tuple(window), key_padding_mask).backward(dout.to(dtype))
+        return tuple(x.grad for x in leaves)
+
+    return GradReference(grads(torch.float64), grads(q.dtype))
+
+
+def check_gradients(dq, dk, dv, ref: GradReference) -> dict[str, Accuracy]:
+    """The accuracy rule applied to dq, dk and dv separately (against fp64, with the input dtype's error)."""
+    return {name: check_accuracy(ours, exact, low)
+            for name, ours, exact, low in zip(("dq", "dk", "dv"), (dq, dk, dv), ref.exact, ref.low)}
+
+
+__all__ = ["BackwardBuffers", "GradReference", "attention_backward", "check_gradients",
+           "launch_args", "parsed_kernels", "reference_backward", "run_backward"]

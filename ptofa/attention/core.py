@@ -1,0 +1,402 @@
+"""Attention on torch tensors: `attend`, the entry point below the public APIs.
+
+    out, lse = attend(q, k, v, scale=0.125, window=(-1, 0), return_lse=True)
+
+`attend` takes BSND tensors (Q [B, S0, N, D], K and V [B, S1, KVN, D] with N % KVN == 0,
+fp16 or bf16), checks them, picks a kernel config (`auto_config`, or checks the one it is
+given), takes the kernel from the in-process kernel cache and runs it on the simulator
+(CPU tensors) or on an Ascend NPU. `ptofa.flash_attn_func`,
+`ptofa.scaled_dot_product_attention` and `ptofa.attention.infiniop` are thin layers over it.
+
+Kernel cache (`ptofa.launch.kernel_cache`): one kernel per `FAConfig`, in memory and on disk;
+a second call with the same config emits, parses and compiles nothing.
+
+Automatic config (`config=None`): the head dim and dtypes come from the tensors, the
+variant switches from the call (masked iff a window is given, key_padding iff a mask is
+given, lse iff asked for), TILE_S1 / QK_PRELOAD from the timing model's ranking of the
+shape's bucket (`ptofa.launch.tune`). Should that prediction fail, a fixed rule (with a
+warning): 256 / 3 for S1 >= `LONG_S1` (the preload ring of three 256-key tiles fills),
+128 / 2 for shorter key sequences.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+
+from ptofa.kernels import argspec
+from ptofa.launch.base import TORCH_DTYPES, BackendUnavailable, normalize_key_mask
+from ptofa.launch.kernel_cache import Kernel, clear_kernel_cache, get_kernel, kernel_cache_info
+from ptofa.pipeline import SUPPORTED_HEAD, ConfigError, FAConfig, ProblemShape, default_block_dim
+from ptofa.sim.socspec import get_soc
+from ptofa.launch.sim import launch_sim
+
+BACKEND_NAMES = ("auto", "sim", "npu")
+# S1 from which the automatic config takes TILE_S1 = 256 with QK_PRELOAD = 3 (three tiles in flight).
+LONG_S1 = 3 * 256
+# (tile_s1, qk_preload) candidates of the automatic config, by preference.
+LONG_TILES = ((256, 3), (128, 2))
+SHORT_TILES = ((128, 2), (256, 3))
+# The chip whose cube-core count sets the simulator's default block count.
+SIM_SOC = "910B2"
+_DTYPE_NAMES = {dtype: name for name, dtype in TORCH_DTYPES.items()}
+
+
+# --------------------------------------------------------------------------------------
+# Configs
+# --------------------------------------------------------------------------------------
+
+
+def auto_config(head: int, in_dtype: str = "f16", *, s1: int, out_dtype: str | None = None, masked: bool = False,
+                key_padding: bool = False, lse: bool = False, shape: ProblemShape | None = None,
+                soc: str = SIM_SOC) -> FAConfig:
+    """The config `attend` runs with when none is given (see the module docstring): with
+    `shape` (the call's sizes and window) the timing model's choice for it on `soc`,
+    without it (or when the prediction fails) the fixed rule."""
+    if shape is not None:
+        from ptofa.launch.tune import TuneShape, tune
+
+        wanted = TuneShape(shape.batch, shape.heads, shape.kv_heads, shape.s0, shape.s1, head, in_dtype, out_dtype,
+                           shape.window if masked else (-1, -1), key_padding, lse, soc)
+        try:
+            return tune(wanted).config
+        except (ConfigError, RuntimeError, ValueError) as error:
+            warnings.warn(f"ptofa: automatic config: the timing model's ranking failed ({error}); "
+                          f"using the fixed rule", RuntimeWarning, stacklevel=2)
+    candidates = LONG_TILES if s1 >= LONG_S1 else SHORT_TILES
+    first_error: ConfigError | None = None
+    for tile_s1, qk_preload in candidates:
+        try:
+            return FAConfig(head=head, tile_s1=tile_s1, qk_preload=qk_preload, in_dtype=in_dtype, out_dtype=out_dtype,
+                            masked=masked, key_padding=key_padding, lse=lse)
+        except ConfigError as error:
+            first_error = first_error or error
+    assert first_error is not None
+    raise first_error
+
+
+def tune_window(bounds: tuple[int, int] | None, s0: int, s1: int) -> tuple[int, int]:
+    """The window the timing model ranks configs for, from the kernel's bounds: a bound that no
+    offset reaches is -1, a negative right bound (torch's top-left causal with S1 > S0) is 0."""
+    if bounds is None:
+        return (-1, -1)
+    left, right = bounds
+    return (-1 if left >= s0 + s1 else left, -1 if right >= s0 + s1 else max(0, right))
+
+
+def check_config(config: FAConfig, *, head: int, in_dtype: str, out_dtype: str | None, masked: bool,
+                 key_padding: bool, lse: bool) -> None:
+    """`ConfigError` unless `config` can run this call: same head dim and input dtype, the
+    output dtype asked for, and every switch the call needs (a masked kernel also runs an
+    unmasked call, a key-padding kernel one without a mask, an LSE kernel one without LSE)."""
+    if not isinstance(config, FAConfig):
+        raise ConfigError(f"config: must be a ptofa.pipeline.FAConfig, got {type(config).__name__}")
+    if config.head != head:
+        raise ConfigError(f"config: head={config.head} but q/k/v have head_dim {head}")
+    if config.in_dtype != in_dtype:
+        raise ConfigError(f"config: in_dtype={config.in_dtype!r} but q/k/v are {TORCH_DTYPES[in_dtype]}")
+    if out_dtype is not None and config.out_dtype != out_dtype:
+        raise ConfigError(f"config: out_dtype={config.out_dtype!r} but out_dtype={TORCH_DTYPES[out_dtype]} was asked for")
+    if config.varlen:
+        raise ConfigError("config: varlen=True kernels take packed sequences (ptofa.launch.varlen), not [B, S, N, D] tensors")
+    for name, needed in (("masked", masked), ("key_padding", key_padding), ("lse", lse)):
+        if needed and not getattr(config, name):
+            why = {"masked": "a window / causal mask", "key_padding": "a key_padding_mask", "lse": "return_lse=True"}[name]
+            raise ConfigError(f"config: {why} needs {name}=True, the given config has {name}=False")
+
+
+# --------------------------------------------------------------------------------------
+# Input checks
+# --------------------------------------------------------------------------------------
+
+
+def dtype_name(dtype: torch.dtype, what: str) -> str:
+    """'f16' / 'bf16' / 'f32' of a torch dtype, or ValueError naming `what`."""
+    if dtype not in _DTYPE_NAMES:
+        raise ValueError(f"{what}: dtype {dtype} is not supported (torch.float16, torch.bfloat16 or torch.float32)")
+    return _DTYPE_NAMES[dtype]
+
+
+def check_qkv(q, k, v, names: tuple[str, str, str] = ("q", "k", "v")) -> tuple[int, int, int, int, int, int]:
+    """(B, S0, N, D, S1, KVN) of BSND q/k/v, or ValueError with the rule and the numbers."""
+    for name, t in zip(names, (q, k, v)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name}: must be a torch.Tensor, got {type(t).__name__}")
+    qn, kn, vn = names
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"rank: {qn}, {kn} and {vn} must be 4-D [B, S, N, D]; got {qn} {tuple(q.shape)}, "
+                         f"{kn} {tuple(k.shape)}, {vn} {tuple(v.shape)}")
+    for name, t in zip(names, (q, k, v)):
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(f"{name}: the last dim (head_dim) must be contiguous, stride 1; got stride {t.stride(-1)} "
+                             f"(shape {tuple(t.shape)}, strides {t.stride()})")
+    if q.dtype != k.dtype or q.dtype != v.dtype:
+        raise ValueError(f"dtype: {qn}, {kn} and {vn} must share one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"dtype: {q.dtype} is not supported; {qn}, {kn} and {vn} must be torch.float16 or torch.bfloat16")
+    if k.shape != v.shape:
+        raise ValueError(f"shape: {kn} {tuple(k.shape)} and {vn} {tuple(v.shape)} must have the same shape")
+    batch, s0, heads, head = q.shape
+    kb, s1, kv_heads, kd = k.shape
+    if kb != batch:
+        raise ValueError(f"batch: {qn} has B={batch} but {kn}/{vn} have B={kb}")
+    if kd != head:
+        raise ValueError(f"head_dim: {qn} has D={head} but {kn}/{vn} have D={kd}")
+    for name, n in (("B", batch), (f"{qn} seqlen", s0), (f"{kn}/{vn} seqlen", s1), (f"{qn} heads", heads),
+                    (f"{kn}/{vn} heads", kv_heads)):
+        if n < 1:
+            raise ValueError(f"shape: {name}={n} must be >= 1; got {qn} {tuple(q.shape)}, {kn} {tuple(k.shape)}")
+    if heads % kv_heads != 0:
+        raise ValueError(f"grouped heads: {qn} heads={heads} must be a multiple of {kn}/{vn} heads={kv_heads}")
+    if head not in SUPPORTED_HEAD:
+        raise ConfigError(f"head dim: head_dim={head} must be one of {SUPPORTED_HEAD}")
+    devices = {t.device for t in (q, k, v)}
+    if len(devices) != 1:
+        raise ValueError(f"device: {qn}, {kn} and {vn} must be on one device; got {q.device}, {k.device}, {v.device}")
+    return batch, s0, heads, head, s1, kv_heads
+
+
+def check_window(window, name: str = "window") -> tuple[int, int]:
+    """(left, right) with each an int >= -1 (-1 = unbounded), or ValueError."""
+    try:
+        left, right = (int(w) for w in window)
+        ok = all(int(w) == w for w in window)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok or left < -1 or right < -1:
+        raise ValueError(f"{name}: {tuple(window) if isinstance(window, (tuple, list)) else window!r} must be "
+                         f"(left, right) with each an int >= -1 (-1 = unbounded)")
+    return left, right
+
+
+def window_to_bounds(window: tuple[int, int], s0: int, s1: int) -> tuple[int, int] | None:
+    """The kernel's (win_left, win_right) of a bottom-right window; None for (-1, -1)."""
+    if tuple(window) == (-1, -1):
+        return None
+    return ProblemShape(1, 1, s0, s1, window=tuple(window)).window_bounds()
+
+
+def resolve_backend(backend: str) -> str:
+    """sim or npu: `auto` is npu when `ptofa.launch.npu.npu_available()` says so, else sim;
+    `npu` raises `BackendUnavailable` (one line) where there is none."""
+    from ptofa.launch import npu
+
+    if backend not in BACKEND_NAMES:
+        raise ValueError(f"backend: {backend!r} must be one of {BACKEND_NAMES}")
+    if backend == "auto":
+        return "npu" if npu.npu_available()[0] else "sim"
+    if backend == "npu":
+        npu.require_npu()
+    return backend
+
+
+def out_dtype_name(out_dtype) -> str | None:
+    """'f16' / 'bf16' / 'f32' of an out dtype given as a torch dtype or a name; None stays None."""
+    if out_dtype is None:
+        return None
+    if isinstance(out_dtype, str):
+        if out_dtype in TORCH_DTYPES:
+            return out_dtype
+        raise ValueError(f"out_dtype: {out_dtype!r} must be one of {tuple(TORCH_DTYPES)} or a torch dtype")
+    return dtype_name(out_dtype, "out_dtype")
+
+
+# --------------------------------------------------------------------------------------
+# attend
+# --------------------------------------------------------------------------------------
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scale: float,
+    window: tuple[int, int] = (-1, -1),
+    key_padding_mask: torch.Tensor | None = None,
+    return_lse: bool = False,
+    out_dtype: torch.dtype | str | None = None,
+    backend: str = "auto",
+    config: FAConfig | None = None,
+    block_dim: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """FlashAttention forward on BSND tensors; returns `(out, lse)` (`lse` None unless asked for).
+
+    q:         [B, S0, N, D], torch.float16 or torch.bfloat16; D in `SUPPORTED_HEAD`.
+    k, v:      [B, S1, KVN, D] in q's dtype, N % KVN == 0 (q head h reads kv head h // (N / KVN)).
+               Non-contiguous inputs are copied.
+    scale:     the softmax scale (flash-attn's default is 1 / sqrt(D)).
+    window:    (left, right), bottom-right aligned as in flash-attn >= 2.1: query i sees key j
+               iff i + S1 - S0 - left <= j <= i + S1 - S0 + right; -1 is unbounded, (-1, 0)
+               is causal. Anything but (-1, -1) runs the masked kernel.
+    key_padding_mask: [B, S1] or [S1], bool or integer, nonzero = the key takes part.
+    return_lse: also return LSE [B, N, S0] fp32 (natural log; +inf for a row that sees no key,
+               whose output row is 0).
+    out_dtype: dtype of out (torch.float16, torch.bfloat16, torch.float32; default: q's).
+    backend:   "sim" (CPU simulator, CPU tensors), "npu" (Ascend; CPU inputs are copied to
+               the device and the results back), or "auto" (npu where one is usable, else sim).
+    config:    an `FAConfig` to run instead of the automatic one; `ConfigError` if it cannot
+               run this call (head dim, dtypes, or a switch the call needs is off).
+    block_dim: blocks of the launch (default min(work units, cube cores)).
+
+    Bad input raises `ValueError` (`ConfigError` for config rules) with one line naming the
+    rule and the numbers; `backend="npu"` without an NPU raises `BackendUnavailable`.
+    """
+    check_qkv(q, k, v)
+    left_right = check_window(window)
+    bounds = window_to_bounds(left_right, q.shape[1], k.shape[1])
+    return run_attention(q, k, v, scale=scale, bounds=bounds, key_padding_mask=key_padding_mask,
+                         return_lse=return_lse, out_dtype=out_dtype, backend=backend, config=config,
+                         block_dim=block_dim)
+
+
+def run_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scale: float | None,
+    bounds: tuple[int, int] | None = None,
+    key_padding_mask=None,
+    return_lse: bool = False,
+    out_dtype=None,
+    backend: str = "auto",
+    config: FAConfig | None = None,
+    block_dim: int | None = None,
+    out: torch.Tensor | None = None,
+    workspace: torch.Tensor | None = None,
+    stream=None,
+    names: tuple[str, str, str] = ("q", "k", "v"),
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`attend` with the kernel's window bounds given directly (`bounds` = (win_left, win_right),
+    the right one may be negative; None = no window), and for `ptofa.attention.infiniop`: an `out`
+    tensor to write, a `workspace` used as the slot rings, a `stream` (NPU)."""
+    backend = resolve_backend(backend)
+    batch, s0, heads, head, s1, kv_heads = check_qkv(q, k, v, names)
+    q, k, v = (t.detach() for t in (q, k, v))
+    if scale is None:
+        scale = 1.0 / math.sqrt(head)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise ValueError(f"scale: {scale!r} must be a finite number")
+    if backend == "sim" and q.device.type != "cpu":
+        raise ValueError(f"device: the sim backend runs on CPU tensors; {names[0]} is on {q.device}")
+    in_dtype = _DTYPE_NAMES[q.dtype]
+    wanted_out = out_dtype_name(out_dtype)
+    key_mask = None
+    if key_padding_mask is not None:
+        key_mask = normalize_key_mask(torch.as_tensor(key_padding_mask), batch, s1)
+    masked = bounds is not None
+    if config is None:
+        tuned = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads, window=tune_window(bounds, s0, s1))
+        config = auto_config(head, in_dtype, s1=s1, out_dtype=wanted_out, masked=masked,
+                             key_padding=key_mask is not None, lse=return_lse, shape=tuned)
+        if key_mask is None and out is None and workspace is None and block_dim is None:
+            from ptofa.launch.dense_split import dense_split, sim_cores
+
+            cores = sim_cores() if backend == "sim" else _npu_cores()
+            split = dense_split(config, q, k, v, scale=float(scale), bounds=bounds, return_lse=return_lse,
+                                backend=backend, cores=cores)
+            if split is not None:
+                return split
+    else:
+        check_config(config, head=head, in_dtype=in_dtype, out_dtype=wanted_out, masked=masked,
+                     key_padding=key_mask is not None, lse=return_lse)
+    shape = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads)
+    shape.check(config)
+    if config.key_padding and key_mask is None:  # a key-padding kernel run without a mask: every key takes part
+        key_mask = torch.ones(s1, dtype=torch.int8)
+    kernel_bounds = bounds if bounds is not None else shape.window_bounds()
+    if block_dim is None:
+        block_dim = default_block_dim(shape, get_soc(SIM_SOC).cube_cores if backend == "sim" else _npu_cores(), config)
+    elif isinstance(block_dim, bool) or not isinstance(block_dim, int) or block_dim < 1:
+        raise ValueError(f"block_dim: {block_dim!r} must be an int >= 1")
+    kernel = get_kernel(config)
+    if backend == "sim":
+        o, lse = _run_sim(kernel, shape, q, k, v, scale, kernel_bounds, key_mask, block_dim, out, workspace)
+    else:
+        o, lse = _run_npu(kernel, shape, q, k, v, scale, kernel_bounds, key_mask, block_dim, out, workspace, stream)
+    return o, (lse if return_lse else None)
+
+
+def _npu_cores() -> int:
+    from ptofa.launch.npu import cube_core_count
+
+    return cube_core_count()
+
+
+def _run_sim(kernel: Kernel, shape: ProblemShape, q, k, v, scale, bounds, key_mask, block_dim, out, workspace):
+    config = kernel.config
+    o = out if out is not None else torch.full((shape.batch, shape.s0, shape.heads, config.head), math.nan,
+                                               dtype=TORCH_DTYPES[config.out_dtype])
+    lse = torch.full((shape.batch, shape.heads, shape.s0), math.nan) if config.lse else None
+    slots = None if workspace is None else workspace.detach().reshape(-1).view(torch.uint8)
+    # A simulator report (deadlock, out-of-bounds access) raises SimError, a RuntimeError.
+    launch_sim(kernel.parsed, config, shape, q.contiguous(), k.contiguous(), v.contiguous(), o, block_dim,
+               float(scale), lse=lse, key_mask=key_mask, slots=slots, bounds=bounds)
+    return o, lse
+
+
+def npu_host_args(config: FAConfig, shape: ProblemShape, q, k, v, o, slots, scale: float,
+                  bounds: tuple[int, int], *, lse=None, key_mask=None) -> list[int | float]:
+    """The launcher's arguments after block_dim and stream (`argspec.host_params(config)` order):
+    `FALaunch.host_args` with the window bounds given here (the right one may be negative)."""
+    from ptofa.launch.npu import FALaunch
+
+    launch = FALaunch(launcher=None, block_dim=0, shape=shape, scale=float(scale), q=q, k=k, v=v, o=o, slots=slots,
+                      config=config, lse=lse, key_mask=key_mask)
+    args = launch.host_args()
+    names = [param.name for param in argspec.host_params(config)]
+    for name, value in zip(("win_left", "win_right"), bounds):
+        if name in names:
+            args[names.index(name)] = value
+    return args
+
+
+def npu_device(home: torch.device) -> torch.device:
+    """Where an NPU launch runs: the inputs' NPU, or the current one for CPU inputs."""
+    return home if home.type == "npu" else torch.device("npu", torch.npu.current_device())
+
+
+def npu_workspace(config: FAConfig, block_dim: int, device: torch.device) -> torch.Tensor:
+    """The slot workspace of a launch that was given none: `gm_slot_f32_per_block` f32 per block."""
+    return torch.empty(config.gm_slot_f32_per_block * block_dim, dtype=torch.float32, device=device)
+
+
+def _run_npu(kernel: Kernel, shape: ProblemShape, q, k, v, scale, bounds, key_mask, block_dim, out, workspace, stream):
+    from ptofa.launch.npu import check_launch_code
+
+    config = kernel.config
+    home = q.device
+    device = npu_device(home)
+    q, k, v = (t.to(device).contiguous() for t in (q, k, v))
+    o = out if out is not None else torch.empty(shape.batch, shape.s0, shape.heads, config.head,
+                                                dtype=TORCH_DTYPES[config.out_dtype], device=device)
+    lse = torch.empty(shape.batch, shape.heads, shape.s0, device=device) if config.lse else None
+    slots = npu_workspace(config, block_dim, device) if workspace is None else workspace
+    key_mask = None if key_mask is None else key_mask.to(device).contiguous()
+    args = npu_host_args(config, shape, q, k, v, o, slots, scale, bounds, lse=lse, key_mask=key_mask)
+    if stream is None:
+        stream = torch.npu.current_stream()
+    launcher = kernel.npu_launcher()
+    check_launch_code(launcher(block_dim, getattr(stream, "_as_parameter_", stream), *args))
+    if out is None and home.type != "npu":  # CPU inputs: the results come back to the CPU
+        o = o.cpu()
+        lse = None if lse is None else lse.cpu()
+    return o, lse
+
+
+__all__ = [
+    "BackendUnavailable",
+    "ConfigError",
+    "Kernel",
+    "attend",
+    "auto_config",
+    "check_config",
+    "clear_kernel_cache",
+    "get_kernel",
+    "kernel_cache_info",
+    "npu_host_args",
+    "run_attention",
+]

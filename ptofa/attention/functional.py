@@ -1,0 +1,176 @@
+"""The attention calls people already write, on ptofa's kernel: flash-attn's and torch's.
+
+    out = ptofa.flash_attn_func(q, k, v, causal=True)                  # BSND, bottom-right causal
+    out = ptofa.scaled_dot_product_attention(q, k, v, is_causal=True)  # BNSD, top-left causal
+
+Both check their arguments, then call the custom op `torch.ops.ptofa.flash_attn_fwd`
+(`ptofa.attention.ops`), which runs `ptofa.attention.core.run_attention` (the simulator on CPU tensors,
+or an Ascend NPU) and which `torch.compile` traces without a graph break. When an input
+requires grad, the backward runs the backward kernels (`torch.ops.ptofa.flash_attn_bwd`,
+`ptofa.attention.backward.attention_backward`) on the saved O and LSE.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ptofa.attention.core import check_qkv, check_window, out_dtype_name, window_to_bounds
+from ptofa.launch.base import TORCH_DTYPES
+from ptofa.attention.ops import config_to_json, flash_attn_fwd
+from ptofa.pipeline import FAConfig
+
+
+def _call_op(q, k, v, scale, bounds, key_padding_mask, out_dtype, backend: str, config: FAConfig | None,
+             name: str = "q", deterministic: bool = True):
+    """(out, lse) of the custom op on checked BSND q/k/v. A device other than CPU or NPU is
+    refused here: the op would hand it (a meta tensor, say) to its fake implementation."""
+    if q.device.type not in ("cpu", "npu"):
+        raise ValueError(f"device: {name} is on {q.device}; ptofa runs CPU tensors on the simulator and NPU "
+                         f"tensors on an Ascend NPU")
+    wanted = out_dtype_name(out_dtype)
+    mask = None if key_padding_mask is None else torch.as_tensor(key_padding_mask)
+    left, right = bounds if bounds is not None else (0, 0)
+    return flash_attn_fwd(q, k, v, scale, bounds is not None, left, right, mask,
+                          None if wanted is None else TORCH_DTYPES[wanted], backend, config_to_json(config),
+                          deterministic)
+
+
+def flash_attn_func(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    key_padding_mask: torch.Tensor | None = None,
+    return_lse: bool = False,
+    out_dtype: torch.dtype | None = None,
+    backend: str = "auto",
+    config: FAConfig | None = None,
+    deterministic: bool = True,
+):
+    """FlashAttention forward with flash-attn's arguments and conventions.
+
+    q:            [batch, seqlen_q, nheads, headdim], torch.float16 or torch.bfloat16.
+    k, v:         [batch, seqlen_k, nheads_k, headdim], q's dtype; nheads % nheads_k == 0
+                  (grouped-query / multi-query attention: q head h reads kv head h // (nheads / nheads_k)).
+                  headdim is one of 64, 96, 128, 192, 256. The last dim must be contiguous
+                  (stride 1, else ValueError); other strides are free (e.g. q = qkv[:, :, 0] of
+                  a packed [batch, seqlen, 3, nheads, headdim] tensor): the kernel takes dense
+                  BSND tensors, so such an input is copied once to a contiguous one.
+    softmax_scale: scale of Q K^T before the softmax; default 1 / sqrt(headdim).
+    causal:       causal mask aligned to the bottom-right corner of the attention matrix (as
+                  flash-attn >= 2.1): query i sees key j iff j <= i + seqlen_k - seqlen_q.
+                  Same as window_size=(window_size[0], 0).
+    window_size:  (left, right) sliding window, bottom-right aligned: query i sees key j iff
+                  i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right;
+                  -1 = unbounded on that side.
+    key_padding_mask: optional [batch, seqlen_k] (or [seqlen_k], shared by the batch) bool or
+                  integer mask, True / nonzero = the key takes part (padding keys are False).
+                  A query row that sees no key gets 0 in out and +inf in lse.
+    return_lse:   also return the softmax log-sum-exp, [batch, nheads, seqlen_q] fp32.
+    out_dtype:    dtype of out: torch.float16, torch.bfloat16 or torch.float32 (default q's).
+    backend:      "auto" (an Ascend NPU where torch_npu sees one, else the simulator), "sim"
+                  (the CPU simulator: CPU tensors) or "npu".
+    config:       a `ptofa.pipeline.FAConfig` to run instead of the automatic choice (tile
+                  sizes, preload depth); ConfigError when it cannot run this call.
+    deterministic: the backward's mode, as flash-attn's argument: True (default here) runs
+                  dQ without atomics, bit-identical across runs; False accumulates dQ with
+                  atomic-add stores (one kernel fewer).
+
+    Returns out [batch, seqlen_q, nheads, headdim], or (out, lse) with return_lse=True.
+    Bad arguments raise ValueError / ConfigError with one line naming the rule and the
+    numbers; backend="npu" without an NPU raises BackendUnavailable. Differentiable in q, k, v
+    (the backward kernels, on the same backend, with the same mask); lse is not.
+    Runs as the custom op torch.ops.ptofa.flash_attn_fwd (torch.compile traces it).
+    """
+    window = check_window(window_size, "window_size")
+    if causal:
+        window = (window[0], 0)
+    check_qkv(q, k, v)
+    bounds = window_to_bounds(window, q.shape[1], k.shape[1])
+    out, lse = _call_op(q, k, v, softmax_scale, bounds, key_padding_mask, out_dtype, backend, config,
+                        deterministic=deterministic)
+    return (out, lse) if return_lse else out
+
+
+def _sdpa_key_mask(attn_mask, batch: int, heads: int, s0: int, s1: int) -> torch.Tensor | None:
+    """torch's bool attn_mask as a key-padding mask ([B, S1] or [S1], True = take part), or ValueError."""
+    if attn_mask is None:
+        return None
+    supported = (f"attn_mask: only a bool key-padding mask broadcastable as [B, 1, 1, S1] = [{batch}, 1, 1, {s1}] "
+                 f"is supported (True = the key takes part)")
+    if not isinstance(attn_mask, torch.Tensor):
+        raise ValueError(f"{supported}; got {type(attn_mask).__name__}")
+    shape = tuple(attn_mask.shape)
+    if attn_mask.dtype != torch.bool:
+        raise ValueError(f"{supported}; got a {attn_mask.dtype} mask of shape {shape} (additive float masks are not)")
+    padded = (1,) * (4 - len(shape)) + shape if len(shape) <= 4 else shape
+    if len(shape) > 4 or padded[1:3] != (1, 1) or padded[3] != s1 or padded[0] not in (1, batch):
+        raise ValueError(f"{supported}; got shape {shape} for query [{batch}, {heads}, {s0}, S] and key S1={s1}")
+    mask = attn_mask.reshape(padded[0], s1)
+    return mask[0] if padded[0] == 1 else mask
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """`torch.nn.functional.scaled_dot_product_attention` on ptofa's kernel: same layout and names.
+
+    query:     [B, Hq, L, E], torch.float16 or torch.bfloat16; E one of 64, 96, 128, 192, 256.
+    key, value: [B, H, S, E], query's dtype; H == Hq, or Hq % H == 0 with enable_gqa=True.
+    attn_mask: None, or a bool key-padding mask broadcastable as [B, 1, 1, S] (True = the key
+               takes part, torch's bool convention); other masks (per query row, per head,
+               additive float) raise ValueError saying so. A query row that sees no key
+               gives 0 (torch gives 0 too for a fully masked bool row).
+    dropout_p: must be 0.0 (the kernel has no dropout); kept at torch's position.
+    is_causal: torch's causal mask, aligned to the TOP-LEFT corner: query i sees key j iff
+               j <= i (flash_attn_func's causal is bottom-right). It runs as the window
+               right bound S - L of the kernel's bottom-right convention (negative when
+               S > L). Not together with attn_mask (as torch documents).
+    scale:     default 1 / sqrt(E).
+    enable_gqa: allow fewer key/value heads than query heads (grouped-query attention).
+    backend:   "auto", "sim" or "npu" (see `flash_attn_func`).
+
+    Returns [B, Hq, L, E] in query's dtype. Differentiable in query, key, value (the
+    backward kernels, on the same backend, with the same mask).
+    """
+    tensors = (query, key, value)
+    names = ("query", "key", "value")
+    for name, t in zip(names, tensors):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"rank: query, key and value must be 4-D [B, H, S, E]; got {name} {got}")
+    if dropout_p != 0.0:
+        raise ValueError(f"dropout_p: {dropout_p} is not supported; the kernel has no dropout (pass 0.0)")
+    batch, heads, s0, _ = query.shape
+    kv_heads, s1 = key.shape[1], key.shape[2]
+    if key.shape != value.shape:
+        raise ValueError(f"shape: key {tuple(key.shape)} and value {tuple(value.shape)} must have the same shape")
+    if key.shape[0] != batch or key.shape[3] != query.shape[3]:
+        raise ValueError(f"shape: query {tuple(query.shape)} and key/value {tuple(key.shape)} must share B and E")
+    if heads != kv_heads and not enable_gqa:
+        raise ValueError(f"enable_gqa: query has {heads} heads and key/value {kv_heads}; "
+                         f"pass enable_gqa=True for grouped-query attention")
+    if attn_mask is not None and is_causal:
+        raise ValueError("attn_mask and is_causal: torch's scaled_dot_product_attention takes one or the other "
+                         "(its math backend raises); flash_attn_func(causal=True, key_padding_mask=...) combines a "
+                         "bottom-right causal mask with key padding")
+    key_mask = _sdpa_key_mask(attn_mask, batch, heads, s0, s1)
+    bounds = (s0 + s1, s0 - s1) if is_causal else None  # top-left causal: j <= i = i + (S1 - S0) + (S0 - S1)
+
+    q, k, v = (t.transpose(1, 2) for t in tensors)  # BNSD -> BSND views
+    check_qkv(q, k, v, names)
+    out, _ = _call_op(q, k, v, scale, bounds, key_mask, None, backend, None, names[0])
+    return out.transpose(1, 2)
+
+
+__all__ = ["flash_attn_func", "scaled_dot_product_attention"]

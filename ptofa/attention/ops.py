@@ -1,0 +1,132 @@
+"""`torch.ops.ptofa.flash_attn_fwd`: the kernel as a torch custom op.
+
+    out, lse = torch.ops.ptofa.flash_attn_fwd(q, k, v, scale, masked, win_left, win_right,
+                                              key_padding_mask, out_dtype, backend, config)
+
+`ptofa.flash_attn_func` and `ptofa.scaled_dot_product_attention` call through it, so
+`torch.compile(fullgraph=True)` traces a model that calls ptofa as one opaque node: the
+fake implementation gives the output shapes (out [B, S0, N, D] in the out dtype, lse
+[B, N, S0] fp32) without running anything. The op always runs the kernel with LSE on
+and returns both, the pair a backward pass needs; its arguments are checked by the
+callers (`ptofa.attention.core.check_qkv`) before they reach it.
+
+Autograd: q, k, v, out and lse are saved (no S or P); the backward is the custom op
+`ptofa::flash_attn_bwd` (its own fake implementation, so torch.compile traces the
+backward graph too), which runs the backward kernels (`ptofa.attention.backward.attention_backward`)
+on the same window and key-padding mask.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import torch
+
+from ptofa.attention.core import run_attention
+from ptofa.pipeline import ConfigError, FAConfig
+
+@torch.compiler.assume_constant_result
+def config_to_json(config: FAConfig | None) -> str | None:
+    """The op's `config` argument: an `FAConfig` as JSON (custom ops take no dataclasses; a
+    config is fixed while a graph runs, so torch.compile takes the string as a constant)."""
+    return None if config is None else json.dumps(dataclasses.asdict(config), sort_keys=True)
+
+
+def config_from_json(text: str | None) -> FAConfig | None:
+    """The `FAConfig` of `config_to_json`, with LSE on (the op always returns it)."""
+    if text is None:
+        return None
+    config = FAConfig(**json.loads(text))
+    if config.softmax_dtype != "f32":
+        raise ConfigError(f"config: softmax_dtype={config.softmax_dtype!r} computes no LSE, and this op always "
+                          f"returns one (autograd needs it); ptofa.attention.core.attend runs it without LSE")
+    return dataclasses.replace(config, lse=True)
+
+
+@torch.library.custom_op("ptofa::flash_attn_fwd", mutates_args=())
+def flash_attn_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float | None,
+    masked: bool,
+    win_left: int,
+    win_right: int,
+    key_padding_mask: torch.Tensor | None,
+    out_dtype: torch.dtype | None,
+    backend: str,
+    config: str | None,
+    deterministic: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out [B, S0, N, D], lse [B, N, S0] fp32) of BSND q/k/v; window bounds in the kernel's
+    convention (`ptofa.attention.core.window_to_bounds`), used when `masked`. `deterministic`
+    only chooses the backward's mode (False: atomic-add dQ)."""
+    bounds = (win_left, win_right) if masked else None
+    out, lse = run_attention(q, k, v, scale=scale, bounds=bounds, key_padding_mask=key_padding_mask, return_lse=True,
+                             out_dtype=out_dtype, backend=backend, config=config_from_json(config))
+    return out, lse
+
+
+@flash_attn_fwd.register_fake
+def _(q, k, v, scale, masked, win_left, win_right, key_padding_mask, out_dtype, backend, config, deterministic=True):
+    batch, s0, heads, head = q.shape
+    out = q.new_empty((batch, s0, heads, head), dtype=out_dtype or q.dtype)
+    return out, q.new_empty((batch, heads, s0), dtype=torch.float32)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    q, k, v, scale, masked, win_left, win_right, key_padding_mask, _out_dtype, backend, _config, deterministic = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, key_padding_mask)
+    ctx.mark_non_differentiable(lse)
+    ctx.scale = scale
+    ctx.bounds = (win_left, win_right) if masked else None
+    ctx.backend = backend
+    ctx.deterministic = deterministic
+
+
+@torch.library.custom_op("ptofa::flash_attn_bwd", mutates_args=())
+def flash_attn_bwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    dout: torch.Tensor,
+    scale: float | None,
+    masked: bool,
+    win_left: int,
+    win_right: int,
+    backend: str,
+    deterministic: bool = True,
+    key_padding_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of `flash_attn_fwd` from its saved q, k, v, out, lse (and key mask) and the
+    output's gradient, by the backward kernels (`ptofa.attention.backward.attention_backward`). An op of its
+    own so that torch.compile traces the backward graph through the fake implementation."""
+    from ptofa.attention.backward import attention_backward
+
+    bounds = (win_left, win_right) if masked else None
+    return attention_backward(q, k, v, out.to(q.dtype), lse, dout.to(q.dtype), softmax_scale=scale, bounds=bounds,
+                              backend=backend, deterministic=deterministic, key_padding_mask=key_padding_mask)
+
+
+@flash_attn_bwd.register_fake
+def _(q, k, v, out, lse, dout, scale, masked, win_left, win_right, backend, deterministic=True, key_padding_mask=None):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _backward(ctx, grad_out, grad_lse):
+    """dq, dk, dv by `flash_attn_bwd`; out and dO go in q's dtype (an fp32 `out_dtype` output
+    is rounded to it, as the kernel's D = rowsum(dO * O) reads them)."""
+    q, k, v, out, lse, key_padding_mask = ctx.saved_tensors
+    left, right = ctx.bounds if ctx.bounds is not None else (0, 0)
+    dq, dk, dv = flash_attn_bwd(q, k, v, out, lse, grad_out.contiguous(), ctx.scale, ctx.bounds is not None, left,
+                                right, ctx.backend, ctx.deterministic, key_padding_mask)
+    return (dq, dk, dv) + (None,) * 9
+
+
+flash_attn_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+__all__ = ["config_from_json", "config_to_json", "flash_attn_bwd", "flash_attn_fwd"]

@@ -1,0 +1,101 @@
+"""`run_fa build --backward` and `run_fa run --backward`: the backward kernels from the command line.
+
+`run` builds and runs the forward kernel (with LSE) and then the backward kernels on its
+O and LSE, checks dq, dk and dv against fp64 autograd with the accuracy rule, and prints
+the timing model's backward time, the backward/forward ratio and what bounds each kernel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from ptofa.launch.base import TORCH_DTYPES
+from ptofa.kernels.bwd_pipeline import BwdConfig, budget
+from ptofa.sim.bwd_timing import predict_backward
+from ptofa.kernels.fa_bwd import emit_bwd
+from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
+from ptofa.cli.switches import InputError
+
+# Largest B * N * S0 * S1 the fp64 autograd reference is run for (it holds several such tensors).
+MAX_CHECKED_SCORES = 1 << 24
+
+
+def backward_config(config: FAConfig, atomic: bool = False) -> BwdConfig:
+    """The backward kernels for a forward config's switches (`atomic`: the atomic-add dQ mode, 64-query
+    dkdv steps), or `InputError` naming what they lack."""
+    unsupported = [name for name, on in (("--seqlens", config.varlen),
+                                         ("--out-dtype", config.out_dtype != config.in_dtype)) if on]
+    if unsupported:
+        raise InputError(f"--backward: {', '.join(unsupported)} not supported by the backward kernels yet")
+    try:
+        return BwdConfig(head=config.head, in_dtype=config.in_dtype, masked=config.masked, target=config.target,
+                         atomic_dq=atomic, block_q=64 if atomic else 128, key_padding=config.key_padding)
+    except ConfigError as exc:
+        raise InputError(f"invalid backward config: {exc}") from None
+
+
+def build_backward(config: FAConfig, out_dir: Path, echo, atomic: bool = False) -> None:
+    """Write the backward kernels' `.pto` files into `out_dir`, with their budgets."""
+    bwd = backward_config(config, atomic)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    echo(f"backward config: {bwd.summary()}")
+    for kernel in bwd.kernels:
+        text = emit_bwd(bwd, kernel)
+        path = out_dir / f"fa_bwd_{kernel}.pto"
+        tmp = path.with_suffix(".pto.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+        echo(f"[{kernel}]\n{budget(bwd, kernel).table()}")
+        echo(f"wrote {path} ({len(text.splitlines())} lines)")
+
+
+def run_backward_case(config: FAConfig, shape: ProblemShape, forward_us: float | None, seed: int, soc: str,
+                      block_dim: int | None, echo, backend: str = "sim", atomic: bool = False) -> bool:
+    """Forward (for O and LSE), backward, gradient check and timing; True when the gradients pass.
+    On `backend="npu"` both run on the NPU and the timing model is not run (it replays the
+    kernels on the simulator: `--backend sim`)."""
+    import ptofa
+    from ptofa.launch.base import case_key_mask
+    from ptofa.attention.backward import BackwardBuffers, check_gradients, reference_backward, run_backward
+    from ptofa.launch.backward_npu import launch_backward_npu
+    from ptofa.reference import make_inputs
+
+    bwd = backward_config(config, atomic)
+    dtype = TORCH_DTYPES[config.in_dtype]
+    q, k, v = make_inputs(shape, config.head, seed, dtype, shape.kv_heads)
+    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1)).to(dtype)
+    fwd = dataclasses.replace(config, lse=True)
+    mask = case_key_mask(config, shape, None, seed)  # a random ragged one with --key-padding-mask
+    out, lse = ptofa.flash_attn_func(q, k, v, window_size=shape.window, key_padding_mask=mask, return_lse=True,
+                                     backend=backend, config=fwd)
+    grads = BackwardBuffers.zeros(q, k, atomic=atomic)
+    scale = shape.default_scale(config.head)
+    out, lse = out.contiguous(), lse.contiguous()
+    if backend == "npu":
+        launch_backward_npu(bwd, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, key_mask=mask)
+        results = None
+    else:
+        results = run_backward(bwd, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, trace=True,
+                               key_mask=mask)
+    passed = True
+    scores = shape.batch * shape.heads * shape.s0 * shape.s1
+    if scores <= MAX_CHECKED_SCORES:
+        acc = check_gradients(grads.dq, grads.dk, grads.dv, reference_backward(q, k, v, dout, scale, shape.window, mask))
+        for name, a in acc.items():
+            echo(f"{name}: {'pass' if a.passed else 'FAIL'} err {a.err:.2e} <= tol {a.tolerance:.2e} "
+                 f"(2 x input-dtype error {a.ref16_err:.2e} + 1e-5)" if a.passed else
+                 f"{name}: FAIL err {a.err:.2e} > tol {a.tolerance:.2e}")
+        passed = all(a.passed for a in acc.values())
+    else:
+        echo(f"gradient check skipped: B*N*S0*S1 = {scores} > {MAX_CHECKED_SCORES} (the fp64 autograd reference "
+             f"would hold several tensors of that size); finite: "
+             f"{all(bool(torch.isfinite(g).all()) for g in (grads.dq, grads.dk, grads.dv))}")
+    echo(f"backward config: {bwd.summary()}")
+    if results is None:
+        echo("backward timing model not run on the npu backend (it replays the kernels: --backend sim)")
+    else:
+        echo(predict_backward(results, bwd, shape, soc).summary(forward_us))
+    return passed

@@ -1,0 +1,158 @@
+"""`run_fa run` for the serving shapes on the simulator: a decode step against a random paged
+cache (`--decode`), or a varlen batch with `--num-splits`; checked against the reference and
+timed by the timing model, the split launch against the unsplit one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import torch
+
+from ptofa.launch.base import TORCH_DTYPES
+from ptofa.attention.kvcache import KVCache, decode_config, decode_shape, decode_units, reference_kvcache
+from ptofa.pipeline import FAConfig, ProblemShape
+from ptofa.reference import Reference, check_accuracy, check_lse
+from ptofa.attention.serving import Launch, decode_lse, launch_varlen, paged_tiles
+from ptofa.sim.options import RunOptions
+from ptofa.sim.timing import predict
+from ptofa.launch.splitkv import reduce_us
+from ptofa.launch.varlen import make_varlen_inputs, reference_varlen, unit_table, varlen_shape
+
+
+@dataclasses.dataclass
+class ServingRow:
+    """One launch (split or not): the check against the reference and the predicted time."""
+
+    num_splits: int
+    passed: bool
+    message: str
+    wall_s: float
+    main_us: float
+    reduce_us: float
+    split: str = "unsplit"  # the plan's split (`splitkv.Plan.describe`)
+
+    @property
+    def predicted_us(self) -> float:
+        return self.main_us + self.reduce_us
+
+    def line(self) -> str:
+        parts = f"main {self.main_us:.1f} + reduce {self.reduce_us:.1f} us" if self.num_splits > 1 else "no reduce"
+        status = "passed" if self.passed else "FAILED"
+        return (f"num_splits={self.num_splits:<2} {status}  predicted {self.predicted_us:8.1f} us ({parts})  "
+                f"wall {self.wall_s:.1f} s  split: {self.split}  {self.message}")
+
+
+@dataclasses.dataclass
+class ServingCase:
+    """Everything a launch of one serving shape needs; `table_of(config, num_splits)` builds its units."""
+
+    config: FAConfig
+    shape: ProblemShape
+    table_of: object
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    out_shape: tuple[int, ...]
+    reference: Reference
+    scale: float
+    block_table: torch.Tensor | None = None
+    lse_of: object = None  # the kernel's LSE -> the reference's layout
+
+    @property
+    def lse_shape(self) -> tuple[int, int]:
+        """The kernel's LSE: [heads, total_q], or [total_q, heads] after GQA packing."""
+        rows, heads = self.shape.s0, self.shape.heads
+        return (rows, heads) if self.config.gqa_pack else (heads, rows)
+
+
+def decode_case(config: FAConfig, batch: int, heads: int, kv_heads: int, s0: int, cache_len: int, page_size: int,
+                window: tuple[int, int], seed: int, pack: bool = False) -> ServingCase:
+    """A decode step: q [B, S0, N, D] against a paged cache of `cache_len` keys per sequence
+    (pages shuffled over the pool, two spare pages) for the kernel of `config`, GQA-packed or not."""
+    g = torch.Generator().manual_seed(seed)
+    dtype = TORCH_DTYPES[config.in_dtype]
+    per_seq = -(-cache_len // page_size)
+    pages = batch * per_seq + 2
+    block_table = torch.randperm(pages, generator=g)[: batch * per_seq].to(torch.int32).reshape(batch, per_seq)
+    k, v = (torch.randn(pages, page_size, kv_heads, config.head, generator=g).to(dtype) for _ in range(2))
+    cache = KVCache(k, v, block_table.contiguous())
+    q = torch.randn(batch, s0, heads, config.head, generator=g).to(dtype)
+    cfg = dataclasses.replace(decode_config(paged_tiles(config, page_size), cache), gqa_pack=pack)
+    lens = [cache_len] * batch
+    scale = 1 / math.sqrt(config.head)
+    return ServingCase(
+        cfg, decode_shape(cache, batch, s0, lens, heads, window),
+        lambda c, n: decode_units(c, cache, batch, s0, lens, heads, window, n),
+        q.reshape(batch * s0, heads, config.head), cache.k, cache.v, tuple(q.shape),
+        reference_kvcache(q, cache, lens, scale, window, TORCH_DTYPES[cfg.out_dtype]), scale, cache.block_table,
+        lambda lse: decode_lse(lse, batch, s0, pack))
+
+
+def varlen_case(config: FAConfig, q_lens: list[int], k_lens: list[int], heads: int, kv_heads: int,
+                window: tuple[int, int], seed: int) -> ServingCase:
+    """A packed varlen batch for the varlen kernel of `config`."""
+    cfg = dataclasses.replace(config, varlen=True)
+    shape = varlen_shape(q_lens, k_lens, heads, kv_heads, window)
+    q, k, v = make_varlen_inputs(shape, cfg, seed)
+    scale = 1 / math.sqrt(config.head)
+    ref = reference_varlen(q, k, v, q_lens, k_lens, scale, window, TORCH_DTYPES[cfg.out_dtype])
+    return ServingCase(cfg, shape, lambda c, n: unit_table(c, q_lens, k_lens, heads, window, n), q, k, v,
+                       tuple(q.shape), ref, scale)
+
+
+def run_split(case: ServingCase, num_splits: int, soc: str = "910B2") -> ServingRow:
+    """Launch the case with `num_splits` (0: chosen), check it, and predict its time."""
+    cfg = case.config
+    out = torch.full(case.out_shape, math.nan, dtype=TORCH_DTYPES[cfg.out_dtype])
+    lse = torch.full(case.lse_shape, math.nan) if cfg.lse else None
+    started = time.perf_counter()
+    launch: Launch = launch_varlen(cfg, case.shape, case.table_of, case.q, case.k, case.v, out.view(case.q.shape[0], -1, cfg.head),
+                                   case.scale, num_splits, lse=lse, block_table=case.block_table,
+                                   options=RunOptions(trace=True))
+    wall = time.perf_counter() - started
+    acc = check_accuracy(out.float(), case.reference.out32, case.reference.out_low)
+    passed, message = acc.passed, acc.summary()
+    if lse is not None:
+        lse_check = check_lse(case.lse_of(lse) if case.lse_of else lse, case.reference)
+        passed, message = passed and lse_check.passed, f"{message}; {lse_check.message}"
+    main_us = red_us = 0.0
+    if launch.main is not None:
+        main_us = predict(launch.main.trace, launch.config, case.shape, soc=soc, block_dim=launch.block_dim).kernel_us
+    if launch.reduce is not None:
+        red_us = reduce_us(launch.reduce.trace, launch.config, case.shape, launch.plan.table, soc)
+    split = launch.plan.describe() if launch.plan is not None else "unsplit"
+    return ServingRow(launch.num_splits, passed, message, wall, main_us, red_us, split)
+
+
+def compare_splits(case: ServingCase, num_splits: int, soc: str = "910B2") -> list[ServingRow]:
+    """The run with `num_splits` (0: the timing model's choice) and, if that split, the unsplit run."""
+    rows = [run_split(case, num_splits, soc)]
+    if rows[0].num_splits != 1:
+        rows.append(run_split(case, 1, soc))
+    return rows
+
+
+def padded_line(config: FAConfig, q_lens: list[int], k_lens: list[int], heads: int, kv_heads: int,
+                window: tuple[int, int], packed_us: float, soc: str = "910B2") -> str:
+    """The timing model's time of the uniform kernel on every sequence padded to the longest, against `packed_us`."""
+    from ptofa.runner import run_case
+
+    cfg = dataclasses.replace(config, varlen=False, split_kv=False, page_size=0)
+    shape = ProblemShape(len(q_lens), heads, max(1, max(q_lens)), max(1, max(k_lens)), kv_heads=kv_heads, window=window)
+    result = run_case(cfg, shape, backend="sim", timing=True, soc=soc)
+    if result.predicted_us is None:
+        return f"padded to {shape.s0}x{shape.s1}: not predicted ({result.status}: {result.message})"
+    return (f"padded: every sequence to {shape.s0}x{shape.s1} (B={shape.batch}): {result.predicted_us:.1f} us vs varlen "
+            f"{packed_us:.1f} us -> varlen predicted {result.predicted_us / packed_us:.2f}x faster")
+
+
+def speedup_line(rows: list[ServingRow]) -> str:
+    """How much faster the split launch is predicted than the unsplit one."""
+    if len(rows) < 2:
+        return "no split: the unsplit launch is the one predicted fastest" if rows else ""
+    split, whole = rows
+    return (f"split-KV num_splits={split.num_splits}: {split.predicted_us:.1f} us vs num_splits=1: "
+            f"{whole.predicted_us:.1f} us -> {whole.predicted_us / split.predicted_us:.2f}x predicted speedup")

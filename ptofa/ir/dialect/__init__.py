@@ -1,0 +1,236 @@
+"""The PTO dialect on xDSL: the subset of ptoas 0.60's PTO IR the FA kernel uses.
+
+Types, attributes and ops are written in ptoas's *custom* assembly syntax
+(pto-ir.md sections 5-10), so that a module printed here is what ptoas reads,
+and a `.pto` written by ptoas's own tests parses here. Every op verifies the
+rules of pto-ir.md it can check locally (memory spaces, dtypes, shapes,
+alignment); rules spanning a function (pipe init / use pairing) live in
+`verify_pipes`, called from `ptofa.ir.textio.verify_module`.
+
+One module per family: `types` (types, enum attributes, dims helpers), `base`
+(shared custom-syntax helpers), `runtime` (block ids, set_ffts), `memory`
+(pointers, GM views, tile allocation and data movement, set_validshape), `vector`
+(elementwise binary / unary / scalar ops, texpands, tcvt), `rowcol` (row reductions,
+row and column broadcasts), `masks` (ttri, tcmp / tcmps, tsel, tci, tfillpad),
+`scratch` (the hidden UB scratch ptoas gives ops written without a tmp), `views`
+(treshape, subview), `tileaccess` (textract, tinsert, tsetval / tgetval, ttrans, tgather,
+tcolexpand, tprint), `buffers` (core sections, reserved buffers, castptr, barrier), `cube`
+and `pipes`; from the A2/A3 front end beyond FlashAttention: `multitile` (multi-buffer
+tiles), `reductions` (column / arg reductions, tlrelu, taxpy, taddc), `gathers` (mgather,
+mscatter), `fused` (tprelu, trowexpand, taddsc, tconcat, tmatmul.bias, address casts),
+`comm` (pto.comm.*, cache invalidation, fences), `sorts`, `quant`, `localarray`, `sync`
+(hand-written flags, intra-block flags, syncall, event-id arrays), `ipipes` (ptoas's
+internal `!pto.pipe` handle form), `partial` (tpart*, tsels), `gmquery`
+(get_tensor_view_dim / _stride, get_validshape, tprefetch), `structs` (stack-local structs)
+and `scatter` (tscatter). This package re-exports all of them and assembles the `PTO`
+dialect; `docs/adding-an-op.md` walks through adding an op.
+"""
+
+from xdsl.ir import Dialect
+
+from ptofa.ir.dialect import buffers, cube, intops, masks, memory, pipes, rowcol, runtime, tileaccess, types, vector, views
+from ptofa.ir.dialect.base import _InsOutsOp, constant_index
+from ptofa.ir.dialect.buffers import SECTION_OPS, BarrierOp, CastPtrOp, ImportReservedBufferOp, ReserveBufferOp, SectionCubeOp, SectionVectorOp
+from ptofa.ir.dialect.cube import CUBE_ONLY_OPS, TMatmulAccOp, TMatmulOp
+from ptofa.ir.dialect.intops import (
+    TAndOp,
+    TAndsOp,
+    TFModOp,
+    TFModsOp,
+    TNotOp,
+    TOrOp,
+    TOrsOp,
+    TPowOp,
+    TPowsOp,
+    TRemOp,
+    TRemsOp,
+    TShlOp,
+    TShlsOp,
+    TShrOp,
+    TShrsOp,
+    TXorOp,
+    TXorsOp,
+)
+from ptofa.ir.dialect.masks import HIDDEN_TCI_TMP, HIDDEN_TSEL_TMP, TCIOp, TCmpOp, TCmpSOp, TFillPadOp, TSelOp, TTriOp, _CmpOp
+from ptofa.ir.dialect.memory import (
+    ALLOC_OPS,
+    AddPtrOp,
+    AllocTileOp,
+    LoadScalarOp,
+    MakeTensorViewOp,
+    PartitionViewOp,
+    SetValidShapeOp,
+    StoreScalarOp,
+    SubviewOp,
+    TLoadOp,
+    TMovOp,
+    TReshapeOp,
+    TStoreOp,
+    physical_shape,
+    tile_layout,
+    view_layout,
+)
+from ptofa.ir.dialect.pipes import (
+    PIPE_DATA_OPS,
+    PIPE_INIT_OPS,
+    AicInitializePipeOp,
+    AivInitializePipeOp,
+    TallocToAicOp,
+    TallocToAivOp,
+    TfreeFromAicOp,
+    TfreeFromAivOp,
+    TpopFromAicOp,
+    TpopFromAivOp,
+    TpushToAicOp,
+    TpushToAivOp,
+    _InitPipeOp,
+    _PipeDataOp,
+    _ProducesEntry,
+    _TakesEntry,
+)
+from ptofa.ir.dialect.rowcol import (
+    TColExpandAddOp,
+    TColExpandDivOp,
+    TColExpandMaxOp,
+    TColExpandMinOp,
+    TColExpandMulOp,
+    TColExpandSubOp,
+    TRowExpandAddOp,
+    TRowExpandDivOp,
+    TRowExpandExpdifOp,
+    TRowExpandMaxOp,
+    TRowExpandMinOp,
+    TRowExpandMulOp,
+    TRowExpandSubOp,
+    TRowMaxOp,
+    TRowMinOp,
+    TRowSumOp,
+    _ColExpandOp,
+    _RowExpandOp,
+    _RowReduceOp,
+)
+from ptofa.ir.dialect.runtime import GetBlockIdxOp, GetBlockNumOp, GetSubblockIdxOp, GetSubblockNumOp, SetFftsOp, _RuntimeIdOp
+from ptofa.ir.dialect.scratch import hidden_scratch
+from ptofa.ir.dialect.tileaccess import TColExpandOp, TExtractOp, TGatherOp, TGetValOp, TInsertOp, TPrintOp, TSetValOp, TTransOp
+from ptofa.ir.dialect.types import (
+    AddressSpaceAttr,
+    MaskPatternAttr,
+    ReluPreModeAttr,
+    BLAYOUTS,
+    DYN,
+    FRACTALS,
+    MEMORY_SPACES,
+    PAD_NAMES,
+    ROUND_MODES,
+    SLAYOUTS,
+    TILE_LOCS,
+    AccPhaseAttr,
+    AtomicTypeAttr,
+    CmpModeAttr,
+    DivPrecisionAttr,
+    ExpPrecisionAttr,
+    KernelKindAttr,
+    LayoutAttr,
+    LogPrecisionAttr,
+    PartitionTensorViewType,
+    PrintFormatAttr,
+    PtrType,
+    RoundModeAttr,
+    SaturationModeAttr,
+    StPhaseAttr,
+    TensorViewType,
+    TileBufType,
+    _dims_str,
+    elem_bytes,
+    elem_name,
+)
+from ptofa.ir.dialect.vector import (
+    TAbsOp,
+    TAddOp,
+    TAddsOp,
+    TCvtOp,
+    TDivOp,
+    TDivsOp,
+    TExpandsOp,
+    TExpOp,
+    TLogOp,
+    TMaxOp,
+    TMaxsOp,
+    TMinOp,
+    TMinsOp,
+    TMulOp,
+    TMulsOp,
+    TNegOp,
+    TRecipOp,
+    TReluOp,
+    TRsqrtOp,
+    TSqrtOp,
+    TSubOp,
+    TSubsOp,
+    _BinaryOp,
+    _ScalarOp,
+    _UnaryOp,
+)
+
+from ptofa.ir.dialect import comm, fused, gathers, gmquery, ipipes, localarray, multitile, partial, quant, reductions, scatter, sorts, structs, sync  # noqa: E402 (families added after the FA subset)
+from ptofa.ir.dialect.gmquery import GetTensorViewDimOp, GetTensorViewStrideOp, GetValidShapeOp, TPrefetchOp  # noqa: E402
+from ptofa.ir.dialect.scatter import TScatterOp  # noqa: E402
+from ptofa.ir.dialect.structs import DeclareStructOp, StructGetOp, StructSetOp, StructType  # noqa: E402
+from ptofa.ir.dialect.partial import TPartAddOp, TPartArgMaxOp, TPartArgMinOp, TPartMaxOp, TPartMinOp, TPartMulOp, TSelSOp  # noqa: E402
+from ptofa.ir.dialect.ipipes import (  # noqa: E402
+    DeclareGlobalOp,
+    DeclareTileOp,
+    InitializeL2G2LPipeOp,
+    InitializeL2LPipeOp,
+    PipeHandleType,
+    TAllocOp,
+    TFreeOp,
+    TPopOp,
+    TPushOp,
+)
+from ptofa.ir.dialect.sync import (  # noqa: E402
+    DeclareEventIdArrayOp,
+    EventIdArrayGetOp,
+    EventIdArraySetOp,
+    EventIdArrayType,
+    RecordEventOp,
+    SetFlagDynOp,
+    SetFlagOp,
+    SetIntraBlockOp,
+    SyncAllOp,
+    WaitEventOp,
+    WaitFlagDynOp,
+    WaitFlagOp,
+    WaitIntraBlockOp,
+)
+from ptofa.ir.dialect.localarray import DeclareLocalArrayOp, LocalArrayGetOp, LocalArraySetOp, LocalArrayType  # noqa: E402
+from ptofa.ir.dialect.quant import QuantTypeAttr, TDequantOp, TQuantOp  # noqa: E402
+from ptofa.ir.dialect.sorts import TMrgSortOp, TSort32Op  # noqa: E402
+from ptofa.ir.dialect.comm import COMM_OPS, AsyncEventType, AsyncSessionType, CmoCacheInvalidOp, FenceBarrierAllOp  # noqa: E402
+from ptofa.ir.dialect.fused import IntToPtrOp, PtrToIntOp, TAddSCOp, TConcatIdxOp, TConcatOp, TMatmulBiasOp, TPReluOp, TRowExpandOp, TSubSCOp  # noqa: E402
+from ptofa.ir.dialect.gathers import CoalesceAttr, GatherOobAttr, MGatherOp, MScatterOp, ScatterAtomicOpAttr, ScatterOobAttr  # noqa: E402
+from ptofa.ir.dialect.multitile import AllocMultiTileOp, MultiTileBufType, MultiTileGetOp  # noqa: E402
+from ptofa.ir.dialect.reductions import (  # noqa: E402
+    TAddCOp,
+    TAxpyOp,
+    TColArgMaxOp,
+    TColArgMinOp,
+    TColMaxOp,
+    TColExpandExpdifOp,
+    TColMinOp,
+    TColProdOp,
+    TColSumOp,
+    TLReluOp,
+    TRowArgMaxOp,
+    TRowArgMinOp,
+    TRowProdOp,
+    TSubCOp,
+)
+
+PTO = Dialect(
+    "pto",
+    [*runtime.OPS, *memory.OPS, *views.OPS, *cube.OPS, *vector.OPS, *rowcol.OPS, *masks.OPS, *pipes.OPS, *tileaccess.OPS, *buffers.OPS,
+     *intops.OPS, *multitile.OPS, *reductions.OPS, *gathers.OPS, *fused.OPS, *comm.OPS, *sorts.OPS, *quant.OPS, *localarray.OPS,
+     *sync.OPS, *ipipes.OPS, *partial.OPS, *gmquery.OPS, *structs.OPS, *scatter.OPS],
+    [*types.ATTRS, *multitile.ATTRS, *gathers.ATTRS, *comm.ATTRS, *quant.ATTRS, *localarray.ATTRS, *sync.ATTRS, *ipipes.ATTRS, *structs.ATTRS],
+)

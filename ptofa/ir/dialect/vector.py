@@ -1,0 +1,464 @@
+"""Vector (AIV) elementwise tile ops: tcvt, binary / unary / scalar ops and texpands.
+
+Also the vector checks (`_check_vec`, `_check_elementwise`, `_check_vec_row_major`,
+`_valid_compatible`, `_same_extent`) and the `_PrecisionAttrOp` base that the other
+vector families, `rowcol` and `masks`, build on."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from xdsl.dialects.builtin import Float16Type, Float32Type, IntegerType, StringAttr
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.irdl import irdl_op_definition, operand_def, opt_operand_def, opt_prop_def, prop_def
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+
+from ptofa.ir.dialect.base import _fail, _InsOutsOp, _parse_typed_list, _print_typed_list, _tile
+from ptofa.ir.dialect.types import (
+    DYN,
+    ROUND_MODES,
+    DivPrecisionAttr,
+    ExpPrecisionAttr,
+    LogPrecisionAttr,
+    RoundModeAttr,
+    SaturationModeAttr,
+    TileBufType,
+    _dims_str,
+)
+
+
+@irdl_op_definition
+class TCvtOp(_InsOutsOp):
+    """`pto.tcvt ins(%a {rmode = #pto<round_mode CAST_RINT>} : A) outs(%d : D)`: dtype cast.
+
+    The attribute dict sits after the source operand, inside `ins(...)`.
+    """
+
+    name = "pto.tcvt"
+    src = operand_def(TileBufType)
+    tmp = opt_operand_def(TileBufType)
+    dst_ = operand_def(TileBufType)
+    # A StringAttr from the custom form and the api; the generic form
+    # `<{rmode = #pto<round_mode CAST_RINT>}>` gives a RoundModeAttr.
+    rmode = prop_def(StringAttr | RoundModeAttr)
+    sat_mode = opt_prop_def(SaturationModeAttr)  # written `satmode` in the custom form
+    HAS_TMP: ClassVar[bool] = True
+
+    @property
+    def round_mode(self) -> str:
+        r = self.rmode
+        return r.value.data if isinstance(r, RoundModeAttr) else r.data
+
+    @classmethod
+    def parse(cls, parser: Parser) -> "TCvtOp":
+        start = parser.pos
+        parser.parse_keyword("ins")
+        parser.parse_punctuation("(")
+        ins = [parser.parse_unresolved_operand()]
+        if parser.parse_optional_punctuation(","):
+            ins.append(parser.parse_unresolved_operand())
+        rmode = "CAST_RINT"
+        sat = None
+        if parser.parse_optional_punctuation("{"):
+            while True:
+                key = parser.parse_identifier()
+                parser.parse_punctuation("=")
+                if key == "rmode":
+                    rmode = _parse_round_mode(parser)
+                elif key in ("satmode", "sat_mode"):
+                    sat = parser.parse_attribute()
+                    if not isinstance(sat, SaturationModeAttr):
+                        parser.raise_error(f"pto.tcvt: satmode must be #pto<saturation_mode ON|OFF>, got {sat}", start)
+                else:
+                    parser.raise_error(f"pto.tcvt: unexpected attribute '{key}' (expected rmode, satmode)", start)
+                if parser.parse_optional_punctuation(",") is None:
+                    break
+            parser.parse_punctuation("}")
+        parser.parse_punctuation(":")
+        in_types = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
+        parser.parse_punctuation(")")
+        parser.parse_keyword("outs")
+        parser.parse_punctuation("(")
+        outs, out_types = _parse_typed_list(parser)
+        parser.parse_punctuation(")")
+        if len(in_types) != len(ins):
+            parser.raise_error(f"{len(ins)} operands but {len(in_types)} types", start)
+        op = cls._from_parsed(parser, ins, in_types, outs, out_types, {}, start)
+        op.properties["rmode"] = StringAttr(rmode)
+        if sat is not None:
+            op.properties["sat_mode"] = sat
+        return op
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ins(")
+        printer.print_list(self.ins_values(), printer.print_operand)
+        sat = f", satmode = {self.sat_mode.text}" if self.sat_mode is not None else ""
+        printer.print_string(f" {{rmode = #pto<round_mode {self.round_mode}>{sat}}} : ")
+        printer.print_list([v.type for v in self.ins_values()], printer.print_attribute)
+        printer.print_string(") outs(")
+        _print_typed_list(printer, [self.dst])
+        printer.print_string(")")
+
+    def verify_(self) -> None:
+        s, d = _tile(self, self.src, "src"), _tile(self, self.dst, "dst")
+        _check_vec(self, [s, d])
+        if self.round_mode not in ROUND_MODES:
+            _fail(self, "round mode", f"'{self.round_mode}' is not one of {ROUND_MODES}")
+        if not _valid_compatible(s.valid, d.valid):
+            _fail(self, "shape agreement", f"src valid {_dims_str(s.valid)} != dst valid {_dims_str(d.valid)}")
+
+
+def _parse_round_mode(parser: Parser) -> str:
+    """Parse `#pto<round_mode X>` token by token (the dialect-attribute pretty form)."""
+    start = parser.pos
+    text = parser.lexer.input.content
+    end = text.find(">", start)
+    body = text[start:end + 1] if end >= 0 else ""
+    compact = body.replace(" ", "")
+    prefix = "#pto<round_mode"
+    if not compact.startswith(prefix) or not compact.endswith(">"):
+        parser.raise_error("expected #pto<round_mode MODE>")
+    mode = compact[len(prefix):-1]
+    if mode not in ROUND_MODES:
+        parser.raise_error(f"'pto.tcvt' round mode: '{mode}' is not one of {', '.join(ROUND_MODES)}")
+    parser._resume_from(end + 1)
+    return mode
+
+
+def _check_vec(op: Operation, tiles: Sequence[TileBufType]) -> None:
+    for t in tiles:
+        if t.space != "vec":
+            _fail(op, "memory space", f"vector ops take loc=vec tiles, got {t.describe()}")
+
+
+_VEC_DTYPES = ("f16", "f32", "i16", "i32")
+
+
+def _valid_compatible(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Valid shapes that may agree at run time: equal where both dims are static (a `?` matches
+    anything; the simulator checks the runtime sizes)."""
+    return all(x == DYN or y == DYN or x == y for x, y in zip(a, b))
+
+
+def _check_elementwise(op: Operation, tiles: Sequence[TileBufType]) -> None:
+    _check_vec(op, tiles)
+    for t in tiles:
+        if not t.is_row_major:
+            _fail(op, "layout", f"elementwise ops need blayout=row_major tiles, got {t.describe()} col_major")
+        if t.elem not in _VEC_DTYPES:
+            _fail(op, "dtype", f"{t.elem} is not a vector arithmetic type {_VEC_DTYPES}")
+    first = tiles[0]
+    for t in tiles[1:]:
+        if t.dtype != first.dtype:
+            _fail(op, "dtype", f"operands must share one dtype, got {first.elem} and {t.elem}")
+        if not _valid_compatible(t.valid, first.valid):
+            _fail(op, "shape agreement", f"valid shapes {_dims_str(first.valid)} and {_dims_str(t.valid)} differ")
+
+
+def _check_vec_row_major(op: Operation, t: TileBufType, role: str) -> None:
+    """ptoas's verifyVecTileCommon: loc=vec and blayout=row_major."""
+    if t.space != "vec":
+        _fail(op, "memory space", f"{role} must be loc=vec, got {t.describe()}")
+    if not t.is_row_major:
+        _fail(op, "layout", f"{role} must be blayout=row_major, got {t.describe()} col_major")
+
+
+def _same_extent(a: int, b: int) -> bool:
+    return a == DYN or b == DYN or a == b
+
+
+class _PrecisionAttrOp(_InsOutsOp):
+    """An op with ptoas's optional `{precisionType = #pto<..._precision X>}` after `outs(...)`.
+
+    The attribute selects a pto-isa algorithm; the simulator computes in full precision either way.
+    """
+
+    PRECISION: ClassVar[type | None] = None
+
+    @classmethod
+    def _props_from_attrs(cls, parser: Parser, attrs: dict[str, Attribute], start: int | None = None) -> dict[str, Attribute]:
+        attrs = dict(attrs)
+        precision = attrs.pop("precisionType", None)
+        if attrs or (precision is not None and cls.PRECISION is None):
+            parser.raise_error(f"{cls.name}: unexpected attributes {sorted(attrs) or ['precisionType']}", start)
+        if precision is None:
+            return {}
+        if not isinstance(precision, cls.PRECISION):  # type: ignore[arg-type]
+            parser.raise_error(f"{cls.name}: precisionType must be a #pto<{cls.PRECISION.name[4:]} ...>, got {precision}", start)  # type: ignore[union-attr]
+        return {"precisionType": precision}
+
+    def _print_attrs(self, printer: Printer) -> None:
+        precision = self.properties.get("precisionType")
+        if precision is not None:
+            printer.print_string(f" {{precisionType = {precision.text}}}")
+
+
+class _BinaryOp(_InsOutsOp):
+    """`ins(%a, %b : T, T) outs(%d : T)`: elementwise d = f(a, b)."""
+
+    N_INS: ClassVar[int] = 2
+    lhs = operand_def(TileBufType)
+    rhs = operand_def(TileBufType)
+    dst_ = operand_def(TileBufType)
+
+    def verify_(self) -> None:
+        _check_elementwise(self, [_tile(self, v, n) for v, n in ((self.lhs, "lhs"), (self.rhs, "rhs"), (self.dst, "dst"))])
+
+
+@irdl_op_definition
+class TAddOp(_BinaryOp):
+    """d = a + b"""
+
+    name = "pto.tadd"
+
+
+@irdl_op_definition
+class TSubOp(_BinaryOp):
+    """d = a - b"""
+
+    name = "pto.tsub"
+
+
+@irdl_op_definition
+class TMulOp(_BinaryOp):
+    """d = a * b"""
+
+    name = "pto.tmul"
+
+
+@irdl_op_definition
+class TDivOp(_BinaryOp, _PrecisionAttrOp):
+    """d = a / b (optional `{precisionType = #pto<div_precision high_precision>}`)"""
+
+    name = "pto.tdiv"
+    precisionType = opt_prop_def(DivPrecisionAttr)  # noqa: N815
+    PRECISION: ClassVar[type | None] = DivPrecisionAttr
+
+
+@irdl_op_definition
+class TMaxOp(_BinaryOp):
+    """d = max(a, b)"""
+
+    name = "pto.tmax"
+
+
+@irdl_op_definition
+class TMinOp(_BinaryOp):
+    """d = min(a, b)"""
+
+    name = "pto.tmin"
+
+
+class _UnaryOp(_InsOutsOp):
+    """`ins(%a : T) outs(%d : T)`: elementwise d = f(a)."""
+
+    src = operand_def(TileBufType)
+    dst_ = operand_def(TileBufType)
+    FLOAT_ONLY: ClassVar[bool] = False
+
+    def verify_(self) -> None:
+        s, d = _tile(self, self.src, "src"), _tile(self, self.dst, "dst")
+        _check_elementwise(self, [s, d])
+        if self.FLOAT_ONLY and s.elem not in ("f16", "f32"):
+            _fail(self, "dtype", f"{self.name} takes f16/f32 tiles, got {s.elem}")
+
+
+@irdl_op_definition
+class TExpOp(_UnaryOp, _PrecisionAttrOp):
+    """d = exp(a) (optional `{precisionType = #pto<exp_precision high_precision>}`)"""
+
+    name = "pto.texp"
+    FLOAT_ONLY: ClassVar[bool] = True
+    precisionType = opt_prop_def(ExpPrecisionAttr)  # noqa: N815
+    PRECISION: ClassVar[type | None] = ExpPrecisionAttr
+
+
+@irdl_op_definition
+class TLogOp(_UnaryOp, _PrecisionAttrOp):
+    """d = ln(a) (optional `{precisionType = #pto<log_precision high_precision>}`)"""
+
+    name = "pto.tlog"
+    FLOAT_ONLY: ClassVar[bool] = True
+    precisionType = opt_prop_def(LogPrecisionAttr)  # noqa: N815
+    PRECISION: ClassVar[type | None] = LogPrecisionAttr
+
+
+@irdl_op_definition
+class TSqrtOp(_UnaryOp):
+    """d = sqrt(a)"""
+
+    name = "pto.tsqrt"
+    FLOAT_ONLY: ClassVar[bool] = True
+
+
+@irdl_op_definition
+class TRsqrtOp(_UnaryOp):
+    """d = 1/sqrt(a); ptoas also takes a scratch tile: `ins(%a, %tmp : A, T)`."""
+
+    name = "pto.trsqrt"
+    src = operand_def(TileBufType)
+    tmp = opt_operand_def(TileBufType)
+    dst_ = operand_def(TileBufType)
+    FLOAT_ONLY: ClassVar[bool] = True
+    HAS_TMP: ClassVar[bool] = True
+
+    def verify_(self) -> None:
+        super().verify_()
+        if self.tmp is not None:
+            _check_vec(self, [_tile(self, self.tmp, "tmp")])
+
+
+@irdl_op_definition
+class TRecipOp(_UnaryOp):
+    """d = 1/a (not in place on a3)"""
+
+    name = "pto.trecip"
+    FLOAT_ONLY: ClassVar[bool] = True
+
+    def verify_(self) -> None:
+        super().verify_()
+        if self.src == self.dst:
+            _fail(self, "in place", "trecip cannot run in place on a3 (src == dst)")
+
+
+@irdl_op_definition
+class TAbsOp(_UnaryOp):
+    """d = |a|"""
+
+    name = "pto.tabs"
+
+
+@irdl_op_definition
+class TNegOp(_UnaryOp):
+    """d = -a"""
+
+    name = "pto.tneg"
+
+
+@irdl_op_definition
+class TReluOp(_UnaryOp):
+    """d = max(0, a)"""
+
+    name = "pto.trelu"
+
+
+class _ScalarOp(_InsOutsOp):
+    """`ins(%a, %s : T, f32) outs(%d : T)`: elementwise with a scalar, operands in textual order.
+
+    Only `tdivs` also takes the scalar first (`ins(%s, %a : f32, T)`, d = s / a).
+    """
+
+    N_INS: ClassVar[int] = 2
+    SCALAR_FIRST_OK: ClassVar[bool] = False
+    first = operand_def()
+    second = operand_def()
+    dst_ = operand_def(TileBufType)
+
+    @property
+    def scalar_first(self) -> bool:
+        return not isinstance(self.first.type, TileBufType)
+
+    @property
+    def src(self) -> SSAValue:
+        return self.second if self.scalar_first else self.first
+
+    @property
+    def scalar(self) -> SSAValue:
+        return self.first if self.scalar_first else self.second
+
+    def verify_(self) -> None:
+        if self.scalar_first and not self.SCALAR_FIRST_OK:
+            _fail(self, "operand order", f"the tile comes first (ins(%tile, %scalar)); only pto.tdivs takes the scalar first, got {self.first.type}")
+        s, d = _tile(self, self.src, "src"), _tile(self, self.dst, "dst")
+        _check_elementwise(self, [s, d])
+        if not isinstance(self.scalar.type, (Float16Type, Float32Type, IntegerType)):
+            _fail(self, "operand type", f"scalar must be an int or float, got {self.scalar.type}")
+
+
+@irdl_op_definition
+class TAddsOp(_ScalarOp):
+    """d = a + s"""
+
+    name = "pto.tadds"
+
+
+@irdl_op_definition
+class TSubsOp(_ScalarOp):
+    """d = a - s"""
+
+    name = "pto.tsubs"
+
+
+@irdl_op_definition
+class TMulsOp(_ScalarOp):
+    """d = a * s"""
+
+    name = "pto.tmuls"
+
+
+@irdl_op_definition
+class TDivsOp(_ScalarOp, _PrecisionAttrOp):
+    """d = a / s, or d = s / a when the scalar comes first (optional `{precisionType = #pto<div_precision ...>}`)"""
+
+    name = "pto.tdivs"
+    SCALAR_FIRST_OK: ClassVar[bool] = True
+    precisionType = opt_prop_def(DivPrecisionAttr)  # noqa: N815
+    PRECISION: ClassVar[type | None] = DivPrecisionAttr
+
+
+@irdl_op_definition
+class TMaxsOp(_ScalarOp):
+    """d = max(a, s)"""
+
+    name = "pto.tmaxs"
+
+
+@irdl_op_definition
+class TMinsOp(_ScalarOp):
+    """d = min(a, s)"""
+
+    name = "pto.tmins"
+
+
+@irdl_op_definition
+class TExpandsOp(_InsOutsOp):
+    """`pto.texpands ins(%s : f32) outs(%d : T)`: fill the valid region with a scalar."""
+
+    name = "pto.texpands"
+    scalar = operand_def()
+    dst_ = operand_def(TileBufType)
+
+    def verify_(self) -> None:
+        d = _tile(self, self.dst, "dst")
+        if d.space == "vec" and not d.is_row_major:
+            _fail(self, "layout", f"a loc=vec destination must be blayout=row_major, got {d.describe()} col_major (fill its [1,R] treshape view)")
+        if d.space not in ("vec", "mat"):
+            _fail(self, "memory space", f"texpands writes loc=vec or loc=mat, got {d.space}")
+
+
+OPS = (
+    TCvtOp,
+    TAddOp,
+    TSubOp,
+    TMulOp,
+    TDivOp,
+    TMaxOp,
+    TMinOp,
+    TExpOp,
+    TLogOp,
+    TSqrtOp,
+    TRsqrtOp,
+    TRecipOp,
+    TAbsOp,
+    TNegOp,
+    TReluOp,
+    TAddsOp,
+    TSubsOp,
+    TMulsOp,
+    TDivsOp,
+    TMaxsOp,
+    TMinsOp,
+    TExpandsOp,
+)

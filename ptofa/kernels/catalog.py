@@ -1,0 +1,164 @@
+"""Every kernel ptofa emits, one entry per distinct form: the set a real ptoas must compile.
+
+The forward kernel's (head, tile_s1, qk_preload) grid, each switch of `FAConfig` on its
+own and in the combinations the calls use (`flash_attn_func`, varlen, paged decode,
+split-KV, GQA packing), the split-KV reduce kernel, and the backward kernels of every
+`BwdConfig` the calls build. `run_fa catalog` lists or writes them; the `ptoas`-marked
+test compiles each unedited, and a CPU test parses and verifies each.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from ptofa.kernels.bwd_pipeline import BwdConfig
+from ptofa.pipeline import SUPPORTED_HEAD, SUPPORTED_TILE_S1, ConfigError, FAConfig
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One emitted kernel: a file name, what it is, and how to emit its text."""
+
+    name: str
+    summary: str
+    emit: Callable[[], str]
+
+
+def _grid() -> Iterator[FAConfig]:
+    """Every legal point of the forward grid (qk_preload 4 included: it is legal, with a warning)."""
+    for head, tile_s1, preload in itertools.product(SUPPORTED_HEAD, SUPPORTED_TILE_S1, (1, 2, 3, 4)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                yield FAConfig(head=head, tile_s1=tile_s1, qk_preload=preload)
+            except ConfigError:
+                continue
+
+
+# Switch sets on top of a (head, tile_s1) base; every one must be legal (a test builds them all).
+SWITCHES: tuple[dict, ...] = (
+    dict(masked=True),
+    dict(key_padding=True),
+    dict(lse=True),
+    dict(in_dtype="bf16"),
+    dict(out_dtype="f32"),
+    dict(masked=True, key_padding=True, lse=True, in_dtype="bf16", out_dtype="f32"),
+    dict(varlen=True),
+    dict(varlen=True, masked=True, lse=True),
+    dict(varlen=True, page_size=256),
+    dict(varlen=True, page_size=256, masked=True),
+    dict(varlen=True, split_kv=True),
+    dict(varlen=True, split_kv=True, masked=True, lse=True),
+    dict(varlen=True, split_kv=True, gqa_pack=True, page_size=256),
+    dict(varlen=True, gqa_pack=True, page_size=256, in_dtype="bf16"),
+    dict(prescale_q=False),
+    dict(prescale_q=False, masked=True, lse=True, in_dtype="bf16"),
+    dict(prescale_q=False, varlen=True, split_kv=True, gqa_pack=True, page_size=256),
+    dict(softmax_dtype="f16"),
+    dict(softmax_dtype="f16", out_dtype="f32", prescale_q=False),
+    dict(softmax_dtype="f16", varlen=True, page_size=256, gqa_pack=True),
+    dict(softmax_dtype="f16", masked=True, key_padding=True),
+    dict(softmax_dtype="f16", varlen=True, masked=True),
+    dict(softmax_dtype="f16", varlen=True, split_kv=True, masked=True),
+)
+SWITCH_BASES = ((64, 128), (128, 256), (256, 256))  # (head, tile_s1): small, default, D split in two
+
+
+def _name(c: FAConfig) -> str:
+    parts = [f"fa_d{c.head}_t{c.tile_s1}_p{c.qk_preload}_{c.in_dtype}"]
+    if c.out_dtype != c.in_dtype:
+        parts.append(f"o{c.out_dtype}")
+    parts += [flag for flag in ("masked", "key_padding", "lse", "varlen", "split_kv", "gqa_pack") if getattr(c, flag)]
+    if c.page_size:
+        parts.append(f"page{c.page_size}")
+    if not c.prescale_q:
+        parts.append("no_prescale_q")
+    if c.softmax_dtype != "f32":
+        parts.append(f"softmax_{c.softmax_dtype}")
+    return "_".join(parts)
+
+
+def forward_configs() -> list[FAConfig]:
+    """The grid, then every switch set on each base, without repeats."""
+    configs = list(_grid())
+    for (head, tile_s1), switches in itertools.product(SWITCH_BASES, SWITCHES):
+        configs.append(FAConfig(head=head, tile_s1=tile_s1, **switches))
+    return list(dict.fromkeys(configs))
+
+
+def backward_configs() -> list[BwdConfig]:
+    """Deterministic (dq + dkdv) and atomic-dQ (prep + dkdv + post, 64-row Q steps) modes, and
+    each with a key-padding mask on top of a window."""
+    grid = [BwdConfig(head=head, in_dtype=dtype, masked=masked, atomic_dq=atomic, block_q=64 if atomic else 128)
+            for atomic, head, dtype, masked in itertools.product((False, True), (64, 128), ("f16", "bf16"),
+                                                                 (False, True))]
+    return grid + [BwdConfig(masked=True, key_padding=True, atomic_dq=atomic, block_q=64 if atomic else 128)
+                   for atomic in (False, True)]
+
+
+def kernels() -> list[Kernel]:
+    """Every kernel of the catalog, forward first."""
+    from ptofa.fa_builder import emit_fa
+    from ptofa.kernels.fa_bwd import emit_bwd
+    from ptofa.kernels.fa_reduce import emit_reduce
+
+    out: list[Kernel] = []
+    for c in forward_configs():
+        out.append(Kernel(_name(c), c.summary(), lambda c=c: emit_fa(c)))
+        if c.split_kv:
+            out.append(Kernel(_name(c).replace("fa_", "fa_reduce_", 1), f"split-KV reduce of {c.summary()}",
+                              lambda c=c: emit_reduce(c)))
+    for b in backward_configs():
+        for kernel in b.kernels:
+            name = (f"fa_bwd_{kernel}_d{b.head}_{b.in_dtype}" + ("_masked" if b.masked else "")
+                    + ("_atomic" if b.atomic_dq else "") + ("_key_padding" if b.key_padding else ""))
+            out.append(Kernel(name, f"backward {kernel}: head={b.head} {b.in_dtype} masked={b.masked} "
+                                    f"atomic_dq={b.atomic_dq} key_padding={b.key_padding}",
+                              lambda b=b, k=kernel: emit_bwd(b, k)))
+    return out
+
+
+@click.command("catalog")
+@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write every kernel here as NAME.pto, with index.tsv (name, what it is).")
+@click.option("--check", "verify", is_flag=True, help="Parse and verify every kernel (what `run_fa check` does).")
+def catalog_cmd(out: Path | None, verify: bool) -> None:
+    """List (or write, or check) every kernel ptofa emits: the forward grid and switches,
+    the split-KV reduce, the backward kernels. Exit 1 when --check finds an error."""
+    from ptofa.ir.textio import PtoCheckError, check_text
+
+    failed = 0
+    rows = []
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    for k in kernels():
+        text = k.emit()
+        status = ""
+        if verify:
+            try:
+                check_text(text, f"{k.name}.pto")
+                status = "ok"
+            except PtoCheckError as exc:
+                failed += 1
+                status = "FAILED"
+                click.echo(f"{k.name}: {exc}", err=True)
+        if out is not None:
+            tmp = out / f"{k.name}.pto.tmp"
+            tmp.write_text(text)
+            tmp.replace(out / f"{k.name}.pto")
+        rows.append(f"{k.name}\t{k.summary}" + (f"\t{status}" if status else ""))
+        click.echo(rows[-1])
+    if out is not None:
+        (out / "index.tsv").write_text("\n".join(rows) + "\n")
+        click.echo(f"wrote {len(rows)} kernels to {out}")
+    sys.exit(1 if failed else 0)
+
+
+__all__ = ["Kernel", "SWITCHES", "backward_configs", "catalog_cmd", "forward_configs", "kernels"]
