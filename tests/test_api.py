@@ -22,7 +22,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import ptofa
 from ptofa.attention import core as attention
-from ptofa.attention.core import infiniop
+from ptofa.attention import infiniop
 from ptofa.launch import npu
 from ptofa.attention.core import attend, auto_config
 from ptofa.launch.base import BackendUnavailable

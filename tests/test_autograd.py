@@ -131,7 +131,7 @@ def test_backward_op_schema_and_fake() -> None:
 
 def test_flash_attn_func_deterministic_false_runs_the_atomic_backward(monkeypatch) -> None:
     """deterministic=False reaches the atomic-add dQ mode; both modes pass the rule."""
-    from ptofa.attention.core import backward
+    from ptofa.attention import backward
 
     modes = []
     real = backward.run_backward

@@ -9,7 +9,7 @@ import torch
 import ptofa
 from ptofa.kernels import argspec
 from ptofa.launch import npu
-from ptofa.attention.core import serving
+from ptofa.attention import serving
 from ptofa.launch import splitkv
 from ptofa.attention.core import auto_config
 from ptofa.launch.dense_split import varlen_window

@@ -12,11 +12,11 @@ import torch
 
 from ptofa.kernels import argspec
 
-from ptofa.attention.core import infiniop
+from ptofa.attention import infiniop
 
 from ptofa.launch import npu
 
-from ptofa.attention.core import serving
+from ptofa.attention import serving
 
 from ptofa.launch import serving_npu
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ptofa.cli.main import bench
+from ptofa.cli import bench
 
 from ptofa.launch import npu
 from ptofa.cli.bench import BenchRow, append_rows, bench_cmd, cann_version, flops_dsl_gp, flops_matmul, tflops

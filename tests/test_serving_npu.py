@@ -16,7 +16,7 @@ import torch
 import ptofa
 from ptofa.kernels import argspec
 from ptofa.launch import npu
-from ptofa.attention.core import serving
+from ptofa.attention import serving
 from ptofa.launch import serving_npu
 from ptofa.attention.kvcache import KVCache, reference_kvcache
 from ptofa.pipeline import REDUCE_TABLE, UNIT_FIELDS, FAConfig, workspace_bytes

@@ -16,7 +16,7 @@ from test_splitkv import _check, _split, _unsplit
 from test_variants import config
 
 import ptofa
-from ptofa.attention.core import serving
+from ptofa.attention import serving
 from ptofa.launch import splitkv
 from ptofa.cli.main import main
 from ptofa.pipeline import MAX_SPLITS, ConfigError, workspace_bytes
