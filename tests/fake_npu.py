@@ -1,6 +1,6 @@
 """A recording fake NPU for the launch-path tests: the device is the CPU, and every launcher
 records its host arguments by name (in the order of the kernel text's own entry signature, as
-`serving_npu.launcher_of` loads them) and computes nothing unless `Calls.on_launch` does."""
+`npu.launcher_of` loads them) and computes nothing unless `Calls.on_launch` does."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ import torch
 from ptofa.kernels import argspec
 
 from ptofa.launch import npu
-
-from ptofa.launch import serving_npu
 from ptofa.launch.toolchain import entry_signature
 
 STREAM = 0x5EA
@@ -47,11 +45,12 @@ class Calls(list):
 
 def install_fake_npu(monkeypatch: pytest.MonkeyPatch, module, cores: int,
                      annotate: Callable[[Call], None] = lambda call: None) -> Calls:
-    """Make `module` (a launch module importing `npu_device`, `npu_stream`, `cube_core_count`
-    and `launcher_of`) launch on the fake NPU; `annotate` reads what it needs at launch time."""
+    """Make `module` (`ptofa.launch.npu`, whose `npu_device`, `npu_stream`, `cube_core_count` and
+    `launcher_of` every NPU launch uses) launch on the fake NPU; `annotate` reads what it needs at
+    launch time."""
     recorded = Calls()
 
-    def launcher_of(text: str, summary: str) -> serving_npu.EntryLauncher:
+    def launcher_of(text: str, summary: str) -> npu.EntryLauncher:
         entry, args = entry_signature(text)
         order = [p.name for p in argspec.host_params_of(args)]
 
@@ -64,7 +63,7 @@ def install_fake_npu(monkeypatch: pytest.MonkeyPatch, module, cores: int,
                 recorded.on_launch(call)
             return argspec.RC_OK
 
-        return serving_npu.EntryLauncher(launch, entry, args)
+        return npu.EntryLauncher(launch, entry, args)
 
     monkeypatch.setattr(npu, "npu_available", lambda: (True, "fake NPU"))
     monkeypatch.setattr(module, "npu_device", lambda: torch.device("cpu"))

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import ptofa
-from ptofa.launch import backward_npu
+from ptofa.launch import npu
 from ptofa.attention.backward import attention_backward, check_gradients, reference_backward
 from ptofa.kernels.bwd_pipeline import BwdConfig, budget, entry_args
 from ptofa.kernels.fa_bwd import emit_bwd
@@ -108,7 +108,7 @@ def test_a_config_without_key_padding_is_refused_with_a_mask():
 def test_the_npu_launch_passes_the_mask_and_its_stride(monkeypatch, deterministic):
     """Recorded launches replayed on the simulator from their addresses: the per-batch mask's
     address and stride S1 reach the mixed kernels and the gradients pass the rule."""
-    calls = install_fake_npu(monkeypatch, backward_npu, 24)
+    calls = install_fake_npu(monkeypatch, npu, 24)
     q, k, v, dout = _inputs(2, 4, 2, 77, 93)
     mask = _mask(2, 93, shared=False)
     out, lse = ptofa.flash_attn_func(q, k, v, window_size=(-1, 0), key_padding_mask=mask, return_lse=True, backend="sim")

@@ -15,9 +15,8 @@ import torch
 
 import ptofa
 from ptofa.kernels import argspec
-from ptofa.launch import backward_npu
 from ptofa.launch import npu
-from ptofa.launch import serving_npu
+from ptofa.launch.plan import backward_kernel
 from ptofa.launch.base import BackendUnavailable
 from ptofa.attention.backward import attention_backward, check_gradients, reference_backward
 from ptofa.kernels.bwd_pipeline import BwdConfig, entry_args, work_units
@@ -36,20 +35,20 @@ CORES = 24
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
     """The backward launches on the recording fake NPU (`fake_npu`)."""
-    return install_fake_npu(monkeypatch, backward_npu, CORES)
+    return install_fake_npu(monkeypatch, npu, CORES)
 
 
 @pytest.fixture
-def launches(monkeypatch: pytest.MonkeyPatch) -> list[backward_npu.NpuBackwardLaunch]:
-    """The `launch_backward_npu` results (block dims and workspaces) of the calls."""
+def launches(monkeypatch: pytest.MonkeyPatch) -> list[npu.NpuLaunch]:
+    """The `npu.launch` results (block dims and workspaces) of the calls."""
     results = []
-    real = backward_npu.launch_backward_npu
+    real = npu.launch
 
     def keep(*args, **kwargs):
         results.append(real(*args, **kwargs))
         return results[-1]
 
-    monkeypatch.setattr("ptofa.attention.backward.launch_backward_npu", keep)
+    monkeypatch.setattr(npu, "launch", keep)
     return results
 
 
@@ -163,8 +162,8 @@ def test_a_wrong_marshalling_fails_the_accuracy_rule(calls, monkeypatch) -> None
     gradients fail the rule, so the replay test above can see a marshalling mistake."""
     q, k, v, out, lse, dout = _case()
     _replay_on_sim(calls, BwdConfig(head=64, masked=True), _nbytes(q, k, lse))
-    real = backward_npu.host_values
-    monkeypatch.setattr(backward_npu, "host_values",
+    real = npu.host_values
+    monkeypatch.setattr(npu, "host_values",
                         lambda args, values: real(args, {**values, "k": values["v"], "v": values["k"]}))
     dq, dk, dv = attention_backward(q, k, v, out, lse, dout, window=(-1, 0), backend="npu")
     acc = check_gradients(dq, dk, dv, reference_backward(q, k, v, dout, window=(-1, 0)))
@@ -189,14 +188,14 @@ def test_bad_input_launches_nothing(calls, change, error, message) -> None:
 def test_a_failed_build_launches_nothing(calls, monkeypatch, failing, deterministic) -> None:
     """Every kernel of the mode is built before any is enqueued: the dkdv kernel of the
     deterministic mode, the post kernel (the last one) of the atomic mode."""
-    real = backward_npu.kernel_launcher
+    real = npu.launcher_of
 
-    def failing_build(config, kernel):
-        if kernel == failing:
+    def failing_build(text: str, summary: str):
+        if entry_signature(text)[0] == entry_name(failing):
             raise ToolchainError("ptoas: error: fake failure")
-        return real(config, kernel)
+        return real(text, summary)
 
-    monkeypatch.setattr(backward_npu, "kernel_launcher", failing_build)
+    monkeypatch.setattr(npu, "launcher_of", failing_build)
     q, k, v, dout = _inputs(1, 2, 1, 64, 64)
     with pytest.raises(ToolchainError, match="fake failure"):
         attention_backward(q, k, v, q, torch.zeros(1, 2, 64), dout, backend="npu", deterministic=deterministic)
@@ -204,11 +203,11 @@ def test_a_failed_build_launches_nothing(calls, monkeypatch, failing, determinis
 
 
 def test_a_launcher_error_code_is_raised_naming_the_launcher(calls, monkeypatch) -> None:
-    def failing(text: str, summary: str) -> serving_npu.EntryLauncher:
+    def failing(text: str, summary: str) -> npu.EntryLauncher:
         entry, args = entry_signature(text)
-        return serving_npu.EntryLauncher(lambda *values: argspec.RC_FFTS_FAILED, entry, args)
+        return npu.EntryLauncher(lambda *values: argspec.RC_FFTS_FAILED, entry, args)
 
-    monkeypatch.setattr(backward_npu, "launcher_of", failing)
+    monkeypatch.setattr(npu, "launcher_of", failing)
     q, k, v, dout = _inputs(1, 2, 1, 64, 64)
     with pytest.raises(npu.NpuLaunchError, match="call_fa_bwd_dq returned 1"):
         attention_backward(q, k, v, q, torch.zeros(1, 2, 64), dout, backend="npu")
@@ -282,14 +281,15 @@ def test_kernel_launcher_builds_the_text_and_loads_its_entry(monkeypatch, tmp_pa
         built.append(Path(path).read_text())
         return type("Compiled", (), {"so_path": tmp_path / "fa.so"})()
 
-    monkeypatch.setattr(serving_npu, "cache_root", lambda: tmp_path)
-    monkeypatch.setattr(serving_npu, "compile_pto", compile_pto)
-    monkeypatch.setattr(serving_npu, "load_entry_launcher", lambda so, entry, args: loaded.append((so, entry, args)))
-    serving_npu.launcher_of.cache_clear()
+    monkeypatch.setattr(npu, "cache_root", lambda: tmp_path)
+    monkeypatch.setattr(npu, "compile_pto", compile_pto)
+    monkeypatch.setattr(npu, "load_launcher", lambda so, entry, args: loaded.append((so, entry, args)))
+    npu.launcher_of.cache_clear()
     try:
-        backward_npu.kernel_launcher(config, "dkdv")
+        kernel = backward_kernel(config, "dkdv")
+        npu.launcher_of(kernel.text, kernel.name)
     finally:
-        serving_npu.launcher_of.cache_clear()
+        npu.launcher_of.cache_clear()
     assert built == [emit_bwd(config, "dkdv")]
     ((so, entry, args),) = loaded
     assert (so, entry) == (tmp_path / "fa.so", entry_name("dkdv"))

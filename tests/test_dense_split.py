@@ -9,7 +9,7 @@ import torch
 import ptofa
 from ptofa.kernels import argspec
 from ptofa.launch import npu
-from ptofa.attention import serving
+from ptofa.launch import dispatch
 from ptofa.launch import splitkv
 from ptofa.attention.core import auto_config
 from ptofa.launch.dense_split import varlen_window
@@ -29,13 +29,14 @@ def splits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Force the timing model's choice to `splits[0]` and record the split counts launched."""
     chosen, launched = [3], []
     monkeypatch.setattr(splitkv, "plan_splits", lambda config, table, *a, **kw: [chosen[0]] * int(table.shape[0]))
-    real = serving._launch
+    real = dispatch.launch_on
 
-    def spy(backend, config, shape, table_of, q, k, v, out, scale, num_splits, **kw):
-        launched.append(num_splits)
-        return real(backend, config, shape, table_of, q, k, v, out, scale, num_splits, **kw)
+    def spy(backend, plan, tensors, **kw):
+        if plan.split is not None:
+            launched.append(plan.split.launch_splits)
+        return real(backend, plan, tensors, **kw)
 
-    monkeypatch.setattr(serving, "_launch", spy)
+    monkeypatch.setattr(dispatch, "launch_on", spy)
     chosen.append(launched)
     return chosen
 

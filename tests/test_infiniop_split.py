@@ -16,11 +16,9 @@ from ptofa.attention import infiniop
 
 from ptofa.launch import npu
 
-from ptofa.attention import serving
+from ptofa.launch import dispatch
 
-from ptofa.launch import serving_npu
-
-from ptofa.launch import sim as sim_backend
+from ptofa.launch import plan as launch_plan
 
 from ptofa.launch import splitkv
 from ptofa.attention.infiniop import Status, TensorDescriptor
@@ -53,13 +51,14 @@ def launched(monkeypatch: pytest.MonkeyPatch) -> list:
     """Force the timing model's split choice to SPLITS and record the serving launches (split count, shape)."""
     monkeypatch.setattr(splitkv, "plan_splits", lambda config, table, *a, **kw: [SPLITS] * int(table.shape[0]))
     calls = []
-    real = serving._launch
+    real = dispatch.launch_on
 
-    def spy(backend, config, shape, table_of, q, k, v, out, scale, num_splits, **kw):
-        calls.append((num_splits, shape.window, kw["workspace"]))
-        return real(backend, config, shape, table_of, q, k, v, out, scale, num_splits, **kw)
+    def spy(backend, plan, tensors, **kw):
+        if plan.split is not None:
+            calls.append((plan.split.launch_splits, plan.shape.window, kw["workspace"]))
+        return real(backend, plan, tensors, **kw)
 
-    monkeypatch.setattr(serving, "_launch", spy)
+    monkeypatch.setattr(dispatch, "launch_on", spy)
     return calls
 
 
@@ -149,7 +148,7 @@ def test_a_truncated_buffer_is_caught(launched, monkeypatch: pytest.MonkeyPatch)
     workspace = torch.empty(full - 16, dtype=torch.uint8)
     assert infiniop.flash_attention(desc, workspace, full - 16, out, q, k, v) == Status.INTERNAL_ERROR
     assert f"workspace: {full - 16} bytes, but split-KV with num_splits={SPLITS}" in infiniop.last_error()
-    monkeypatch.setattr(sim_backend, "workspace_bytes", lambda *a, **kw: full - 16)
+    monkeypatch.setattr(launch_plan.LaunchPlan, "check_workspace", lambda self, have: None)
     assert infiniop.flash_attention(desc, workspace, full - 16, out, q, k, v) == Status.INTERNAL_ERROR
     error = infiniop.last_error()
     assert "GM access out of range" in error and f"of a {full - 16}-byte buffer" in error
@@ -201,7 +200,7 @@ class _Stream:
 def test_npu_launches_main_and_reduce_on_the_callers_workspace(launched, monkeypatch: pytest.MonkeyPatch) -> None:
     """The NPU path on the recording fake launcher: main and reduce get the caller's workspace,
     its partials region, the caller's out and stream."""
-    calls = install_fake_npu(monkeypatch, serving_npu, CORES)
+    calls = install_fake_npu(monkeypatch, npu, CORES)
     monkeypatch.setattr(npu, "cube_core_count", lambda: CORES)
     monkeypatch.setattr(infiniop, "device_type_of", lambda backend: "cpu")
     q, k, v = _qkv()
@@ -222,6 +221,6 @@ def test_npu_launches_main_and_reduce_on_the_callers_workspace(launched, monkeyp
     assert infiniop.flash_attention(desc, workspace, desc.workspace_size - 1, out, q, k, v) == \
         Status.INSUFFICIENT_WORKSPACE and len(calls) == 2
     with pytest.raises(ConfigError, match=f"workspace: {desc.workspace_size - 1} bytes, but num_splits={SPLITS}"):
-        run_dense_split(desc.split, q, k, v, scale=0.125, return_lse=False, backend="npu",
+        run_dense_split(desc.split, q, k, v, return_lse=False, backend="npu",
                         workspace=workspace[:desc.workspace_size - 1])
     assert len(calls) == 2  # the launch's own check refuses a short buffer before enqueueing

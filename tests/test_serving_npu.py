@@ -17,13 +17,13 @@ import ptofa
 from ptofa.kernels import argspec
 from ptofa.launch import npu
 from ptofa.attention import serving
-from ptofa.launch import serving_npu
+from ptofa.launch import plan as launch_plan
 from ptofa.attention.kvcache import KVCache, reference_kvcache
 from ptofa.pipeline import REDUCE_TABLE, UNIT_FIELDS, FAConfig, workspace_bytes
 from ptofa.reference import check_accuracy, check_lse
 from ptofa.runner import BackendUnavailable
 from ptofa.sim import GmPointer, simulate
-from ptofa.launch.sim import reduce_block_dim, reduce_rows
+from ptofa.launch.plan import reduce_block_dim, reduce_rows
 from ptofa.ir.textio import check_text
 from ptofa.launch.toolchain import ToolchainError, caller_for, entry_signature
 from ptofa.launch.varlen import reduce_table, reference_varlen, unit_table, varlen_shape
@@ -56,20 +56,20 @@ def _read_tables(call: Call) -> None:
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
     """The serving launches on the recording fake NPU (`fake_npu`), with their tables."""
-    return install_fake_npu(monkeypatch, serving_npu, CORES, _read_tables)
+    return install_fake_npu(monkeypatch, npu, CORES, _read_tables)
 
 
 @pytest.fixture
-def launches(monkeypatch: pytest.MonkeyPatch) -> list[serving_npu.NpuServingLaunch]:
-    """The `launch_varlen_npu` results of the serving calls (their plans and device buffers)."""
+def launches(monkeypatch: pytest.MonkeyPatch) -> list[npu.NpuLaunch]:
+    """The `npu.launch` results of the serving calls (their plans and device buffers)."""
     results = []
-    real = serving_npu.launch_varlen_npu
+    real = npu.launch
 
     def keep(*args, **kwargs):
         results.append(real(*args, **kwargs))
         return results[-1]
 
-    monkeypatch.setattr(serving, "launch_varlen_npu", keep)
+    monkeypatch.setattr(npu, "launch", keep)
     return results
 
 
@@ -193,21 +193,25 @@ def test_varlen_bad_cu_seqlens_is_refused_before_any_launch(calls) -> None:
 
 @pytest.mark.parametrize("failing_entry", [argspec.ENTRY_NAME, argspec.REDUCE_ENTRY_NAME])
 def test_a_launcher_error_code_is_raised_naming_the_launcher(calls, monkeypatch, failing_entry) -> None:
-    def failing(text: str, summary: str) -> serving_npu.EntryLauncher:
+    def failing(text: str, summary: str) -> npu.EntryLauncher:
         entry, args = entry_signature(text)
         code = argspec.RC_FFTS_FAILED if entry == failing_entry else argspec.RC_OK
-        return serving_npu.EntryLauncher(lambda *values: code, entry, args)
+        return npu.EntryLauncher(lambda *values: code, entry, args)
 
-    monkeypatch.setattr(serving_npu, "launcher_of", failing)
+    monkeypatch.setattr(npu, "launcher_of", failing)
     with pytest.raises(npu.NpuLaunchError, match=f"{argspec.LAUNCHERS[failing_entry]} returned 1: rtGetC2cCtrlAddr"):
         _varlen(3)
 
 
 def test_a_failed_reduce_build_launches_nothing(calls, monkeypatch) -> None:
-    def no_reduce(config):
-        raise ToolchainError("ptoas: error: fake failure")
+    fake_launcher_of = npu.launcher_of
 
-    monkeypatch.setattr(serving_npu, "reduce_launcher", no_reduce)
+    def no_reduce(text: str, summary: str):
+        if entry_signature(text)[0] == argspec.REDUCE_ENTRY_NAME:
+            raise ToolchainError("ptoas: error: fake failure")
+        return fake_launcher_of(text, summary)
+
+    monkeypatch.setattr(npu, "launcher_of", no_reduce)
     with pytest.raises(ToolchainError, match="fake failure"):
         _varlen(3)
     assert calls == []
@@ -232,15 +236,16 @@ def test_launcher_of_builds_the_text_and_loads_its_entry_with_its_arguments(monk
         built.append(Path(path).read_text())
         return type("Compiled", (), {"so_path": tmp_path / "fa.so"})()
 
-    monkeypatch.setattr(serving_npu, "cache_root", lambda: tmp_path)
-    monkeypatch.setattr(serving_npu, "compile_pto", compile_pto)
-    monkeypatch.setattr(serving_npu, "load_entry_launcher", lambda so, entry, args: loaded.append((so, entry, args)))
-    serving_npu.launcher_of.cache_clear()
+    monkeypatch.setattr(npu, "cache_root", lambda: tmp_path)
+    monkeypatch.setattr(npu, "compile_pto", compile_pto)
+    monkeypatch.setattr(npu, "load_launcher", lambda so, entry, args: loaded.append((so, entry, args)))
+    npu.launcher_of.cache_clear()
     try:
-        serving_npu.reduce_launcher(config)
+        kernel = launch_plan.reduce_kernel(config)
+        npu.launcher_of(kernel.text, kernel.name)
     finally:
-        serving_npu.launcher_of.cache_clear()
-    assert built == [serving_npu.emit_reduce(config)]
+        npu.launcher_of.cache_clear()
+    assert built == [launch_plan.emit_reduce(config)]
     assert loaded == [(tmp_path / "fa.so", argspec.REDUCE_ENTRY_NAME, argspec.reduce_entry_args(config))]
 
 
@@ -248,7 +253,7 @@ def test_load_entry_launcher_sets_the_argtypes_of_the_declared_arguments(monkeyp
     config = dataclasses.replace(FAConfig(), varlen=True, split_kv=True, lse=True)
     library = type("Library", (), {"call_fa_reduce": type("Fn", (), {})()})()
     monkeypatch.setattr(npu.ctypes, "CDLL", lambda path: library)
-    launcher = npu.load_entry_launcher("x.so", argspec.REDUCE_ENTRY_NAME, argspec.reduce_entry_args(config))
+    launcher = npu.load_launcher("x.so", argspec.REDUCE_ENTRY_NAME, argspec.reduce_entry_args(config))
     pointers, ints = [ctypes.c_void_p] * 4, [ctypes.c_int64] * 3
     assert launcher.argtypes == [ctypes.c_uint32, ctypes.c_void_p, *pointers, *ints]  # partials, o, lse, units; sizes
     assert launcher.restype is argspec.LAUNCHER_RESTYPE
@@ -291,7 +296,7 @@ def _replay_on_sim(calls: Calls, monkeypatch: pytest.MonkeyPatch, nbytes: dict[s
                 args[arg.name] = values[arg.source]
         simulate(check_text(call.text, call.entry), args, call.block_dim)
 
-    monkeypatch.setattr(serving_npu, "workspace_bytes", recorded_workspace_bytes)
+    monkeypatch.setattr(launch_plan, "workspace_bytes", recorded_workspace_bytes)
     calls.on_launch = replay
 
 

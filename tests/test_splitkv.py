@@ -19,8 +19,10 @@ from ptofa.attention.kvcache import KVCache, decode_shape, decode_units, referen
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, partial_elems, workspace_bytes
 from ptofa.reference import Reference, check_accuracy, check_lse
 from ptofa.sim import simulate
-from ptofa.launch.sim import launch_split_sim, sim_kernel_args
-from ptofa.launch.splitkv import plan_splits, reduce_kernel
+from ptofa.launch import sim
+from ptofa.launch.plan import plan_split
+from ptofa.launch.sim import sim_kernel_args
+from ptofa.launch.splitkv import Plan, plan_splits
 from ptofa.ir.textio import check_text, print_pto
 from ptofa.launch.varlen import make_varlen_inputs, reference_varlen, split_tiles, unit_table, varlen_shape
 
@@ -39,12 +41,21 @@ def _split(cfg: FAConfig, shape: ProblemShape, q, k, v, table, scale, num_splits
     lse = Guarded.like(torch.full((shape.heads, shape.s0), math.nan))
     ws = Guarded.like(torch.full((workspace_bytes(cfg, shape, block_dim, num_splits) // 4,), math.nan))
     ins = [Guarded.like(t) for t in (q, k, v)]
-    launch_split_sim(parsed(cfg), reduce_kernel(cfg), cfg, shape, *[g.pointer() for g in ins], o.pointer(),
+    launch_split_sim(cfg, shape, *[g.pointer() for g in ins], o.pointer(),
                      block_dim, scale, num_splits, units=table, workspace=ws.pointer(), lse=lse.pointer(),
                      block_table=block_table)
     for g in (*ins, o, lse, ws):
         assert g.guards_intact(), "a guard region around a GM tensor was written"
     return o.inner, lse.inner
+
+
+def launch_split_sim(cfg: FAConfig, shape: ProblemShape, q, k, v, o, block_dim: int, scale: float, num_splits: int, *,
+                     units, workspace=None, lse=None, block_table=None):
+    """The split launch of `units` (forward, then reduce) through the one simulator launch."""
+    plan = plan_split(Plan(num_splits, cfg, units, block_dim), shape, "910B2", scale=scale,
+                      max_pages=0 if block_table is None else int(block_table.shape[-1]))
+    return sim.launch(plan, {"q": q, "k": k, "v": v, "o": o, "lse": lse, "block_table": block_table},
+                      workspace=workspace)
 
 
 def _check(out, lse, ref: Reference, ref_out, ref_lse) -> None:
@@ -140,7 +151,7 @@ def test_workspace_and_split_rules() -> None:
     o = torch.empty(5, 2, 64, dtype=torch.float16)
     small = torch.zeros(workspace_bytes(cfg, shape, 4, 3) - 4, dtype=torch.uint8)
     with pytest.raises(ConfigError, match=r"workspace: \d+ bytes, but split-KV with num_splits=3 on 4 blocks needs \d+"):
-        launch_split_sim(parsed(cfg), reduce_kernel(cfg), cfg, shape, q, k, v, o, 4, 0.1, 3,
+        launch_split_sim(cfg, shape, q, k, v, o, 4, 0.1, 3,
                          units=unit_table(cfg, [5], [300], 2, num_splits=3), workspace=small)
     with pytest.raises(ConfigError, match="split_kv=True needs varlen=True"):
         FAConfig(split_kv=True)

@@ -16,7 +16,7 @@ from test_splitkv import _check, _split, _unsplit
 from test_variants import config
 
 import ptofa
-from ptofa.attention import serving
+from ptofa.launch import dispatch
 from ptofa.launch import splitkv
 from ptofa.cli.main import main
 from ptofa.pipeline import MAX_SPLITS, ConfigError, workspace_bytes
@@ -152,13 +152,14 @@ def test_plan_takes_per_unit_counts() -> None:
 def test_dense_call_balances_the_last_wave(monkeypatch) -> None:
     """flash_attn_func (automatic config) on 26 units: the model splits only the 2 units of the last wave."""
     launched = []
-    real = serving._launch
+    real = dispatch.launch_on
 
-    def spy(backend, config, shape, table_of, q, k, v, out, scale, num_splits, **kw):
-        launched.append(num_splits)
-        return real(backend, config, shape, table_of, q, k, v, out, scale, num_splits, **kw)
+    def spy(backend, plan, tensors, **kw):
+        if plan.split is not None:
+            launched.append(plan.split.launch_splits)
+        return real(backend, plan, tensors, **kw)
 
-    monkeypatch.setattr(serving, "_launch", spy)
+    monkeypatch.setattr(dispatch, "launch_on", spy)
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(1, n, 26, 64, generator=g).half() for n in (128, 512, 512))
     out, lse = ptofa.flash_attn_func(q, k, v, return_lse=True, backend="sim")

@@ -587,18 +587,18 @@ def test_real_trace_records_rows_and_element_widths() -> None:
 
     import torch
 
-    from ptofa.fa_builder import emit_fa
     from ptofa.reference import make_inputs
     from ptofa.sim.options import RunOptions
-    from ptofa.launch.sim import launch_sim
-    from ptofa.ir.textio import check_text
+    from ptofa.launch import sim
+    from ptofa.launch.plan import plan_forward
 
     config, shape = FAConfig(tile_s1=256, qk_preload=2), ProblemShape(1, 1, 128, 512)
     q, k, v = make_inputs(shape, config.head, 0, torch.float16, shape.kv_heads)
     o = torch.full((1, 128, 1, config.head), math.nan, dtype=torch.float16)
-    sim = launch_sim(check_text(emit_fa(config)), config, shape, q, k, v, o, 1, 128 ** -0.5,
-                     options=RunOptions(trace=True))
-    ops = sim.trace.ops(0, "vec0")
+    (result,) = sim.launch(plan_forward(config, shape, "910B2", scale=128 ** -0.5, block_dim=1),
+                           {"q": q, "k": k, "v": v, "o": o, "lse": None, "key_mask": None},
+                           options=RunOptions(trace=True))
+    ops = result.trace.ops(0, "vec0")
     expdif = [op for op in ops if op.op == "pto.trowexpandexpdif"]
     assert expdif and all(op.rows == config.vec_s0 and op.elem_bytes == 4 for op in expdif)
     casts = [op for op in ops if op.op == "pto.tcvt" and op.stage == "p"]

@@ -15,31 +15,31 @@ error against fp64 <= 2 x the input-dtype computation's error + 1e-5) to each gr
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
 import torch
 
 from ptofa.attention.core import resolve_backend
+from ptofa.ir.textio import ParsedModule
+from ptofa.kernels.bwd_pipeline import BwdConfig, work_units
+from ptofa.launch import sim
 from ptofa.launch.base import normalize_key_mask
-from ptofa.launch.backward_npu import key_mask_stride, launch_backward_npu
-from ptofa.kernels.bwd_pipeline import BwdConfig, entry_args, work_units
-from ptofa.kernels.fa_bwd import emit_bwd
+from ptofa.launch.dispatch import backend_soc, launch_on
+from ptofa.launch.plan import backward_kernel, plan_backward
 from ptofa.pipeline import ConfigError, ProblemShape
 from ptofa.reference import Accuracy, check_accuracy, visible_mask
-from ptofa.sim import GmPointer, SimResult, simulate
+from ptofa.sim import GmPointer, SimResult
+from ptofa.sim.options import RunOptions
+from ptofa.sim.socspec import DEFAULT_SOC, SocSpec
 from ptofa.sim.timing import blocks_to_trace
-from ptofa.ir.textio import ParsedModule, check_text
 
-CUBE_CORES = 24
 _DTYPE_NAMES = {torch.float16: "f16", torch.bfloat16: "bf16"}
 
 
-@functools.lru_cache(maxsize=32)
 def parsed_kernels(config: BwdConfig) -> dict[str, ParsedModule]:
-    """The two backward kernels of `config`, emitted, parsed from their text and verified."""
-    return {kernel: check_text(emit_bwd(config, kernel), f"fa_bwd_{kernel}.pto") for kernel in config.kernels}
+    """The backward kernels of `config`, emitted, parsed from their text and verified (once)."""
+    return {kernel: backward_kernel(config, kernel).parsed for kernel in config.kernels}
 
 
 def _check_inputs(q, k, v, out, lse, dout) -> None:
@@ -129,9 +129,12 @@ def attention_backward(
         raise ValueError(f"attention_backward: S0={s0}, S1={s1} must be >= 1 and window={win} entries >= -1")
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
     grads = BackwardBuffers.zeros(q, k, atomic=atomic)
-    if resolve_backend(backend) == "npu":
-        launch_backward_npu(cfg, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, bounds=bounds,
-                            key_mask=key_mask)
+    backend = resolve_backend(backend)
+    if backend == "npu":
+        _check_buffers(cfg, grads, key_mask)
+        plan = plan_backward(cfg, shape, backend_soc(backend), scale=scale, bounds=bounds, key_mask=key_mask,
+                             block_dim=block_dim)
+        launch_on(backend, plan, _tensors(q, k, v, out, lse, dout, grads, key_mask))
     else:
         run_backward(cfg, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, bounds=bounds,
                      key_mask=key_mask)
@@ -157,49 +160,46 @@ class BackwardBuffers:
         return cls(torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(k), torch.full((b, n, s0), math.nan), acc)
 
 
+def _tensors(q, k, v, out, lse, dout, grads: BackwardBuffers, key_mask=None) -> dict[str, torch.Tensor | None]:
+    """The backward kernels' tensors by entry-argument name."""
+    return {"q": q, "k": k, "v": v, "o": out, "do": dout, "lse": lse, "dq": grads.dq, "dk": grads.dk, "dv": grads.dv,
+            "dsum": grads.dsum, "dq_acc": grads.dq_acc, "key_mask": key_mask}
+
+
+def _check_buffers(config: BwdConfig, grads: BackwardBuffers, key_mask) -> None:
+    if config.atomic_dq and grads.dq_acc is None:
+        raise ValueError("run_backward: an atomic_dq config needs grads.dq_acc (BackwardBuffers.zeros(..., atomic=True))")
+    if config.key_padding and key_mask is None:
+        raise ValueError("run_backward: a key_padding config needs key_mask (backend.normalize_key_mask)")
+
+
 def run_backward(config: BwdConfig, shape: ProblemShape, q, k, v, out, lse, dout, grads: BackwardBuffers, scale: float,
-                 *, block_dim: int | None = None, trace: bool = False,
-                 bounds: tuple[int, int] | None = None, key_mask: torch.Tensor | None = None) -> dict[str, SimResult]:
+                 *, block_dim: int | None = None, trace: bool = False, bounds: tuple[int, int] | None = None,
+                 key_mask: torch.Tensor | None = None, soc: str | SocSpec = DEFAULT_SOC) -> dict[str, SimResult]:
     """Launch `config.kernels` (dq, dkdv; or prep, dkdv, post) on the simulator; `grads` is written in place.
 
     With `trace`, each launch records the blocks the timing model needs (`ptofa.sim.bwd_timing`):
     one per distinct unit count, or every block when a window gives units unequal work."""
-    parsed = parsed_kernels(config)
-    if config.atomic_dq and grads.dq_acc is None:
-        raise ValueError("run_backward: an atomic_dq config needs grads.dq_acc (BackwardBuffers.zeros(..., atomic=True))")
-    tensors = {"q": q, "k": k, "v": v, "o": out, "do": dout, "lse": lse, "dq": grads.dq, "dk": grads.dk,
-               "dv": grads.dv, "dsum": grads.dsum}
-    if grads.dq_acc is not None:
-        tensors["dq_acc"] = grads.dq_acc
-    if config.key_padding:
-        if key_mask is None:
-            raise ValueError("run_backward: a key_padding config needs key_mask (backend.normalize_key_mask)")
-        tensors["key_mask"] = key_mask
-    results = {}
-    for kernel in config.kernels:
-        units = work_units(config, kernel, shape.batch, shape.heads, shape.kv_heads, shape.s0, shape.s1)
-        blocks = block_dim or max(1, min(units, CUBE_CORES))
-        traced = None if config.masked else blocks_to_trace(blocks, units)
-        args = launch_args(config, kernel, shape, tensors, scale, blocks, bounds)
-        results[kernel] = simulate(parsed[kernel], args, blocks, trace=trace, trace_blocks=traced if trace else None)
-    return results
+    _check_buffers(config, grads, key_mask)
+    plan = plan_backward(config, shape, soc, scale=scale, bounds=bounds, key_mask=key_mask, block_dim=block_dim)
+    options = {}
+    for call in plan.calls:
+        units = work_units(config, call.name, shape.batch, shape.heads, shape.kv_heads, shape.s0, shape.s1)
+        traced = None if config.masked else blocks_to_trace(call.block_dim, units)
+        options[call.name] = RunOptions(trace=trace, trace_blocks=traced if trace else None)
+    results = sim.launch(plan, _tensors(q, k, v, out, lse, dout, grads, key_mask), options=options)
+    return {call.name: result for call, result in zip(plan.calls, results)}
 
 
 def launch_args(config: BwdConfig, kernel: str, shape: ProblemShape, tensors: dict[str, torch.Tensor], scale: float,
                 blocks: int, bounds: tuple[int, int] | None = None) -> dict[str, object]:
-    """`kernel`'s entry arguments by `entry_args` name: the tensors (q k v o do lse dq dk dv dsum, dq_acc in atomic mode,
-    key_mask with a key mask), the sizes, and a NaN-filled slot workspace for `blocks` blocks (a slot read before its
-    write shows up as NaN)."""
-    left, right = shape.window_bounds() if bounds is None else bounds
-    mask = tensors.get("key_mask")
-    values = {"ffts": GmPointer.of(torch.zeros(16, dtype=torch.int64)), "batch": shape.batch, "heads": shape.heads,
-              "kv_heads": shape.kv_heads, "s0": shape.s0, "s1": shape.s1, "scale": scale, "win_left": left,
-              "win_right": right, "key_mask_stride": key_mask_stride(mask, shape.s1),
-              **{name: GmPointer.of(t) for name, t in tensors.items()}}
-    if config.pipes(kernel):
-        slots = GmPointer.of(torch.full((config.slot_bytes_per_block(kernel) * blocks // 4,), math.nan))
-        values.update(slots=slots, slots_h=slots.retyped(config.in_dtype))
-    return {name: values[name] for name, _ in entry_args(config, kernel)}
+    """`kernel`'s entry arguments by entry-argument name, for a direct `simulate` call: the tensors (q k v o do lse dq
+    dk dv dsum, dq_acc in atomic mode, key_mask with a key mask), the plan's values on `blocks` blocks, and a
+    NaN-filled slot workspace (a slot read before its write shows up as NaN)."""
+    plan = plan_backward(config, shape, DEFAULT_SOC, scale=scale, bounds=bounds, key_mask=tensors.get("key_mask"),
+                         block_dim=blocks)
+    workspace = GmPointer.of(torch.full((max(plan.workspace_bytes, 4) // 4,), math.nan))
+    return sim.arguments(plan.call(kernel), tensors, workspace)
 
 
 # ======================================================================================

@@ -26,12 +26,13 @@ import warnings
 
 import torch
 
-from ptofa.kernels import argspec
 from ptofa.launch.base import TORCH_DTYPES, BackendUnavailable, normalize_key_mask
+from ptofa.launch.dense_split import dense_split, tune_window
+from ptofa.launch.dispatch import backend_soc, launch_on
 from ptofa.launch.kernel_cache import Kernel, clear_kernel_cache, get_kernel, kernel_cache_info
-from ptofa.pipeline import SUPPORTED_HEAD, ConfigError, FAConfig, ProblemShape, default_block_dim
-from ptofa.sim.socspec import get_soc
-from ptofa.launch.sim import launch_sim
+from ptofa.launch.plan import plan_forward
+from ptofa.pipeline import SUPPORTED_HEAD, ConfigError, FAConfig, ProblemShape
+from ptofa.sim.socspec import DEFAULT_SOC
 
 BACKEND_NAMES = ("auto", "sim", "npu")
 # S1 from which the automatic config takes TILE_S1 = 256 with QK_PRELOAD = 3 (three tiles in flight).
@@ -39,8 +40,6 @@ LONG_S1 = 3 * 256
 # (tile_s1, qk_preload) candidates of the automatic config, by preference.
 LONG_TILES = ((256, 3), (128, 2))
 SHORT_TILES = ((128, 2), (256, 3))
-# The chip whose cube-core count sets the simulator's default block count.
-SIM_SOC = "910B2"
 _DTYPE_NAMES = {dtype: name for name, dtype in TORCH_DTYPES.items()}
 
 
@@ -51,7 +50,7 @@ _DTYPE_NAMES = {dtype: name for name, dtype in TORCH_DTYPES.items()}
 
 def auto_config(head: int, in_dtype: str = "f16", *, s1: int, out_dtype: str | None = None, masked: bool = False,
                 key_padding: bool = False, lse: bool = False, shape: ProblemShape | None = None,
-                soc: str = SIM_SOC) -> FAConfig:
+                soc: str = DEFAULT_SOC) -> FAConfig:
     """The config `attend` runs with when none is given (see the module docstring): with
     `shape` (the call's sizes and window) the timing model's choice for it on `soc`,
     without it (or when the prediction fails) the fixed rule."""
@@ -75,15 +74,6 @@ def auto_config(head: int, in_dtype: str = "f16", *, s1: int, out_dtype: str | N
             first_error = first_error or error
     assert first_error is not None
     raise first_error
-
-
-def tune_window(bounds: tuple[int, int] | None, s0: int, s1: int) -> tuple[int, int]:
-    """The window the timing model ranks configs for, from the kernel's bounds: a bound that no
-    offset reaches is -1, a negative right bound (torch's top-left causal with S1 > S0) is 0."""
-    if bounds is None:
-        return (-1, -1)
-    left, right = bounds
-    return (-1 if left >= s0 + s1 else left, -1 if right >= s0 + s1 else max(0, right))
 
 
 def check_config(config: FAConfig, *, head: int, in_dtype: str, out_dtype: str | None, masked: bool,
@@ -288,16 +278,14 @@ def run_attention(
     if key_padding_mask is not None:
         key_mask = normalize_key_mask(torch.as_tensor(key_padding_mask), batch, s1)
     masked = bounds is not None
+    soc = backend_soc(backend)
     if config is None:
         tuned = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads, window=tune_window(bounds, s0, s1))
         config = auto_config(head, in_dtype, s1=s1, out_dtype=wanted_out, masked=masked,
                              key_padding=key_mask is not None, lse=return_lse, shape=tuned)
         if key_mask is None and out is None and workspace is None and block_dim is None:
-            from ptofa.launch.dense_split import dense_split, sim_cores
-
-            cores = sim_cores() if backend == "sim" else _npu_cores()
             split = dense_split(config, q, k, v, scale=float(scale), bounds=bounds, return_lse=return_lse,
-                                backend=backend, cores=cores)
+                                backend=backend, soc=soc)
             if split is not None:
                 return split
     else:
@@ -307,84 +295,16 @@ def run_attention(
     shape.check(config)
     if config.key_padding and key_mask is None:  # a key-padding kernel run without a mask: every key takes part
         key_mask = torch.ones(s1, dtype=torch.int8)
-    kernel_bounds = bounds if bounds is not None else shape.window_bounds()
-    if block_dim is None:
-        block_dim = default_block_dim(shape, get_soc(SIM_SOC).cube_cores if backend == "sim" else _npu_cores(), config)
-    elif isinstance(block_dim, bool) or not isinstance(block_dim, int) or block_dim < 1:
+    if block_dim is not None and (isinstance(block_dim, bool) or not isinstance(block_dim, int) or block_dim < 1):
         raise ValueError(f"block_dim: {block_dim!r} must be an int >= 1")
-    kernel = get_kernel(config)
-    if backend == "sim":
-        o, lse = _run_sim(kernel, shape, q, k, v, scale, kernel_bounds, key_mask, block_dim, out, workspace)
-    else:
-        o, lse = _run_npu(kernel, shape, q, k, v, scale, kernel_bounds, key_mask, block_dim, out, workspace, stream)
-    return o, (lse if return_lse else None)
-
-
-def _npu_cores() -> int:
-    from ptofa.launch.npu import cube_core_count
-
-    return cube_core_count()
-
-
-def _run_sim(kernel: Kernel, shape: ProblemShape, q, k, v, scale, bounds, key_mask, block_dim, out, workspace):
-    config = kernel.config
-    o = out if out is not None else torch.full((shape.batch, shape.s0, shape.heads, config.head), math.nan,
-                                               dtype=TORCH_DTYPES[config.out_dtype])
-    lse = torch.full((shape.batch, shape.heads, shape.s0), math.nan) if config.lse else None
-    slots = None if workspace is None else workspace.detach().reshape(-1).view(torch.uint8)
+    plan = plan_forward(config, shape, soc, scale=float(scale), bounds=bounds, key_mask=key_mask, block_dim=block_dim)
+    o = out if out is not None else torch.full((batch, s0, heads, config.head), math.nan,
+                                               dtype=TORCH_DTYPES[config.out_dtype], device=q.device)
+    lse = torch.full((batch, heads, s0), math.nan, device=q.device) if config.lse else None
+    tensors = {"q": q.contiguous(), "k": k.contiguous(), "v": v.contiguous(), "o": o, "lse": lse, "key_mask": key_mask}
     # A simulator report (deadlock, out-of-bounds access) raises SimError, a RuntimeError.
-    launch_sim(kernel.parsed, config, shape, q.contiguous(), k.contiguous(), v.contiguous(), o, block_dim,
-               float(scale), lse=lse, key_mask=key_mask, slots=slots, bounds=bounds)
-    return o, lse
-
-
-def npu_host_args(config: FAConfig, shape: ProblemShape, q, k, v, o, slots, scale: float,
-                  bounds: tuple[int, int], *, lse=None, key_mask=None) -> list[int | float]:
-    """The launcher's arguments after block_dim and stream (`argspec.host_params(config)` order):
-    `FALaunch.host_args` with the window bounds given here (the right one may be negative)."""
-    from ptofa.launch.npu import FALaunch
-
-    launch = FALaunch(launcher=None, block_dim=0, shape=shape, scale=float(scale), q=q, k=k, v=v, o=o, slots=slots,
-                      config=config, lse=lse, key_mask=key_mask)
-    args = launch.host_args()
-    names = [param.name for param in argspec.host_params(config)]
-    for name, value in zip(("win_left", "win_right"), bounds):
-        if name in names:
-            args[names.index(name)] = value
-    return args
-
-
-def npu_device(home: torch.device) -> torch.device:
-    """Where an NPU launch runs: the inputs' NPU, or the current one for CPU inputs."""
-    return home if home.type == "npu" else torch.device("npu", torch.npu.current_device())
-
-
-def npu_workspace(config: FAConfig, block_dim: int, device: torch.device) -> torch.Tensor:
-    """The slot workspace of a launch that was given none: `gm_slot_f32_per_block` f32 per block."""
-    return torch.empty(config.gm_slot_f32_per_block * block_dim, dtype=torch.float32, device=device)
-
-
-def _run_npu(kernel: Kernel, shape: ProblemShape, q, k, v, scale, bounds, key_mask, block_dim, out, workspace, stream):
-    from ptofa.launch.npu import check_launch_code
-
-    config = kernel.config
-    home = q.device
-    device = npu_device(home)
-    q, k, v = (t.to(device).contiguous() for t in (q, k, v))
-    o = out if out is not None else torch.empty(shape.batch, shape.s0, shape.heads, config.head,
-                                                dtype=TORCH_DTYPES[config.out_dtype], device=device)
-    lse = torch.empty(shape.batch, shape.heads, shape.s0, device=device) if config.lse else None
-    slots = npu_workspace(config, block_dim, device) if workspace is None else workspace
-    key_mask = None if key_mask is None else key_mask.to(device).contiguous()
-    args = npu_host_args(config, shape, q, k, v, o, slots, scale, bounds, lse=lse, key_mask=key_mask)
-    if stream is None:
-        stream = torch.npu.current_stream()
-    launcher = kernel.npu_launcher()
-    check_launch_code(launcher(block_dim, getattr(stream, "_as_parameter_", stream), *args))
-    if out is None and home.type != "npu":  # CPU inputs: the results come back to the CPU
-        o = o.cpu()
-        lse = None if lse is None else lse.cpu()
-    return o, lse
+    launch_on(backend, plan, tensors, workspace=workspace, stream=stream)
+    return o, (lse if return_lse else None)
 
 
 __all__ = [
@@ -397,6 +317,5 @@ __all__ = [
     "clear_kernel_cache",
     "get_kernel",
     "kernel_cache_info",
-    "npu_host_args",
     "run_attention",
 ]

@@ -61,8 +61,10 @@ import torch
 from ptofa.attention.core import auto_config, resolve_backend, run_attention
 from ptofa.launch.base import BackendUnavailable
 from ptofa.launch.dense_split import DenseSplit, plan_dense_split, run_dense_split
-from ptofa.pipeline import SUPPORTED_HEAD, ConfigError, FAConfig, ProblemShape, default_block_dim, workspace_bytes
-from ptofa.sim.socspec import get_soc
+from ptofa.launch.dispatch import backend_soc
+from ptofa.launch.plan import blocks_for
+from ptofa.pipeline import SUPPORTED_HEAD, ConfigError, FAConfig, ProblemShape, workspace_bytes
+from ptofa.sim.socspec import SocSpec
 
 
 class Status(enum.IntEnum):
@@ -237,6 +239,7 @@ class FlashAttentionDescriptor:
     scale: float
     cores: int  # cube cores the launches are planned for
     split: DenseSplit | None  # the split planned for the mask-free problem, None: unsplit
+    soc: SocSpec | None = None  # the chip the launches are planned for
     destroyed: bool = False
 
 
@@ -320,17 +323,13 @@ def create_descriptor(out_desc: TensorDescriptor, q_desc: TensorDescriptor, k_de
         config = auto_config(head, in_dtype, s1=s1, shape=shape)  # the timing model's choice for this shape
     except ConfigError as error:
         raise _Fail(Status.BAD_TENSOR_SHAPE, str(error)) from None
-    if backend == "sim":
-        cores = get_soc("910B2").cube_cores
-    else:
-        from ptofa.launch.npu import cube_core_count
-
-        cores = cube_core_count()
-    block_dim = default_block_dim(shape, cores, config)
-    split = plan_dense_split(config, batch, s0, s1, heads, kv_heads, None, cores)
+    soc = backend_soc(backend)
+    scale = 1.0 / math.sqrt(head)
+    block_dim = blocks_for(shape.work_units(config), soc)
+    split = plan_dense_split(config, batch, s0, s1, heads, kv_heads, None, soc, scale=scale)
     size = workspace_bytes(config, shape, block_dim) if split is None else split.workspace_bytes()
     desc = FlashAttentionDescriptor(out_desc, q_desc, k_desc, v_desc, mask_desc, shape, config, backend, block_dim,
-                                    size, 1.0 / math.sqrt(head), cores, split)
+                                    size, scale, soc.cube_cores, split, soc)
     return Status.SUCCESS, desc
 
 
@@ -458,7 +457,7 @@ def flash_attention(desc: FlashAttentionDescriptor, workspace: torch.Tensor | No
     buffer = workspace.reshape(-1).view(torch.uint8)
     split = _call_split(desc, bounds, key_mask)
     if split is not None:
-        run_dense_split(split, four(q), four(k), four(v), scale=desc.scale, return_lse=False, backend=desc.backend,
+        run_dense_split(split, four(q), four(k), four(v), return_lse=False, backend=desc.backend,
                         out=four(out), workspace=buffer[:desc.workspace_size], stream=stream)
         return Status.SUCCESS
     config = dataclasses.replace(desc.config, masked=bounds is not None, key_padding=key_mask is not None)
@@ -480,7 +479,7 @@ def _call_split(desc: FlashAttentionDescriptor, bounds: tuple[int, int] | None,
         return desc.split
     shape = desc.shape
     return plan_dense_split(desc.config, shape.batch, shape.s0, shape.s1, shape.heads, shape.kv_heads, bounds,
-                            desc.cores, desc.split.launch_splits)
+                            desc.soc, scale=desc.scale, num_splits=desc.split.launch_splits)
 
 
 def _workspace_parts(desc: FlashAttentionDescriptor) -> str:

@@ -17,18 +17,15 @@ from collections.abc import Sequence
 
 import torch
 
-from ptofa.attention.core import auto_config, check_window, dtype_name, get_kernel, resolve_backend
-from ptofa.launch.base import TORCH_DTYPES
+from ptofa.attention.core import auto_config, check_window, dtype_name, resolve_backend
 from ptofa.attention.kvcache import KVCache, decode_config, decode_shape, decode_units
-from ptofa.pipeline import MAX_SPLITS, ConfigError, FAConfig, ProblemShape
-from ptofa.sim import SimResult
-from ptofa.sim.socspec import get_soc
-from ptofa.launch.serving_npu import launch_varlen_npu
-from ptofa.launch.sim import launch_sim, launch_split_sim
-from ptofa.launch.splitkv import Plan, plan_varlen, reduce_kernel
+from ptofa.launch import dispatch
+from ptofa.launch.base import TORCH_DTYPES
+from ptofa.launch.plan import LaunchPlan, plan_split
+from ptofa.launch.splitkv import plan_varlen
 from ptofa.launch.varlen import seqlens_of, unit_table, varlen_shape
-
-SIM_SOC = "910B2"
+from ptofa.pipeline import MAX_SPLITS, ConfigError, FAConfig, ProblemShape
+from ptofa.sim.socspec import SocSpec
 
 
 def _splits(num_splits: int) -> None:
@@ -44,50 +41,24 @@ def paged_tiles(base: FAConfig, page_size: int) -> FAConfig:
     return base
 
 
-@dataclasses.dataclass
-class Launch:
-    """What `launch_varlen` ran: the split count (the most of any unit), the kernel config, its
-    block count, the simulator results of the forward launch and (split-KV) the reduce launch,
-    and the plan."""
-
-    num_splits: int
-    config: FAConfig | None = None
-    block_dim: int = 0
-    main: SimResult | None = None
-    reduce: SimResult | None = None
-    plan: Plan | None = None
-
-
-def launch_varlen(config: FAConfig, shape: ProblemShape, table_of, q, k, v, out, scale: float,
-                  num_splits: int | Sequence[int], *, lse=None, block_table=None, options=None, workspace=None) -> Launch:
-    """Run the varlen kernel on the sim, split-KV when `num_splits` (0: chosen; or per unit) > 1.
-
-    `table_of(config, num_splits)` builds the unit table; `options` are the simulator's;
-    `workspace` the caller's buffer for the slot rings and partials (`pipeline.workspace_bytes`)."""
-    plan = plan_varlen(config, shape, table_of, num_splits, get_soc(SIM_SOC).cube_cores)
-    if plan is None:
-        return Launch(1)
-    c = plan.config
-    if plan.num_splits == 1:
-        main = launch_sim(get_kernel(c).parsed, c, shape, q, k, v, out, plan.block_dim, scale, lse=lse,
-                          units=plan.table, block_table=block_table, slots=workspace, options=options)
-        return Launch(1, c, plan.block_dim, main, plan=plan)
-    main, reduced = launch_split_sim(get_kernel(c).parsed, reduce_kernel(c), c, shape, q, k, v, out, plan.block_dim,
-                                     scale, plan.num_splits, units=plan.table, workspace=workspace, lse=lse,
-                                     block_table=block_table, options=options)
-    return Launch(plan.num_splits, c, plan.block_dim, main, reduced, plan)
+def plan_serving(config: FAConfig, shape: ProblemShape, table_of, num_splits: int | Sequence[int], soc: SocSpec, *,
+                 scale: float, block_table=None) -> LaunchPlan | None:
+    """The launch of a serving call on `soc`: split counts (`splitkv.plan_varlen`: `num_splits` 0 chosen
+    by the timing model, or per unit), the varlen kernel and the reduce; None for an empty unit table."""
+    split = plan_varlen(config, shape, table_of, num_splits, soc.cube_cores)
+    if split is None:
+        return None
+    max_pages = 0 if block_table is None else int(block_table.shape[-1])
+    return plan_split(split, shape, soc, scale=scale, max_pages=max_pages)
 
 
 def _launch(backend: str, config: FAConfig, shape: ProblemShape, table_of, q, k, v, out, scale: float,
-            num_splits: int | Sequence[int], *, lse=None, block_table=None, workspace=None, stream=None) -> None:
-    """Both serving calls launch here, so the backend is chosen in one place ("sim" or "npu", resolved).
-    `workspace` (the caller's, e.g. InfiniOp's) holds the slot rings and partials; `stream` is the NPU's."""
-    if backend == "npu":
-        launch_varlen_npu(config, shape, table_of, q, k, v, out, scale, num_splits, lse=lse, block_table=block_table,
-                          workspace=workspace, stream=stream)
-    else:
-        launch_varlen(config, shape, table_of, q, k, v, out, scale, num_splits, lse=lse, block_table=block_table,
-                      workspace=workspace)
+            num_splits: int | Sequence[int], *, lse=None, block_table=None) -> None:
+    """Plan the serving call for `backend`'s chip ("sim" or "npu", resolved) and launch it."""
+    plan = plan_serving(config, shape, table_of, num_splits, dispatch.backend_soc(backend), scale=scale,
+                        block_table=block_table)
+    if plan is not None:
+        dispatch.launch_on(backend, plan, {"q": q, "k": k, "v": v, "o": out, "lse": lse, "block_table": block_table})
 
 
 def _window(causal: bool, window_size) -> tuple[int, int]:

@@ -32,11 +32,15 @@ import click
 import torch
 
 from ptofa.fa_builder import emit_fa
-from ptofa.launch.npu import fused_attention, prepare_launch, require_npu, run_npu
+from ptofa.kernels import argspec
+from ptofa.launch import npu
+from ptofa.launch.base import TORCH_DTYPES
+from ptofa.launch.npu import require_npu, run_npu
+from ptofa.launch.plan import BuiltKernel, plan_forward
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
 from ptofa.reference import make_inputs
 from ptofa.launch.base import BackendUnavailable
-from ptofa.launch.toolchain import ToolchainError, compile_pto, find_ptoas, tool_version
+from ptofa.launch.toolchain import ToolchainError, find_ptoas, tool_version
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 TIMING_MODES = ("event", "sync")
@@ -187,16 +191,21 @@ def bench_case(
         return row
 
     scale = shape.default_scale(config.head)
-    q, k, v = make_inputs(shape, config.head, seed)
-    compiled = compile_pto(pto_path, config_summary=config.summary())
-    launch = prepare_launch(config, shape, compiled.so_path, q, k, v, scale, checked.block_dim)
-    kernel_times = time_on_npu(launch, warmup, iters, timing)
+    device = npu.npu_device()
+    q, k, v = (t.to(device).contiguous() for t in make_inputs(shape, config.head, seed))
+    kernel = BuiltKernel(Path(pto_path).read_text(), config.summary(), argspec.ENTRY_NAME, argspec.entry_args(config))
+    plan = plan_forward(config, shape, npu.npu_soc(), scale=scale, block_dim=checked.block_dim, kernel=kernel)
+    out = torch.zeros(shape.batch, shape.s0, shape.heads, config.head, dtype=TORCH_DTYPES[config.out_dtype],
+                      device=device)
+    tensors = {"q": q, "k": k, "v": v, "o": out, "lse": None, "key_mask": None}
+    workspace = torch.zeros(plan.workspace_bytes // 4, dtype=torch.float32, device=device)
+    kernel_times = time_on_npu(lambda: npu.launch(plan, tensors, workspace=workspace), warmup, iters, timing)
     row.kernel_us = statistics.fmean(kernel_times)
     row.kernel_us_min = min(kernel_times)
     row.tflops = tflops(flops_matmul(shape, config.head), row.kernel_us)
     row.tflops_dsl_gp = tflops(flops_dsl_gp(shape, config.head), row.kernel_us)
     if with_fused and "fused_error" not in checked.extra:
-        fused_times = time_on_npu(lambda: fused_attention(launch.q, launch.k, launch.v, scale), warmup, iters, timing)
+        fused_times = time_on_npu(lambda: npu.fused_attention(q, k, v, scale), warmup, iters, timing)
         row.fused_us = statistics.fmean(fused_times)
         row.fused_tflops = tflops(flops_matmul(shape, config.head), row.fused_us)
         row.fused_tflops_dsl_gp = tflops(flops_dsl_gp(shape, config.head), row.fused_us)

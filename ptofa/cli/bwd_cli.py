@@ -59,8 +59,7 @@ def run_backward_case(config: FAConfig, shape: ProblemShape, forward_us: float |
     kernels on the simulator: `--backend sim`)."""
     import ptofa
     from ptofa.launch.base import case_key_mask
-    from ptofa.attention.backward import BackwardBuffers, check_gradients, reference_backward, run_backward
-    from ptofa.launch.backward_npu import launch_backward_npu
+    from ptofa.attention.backward import BackwardBuffers, attention_backward, check_gradients, reference_backward, run_backward
     from ptofa.reference import make_inputs
 
     bwd = backward_config(config, atomic)
@@ -75,7 +74,9 @@ def run_backward_case(config: FAConfig, shape: ProblemShape, forward_us: float |
     scale = shape.default_scale(config.head)
     out, lse = out.contiguous(), lse.contiguous()
     if backend == "npu":
-        launch_backward_npu(bwd, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, key_mask=mask)
+        grads.dq, grads.dk, grads.dv = attention_backward(
+            q, k, v, out, lse, dout, softmax_scale=scale, window=shape.window, deterministic=not atomic,
+            backend=backend, config=bwd, block_dim=block_dim, key_padding_mask=mask)
         results = None
     else:
         results = run_backward(bwd, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, trace=True,

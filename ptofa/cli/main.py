@@ -266,7 +266,7 @@ def _register_optional_commands() -> None:
     from ptofa.launch.kernel_cache import cache_cmd
     from ptofa.cli.sweep import sweep_cmd
     from ptofa.launch.toolchain import compile_cmd
-    from ptofa.launch.tune import tune_cmd
+    from ptofa.cli.tune_cli import tune_cmd
 
     for cmd in (compile_cmd, sweep_cmd, bench_cmd, cache_cmd, tune_cmd, catalog_cmd):
         main.add_command(cmd)

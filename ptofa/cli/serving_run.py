@@ -15,8 +15,10 @@ from ptofa.launch.base import TORCH_DTYPES
 from ptofa.attention.kvcache import KVCache, decode_config, decode_shape, decode_units, reference_kvcache
 from ptofa.pipeline import FAConfig, ProblemShape
 from ptofa.reference import Reference, check_accuracy, check_lse
-from ptofa.attention.serving import Launch, decode_lse, launch_varlen, paged_tiles
+from ptofa.attention.serving import decode_lse, paged_tiles, plan_serving
+from ptofa.launch import sim
 from ptofa.sim.options import RunOptions
+from ptofa.sim.socspec import DEFAULT_SOC, get_soc
 from ptofa.sim.timing import predict
 from ptofa.launch.splitkv import reduce_us
 from ptofa.launch.varlen import make_varlen_inputs, reference_varlen, unit_table, varlen_shape
@@ -103,15 +105,17 @@ def varlen_case(config: FAConfig, q_lens: list[int], k_lens: list[int], heads: i
                        tuple(q.shape), ref, scale)
 
 
-def run_split(case: ServingCase, num_splits: int, soc: str = "910B2") -> ServingRow:
+def run_split(case: ServingCase, num_splits: int, soc: str = DEFAULT_SOC) -> ServingRow:
     """Launch the case with `num_splits` (0: chosen), check it, and predict its time."""
     cfg = case.config
     out = torch.full(case.out_shape, math.nan, dtype=TORCH_DTYPES[cfg.out_dtype])
     lse = torch.full(case.lse_shape, math.nan) if cfg.lse else None
     started = time.perf_counter()
-    launch: Launch = launch_varlen(cfg, case.shape, case.table_of, case.q, case.k, case.v, out.view(case.q.shape[0], -1, cfg.head),
-                                   case.scale, num_splits, lse=lse, block_table=case.block_table,
-                                   options=RunOptions(trace=True))
+    plan = plan_serving(cfg, case.shape, case.table_of, num_splits, get_soc(soc), scale=case.scale,
+                        block_table=case.block_table)
+    results = [] if plan is None else sim.launch(
+        plan, {"q": case.q, "k": case.k, "v": case.v, "o": out.view(case.q.shape[0], -1, cfg.head), "lse": lse,
+               "block_table": case.block_table}, options=RunOptions(trace=True))
     wall = time.perf_counter() - started
     acc = check_accuracy(out.float(), case.reference.out32, case.reference.out_low)
     passed, message = acc.passed, acc.summary()
@@ -119,15 +123,15 @@ def run_split(case: ServingCase, num_splits: int, soc: str = "910B2") -> Serving
         lse_check = check_lse(case.lse_of(lse) if case.lse_of else lse, case.reference)
         passed, message = passed and lse_check.passed, f"{message}; {lse_check.message}"
     main_us = red_us = 0.0
-    if launch.main is not None:
-        main_us = predict(launch.main.trace, launch.config, case.shape, soc=soc, block_dim=launch.block_dim).kernel_us
-    if launch.reduce is not None:
-        red_us = reduce_us(launch.reduce.trace, launch.config, case.shape, launch.plan.table, soc)
-    split = launch.plan.describe() if launch.plan is not None else "unsplit"
-    return ServingRow(launch.num_splits, passed, message, wall, main_us, red_us, split)
+    if results:
+        main_us = predict(results[0].trace, plan.config, case.shape, soc=soc, block_dim=plan.block_dim).kernel_us
+    if len(results) > 1:
+        red_us = reduce_us(results[1].trace, plan.config, case.shape, plan.table, soc)
+    split = plan.describe() if plan is not None else "unsplit"
+    return ServingRow(plan.num_splits if plan is not None else 1, passed, message, wall, main_us, red_us, split)
 
 
-def compare_splits(case: ServingCase, num_splits: int, soc: str = "910B2") -> list[ServingRow]:
+def compare_splits(case: ServingCase, num_splits: int, soc: str = DEFAULT_SOC) -> list[ServingRow]:
     """The run with `num_splits` (0: the timing model's choice) and, if that split, the unsplit run."""
     rows = [run_split(case, num_splits, soc)]
     if rows[0].num_splits != 1:
@@ -136,7 +140,7 @@ def compare_splits(case: ServingCase, num_splits: int, soc: str = "910B2") -> li
 
 
 def padded_line(config: FAConfig, q_lens: list[int], k_lens: list[int], heads: int, kv_heads: int,
-                window: tuple[int, int], packed_us: float, soc: str = "910B2") -> str:
+                window: tuple[int, int], packed_us: float, soc: str = DEFAULT_SOC) -> str:
     """The timing model's time of the uniform kernel on every sequence padded to the longest, against `packed_us`."""
     from ptofa.runner import run_case
 

@@ -6,7 +6,7 @@ An `FAConfig` is the whole variant: head, tiles, preload depth, dtypes, the swit
 (masked, key_padding, lse, varlen, page_size) and the target. Its kernel is kept
 
 * in memory (`Kernel`: the `.pto` text, the parsed module the simulator runs, the
-  NPU launcher), so a second call in a process emits, parses and compiles nothing;
+  entry and its arguments), so a second call in a process emits, parses and compiles nothing;
 * on disk under `cache_root()/kernels/<key>.pto`, so a new process reads the text
   instead of emitting it. The simulator still parses that text once per process (an
   xDSL module is not stored); the NPU path compiles it through `ptofa.launch.toolchain`,
@@ -30,7 +30,6 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -40,6 +39,7 @@ import click
 import platformdirs
 
 import ptofa
+from ptofa.kernels import argspec
 from ptofa.kernels.fa_fwd import emit_fa
 from ptofa.pipeline import FAConfig
 from ptofa.ir.textio import check_text
@@ -148,7 +148,6 @@ class Kernel:
     config: FAConfig
     text: str
     _parsed: object | None = field(default=None, repr=False)
-    _launcher: Callable[..., int] | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -160,19 +159,18 @@ class Kernel:
                 _count("parses")
             return self._parsed
 
-    def npu_launcher(self) -> Callable[..., int]:
-        """The ctypes launcher of the compiled kernel (compiled through the build cache, loaded once)."""
-        with self._lock:
-            if self._launcher is None:
-                from ptofa.launch.npu import load_launcher
-                from ptofa.launch.toolchain import compile_pto
+    @property
+    def name(self) -> str:
+        return self.config.summary()
 
-                source = cache_root() / KERNELS_DIR / f"{kernel_key(self.config)}.pto"
-                if read_entry(self.config) != self.text:
-                    write_entry(self.config, self.text)
-                compiled = compile_pto(source, config_summary=self.config.summary())
-                self._launcher = load_launcher(Path(compiled.so_path), self.config)
-            return self._launcher
+    @property
+    def entry(self) -> str:
+        return argspec.ENTRY_NAME
+
+    @property
+    def args(self) -> tuple[argspec.EntryArg, ...]:
+        """The entry's arguments (`argspec.entry_args` of the config)."""
+        return argspec.entry_args(self.config)
 
 
 class KernelCacheInfo(NamedTuple):

@@ -15,18 +15,23 @@ with one line saying what is missing. The module registers `NpuBackend` as the
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import functools
+import hashlib
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from ptofa.kernels import argspec
 from ptofa.launch.base import TORCH_DTYPES, BackendUnavailable, RunRequest, RunResult, case_key_mask, check_output, register_backend
-from ptofa.pipeline import FAConfig, ProblemShape, default_block_dim, workspace_bytes
+from ptofa.launch.plan import BuiltKernel, LaunchPlan, Workspace, bind, plan_forward
+from ptofa.launch.toolchain import cache_root, compile_pto, entry_signature
+from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
 from ptofa.reference import make_inputs
-from ptofa.launch.toolchain import compile_pto
+from ptofa.sim.socspec import DEFAULT_SOC, SocSpec, get_soc
 
 # Cube cores of a 910B3/B4 (fa-pipeline.md 17.3), used when torch_npu cannot say.
 FALLBACK_CUBE_CORES = 20
@@ -70,16 +75,22 @@ def cube_core_count() -> int:
         return FALLBACK_CUBE_CORES
 
 
-def load_launcher(so_path: Path | str, config: FAConfig | None = None) -> Callable[..., int]:
-    """`argspec.LAUNCHER_NAME` from the built `.so`, with argtypes and restype from argspec."""
-    library = ctypes.CDLL(str(so_path))
-    launcher = getattr(library, argspec.LAUNCHER_NAME)
-    launcher.argtypes = argspec.launcher_argtypes(config)
-    launcher.restype = argspec.LAUNCHER_RESTYPE
-    return launcher
+def npu_soc(soc: str | SocSpec = DEFAULT_SOC) -> SocSpec:
+    """The chip the NPU launches plan for: `soc`'s facts with device 0's cube-core count."""
+    return dataclasses.replace(get_soc(soc), cube_cores=cube_core_count())
 
 
-def load_entry_launcher(so_path: Path | str, entry: str, args: tuple[argspec.EntryArg, ...]) -> Callable[..., int]:
+def npu_device() -> torch.device:
+    """The current NPU (torch_npu's)."""
+    return torch.device("npu", torch.npu.current_device())
+
+
+def npu_stream():
+    """torch_npu's current stream on the current NPU."""
+    return torch.npu.current_stream()
+
+
+def load_launcher(so_path: Path | str, entry: str, args: tuple[argspec.EntryArg, ...]) -> Callable[..., int]:
     """The launcher of `entry` (`argspec.LAUNCHERS`) from a `.so` built for a `.pto` whose entry
     declares `args`, with argtypes from the same list (`argspec.host_params_of`)."""
     launcher = getattr(ctypes.CDLL(str(so_path)), argspec.LAUNCHERS[entry])
@@ -100,84 +111,131 @@ def check_launch_code(code: int, launcher: str = argspec.LAUNCHER_NAME) -> None:
     raise NpuLaunchError(f"{launcher} returned unknown code {code}")
 
 
-@dataclass
-class FALaunch:
-    """One ready-to-launch kernel call: launcher, device buffers and runtime arguments."""
+@dataclass(frozen=True)
+class EntryLauncher:
+    """A loaded launcher, its entry and the entry arguments its `.pto` declares (whose host
+    parameters `host_values` orders)."""
 
     launcher: Callable[..., int]
-    block_dim: int
-    shape: ProblemShape
-    scale: float
-    q: torch.Tensor
-    k: torch.Tensor
-    v: torch.Tensor
-    o: torch.Tensor
-    slots: torch.Tensor
-    config: FAConfig | None = None
-    lse: torch.Tensor | None = None
-    key_mask: torch.Tensor | None = None
-
-    def host_args(self) -> list[int | float]:
-        """Values for `argspec.host_params(config)`, in its order."""
-        left, right = self.shape.window_bounds()
-        by_name: dict[str, int | float] = {
-            "slots": self.slots.data_ptr(),
-            "q": self.q.data_ptr(),
-            "k": self.k.data_ptr(),
-            "v": self.v.data_ptr(),
-            "o": self.o.data_ptr(),
-            "lse": 0 if self.lse is None else self.lse.data_ptr(),
-            "key_mask": 0 if self.key_mask is None else self.key_mask.data_ptr(),
-            "batch": self.shape.batch,
-            "heads": self.shape.heads,
-            "kv_heads": self.shape.kv_heads,
-            "s0": self.shape.s0,
-            "s1": self.shape.s1,
-            "scale": self.scale,
-            "win_left": left,
-            "win_right": right,
-            "key_mask_stride": 0 if self.key_mask is None or self.key_mask.dim() == 1 else self.shape.s1,
-        }
-        return [by_name[param.name] for param in argspec.host_params(self.config)]
-
-    def __call__(self) -> None:
-        """Enqueue the kernel on the current stream (asynchronous)."""
-        stream = torch.npu.current_stream()._as_parameter_
-        check_launch_code(self.launcher(self.block_dim, stream, *self.host_args()))
+    entry: str
+    args: tuple[argspec.EntryArg, ...]
 
 
-def prepare_launch(
-    config: FAConfig,
-    shape: ProblemShape,
-    so_path: Path | str,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    scale: float,
-    block_dim: int | None = None,
-    key_mask: torch.Tensor | None = None,
-) -> FALaunch:
-    """Copy Q/K/V (and the key mask) to the NPU and allocate O, LSE and the slot workspace
-    (`pipeline.workspace_bytes`)."""
-    if block_dim is None:
-        block_dim = default_block_dim(shape, cube_core_count(), config)
-    elif block_dim < 1:
-        raise ValueError(f"block_dim={block_dim} must be >= 1")
-    device = torch.device("npu", torch.npu.current_device())
-    return FALaunch(
-        launcher=load_launcher(so_path, config),
-        block_dim=block_dim,
-        shape=shape,
-        scale=scale,
-        q=q.to(device).contiguous(),
-        k=k.to(device).contiguous(),
-        v=v.to(device).contiguous(),
-        o=torch.zeros(shape.batch, shape.s0, shape.heads, config.head, dtype=TORCH_DTYPES[config.out_dtype], device=device),
-        slots=torch.zeros(workspace_bytes(config, shape, block_dim) // 4, dtype=torch.float32, device=device),
-        config=config,
-        lse=torch.zeros(shape.batch, shape.heads, shape.s0, device=device) if config.lse else None,
-        key_mask=None if key_mask is None else key_mask.to(device).contiguous(),
-    )
+@functools.lru_cache(maxsize=32)
+def launcher_of(pto_text: str, summary: str) -> EntryLauncher:
+    """Build `pto_text` (ptoas + bisheng, disk-cached by `compile_pto`) and load its launcher."""
+    found = entry_signature(pto_text)
+    if found is None:
+        raise ValueError(f"kernel {summary}: no entry of {tuple(argspec.LAUNCHERS)} in its text")
+    entry, args = found
+    digest = hashlib.sha256(pto_text.encode()).hexdigest()[:20]
+    source = cache_root() / "sources" / f"{entry}_{digest}.pto"
+    source.parent.mkdir(parents=True, exist_ok=True)
+    if not source.is_file():
+        source.write_text(pto_text)
+    compiled = compile_pto(source, config_summary=summary)
+    return EntryLauncher(load_launcher(compiled.so_path, entry, args), entry, args)
+
+
+def host_values(args: tuple[argspec.EntryArg, ...], values: Mapping[str, object]) -> list[int | float]:
+    """The launcher's arguments after block_dim and stream, in `argspec.host_params_of(args)`
+    order: a tensor as its device address (None as 0), a scalar as given."""
+    out: list[int | float] = []
+    for param in argspec.host_params_of(args):
+        if param.name not in values:
+            raise ValueError(f"entry argument {param.name!r}: the launch has no value for it")
+        value = values[param.name]
+        if param.ctype is ctypes.c_void_p:
+            out.append(0 if value is None else value.data_ptr())
+        else:
+            out.append(value)
+    return out
+
+
+@dataclass
+class NpuLaunch:
+    """What `launch` enqueued: the plan, the workspace, and the device tensors it passed by name
+    (the caller's own where they were on the device already), with each call's tables."""
+
+    plan: LaunchPlan
+    workspace: torch.Tensor
+    tensors: dict[str, torch.Tensor | None]
+    bound: dict[str, dict[str, object]] = field(default_factory=dict)  # call name -> its host values by name
+
+    @property
+    def block_dims(self) -> dict[str, int]:
+        return {call.name: call.block_dim for call in self.plan.calls}
+
+    @property
+    def workspaces(self) -> dict[str, torch.Tensor]:
+        """Each call's slot rings: its region of the workspace (f32), up to the next region."""
+        starts = sorted({v.offset for c in self.plan.calls for v in c.values.values() if isinstance(v, Workspace)})
+        ends = dict(zip(starts, [*starts[1:], self.plan.workspace_bytes]))
+        flat = self.workspace.reshape(-1).view(torch.uint8)
+        return {call.name: flat[call.values["slots"].offset:ends[call.values["slots"].offset]].view(torch.float32)
+                for call in self.plan.calls if isinstance(call.values.get("slots"), Workspace)}
+
+    @property
+    def dq_acc(self) -> torch.Tensor | None:
+        return self.tensors.get("dq_acc")
+
+    @property
+    def units(self) -> torch.Tensor | None:
+        """The forward kernel's unit table on the device."""
+        return self.bound[self.plan.calls[0].name].get("units")
+
+    @property
+    def partials(self) -> torch.Tensor | None:
+        """The split-KV partials: the workspace after the slot rings."""
+        return self.bound[self.plan.calls[0].name].get("partials")
+
+
+def launch(plan: LaunchPlan, tensors: Mapping[str, object], *, workspace: torch.Tensor | None = None,
+           stream=None) -> NpuLaunch:
+    """Enqueue every kernel call of `plan` on one NPU stream, in order (each reads what the last
+    wrote). Every kernel is built and the caller's workspace checked before anything is enqueued,
+    so a failed build or check launches nothing. Tensors not on the NPU are copied there, and the
+    plan's outputs copied back to them (which waits for the kernels); the plan's tables go to the
+    device as int32. `workspace` is the caller's device buffer (else one of the plan's size)."""
+    launchers = [launcher_of(call.kernel.text, call.kernel.name) for call in plan.calls]
+    device = npu_device()
+    if workspace is None:
+        workspace = torch.empty(max(plan.workspace_bytes, 4) // 4, dtype=torch.float32, device=device)
+    else:
+        workspace = _callers_workspace(workspace, plan, device)
+    flat = workspace.reshape(-1).view(torch.uint8)
+    stream = npu_stream() if stream is None else stream
+    handle = getattr(stream, "_as_parameter_", stream)
+    on_device = {name: None if t is None else t.to(device).contiguous() for name, t in tensors.items()}
+    bound: dict[str, dict[str, object]] = {}
+    for call, kernel in zip(plan.calls, launchers):
+        values = bound[call.name] = {}
+        for name, value in bind(call, on_device).items():
+            if isinstance(value, Workspace):
+                value = flat[value.offset:]
+            elif isinstance(value, torch.Tensor) and value.device != device:  # a host table of the plan
+                value = value.to(device=device, dtype=torch.int32).contiguous()
+            values[name] = value
+        check_launch_code(kernel.launcher(call.block_dim, handle, *host_values(kernel.args, values)),
+                          argspec.LAUNCHERS[kernel.entry])
+    for name in plan.outputs:
+        target, buffer = tensors.get(name), on_device.get(name)
+        if target is not None and buffer is not target:
+            target.copy_(buffer.to(target.device))
+    return NpuLaunch(plan, workspace, on_device, bound)
+
+
+def _callers_workspace(workspace: torch.Tensor, plan: LaunchPlan, device: torch.device) -> torch.Tensor:
+    """The caller's workspace as a flat byte view on `device`, or ConfigError when it cannot hold the plan's."""
+    if workspace.device != device:
+        raise ConfigError(f"workspace: must be on {device}, got a tensor on {workspace.device}")
+    if not workspace.is_contiguous():
+        raise ConfigError(f"workspace: must be contiguous, got strides {workspace.stride()}")
+    flat = workspace.reshape(-1).view(torch.uint8)
+    if flat.numel() < plan.workspace_bytes:
+        raise ConfigError(f"workspace: {flat.numel()} bytes, but num_splits={plan.num_splits} on {plan.block_dim} "
+                          f"blocks needs {plan.workspace_bytes} ({plan.workspace_parts})")
+    return flat
 
 
 def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
@@ -196,14 +254,15 @@ def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     return out
 
 
-def compare_with_fused(launch: FALaunch) -> dict[str, float | bool | str]:
+def compare_with_fused(launched: NpuLaunch, scale: float) -> dict[str, float | bool | str]:
     """Max |O - fused| and whether it is within rtol = atol = 1e-3."""
+    q, k, v, o = (launched.tensors[name] for name in ("q", "k", "v", "o"))
     try:
-        fused = fused_attention(launch.q, launch.k, launch.v, launch.scale).float()
+        fused = fused_attention(q, k, v, scale).float()
     except Exception as failure:  # the baseline is optional: report, do not fail the run
         return {"fused_error": f"{type(failure).__name__}: {failure}"}
-    diff = (launch.o - fused).abs().max().item()
-    close = torch.allclose(launch.o, fused, rtol=FUSED_RTOL, atol=FUSED_ATOL)
+    diff = (o - fused).abs().max().item()
+    close = torch.allclose(o, fused, rtol=FUSED_RTOL, atol=FUSED_ATOL)
     return {"fused_max_abs_diff": diff, "fused_close": bool(close)}
 
 
@@ -221,17 +280,22 @@ def run_npu(
     require_npu()
     shape.check(config)
     scale = shape.default_scale(config.head) if scale is None else scale
+    text = Path(pto_path).read_text()
     compiled = compile_pto(pto_path, config_summary=config.summary())
     q, k, v = make_inputs(shape, config.head, seed, TORCH_DTYPES[config.in_dtype], shape.kv_heads)
     key_mask = case_key_mask(config, shape, key_mask, seed)
-    launch = prepare_launch(config, shape, compiled.so_path, q, k, v, scale, block_dim, key_mask)
-    result = RunResult.start(config, shape, "npu", block_dim=launch.block_dim)
+    kernel = BuiltKernel(text, config.summary(), argspec.ENTRY_NAME, argspec.entry_args(config))
+    plan = plan_forward(config, shape, npu_soc(), scale=scale, key_mask=key_mask, block_dim=block_dim, kernel=kernel)
+    device = npu_device()
+    o = torch.zeros(shape.batch, shape.s0, shape.heads, config.head, dtype=TORCH_DTYPES[config.out_dtype], device=device)
+    lse = torch.zeros(shape.batch, shape.heads, shape.s0, device=device) if config.lse else None
+    result = RunResult.start(config, shape, "npu", block_dim=plan.block_dim)
     result.extra["so_path"] = str(compiled.so_path)
     result.extra["cache_hit"] = compiled.cache_hit
 
     started = time.perf_counter()
     try:
-        launch()
+        launched = launch(plan, {"q": q, "k": k, "v": v, "o": o, "lse": lse, "key_mask": key_mask})
         torch.npu.synchronize()
     except (NpuLaunchError, RuntimeError) as failure:  # RuntimeError: aicore exception or timeout at sync
         result.status = "error"
@@ -239,11 +303,11 @@ def run_npu(
         return result
     result.wall_s = time.perf_counter() - started
 
-    check_output(result, launch.o.cpu(), q, k, v, scale, window=shape.window, key_mask=key_mask,
-                 lse=None if launch.lse is None else launch.lse.cpu(), out_dtype=config.out_dtype)
+    check_output(result, o.cpu(), q, k, v, scale, window=shape.window, key_mask=key_mask,
+                 lse=None if lse is None else lse.cpu(), out_dtype=config.out_dtype)
     plain = not (config.masked or config.key_padding) and shape.kv_heads == shape.heads and config.in_dtype == "f16"
     if compare_fused and plain:
-        result.extra.update(compare_with_fused(launch))
+        result.extra.update(compare_with_fused(launched, scale))
         if result.extra.get("fused_close") is False:
             result.message += f"; differs from the fused op by {result.extra['fused_max_abs_diff']:.3g} (> 1e-3)"
     return result

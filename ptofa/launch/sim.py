@@ -12,137 +12,95 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from ptofa.ir.textio import PtoCheckError, check_text
 from ptofa.kernels import argspec
 from ptofa.launch.base import TORCH_DTYPES, RunRequest, RunResult, case_key_mask, check_output, register_backend
-from ptofa.pipeline import UNIT_TABLE, ConfigError, FAConfig, ProblemShape, default_block_dim, workspace_bytes
+from ptofa.launch.plan import BuiltKernel, KernelCall, LaunchPlan, Workspace, bind, blocks_for, plan_forward
+from ptofa.launch.varlen import make_varlen_inputs, reference_varlen, unit_table
+from ptofa.pipeline import FAConfig, ProblemShape
 from ptofa.reference import make_inputs
 from ptofa.sim import GmPointer, SimDeadlock, SimError, SimResult, simulate
 from ptofa.sim.faults import fault_path, fault_text
-from ptofa.sim.socspec import get_soc
+from ptofa.sim.options import RunOptions
+from ptofa.sim.socspec import DEFAULT_SOC, get_soc
 from ptofa.sim.timeline import write_chrome_trace, write_timeline
 from ptofa.sim.timing import blocks_to_trace, predict
-from ptofa.ir.textio import PtoCheckError, check_text
-from ptofa.launch.varlen import make_varlen_inputs, reduce_table, reference_varlen, unit_table
 
 
-def sim_kernel_args(
-    config: FAConfig,
-    shape: ProblemShape,
-    q, k, v, o,
-    block_dim: int,
-    scale: float,
-    *,
-    lse=None,
-    key_mask=None,
-    units=None,
-    block_table=None,
-    slots=None,
-    partials=None,
-    bounds: tuple[int, int] | None = None,
-) -> dict[str, object]:
-    """The entry's arguments for `ptofa.sim.simulate`, by `argspec.entry_args(config)` name.
+def launch(plan: LaunchPlan, tensors: Mapping[str, object], *, workspace=None,
+           options: RunOptions | Mapping[str, RunOptions] | None = None) -> list[SimResult]:
+    """Run every kernel call of `plan` on the simulator, in order; returns one `SimResult` per call.
 
-    Tensors are CPU torch tensors, numpy arrays or `GmPointer`s (a pointer into a larger
-    buffer lets a test surround a tensor with guard regions); O and LSE are written in
-    place. The slot workspace is one NaN-filled buffer passed as f32 and input-dtype
-    pointers, so a slot read before it is written shows up in O. `key_mask` is the
-    normalised int8 mask ([B, S1], or [S1] shared by the batch); `units` the varlen unit
-    table (`ptofa.launch.varlen.unit_table`). `slots` is a caller's slot workspace instead of the
-    NaN buffer (a tensor, array or `GmPointer` of at least `gm_slot_bytes_per_block *
-    block_dim` bytes, any element type: the kernel addresses it as f32 and input-dtype
-    words); `partials` the split-KV partials (`launch_split_sim`); `bounds` the kernel's (win_left, win_right) instead of `shape.window_bounds()`
-    (the right bound may be negative: torch's top-left causal with S1 > S0).
-    """
-    if slots is None:
-        slots = GmPointer.of(np.full(workspace_bytes(config, shape, block_dim) // 4, np.nan, dtype=np.float32))
-    else:
-        slots = _pointer(slots).retyped(np.float32)
-    left, right = shape.window_bounds() if bounds is None else bounds
-    mask_stride = 0 if key_mask is None or key_mask.dim() == 1 else shape.s1
-    values: dict[str, object] = {
-        "ffts": GmPointer.of(np.zeros(16, dtype=np.int64)),
-        "slots": slots,
-        "slots_h": slots.retyped(config.in_dtype),
-        "q": _pointer(q), "k": _pointer(k), "v": _pointer(v), "o": _pointer(o),
-        "lse": _pointer(lse), "key_mask": _pointer(key_mask),
-        "batch": shape.batch, "heads": shape.heads, "kv_heads": shape.kv_heads, "s0": shape.s0, "s1": shape.s1,
-        "scale": scale, "win_left": left, "win_right": right, "key_mask_stride": mask_stride,
-        "units": _pointer(units), "num_units": 0 if units is None else int(units.shape[0]),
-        "block_table": _pointer(block_table), "max_pages": 0 if block_table is None else int(block_table.shape[-1]),
-        "partials": _pointer(partials),
-    }
-    return {a.name: values[a.name] for a in argspec.entry_args(config)}
+    `tensors` are the caller's buffers by entry-argument name (CPU torch tensors, numpy arrays
+    or `GmPointer`s, None for no buffer; outputs are written in place). `workspace` is the
+    caller's buffer for the plan's workspace (checked against its size), else a NaN-filled one,
+    so a slot or partial read before it is written shows up in the output. `options` are the
+    simulator's run options of the first call, where later calls (the reduce) run without a fault
+    and with every block; or the options of each call by its name. Raises what `simulate` raises."""
+    ws = _workspace(plan, workspace)
+    results = []
+    for i, call in enumerate(plan.calls):
+        run_options = options
+        if isinstance(options, Mapping):
+            run_options = options.get(call.name)
+        elif i and options is not None:
+            run_options = dataclasses.replace(options, fault=None, blocks=None, trace_blocks=None)
+        results.append(simulate(call.kernel.parsed, arguments(call, tensors, ws), call.block_dim, run_options))
+    return results
+
+
+def arguments(call: KernelCall, tensors: Mapping[str, object], workspace: GmPointer | None) -> dict[str, object]:
+    """`simulate`'s arguments of one call, by entry-argument name (`plan.bind`'s values): a tensor
+    as a `GmPointer`, a `Workspace` region as a pointer into `workspace` in the argument's element
+    type, a zeroed FFTS block for `ffts`."""
+    values = bind(call, tensors)
+    args: dict[str, object] = {}
+    for arg in call.args:
+        if arg.source == "ffts":
+            args[arg.name] = GmPointer.of(np.zeros(16, dtype=np.int64))
+            continue
+        value = values[arg.source]
+        if isinstance(value, Workspace):
+            value = GmPointer(workspace.buf, workspace.offset + value.offset, arg.ir_type[len("!pto.ptr<"):-1])
+        elif arg.ir_type.startswith("!pto.ptr<"):
+            value = _pointer(value)
+        args[arg.name] = value
+    return args
+
+
+def _workspace(plan: LaunchPlan, workspace) -> GmPointer | None:
+    if workspace is None:
+        return GmPointer.of(np.full(max(plan.workspace_bytes, 4) // 4, np.nan, dtype=np.float32))
+    ws = _pointer(workspace).retyped(np.float32)
+    plan.check_workspace(ws.buf.nbytes - ws.offset)
+    return ws
+
+
+def sim_kernel_args(config: FAConfig, shape: ProblemShape, q, k, v, o, block_dim: int, scale: float, *, lse=None,
+                    key_mask=None, units=None, block_table=None, slots=None, partials=None,
+                    bounds: tuple[int, int] | None = None) -> dict[str, object]:
+    """The forward entry's arguments for a direct `ptofa.sim.simulate` call (tests surround tensors with
+    guard regions through `GmPointer`s): `plan_forward`'s values bound to these tensors. `slots` is the
+    caller's workspace (any element type), else a NaN-filled one; `partials` the split-KV partials."""
+    plan = plan_forward(config, shape, DEFAULT_SOC, scale=scale, bounds=bounds, key_mask=key_mask,
+                        block_dim=block_dim, units=units,
+                        max_pages=0 if block_table is None else int(block_table.shape[-1]),
+                        kernel=BuiltKernel("", config.summary(), argspec.ENTRY_NAME, argspec.entry_args(config)))
+    ws = _workspace(plan, None) if slots is None else _pointer(slots).retyped(np.float32)
+    tensors = {"q": q, "k": k, "v": v, "o": o, "lse": lse, "key_mask": key_mask, "block_table": block_table,
+               "partials": partials}
+    call = dataclasses.replace(plan.calls[0], values={**plan.calls[0].values, "partials": partials})
+    return arguments(call, tensors, ws)
 
 
 def _pointer(x) -> GmPointer | None:
     return x if x is None or isinstance(x, GmPointer) else GmPointer.of(x)
-
-
-def launch_sim(parsed, config: FAConfig, shape: ProblemShape, q, k, v, o, block_dim: int, scale: float, *,
-               options=None, **tensors) -> SimResult:
-    """Run a parsed kernel once on the simulator; O (and LSE) are written in place.
-
-    The launch shared by `SimBackend.run` (`run_case`) and `ptofa.attention.core.attend`:
-    `tensors` are `sim_kernel_args`'s keyword arguments (lse, key_mask, units, slots,
-    bounds, ...), `options` the `RunOptions`. Raises what `simulate` raises.
-    """
-    return simulate(parsed, sim_kernel_args(config, shape, q, k, v, o, block_dim, scale, **tensors), block_dim, options)
-
-
-def launch_split_sim(parsed, reduce_parsed, config: FAConfig, shape: ProblemShape, q, k, v, o, block_dim: int,
-                     scale: float, num_splits: int, *, units, workspace=None, lse=None, block_table=None,
-                     options=None) -> tuple[SimResult, SimResult | None]:
-    """Split-KV on the simulator: the `split_kv` forward kernel writes each split's partial O
-    and LSE after the slot rings in one workspace (`pipeline.workspace_bytes`, `num_splits` the
-    most splits of a unit in `units`) and the result of every unit of one split; then the reduce
-    kernel (`kernels/fa_reduce.py`) combines the split units' partials into O (and LSE), in place.
-
-    `workspace` is the caller's buffer (tensor, array or `GmPointer`), else a NaN-filled one,
-    so a partial read before it is written shows up in O. Returns both launches' results (the
-    reduce's None when no unit has more than one split); the reduce runs on
-    `reduce_block_dim(reduce units)` blocks."""
-    most = max(units[:, UNIT_TABLE.index("splits")].tolist(), default=1)
-    if most > num_splits:
-        raise ConfigError(f"split-KV: a unit of the table has {most} splits, more than num_splits={num_splits}")
-    need = workspace_bytes(config, shape, block_dim, num_splits)
-    if workspace is None:
-        ws = GmPointer.of(np.full(need // 4, np.nan, dtype=np.float32))
-    else:
-        ws = _pointer(workspace).retyped(np.float32)
-        have = ws.buf.nbytes - ws.offset
-        if have < need:
-            raise ConfigError(f"workspace: {have} bytes, but split-KV with num_splits={num_splits} on {block_dim} "
-                              f"blocks needs {need} (slot rings + partial O and LSE)")
-    partials = ws.add(config.gm_slot_f32_per_block * block_dim)
-    main = launch_sim(parsed, config, shape, q, k, v, o, block_dim, scale, options=options, lse=lse, units=units,
-                      block_table=block_table, slots=ws, partials=partials)
-    table = reduce_table(config, units, shape.heads, shape.heads // shape.kv_heads)
-    if not table.shape[0]:
-        return main, None
-    heads, rows = reduce_rows(config, shape)
-    values = {"ffts": GmPointer.of(np.zeros(16, dtype=np.int64)), "partials": partials, "o": _pointer(o),
-              "lse": _pointer(lse), "units": _pointer(table), "heads": heads, "s0": rows,
-              "num_units": int(table.shape[0])}
-    reduce_args = {a.name: values[a.name] for a in argspec.reduce_entry_args(config)}
-    reduce_options = None if options is None else dataclasses.replace(options, fault=None, blocks=None, trace_blocks=None)
-    reduced = simulate(reduce_parsed, reduce_args, reduce_block_dim(int(table.shape[0])), reduce_options)
-    return main, reduced
-
-
-def reduce_rows(config: FAConfig, shape: ProblemShape) -> tuple[int, int]:
-    """(heads, rows per head) the reduce kernel addresses: (N, total_q), or (1, total_q * N) after GQA
-    packing, whose O rows and [total_q, N] LSE are one contiguous run of rows."""
-    return (1, shape.s0 * shape.heads) if config.gqa_pack else (shape.heads, shape.s0)
-
-
-def reduce_block_dim(reduce_units: int, cube_cores: int = 24) -> int:
-    """Blocks of the reduce launch: one per reduce unit (`varlen.reduce_table` entry), up to the cube cores."""
-    return max(1, min(reduce_units, cube_cores))
 
 
 class SimBackend:
@@ -156,8 +114,8 @@ class SimBackend:
     def run(self, request: RunRequest) -> RunResult:
         config, shape, pto_path = request.config, request.shape, request.pto_path
         spec = get_soc(request.soc)
-        block_dim = request.block_dim or default_block_dim(shape, spec.cube_cores, config)
-        result = RunResult.start(config, shape, self.name, block_dim=block_dim)
+        result = RunResult.start(config, shape, self.name,
+                                 block_dim=blocks_for(shape.work_units(config), spec, request.block_dim or None))
         scale = shape.default_scale(config.head) if request.scale is None else request.scale
         started = time.perf_counter()
         try:
@@ -177,6 +135,11 @@ class SimBackend:
             q, k, v = make_inputs(shape, config.head, request.seed, TORCH_DTYPES[config.in_dtype], shape.kv_heads)
             o = torch.full((shape.batch, shape.s0, shape.heads, config.head), math.nan, dtype=TORCH_DTYPES[config.out_dtype])
             lse = torch.full((shape.batch, shape.heads, shape.s0), math.nan) if config.lse else None
+        kernel = BuiltKernel(pto_path.read_text(), config.summary(), argspec.ENTRY_NAME, argspec.entry_args(config),
+                             parsed)
+        plan = plan_forward(config, shape, spec, scale=scale, key_mask=key_mask, block_dim=result.block_dim,
+                            units=units, kernel=kernel)
+        block_dim = plan.block_dim
         options = request.options
         if request.timing:
             # Masks and key padding give units unequal work: then every block is replayed.
@@ -186,8 +149,8 @@ class SimBackend:
         try:
             if options.fault is not None:  # the text the reports' line numbers refer to, for the reader
                 Path(fault_path(str(pto_path), options.fault)).write_text(fault_text(parsed, options.fault))
-            sim = launch_sim(parsed, config, shape, q, k, v, o, block_dim, scale, options=options,
-                             lse=lse, key_mask=key_mask, units=units)
+            (sim,) = launch(plan, {"q": q, "k": k, "v": v, "o": o, "lse": lse, "key_mask": key_mask},
+                            options=options)
         except PtoCheckError as exc:  # the injected fault makes the module fail the verifier
             result.status, result.message = "error", str(exc)
             return result

@@ -19,26 +19,18 @@ from collections.abc import Sequence
 
 import torch
 
-from ptofa.attention.core import get_kernel
-from ptofa.kernels.fa_reduce import emit_reduce
+from ptofa.launch.plan import plan_split
+from ptofa.launch.sim import launch
+from ptofa.launch.varlen import reduce_table, split_tiles, unit_table, unit_visible_tiles, varlen_shape
 from ptofa.pipeline import DTYPE_BYTES, MAX_SPLITS, REDUCE_TABLE, ConfigError, FAConfig, ProblemShape
 from ptofa.sim.options import RunOptions
-from ptofa.sim.socspec import SocSpec, get_soc
+from ptofa.sim.socspec import DEFAULT_SOC, SocSpec, get_soc
 from ptofa.sim.timing import launch_cycles, replay
 from ptofa.sim.trace import Trace
-from ptofa.launch.sim import launch_split_sim
-from ptofa.ir.textio import ParsedModule, check_text
-from ptofa.launch.varlen import reduce_table, split_tiles, unit_table, unit_visible_tiles, varlen_shape
-
-
-@functools.lru_cache(maxsize=32)
-def reduce_kernel(config: FAConfig) -> ParsedModule:
-    """The parsed, verified reduce kernel of a split-KV config (emitted once per config)."""
-    return check_text(emit_reduce(config), f"fa_reduce_{config.head}_{config.out_dtype}.pto")
 
 
 def reduce_us(trace: Trace, config: FAConfig, shape: ProblemShape, units: torch.Tensor,
-              soc: str | SocSpec = "910B2") -> float:
+              soc: str | SocSpec = DEFAULT_SOC) -> float:
     """Predicted time of a traced reduce launch of the forward unit table `units`: its replayed
     blocks, or the HBM time of reading the split units' partials and writing their O (and LSE),
     whichever is longer (as `timing.predict` bounds)."""
@@ -104,10 +96,12 @@ def _one_block_us(config: FAConfig, q_len: int, tiles: int, num_splits: int, red
     o = torch.empty(q_len, 1, config.head, dtype={"f16": torch.float16, "bf16": torch.bfloat16,
                                                    "f32": torch.float32}[config.out_dtype])
     lse = torch.empty(1, q_len) if config.lse else None
-    main, red = launch_split_sim(get_kernel(config).parsed, reduce_kernel(config), config, shape, q, k, v, o, 1,
-                                 1.0, num_splits, units=unit_table(config, [q_len], [k_len], 1, num_splits=num_splits),
-                                 lse=lse, options=RunOptions(trace=True))
-    spec = get_soc("910B2")
+    split = Plan(num_splits, config, unit_table(config, [q_len], [k_len], 1, num_splits=num_splits), 1)
+    spec = get_soc(DEFAULT_SOC)
+    results = launch(plan_split(split, shape, spec, scale=1.0), {"q": q, "k": k, "v": v, "o": o, "lse": lse,
+                                                                  "block_table": None},
+                     options=RunOptions(trace=True))
+    main, red = results[0], results[-1]
     trace = red.trace if reduce else main.trace
     return spec.cycles_to_us(max(r.cycles for r in replay(trace, spec, config.slot_num).values()))
 
@@ -122,7 +116,7 @@ def split_costs(config: FAConfig, q_len: int) -> SplitCosts:
     r2, r4 = (_one_block_us(base, q_len, 4, s, True) for s in (2, 4))
     tile_us = (four - one) / 3
     split_us = (r4 - r2) / 2
-    return SplitCosts(one - tile_us, tile_us, r2 - 2 * split_us, split_us, get_soc("910B2").launch_start_us(1))
+    return SplitCosts(one - tile_us, tile_us, r2 - 2 * split_us, split_us, get_soc(DEFAULT_SOC).launch_start_us(1))
 
 
 def _fill_slots(tiles: list[int], costs: SplitCosts, slots: int) -> list[int]:
@@ -186,6 +180,12 @@ class Plan:
     table: torch.Tensor
     block_dim: int
     unit_splits: tuple[int, ...] = ()
+
+    @property
+    def launch_splits(self) -> int | list[int]:
+        """The split counts as `varlen.unit_table` takes them: one for every unit, or one per unit."""
+        counts = self.unit_splits
+        return counts[0] if len(set(counts)) == 1 else list(counts)
 
     def describe(self) -> str:
         """The split of the launch as units x splits, most splits first: "8x3+24x1", or "unsplit"."""

@@ -28,7 +28,7 @@ bounded below by the compulsory HBM traffic as in `predict`.
 Results are kept per shape bucket (S0, S1 and batch rounded up to powers of two;
 heads, head dim, dtypes, window, switches and chip exact): in memory and as JSON
 under `cache_root()/tune`, keyed also by the builder and timing-model sources, so a
-changed model never answers from an old ranking. `run_fa tune` prints the table.
+changed model never answers from an old ranking. `run_fa tune` (`ptofa.cli.tune_cli`) prints the table.
 """
 
 from __future__ import annotations
@@ -38,28 +38,24 @@ import hashlib
 import heapq
 import json
 import math
-import sys
 import threading
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import click
 import numpy
 import torch
-from rich import box
-from rich.console import Console
-from rich.table import Table
 
 import ptofa
 from ptofa.launch.base import TORCH_DTYPES
-from ptofa.launch.kernel_cache import atomic_write, builder_digest, cache_root, get_kernel
+from ptofa.launch.kernel_cache import atomic_write, builder_digest, cache_root
+from ptofa.launch.plan import plan_forward
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, default_block_dim
 from ptofa.sim.options import RunOptions
 from ptofa.sim.socspec import get_soc
 from ptofa.sim.timing import compulsory_bytes, predict
-from ptofa.launch.sim import launch_sim
+from ptofa.launch.sim import launch
 
 TILE_S1S = (128, 256, 512)
 PRELOADS = (1, 2, 3)
@@ -173,8 +169,9 @@ def _probe_block_us(config: FAConfig, probe: ProblemShape, spec, probe_blocks: i
     o = torch.empty(1, probe.s0, 1, config.head, dtype=TORCH_DTYPES[config.out_dtype])
     lse = torch.empty(1, 1, probe.s0) if config.lse else None
     key_mask = torch.ones(probe.s1, dtype=torch.int8) if config.key_padding else None
-    sim = launch_sim(get_kernel(config).parsed, config, probe, q, k, v, o, probe_blocks, config.head ** -0.5,
-                     options=RunOptions(trace=True), lse=lse, key_mask=key_mask)
+    plan = plan_forward(config, probe, spec, scale=config.head ** -0.5, key_mask=key_mask, block_dim=probe_blocks)
+    (sim,) = launch(plan, {"q": q, "k": k, "v": v, "o": o, "lse": lse, "key_mask": key_mask},
+                    options=RunOptions(trace=True))
     return predict(sim.trace, config, probe, soc=spec, block_dim=probe_blocks)
 
 
@@ -329,51 +326,6 @@ def clear_tune_memory() -> None:
     """Forget this process's rankings (the disk entries stay)."""
     with _LOCK:
         _MEMORY.clear()
-
-
-def print_ranking(result: TuneResult, console: Console) -> None:
-    """The ranking as a table, then the chosen config."""
-    b = result.shape
-    table = Table(title=f"ptofa tune: B={b.batch} N={b.heads}/{b.kv_heads} S0={b.s0} S1={b.s1} D={b.head} "
-                        f"{b.in_dtype} window={b.window} ({b.soc})", box=box.SIMPLE_HEAD, padding=(0, 1))
-    for col in ("rank", "tile_s1", "qk_preload", "prescale_q", "predicted us", "TFLOP/s", "bound"):
-        table.add_column(col, justify="right")
-    for i, row in enumerate(result.table, 1):
-        knobs = (str(i), str(row.tile_s1), str(row.qk_preload), "on" if row.prescale_q else "off")
-        if row.predicted_us is None:
-            table.add_row(*knobs, "-", "-", row.error or "-")
-        else:
-            table.add_row(*knobs, f"{row.predicted_us:.2f}", f"{row.tflops:.1f}", row.bound or "-")
-    console.print(table)
-    console.print(f"note: {result.note}", markup=False)
-    console.print(f"chosen: {result.config.summary()}", markup=False)
-
-
-@click.command("tune")
-@click.option("--s0", type=int, required=True, help="Query length S0.")
-@click.option("--s1", type=int, required=True, help="Key/value length S1.")
-@click.option("--heads", type=int, required=True, help="Query heads N.")
-@click.option("--kv-heads", type=int, default=None, help="Key/value heads (divides N) [default: --heads].")
-@click.option("--head-dim", type=int, required=True, help="Head dimension D.")
-@click.option("--batch", type=int, default=1, show_default=True, help="Batch B.")
-@click.option("--causal", is_flag=True, help="Bottom-right causal mask (the masked kernel).")
-@click.option("--dtype", type=click.Choice(["fp16", "bf16"]), default="fp16", show_default=True, help="Q/K/V dtype.")
-@click.option("--soc", default="910B2", show_default=True, help="Chip of the timing model (910B1..910B4).")
-def tune_cmd(s0: int, s1: int, heads: int, kv_heads: int | None, head_dim: int, batch: int, causal: bool,
-             dtype: str, soc: str) -> None:
-    """Rank the legal configs of a shape by the timing model's predicted time; print the chosen one."""
-    from ptofa.cli.switches import DTYPES, InputError
-
-    in_dtype = DTYPES[dtype]
-    window = (-1, 0) if causal else (-1, -1)
-    shape = TuneShape(batch, heads, kv_heads or heads, s0, s1, head_dim, in_dtype, window=window, soc=soc)
-    try:
-        shape.problem().check(shape.base_config())
-        get_soc(soc)
-        result = tune(shape)
-    except (ConfigError, ValueError, KeyError) as exc:
-        raise InputError(f"invalid shape: {exc}") from None
-    print_ranking(result, Console() if sys.stdout.isatty() else Console(width=120))
 
 
 __all__ = ["Ranked", "TuneResult", "TuneShape", "candidates", "predict_config", "prediction_count", "rank", "tune"]

@@ -173,6 +173,8 @@ SOCS: dict[str, SocSpec] = {
     "910B3": SocSpec("910B3", cube_cores=20, clock_mhz=1800.0),
     "910B4": SocSpec("910B4", cube_cores=20, clock_mhz=1500.0, gm_scale=2),
 }
+# The chip the simulator plans and times for when none is named (`--soc`, `soc=`).
+DEFAULT_SOC = "910B2"
 
 
 def get_soc(soc: str | SocSpec) -> SocSpec:
