@@ -450,10 +450,10 @@ def test_package_exports_are_lazy_and_documented() -> None:
 
 
 def test_npu_launch_arguments_carry_the_bounds_and_the_workspace() -> None:
-    """The NPU launch's marshalling, on CPU tensors (data_ptr only): FALaunch's argument list with
-    the kernel's window bounds replaced (top-left causal: a negative right bound)."""
+    """The NPU launch's marshalling, on CPU tensors (data_ptr only): a launch plan's argument list with
+    the kernel's window bounds (top-left causal: a negative right bound)."""
     from ptofa.kernels import argspec
-    from ptofa.attention.core import npu_host_args
+    from ptofa.launch.plan import BuiltKernel, plan_forward
     from ptofa.pipeline import ProblemShape
 
     config = FAConfig(head=64, tile_s1=128, qk_preload=2, masked=True, key_padding=True, lse=True)
@@ -462,7 +462,11 @@ def test_npu_launch_arguments_carry_the_bounds_and_the_workspace() -> None:
     o, lse = torch.empty_like(q), torch.empty(2, HEADS, S0)
     key_mask = torch.ones(2, S1, dtype=torch.int8)
     workspace = torch.empty(config.gm_slot_bytes_per_block * 3, dtype=torch.uint8)
-    args = npu_host_args(config, shape, q, k, v, o, workspace, 0.125, (S0 + S1, S0 - S1), lse=lse, key_mask=key_mask)
+    plan = plan_forward(config, shape, "910B2", scale=0.125, bounds=(S0 + S1, S0 - S1), key_mask=key_mask, block_dim=3,
+                        kernel=BuiltKernel("", config.summary(), argspec.ENTRY_NAME, argspec.entry_args(config)))
+    tensors = {"q": q, "k": k, "v": v, "o": o, "lse": lse, "key_mask": key_mask}
+    args = npu.host_values(argspec.entry_args(config),
+                           npu.call_values(plan.calls[0], tensors, workspace, torch.device("cpu")))
     by_name = dict(zip([p.name for p in argspec.host_params(config)], args))
     assert by_name["win_left"] == S0 + S1 and by_name["win_right"] == S0 - S1 == -230
     assert by_name["slots"] == workspace.data_ptr() and by_name["q"] == q.data_ptr() and by_name["lse"] == lse.data_ptr()

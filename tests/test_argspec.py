@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from ptofa.kernels import argspec
-from ptofa.launch.npu import FALaunch, NpuLaunchError, check_launch_code, load_launcher
+from ptofa.launch.npu import NpuLaunchError, call_values, check_launch_code, host_values, load_launcher
+from ptofa.launch.plan import BuiltKernel, plan_forward
 from ptofa.pipeline import ProblemShape
 from ptofa.launch.toolchain import caller_cpp_path, render_caller_cpp
 
@@ -110,7 +111,7 @@ float seen_scale;
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler for the fake launcher")
 @pytest.mark.parametrize("variant", [False, True], ids=["plain", "masked-keypadding-lse-gqa"])
 def test_ctypes_call_delivers_every_host_argument(tmp_path: Path, variant: bool) -> None:
-    """A C launcher with argspec's signature, called through load_launcher and FALaunch.host_args."""
+    """A C launcher with argspec's signature, called through load_launcher with a launch plan's values."""
     from ptofa.pipeline import FAConfig
 
     config = FAConfig(masked=True, key_padding=True, lse=True, in_dtype="bf16") if variant else FAConfig()
@@ -135,8 +136,12 @@ def test_ctypes_call_delivers_every_host_argument(tmp_path: Path, variant: bool)
     shape = ProblemShape(batch=2, heads=6, s0=256, s1=1024, kv_heads=3 if variant else 6, window=window)
     tensors = {name: torch.zeros(4) for name in ("q", "k", "v", "o", "slots")}
     extra = dict(config=config, lse=torch.zeros(3), key_mask=torch.zeros(2, 1024, dtype=torch.int8)) if variant else {}
-    launch = FALaunch(load_launcher(so_path, config), 5, shape, 0.125, **tensors, **extra)
-    code = launch.launcher(launch.block_dim, ctypes.c_void_p(0xABC), *launch.host_args())
+    args = argspec.entry_args(config)
+    plan = plan_forward(config, shape, "910B2", scale=0.125, key_mask=extra.get("key_mask"), block_dim=5,
+                        kernel=BuiltKernel("", config.summary(), argspec.ENTRY_NAME, args))
+    values = call_values(plan.calls[0], {**tensors, **extra}, tensors["slots"], torch.device("cpu"))
+    code = load_launcher(so_path, argspec.ENTRY_NAME, args)(plan.block_dim, ctypes.c_void_p(0xABC),
+                                                            *host_values(args, values))
     library = ctypes.CDLL(str(so_path))
 
     assert code == argspec.RC_FFTS_FAILED

@@ -53,9 +53,11 @@ def test_cube_core_count_falls_back_to_20_without_torch_npu(monkeypatch: pytest.
     assert npu.cube_core_count() == npu.FALLBACK_CUBE_CORES == 20
 
 
-def test_prepare_launch_rejects_a_zero_block_dim(tmp_path: Path) -> None:
+def test_a_launch_plan_rejects_a_zero_block_dim(tmp_path: Path) -> None:
+    from ptofa.launch.plan import plan_forward
+
     with pytest.raises(ValueError, match="block_dim=0 must be >= 1"):
-        npu.prepare_launch(FAConfig(), ProblemShape(), tmp_path / "fa.so", None, None, None, 0.1, block_dim=0)
+        plan_forward(FAConfig(), ProblemShape(), "910B2", scale=0.1, block_dim=0)
 
 
 def test_flop_conventions() -> None:

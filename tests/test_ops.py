@@ -17,8 +17,8 @@ import torch
 import ptofa
 from ptofa.kernels import argspec
 from ptofa.attention import core as attention
-from ptofa.launch import kernel_cache
 from ptofa.launch import npu
+from ptofa.launch.toolchain import entry_signature
 from ptofa.attention.ops import flash_attn_fwd
 from ptofa.pipeline import ConfigError, FAConfig
 from ptofa.reference import check_accuracy, reference_fa
@@ -191,21 +191,25 @@ def fake_npu(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     monkeypatch.setattr(npu, "cube_core_count", lambda: 24)
     fake = types.SimpleNamespace(current_device=lambda: 0, current_stream=lambda: FakeStream())
     monkeypatch.setattr(torch, "npu", fake, raising=False)
-    monkeypatch.setattr(attention, "npu_device", lambda home: torch.device("cpu"))
-    real_workspace = attention.npu_workspace
+    monkeypatch.setattr(npu, "npu_device", lambda: torch.device("cpu"))
+    real_workspace = npu.npu_workspace
 
-    def workspace(config, block_dim, device):
-        made = real_workspace(config, block_dim, device)
+    def workspace(nbytes, device):
+        made = real_workspace(nbytes, device)
         calls.append(("workspace", made.data_ptr(), made.numel() * made.element_size()))
         return made
 
-    monkeypatch.setattr(attention, "npu_workspace", workspace)
+    monkeypatch.setattr(npu, "npu_workspace", workspace)
 
     def launcher(block_dim, stream, *args):
         calls.append((block_dim, stream, args))
         return argspec.RC_OK
 
-    monkeypatch.setattr(kernel_cache.Kernel, "npu_launcher", lambda self: launcher)
+    def launcher_of(text, summary):
+        entry, args = entry_signature(text)
+        return npu.EntryLauncher(launcher, entry, args)
+
+    monkeypatch.setattr(npu, "launcher_of", launcher_of)
     return calls
 
 

@@ -16,7 +16,6 @@ import torch
 import ptofa
 from ptofa.kernels import argspec
 from ptofa.launch import npu
-from ptofa.attention import serving
 from ptofa.launch import plan as launch_plan
 from ptofa.attention.kvcache import KVCache, reference_kvcache
 from ptofa.pipeline import REDUCE_TABLE, UNIT_FIELDS, FAConfig, workspace_bytes

@@ -27,7 +27,7 @@ import torch
 
 from ptofa.kernels import argspec
 from ptofa.launch.base import TORCH_DTYPES, BackendUnavailable, RunRequest, RunResult, case_key_mask, check_output, register_backend
-from ptofa.launch.plan import BuiltKernel, LaunchPlan, Workspace, bind, plan_forward
+from ptofa.launch.plan import BuiltKernel, KernelCall, LaunchPlan, Workspace, bind, plan_forward
 from ptofa.launch.toolchain import cache_root, compile_pto, entry_signature
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
 from ptofa.reference import make_inputs
@@ -200,7 +200,7 @@ def launch(plan: LaunchPlan, tensors: Mapping[str, object], *, workspace: torch.
     launchers = [launcher_of(call.kernel.text, call.kernel.name) for call in plan.calls]
     device = npu_device()
     if workspace is None:
-        workspace = torch.empty(max(plan.workspace_bytes, 4) // 4, dtype=torch.float32, device=device)
+        workspace = npu_workspace(plan.workspace_bytes, device)
     else:
         workspace = _callers_workspace(workspace, plan, device)
     flat = workspace.reshape(-1).view(torch.uint8)
@@ -209,13 +209,7 @@ def launch(plan: LaunchPlan, tensors: Mapping[str, object], *, workspace: torch.
     on_device = {name: None if t is None else t.to(device).contiguous() for name, t in tensors.items()}
     bound: dict[str, dict[str, object]] = {}
     for call, kernel in zip(plan.calls, launchers):
-        values = bound[call.name] = {}
-        for name, value in bind(call, on_device).items():
-            if isinstance(value, Workspace):
-                value = flat[value.offset:]
-            elif isinstance(value, torch.Tensor) and value.device != device:  # a host table of the plan
-                value = value.to(device=device, dtype=torch.int32).contiguous()
-            values[name] = value
+        values = bound[call.name] = call_values(call, on_device, flat, device)
         check_launch_code(kernel.launcher(call.block_dim, handle, *host_values(kernel.args, values)),
                           argspec.LAUNCHERS[kernel.entry])
     for name in plan.outputs:
@@ -223,6 +217,25 @@ def launch(plan: LaunchPlan, tensors: Mapping[str, object], *, workspace: torch.
         if target is not None and buffer is not target:
             target.copy_(buffer.to(target.device))
     return NpuLaunch(plan, workspace, on_device, bound)
+
+
+def npu_workspace(nbytes: int, device: torch.device) -> torch.Tensor:
+    """A plan's workspace when the caller gives none: `nbytes` (f32 words) on `device`."""
+    return torch.empty(max(nbytes, 4) // 4, dtype=torch.float32, device=device)
+
+
+def call_values(call: KernelCall, tensors: Mapping[str, object], workspace: torch.Tensor,
+                device: torch.device) -> dict[str, object]:
+    """`plan.bind`'s values of one call for its launcher: a `Workspace` region as the byte view of
+    `workspace` from its offset, a host table of the plan as an int32 device tensor."""
+    values = {}
+    for name, value in bind(call, tensors).items():
+        if isinstance(value, Workspace):
+            value = workspace.reshape(-1).view(torch.uint8)[value.offset:]
+        elif isinstance(value, torch.Tensor) and value.device != device:
+            value = value.to(device=device, dtype=torch.int32).contiguous()
+        values[name] = value
+    return values
 
 
 def _callers_workspace(workspace: torch.Tensor, plan: LaunchPlan, device: torch.device) -> torch.Tensor:
