@@ -619,6 +619,3 @@ def workspace_bytes(c: FAConfig, shape: ProblemShape, block_dim: int, num_splits
         return slots
     return slots + 4 * sum(partial_elems(c, shape, num_splits))
 
-
-def default_block_dim(shape: ProblemShape, cube_cores: int = 24, config: FAConfig | None = None) -> int:
-    return max(1, min(shape.work_units(config), cube_cores))

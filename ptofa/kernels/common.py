@@ -1,4 +1,4 @@
-"""Building blocks shared by the kernels: work units, BSND offsets, pipes, schedule.
+"""Building blocks shared by the kernels: pipes, slot descriptors, schedule.
 
 Each function emits IR at the current insertion point through the kernel-author API
 (`ptofa.api`), so a kernel reads as its stages and the order in which they run.
@@ -17,30 +17,6 @@ from ptofa.pipeline import PipeSpec
 
 DEFAULT_SLOT_NUM = 8  # ptoas's default for one-way pipes: written only when a kernel differs
 SPLIT = 1  # TILE_UP_DOWN: vector core 0 gets the upper rows, core 1 the lower rows
-
-
-@dataclass
-class Unit:
-    """A decoded work unit: batch, head, Q block."""
-
-    batch: SSAValue
-    head: SSAValue
-    q_block: SSAValue
-
-
-def decode_unit(unit: SSAValue, q_blocks: SSAValue, heads: SSAValue) -> Unit:
-    """unit = (batch * heads + head) * q_blocks + q_block."""
-    q_block = scalar.rem(unit, q_blocks, name="q_block")
-    bh = scalar.div(unit, q_blocks, name="bh")
-    return Unit(scalar.div(bh, heads, name="b"), scalar.rem(bh, heads, name="h"), q_block)
-
-
-def bsnd_offset(b: SSAValue, seq_len: SSAValue, row: SSAValue | None, h: SSAValue, heads: SSAValue, head_dim: int) -> SSAValue:
-    """Element offset of (b, row, h, 0) in a [B, S, N, D] tensor (row None = 0)."""
-    seq = scalar.mul(b, seq_len)
-    if row is not None:
-        seq = scalar.add(seq, row)
-    return scalar.mul(scalar.add(scalar.mul(seq, heads), h), head_dim)
 
 
 def entry_type(pipe: PipeSpec, core: str) -> d.TensorViewType:

@@ -50,8 +50,8 @@ import torch
 import ptofa
 from ptofa.launch.base import TORCH_DTYPES
 from ptofa.launch.kernel_cache import atomic_write, builder_digest, cache_root
-from ptofa.launch.plan import plan_forward
-from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, default_block_dim
+from ptofa.launch.plan import blocks_for, plan_forward
+from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
 from ptofa.sim.options import RunOptions
 from ptofa.sim.socspec import get_soc
 from ptofa.sim.timing import compulsory_bytes, predict
@@ -230,7 +230,7 @@ def predict_config(config: FAConfig, shape: TuneShape) -> Ranked:
     _PREDICTIONS["count"] += 1
     spec = get_soc(shape.soc)
     problem = shape.problem()
-    block_dim = default_block_dim(problem, spec.cube_cores, config)
+    block_dim = blocks_for(problem.work_units(config), spec)
     per_block, bound = busiest_block_us(config, shape, spec, block_dim)
     per_block += spec.launch_start_us(block_dim)
     hbm_rate = spec.hbm_bytes_per_cycle_per_core * spec.cube_cores
