@@ -105,7 +105,7 @@ def backward_configs() -> list[BwdConfig]:
 
 def kernels() -> list[Kernel]:
     """Every kernel of the catalog, forward first."""
-    from ptofa.fa_builder import emit_fa
+    from ptofa.kernels.fa_fwd import emit_fa
     from ptofa.kernels.fa_bwd import emit_bwd
     from ptofa.kernels.fa_reduce import emit_reduce
 
