@@ -4,7 +4,8 @@
 `out = softmax(scale Q K^T + mask) V` whose `out` and `lse` the forward kernel wrote
 (`ptofa.flash_attn_func(..., return_lse=True)`): no S or P is kept between the passes.
 It launches the two kernels of `ptofa.kernels.fa_bwd` one after the other: `dq` (which
-also writes D = rowsum(dO * O)) and then `dkdv`, on the simulator or on an NPU (`ptofa.launch.backward_npu`);
+also writes D = rowsum(dO * O)) and then `dkdv`, on the simulator or on an NPU (one
+`plan.plan_backward` launched by `sim.launch` or `npu.launch`);
 with `deterministic=False` instead `prep` (D), `dkdv` with atomic-add dQ into an f32 buffer,
 and `post` (dQ f32 -> input dtype).
 
@@ -95,7 +96,7 @@ def attention_backward(
              kernel with atomic-add stores into an f32 buffer (no dq kernel; 64-query steps),
              then cast; the order of the adds, and so dQ's last bits, may vary.
     backend: "sim" (CPU simulator), "npu" (built with ptoas + bisheng, launched through torch_npu:
-             `ptofa.launch.backward_npu`; `BackendUnavailable` without an NPU) or
+             `ptofa.launch.npu.launch`; `BackendUnavailable` without an NPU) or
              "auto" (npu where usable).
     bounds:  the kernel's own (win_left, win_right) window arguments instead of `window`, as
              the forward op takes them (`ptofa.attention.core.window_to_bounds`; torch's top-left

@@ -3,7 +3,8 @@
 
 Both run the varlen forward kernel (`ptofa.launch.varlen`, `ptofa.attention.kvcache`) on the simulator
 (`backend="sim"`) or, built with ptoas and bisheng, on an NPU (`backend="npu"`, and "auto"
-where torch_npu sees one: `ptofa.launch.serving_npu`). `num_splits` > 1 splits every unit's KV
+where torch_npu sees one), through the one launch layer: `plan_serving` makes the call's
+`LaunchPlan` for the backend's chip and `dispatch.launch_on` runs it. `num_splits` > 1 splits every unit's KV
 tiles over that many entries and combines the partials with the reduce kernel
 (`ptofa.launch.splitkv`); 0 picks a count per unit from the timing model (`splitkv.plan_splits`),
 1 does not split.

@@ -1,9 +1,15 @@
-"""The NPU backend: compile a `.pto`, load the `.so` with ctypes, launch, check.
+"""The NPU launch of any plan, and the NPU backend of `run_fa run`.
 
-`run_npu` builds the kernel (cached, `ptofa.launch.toolchain`), loads `caller.cpp`'s
-launcher with the argtypes of `ptofa.kernels.argspec`, allocates BSND fp16 Q/K/V, fp32 O
-and the GM slot workspace with torch_npu, launches on the current stream and
-checks O with the accuracy rule of `ptofa.reference`. It also compares O with
+`launch(plan, tensors)` runs every kernel call of a `LaunchPlan` on one stream: each
+kernel's text is built once (`launcher_of`: ptoas + bisheng through `toolchain.compile_pto`,
+cached on disk) and its launcher loaded with argtypes from the entry the text declares
+(`load_launcher`, the one loader); the host arguments are `plan.bind`'s values in that
+entry's order (`host_values`). Tensors not on the NPU are copied there and the plan's
+outputs copied back; the workspace is the caller's or one of the plan's size. The chip is
+`npu_soc()`: the named chip's facts with the device's cube-core count.
+
+`run_npu` (the `npu` backend) builds the `.pto` of a case, launches its plan on random BSND
+inputs and checks O with the accuracy rule of `ptofa.reference`. It also compares O with
 `torch_npu.npu_fused_infer_attention_score` (fa-pipeline.md 16.2) and reports the
 difference in `RunResult.extra`; the pass/fail status comes from the reference rule.
 

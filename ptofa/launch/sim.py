@@ -1,5 +1,10 @@
-"""The simulator backend: run the `.pto` file as written on `ptofa.sim`, check and time it.
+"""The simulator launch of any plan, and the simulator backend of `run_fa run`.
 
+`launch(plan, tensors)` runs every kernel call of a `LaunchPlan` on `ptofa.sim`, in order,
+with `plan.bind`'s values as the entry's arguments (`arguments`) and the plan's workspace
+(the caller's, or a NaN-filled one).
+
+The backend runs the `.pto` file as written, checks and times it.
 The file is parsed and verified from its text (not the builder's objects), run with
 the request's `RunOptions` (an injected fault is applied by the simulator to the
 parsed module; its text is written beside the `.pto` as `fa.<fault>.pto`, the file
