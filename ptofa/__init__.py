@@ -1,29 +1,16 @@
 """ptofa: FlashAttention kernels for Ascend A2/A3 written as PTO IR, with a CPU simulator.
 
-Modules, one concept each (docs/architecture.md has the whole path):
-  target       A2/A3 facts: local memory capacities, alignment, hidden scratch
-  dialect/     the PTO dialect on xDSL (types, memory, vector, cube, pipes, runtime)
-  textio       parse / print / check `.pto` text; memcheck: ptoas's memory planner limit
+Layers, bottom first (each imports only the ones below; docs/architecture.md has the whole path):
+  ir/          A2/A3 facts, the PTO dialect on xDSL, `.pto` text in/out and checks
   api          the kernel-author API (`pto.*`, `tile.*`, `scalar.*`)
-  argspec      the kernel entry's argument list (entry, caller.cpp, ctypes)
   pipeline     FAConfig, problem shapes, legality rules and memory budgets
-  kernels/     shared kernel pieces and the FlashAttention forward kernel
-  sim/         the CPU simulator of a parsed `.pto` module, its op registry and timing model
+  kernels/     the forward, reduce and backward kernels, their argument lists, the catalog
   reference    torch reference attention and the accuracy rule
-  toolchain    ptoas / bisheng invocation and the build cache
-  backend      the backend interface and registry; sim_backend and npu register there
-  runner       `run_case`: build, dispatch to a backend, one result row
-  sweep, bench parameter sweeps, NPU benchmark
-  cli          the `run_fa` command
-  attention    `attend` on torch tensors: input checks, the launch
-  kernel_cache, tune  kernels in memory and on disk; configs ranked by the timing model
-  ops          the `ptofa::flash_attn_fwd` torch custom op the functional calls go through
-  functional   `flash_attn_func` (flash-attn's call) and `scaled_dot_product_attention` (torch's)
-  infiniop     InfiniOp's FlashAttention descriptor interface and status codes
-  serving      `flash_attn_varlen_func` (packed prefill), `flash_attn_with_kvcache` (paged decode)
-  varlen, kvcache  the unit table, cu_seqlens rules, cache layouts and the per-sequence references
-  backward     `attention_backward` (dq, dk, dv from O and LSE) on the backward kernels
-               (kernels/fa_bwd, bwd_pipeline, bwd_timing, bwd_cli)
+  sim/         the CPU simulator of a parsed `.pto` module, its op registry and timing model
+  launch/      launch plans and the one launch per backend (simulator, NPU), split-KV and
+               varlen planning, toolchain, kernel cache, tuning
+  attention/   `attend`, `flash_attn_func`, SDPA, the custom ops, serving calls, backward, InfiniOp
+  runner, cli/ `run_case` and the `run_fa` command
 
 The attention calls are imported on first use, so `import ptofa` stays light:
 

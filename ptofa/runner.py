@@ -25,6 +25,7 @@ from ptofa.launch.base import (  # noqa: F401 (BackendUnavailable, RunResult, BA
 from ptofa.fa_builder import emit_fa
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
 from ptofa.sim.options import RunOptions
+from ptofa.sim.socspec import DEFAULT_SOC
 from ptofa.launch.sim import sim_kernel_args  # noqa: F401 (re-exported; the import registers "sim")
 
 # `auto` runs on the first of these that is available here.
@@ -51,7 +52,7 @@ def run_case(
     timing: bool = False,
     timeline: Path | None = None,
     trace: Path | None = None,
-    soc: str = "910B2",
+    soc: str = DEFAULT_SOC,
     scale: float | None = None,
     options: RunOptions | None = None,
     key_mask=None,

@@ -29,6 +29,7 @@ import torch
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
 from ptofa.reference import check_accuracy, check_lse, make_key_mask, reference_fa
 from ptofa.sim.options import RunOptions
+from ptofa.sim.socspec import DEFAULT_SOC
 
 AUTO = "auto"
 # The shipped backends (`ptofa.runner` imports both modules, so both are registered) and `auto`.
@@ -110,7 +111,7 @@ class RunRequest:
     timing: bool = False
     timeline: Path | None = None
     trace: Path | None = None
-    soc: str = "910B2"
+    soc: str = DEFAULT_SOC
 
 
 class Backend(Protocol):
