@@ -66,7 +66,7 @@ def test_the_backward_kernels_get_their_own_workspace_regions() -> None:
     assert plan.workspace_bytes == config.slot_bytes_per_block("dkdv") * dkdv.block_dim
 
 
-SCALE_KERNEL = """module {
+EMPTY_KERNEL = """module {
   func.func @fa_reduce(%ffts: !pto.ptr<i64>, %x: !pto.ptr<f32>, %n: i64) attributes {pto.entry} {
     return
   }
@@ -76,8 +76,8 @@ SCALE_KERNEL = """module {
 
 def test_any_built_kernel_launches_through_the_plan() -> None:
     """A kernel that is not FlashAttention's: its own entry arguments, values and block count."""
-    args = argspec.args_from_signature([("ffts", "!pto.ptr<i64>"), ("x", "!pto.ptr<f32>"), ("n", "i64")])
-    kernel = BuiltKernel(SCALE_KERNEL, "empty", "fa_reduce", args)
+    kernel = BuiltKernel.of_text(EMPTY_KERNEL, "empty")
+    assert kernel.entry == "fa_reduce" and [a.name for a in kernel.args] == ["ffts", "x", "n"]
     plan = plan_kernel(kernel, {"n": 4}, block_dim=3)
     x = np.zeros(4, dtype=np.float32)
     (result,) = sim.launch(plan, {"x": x})
