@@ -11,9 +11,10 @@ against a config.
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 
 from ptofa.ir.target import (ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES, KIB,  # noqa: F401 (re-exported)
                           SPACE_NAMES)
@@ -153,6 +154,10 @@ class FAConfig:
                 "memory budget exceeded (rule: local tiles must fit each on-chip space):\n"
                 + plan.table(only_over=True)
             )
+        # The config as JSON (the custom op's `config` argument), made once here so that a model
+        # under torch.compile only reads an attribute: dynamo cannot pass a frozen dataclass to a
+        # function it runs at trace time on every torch version (2.11 fails on it).
+        object.__setattr__(self, "json_text", json.dumps(asdict(self), sort_keys=True))
         if self.qk_preload == 4:
             warnings.warn(
                 "qk_preload=4 risks the ptoas --enable-insert-sync event-id deadlock "

@@ -8,6 +8,7 @@ the workspace size, the stream), not the kernel's numbers.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import types
 
@@ -61,6 +62,30 @@ def test_torch_compile_traces_without_a_graph_break(compiler: str) -> None:
     assert torch.equal(compiled, eager)
     ref = reference_fa(model.proj(q).detach(), k, v, 1 / math.sqrt(64), (-1, 0))
     assert check_accuracy(eager.float() / 2, ref.out32, ref.out_low).passed
+
+
+def test_the_compiled_region_calls_nothing_on_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch 2.11's dynamo could not hand a frozen dataclass to a function it runs while tracing
+    (`config_to_json` was one): with `dataclasses.fields` refusing an FAConfig, a trace that
+    serialised the config (asdict, fields) would fail here; the op's JSON is read as an attribute."""
+    real_fields = dataclasses.fields
+
+    def fields(obj):
+        if isinstance(obj, FAConfig):
+            raise AssertionError("dataclasses.fields called on an FAConfig inside the compiled region")
+        return real_fields(obj)
+
+    def backend(graph: torch.fx.GraphModule, example_inputs):
+        monkeypatch.undo()  # the trace is done; the op itself builds configs when it runs
+        return graph.forward
+
+    torch._dynamo.reset()
+    model = Tiny()
+    q, k, v = bsnd()
+    monkeypatch.setattr(dataclasses, "fields", fields)
+    with torch.no_grad():
+        compiled = torch.compile(model, fullgraph=True, backend=backend)(q, k, v)
+        assert dataclasses.fields is real_fields and torch.equal(compiled, model(q, k, v))
 
 
 def test_sdpa_compiles_too() -> None:

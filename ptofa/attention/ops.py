@@ -26,11 +26,12 @@ import torch
 from ptofa.attention.core import run_attention
 from ptofa.pipeline import ConfigError, FAConfig
 
-@torch.compiler.assume_constant_result
 def config_to_json(config: FAConfig | None) -> str | None:
     """The op's `config` argument: an `FAConfig` as JSON (custom ops take no dataclasses; a
-    config is fixed while a graph runs, so torch.compile takes the string as a constant)."""
-    return None if config is None else json.dumps(dataclasses.asdict(config), sort_keys=True)
+    config is fixed while a graph runs, so torch.compile takes the string as a constant). The
+    text is the one the config made on creation (`FAConfig.json_text`): torch.compile traces
+    this as an attribute read and calls nothing on the config."""
+    return None if config is None else config.json_text
 
 
 def config_from_json(text: str | None) -> FAConfig | None:
