@@ -6,7 +6,10 @@
 #
 # Tools: PTOAS (else ptoas on PATH), BISHENG (else $ASCEND_HOME_PATH/compiler/ccec_compiler/bin/bisheng,
 # else bisheng on PATH), PTO_LIB_PATH (a pto-isa checkout with include/).
-# Writes build/fa.cpp, build/fa.so and build/metadata.txt. Exit code 2 when a tool is missing.
+# Writes build/<entry>.cpp, build/<entry>.so and build/metadata.txt, named after the file's
+# pto.entry function (fa_fwd.cpp, fa_fwd.so). It links the checked-in caller.cpp, the launcher
+# of the default forward kernel's signature; `run_fa compile` renders one for any entry.
+# Exit code 2 when a tool is missing.
 set -euo pipefail
 
 PTOAS_FLAGS=(--pto-arch=a3 --enable-insert-sync)
@@ -73,9 +76,12 @@ build_dir="$(cd "$build_dir" && pwd)"
 pto_file="$(cd "$(dirname "$pto_file")" && pwd)/$(basename "$pto_file")"
 caller_cpp="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/ptofa/npu/caller.cpp"
 
-"$ptoas" "${PTOAS_FLAGS[@]}" "$pto_file" -o "$build_dir/fa.cpp"
+entry="$(sed -n 's/.*func\.func @\([A-Za-z_][A-Za-z0-9_]*\)(.*attributes {[^}]*pto\.entry.*/\1/p' "$pto_file" | head -n1)"
+entry="${entry:-$(basename "$pto_file" .pto)}"
+
+"$ptoas" "${PTOAS_FLAGS[@]}" "$pto_file" -o "$build_dir/$entry.cpp"
 "$bisheng" "-I$PTO_LIB_PATH/include" "${BISHENG_FLAGS[@]}" \
-    "-DKERNEL_CPP=\"$build_dir/fa.cpp\"" "$caller_cpp" -o "$build_dir/fa.so"
+    "-DKERNEL_CPP=\"$build_dir/$entry.cpp\"" "$caller_cpp" -o "$build_dir/$entry.so"
 
 # Same names as ptofa.launch.toolchain.metadata_text.
 {
@@ -86,4 +92,4 @@ caller_cpp="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/ptofa/npu/caller.cpp"
     echo "pto_lib_path: $PTO_LIB_PATH"
     echo "flags: ${PTOAS_FLAGS[*]} ${BISHENG_FLAGS[*]}"
 } > "$build_dir/metadata.txt"
-echo "built: $build_dir/fa.so"
+echo "built: $build_dir/$entry.so"

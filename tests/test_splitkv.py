@@ -209,7 +209,7 @@ def test_real_ptoas_compiles_the_split_kernels(knobs, tmp_path) -> None:
         build.mkdir()
         done = subprocess.run(compile_commands(pto_path, build)[0], capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"{entry} {cfg.summary()}\n{done.stderr}"
-        assert f'extern "C" __global__ AICORE void {entry}(' in (build / "fa.cpp").read_text()
+        assert f'extern "C" __global__ AICORE void {entry}(' in (build / f"{entry}.cpp").read_text()
 
 
 @pytest.mark.parametrize("heads, kv_heads, num_splits", [(8, 2, 1), (8, 2, 4), (16, 2, 1), (16, 2, 3), (8, 1, 2)])

@@ -299,7 +299,7 @@ def test_real_ptoas_compiles_the_hand_written_sample(tmp_path: Path) -> None:
     ptoas_argv = compile_commands(SAMPLE_PTO, tmp_path)[0]
     done = subprocess.run(ptoas_argv, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert 'extern "C" __global__ AICORE void attn_tiny(' in (tmp_path / "fa.cpp").read_text()
+    assert 'extern "C" __global__ AICORE void attn_tiny(' in (tmp_path / "attn_tiny.cpp").read_text()
 
 
 @pytest.mark.bisheng
@@ -337,3 +337,47 @@ def test_real_ptoas_compiles_every_emitted_kernel(kernel, tmp_path: Path) -> Non
                           timeout=600)
     assert done.returncode == 0, f"{kernel.summary}\n{done.stderr}"
     assert 'extern "C" __global__ AICORE void ' in cpp.read_text(), kernel.summary
+
+
+# --- any kernel: a launcher from its own entry signature, files named after the entry ---------
+
+
+ROW_KERNEL = """\
+module {
+  func.func @row_scale(%x: !pto.ptr<f32>, %y: !pto.ptr<bf16>, %flags: !pto.ptr<i8>, %rows: i64, %n: i32, %alpha: f32) attributes {pto.entry} {
+    func.return
+  }
+}
+"""
+
+
+def test_any_entry_gets_its_own_launcher_and_file_names(fake_tools: Tools, tmp_path: Path) -> None:
+    pto = tmp_path / "mine.pto"
+    pto.write_text(ROW_KERNEL)
+    ptoas_argv, bisheng_argv = compile_commands(pto, tmp_path / "out", fake_tools)
+    assert ptoas_argv[-1] == str(tmp_path / "out" / "row_scale.cpp")
+    assert bisheng_argv[-1] == str(tmp_path / "out" / "row_scale.so")
+    caller = Path(bisheng_argv[-3])
+    assert caller == tmp_path / "mine.caller.cpp" and caller != toolchain.caller_cpp_path()
+    text = caller.read_text()
+    assert 'extern "C" int32_t call_row_scale(' in text
+    for param in ("uint8_t* x", "uint8_t* y", "uint8_t* flags", "int64_t rows", "int32_t n", "float alpha"):
+        assert param in text
+    assert "(__gm__ float*)x" in text and "(__gm__ bfloat16_t*)y" in text and "(__gm__ int8_t*)flags" in text
+    assert "row_scale<<<block_dim, nullptr, stream>>>" in text
+    assert "rtGetC2cCtrlAddr" not in text  # no set_ffts in the entry: no FFTS base to fetch
+
+
+def test_the_ffts_argument_is_the_one_set_ffts_takes(tmp_path: Path) -> None:
+    text = ROW_KERNEL.replace("%x: !pto.ptr<f32>,", "%base: !pto.ptr<i64>, %x: !pto.ptr<f32>,").replace(
+        "    func.return", "    pto.set_ffts %base : !pto.ptr<i64>\n    func.return")
+    entry, args = toolchain.entry_signature(text)
+    assert entry == "row_scale" and [a.source for a in args][:2] == ["ffts", "x"]
+    caller = toolchain.render_caller_cpp(args, entry)
+    assert "rtGetC2cCtrlAddr" in caller and "(__gm__ int64_t*)ffts_addr" in caller
+    assert "uint8_t* base" not in caller  # fetched by the launcher, not a host parameter
+
+
+def test_a_scalar_type_the_launcher_cannot_pass_is_named() -> None:
+    with pytest.raises(NotImplementedError, match=r"%h: scalar type f16"):
+        toolchain.entry_signature(ROW_KERNEL.replace("%alpha: f32", "%h: f16"))

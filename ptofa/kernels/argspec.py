@@ -26,8 +26,7 @@ LAUNCHER_NAME = "call_fa_fwd"
 REDUCE_ENTRY_NAME = "fa_reduce"
 REDUCE_FUNC_NAME = "fa_reduce_vec"
 BWD_ENTRY_NAMES = {kernel: f"fa_bwd_{kernel}" for kernel in ("dq", "prep", "dkdv", "post")}  # -> its entry (kernels/fa_bwd.py)
-LAUNCHERS = {ENTRY_NAME: LAUNCHER_NAME, REDUCE_ENTRY_NAME: "call_fa_reduce",
-             **{entry: f"call_{entry}" for entry in BWD_ENTRY_NAMES.values()}}  # entry -> its host launcher
+LAUNCHERS = {entry: f"call_{entry}" for entry in (ENTRY_NAME, REDUCE_ENTRY_NAME, *BWD_ENTRY_NAMES.values())}  # ptofa's entries -> launcher
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,13 @@ class EntryArg:
 
 
 # C and ctypes spelling of each GM element type a kernel argument may point to.
-_C_ELEM = {"f16": "half", "bf16": "bfloat16_t", "f32": "float", "i8": "int8_t", "i32": "int32_t", "i64": "int64_t"}
+_C_ELEM = {"f16": "half", "bf16": "bfloat16_t", "f32": "float", "i8": "int8_t", "i16": "int16_t", "i32": "int32_t",
+           "i64": "int64_t", "ui8": "uint8_t", "ui16": "uint16_t", "ui32": "uint32_t", "ui64": "uint64_t"}
+
+
+def launcher_name(entry: str) -> str:
+    """The host launcher `caller.cpp` defines for an entry: `call_<entry>`."""
+    return f"call_{entry}"
 
 
 def _default_config():
@@ -139,20 +144,34 @@ def reduce_entry_args(config) -> tuple[EntryArg, ...]:
     return tuple(args)
 
 
-_C_OF_IR = {"i64": ("int64_t", ctypes.c_int64), "f32": ("float", ctypes.c_float)}
+# Scalar entry argument types the generated launcher takes: IR type -> (C type, ctypes type).
+_C_OF_IR = {"i64": ("int64_t", ctypes.c_int64), "i32": ("int32_t", ctypes.c_int32), "i16": ("int16_t", ctypes.c_int16),
+            "i8": ("int8_t", ctypes.c_int8), "f32": ("float", ctypes.c_float)}
 
 
-def args_from_signature(signature: list[tuple[str, str]]) -> tuple[EntryArg, ...]:
-    """The entry arguments of an emitted `.pto`, from its `(name, type)` signature (what
-    `run_fa compile` renders a launcher for, whatever switches built the file)."""
+def args_from_signature(signature: list[tuple[str, str]], ffts: str | None = "ffts") -> tuple[EntryArg, ...]:
+    """The entry arguments of a `.pto`, from its `(name, type)` signature: what `run_fa compile`
+    renders a launcher for, for ptofa's kernels and any other. `ffts` names the argument the
+    entry passes to `pto.set_ffts` (the launcher fetches it; None: the kernel has no pipes).
+    One convention of ptofa's kernels: an argument `<name>_h` beside a pointer `<name>` is the
+    same GM buffer seen in another element type (the slot workspace), one host parameter."""
+    names = {name for name, _ in signature}
     args = []
     for name, ir_type in signature:
         if ir_type.startswith("!pto.ptr<"):
             elem = ir_type[len("!pto.ptr<"):-1]
-            source = {"ffts": "ffts", "slots_h": "slots"}.get(name, name)
+            if elem not in _C_ELEM:
+                raise NotImplementedError(f"entry argument %{name}: pointer element type {elem} has no launcher "
+                                          f"C type (supported: {', '.join(_C_ELEM)})")
+            source = "ffts" if name == ffts else name
+            if name.endswith("_h") and name[:-2] in names:
+                source = name[:-2]
             args.append(EntryArg(name, ir_type, source, f"(__gm__ {_C_ELEM[elem]}*)"))
-        else:
+        elif ir_type in _C_OF_IR:
             args.append(EntryArg(name, ir_type, name, ""))
+        else:
+            raise NotImplementedError(f"entry argument %{name}: scalar type {ir_type} cannot be passed by the "
+                                      f"generated launcher (supported: {', '.join(_C_OF_IR)})")
     return tuple(args)
 
 

@@ -3,8 +3,12 @@
 The command lines are built here once (`compile_commands`); `compile.sh` at the
 top of the repository runs the same argv lists and a test keeps the two equal.
 
-    ptoas   --pto-arch=a3 --enable-insert-sync fa.pto -o BUILD/fa.cpp
-    bisheng -I$PTO_LIB_PATH/include <mix-mode flags> -DKERNEL_CPP="BUILD/fa.cpp" caller.cpp -o BUILD/fa.so
+    ptoas   --pto-arch=a3 --enable-insert-sync fa.pto -o BUILD/<entry>.cpp
+    bisheng -I$PTO_LIB_PATH/include <mix-mode flags> -DKERNEL_CPP="BUILD/<entry>.cpp" caller.cpp -o BUILD/<entry>.so
+
+The build's files are named after the file's `pto.entry` function (`fa_fwd.cpp`,
+`fa_fwd.so` for the forward kernel), and its launcher `call_<entry>` is rendered from the
+entry's own signature (`render_caller_cpp`): any kernel, not only FlashAttention.
 
 (pto-ir.md 13.1-13.2; a2 and a3 share code generation, so `--pto-arch=a3` and
 `--npu-arch=dav-2201` serve both.) Builds are cached under `$PTOFA_CACHE`
@@ -50,8 +54,6 @@ BISHENG_FLAGS: tuple[str, ...] = (
     "-cce-enable-mix", "--npu-arch=dav-2201", "-DMEMORY_BASE", "-std=gnu++17",
 )  # fmt: skip
 
-KERNEL_CPP_NAME = "fa.cpp"
-KERNEL_SO_NAME = "fa.so"
 METADATA_NAME = "metadata.txt"
 BISHENG_UNDER_ASCEND_HOME = Path("compiler/ccec_compiler/bin/bisheng")
 
@@ -154,20 +156,35 @@ def find_tools() -> Tools:
 
 
 def entry_signature(pto_text: str) -> tuple[str, tuple[argspec.EntryArg, ...]] | None:
-    """The entry (`argspec.LAUNCHERS`) a `.pto` text defines and its arguments as declared, or
-    None: what the launcher is rendered from, so the host side marshals in this order too."""
-    entries = "|".join(argspec.LAUNCHERS)
-    match = re.search(rf"func\.func @({entries})\((.*?)\)\s*attributes", pto_text, re.S)
+    """The `pto.entry` function a `.pto` text defines and its arguments as declared, or None:
+    what the launcher is rendered from, so the host side marshals in this order too. The
+    argument that the entry passes to `pto.set_ffts` is the FFTS base the launcher fetches."""
+    match = re.search(r"func\.func @(\w+)\(([^)]*)\)\s*attributes\s*\{[^}]*\bpto\.entry\b", pto_text)
     if match is None:
         return None
-    signature = [(m.group(1), m.group(2).strip()) for m in re.finditer(r"%(\w+)\s*:\s*([^,]+)", match.group(2))]
-    return match.group(1), argspec.args_from_signature(signature)
+    entry, params = match.group(1), match.group(2)
+    body_start = match.end()
+    next_func = pto_text.find("func.func", body_start)
+    body = pto_text[body_start: next_func if next_func >= 0 else len(pto_text)]
+    ffts = re.search(r"pto\.set_ffts\s+%(\w+)", body)
+    signature = [(m.group(1), m.group(2).strip()) for m in re.finditer(r"%(\w+)\s*:\s*([^,]+)", params)]
+    return entry, argspec.args_from_signature(signature, ffts=ffts.group(1) if ffts else None)
+
+
+def build_names(pto_path: Path | str) -> tuple[str, str]:
+    """(kernel C++ name, `.so` name) of a build: after the file's entry (after the file's own
+    name for a file without one, which ptoas will refuse anyway)."""
+    pto_path = Path(pto_path)
+    found = entry_signature(pto_path.read_text()) if pto_path.is_file() else None
+    stem = found[0] if found else pto_path.stem
+    return f"{stem}.cpp", f"{stem}.so"
 
 
 def caller_for(pto_path: Path | str) -> tuple[Path, str]:
     """The launcher source for a `.pto` and its text: the checked-in `caller.cpp` when the
-    entry's signature is the default kernel's, else one rendered for the file's signature
-    (kernel variants take more arguments), written beside the `.pto`."""
+    entry's signature is the default kernel's, else one rendered for the file's own entry
+    signature (kernel variants, the reduce and backward kernels, any kernel of your own),
+    written beside the `.pto` as `<stem>.caller.cpp`."""
     pto_path = Path(pto_path)
     default = caller_cpp_path()
     found = entry_signature(pto_path.read_text()) if pto_path.is_file() else None
@@ -184,10 +201,11 @@ def caller_for(pto_path: Path | str) -> tuple[Path, str]:
 
 
 def compile_commands(pto_path: Path | str, build_dir: Path | str, tools: Tools | None = None) -> list[list[str]]:
-    """The exact argv lists that turn `pto_path` into `build_dir/fa.so` (what compile.sh runs)."""
+    """The exact argv lists that turn `pto_path` into `build_dir/<entry>.so` (what compile.sh runs)."""
     tools = tools or locate_tools()[0]
     build_dir = Path(build_dir).absolute()
-    kernel_cpp = build_dir / KERNEL_CPP_NAME
+    cpp_name, so_name = build_names(pto_path)
+    kernel_cpp = build_dir / cpp_name
     ptoas_argv = [tools.ptoas, *PTOAS_FLAGS, str(Path(pto_path).absolute()), "-o", str(kernel_cpp)]
     bisheng_argv = [
         tools.bisheng,
@@ -196,7 +214,7 @@ def compile_commands(pto_path: Path | str, build_dir: Path | str, tools: Tools |
         f'-DKERNEL_CPP="{kernel_cpp}"',
         str(caller_for(pto_path)[0]),
         "-o",
-        str(build_dir / KERNEL_SO_NAME),
+        str(build_dir / so_name),
     ]
     return [ptoas_argv, bisheng_argv]
 
@@ -275,12 +293,13 @@ def _build(pto_path: Path, build_dir: Path, tools: Tools, key: dict[str, str]) -
     return commands
 
 
-ARTEFACTS = (KERNEL_CPP_NAME, KERNEL_SO_NAME, METADATA_NAME)
+def _artefacts(pto_path: Path) -> tuple[str, str, str]:
+    return (*build_names(pto_path), METADATA_NAME)
 
 
-def _copy_artefacts(src: Path, dst: Path) -> None:
+def _copy_artefacts(src: Path, dst: Path, names: tuple[str, ...]) -> None:
     dst.mkdir(parents=True, exist_ok=True)
-    for name in ARTEFACTS:
+    for name in names:
         shutil.copy2(src / name, dst / name)
 
 
@@ -291,7 +310,7 @@ def compile_pto(
     config_summary: str | None = None,
     use_cache: bool = True,
 ) -> CompileResult:
-    """Build `pto_path` into `fa.so`, reusing a cached build when the key matches.
+    """Build `pto_path` into `<entry>.so`, reusing a cached build when the key matches.
 
     With `out_dir` the build runs there (the same commands as `compile.sh -o out_dir`)
     and is stored in the cache; a cache hit copies the cached artefacts there. Without
@@ -309,28 +328,30 @@ def compile_pto(
     if not pto_path.is_file():
         raise ToolchainError(f"input: {pto_path} is not a file")
     key = build_key(pto_path.read_bytes(), tools, config_summary, caller_for(pto_path)[1])
+    artefacts = _artefacts(pto_path)
+    cpp_name, so_name, _ = artefacts
     entry = cache_root() / _sha256(json.dumps(key, sort_keys=True).encode())[:20]
     if not use_cache:
         build_dir = Path(out_dir or tempfile.mkdtemp(prefix="ptofa-build-"))
         commands = _build(pto_path, build_dir, tools, key)
-        return CompileResult(build_dir / KERNEL_SO_NAME, build_dir / KERNEL_CPP_NAME, commands)
+        return CompileResult(build_dir / so_name, build_dir / cpp_name, commands)
 
     entry.parent.mkdir(parents=True, exist_ok=True)
     with open(entry.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # parallel sweeps: one build per key
-        hit = all((entry / name).is_file() for name in ARTEFACTS)
+        hit = all((entry / name).is_file() for name in artefacts)
         commands: list[list[str]] = []
         if hit:
             if out_dir is not None:
-                _copy_artefacts(entry, Path(out_dir))
+                _copy_artefacts(entry, Path(out_dir), artefacts)
         elif out_dir is not None:
             commands = _build(pto_path, Path(out_dir), tools, key)
-            _copy_artefacts(Path(out_dir), entry)
+            _copy_artefacts(Path(out_dir), entry, artefacts)
         else:
             commands = _build(pto_path, entry, tools, key)
     result_dir = Path(out_dir) if out_dir is not None else entry
     return CompileResult(
-        result_dir / KERNEL_SO_NAME, result_dir / KERNEL_CPP_NAME, commands, cache_hit=hit, cache_entry=entry
+        result_dir / so_name, result_dir / cpp_name, commands, cache_hit=hit, cache_entry=entry
     )
 
 
@@ -338,12 +359,13 @@ def compile_pto(
 @click.argument("pto_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
     "-o", "--out-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("build"),
-    show_default=True, help="Directory for fa.cpp, fa.so and metadata.txt.",
+    show_default=True, help="Directory for <entry>.cpp, <entry>.so and metadata.txt (named after the file's entry).",
 )  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Print the ptoas and bisheng command lines and run nothing.")
 @click.option("--no-cache", is_flag=True, help="Rebuild even if an identical build is cached, and do not store it.")
 def compile_cmd(pto_file: Path, out_dir: Path, dry_run: bool, no_cache: bool) -> None:
-    """Compile PTO_FILE with ptoas and bisheng into OUT_DIR/fa.so (same steps as compile.sh)."""
+    """Compile PTO_FILE with ptoas and bisheng into OUT_DIR/<entry>.so, with a launcher
+    `call_<entry>` generated from the file's entry signature (same steps as compile.sh)."""
     if dry_run:
         result = compile_pto(pto_file, out_dir, dry_run=True)
         for argv in result.commands:
@@ -367,41 +389,51 @@ def compile_cmd(pto_file: Path, out_dir: Path, dry_run: bool, no_cache: bool) ->
 
 CALLER_TEMPLATE = """\
 // Generated from ptofa/kernels/argspec.py by `python -m ptofa.launch.toolchain gen-caller`; do not edit.
-// Host launcher of the FlashAttention kernel. bisheng compiles this file in mix mode
+// Host launcher of {what}. bisheng compiles this file in mix mode
 // with -DKERNEL_CPP="\\"<ptoas output>\\"" (pto-ir.md 13.2, compile.sh).
 #include <cstdint>
 
 #include KERNEL_CPP
-
-extern "C" int32_t rtGetC2cCtrlAddr(uint64_t* addr, uint32_t* len);
-
+{ffts_decl}
 constexpr int32_t RC_OK = {rc_ok};
 constexpr int32_t RC_FFTS_FAILED = {rc_ffts_failed};
 
 extern "C" {return_type} {launcher}({params})
-{{
-    // The entry's first argument is the FFTS base that cube/vector cross-core flags use.
-    uint64_t ffts_addr = 0;
-    uint32_t ffts_len = 0;
-    if (rtGetC2cCtrlAddr(&ffts_addr, &ffts_len) != 0 || ffts_addr == 0) {{
-        return RC_FFTS_FAILED;
-    }}
+{{{ffts_fetch}
     {entry}<<<block_dim, nullptr, stream>>>({launch_args});
     return RC_OK;
 }}
 """
 
 
+FFTS_DECL = """
+extern "C" int32_t rtGetC2cCtrlAddr(uint64_t* addr, uint32_t* len);
+"""
+FFTS_FETCH = """
+    // The entry's first argument is the FFTS base that cube/vector cross-core flags use.
+    uint64_t ffts_addr = 0;
+    uint32_t ffts_len = 0;
+    if (rtGetC2cCtrlAddr(&ffts_addr, &ffts_len) != 0 || ffts_addr == 0) {
+        return RC_FFTS_FAILED;
+    }"""
+
+
 def render_caller_cpp(args: tuple | None = None, entry: str = argspec.ENTRY_NAME) -> str:
-    """caller.cpp text derived from argspec: for the default kernel (checked in as
-    ptofa/npu/caller.cpp), or for the entry arguments `args` of a kernel variant or of
-    another entry (`argspec.LAUNCHERS`: the split-KV reduce kernel)."""
+    """caller.cpp text for an entry's argument list: the default FlashAttention kernel's
+    (checked in as ptofa/npu/caller.cpp), a kernel variant's, or the `args` of any entry
+    (`entry_signature`); the launcher is `call_<entry>`, and it fetches the FFTS base only
+    for an entry that takes one (`set_ffts`: kernels with pipes)."""
     separator = ",\n" + " " * 8
+    entry_list = argspec.entry_args() if args is None else args
+    has_ffts = any(arg.source == "ffts" for arg in entry_list)
     return CALLER_TEMPLATE.format(
+        what="the FlashAttention kernel" if entry in argspec.LAUNCHERS else f"the kernel {entry}",
+        ffts_decl=FFTS_DECL if has_ffts else "",
+        ffts_fetch=FFTS_FETCH if has_ffts else "",
         rc_ok=argspec.RC_OK,
         rc_ffts_failed=argspec.RC_FFTS_FAILED,
         return_type=argspec.LAUNCHER_RETURN_C_TYPE,
-        launcher=argspec.LAUNCHERS[entry],
+        launcher=argspec.launcher_name(entry),
         params="\n" + " " * 8 + separator.join(argspec.launcher_c_params(args=args)),
         entry=entry,
         launch_args="\n" + " " * 8 + separator.join(argspec.kernel_launch_args(args=args)),
