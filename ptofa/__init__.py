@@ -33,6 +33,7 @@ _LAZY = {
     "flash_attn_varlen_func": "ptofa.attention.serving",
     "flash_attn_with_kvcache": "ptofa.attention.serving",
     "attention_backward": "ptofa.attention.backward",
+    "run_kernel": "ptofa.launch.kernel",
 }
 
 __all__ = ["__version__", *_LAZY]

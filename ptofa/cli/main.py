@@ -125,6 +125,12 @@ def check(pto_file: Path, ptoas_only: bool) -> None:
 
 
 @main.command()
+@click.argument("kernel_file", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--arg", "kernel_args", multiple=True, metavar="NAME=VALUE",
+              help="With KERNEL_FILE: one entry argument, a tensor dtype:shape (f32:1000x256, zeros:f32:64), a .npy "
+                   "file or a number; repeat for every argument.")
+@click.option("--out", "kernel_out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="With KERNEL_FILE: save every tensor argument after the run as OUT/NAME.npy.")
 @click.option("--backend", type=click.Choice(["sim", "npu", "auto"]), default="auto", show_default=True,
               help="sim = CPU simulator of the emitted .pto; npu = Ascend device; auto = npu when available, else sim.")
 @click.option("--batch", type=int, default=1, show_default=True, help="B (batch).")
@@ -158,15 +164,27 @@ def check(pto_file: Path, ptoas_only: bool) -> None:
               help="Also run the dense shape through the balanced split-KV launch (per-unit splits chosen by the "
                    "timing model, e.g. only the last wave's units; then the reduce kernel): check it and predict both "
                    "launches (sim).")
-def run(backend: str, batch: int, heads: int, kv_heads: int | None, s0: int | None, s1: int, seqlens: list[int] | None,
+def run(kernel_file: Path | None, kernel_args: tuple[str, ...], kernel_out: Path | None, backend: str, batch: int, heads: int, kv_heads: int | None, s0: int | None, s1: int, seqlens: list[int] | None,
         kv_seqlens: list[int] | None, seqlens_file: Path | None, decode: bool, cache_len: int | None, page_size: int,
         num_splits: int | None, head: int, tile_s1: int, qk_preload: int, dtype: str, out_dtype: str | None,
         causal: bool, window: tuple[int, int] | None, key_padding: bool, lse: bool, prescale_q: bool,
         softmax_dtypes: tuple[str, ...], seed: int, block_dim: int | None,
         keep: Path | None, timeline: Path | None, trace: Path | None, soc: str, inject_fault: str | None,
         backward: bool, atomic: bool, balance: bool) -> None:
-    """Build, run and check the kernel against the torch reference; print one result row."""
+    """Build, run and check the kernel against the torch reference; print one result row.
+
+    With KERNEL_FILE (any .pto: `run_fa run k.pto --arg x=f32:64x256 --arg rows=64 --block-dim 2`) run that
+    kernel's entry with the `--arg` values instead, on the simulator or an NPU, and print the timing model's
+    prediction (`ptofa.run_kernel`)."""
     import dataclasses
+
+    if kernel_file is not None:
+        from ptofa.cli.kernel_run import run_kernel_file
+
+        sys.exit(run_kernel_file(kernel_file, kernel_args, block_dim, backend, soc, seed, timeline, trace, kernel_out,
+                                 lambda line: console.print(line, markup=False, soft_wrap=True)))
+    if kernel_args or kernel_out is not None:
+        raise InputError("--arg / --out: only with a KERNEL_FILE (run_fa run FILE.pto --arg NAME=VALUE ...)")
 
     from ptofa.reference import make_key_mask
     from ptofa.runner import BackendUnavailable, resolve_backend, run_case

@@ -434,7 +434,62 @@ def launch_errors(module: builtin.ModuleOp) -> list[tuple[Operation | None, str]
         if pipes_used and not isinstance(next(iter(entry.body.ops), None), d.SetFftsOp):
             errors.append((entry, f"'func.func' set_ffts: the module uses cube-vector pipes, so the entry @{name} must call pto.set_ffts first "
                                   "(ptofa rule: ptoas compiles it, the pipes' cross-core flags then have no FFTS base)"))
+    return errors + ragged_row_errors(module)
+
+
+def ragged_row_errors(module: builtin.ModuleOp) -> list[tuple[Operation | None, str]]:
+    """ptofa rule 'ragged rows': a row reduction (trowmax/trowsum/trowmin) or row broadcast
+    (trowexpand*) whose [R, C] tile gets a runtime valid row count needs a dynamic one on its
+    [R, 1] per-row operand too. ptoas compiles the mix, but the valid rows must agree at run
+    time (pto-isa checks them), so a ragged last chunk with a static [R, 1] tile fails there.
+    Reported where the IR shows it: the rows last set on the tile before the op (its
+    `set_validshape` in this or an enclosing block, else its `alloc_tile`) are not the
+    constant R of the static per-row tile."""
+    errors: list[tuple[Operation | None, str]] = []
+    for op in module.walk():
+        if isinstance(op, d._RowReduceOp):
+            tile, per_row, role = op.src, op.dst.type, "dst"
+        elif isinstance(op, d._RowExpandOp):
+            tile, per_row, role = op.dst, op.col.type, "per-row operand"
+        else:
+            continue
+        tile_type = tile.type
+        if not isinstance(tile_type, d.TileBufType) or not isinstance(per_row, d.TileBufType):
+            continue
+        if tile_type.v_row.data != d.DYN or per_row.v_row.data == d.DYN:
+            continue
+        rows = _valid_rows_before(tile, op)
+        if rows is None or _constant_index(rows) == per_row.v_row.data:
+            continue
+        errors.append((op, f"'{op.name}' ragged rows: the {tile_type.rows.data}-row tile gets a runtime valid row "
+                           f"count but the {role} {per_row.describe()} has a static {per_row.v_row.data}: give it "
+                           "valid=?x? and set_validshape it with the same rows (ptofa rule: ptoas compiles it, "
+                           "a ragged chunk then fails the run-time shape check)"))
     return errors
+
+
+def _valid_rows_before(tile, op: Operation):
+    """The row operand of the last `set_validshape` on `tile` before `op` in its block or an
+    enclosing one, else of the tile's `alloc_tile`; None when the IR does not show it."""
+    current: Operation | None = op
+    while current is not None and current.parent_block() is not None:
+        previous = current.prev_op
+        while previous is not None:
+            if isinstance(previous, d.SetValidShapeOp) and previous.source == tile:
+                return previous.valid_row
+            previous = previous.prev_op
+        current = current.parent_block().parent_op()
+    owner = getattr(tile, "op", None)
+    if isinstance(owner, d.AllocTileOp) and owner.valid_row is not None:
+        return owner.valid_row
+    return None
+
+
+def _constant_index(value) -> int | None:
+    owner = getattr(value, "op", None)
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, builtin.IntegerAttr):
+        return owner.value.value.data
+    return None
 
 
 def module_errors(module: builtin.ModuleOp) -> list[tuple[Operation | None, str]]:

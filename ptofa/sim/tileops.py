@@ -479,6 +479,11 @@ def texpands(op: d.TExpandsOp, slot: Slot) -> Fn:
     return fn
 
 
+# What to change when a per-row [R, 1] operand and its [R, C] tile disagree on valid rows at run
+# time: the usual cause is a ragged last chunk whose data tile is dynamic and whose statistic is not.
+RAGGED_ROWS_ADVICE = ("a [R, 1] per-row tile must have the valid rows of the tile it reduces or expands: give it a "
+                      "dynamic valid shape (valid=?x?) and set_validshape it with the same rows (ptofa rule 'ragged rows')")
+
 REDUCE = {d.TRowMaxOp: np.max, d.TRowSumOp: np.sum, d.TRowMinOp: np.min}
 
 
@@ -492,7 +497,8 @@ def row_reduce(op, slot: Slot) -> Fn:
         s, t = vals[src], vals[dst]
         out = t.v if not dst_row_major else t.v[:, :1]
         if out.shape[0] != s.vr:
-            raise _shape_error("dst valid rows vs src valid rows", (out.shape[0],), (s.vr,))
+            raise SimError(f"shape agreement: {op.name}: dst %{t.name} has {out.shape[0]} valid rows, src %{s.name} "
+                           f"{s.vr}; {RAGGED_ROWS_ADVICE}")
         if s.vr == 0 or s.vc == 0:
             raise SimError(f"row reduction of %{s.name} with valid shape {s.vr}x{s.vc}: the valid dims must be non-zero")
         f(s.v, axis=1, keepdims=True, out=out)
@@ -532,7 +538,7 @@ def row_expand(op, slot: Slot) -> Fn:
             _same_valid(op.name, x, t)
         if col.shape[0] != t.vr or col.shape[1] != 1:
             raise SimError(f"shape agreement: {op.name}: per-row operand %{cv.name} has valid shape "
-                           f"{cv.vr}x{cv.vc}, the tile has {t.vr} valid rows")
+                           f"{cv.vr}x{cv.vc}, the tile has {t.vr} valid rows; {RAGGED_ROWS_ADVICE}")
         f(x.v, col, out=t.v)
 
     return fn
