@@ -183,7 +183,7 @@ def test_the_simulator_says_what_to_change_on_a_ragged_chunk(softmax_pto: Path) 
 
     parsed = parse_pto(_static_statistics(softmax_pto.read_text()))
     x = torch.randn(20, 256)
-    with pytest.raises(SimError, match=r"valid=\?x\? and set_validshape"):
+    with pytest.raises(SimError, match=r"dynamic valid shape \(valid=\?x\?\) and set_validshape it"):
         simulate(parsed, {"x": GmPointer.of(x), "y": GmPointer.of(torch.zeros(20, 256)), "rows": 20}, 1)
 
 
