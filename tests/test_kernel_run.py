@@ -193,3 +193,14 @@ def test_example_script_writes_the_kernel(tmp_path: Path, softmax_pto: Path) -> 
     out = tmp_path / "k.pto"
     subprocess.run([sys.executable, str(EXAMPLE), "-o", str(out)], check=True)
     assert out.read_text() == softmax_pto.read_text()
+
+
+def test_npu_backend_without_a_device_is_one_clear_error(softmax_pto: Path) -> None:
+    from ptofa.launch.base import BackendUnavailable
+
+    x = torch.zeros(4, 256)
+    with pytest.raises(BackendUnavailable, match="npu backend"):
+        run_kernel(softmax_pto, {"x": x, "y": x.clone(), "rows": 4}, 1, backend="npu")
+    result = CliRunner().invoke(main, ["run", str(softmax_pto), "--arg", "x=f32:4x256", "--arg", "y=f32:4x256",
+                                       "--arg", "rows=4", "--block-dim", "1", "--backend", "npu"])
+    assert result.exit_code == 2 and "npu backend" in result.output

@@ -14,29 +14,31 @@ same buffer in another element type, e.g. FlashAttention's slot workspace).
 The kernel is checked first (`ptofa.ir.textio.check_text`: a `PtoCheckError` with line
 numbers); a wrong, missing or extra argument is a `KernelArgError` naming it.
 
-On the simulator every block is executed and traced, and the timing model times the trace
-(`ptofa.sim.kernel_timing.predict_kernel`: per-queue replay, block start-up, HBM floor).
-On an NPU the `.so` is built by `run_fa compile`'s toolchain with a launcher generated from
-the entry's signature, loaded with ctypes, and launched on the current stream.
+The run goes through the launch layer as every FlashAttention call does: a one-call
+`LaunchPlan` (`plan.plan_kernel`) run by `sim.launch` or `npu.launch`. On the simulator every
+block is executed and traced, and the timing model times the trace
+(`ptofa.sim.kernel_timing.predict_kernel`: per-queue replay, block start-up, HBM floor). On an
+NPU the `.so` is built by `run_fa compile`'s toolchain with a launcher generated from the
+entry's signature, loaded with ctypes, and launched on the current stream.
 """
 
 from __future__ import annotations
 
-import ctypes
-import tempfile
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 from xdsl.dialects import builtin, func
 
-from ptofa.ir import dialect as d
-from ptofa.ir.textio import ParsedModule, check_text, is_entry, print_pto
+from ptofa.ir.textio import check_text, is_entry, print_pto
 from ptofa.kernels import argspec
 from ptofa.launch.base import AUTO
-from ptofa.sim import GmPointer, RunOptions, SimResult, simulate
+from ptofa.launch.dispatch import backend_soc, launch_on
+from ptofa.launch.plan import BuiltKernel, plan_kernel
+from ptofa.launch.toolchain import entry_signature
+from ptofa.sim import RunOptions, SimResult
 from ptofa.sim.kernel_timing import kernel_summary, predict_kernel
 from ptofa.sim.timing import TimingResult
 
@@ -46,7 +48,6 @@ TORCH_OF_ELEM = {
     "i32": torch.int32, "i64": torch.int64, "ui8": torch.uint8,
 }  # fmt: skip
 BACKENDS = ("sim", "npu", AUTO)
-FFTS_WORDS = 16  # the simulator's stand-in for the FFTS base (its flags need no address)
 
 
 class KernelArgError(ValueError):
@@ -68,16 +69,21 @@ class EntryParam:
 
 @dataclass
 class Kernel:
-    """A checked kernel: its text, parsed module, entry name, the entry's arguments
-    (`argspec.EntryArg`: the FFTS base and aliased views marked by their source) and the
-    parameters a caller passes (one per source, FFTS left out: the launch supplies it)."""
+    """A checked kernel: the launch layer's `BuiltKernel` (text, parsed module, entry and its
+    arguments: the FFTS base and aliased views marked by their source) and the parameters a
+    caller passes (one per source, FFTS left out: the launch supplies it)."""
 
-    text: str
-    parsed: ParsedModule
-    entry: str
-    entry_args: tuple[argspec.EntryArg, ...]
+    built: BuiltKernel
     params: tuple[EntryParam, ...]
     path: Path | None = None
+
+    @property
+    def entry(self) -> str:
+        return self.built.entry
+
+    @property
+    def text(self) -> str:
+        return self.built.text
 
 
 @dataclass
@@ -119,15 +125,17 @@ def load_kernel(kernel: str | Path | builtin.ModuleOp) -> Kernel:
     if len(entries) != 1:
         raise KernelArgError(f"kernel {label}: needs exactly one function with `attributes {{pto.entry}}`, "
                              f"found {len(entries)}")
-    entry = entries[0]
-    ffts = next((op.operands[0] for op in entry.body.ops if isinstance(op, d.SetFftsOp)), None)
-    signature = [(value.name_hint or f"arg{value.index}", str(value.type)) for value in entry.body.block.args]
-    entry_args = argspec.args_from_signature(signature, ffts=ffts.name_hint if ffts is not None else None)
+    found = entry_signature(text)
+    if found is None or found[0] != entries[0].sym_name.data:
+        raise KernelArgError(f"kernel {label}: the entry's signature must be on its `func.func` line "
+                             "(as ptofa prints it)")
+    entry, entry_args = found
+    built = BuiltKernel(text, Path(label).stem if path else entry, entry, entry_args, parsed)
     params = []
     for param in argspec.host_params_of(entry_args):
         elem = param.doc[len("!pto.ptr<"):-1] if param.doc.startswith("!pto.ptr<") else None
         params.append(EntryParam(param.name, param.doc, elem))
-    return Kernel(text, parsed, entry.sym_name.data, entry_args, tuple(params), path)
+    return Kernel(built, tuple(params), path)
 
 
 def check_args(kernel: Kernel, args: dict[str, object]) -> None:
@@ -186,59 +194,25 @@ def run_kernel(
     if block_dim < 1:
         raise KernelArgError(f"block_dim={block_dim} must be >= 1")
     name = resolve_backend(backend)
-    if name == "npu":
-        return _run_npu(loaded, args, block_dim)
-    return _run_sim(loaded, args, block_dim, soc, timing, options)
-
-
-def _run_sim(kernel: Kernel, args: dict[str, object], block_dim: int, soc: str, timing: bool,
-             options: RunOptions | None) -> KernelRun:
-    sim_args: dict[str, object] = {}
-    for arg in kernel.entry_args:
-        if arg.source == "ffts":  # the FFTS base: the simulator's flags need no address
-            sim_args[arg.name] = GmPointer.of(np.zeros(FFTS_WORDS, dtype=np.int64))
-            continue
-        value = args[arg.source]
-        if isinstance(value, torch.Tensor):
-            if value.device.type != "cpu":
-                raise KernelArgError(f"%{arg.source}: the simulator needs CPU tensors, got one on {value.device}")
-            sim_args[arg.name] = GmPointer.of(value).retyped(arg.ir_type[len("!pto.ptr<"):-1])
-        else:
-            sim_args[arg.name] = value
+    tensors = {n: v for n, v in args.items() if isinstance(v, torch.Tensor)}
+    plan = plan_kernel(loaded.built, {n: v for n, v in args.items() if n not in tensors}, block_dim,
+                       backend_soc(name, soc), outputs=tuple(tensors))
     opts = options or RunOptions()
+    if timing and name == "sim":
+        opts = dataclasses.replace(opts, trace=True)
     start = time.perf_counter()
-    result = simulate(kernel.parsed, sim_args, block_dim, opts, trace=opts.trace or timing)
-    run = KernelRun(kernel, "sim", block_dim, time.perf_counter() - start, sim=result, warnings=list(result.warnings))
+    if name == "npu":
+        from ptofa.launch.npu import require_npu
+
+        require_npu()
+        launch_on("npu", plan, tensors)
+        torch.npu.synchronize()
+        return KernelRun(loaded, "npu", block_dim, time.perf_counter() - start)
+    for n, value in tensors.items():
+        if value.device.type != "cpu":
+            raise KernelArgError(f"%{n}: the simulator needs CPU tensors, got one on {value.device}")
+    (result,) = launch_on("sim", plan, tensors, options=opts)
+    run = KernelRun(loaded, "sim", block_dim, time.perf_counter() - start, sim=result, warnings=list(result.warnings))
     if timing:
-        run.timing = predict_kernel(result.trace, soc, block_dim)
+        run.timing = predict_kernel(result.trace, plan.soc, block_dim)
     return run
-
-
-def _run_npu(kernel: Kernel, args: dict[str, object], block_dim: int) -> KernelRun:
-    from ptofa.launch.npu import check_launch_code, require_npu
-    from ptofa.launch.toolchain import compile_pto
-
-    require_npu()
-    with tempfile.TemporaryDirectory(prefix="ptofa-kernel-") as tmp:
-        pto_path = Path(tmp) / f"{kernel.entry}.pto"
-        pto_path.write_text(kernel.text)
-        built = compile_pto(pto_path)
-        entry = kernel.entry
-        params = argspec.host_params_of(kernel.entry_args)
-        launcher = getattr(ctypes.CDLL(str(built.so_path)), argspec.launcher_name(entry))
-        launcher.argtypes = [ctypes.c_uint32, ctypes.c_void_p] + [p.ctype for p in params]
-        launcher.restype = argspec.LAUNCHER_RESTYPE
-    device = torch.device("npu")
-    on_device = {n: (v.to(device) if isinstance(v, torch.Tensor) else v) for n, v in args.items()}
-    host = [on_device[p.name].data_ptr() if isinstance(on_device[p.name], torch.Tensor) else on_device[p.name]
-            for p in params]
-    stream = torch.npu.current_stream().npu_stream
-    start = time.perf_counter()
-    check_launch_code(launcher(block_dim, stream, *host), argspec.launcher_name(entry))
-    torch.npu.synchronize()
-    wall = time.perf_counter() - start
-    for n, v in args.items():
-        if isinstance(v, torch.Tensor) and v.device.type != "npu":
-            v.copy_(on_device[n].cpu())
-    return KernelRun(kernel, "npu", block_dim, wall)
-

@@ -97,9 +97,9 @@ def npu_stream():
 
 
 def load_launcher(so_path: Path | str, entry: str, args: tuple[argspec.EntryArg, ...]) -> Callable[..., int]:
-    """The launcher of `entry` (`argspec.LAUNCHERS`) from a `.so` built for a `.pto` whose entry
+    """The launcher of `entry` (`argspec.launcher_name`) from a `.so` built for a `.pto` whose entry
     declares `args`, with argtypes from the same list (`argspec.host_params_of`)."""
-    launcher = getattr(ctypes.CDLL(str(so_path)), argspec.LAUNCHERS[entry])
+    launcher = getattr(ctypes.CDLL(str(so_path)), argspec.launcher_name(entry))
     launcher.argtypes = [ctypes.c_uint32, ctypes.c_void_p] + [p.ctype for p in argspec.host_params_of(args)]
     launcher.restype = argspec.LAUNCHER_RESTYPE
     return launcher
@@ -132,7 +132,7 @@ def launcher_of(pto_text: str, summary: str) -> EntryLauncher:
     """Build `pto_text` (ptoas + bisheng, disk-cached by `compile_pto`) and load its launcher."""
     found = entry_signature(pto_text)
     if found is None:
-        raise ValueError(f"kernel {summary}: no entry of {tuple(argspec.LAUNCHERS)} in its text")
+        raise ValueError(f"kernel {summary}: no function with `attributes {{pto.entry}}` in its text")
     entry, args = found
     digest = hashlib.sha256(pto_text.encode()).hexdigest()[:20]
     source = cache_root() / "sources" / f"{entry}_{digest}.pto"
@@ -217,7 +217,7 @@ def launch(plan: LaunchPlan, tensors: Mapping[str, object], *, workspace: torch.
     for call, kernel in zip(plan.calls, launchers):
         values = bound[call.name] = call_values(call, on_device, flat, device)
         check_launch_code(kernel.launcher(call.block_dim, handle, *host_values(kernel.args, values)),
-                          argspec.LAUNCHERS[kernel.entry])
+                          argspec.launcher_name(kernel.entry))
     for name in plan.outputs:
         target, buffer = tensors.get(name), on_device.get(name)
         if target is not None and buffer is not target:

@@ -69,7 +69,7 @@ class BuiltKernel:
 
         found = entry_signature(text)
         if found is None:
-            raise ValueError(f"kernel {name}: no entry of {tuple(argspec.LAUNCHERS)} in its text")
+            raise ValueError(f"kernel {name}: no function with `attributes {{pto.entry}}` in its text")
         return cls(text, name, *found)
 
 

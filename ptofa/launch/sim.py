@@ -75,6 +75,8 @@ def arguments(call: KernelCall, tensors: Mapping[str, object], workspace: GmPoin
             value = GmPointer(workspace.buf, workspace.offset + value.offset, arg.ir_type[len("!pto.ptr<"):-1])
         elif arg.ir_type.startswith("!pto.ptr<"):
             value = _pointer(value)
+            if value is not None and arg.name != arg.source:  # a second view of a buffer (`slots_h`)
+                value = value.retyped(arg.ir_type[len("!pto.ptr<"):-1])
         args[arg.name] = value
     return args
 
