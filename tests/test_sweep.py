@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import struct
+import sys
 from pathlib import Path
 
 import pytest
@@ -430,3 +431,18 @@ def test_square_grid_and_best_only_table_with_the_model_columns(tmp_path: Path, 
     rows = json.loads((tmp_path / "cli" / "results.json").read_text())
     assert {(r["s0"], r["s1"]) for r in rows} == {(256, 256), (512, 512), (1024, 1024)}
     assert result.output.count(" pass ") == 3  # the best row of each shape only
+
+
+def test_cli_executor_ray_without_ray_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError, as without the extra
+    result = CliRunner().invoke(sweep_cmd, [*CLI_ARGS, "--executor", "ray", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "--executor ray needs Ray, an optional extra of ptofa: pip install 'ptofa[ray]'" in result.output
+    assert result.output.count("Error") == 1
+    assert not (tmp_path / JSONL_NAME).exists()
+
+
+def test_cli_address_needs_the_ray_executor(tmp_path: Path) -> None:
+    result = CliRunner().invoke(sweep_cmd, [*CLI_ARGS, "--address", "auto", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "--address is for --executor ray" in result.output

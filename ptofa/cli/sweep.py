@@ -3,7 +3,9 @@
 Each grid point is validated first (`FAConfig`, `ProblemShape.check`); a point
 that breaks a legality rule becomes a row with status "rejected" and the rule's
 message. The others run through a run function (`ptofa.runner.run_case` unless
-one is injected) in worker processes. Every finished row is appended to
+one is injected) on an executor (`PointExecutor`): this process, local worker
+processes (the default), or Ray tasks on a cluster (`RayExecutor`, the optional
+`ray` extra). The sweep loop is the same for all. Every finished row is appended to
 `results.jsonl` at once, so an interrupted sweep resumes where it stopped: on
 restart, points whose key (config + shape + backend) is already in the file are
 not run again. At the end `results.csv`, `results.json` and `results.png` are
@@ -21,6 +23,7 @@ import csv
 import importlib.metadata
 import itertools
 import json
+import logging
 import math
 import multiprocessing
 import os
@@ -33,7 +36,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from types import FrameType
+from types import FrameType, ModuleType
 
 import click
 import numpy
@@ -378,6 +381,216 @@ class _StopRequest:
             signal.signal(signal.SIGINT, previous)
 
 
+@dataclass(frozen=True)
+class Job:
+    """A valid point waiting for an executor: its config and the config's warnings (for the row)."""
+
+    point: SweepPoint
+    config: FAConfig
+    config_warnings: list[str]
+
+
+# What a finished job gives back: the point's result and the package versions of the process that
+# ran it, or None when the run was interrupted (the sweep stops; the point runs again on resume).
+TaskResult = tuple[RunResult, dict[str, str]] | None
+
+
+def run_task(run_fn: RunFunction, config: FAConfig, point: SweepPoint, seed: int) -> TaskResult:
+    """One point where an executor placed it (this process, a worker process or a Ray task)."""
+    try:
+        return run_point(run_fn, config, point, seed), package_versions()
+    except KeyboardInterrupt:
+        return None
+
+
+class ExecutorUnavailable(RuntimeError):
+    """The requested executor cannot run here (one clear line naming what to install)."""
+
+
+class PointExecutor:
+    """Where a sweep's points run. The sweep keeps `slots()` points submitted and not yet
+    finished, so a stop waits for no more than those; `finished` returns the jobs done within
+    `timeout` seconds (at least one if any is in flight and it ends in time). A task that dies
+    outside the run function becomes an error row here; `BackendUnavailable` propagates."""
+
+    def slots(self) -> int:
+        raise NotImplementedError
+
+    def submit(self, job: Job) -> None:
+        raise NotImplementedError
+
+    def finished(self, timeout: float) -> list[tuple[Job, TaskResult]]:
+        raise NotImplementedError
+
+    def close(self, abort: bool) -> None:
+        """Release the workers; `abort` (the sweep ends with an exception) also stops the running points."""
+
+    def __enter__(self) -> PointExecutor:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        self.close(abort=exc_type is not None)
+
+
+class InlineExecutor(PointExecutor):
+    """One point at a time in this process (`jobs` = 1): nothing is pickled, so the run function
+    may be a closure."""
+
+    def __init__(self, run_fn: RunFunction, seed: int) -> None:
+        self.run_fn = run_fn
+        self.seed = seed
+        self.queued: list[Job] = []
+
+    def slots(self) -> int:
+        return 1
+
+    def submit(self, job: Job) -> None:
+        self.queued.append(job)
+
+    def finished(self, timeout: float) -> list[tuple[Job, TaskResult]]:
+        job = self.queued.pop(0)
+        return [(job, run_task(self.run_fn, job.config, job.point, self.seed))]
+
+
+class PoolExecutor(PointExecutor):
+    """Spawned worker processes on this machine (the default executor); the run function must be
+    picklable (a module-level function)."""
+
+    def __init__(self, run_fn: RunFunction, seed: int, workers: int) -> None:
+        self.run_fn = run_fn
+        self.seed = seed
+        self.workers = workers
+        self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=_init_worker)
+        self.in_flight: dict[Future, Job] = {}
+
+    def slots(self) -> int:
+        return self.workers
+
+    def submit(self, job: Job) -> None:
+        self.in_flight[self.pool.submit(run_task, self.run_fn, job.config, job.point, self.seed)] = job
+
+    def finished(self, timeout: float) -> list[tuple[Job, TaskResult]]:
+        done, _ = wait(self.in_flight, timeout=timeout, return_when=FIRST_COMPLETED)
+        return [(self.in_flight.pop(future), future.result()) for future in done]
+
+    def close(self, abort: bool) -> None:
+        if abort:
+            for worker in multiprocessing.active_children():
+                worker.terminate()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+RAY_MISSING = "--executor ray needs Ray, an optional extra of ptofa: pip install 'ptofa[ray]'"
+
+
+def import_ray() -> ModuleType:
+    try:
+        import ray
+    except ImportError:
+        raise ExecutorUnavailable(RAY_MISSING) from None
+    return ray
+
+
+# A task whose worker or node is lost runs once more before its point becomes an error row: a lost
+# node gets a second chance, a point that kills its worker every time does not hold the sweep long.
+RAY_TASK_RETRIES = 1
+
+
+def _ray_task(run_fn: RunFunction, config: FAConfig, point: SweepPoint, seed: int) -> TaskResult:
+    # Each task holds one CPU of the cluster: one intra-op thread, as in a local worker.
+    torch.set_num_threads(1)
+    return run_task(run_fn, config, point, seed)
+
+
+class RayExecutor(PointExecutor):
+    """Each point a Ray task of one CPU, on the cluster at `address` (as `ray.init` takes it:
+    "auto", "HOST:PORT", "ray://HOST:PORT") or, with no address, on a local Ray started for the
+    sweep with `jobs` CPUs (default: this machine's) and shut down at its end. A process already
+    connected to Ray (`ray.init` called before) sweeps on that cluster and stays connected.
+
+    The run function is pickled to the workers, so every node needs the same ptofa (and its
+    dependencies) installed. `jobs` caps the points in flight; without it the sweep keeps as
+    many in flight as the cluster has CPUs, read again at every poll (a cluster that grows is used).
+    """
+
+    def __init__(self, run_fn: RunFunction, seed: int, address: str | None, jobs: int | None) -> None:
+        self.ray = ray = import_ray()
+        self.run_fn = run_fn
+        self.seed = seed
+        self.jobs = jobs
+        self.versions = package_versions()
+        self.connected_here = not ray.is_initialized()
+        if not self.connected_here and address is not None:
+            raise ValueError(f"address={address!r}: this process is already connected to Ray; leave address None")
+        if self.connected_here:
+            quiet = dict(log_to_driver=False, logging_level=logging.WARNING)
+            if address is None:
+                ray.init(address="local", num_cpus=jobs or os.cpu_count() or 1, include_dashboard=False, **quiet)
+            else:
+                ray.init(address=address, **quiet)
+        self.task = ray.remote(num_cpus=1, max_retries=RAY_TASK_RETRIES)(_ray_task)
+        self.in_flight: dict = {}  # ray.ObjectRef -> Job
+
+    def slots(self) -> int:
+        cpus = int(self.ray.cluster_resources().get("CPU", 0))
+        return max(1, min(cpus, self.jobs) if self.jobs else cpus)
+
+    def submit(self, job: Job) -> None:
+        self.in_flight[self.task.remote(self.run_fn, job.config, job.point, self.seed)] = job
+
+    def finished(self, timeout: float) -> list[tuple[Job, TaskResult]]:
+        ray = self.ray
+        ready, _ = ray.wait(list(self.in_flight), num_returns=1, timeout=timeout)
+        if ready:
+            ready, _ = ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=0)
+        results = []
+        for ref in ready:
+            job = self.in_flight.pop(ref)
+            try:
+                result = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                cause = getattr(exc, "cause", None) or exc
+                if isinstance(cause, BackendUnavailable):
+                    raise cause from None
+                message = f"ray task failed: {type(cause).__name__}: {cause}"
+                result = RunResult.start(job.config, job.point.shape, job.point.backend, status="error",
+                                         message=message), self.versions
+            results.append((job, result))
+        return results
+
+    def close(self, abort: bool) -> None:
+        if abort:
+            for ref in self.in_flight:
+                self.ray.cancel(ref, force=True)
+        if self.connected_here:
+            self.ray.shutdown()
+
+
+EXECUTORS = ("local", "ray")
+
+
+def check_executor(executor: str, address: str | None) -> None:
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor={executor!r} must be one of {EXECUTORS}")
+    if address is not None and executor != "ray":
+        raise ValueError(f"address={address!r} is for executor='ray', not {executor!r}")
+    if executor == "ray":
+        import_ray()
+
+
+def make_executor(
+    executor: str, run_fn: RunFunction, seed: int, jobs: int | None, points: int, address: str | None = None
+) -> PointExecutor:
+    """The executor for `points` points: "local" runs them in this process (`jobs` = 1 or a single
+    point) or in `jobs` spawned worker processes (default: the CPUs); "ray" as `RayExecutor`."""
+    check_executor(executor, address)
+    if executor == "ray":
+        return RayExecutor(run_fn, seed, address, jobs)
+    workers = min(jobs or os.cpu_count() or 1, points)
+    return InlineExecutor(run_fn, seed) if workers <= 1 else PoolExecutor(run_fn, seed, workers)
+
+
 def run_sweep(
     grid: SweepGrid,
     out_dir: Path,
@@ -386,16 +599,19 @@ def run_sweep(
     seed: int = 0,
     run_fn: RunFunction | None = None,
     console: Console | None = None,
+    executor: str = "local",
+    address: str | None = None,
 ) -> SweepOutcome:
     """Run the grid's points not yet in `out_dir/results.jsonl`, then write the CSV, JSON and PNG.
 
-    `run_fn` has `ptofa.runner.run_case`'s signature (the default); with `jobs` > 1
-    it runs in spawned worker processes and must be picklable (a module-level function).
+    `run_fn` has `ptofa.runner.run_case`'s signature (the default); unless it runs in this
+    process (local executor with `jobs` = 1) it must be picklable (a module-level function).
+    `executor` and `address` choose where the points run (`make_executor`).
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} must be one of {BACKENDS}")
+    check_executor(executor, address)
     console = console or Console()
-    jobs = jobs or os.cpu_count() or 1
     run_fn = _resolve_run_function(run_fn)
     out_dir.mkdir(parents=True, exist_ok=True)
     log = ResultsLog(out_dir / JSONL_NAME)
@@ -404,16 +620,22 @@ def run_sweep(
     pending = [point for point in points if point.key not in log.rows]
     skipped = len(points) - len(pending)
 
-    to_run: list[tuple[SweepPoint, FAConfig, list[str]]] = []
+    to_run: list[Job] = []
     for point in pending:
         config, rejection, config_warnings = validate_point(point)
         if config is None:
             log.append(make_row(point, rejected_result(point, rejection), seed, versions, []))
         else:
-            to_run.append((point, config, config_warnings))
+            to_run.append(Job(point, config, config_warnings))
 
     stop = _StopRequest(console)
     ran = 0
+
+    def record(job: Job, result: RunResult, worker_versions: dict[str, str]) -> None:
+        nonlocal ran
+        log.append(make_row(job.point, result, seed, worker_versions, job.config_warnings))
+        ran += 1
+
     progress = Progress(
         TextColumn("sweep"),
         BarColumn(),
@@ -422,27 +644,13 @@ def run_sweep(
         TextColumn("{task.description}"),
         console=console,
     )
-    with progress, stop.installed():
-        task = progress.add_task("", total=len(points), completed=len(points) - len(to_run))
-
-        def record(point: SweepPoint, config_warnings: list[str], result: RunResult) -> None:
-            nonlocal ran
-            log.append(make_row(point, result, seed, versions, config_warnings))
-            ran += 1
-            progress.update(task, advance=1, description=f"{point.config_label} s1={point.s1}: {result.status}")
-
-        if jobs == 1 or len(to_run) <= 1:
-            for point, config, config_warnings in to_run:
-                if stop.requested:
-                    break
-                try:
-                    result = run_point(run_fn, config, point, seed)
-                except KeyboardInterrupt:
-                    stop.requested = True
-                    break
-                record(point, config_warnings, result)
-        else:
-            _run_parallel(to_run, run_fn, seed, min(jobs, len(to_run)), stop, record)
+    try:
+        if to_run:
+            _run_jobs(to_run, make_executor(executor, run_fn, seed, jobs, len(to_run), address), stop, progress,
+                      len(points), record)
+    except KeyboardInterrupt:
+        # A second Ctrl-C: the executor abandoned the running points; the finished ones are in the log.
+        stop.requested = True
 
     rows = [log.rows[point.key] for point in points if point.key in log.rows]
     best_metric = mark_best(rows)
@@ -456,45 +664,38 @@ def run_sweep(
     )
 
 
-def _run_parallel(
-    to_run: list[tuple[SweepPoint, FAConfig, list[str]]],
-    run_fn: RunFunction,
-    seed: int,
-    workers: int,
+def _run_jobs(
+    jobs: list[Job],
+    executor: PointExecutor,
     stop: _StopRequest,
-    record: Callable[[SweepPoint, list[str], RunResult], None],
+    progress: Progress,
+    total: int,
+    record: Callable[[Job, RunResult, dict[str, str]], None],
 ) -> None:
-    """Keep exactly `workers` points in flight, so that stopping waits for no more than those."""
-    context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker)
-    queued = iter(to_run)
-    in_flight: dict[Future, tuple[SweepPoint, list[str]]] = {}
-
-    def submit(count: int) -> None:
-        for point, config, config_warnings in itertools.islice(queued, count):
-            in_flight[pool.submit(run_point, run_fn, config, point, seed)] = (point, config_warnings)
-
-    try:
-        submit(workers)
-        while in_flight:
+    """Keep the executor's slots filled until every job is recorded (`record`: result and the
+    versions of the process that ran it) or a stop is requested; then wait for the jobs in flight."""
+    # The executor starts before the Ctrl-C handler is installed (ray.init), so the handler stays the sweep's.
+    with executor, progress, stop.installed():
+        task = progress.add_task("", total=total, completed=total - len(jobs))
+        queued = iter(jobs)
+        in_flight = 0
+        while True:
+            if not stop.requested:
+                for job in itertools.islice(queued, max(0, executor.slots() - in_flight)):
+                    executor.submit(job)
+                    in_flight += 1
+            if not in_flight:
+                return
             # The timeout lets the main thread run the Ctrl-C handler while it waits.
-            done, _ = wait(in_flight, timeout=STOP_POLL_S, return_when=FIRST_COMPLETED)
-            for future in done:
-                point, config_warnings = in_flight.pop(future)
-                try:
-                    result = future.result()
-                except KeyboardInterrupt:
+            for job, result in executor.finished(STOP_POLL_S):
+                in_flight -= 1
+                if result is None:
                     stop.requested = True
                     continue
-                record(point, config_warnings, result)
-            if not stop.requested:
-                submit(workers - len(in_flight))
-    except KeyboardInterrupt:
-        # A second Ctrl-C: abandon the running points too.
-        for worker in multiprocessing.active_children():
-            worker.terminate()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+                run_result, worker_versions = result
+                record(job, run_result, worker_versions)
+                progress.update(task, advance=1, description=f"{job.point.config_label} s1={job.point.s1}: "
+                                                             f"{run_result.status}")
 
 
 def _time_metric(rows: list[dict]) -> str | None:
@@ -763,7 +964,14 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[i
 @kernel_switches
 @click.option("--backend", type=click.Choice(BACKENDS), default="sim", show_default=True)
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
-              help="Worker processes (default: the number of CPUs).")
+              help="Points run at once: worker processes (local; default: the CPUs), or at most this many Ray tasks "
+                   "(ray; default: the cluster's CPUs; a local Ray gets this many CPUs).")
+@click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
+              help="Where the points run: local worker processes, or Ray tasks of one CPU each (needs "
+                   "pip install 'ptofa[ray]').")
+@click.option("--address", default=None,
+              help="--executor ray: the cluster to join (auto, HOST:PORT or ray://HOST:PORT); without it a local "
+                   "Ray is started for the sweep and shut down at its end.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
               show_default=True, help="Directory for results.jsonl/.csv/.json/.png; a rerun resumes from it.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the random inputs (and key-mask lengths).")
@@ -799,6 +1007,8 @@ def sweep_cmd(
     softmax_dtypes: tuple[str, ...],
     backend: str,
     jobs: int | None,
+    executor: str,
+    address: str | None,
     out_dir: Path,
     seed: int,
     num_splits: tuple[int, ...] | None,
@@ -812,14 +1022,20 @@ def sweep_cmd(
 
     The kernel's switches (--causal, --window, --kv-heads, --key-padding-mask, --lse,
     --dtype, --out-dtype) apply to every point. Points breaking a config rule are
-    listed as "rejected" with the rule. Exits non-zero if any point fails, deadlocks
-    or errors, with 2 for contradicting switches, and with 130 when interrupted
-    (rerun the same command to resume).
+    listed as "rejected" with the rule. --executor ray runs each point as a Ray task,
+    on a local Ray or on the cluster at --address. Exits non-zero if any point fails,
+    deadlocks or errors, with 2 for contradicting switches or --executor ray without
+    Ray, and with 130 when interrupted (rerun the same command to resume).
     """
     console = Console() if sys.stdout.isatty() else Console(width=120)
     knobs = config_knobs(dtype, out_dtype, causal, window, key_padding, lse, prescale_q, softmax_dtypes[0])
+    if address is not None and executor != "ray":
+        raise click.UsageError("--address is for --executor ray")
     if decode or num_splits is not None or seqlens is not None:
         from ptofa.cli.serving_cli import sweep_serving
+
+        if executor != "local":
+            raise click.UsageError("--executor ray: --decode, --num-splits and --seqlens sweeps run locally only")
 
         one_softmax_dtype(softmax_dtypes)
         try:
@@ -840,8 +1056,11 @@ def sweep_cmd(
                      in_dtype=knobs["in_dtype"], out_dtype=knobs["out_dtype"], prescale_q=prescale_q, square=square,
                      balance=balance, softmax_dtype=softmax_dtypes)
     try:
-        outcome = run_sweep(grid, out_dir, backend=backend, jobs=jobs, seed=seed, console=console)
-    except BackendUnavailable as exc:
+        outcome = run_sweep(grid, out_dir, backend=backend, jobs=jobs, seed=seed, console=console, executor=executor,
+                            address=address)
+    except ExecutorUnavailable as exc:
+        raise click.UsageError(str(exc)) from None
+    except (BackendUnavailable, ConnectionError) as exc:
         raise click.ClickException(str(exc)) from None
     console.print(summary_table(outcome, best_only))
     console.print(
