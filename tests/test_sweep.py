@@ -446,3 +446,18 @@ def test_cli_address_needs_the_ray_executor(tmp_path: Path) -> None:
     result = CliRunner().invoke(sweep_cmd, [*CLI_ARGS, "--address", "auto", "--out", str(tmp_path)])
     assert result.exit_code == 2
     assert "--address is for --executor ray" in result.output
+
+
+def interrupted_at_once(config: FAConfig, shape: ProblemShape, **kwargs: object) -> RunResult:
+    raise KeyboardInterrupt
+
+
+def test_sweep_interrupted_before_any_row_writes_empty_files(tmp_path: Path) -> None:
+    grid = SweepGrid(tile_s1=(128,), qk_preload=(2,), head=(64,), s1=(256, 512))
+    outcome = run_sweep(grid, tmp_path, jobs=1, run_fn=interrupted_at_once, console=quiet())
+    assert outcome.interrupted and outcome.rows == [] and outcome.ran == 0
+    assert read_csv(tmp_path) == [] and json.loads((tmp_path / "results.json").read_text()) == []
+    assert png_size(tmp_path / "results.png") == (700, 500)
+    console = Console(width=120, record=True)
+    console.print(summary_table(outcome))
+    assert "no passing point" in console.export_text()

@@ -807,14 +807,16 @@ def plot_results(rows: list[dict], path: Path) -> None:
             )
         axis.set_xscale("log", base=2)
         # Set explicitly: markers drawn at the bottom do not widen the data limits.
-        all_s1 = [row["s1"] for row in rows]
-        axis.set_xlim(min(all_s1) / 1.5, max(all_s1) * 1.5)
-        axis.set_xticks(sorted(set(all_s1)), [str(s1) for s1 in sorted(set(all_s1))])
+        all_s1 = sorted({row["s1"] for row in rows})
+        if all_s1:  # no row yet when a sweep is interrupted before its first point ends: empty axes
+            axis.set_xlim(all_s1[0] / 1.5, all_s1[-1] * 1.5)
+            axis.set_xticks(all_s1, [str(s1) for s1 in all_s1])
         axis.set_ylim(bottom=0)
         axis.set_xlabel("S1")
         axis.set_ylabel(ylabel)
         axis.grid(True, alpha=0.3)
-        axis.legend(fontsize="small")
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend(fontsize="small")
     variant = row_variant_label(rows[0]) if rows else ""
     figure.suptitle("ptofa sweep" + (f" ({variant})" if variant else ""))
     figure.tight_layout()
@@ -896,7 +898,7 @@ def summary_table(outcome: SweepOutcome, best_only: bool = False) -> Table:
     grouped = any(row["kv_heads"] != row["heads"] for row in rows)
     shown = [(header, name) for header, name in TABLE_SHAPE if name != "kv_heads" or grouped]
     shape_columns = [(header, name) for header, name in shown if len({row[name] for row in rows}) > 1]
-    constant = [f"{header}={rows[0][name]}" for header, name in shown if (header, name) not in shape_columns]
+    constant = [f"{header}={rows[0][name]}" for header, name in shown if rows and (header, name) not in shape_columns]
     if rows and row_variant_label(rows[0]):
         constant.append(row_variant_label(rows[0]))
     if any(_split_note(row) for row in rows):
