@@ -16,7 +16,7 @@ ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install '
 
 from ptofa.pipeline import FAConfig, ProblemShape  # noqa: E402
 from ptofa.runner import BackendUnavailable, RunResult  # noqa: E402
-from ptofa.sweep import JSONL_NAME, SweepGrid, run_sweep  # noqa: E402
+from ptofa.cli.sweep import JSONL_NAME, SweepGrid, run_sweep  # noqa: E402
 from test_sweep import GRID, REJECTED, TOTAL, fake_run, fake_run_interrupted_at_512, quiet  # noqa: E402
 
 TESTS = Path(__file__).parent
@@ -113,7 +113,7 @@ def test_cli_joins_a_running_cluster(tmp_path: Path, local_ray: str) -> None:
     """`run_fa sweep --executor ray --address ADDR` from another process: its tasks run on this
     module's cluster, which is still up afterwards."""
     args = ["--tile-s1", "128", "--qk-preload", "2", "--head-dim", "64", "--s1", "256", "--out", str(tmp_path)]
-    command = [sys.executable, "-c", "from ptofa.sweep import sweep_cmd; sweep_cmd()", *args,
+    command = [sys.executable, "-c", "from ptofa.cli.sweep import sweep_cmd; sweep_cmd()", *args,
                "--executor", "ray", "--address", local_ray]
     finished = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stdout + finished.stderr
