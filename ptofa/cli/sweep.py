@@ -665,19 +665,19 @@ def run_sweep(
 
 
 def _run_jobs(
-    jobs: list[Job],
+    pending: list[Job],
     executor: PointExecutor,
     stop: _StopRequest,
     progress: Progress,
     total: int,
     record: Callable[[Job, RunResult, dict[str, str]], None],
 ) -> None:
-    """Keep the executor's slots filled until every job is recorded (`record`: result and the
+    """Keep the executor's slots filled until every pending job is recorded (`record`: result and the
     versions of the process that ran it) or a stop is requested; then wait for the jobs in flight."""
     # The executor starts before the Ctrl-C handler is installed (ray.init), so the handler stays the sweep's.
     with executor, progress, stop.installed():
-        task = progress.add_task("", total=total, completed=total - len(jobs))
-        queued = iter(jobs)
+        task = progress.add_task("", total=total, completed=total - len(pending))
+        queued = iter(pending)
         in_flight = 0
         while True:
             if not stop.requested:
