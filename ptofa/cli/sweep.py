@@ -1,11 +1,12 @@
 """Parameter sweeps: run a grid of configs and shapes, resumably, in parallel.
 
-Each grid point is validated first (`FAConfig`, `ProblemShape.check`); a point
-that breaks a legality rule becomes a row with status "rejected" and the rule's
-message. The others run through a run function (`ptofa.runner.run_case` unless
-one is injected) on an executor (`PointExecutor`): this process, local worker
-processes (the default), or Ray tasks on a cluster (`RayExecutor`, the optional
-`ray` extra). The sweep loop is the same for all. Every finished row is appended to
+Each grid point (`ptofa.cli.sweep_points`) is validated first (`FAConfig`,
+`ProblemShape.check`); a point that breaks a legality rule becomes a row with status
+"rejected" and the rule's message. The others run through a run function
+(`ptofa.runner.run_case` unless one is injected) on an executor
+(`ptofa.cli.sweep_executors`): this process, local worker processes (the default),
+or Ray tasks on a cluster (the optional `ray` extra); `run_sweep` is the one loop
+for all of them. Every finished row is appended to
 `results.jsonl` at once, so an interrupted sweep resumes where it stopped: on
 restart, points whose key (config + shape + backend) is already in the file are
 not run again. At the end `results.csv`, `results.json` and `results.png` are
@@ -20,38 +21,32 @@ and config label; at their defaults the key is that of the plain kernel.
 from __future__ import annotations
 
 import csv
-import importlib.metadata
 import itertools
 import json
-import logging
 import math
-import multiprocessing
 import os
 import signal
 import sys
 import threading
-import warnings
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from types import FrameType, ModuleType
+from types import FrameType
 
 import click
-import numpy
-import torch
 from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-import ptofa
-from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
+from ptofa.cli.sweep_executors import (EXECUTORS, ExecutorUnavailable, Job, PointExecutor, check_executor,
+                                       make_executor)
+from ptofa.cli.sweep_points import (SWITCH_FIELDS, RunFunction, SweepGrid, SweepPoint, package_versions,
+                                    rejected_result, row_variant_label, validate_point)
+from ptofa.cli.switches import config_knobs, kernel_switches, kv_heads_option, one_softmax_dtype, window_of
 from ptofa.launch.base import BACKENDS, BackendUnavailable, RunResult
-from ptofa.cli.switches import UNBOUNDED, config_knobs, kernel_switches, kv_heads_option, one_softmax_dtype, window_of
-
-RunFunction = Callable[..., RunResult]
+from ptofa.pipeline import ConfigError, FAConfig
 
 JSONL_NAME = "results.jsonl"
 CSV_NAME = "results.csv"
@@ -66,156 +61,8 @@ TIME_METRICS = (
     ("wall_s", "wall time"),
 )
 RESULT_FIELDS = tuple(f.name for f in fields(RunResult))
-# The kernel's switches and kv_heads: columns of every row (RunResult has no field for them).
-SWITCH_FIELDS = ("kv_heads", "window", "key_padding", "lse", "in_dtype", "out_dtype", "prescale_q", "softmax_dtype")
 VERSION_PACKAGES = ("ptofa", "torch", "xdsl", "numpy")
 STOP_POLL_S = 0.5
-
-
-def variant_label(window: Sequence[int], key_padding: bool, lse: bool, in_dtype: str, out_dtype: str) -> str:
-    """The kernel's switches in a few words ("" for the plain fp16 kernel): causal or
-    window=L,R, key_padding, lse, and IN->OUT when the dtypes are not fp16 -> fp16."""
-    window = tuple(window)
-    words = []
-    if window == (-1, 0):
-        words.append("causal")
-    elif window != UNBOUNDED:
-        words.append(f"window={window[0]},{window[1]}")
-    words += [name for name, on in (("key_padding", key_padding), ("lse", lse)) if on]
-    if (in_dtype, out_dtype) != ("f16", "f16"):
-        words.append(f"{in_dtype}->{out_dtype}")
-    return " ".join(words)
-
-
-def row_variant_label(row: dict) -> str:
-    """`variant_label` of a result row (rows written before the switches existed are the plain kernel)."""
-    in_dtype = row.get("in_dtype", "f16")
-    return variant_label(row.get("window", UNBOUNDED), row.get("key_padding", False), row.get("lse", False),
-                         in_dtype, row.get("out_dtype") or in_dtype)
-
-
-@dataclass(frozen=True)
-class SweepPoint:
-    """One grid point: the config knobs the sweep varies, the problem shape, the backend,
-    and the kernel's switches (the same for every point of a sweep).
-
-    `kv_heads` None means `heads`, `out_dtype` None the input dtype; both are filled in,
-    so equal points compare (and key) equal.
-    """
-
-    head: int
-    tile_s1: int
-    qk_preload: int
-    batch: int
-    heads: int
-    s0: int
-    s1: int
-    backend: str
-    kv_heads: int | None = None
-    window: tuple[int, int] = UNBOUNDED
-    key_padding: bool = False
-    lse: bool = False
-    in_dtype: str = "f16"
-    out_dtype: str | None = None
-    prescale_q: bool = True
-    balance: bool = False  # the balanced split-KV launch (`ptofa.launch.balance`) instead of the dense kernel
-    softmax_dtype: str = "f32"
-
-    def __post_init__(self) -> None:
-        if self.kv_heads is None:
-            object.__setattr__(self, "kv_heads", self.heads)
-        if self.out_dtype is None:
-            object.__setattr__(self, "out_dtype", self.in_dtype)
-        object.__setattr__(self, "window", tuple(self.window))
-
-    @property
-    def key(self) -> str:
-        """Identity of the point in `results.jsonl`; a point whose key is there is not run again.
-        Switches at their default (and kv_heads = heads) are left out: the plain kernel's key."""
-        switches = ""
-        if self.window != UNBOUNDED:
-            switches += f",window={self.window[0]}:{self.window[1]}"
-        switches += "".join(f",{name}=1" for name, on in (("key_padding", self.key_padding), ("lse", self.lse)) if on)
-        if self.in_dtype != "f16":
-            switches += f",in_dtype={self.in_dtype}"
-        if self.out_dtype != self.in_dtype:
-            switches += f",out_dtype={self.out_dtype}"
-        if not self.prescale_q:
-            switches += ",prescale_q=0"
-        if self.softmax_dtype != "f32":
-            switches += f",softmax_dtype={self.softmax_dtype}"
-        kv_heads = f",kv_heads={self.kv_heads}" if self.kv_heads != self.heads else ""
-        switches += ",balance=1" if self.balance else ""
-        return (
-            f"head={self.head},tile_s1={self.tile_s1},qk_preload={self.qk_preload}{switches},"
-            f"batch={self.batch},heads={self.heads}{kv_heads},s0={self.s0},s1={self.s1},backend={self.backend}"
-        )
-
-    @property
-    def shape(self) -> ProblemShape:
-        return ProblemShape(batch=self.batch, heads=self.heads, s0=self.s0, s1=self.s1, kv_heads=self.kv_heads,
-                            window=self.window)
-
-    @property
-    def variant(self) -> str:
-        return variant_label(self.window, self.key_padding, self.lse, self.in_dtype, self.out_dtype)
-
-    @property
-    def config_label(self) -> str:
-        words = [f"head={self.head} tile_s1={self.tile_s1} qk_preload={self.qk_preload}", self.variant]
-        if self.kv_heads != self.heads:
-            words.append(f"kv_heads={self.kv_heads}")
-        if not self.prescale_q:
-            words.append("no_prescale_q")
-        if self.softmax_dtype != "f32":
-            words.append(f"softmax={self.softmax_dtype}")
-        if self.balance:
-            words.append("balanced split")
-        return " ".join(word for word in words if word)
-
-    def switch_columns(self) -> dict:
-        """The row's SWITCH_FIELDS."""
-        return {name: list(self.window) if name == "window" else getattr(self, name) for name in SWITCH_FIELDS}
-
-
-@dataclass(frozen=True)
-class SweepGrid:
-    """The values of each swept axis; the grid is their product."""
-
-    tile_s1: Sequence[int]
-    qk_preload: Sequence[int]
-    head: Sequence[int]
-    s1: Sequence[int]
-    s0: Sequence[int] = (128,)
-    batch: Sequence[int] = (1,)
-    heads: Sequence[int] = (1,)
-    # The kernel's switches, applied to every point (not swept).
-    kv_heads: int | None = None  # None: as many as query heads
-    window: tuple[int, int] = UNBOUNDED  # bottom-right aligned (left, right); causal = (-1, 0)
-    key_padding: bool = False  # random ragged valid key lengths per batch (from the seed)
-    lse: bool = False
-    in_dtype: str = "f16"
-    out_dtype: str | None = None  # None: the input dtype
-    prescale_q: bool = True
-    square: bool = False  # S0 = S1 at every point (the s0 axis is not used)
-    balance: bool = False  # each point also through the balanced split-KV launch
-    softmax_dtype: Sequence[str] = ("f32",)  # swept, after qk_preload
-
-    def points(self, backend: str) -> list[SweepPoint]:
-        """Points ordered by shape, then by config, so a partial sweep covers whole shapes first.
-        A value listed twice on an axis gives one point."""
-        s0_axis = (None,) if self.square else self.s0
-        axes = (self.batch, self.heads, s0_axis, self.s1, self.head, self.tile_s1, self.qk_preload,
-                self.softmax_dtype, (False, True) if self.balance else (False,))
-        switches = dict(kv_heads=self.kv_heads, window=tuple(self.window), key_padding=self.key_padding,
-                        lse=self.lse, in_dtype=self.in_dtype, out_dtype=self.out_dtype, prescale_q=self.prescale_q)
-        return [
-            SweepPoint(head, tile_s1, qk_preload, batch, heads, s1 if s0 is None else s0, s1, backend, **switches,
-                       balance=balance, softmax_dtype=softmax)
-            for batch, heads, s0, s1, head, tile_s1, qk_preload, softmax, balance in itertools.product(
-                *(dict.fromkeys(axis) for axis in axes)
-            )
-        ]
 
 
 @dataclass
@@ -233,84 +80,12 @@ class SweepOutcome:
         return [row for row in self.rows if row["status"] in FAILED_STATUSES]
 
 
-def package_versions() -> dict[str, str]:
-    return {
-        "ptofa": ptofa.__version__,
-        "torch": torch.__version__,
-        "xdsl": importlib.metadata.version("xdsl"),
-        "numpy": numpy.__version__,
-    }
-
-
-def validate_point(point: SweepPoint) -> tuple[FAConfig | None, str, list[str]]:
-    """(config, rejection message, config warnings); config is None when a legality rule rejects the point."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            config = FAConfig(head=point.head, tile_s1=point.tile_s1, qk_preload=point.qk_preload,
-                              in_dtype=point.in_dtype, out_dtype=point.out_dtype, masked=point.window != UNBOUNDED,
-                              key_padding=point.key_padding, lse=point.lse, prescale_q=point.prescale_q,
-                              softmax_dtype=point.softmax_dtype)
-            point.shape.check(config)
-        except ConfigError as exc:
-            return None, str(exc), []
-    return config, "", [str(w.message) for w in caught]
-
-
-def rejected_result(point: SweepPoint, message: str) -> RunResult:
-    return RunResult(
-        head=point.head,
-        tile_s1=point.tile_s1,
-        qk_preload=point.qk_preload,
-        batch=point.batch,
-        heads=point.heads,
-        s0=point.s0,
-        s1=point.s1,
-        backend=point.backend,
-        status="rejected",
-        message=message,
-    )
-
-
 def _resolve_run_function(run_fn: RunFunction | None) -> RunFunction:
     if run_fn is not None:
         return run_fn
     from ptofa.runner import run_case
 
     return run_case
-
-
-def run_point(run_fn: RunFunction, config: FAConfig, point: SweepPoint, seed: int) -> RunResult:
-    """Run one valid point. A crash of the run function becomes an "error" row instead of ending the sweep;
-    `BackendUnavailable` and `KeyboardInterrupt` propagate. A key-padding kernel gets the random ragged
-    mask of `ptofa.reference.make_key_mask` (from the seed); its valid lengths go to `extra["key_lengths"]`."""
-    kwargs: dict = {}
-    lengths = None
-    if config.key_padding:
-        from ptofa.reference import make_key_mask
-
-        kwargs["key_mask"], lengths = make_key_mask(point.batch, point.s1, seed)
-    if point.balance:
-        from ptofa.launch.balance import run_balanced
-
-        run_fn = run_balanced
-    try:
-        result = run_fn(config, point.shape, backend=point.backend, seed=seed, timing=True, **kwargs)
-    except (BackendUnavailable, KeyboardInterrupt):
-        raise
-    except Exception as exc:  # noqa: BLE001 - one broken point must not lose the others
-        result = RunResult.start(config, point.shape, point.backend, status="error", message=f"{type(exc).__name__}: {exc}")
-    if lengths is not None:
-        result.extra["key_lengths"] = [int(n) for n in lengths]
-    return result
-
-
-def _init_worker() -> None:
-    # Ctrl-C reaches the whole process group; the parent decides when to stop,
-    # and workers finish the point they are running.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # One intra-op thread per worker: the workers already fill the cores.
-    torch.set_num_threads(1)
 
 
 class ResultsLog:
@@ -379,216 +154,6 @@ class _StopRequest:
             yield
         finally:
             signal.signal(signal.SIGINT, previous)
-
-
-@dataclass(frozen=True)
-class Job:
-    """A valid point waiting for an executor: its config and the config's warnings (for the row)."""
-
-    point: SweepPoint
-    config: FAConfig
-    config_warnings: list[str]
-
-
-# What a finished job gives back: the point's result and the package versions of the process that
-# ran it, or None when the run was interrupted (the sweep stops; the point runs again on resume).
-TaskResult = tuple[RunResult, dict[str, str]] | None
-
-
-def run_task(run_fn: RunFunction, config: FAConfig, point: SweepPoint, seed: int) -> TaskResult:
-    """One point where an executor placed it (this process, a worker process or a Ray task)."""
-    try:
-        return run_point(run_fn, config, point, seed), package_versions()
-    except KeyboardInterrupt:
-        return None
-
-
-class ExecutorUnavailable(RuntimeError):
-    """The requested executor cannot run here (one clear line naming what to install)."""
-
-
-class PointExecutor:
-    """Where a sweep's points run. The sweep keeps `slots()` points submitted and not yet
-    finished, so a stop waits for no more than those; `finished` returns the jobs done within
-    `timeout` seconds (at least one if any is in flight and it ends in time). A task that dies
-    outside the run function becomes an error row here; `BackendUnavailable` propagates."""
-
-    def slots(self) -> int:
-        raise NotImplementedError
-
-    def submit(self, job: Job) -> None:
-        raise NotImplementedError
-
-    def finished(self, timeout: float) -> list[tuple[Job, TaskResult]]:
-        raise NotImplementedError
-
-    def close(self, abort: bool) -> None:
-        """Release the workers; `abort` (the sweep ends with an exception) also stops the running points."""
-
-    def __enter__(self) -> PointExecutor:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
-        self.close(abort=exc_type is not None)
-
-
-class InlineExecutor(PointExecutor):
-    """One point at a time in this process (`jobs` = 1): nothing is pickled, so the run function
-    may be a closure."""
-
-    def __init__(self, run_fn: RunFunction, seed: int) -> None:
-        self.run_fn = run_fn
-        self.seed = seed
-        self.queued: list[Job] = []
-
-    def slots(self) -> int:
-        return 1
-
-    def submit(self, job: Job) -> None:
-        self.queued.append(job)
-
-    def finished(self, timeout: float) -> list[tuple[Job, TaskResult]]:
-        job = self.queued.pop(0)
-        return [(job, run_task(self.run_fn, job.config, job.point, self.seed))]
-
-
-class PoolExecutor(PointExecutor):
-    """Spawned worker processes on this machine (the default executor); the run function must be
-    picklable (a module-level function)."""
-
-    def __init__(self, run_fn: RunFunction, seed: int, workers: int) -> None:
-        self.run_fn = run_fn
-        self.seed = seed
-        self.workers = workers
-        self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=_init_worker)
-        self.in_flight: dict[Future, Job] = {}
-
-    def slots(self) -> int:
-        return self.workers
-
-    def submit(self, job: Job) -> None:
-        self.in_flight[self.pool.submit(run_task, self.run_fn, job.config, job.point, self.seed)] = job
-
-    def finished(self, timeout: float) -> list[tuple[Job, TaskResult]]:
-        done, _ = wait(self.in_flight, timeout=timeout, return_when=FIRST_COMPLETED)
-        return [(self.in_flight.pop(future), future.result()) for future in done]
-
-    def close(self, abort: bool) -> None:
-        if abort:
-            for worker in multiprocessing.active_children():
-                worker.terminate()
-        self.pool.shutdown(wait=True, cancel_futures=True)
-
-
-RAY_MISSING = "--executor ray needs Ray, an optional extra of ptofa: pip install 'ptofa[ray]'"
-
-
-def import_ray() -> ModuleType:
-    try:
-        import ray
-    except ImportError:
-        raise ExecutorUnavailable(RAY_MISSING) from None
-    return ray
-
-
-# A task whose worker or node is lost runs once more before its point becomes an error row: a lost
-# node gets a second chance, a point that kills its worker every time does not hold the sweep long.
-RAY_TASK_RETRIES = 1
-
-
-def _ray_task(run_fn: RunFunction, config: FAConfig, point: SweepPoint, seed: int) -> TaskResult:
-    # Each task holds one CPU of the cluster: one intra-op thread, as in a local worker.
-    torch.set_num_threads(1)
-    return run_task(run_fn, config, point, seed)
-
-
-class RayExecutor(PointExecutor):
-    """Each point a Ray task of one CPU, on the cluster at `address` (as `ray.init` takes it:
-    "auto", "HOST:PORT", "ray://HOST:PORT") or, with no address, on a local Ray started for the
-    sweep with `jobs` CPUs (default: this machine's) and shut down at its end. A process already
-    connected to Ray (`ray.init` called before) sweeps on that cluster and stays connected.
-
-    The run function is pickled to the workers, so every node needs the same ptofa (and its
-    dependencies) installed. `jobs` caps the points in flight; without it the sweep keeps as
-    many in flight as the cluster has CPUs, read again at every poll (a cluster that grows is used).
-    """
-
-    def __init__(self, run_fn: RunFunction, seed: int, address: str | None, jobs: int | None) -> None:
-        self.ray = ray = import_ray()
-        self.run_fn = run_fn
-        self.seed = seed
-        self.jobs = jobs
-        self.versions = package_versions()
-        self.connected_here = not ray.is_initialized()
-        if not self.connected_here and address is not None:
-            raise ValueError(f"address={address!r}: this process is already connected to Ray; leave address None")
-        if self.connected_here:
-            quiet = dict(log_to_driver=False, logging_level=logging.WARNING)
-            if address is None:
-                ray.init(address="local", num_cpus=jobs or os.cpu_count() or 1, include_dashboard=False, **quiet)
-            else:
-                ray.init(address=address, **quiet)
-        self.task = ray.remote(num_cpus=1, max_retries=RAY_TASK_RETRIES)(_ray_task)
-        self.in_flight: dict = {}  # ray.ObjectRef -> Job
-
-    def slots(self) -> int:
-        cpus = int(self.ray.cluster_resources().get("CPU", 0))
-        return max(1, min(cpus, self.jobs) if self.jobs else cpus)
-
-    def submit(self, job: Job) -> None:
-        self.in_flight[self.task.remote(self.run_fn, job.config, job.point, self.seed)] = job
-
-    def finished(self, timeout: float) -> list[tuple[Job, TaskResult]]:
-        ray = self.ray
-        ready, _ = ray.wait(list(self.in_flight), num_returns=1, timeout=timeout)
-        if ready:
-            ready, _ = ray.wait(list(self.in_flight), num_returns=len(self.in_flight), timeout=0)
-        results = []
-        for ref in ready:
-            job = self.in_flight.pop(ref)
-            try:
-                result = ray.get(ref)
-            except ray.exceptions.RayError as exc:
-                cause = getattr(exc, "cause", None) or exc
-                if isinstance(cause, BackendUnavailable):
-                    raise cause from None
-                message = f"ray task failed: {type(cause).__name__}: {cause}"
-                result = RunResult.start(job.config, job.point.shape, job.point.backend, status="error",
-                                         message=message), self.versions
-            results.append((job, result))
-        return results
-
-    def close(self, abort: bool) -> None:
-        if abort:
-            for ref in self.in_flight:
-                self.ray.cancel(ref, force=True)
-        if self.connected_here:
-            self.ray.shutdown()
-
-
-EXECUTORS = ("local", "ray")
-
-
-def check_executor(executor: str, address: str | None) -> None:
-    if executor not in EXECUTORS:
-        raise ValueError(f"executor={executor!r} must be one of {EXECUTORS}")
-    if address is not None and executor != "ray":
-        raise ValueError(f"address={address!r} is for executor='ray', not {executor!r}")
-    if executor == "ray":
-        import_ray()
-
-
-def make_executor(
-    executor: str, run_fn: RunFunction, seed: int, jobs: int | None, points: int, address: str | None = None
-) -> PointExecutor:
-    """The executor for `points` points: "local" runs them in this process (`jobs` = 1 or a single
-    point) or in `jobs` spawned worker processes (default: the CPUs); "ray" as `RayExecutor`."""
-    check_executor(executor, address)
-    if executor == "ray":
-        return RayExecutor(run_fn, seed, address, jobs)
-    workers = min(jobs or os.cpu_count() or 1, points)
-    return InlineExecutor(run_fn, seed) if workers <= 1 else PoolExecutor(run_fn, seed, workers)
 
 
 def run_sweep(
