@@ -28,9 +28,13 @@ __version__ = "0.1.0"
 _LAZY = {
     "attend": "ptofa.attention.core",
     "flash_attn_func": "ptofa.attention.functional",
+    "flash_attn_qkvpacked_func": "ptofa.attention.functional",
+    "flash_attn_kvpacked_func": "ptofa.attention.functional",
     "scaled_dot_product_attention": "ptofa.attention.functional",
     "infiniop": "ptofa.attention.infiniop",
     "flash_attn_varlen_func": "ptofa.attention.serving",
+    "flash_attn_varlen_qkvpacked_func": "ptofa.attention.serving",
+    "flash_attn_varlen_kvpacked_func": "ptofa.attention.serving",
     "flash_attn_with_kvcache": "ptofa.attention.serving",
     "attention_backward": "ptofa.attention.backward",
     "run_kernel": "ptofa.launch.kernel",

@@ -46,8 +46,8 @@ def test_kvcache_func_appends_and_attends(paged) -> None:
     cache_seqlens = torch.tensor([250, 700], dtype=torch.int32)
     k_new, v_new = _rand(batch, 10, kv_heads, head, seed=6), _rand(batch, 10, kv_heads, head, seed=7)
     q = _rand(batch, s0, heads, head, seed=8)
-    out, lse = ptofa.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new,
-                                             causal=True, return_lse=True, backend="sim")
+    out, lse = ptofa.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=cache_seqlens,
+                                             block_table=block_table, causal=True, return_lse=True, backend="sim")
     cache = KVCache(k_cache, v_cache, block_table)
     for b, n in enumerate(cache_seqlens.tolist()):
         assert torch.equal(cache.gather(b, n + 10)[0][n:], k_new[b])  # appended in place, across a page boundary
@@ -67,7 +67,7 @@ def test_serving_rules() -> None:
         ptofa.flash_attn_varlen_func(q, k, k, cu, torch.tensor([0, 4], dtype=torch.int32), 5, 5, backend="sim")
     cache = _rand(1, 64, 2, 64)
     with pytest.raises(Exception, match=r"kv cache: cache_seqlens\[0\] \+ S_new = 60 \+ 5 = 65 exceeds the capacity of 64"):
-        ptofa.flash_attn_with_kvcache(_rand(1, 1, 2, 64), cache, cache.clone(), torch.tensor([60], dtype=torch.int32),
+        ptofa.flash_attn_with_kvcache(_rand(1, 1, 2, 64), cache, cache.clone(), cache_seqlens=torch.tensor([60], dtype=torch.int32),
                                       k=_rand(1, 5, 2, 64), v=_rand(1, 5, 2, 64), backend="sim")
 
 
@@ -80,8 +80,8 @@ def test_kvcache_call_refuses_bad_paging_and_writes_nothing(pages, page_size, ta
     k_cache, v_cache = _rand(pages, page_size, 1, 64, seed=1), _rand(pages, page_size, 1, 64, seed=2)
     before = k_cache.clone(), v_cache.clone()
     with pytest.raises(ValueError) as info:
-        ptofa.flash_attn_with_kvcache(_rand(1, 1, 2, 64), k_cache, v_cache, torch.tensor([250], dtype=torch.int32),
-                                      torch.tensor(table, dtype=torch.int32), k=_rand(1, 3, 1, 64), v=_rand(1, 3, 1, 64),
+        ptofa.flash_attn_with_kvcache(_rand(1, 1, 2, 64), k_cache, v_cache, cache_seqlens=torch.tensor([250], dtype=torch.int32),
+                                      block_table=torch.tensor(table, dtype=torch.int32), k=_rand(1, 3, 1, 64), v=_rand(1, 3, 1, 64),
                                       backend="sim")
     assert message in str(info.value)
     assert torch.equal(k_cache, before[0]) and torch.equal(v_cache, before[1])

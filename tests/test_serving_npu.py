@@ -152,8 +152,8 @@ def test_paged_decode_passes_the_block_table_and_the_decode_units(calls, launche
     k_cache, v_cache = _rand(10, 256, kv_heads, head, seed=4), _rand(10, 256, kv_heads, head, seed=5)
     block_table = torch.tensor([[7, 2, 9, 0], [1, 5, 3, 8]], dtype=torch.int32)
     q = _rand(batch, 1, heads, head, seed=8)
-    out = ptofa.flash_attn_with_kvcache(q, k_cache, v_cache, torch.tensor([250, 700], dtype=torch.int32),
-                                        block_table, num_splits=2, backend="npu")
+    out = ptofa.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=torch.tensor([250, 700], dtype=torch.int32),
+                                        block_table=block_table, num_splits=2, backend="npu")
     main, reduce = calls
     (launch,) = launches
     config = launch.plan.config
@@ -167,11 +167,11 @@ def test_paged_decode_passes_the_block_table_and_the_decode_units(calls, launche
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda q, kc, vc, lens, bt: ptofa.flash_attn_with_kvcache(q, kc, vc, lens, bt, num_splits=17, backend="npu"),
+    (lambda q, kc, vc, lens, bt: ptofa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, block_table=bt, num_splits=17, backend="npu"),
      "num_splits"),
-    (lambda q, kc, vc, lens, bt: ptofa.flash_attn_with_kvcache(q, kc, vc, lens + 2000, bt, backend="npu"),
+    (lambda q, kc, vc, lens, bt: ptofa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens + 2000, block_table=bt, backend="npu"),
      "cache"),
-    (lambda q, kc, vc, lens, bt: ptofa.flash_attn_with_kvcache(q, kc, vc, lens, bt, k=_rand(2, 3, 2, 128), v=None,
+    (lambda q, kc, vc, lens, bt: ptofa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, block_table=bt, k=_rand(2, 3, 2, 128), v=None,
                                                                backend="npu"), "k, v"),
 ])
 def test_bad_input_is_refused_before_any_launch(calls, call, message) -> None:
@@ -323,8 +323,8 @@ def test_the_marshalled_paged_decode_arguments_run_the_kernels_to_the_reference(
     block_table = torch.tensor([[7, 2, 9, 0], [1, 5, 3, 8]], dtype=torch.int32)
     q = _rand(2, 1, 8, 128, seed=8)
     _replay_on_sim(calls, monkeypatch, _nbytes(q=q, k=k_cache, v=v_cache, o=q, lse=torch.empty(2, 8)))
-    out, lse = ptofa.flash_attn_with_kvcache(q, k_cache, v_cache, torch.tensor([250, 700], dtype=torch.int32),
-                                             block_table, return_lse=True, num_splits=num_splits, backend="npu")
+    out, lse = ptofa.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=torch.tensor([250, 700], dtype=torch.int32),
+                                             block_table=block_table, return_lse=True, num_splits=num_splits, backend="npu")
     ref = reference_kvcache(q, KVCache(k_cache, v_cache, block_table), [250, 700], 1 / math.sqrt(128), (-1, -1),
                             torch.float16)
     assert [call.entry for call in calls] == [argspec.ENTRY_NAME, argspec.REDUCE_ENTRY_NAME][:num_splits]
@@ -349,6 +349,6 @@ def test_serving_on_the_npu_matches_the_reference() -> None:
     lens = torch.tensor([250, 700], dtype=torch.int32)
     ref = reference_kvcache(q, KVCache(k_cache, v_cache, block_table), [250, 700], 1 / math.sqrt(128), (-1, -1),
                             torch.float16)
-    out = ptofa.flash_attn_with_kvcache(q.to(device), k_cache.to(device), v_cache.to(device), lens,
-                                        block_table.to(device), num_splits=2, backend="npu")
+    out = ptofa.flash_attn_with_kvcache(q.to(device), k_cache.to(device), v_cache.to(device), cache_seqlens=lens,
+                                        block_table=block_table.to(device), num_splits=2, backend="npu")
     assert check_accuracy(out.cpu().float(), ref.out32, ref.out_low).passed

@@ -126,7 +126,8 @@ def test_serving_calls_split_and_choose() -> None:
     lens = torch.tensor([4000], dtype=torch.int32)
     ref = reference_kvcache(q, cache, [4000], 1 / 8, (-1, -1), torch.float16)
     for num_splits in (0, 1, 4):
-        out, lse = ptofa.flash_attn_with_kvcache(q, cache.k, cache.v, lens, cache.block_table, return_lse=True,
+        out, lse = ptofa.flash_attn_with_kvcache(q, cache.k, cache.v, cache_seqlens=lens, block_table=cache.block_table,
+                                                 return_lse=True,
                                                  num_splits=num_splits, backend="sim")
         assert check_accuracy(out.float(), ref.out32, ref.out_low).passed and check_lse(lse, ref).passed
     base = config(head=64, varlen=True, page_size=256)
@@ -220,8 +221,8 @@ def test_gqa_packed_decode_matches_reference(heads, kv_heads, num_splits) -> Non
     q = torch.randn(2, 1, heads, 128, generator=torch.Generator().manual_seed(9)).half()
     ref = reference_kvcache(q, cache, lens.tolist(), 1 / math.sqrt(128), (-1, -1), torch.float16)
     k0 = cache.k.clone()
-    out, lse = ptofa.flash_attn_with_kvcache(q, cache.k, cache.v, lens, cache.block_table, causal=True, return_lse=True,
-                                             num_splits=num_splits, pack_gqa=True, backend="sim")
+    out, lse = ptofa.flash_attn_with_kvcache(q, cache.k, cache.v, cache_seqlens=lens, block_table=cache.block_table, causal=True,
+                                             return_lse=True, num_splits=num_splits, pack_gqa=True, backend="sim")
     acc = check_accuracy(out.float(), ref.out32, ref.out_low)
     assert acc.passed, acc.summary()
     assert check_lse(lse, ref).passed and torch.equal(cache.k, k0)
@@ -251,7 +252,8 @@ def test_gqa_packing_rules() -> None:
     cache = _paged_cache(1, 512, 256, 2, 64)
     q2 = torch.zeros(1, 2, 8, 64, dtype=torch.float16)
     with pytest.raises(ValueError, match=r"pack_gqa: needs one query row \(S0=2\)"):
-        ptofa.flash_attn_with_kvcache(q2, cache.k, cache.v, torch.tensor([10], dtype=torch.int32), cache.block_table,
+        ptofa.flash_attn_with_kvcache(q2, cache.k, cache.v, cache_seqlens=torch.tensor([10], dtype=torch.int32),
+                                      block_table=cache.block_table,
                                       pack_gqa=True, backend="sim")
     with pytest.raises(ConfigError, match="gqa_pack=True needs varlen=True .* and masked=False"):
         FAConfig(varlen=True, masked=True, gqa_pack=True)
@@ -265,8 +267,8 @@ def test_gqa_packing_off_for_causal_s0_2_is_still_right() -> None:
     lens = torch.tensor([700, 300], dtype=torch.int32)
     q = torch.randn(2, 2, 8, 128, generator=torch.Generator().manual_seed(6)).half()
     ref = reference_kvcache(q, cache, lens.tolist(), 1 / math.sqrt(128), (-1, 0), torch.float16)
-    out, lse = ptofa.flash_attn_with_kvcache(q, cache.k, cache.v, lens, cache.block_table, causal=True, return_lse=True,
-                                             num_splits=2, backend="sim")
+    out, lse = ptofa.flash_attn_with_kvcache(q, cache.k, cache.v, cache_seqlens=lens, block_table=cache.block_table, causal=True,
+                                             return_lse=True, num_splits=2, backend="sim")
     assert check_accuracy(out.float(), ref.out32, ref.out_low).passed and check_lse(lse, ref).passed
 
 

@@ -35,21 +35,73 @@ def _call_op(q, k, v, scale, bounds, key_padding_mask, out_dtype, backend: str, 
                           deterministic)
 
 
+def unsupported_arguments(dropout_p, softcap, alibi_slopes) -> None:
+    """`NotImplementedError` naming the first flash-attn argument ptofa's kernels do not implement
+    (dropout, softcapping, ALiBi); every flash-attn call checks its arguments here first."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
+        raise ValueError(f"dropout_p: {dropout_p!r} must be a float")
+    if dropout_p != 0.0:
+        raise NotImplementedError(f"dropout_p: {dropout_p} is not supported, ptofa's kernels have no dropout "
+                                  f"(pass dropout_p=0.0, as flash-attn's callers do for evaluation)")
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+        raise ValueError(f"softcap: {softcap!r} must be a float")
+    if softcap != 0.0:
+        raise NotImplementedError(f"softcap: {softcap} is not supported yet, ptofa's kernels have no score "
+                                  f"softcapping (pass softcap=0.0)")
+    if alibi_slopes is not None:
+        raise NotImplementedError("alibi_slopes: ALiBi biases are not supported yet, ptofa's kernels add no "
+                                  "position bias (pass alibi_slopes=None)")
+
+
+def flash_attn_returns(out, lse, return_attn_probs: bool, return_lse: bool):
+    """flash-attn's return convention: out; (out, softmax_lse, S_dmask) with return_attn_probs
+    (S_dmask is None: there is no dropout); ptofa's return_lse gives (out, lse)."""
+    if return_attn_probs and return_lse:
+        raise ValueError("return_attn_probs and return_lse: pass one; return_attn_probs=True already returns "
+                         "(out, softmax_lse, None)")
+    if return_attn_probs:
+        return out, lse, None
+    return (out, lse) if return_lse else out
+
+
+def _flash_attn(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                return_attn_probs, key_padding_mask, return_lse, out_dtype, backend, config, names=("q", "k", "v")):
+    """The dense flash-attn calls after their tensors are split: checks, then the custom op."""
+    unsupported_arguments(dropout_p, softcap, alibi_slopes)
+    window = check_window(window_size, "window_size")
+    if causal:
+        window = (window[0], 0)
+    check_qkv(q, k, v, names)
+    bounds = window_to_bounds(window, q.shape[1], k.shape[1])
+    out, lse = _call_op(q, k, v, softmax_scale, bounds, key_padding_mask, out_dtype, backend, config, names[0],
+                        deterministic=bool(deterministic))
+    return flash_attn_returns(out, lse, return_attn_probs, return_lse)
+
+
 def flash_attn_func(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
+    dropout_p: float = 0.0,
     softmax_scale: float | None = None,
     causal: bool = False,
     window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+    *,
     key_padding_mask: torch.Tensor | None = None,
     return_lse: bool = False,
     out_dtype: torch.dtype | None = None,
     backend: str = "auto",
     config: FAConfig | None = None,
-    deterministic: bool = True,
 ):
-    """FlashAttention forward with flash-attn's arguments and conventions.
+    """FlashAttention forward with flash-attn 2.x's signature and conventions.
+
+    The positional arguments are flash-attn's, in its order and with its defaults, so a call
+    written for flash-attn binds the same way (`flash_attn_func(q, k, v, 0.0)` is dropout_p=0.0).
+    ptofa's own arguments come after them and are keyword-only.
 
     q:            [batch, seqlen_q, nheads, headdim], torch.float16 or torch.bfloat16.
     k, v:         [batch, seqlen_k, nheads_k, headdim], q's dtype; nheads % nheads_k == 0
@@ -58,6 +110,7 @@ def flash_attn_func(
                   (stride 1, else ValueError); other strides are free (e.g. q = qkv[:, :, 0] of
                   a packed [batch, seqlen, 3, nheads, headdim] tensor): the kernel takes dense
                   BSND tensors, so such an input is copied once to a contiguous one.
+    dropout_p:    must be 0.0: ptofa has no dropout (NotImplementedError otherwise).
     softmax_scale: scale of Q K^T before the softmax; default 1 / sqrt(headdim).
     causal:       causal mask aligned to the bottom-right corner of the attention matrix (as
                   flash-attn >= 2.1): query i sees key j iff j <= i + seqlen_k - seqlen_q.
@@ -65,33 +118,95 @@ def flash_attn_func(
     window_size:  (left, right) sliding window, bottom-right aligned: query i sees key j iff
                   i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right;
                   -1 = unbounded on that side.
-    key_padding_mask: optional [batch, seqlen_k] (or [seqlen_k], shared by the batch) bool or
-                  integer mask, True / nonzero = the key takes part (padding keys are False).
+    softcap:      must be 0.0 (NotImplementedError otherwise: no softcapping yet).
+    alibi_slopes: must be None (NotImplementedError otherwise: no ALiBi yet).
+    deterministic: the backward's mode, as flash-attn's argument (default False, as flash-attn):
+                  False accumulates dQ with atomic-add stores (one kernel fewer; dQ's last bits may
+                  vary on an NPU); True runs dQ without atomics, bit-identical across runs.
+    return_attn_probs: return (out, softmax_lse, S_dmask) as flash-attn does; S_dmask is None
+                  (flash-attn returns probabilities only with dropout, which ptofa does not have).
+    key_padding_mask: (keyword) optional [batch, seqlen_k] (or [seqlen_k], shared by the batch) bool
+                  or integer mask, True / nonzero = the key takes part (padding keys are False).
                   A query row that sees no key gets 0 in out and +inf in lse.
-    return_lse:   also return the softmax log-sum-exp, [batch, nheads, seqlen_q] fp32.
-    out_dtype:    dtype of out: torch.float16, torch.bfloat16 or torch.float32 (default q's).
-    backend:      "auto" (an Ascend NPU where torch_npu sees one, else the simulator), "sim"
+    return_lse:   (keyword) return (out, lse), lse the softmax log-sum-exp [batch, nheads, seqlen_q] fp32.
+    out_dtype:    (keyword) dtype of out: torch.float16, torch.bfloat16 or torch.float32 (default q's).
+    backend:      (keyword) "auto" (an Ascend NPU where torch_npu sees one, else the simulator), "sim"
                   (the CPU simulator: CPU tensors) or "npu".
-    config:       a `ptofa.pipeline.FAConfig` to run instead of the automatic choice (tile
+    config:       (keyword) a `ptofa.pipeline.FAConfig` to run instead of the automatic choice (tile
                   sizes, preload depth); ConfigError when it cannot run this call.
-    deterministic: the backward's mode, as flash-attn's argument: True (default here) runs
-                  dQ without atomics, bit-identical across runs; False accumulates dQ with
-                  atomic-add stores (one kernel fewer).
 
-    Returns out [batch, seqlen_q, nheads, headdim], or (out, lse) with return_lse=True.
-    Bad arguments raise ValueError / ConfigError with one line naming the rule and the
-    numbers; backend="npu" without an NPU raises BackendUnavailable. Differentiable in q, k, v
-    (the backward kernels, on the same backend, with the same mask); lse is not.
-    Runs as the custom op torch.ops.ptofa.flash_attn_fwd (torch.compile traces it).
+    Returns out [batch, seqlen_q, nheads, headdim], (out, lse, None) with return_attn_probs=True,
+    or (out, lse) with return_lse=True. Bad arguments raise ValueError / ConfigError with one
+    line naming the rule and the numbers; backend="npu" without an NPU raises BackendUnavailable.
+    Differentiable in q, k, v (the backward kernels, on the same backend, with the same mask);
+    lse is not. Runs as the custom op torch.ops.ptofa.flash_attn_fwd (torch.compile traces it).
     """
-    window = check_window(window_size, "window_size")
-    if causal:
-        window = (window[0], 0)
-    check_qkv(q, k, v)
-    bounds = window_to_bounds(window, q.shape[1], k.shape[1])
-    out, lse = _call_op(q, k, v, softmax_scale, bounds, key_padding_mask, out_dtype, backend, config,
-                        deterministic=deterministic)
-    return (out, lse) if return_lse else out
+    return _flash_attn(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                       return_attn_probs, key_padding_mask, return_lse, out_dtype, backend, config)
+
+
+def _unpack(packed, count: int, dim: int, name: str, layout: str) -> tuple[torch.Tensor, ...]:
+    """The `count` views packed along `dim` of a q/k/v-stacked tensor, or ValueError with its layout."""
+    if not isinstance(packed, torch.Tensor) or packed.dim() != dim + 3 or packed.shape[dim] != count:
+        got = tuple(packed.shape) if isinstance(packed, torch.Tensor) else type(packed).__name__
+        raise ValueError(f"{name}: must be {layout}, got {got}")
+    return packed.unbind(dim)
+
+
+def flash_attn_qkvpacked_func(
+    qkv: torch.Tensor,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+    *,
+    key_padding_mask: torch.Tensor | None = None,
+    return_lse: bool = False,
+    out_dtype: torch.dtype | None = None,
+    backend: str = "auto",
+    config: FAConfig | None = None,
+):
+    """`flash_attn_func` on Q, K and V stacked in one tensor, flash-attn's signature.
+
+    qkv: [batch, seqlen, 3, nheads, headdim]. Every other argument and the return value as
+    `flash_attn_func`. Differentiable in qkv (its gradient is dq, dk, dv stacked the same way)."""
+    q, k, v = _unpack(qkv, 3, 2, "qkv", "[batch, seqlen, 3, nheads, headdim]")
+    return _flash_attn(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                       return_attn_probs, key_padding_mask, return_lse, out_dtype, backend, config,
+                       ("qkv[:, :, 0]", "qkv[:, :, 1]", "qkv[:, :, 2]"))
+
+
+def flash_attn_kvpacked_func(
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+    *,
+    key_padding_mask: torch.Tensor | None = None,
+    return_lse: bool = False,
+    out_dtype: torch.dtype | None = None,
+    backend: str = "auto",
+    config: FAConfig | None = None,
+):
+    """`flash_attn_func` with K and V stacked in one tensor, flash-attn's signature.
+
+    q: [batch, seqlen_q, nheads, headdim]; kv: [batch, seqlen_k, 2, nheads_k, headdim] (GQA/MQA
+    when nheads_k < nheads). Every other argument and the return value as `flash_attn_func`.
+    Differentiable in q and kv."""
+    k, v = _unpack(kv, 2, 2, "kv", "[batch, seqlen_k, 2, nheads_k, headdim]")
+    return _flash_attn(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                       return_attn_probs, key_padding_mask, return_lse, out_dtype, backend, config,
+                       ("q", "kv[:, :, 0]", "kv[:, :, 1]"))
 
 
 def _sdpa_key_mask(attn_mask, batch: int, heads: int, s0: int, s1: int) -> torch.Tensor | None:
@@ -173,4 +288,10 @@ def scaled_dot_product_attention(
     return out.transpose(1, 2)
 
 
-__all__ = ["flash_attn_func", "scaled_dot_product_attention"]
+__all__ = [
+    "flash_attn_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_qkvpacked_func",
+    "scaled_dot_product_attention",
+    "unsupported_arguments",
+]

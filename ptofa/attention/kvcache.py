@@ -27,11 +27,17 @@ from ptofa.launch.varlen import table_of_sequences
 
 @dataclass(frozen=True)
 class KVCache:
-    """A contiguous ([B, S_cache, KVN, D]) or paged ([pages, page_size, KVN, D] + block_table) cache pair."""
+    """A contiguous ([B_cache, S_cache, KVN, D]) or paged ([pages, page_size, KVN, D] + block_table) cache pair.
+
+    Contiguous caches only: `batch_idx` (flash-attn's cache_batch_idx) names the cache row of each
+    sequence (default: sequence b reads row b), `leftpad` (flash-attn's cache_leftpad) the first key
+    of each sequence: keys before it take no part, and positions (the window's diagonal) count from it."""
 
     k: torch.Tensor
     v: torch.Tensor
     block_table: torch.Tensor | None = None
+    batch_idx: tuple[int, ...] | None = None
+    leftpad: tuple[int, ...] | None = None
 
     @property
     def paged(self) -> bool:
@@ -45,6 +51,17 @@ class KVCache:
         """Keys sequence b can hold."""
         return int(self.block_table.shape[1]) * self.page_size if self.paged else int(self.k.shape[1])
 
+    def first_key(self, b: int) -> int:
+        """Sequence b's first key (its left padding)."""
+        return 0 if self.leftpad is None else self.leftpad[b]
+
+    def row_base(self, b: int) -> int:
+        """Row of the flattened contiguous cache where sequence b's key 0 lies (0 for a paged cache,
+        whose sequence b is row b of the block table)."""
+        if self.paged:
+            return 0
+        return (b if self.batch_idx is None else self.batch_idx[b]) * int(self.k.shape[1])
+
     def check(self, batch: int, cache_seqlens: torch.Tensor, new: int = 0) -> list[int]:
         """The key counts after appending `new` keys, or `ConfigError` (nothing is written)."""
         if self.k.shape != self.v.shape or self.k.dim() != 4:
@@ -52,6 +69,11 @@ class KVCache:
         lens = [int(x) for x in torch.as_tensor(cache_seqlens).reshape(-1)]
         if len(lens) != batch or any(n < 0 for n in lens):
             raise ConfigError(f"kv cache: cache_seqlens {lens} must hold {batch} non-negative lengths")
+        if self.paged and self.batch_idx is not None:
+            raise NotImplementedError("cache_batch_idx: not supported with a paged cache (block_table), as in "
+                                      "flash-attn; the block table already maps each sequence to its pages")
+        if self.paged and self.leftpad is not None:
+            raise NotImplementedError("cache_leftpad: not supported with a paged cache (block_table), as in flash-attn")
         if self.paged:
             bt = self.block_table
             if bt.dim() != 2 or bt.shape[0] != batch or bt.dtype.is_floating_point:
@@ -63,16 +85,35 @@ class KVCache:
                 if used.numel() and (int(used.min()) < 0 or int(used.max()) >= pages):
                     raise ConfigError(f"kv cache: block_table[{b}] uses page {int(used.max())} or "
                                       f"{int(used.min())}, outside the cache's {pages} pages")
+        elif self.batch_idx is None and int(self.k.shape[0]) < batch:
+            raise ConfigError(f"kv cache: the cache holds {int(self.k.shape[0])} sequences, fewer than the batch of "
+                              f"{batch} (pass cache_batch_idx to pick rows)")
+        elif self.batch_idx is not None:
+            rows = int(self.k.shape[0])
+            if len(self.batch_idx) != batch or any(not 0 <= i < rows for i in self.batch_idx):
+                raise ConfigError(f"cache_batch_idx: {list(self.batch_idx)} must hold {batch} rows of the cache's "
+                                  f"{rows}, each in 0..{rows - 1}")
         for b, n in enumerate(lens):
             if n + new > self.capacity(b):
                 raise ConfigError(f"kv cache: cache_seqlens[{b}] + S_new = {n} + {new} = {n + new} exceeds the "
                                   f"capacity of {self.capacity(b)} keys")
+        if self.leftpad is not None:
+            if len(self.leftpad) != batch or any(not 0 <= p <= n + new for p, n in zip(self.leftpad, lens)):
+                raise ConfigError(f"cache_leftpad: {list(self.leftpad)} must hold {batch} values, each in "
+                                  f"0..cache_seqlens[b] + S_new = {[n + new for n in lens]}")
         return [n + new for n in lens]
+
+    def sequences(self, q_lens: list[int], k_lens: list[int]) -> list[tuple[int, int, int, int]]:
+        """(q_start, q_len, k_start, k_len) of each sequence for `varlen.table_of_sequences`: packed
+        query rows; keys from the sequence's first key (`first_key`) to its length `k_lens[b]`."""
+        q_starts = [sum(q_lens[:b]) for b in range(len(q_lens))]
+        return [(q_starts[b], q_lens[b], self.row_base(b) + self.first_key(b), k_lens[b] - self.first_key(b))
+                for b in range(len(q_lens))]
 
     def rows(self, b: int, start: int, stop: int) -> list[tuple[int, int]]:
         """(row of the flattened [pages * page_size] or [B * S_cache] cache) for keys start..stop-1 of b."""
         if not self.paged:
-            base = b * int(self.k.shape[1])
+            base = self.row_base(b)
             return [base + j for j in range(start, stop)]
         ps = self.page_size
         return [int(self.block_table[b, j // ps]) * ps + j % ps for j in range(start, stop)]
@@ -100,19 +141,72 @@ def decode_config(base: FAConfig, cache: KVCache) -> FAConfig:
     return dataclasses.replace(base, varlen=True, page_size=cache.page_size)
 
 
+def check_rotary(rotary_cos, rotary_sin, head: int, last_position: int) -> int:
+    """The rotary dim of flash-attn's rotary_cos / rotary_sin ([seqlen_ro, rotary_dim / 2] each), or
+    ValueError naming the rule and the numbers; `last_position` is the highest position rotated."""
+    for name, table in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
+        if not isinstance(table, torch.Tensor) or table.dim() != 2 or not table.dtype.is_floating_point:
+            got = f"{table.dtype} {tuple(table.shape)}" if isinstance(table, torch.Tensor) else type(table).__name__
+            raise ValueError(f"{name}: must be a floating [seqlen_ro, rotary_dim / 2] tensor, got {got}")
+    if rotary_cos.shape != rotary_sin.shape:
+        raise ValueError(f"rotary_cos {tuple(rotary_cos.shape)} and rotary_sin {tuple(rotary_sin.shape)} must have "
+                         f"the same shape")
+    rotary_dim = 2 * int(rotary_cos.shape[1])
+    if not 0 < rotary_dim <= head:
+        raise ValueError(f"rotary_cos: rotary_dim = 2 * {rotary_cos.shape[1]} = {rotary_dim} must be in 1..headdim={head}")
+    if last_position >= rotary_cos.shape[0]:
+        raise ValueError(f"rotary_cos: {rotary_cos.shape[0]} positions, but position {last_position} is rotated "
+                         f"(cache_seqlens + the new tokens)")
+    return rotary_dim
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                 interleaved: bool) -> torch.Tensor:
+    """Rotary embedding of x [B, S, H, D] at `positions` [B, S], as flash-attn applies it in the KV-cache
+    call: the first rotary_dim = 2 * cos.shape[1] dims of each head are rotated by the angle whose
+    cos / sin are row `positions[b, s]` of the tables, in fp32, then rounded to x's dtype; the other
+    dims are kept. interleaved pairs dims (0, 1), (2, 3), ...; otherwise (GPT-NeoX) dims i and
+    i + rotary_dim / 2."""
+    half = int(cos.shape[1])
+    c = cos.float()[positions].unsqueeze(2)  # [B, S, 1, half]
+    s = sin.float()[positions].unsqueeze(2)
+    xf = x.float()
+    if interleaved:
+        x1, x2 = xf[..., 0:2 * half:2], xf[..., 1:2 * half:2]
+        rotated = torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2)
+    else:
+        x1, x2 = xf[..., :half], xf[..., half:2 * half]
+        rotated = torch.cat((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1)
+    return torch.cat((rotated.to(x.dtype), x[..., 2 * half:]), dim=-1)
+
+
+def rotary_positions(cache_seqlens: list[int], count: int, per_row: bool) -> torch.Tensor:
+    """Positions [B, count] of the rotated tokens: cache_seqlens[b] + i (per_row), else cache_seqlens[b]
+    for every row (flash-attn's q without a causal or local mask: all its rows at one position)."""
+    offsets = torch.arange(count) if per_row else torch.zeros(count, dtype=torch.long)
+    return torch.tensor(cache_seqlens, dtype=torch.long).unsqueeze(1) + offsets
+
+
+def cache_shape(cache: KVCache, q_lens: list[int], k_lens: list[int], heads: int,
+                window: tuple[int, int]) -> ProblemShape:
+    """The launch shape of attention against a cache: packed Q rows, the whole cache as K rows,
+    each sequence's keys from its first key on."""
+    seqlens = tuple((q_len, k_len - cache.first_key(b)) for b, (q_len, k_len) in enumerate(zip(q_lens, k_lens)))
+    return ProblemShape(len(q_lens), heads, max(1, sum(q_lens)), max(1, int(cache.k.shape[0] * cache.k.shape[1])),
+                        kv_heads=int(cache.k.shape[2]), window=window, seqlens=seqlens)
+
+
 def decode_shape(cache: KVCache, batch: int, s0: int, k_lens: list[int], heads: int,
                  window: tuple[int, int]) -> ProblemShape:
     """The launch shape of a decode step: packed Q rows b*S0 + s, the whole cache as K rows."""
-    return ProblemShape(batch, heads, max(1, batch * s0), max(1, int(cache.k.shape[0] * cache.k.shape[1])),
-                        kv_heads=int(cache.k.shape[2]), window=window, seqlens=tuple((s0, n) for n in k_lens))
+    return cache_shape(cache, [s0] * batch, k_lens, heads, window)
 
 
 def decode_units(c: FAConfig, cache: KVCache, batch: int, s0: int, k_lens: list[int], heads: int,
                  window: tuple[int, int], num_splits: int = 1) -> torch.Tensor:
     """The unit table of a decode step (`varlen.table_of_sequences`)."""
-    s_cache = 0 if cache.paged else int(cache.k.shape[1])
-    seqs = [(b * s0, s0, b * s_cache, k_lens[b]) for b in range(batch)]
-    return table_of_sequences(c, seqs, heads, window, num_splits, heads // int(cache.k.shape[2]))
+    return table_of_sequences(c, cache.sequences([s0] * batch, k_lens), heads, window, num_splits,
+                              heads // int(cache.k.shape[2]))
 
 
 def reference_kvcache(q: torch.Tensor, cache: KVCache, k_lens: list[int], scale: float,

@@ -19,12 +19,14 @@ from collections.abc import Sequence
 import torch
 
 from ptofa.attention.core import auto_config, check_window, dtype_name, resolve_backend
-from ptofa.attention.kvcache import KVCache, decode_config, decode_shape, decode_units
+from ptofa.attention.functional import flash_attn_returns, unsupported_arguments
+from ptofa.attention.kvcache import (KVCache, apply_rotary, cache_shape, check_rotary, decode_config, decode_shape,
+                                    decode_units, rotary_positions)
 from ptofa.launch import dispatch
 from ptofa.launch.base import TORCH_DTYPES
 from ptofa.launch.plan import LaunchPlan, plan_split
 from ptofa.launch.splitkv import plan_varlen
-from ptofa.launch.varlen import seqlens_of, unit_table, varlen_shape
+from ptofa.launch.varlen import seqlens_of, table_of_sequences, unit_table, varlen_shape
 from ptofa.pipeline import MAX_SPLITS, ConfigError, FAConfig, ProblemShape
 from ptofa.sim.socspec import SocSpec
 
@@ -71,23 +73,51 @@ def _scale(softmax_scale, head: int) -> float:
     return 1.0 / math.sqrt(head) if softmax_scale is None else float(softmax_scale)
 
 
-def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
-                           softmax_scale=None, causal: bool = False, window_size=(-1, -1), return_lse: bool = False,
-                           num_splits: int = 0, backend: str = "auto"):
-    """Packed Q [total_q, heads, D], K/V [total_k, kv_heads, D]; returns out [total_q, heads, D]
-    (and lse [heads, total_q] fp32). Zero-length sequences are allowed."""
+class _NoBackward(torch.autograd.Function):
+    """Puts a forward-only result on the autograd graph, so that a backward through it raises
+    `NotImplementedError` instead of leaving q, k, v without gradients."""
+
+    @staticmethod
+    def forward(ctx, what: str, out: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
+        ctx.what = what
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        raise NotImplementedError(f"{ctx.what}: no backward; ptofa's backward kernels take dense [B, S, N, D] "
+                                  f"tensors (flash_attn_func), not packed sequences or a cache")
+
+
+def _forward_only(what: str, out: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
+    if torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
+        return _NoBackward.apply(what, out, *inputs)
+    return out
+
+
+def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size,
+            block_table, lse_wanted: bool, num_splits: int, backend: str, names=("q", "k", "v")):
+    """(out, lse or None) of packed sequences: K/V packed like Q, or paged ([pages, page_size, KVN, D]
+    with `block_table` [B, max_pages]: sequence b's keys 0..cu_seqlens_k[b+1]-cu_seqlens_k[b]-1 are
+    read through row b of the block table)."""
     backend = resolve_backend(backend)
     _splits(num_splits)
-    if q.dim() != 3 or k.dim() != 3 or k.shape != v.shape or q.shape[2] != k.shape[2]:
-        raise ValueError(f"shapes: q [total_q, heads, D] and k, v [total_k, kv_heads, D] with one D, got "
+    qn, kn, vn = names
+    paged = block_table is not None
+    kv_dims = 4 if paged else 3
+    kv_layout = "[pages, page_size, kv_heads, D] with block_table" if paged else "[total_k, kv_heads, D]"
+    if (q.dim() != 3 or k.dim() != kv_dims or k.shape != v.shape or q.shape[-1] != k.shape[-1]):
+        raise ValueError(f"shapes: {qn} [total_q, heads, D] and {kn}, {vn} {kv_layout} with one D, got "
                          f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    if q.shape[1] % k.shape[1] != 0:
-        raise ValueError(f"grouped heads: heads={q.shape[1]} must be a multiple of kv_heads={k.shape[1]}")
-    in_dtype = dtype_name(q.dtype, "q")
+    kv_heads = int(k.shape[-2])
+    if q.shape[1] % kv_heads != 0:
+        raise ValueError(f"grouped heads: heads={q.shape[1]} must be a multiple of kv_heads={kv_heads}")
+    in_dtype = dtype_name(q.dtype, qn)
     if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise ValueError(f"dtypes: q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise ValueError(f"dtypes: {qn}, {kn}, {vn} must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     q_lens = seqlens_of(cu_seqlens_q, q.shape[0], "cu_seqlens_q")
-    k_lens = seqlens_of(cu_seqlens_k, k.shape[0], "cu_seqlens_k")
+    cu_k = torch.as_tensor(cu_seqlens_k)
+    k_total = int(cu_k.reshape(-1)[-1]) if paged and cu_k.numel() else (k.shape[0] if not paged else 0)
+    k_lens = seqlens_of(cu_seqlens_k, k_total, "cu_seqlens_k")
     if len(q_lens) != len(k_lens):
         raise ValueError(f"cu_seqlens: {len(q_lens)} query sequences but {len(k_lens)} key sequences")
     if max(q_lens) > max_seqlen_q or max(k_lens) > max_seqlen_k:
@@ -95,31 +125,233 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: in
                          f"{max_seqlen_q}, max_seqlen_k={max_seqlen_k}")
     heads, head = q.shape[1], q.shape[2]
     window = _window(causal, window_size)
-    config = auto_config(head, in_dtype, s1=max(1, max_seqlen_k), masked=window != (-1, -1), lse=return_lse)
-    config = dataclasses.replace(config, varlen=True)
-    shape = varlen_shape(q_lens, k_lens, heads, k.shape[1], window)
+    base = auto_config(head, in_dtype, s1=max(1, max_seqlen_k), masked=window != (-1, -1), lse=lse_wanted)
+    lse = torch.full((heads, q.shape[0]), math.inf, device=q.device) if lse_wanted else None
+    if paged:
+        cache = KVCache(k, v, block_table)
+        cache.check(len(k_lens), torch.tensor(k_lens), 0)
+        if cache.page_size % 128 != 0:
+            raise ConfigError(f"paged cache: page_size={cache.page_size} must be a multiple of 128 (a KV tile lies "
+                              f"in one page)")
+        config = decode_config(paged_tiles(base, cache.page_size), cache)
+        shape = cache_shape(cache, q_lens, k_lens, heads, window)
+        table_of = lambda c, n: table_of_sequences(c, cache.sequences(q_lens, k_lens), heads, window, n)  # noqa: E731
+        k, v = cache.k, cache.v
+    else:
+        config = dataclasses.replace(base, varlen=True)
+        shape = varlen_shape(q_lens, k_lens, heads, kv_heads, window)
+        table_of = lambda c, n: unit_table(c, q_lens, k_lens, heads, window, n)  # noqa: E731
+        k, v = k.contiguous(), v.contiguous()
     shape.check(config)
     out = torch.empty(q.shape, dtype=TORCH_DTYPES[config.out_dtype], device=q.device)
-    lse = torch.full((heads, q.shape[0]), math.inf, device=q.device) if return_lse else None
-    _launch(backend, config, shape, lambda c, n: unit_table(c, q_lens, k_lens, heads, window, n), q.contiguous(),
-            k.contiguous(), v.contiguous(), out, _scale(softmax_scale, head), num_splits, lse=lse)
-    return (out, lse) if return_lse else out
+    _launch(backend, config, shape, table_of, q.detach().contiguous(), k.detach(), v.detach(), out,
+            _scale(softmax_scale, head), num_splits, lse=lse, block_table=block_table)
+    return out, lse
 
 
-def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None, k=None, v=None, softmax_scale=None,
-                            causal: bool = False, window_size=(-1, -1), return_lse: bool = False, num_splits: int = 0,
-                            pack_gqa: bool | None = None, backend: str = "auto"):
-    """q [B, S0, heads, D]; caches [B, S_cache, kv_heads, D] or paged [pages, page_size, kv_heads, D] with
-    block_table [B, max_pages] int32; cache_seqlens [B]; optional k/v [B, S_new, kv_heads, D] appended at
-    cache_seqlens first (in place). Returns out [B, S0, heads, D] (and lse [B, heads, S0] fp32).
-    A paged cache's page_size must be a multiple of 128.
+def _varlen_call(what, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+                 causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table, return_lse, num_splits,
+                 backend, grads_of, names=("q", "k", "v")):
+    """A flash-attn varlen call: its unsupported arguments refused, the launch, flash-attn's returns."""
+    unsupported_arguments(dropout_p, softcap, alibi_slopes)
+    out, lse = _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                       window_size, block_table, return_attn_probs or return_lse, num_splits, backend, names)
+    return flash_attn_returns(_forward_only(what, out, *grads_of), lse, return_attn_probs, return_lse)
 
-    `pack_gqa` (None: whenever it applies) puts the heads / kv_heads q heads of one KV head in the rows
-    of one work unit, so K and V are read once per KV head: one query row per sequence (S0 = 1) and a
-    window that hides no key from it (none, or causal)."""
+
+def flash_attn_varlen_func(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+    block_table: torch.Tensor | None = None,
+    *,
+    return_lse: bool = False,
+    num_splits: int = 0,
+    backend: str = "auto",
+):
+    """Packed variable-length attention with flash-attn 2.x's signature.
+
+    q:            [total_q, nheads, headdim]; k, v [total_k, nheads_k, headdim] (GQA/MQA when
+                  nheads_k < nheads), or with `block_table` a paged cache [pages, page_size, nheads_k,
+                  headdim] (page_size a multiple of 128) whose block_table [batch, max_pages] int32 row b
+                  lists sequence b's pages in order.
+    cu_seqlens_q, cu_seqlens_k: int32 [batch + 1], from 0, non-decreasing; zero-length sequences are
+                  allowed (a sequence with queries but no keys gives 0 and LSE +inf). With block_table
+                  cu_seqlens_k only gives the key counts (sequence b has cu_seqlens_k[b+1] - cu_seqlens_k[b]).
+    max_seqlen_q, max_seqlen_k: at least the longest sequences.
+    dropout_p, softcap, alibi_slopes: must be 0.0, 0.0, None (NotImplementedError otherwise).
+    softmax_scale, causal, window_size: as `flash_attn_func`, per sequence (bottom-right aligned).
+    deterministic: accepted for flash-attn's signature; there is no backward here.
+    return_attn_probs: return (out, softmax_lse [nheads, total_q] fp32, None).
+    return_lse:   (keyword) return (out, softmax_lse).
+    num_splits:   (keyword) split-KV: 0 chosen per unit by the timing model, 1 none, up to 16.
+    backend:      (keyword) "auto", "sim" or "npu".
+
+    Returns out [total_q, nheads, headdim] in q's dtype. Not differentiable: when q, k or v
+    requires grad, a backward through out raises NotImplementedError (no varlen backward kernel)."""
+    return _varlen_call("flash_attn_varlen_func", q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs,
+                        block_table, return_lse, num_splits, backend, (q, k, v))
+
+
+def flash_attn_varlen_qkvpacked_func(
+    qkv: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    max_seqlen: int,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+    *,
+    return_lse: bool = False,
+    num_splits: int = 0,
+    backend: str = "auto",
+):
+    """`flash_attn_varlen_func` on Q, K, V stacked in one tensor qkv [total, 3, nheads, headdim] with one
+    cu_seqlens / max_seqlen for queries and keys (flash-attn's signature). Returns as
+    `flash_attn_varlen_func`; not differentiable (a backward raises NotImplementedError)."""
+    if not isinstance(qkv, torch.Tensor) or qkv.dim() != 4 or qkv.shape[1] != 3:
+        got = tuple(qkv.shape) if isinstance(qkv, torch.Tensor) else type(qkv).__name__
+        raise ValueError(f"qkv: must be [total, 3, nheads, headdim], got {got}")
+    q, k, v = qkv.unbind(1)
+    return _varlen_call("flash_attn_varlen_qkvpacked_func", q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+                        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs, None,
+                        return_lse, num_splits, backend, (qkv,), ("qkv[:, 0]", "qkv[:, 1]", "qkv[:, 2]"))
+
+
+def flash_attn_varlen_kvpacked_func(
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+    *,
+    return_lse: bool = False,
+    num_splits: int = 0,
+    backend: str = "auto",
+):
+    """`flash_attn_varlen_func` with K and V stacked in one tensor kv [total_k, 2, nheads_k, headdim]
+    (flash-attn's signature). Returns as `flash_attn_varlen_func`; not differentiable (a backward
+    raises NotImplementedError)."""
+    if not isinstance(kv, torch.Tensor) or kv.dim() != 4 or kv.shape[1] != 2:
+        got = tuple(kv.shape) if isinstance(kv, torch.Tensor) else type(kv).__name__
+        raise ValueError(f"kv: must be [total_k, 2, nheads_k, headdim], got {got}")
+    k, v = kv.unbind(1)
+    return _varlen_call("flash_attn_varlen_kvpacked_func", q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                        max_seqlen_k, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                        return_attn_probs, None, return_lse, num_splits, backend, (q, kv),
+                        ("q", "kv[:, 0]", "kv[:, 1]"))
+
+
+def _cache_seqlens(cache_seqlens, batch: int, full: int, appending: bool) -> torch.Tensor:
+    """flash-attn's cache_seqlens as [B] int64: a tensor, an int for every sequence, or None (the
+    whole cache, `full` keys; not with new keys)."""
+    if cache_seqlens is None:
+        if appending:
+            raise ValueError("cache_seqlens: needed when k and v are appended (where would they go?)")
+        return torch.full((batch,), full, dtype=torch.long)
+    if isinstance(cache_seqlens, bool):
+        raise ValueError(f"cache_seqlens: {cache_seqlens!r} must be an int or an integer [B] tensor")
+    if isinstance(cache_seqlens, int):
+        return torch.full((batch,), cache_seqlens, dtype=torch.long)
+    lens = torch.as_tensor(cache_seqlens)
+    if lens.dtype.is_floating_point or lens.dim() != 1 or lens.shape[0] != batch:
+        raise ValueError(f"cache_seqlens: must be an int or an integer [B={batch}] tensor, got {lens.dtype} "
+                         f"{tuple(lens.shape)}")
+    return lens.to(torch.long).cpu()
+
+
+def _per_sequence(values, batch: int, name: str) -> tuple[int, ...] | None:
+    """An integer [B] tensor as a tuple of ints (None stays None), or ValueError naming `name`."""
+    if values is None:
+        return None
+    t = torch.as_tensor(values)
+    if t.dtype.is_floating_point or t.dim() != 1 or t.shape[0] != batch:
+        raise ValueError(f"{name}: must be an integer [B={batch}] tensor, got {t.dtype} {tuple(t.shape)}")
+    return tuple(int(x) for x in t)
+
+
+def flash_attn_with_kvcache(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: torch.Tensor | None = None,
+    v: torch.Tensor | None = None,
+    rotary_cos: torch.Tensor | None = None,
+    rotary_sin: torch.Tensor | None = None,
+    cache_seqlens: int | torch.Tensor | None = None,
+    cache_batch_idx: torch.Tensor | None = None,
+    cache_leftpad: torch.Tensor | None = None,
+    block_table: torch.Tensor | None = None,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    rotary_interleaved: bool = True,
+    alibi_slopes: torch.Tensor | None = None,
+    num_splits: int = 0,
+    return_softmax_lse: bool = False,
+    *,
+    return_lse: bool = False,
+    pack_gqa: bool | None = None,
+    backend: str = "auto",
+):
+    """Attention against a KV cache, with flash-attn 2.x's signature (positional order included).
+
+    q:           [B, S0, heads, D].
+    k_cache, v_cache: [B_cache, S_cache, kv_heads, D] (contiguous), or paged [pages, page_size, kv_heads, D]
+                 with block_table [B, max_pages] int32 (page_size a multiple of 128).
+    k, v:        optional new keys / values [B, S_new, kv_heads, D], written into the cache in place at
+                 cache_seqlens (after every check) before the attention, which then sees
+                 cache_seqlens + S_new keys per sequence.
+    rotary_cos, rotary_sin: optional [seqlen_ro, rotary_dim / 2] (rotary_dim <= D; with k and v only):
+                 k is rotated at positions cache_seqlens[b] + i before it is written, q at
+                 cache_seqlens[b] + s with causal or a local window, otherwise every row of q at
+                 cache_seqlens[b] (flash-attn's convention). rotary_interleaved: pairs (0, 1), (2, 3), ...
+                 (True, default) or (i, i + rotary_dim / 2) (GPT-NeoX). Applied with torch before the kernel.
+    cache_seqlens: int or [B] int: keys already in the cache; None = the whole cache (not with k, v).
+    cache_batch_idx: [B] int: the cache row of each sequence (contiguous caches; default b).
+    cache_leftpad: [B] int: where each sequence's keys start in its cache row (contiguous caches): the keys
+                 before it take no part, and positions for causal / window masks count from it.
+    softmax_scale, causal, window_size: as `flash_attn_func` (bottom-right aligned to each sequence's keys).
+    softcap, alibi_slopes: must be 0.0 and None (NotImplementedError otherwise).
+    num_splits:  split-KV: 0 chosen per unit by the timing model, 1 none, up to 16.
+    return_softmax_lse: return (out, softmax_lse [B, heads, S0] fp32); ptofa's return_lse is the same.
+    pack_gqa:    (keyword) None: whenever it applies, put the heads / kv_heads q heads of one KV head in the
+                 rows of one work unit, so K and V are read once per KV head: one query row per sequence
+                 (S0 = 1) and a window that hides no key from it (none, or causal).
+    backend:     (keyword) "auto", "sim" or "npu".
+
+    Returns out [B, S0, heads, D] (and softmax_lse). No backward (as flash-attn): a backward through
+    out raises NotImplementedError."""
+    unsupported_arguments(0.0, softcap, alibi_slopes)
     backend = resolve_backend(backend)
     _splits(num_splits)
-    cache = KVCache(k_cache, v_cache, block_table)
     if q.dim() != 4 or k_cache.dim() != 4 or q.shape[3] != k_cache.shape[3]:
         raise ValueError(f"shapes: q [B, S0, heads, D] and caches [.., .., kv_heads, D] with one D, got "
                          f"{tuple(q.shape)}, {tuple(k_cache.shape)}")
@@ -128,30 +360,55 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table=None
     if k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
         raise ValueError(f"dtypes: q and the caches must share one dtype, got {q.dtype}, {k_cache.dtype}, {v_cache.dtype}")
     batch, s0, heads, head = q.shape
-    new = 0 if k is None else int(k.shape[1])
     if (k is None) != (v is None):
         raise ValueError("k, v: give both new keys and new values, or neither")
-    k_lens = cache.check(batch, cache_seqlens, new)  # every rule before anything is written
+    if k is not None and (k.dim() != 4 or k.shape != v.shape or k.shape[0] != batch
+                          or tuple(k.shape[2:]) != tuple(k_cache.shape[2:])):
+        raise ValueError(f"k, v: new keys and values must be [B={batch}, S_new, kv_heads={k_cache.shape[2]}, D={head}], "
+                         f"got {tuple(k.shape)}, {tuple(v.shape)}")
+    new = 0 if k is None else int(k.shape[1])
+    paged = block_table is not None
+    full = int(block_table.shape[1]) * int(k_cache.shape[1]) if paged else int(k_cache.shape[1])
+    lens = _cache_seqlens(cache_seqlens, batch, full, k is not None)
+    cache = KVCache(k_cache, v_cache, block_table, _per_sequence(cache_batch_idx, batch, "cache_batch_idx"),
+                    _per_sequence(cache_leftpad, batch, "cache_leftpad"))
+    k_lens = cache.check(batch, lens, new)  # every rule before anything is written
     if cache.paged and cache.page_size % 128 != 0:
         raise ConfigError(f"paged cache: page_size={cache.page_size} must be a multiple of 128 (a KV tile lies in one page)")
     window = _window(causal, window_size)
+    rotary = rotary_cos is not None or rotary_sin is not None
+    if rotary:
+        if k is None:
+            raise ValueError("rotary_cos, rotary_sin: rotary embedding is applied with new keys only; pass k and v "
+                             "(as flash-attn requires)")
+        # flash-attn: a window bound reaching past the cache (S_cache or max_pages * page_size) is no bound,
+        # and q's rows take one position each only under a causal or local mask.
+        local = tuple(-1 if w >= full else w for w in window) != (-1, -1)
+        q_steps = s0 if local else 1
+        check_rotary(rotary_cos, rotary_sin, head, int(lens.max()) + max(new, q_steps) - 1)
+        lens_list = lens.tolist()
+        k = apply_rotary(k, rotary_cos, rotary_sin, rotary_positions(lens_list, new, True), bool(rotary_interleaved))
+        q = apply_rotary(q, rotary_cos, rotary_sin, rotary_positions(lens_list, s0, local), bool(rotary_interleaved))
     if s0 == 1 and window[0] == -1 and window[1] >= 0:
         window = (-1, -1)  # the one query row (bottom-right aligned) sees every key
     pack = _pack_gqa(pack_gqa, s0, heads, int(k_cache.shape[2]), window)
     if k is not None:
-        cache.append(cache_seqlens, k, v)
-    base = auto_config(head, dtype_name(q.dtype, "q"), s1=max(1, max(k_lens)), masked=window != (-1, -1),
-                       lse=return_lse)
+        cache.append(lens, k.detach(), v.detach())
+    lse_wanted = return_softmax_lse or return_lse
+    visible = [n - cache.first_key(b) for b, n in enumerate(k_lens)]
+    base = auto_config(head, dtype_name(q.dtype, "q"), s1=max(1, max(visible)), masked=window != (-1, -1),
+                       lse=lse_wanted)
     config = dataclasses.replace(decode_config(paged_tiles(base, cache.page_size), cache), gqa_pack=pack)
     shape = decode_shape(cache, batch, s0, k_lens, heads, window)
     shape.check(config)
     out = torch.empty(q.shape, dtype=TORCH_DTYPES[config.out_dtype], device=q.device)
     lse_shape = (batch * s0, heads) if pack else (heads, batch * s0)
-    lse = torch.full(lse_shape, math.inf, device=q.device) if return_lse else None
+    lse = torch.full(lse_shape, math.inf, device=q.device) if lse_wanted else None
     _launch(backend, config, shape, lambda c, n: decode_units(c, cache, batch, s0, k_lens, heads, window, n),
-            q.contiguous(), cache.k, cache.v, out, _scale(softmax_scale, head), num_splits, lse=lse,
+            q.detach().contiguous(), cache.k, cache.v, out, _scale(softmax_scale, head), num_splits, lse=lse,
             block_table=cache.block_table)
-    if return_lse:
+    out = _forward_only("flash_attn_with_kvcache", out, q, k_cache, v_cache, *(t for t in (k, v) if t is not None))
+    if lse_wanted:
         return out, decode_lse(lse, batch, s0, pack)
     return out
 
