@@ -153,7 +153,8 @@ def check_rotary(rotary_cos, rotary_sin, head: int, last_position: int) -> int:
                          f"the same shape")
     rotary_dim = 2 * int(rotary_cos.shape[1])
     if not 0 < rotary_dim <= head:
-        raise ValueError(f"rotary_cos: rotary_dim = 2 * {rotary_cos.shape[1]} = {rotary_dim} must be in 1..headdim={head}")
+        raise ValueError(f"rotary_cos: rotary_dim = 2 * {rotary_cos.shape[1]} = {rotary_dim} must be in "
+                         f"1..headdim={head}")
     if last_position >= rotary_cos.shape[0]:
         raise ValueError(f"rotary_cos: {rotary_cos.shape[0]} positions, but position {last_position} is rotated "
                          f"(cache_seqlens + the new tokens)")

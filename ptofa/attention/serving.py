@@ -129,6 +129,11 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sof
     lse = torch.full((heads, q.shape[0]), math.inf, device=q.device) if lse_wanted else None
     if paged:
         cache = KVCache(k, v, block_table)
+        if block_table.dim() == 2:
+            for b, n in enumerate(k_lens):
+                if n > cache.capacity(b):
+                    raise ConfigError(f"cu_seqlens_k: sequence {b} has {n} keys, more than its block_table row holds "
+                                      f"({block_table.shape[1]} pages of {cache.page_size} = {cache.capacity(b)} keys)")
         cache.check(len(k_lens), torch.tensor(k_lens), 0)
         if cache.page_size % 128 != 0:
             raise ConfigError(f"paged cache: page_size={cache.page_size} must be a multiple of 128 (a KV tile lies "
@@ -364,8 +369,8 @@ def flash_attn_with_kvcache(
         raise ValueError("k, v: give both new keys and new values, or neither")
     if k is not None and (k.dim() != 4 or k.shape != v.shape or k.shape[0] != batch
                           or tuple(k.shape[2:]) != tuple(k_cache.shape[2:])):
-        raise ValueError(f"k, v: new keys and values must be [B={batch}, S_new, kv_heads={k_cache.shape[2]}, D={head}], "
-                         f"got {tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(f"k, v: new keys and values must be [B={batch}, S_new, kv_heads={k_cache.shape[2]}, "
+                         f"D={head}], got {tuple(k.shape)}, {tuple(v.shape)}")
     new = 0 if k is None else int(k.shape[1])
     paged = block_table is not None
     full = int(block_table.shape[1]) * int(k_cache.shape[1]) if paged else int(k_cache.shape[1])
