@@ -9,13 +9,17 @@ Layers, bottom first (each imports only the ones below; docs/architecture.md has
   sim/         the CPU simulator of a parsed `.pto` module, its op registry and timing model
   launch/      launch plans and the one launch per backend (simulator, NPU), split-KV and
                varlen planning, toolchain, kernel cache, tuning
-  attention/   `attend`, `flash_attn_func`, SDPA, the custom ops, serving calls, backward, InfiniOp
+  attention/   `attend`, the seven flash-attn calls (flash-attn 2.x's signatures), SDPA, the custom
+               ops, backward, InfiniOp
   runner, cli/ `run_case` and the `run_fa` command
 
 The attention calls are imported on first use, so `import ptofa` stays light:
 
     import ptofa
     out = ptofa.flash_attn_func(q, k, v, causal=True)
+
+The seven flash-attn calls take flash-attn 2.x's signatures, so `import ptofa as flash_attn`
+(or `sys.modules["flash_attn"] = ptofa` before code that imports flash_attn) swaps them in.
 """
 
 from __future__ import annotations

@@ -3,7 +3,10 @@
     out = ptofa.flash_attn_func(q, k, v, causal=True)                  # BSND, bottom-right causal
     out = ptofa.scaled_dot_product_attention(q, k, v, is_causal=True)  # BNSD, top-left causal
 
-Both check their arguments, then call the custom op `torch.ops.ptofa.flash_attn_fwd`
+The flash-attn calls (`flash_attn_func`, `flash_attn_qkvpacked_func`, `flash_attn_kvpacked_func`)
+take flash-attn 2.x's parameters in its order with its defaults, ptofa's extras keyword-only after
+them; what the kernels do not implement (dropout, softcap, ALiBi) raises NotImplementedError
+(`unsupported_arguments`, which the varlen and KV-cache calls share). All of them check their arguments, then call the custom op `torch.ops.ptofa.flash_attn_fwd`
 (`ptofa.attention.ops`), which runs `ptofa.attention.core.run_attention` (the simulator on CPU tensors,
 or an Ascend NPU) and which `torch.compile` traces without a graph break. When an input
 requires grad, the backward runs the backward kernels (`torch.ops.ptofa.flash_attn_bwd`,

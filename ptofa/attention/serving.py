@@ -1,5 +1,8 @@
-"""The serving calls: `flash_attn_varlen_func` (packed prefill) and `flash_attn_with_kvcache`
-(decode against a contiguous or paged KV cache), with flash-attn's meaning.
+"""The serving calls: `flash_attn_varlen_func` (packed prefill, K/V packed or paged through a
+block table; `flash_attn_varlen_qkvpacked_func` / `_kvpacked_func` stack them) and
+`flash_attn_with_kvcache` (decode against a contiguous or paged KV cache, with rotary embedding,
+cache_batch_idx and cache_leftpad), with flash-attn 2.x's signatures and meaning. None has a
+backward: when an input requires grad, a backward through the output raises NotImplementedError.
 
 Both run the varlen forward kernel (`ptofa.launch.varlen`, `ptofa.attention.kvcache`) on the simulator
 (`backend="sim"`) or, built with ptoas and bisheng, on an NPU (`backend="npu"`, and "auto"
