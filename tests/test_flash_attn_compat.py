@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import ptofa
-from ptofa.attention.backward import check_gradients, reference_backward
+from ptofa.attention.backward import GradReference, check_gradients, reference_backward
 from ptofa.attention.core import auto_config
 from ptofa.launch.varlen import reference_varlen
 from ptofa.reference import Reference, check_accuracy, check_lse, reference_fa
@@ -260,15 +260,57 @@ def test_kvpacked_gqa_backward_matches_torch() -> None:
         assert acc.passed, f"{name}: {acc.summary()}"
 
 
-@pytest.mark.parametrize("name", ["flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func"])
-def test_varlen_backward_raises_not_implemented(name) -> None:
-    q = _rand(10, 2, 64, seed=21).requires_grad_(True)
-    cu = _cu([4, 6])
-    if name == "flash_attn_varlen_func":
-        out = ptofa.flash_attn_varlen_func(q, q, q, cu, cu, 6, 6, backend="sim")
+def _varlen_grad_reference(q, k, v, dout, q_lens, k_lens, scale, window) -> GradReference:
+    """`reference_backward` per sequence, packed like the inputs (zero where a sequence has no rows or keys)."""
+    exact = [torch.zeros(t.shape, dtype=torch.float64) for t in (q, k, v)]
+    low = [torch.zeros_like(t) for t in (q, k, v)]
+    q0 = k0 = 0
+    for q_len, k_len in zip(q_lens, k_lens):
+        rows, keys = slice(q0, q0 + q_len), slice(k0, k0 + k_len)
+        q0, k0 = q0 + q_len, k0 + k_len
+        if q_len and k_len:
+            ref = reference_backward(q[rows][None], k[keys][None], v[keys][None], dout[rows][None], scale, window)
+            for grads, part in ((exact, ref.exact), (low, ref.low)):
+                grads[0][rows], grads[1][keys], grads[2][keys] = (g[0] for g in part)
+    return GradReference(tuple(exact), tuple(low))
+
+
+@pytest.mark.parametrize("name", ["flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func",
+                                  "flash_attn_varlen_kvpacked_func"])
+def test_varlen_backward_matches_torch_per_sequence(name) -> None:
+    q, k, v, q_lens, k_lens = _varlen_inputs()
+    if name == "flash_attn_varlen_qkvpacked_func":
+        k_lens, k, v = q_lens, k[: sum(q_lens)], v[: sum(q_lens)]
+        leaves = [torch.stack((q, k, v), dim=1).requires_grad_(True)]
+        out = ptofa.flash_attn_varlen_qkvpacked_func(leaves[0], _cu(q_lens), max(q_lens), causal=True, backend="sim")
+        grads = lambda: leaves[0].grad.unbind(1)  # noqa: E731
+    elif name == "flash_attn_varlen_kvpacked_func":
+        leaves = [q.clone().requires_grad_(True), torch.stack((k, v), dim=1).requires_grad_(True)]
+        out = ptofa.flash_attn_varlen_kvpacked_func(leaves[0], leaves[1], _cu(q_lens), _cu(k_lens), max(q_lens),
+                                                    max(k_lens), causal=True, deterministic=True, backend="sim")
+        grads = lambda: (leaves[0].grad, *leaves[1].grad.unbind(1))  # noqa: E731
     else:
-        out = ptofa.flash_attn_varlen_qkvpacked_func(torch.stack((q, q, q), 1), cu, 6, backend="sim")
-    with pytest.raises(NotImplementedError, match=f"{name}: no backward"):
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        out = ptofa.flash_attn_varlen_func(*leaves, _cu(q_lens), _cu(k_lens), max(q_lens), max(k_lens), causal=True,
+                                           backend="sim")
+        grads = lambda: tuple(t.grad for t in leaves)  # noqa: E731
+    dout = _rand(*q.shape, seed=22)
+    out.backward(dout)
+    _accurate(out.detach(), reference_varlen(q, k, v, q_lens, k_lens, 1 / 8, (-1, 0)))
+    ref = _varlen_grad_reference(q, k, v, dout, q_lens, k_lens, 1 / 8, (-1, 0))
+    for grad_name, acc in check_gradients(*grads(), ref).items():
+        assert acc.passed, f"{grad_name}: {acc.summary()}"
+
+
+def test_paged_varlen_and_kvcache_backward_raise_not_implemented() -> None:
+    q = _rand(4, 2, 64, seed=23).requires_grad_(True)
+    pages = _rand(2, 128, 2, 64, seed=24)
+    out = ptofa.flash_attn_varlen_func(q, pages, pages, _cu([4]), _cu([200]), 4, 200,
+                                       block_table=torch.tensor([[1, 0]], dtype=torch.int32), backend="sim")
+    with pytest.raises(NotImplementedError, match="flash_attn_varlen_func with block_table: no backward"):
+        out.float().sum().backward()
+    out = ptofa.flash_attn_with_kvcache(q[None], pages, pages.clone(), cache_seqlens=100, backend="sim")
+    with pytest.raises(NotImplementedError, match="flash_attn_with_kvcache: no backward"):
         out.float().sum().backward()
 
 

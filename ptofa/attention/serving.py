@@ -1,8 +1,9 @@
 """The serving calls: `flash_attn_varlen_func` (packed prefill, K/V packed or paged through a
 block table; `flash_attn_varlen_qkvpacked_func` / `_kvpacked_func` stack them) and
 `flash_attn_with_kvcache` (decode against a contiguous or paged KV cache, with rotary embedding,
-cache_batch_idx and cache_leftpad), with flash-attn 2.x's signatures and meaning. None has a
-backward: when an input requires grad, a backward through the output raises NotImplementedError.
+cache_batch_idx and cache_leftpad), with flash-attn 2.x's signatures and meaning. The packed varlen
+calls are differentiable (the dense backward kernels, once per sequence); the paged one and the
+KV-cache call are not: a backward through their output raises NotImplementedError.
 
 Both run the varlen forward kernel (`ptofa.launch.varlen`, `ptofa.attention.kvcache`) on the simulator
 (`backend="sim"`) or, built with ptoas and bisheng, on an NPU (`backend="npu"`, and "auto"
@@ -157,14 +158,63 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sof
     return out, lse
 
 
+class _VarlenAttention(torch.autograd.Function):
+    """Packed (unpaged) varlen attention on the autograd graph: the forward is `_varlen` with LSE on;
+    the backward runs `attention_backward` (the dense backward kernels) once per sequence on its rows
+    of q, k, v, out, LSE and dout, with the forward's window and scale."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                window_size, num_splits, backend, deterministic, names):
+        out, lse = _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                           window_size, None, True, num_splits, backend, names)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.mark_non_differentiable(lse)
+        ctx.q_lens = seqlens_of(cu_seqlens_q, q.shape[0], "cu_seqlens_q")
+        ctx.k_lens = seqlens_of(cu_seqlens_k, k.shape[0], "cu_seqlens_k")
+        ctx.scale = _scale(softmax_scale, q.shape[-1])
+        ctx.window = _window(causal, window_size)
+        ctx.backend, ctx.deterministic = backend, bool(deterministic)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_lse):
+        from ptofa.attention.backward import attention_backward
+
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        q0 = k0 = 0
+        for q_len, k_len in zip(ctx.q_lens, ctx.k_lens):
+            rows, keys = slice(q0, q0 + q_len), slice(k0, k0 + k_len)
+            q0, k0 = q0 + q_len, k0 + k_len
+            if q_len == 0 or k_len == 0:  # no query rows, or rows that see no key: no gradient
+                continue
+            grads = attention_backward(q[rows][None], k[keys][None], v[keys][None], out[rows][None],
+                                       lse[:, rows][None], grad_out[rows].to(q.dtype)[None], softmax_scale=ctx.scale,
+                                       window=ctx.window, deterministic=ctx.deterministic, backend=ctx.backend)
+            dq[rows], dk[keys], dv[keys] = (g[0] for g in grads)
+        return (dq, dk, dv) + (None,) * 11
+
+
 def _varlen_call(what, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
-                 causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table, return_lse, num_splits,
-                 backend, grads_of, names=("q", "k", "v")):
-    """A flash-attn varlen call: its unsupported arguments refused, the launch, flash-attn's returns."""
+                 causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, block_table, return_lse,
+                 num_splits, backend, names=("q", "k", "v")):
+    """A flash-attn varlen call: its unsupported arguments refused, the launch (on the autograd graph
+    when an input requires grad), flash-attn's returns."""
     unsupported_arguments(dropout_p, softcap, alibi_slopes)
-    out, lse = _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                       window_size, block_table, return_attn_probs or return_lse, num_splits, backend, names)
-    return flash_attn_returns(_forward_only(what, out, *grads_of), lse, return_attn_probs, return_lse)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        if block_table is not None:
+            out, lse = _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                               window_size, block_table, return_attn_probs or return_lse, num_splits, backend, names)
+            out = _forward_only(f"{what} with block_table", out, q, k, v)
+        else:
+            out, lse = _VarlenAttention.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                              softmax_scale, causal, window_size, num_splits, resolve_backend(backend),
+                                              deterministic, names)
+    else:
+        out, lse = _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                           window_size, block_table, return_attn_probs or return_lse, num_splits, backend, names)
+    return flash_attn_returns(out, lse, return_attn_probs, return_lse)
 
 
 def flash_attn_varlen_func(
@@ -201,17 +251,18 @@ def flash_attn_varlen_func(
     max_seqlen_q, max_seqlen_k: at least the longest sequences.
     dropout_p, softcap, alibi_slopes: must be 0.0, 0.0, None (NotImplementedError otherwise).
     softmax_scale, causal, window_size: as `flash_attn_func`, per sequence (bottom-right aligned).
-    deterministic: accepted for flash-attn's signature; there is no backward here.
+    deterministic: the backward's mode, as `flash_attn_func` (default False: atomic-add dQ).
     return_attn_probs: return (out, softmax_lse [nheads, total_q] fp32, None).
     return_lse:   (keyword) return (out, softmax_lse).
     num_splits:   (keyword) split-KV: 0 chosen per unit by the timing model, 1 none, up to 16.
     backend:      (keyword) "auto", "sim" or "npu".
 
-    Returns out [total_q, nheads, headdim] in q's dtype. Not differentiable: when q, k or v
-    requires grad, a backward through out raises NotImplementedError (no varlen backward kernel)."""
+    Returns out [total_q, nheads, headdim] in q's dtype. Differentiable in q, k, v (not paged): the
+    backward runs the dense backward kernels once per sequence (`attention_backward`), head dims 64
+    and 128; with block_table a backward through out raises NotImplementedError."""
     return _varlen_call("flash_attn_varlen_func", q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs,
-                        block_table, return_lse, num_splits, backend, (q, k, v))
+                        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                        return_attn_probs, block_table, return_lse, num_splits, backend)
 
 
 def flash_attn_varlen_qkvpacked_func(
@@ -233,14 +284,14 @@ def flash_attn_varlen_qkvpacked_func(
 ):
     """`flash_attn_varlen_func` on Q, K, V stacked in one tensor qkv [total, 3, nheads, headdim] with one
     cu_seqlens / max_seqlen for queries and keys (flash-attn's signature). Returns as
-    `flash_attn_varlen_func`; not differentiable (a backward raises NotImplementedError)."""
+    `flash_attn_varlen_func`; differentiable in qkv."""
     if not isinstance(qkv, torch.Tensor) or qkv.dim() != 4 or qkv.shape[1] != 3:
         got = tuple(qkv.shape) if isinstance(qkv, torch.Tensor) else type(qkv).__name__
         raise ValueError(f"qkv: must be [total, 3, nheads, headdim], got {got}")
     q, k, v = qkv.unbind(1)
     return _varlen_call("flash_attn_varlen_qkvpacked_func", q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
-                        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs, None,
-                        return_lse, num_splits, backend, (qkv,), ("qkv[:, 0]", "qkv[:, 1]", "qkv[:, 2]"))
+                        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                        return_attn_probs, None, return_lse, num_splits, backend, ("qkv[:, 0]", "qkv[:, 1]", "qkv[:, 2]"))
 
 
 def flash_attn_varlen_kvpacked_func(
@@ -264,15 +315,14 @@ def flash_attn_varlen_kvpacked_func(
     backend: str = "auto",
 ):
     """`flash_attn_varlen_func` with K and V stacked in one tensor kv [total_k, 2, nheads_k, headdim]
-    (flash-attn's signature). Returns as `flash_attn_varlen_func`; not differentiable (a backward
-    raises NotImplementedError)."""
+    (flash-attn's signature). Returns as `flash_attn_varlen_func`; differentiable in q and kv."""
     if not isinstance(kv, torch.Tensor) or kv.dim() != 4 or kv.shape[1] != 2:
         got = tuple(kv.shape) if isinstance(kv, torch.Tensor) else type(kv).__name__
         raise ValueError(f"kv: must be [total_k, 2, nheads_k, headdim], got {got}")
     k, v = kv.unbind(1)
     return _varlen_call("flash_attn_varlen_kvpacked_func", q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                         max_seqlen_k, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                        return_attn_probs, None, return_lse, num_splits, backend, (q, kv),
+                        deterministic, return_attn_probs, None, return_lse, num_splits, backend,
                         ("q", "kv[:, 0]", "kv[:, 1]"))
 
 
