@@ -88,8 +88,8 @@ class _NoBackward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        raise NotImplementedError(f"{ctx.what}: no backward; ptofa's backward kernels take dense [B, S, N, D] "
-                                  f"tensors (flash_attn_func), not packed sequences or a cache")
+        raise NotImplementedError(f"{ctx.what}: no backward; ptofa's backward kernels read dense or packed "
+                                  f"K/V, not K/V through a block table or a KV cache")
 
 
 def _forward_only(what: str, out: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
