@@ -71,11 +71,18 @@ def test_signature_is_flash_attns(name) -> None:
 
 def test_flash_attn_names_import_from_ptofa_as_flash_attn(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "flash_attn", ptofa)
-    from flash_attn import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,  # noqa: F401
+    from flash_attn import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
                             flash_attn_varlen_func, flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func,
                             flash_attn_with_kvcache)
 
-    assert flash_attn_with_kvcache is ptofa.attention.serving.flash_attn_with_kvcache
+    from ptofa.attention import functional, serving
+
+    imported = (flash_attn_func, flash_attn_qkvpacked_func, flash_attn_kvpacked_func, flash_attn_varlen_func,
+                flash_attn_varlen_qkvpacked_func, flash_attn_varlen_kvpacked_func, flash_attn_with_kvcache)
+    defined = (functional.flash_attn_func, functional.flash_attn_qkvpacked_func, functional.flash_attn_kvpacked_func,
+               serving.flash_attn_varlen_func, serving.flash_attn_varlen_qkvpacked_func,
+               serving.flash_attn_varlen_kvpacked_func, serving.flash_attn_with_kvcache)
+    assert all(a is b for a, b in zip(imported, defined))
     assert set(FLASH_ATTN_SIGNATURES) <= set(dir(ptofa))
 
 
