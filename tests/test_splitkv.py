@@ -3,6 +3,7 @@ on the simulator with guarded tensors (GM bounds are checked by the simulator on
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -75,7 +76,7 @@ VARLEN_CASES = [((-1, -1), s) for s in (2, 5)] + [((-1, 0), s) for s in range(1,
 def test_varlen_split_equals_unsplit(window, num_splits) -> None:
     lens = [0, 1, 127, 129, 1000]
     base = config(head=64, varlen=True, lse=True, masked=window != (-1, -1), tile_s1=128, qk_preload=2)
-    cfg = config(**{**base.__dict__, "split_kv": True})
+    cfg = dataclasses.replace(base, split_kv=True)
     shape = varlen_shape(lens, lens, 2, 1, window)
     q, k, v = make_varlen_inputs(shape, base, seed=3)
     scale = 1 / 8
@@ -99,7 +100,7 @@ def test_paged_decode_split_equals_unsplit(s0, window, num_splits) -> None:
     cache = _paged_cache(2, 1024, 256, 2, 128)
     lens, heads = [900, 131], 8  # both end mid-page; 131 keys: 2 tiles, so most splits are empty
     base = config(varlen=True, lse=True, page_size=256, masked=window != (-1, -1))
-    cfg = config(**{**base.__dict__, "split_kv": True})
+    cfg = dataclasses.replace(base, split_kv=True)
     shape = decode_shape(cache, 2, s0, lens, heads, window)
     q = torch.randn(2, s0, heads, 128, generator=torch.Generator().manual_seed(5)).half()
     scale = 1 / math.sqrt(128)

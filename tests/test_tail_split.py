@@ -37,7 +37,7 @@ def _counts(units: int) -> list[int]:
                                                      ((-1, -1), 4, 2), ((-1, 0), 4, 1)])
 def test_mixed_split_counts_equal_unsplit_and_reference(window, heads, kv_heads) -> None:
     base = config(head=64, varlen=True, lse=True, masked=window != (-1, -1), tile_s1=128, qk_preload=2)
-    cfg = config(**{**base.__dict__, "split_kv": True})
+    cfg = dataclasses.replace(base, split_kv=True)
     shape = varlen_shape(LENS, LENS, heads, kv_heads, window)
     q, k, v = make_varlen_inputs(shape, base, seed=4)
     scale = 1 / 8
