@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, fields
 from ptofa.ir.target import (ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES, KIB,  # noqa: F401 (re-exported)
                           SPACE_NAMES)
 from ptofa.ir.target import align as _align
+from ptofa.kernels import units as _units
 
 # The varlen kernel's unit table: UNIT_FIELDS int32 per work unit, in this order (ptofa.launch.varlen builds it).
 UNIT_TABLE = ("q_start", "q_len", "k_start", "k_len", "head", "q_block", "seq", "split", "splits")
@@ -579,22 +580,12 @@ class ProblemShape:
 
     def window_bounds(self) -> tuple[int, int]:
         """The kernel's window arguments: -1 (unbounded) becomes s0 + s1, which no offset reaches."""
-        return tuple(self.s0 + self.s1 if w < 0 else w for w in self.window)  # type: ignore[return-value]
+        return _units.kernel_bounds(self.window, self.s0, self.s1)
 
     def visible_pairs(self) -> int:
         """(query, key) pairs of one head (summed over the batch) that the window leaves visible."""
         seqs = self.seqlens if self.seqlens is not None else ((self.s0, self.s1),) * self.batch
-        total = 0
-        for s0, s1 in seqs:
-            if self.window == (-1, -1):
-                total += s0 * s1
-                continue
-            left, right = (s0 + s1 if w < 0 else w for w in self.window)
-            for i in range(s0):
-                lo = max(0, i + s1 - s0 - left)
-                hi = min(s1 - 1, i + s1 - s0 + right)
-                total += max(0, hi - lo + 1)
-        return total
+        return sum(_units.visible_pairs(s0, s1, self.window) for s0, s1 in seqs)
 
     def flops(self, head: int, visible_pairs: int | None = None) -> int:
         """Matmul-only convention A: 4*N*D times the visible score entries of the batch (B*S0*S1 unmasked)."""
