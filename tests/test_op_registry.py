@@ -16,15 +16,18 @@ OPS = list(d.PTO.operations)
 
 @pytest.mark.parametrize("op_class", OPS, ids=[op.name for op in OPS])
 def test_op_has_semantics_and_cost(op_class: type) -> None:
+    family = op_class.__module__.replace(".", "/") + ".py"
     if op_class not in registry.SEMANTICS:
+        home = registry.family_home(op_class, "semantics") or "ptofa/sim/compiler.py (a @registry.compiled_by method)"
         pytest.fail(
             f"{op_class.name} has no simulator semantics: add @registry.semantics({op_class.__name__}) to its "
-            "factory in ptofa/sim/tileops.py (docs/adding-an-op.md)"
+            f"factory in {home}, where the ops of {family} have theirs (docs/adding-an-op.md)"
         )
     if op_class not in registry.COSTS:
+        home = registry.family_home(op_class, "cost") or "ptofa/sim/timing.py"
         pytest.fail(
             f"{op_class.name} has no timing cost: add registry.cost({op_class.__name__}, queue=..., cycles=...) "
-            "in ptofa/sim/timing.py (docs/adding-an-op.md)"
+            f"in {home}, where the ops of {family} have theirs (docs/adding-an-op.md)"
         )
     assert registry.COST_BY_NAME[op_class.name] is registry.COSTS[op_class]
 
