@@ -65,3 +65,19 @@ def test_cost_rules_by_op_class() -> None:
     assert queue(d.TpushToAivOp, "cube") == "FIX"
     assert queue(d.TpushToAicOp) == "MTE3"
     assert queue(d.SubviewOp) == queue(d.TallocToAicOp) == "S"
+
+
+def test_adding_an_op_family_table_is_the_registry() -> None:
+    """docs/adding-an-op.md's table of where each dialect family registers is what the registry says."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).parent.parent / "docs" / "adding-an-op.md").read_text()
+    rows = dict((m[0], (m[1], m[2])) for m in re.findall(r"^\| `(\w+)\.py` \| (sim/\w+\.py)[^|]* \| (sim/\w+\.py) \|$", doc, re.M))
+    families = {}
+    for op in OPS:
+        families.setdefault(op.__module__.rsplit(".", 1)[-1], op)
+    assert set(rows) == set(families)
+    for family, op in families.items():
+        semantics = registry.family_home(op, "semantics") or "ptofa/sim/compiler.py"
+        assert ("ptofa/" + rows[family][0], "ptofa/" + rows[family][1]) == (semantics, registry.family_home(op, "cost")), family
