@@ -23,8 +23,9 @@ bounded below by the compulsory HBM traffic as in `predict`.
   head a copy) go to the blocks as the kernel hands them out (`units.makespan`: the
   persistent loop's snake over the ranks, last Q block first).
 * Other windows: the first `MASKED_PROBE_ROWS` rows' units, each on a block of its own,
-  ranked longest first and handed out the same way. With S0 above that cap the probe has the visibility of the last
-  rows (bottom-right alignment): an upper estimate, said in the ranking's `note`.
+  ranked longest first and handed out the same way. With S0 above that cap the probe has
+  the visibility of the last rows (bottom-right alignment): an upper estimate, said in the
+  ranking's `note`.
 
 Results are kept per shape bucket (S0, S1 and batch rounded up to powers of two;
 heads, head dim, dtypes, window, switches and chip exact): in memory and as JSON
