@@ -20,8 +20,8 @@ from ptofa.attention.backward import BackwardBuffers, run_backward
 from ptofa.kernels import units
 from ptofa.kernels.bwd_pipeline import BwdConfig, work_units
 from ptofa.launch import tune
-from ptofa.launch.kernel_cache import get_kernel
-from ptofa.launch.sim import launch_sim
+from ptofa.launch.plan import plan_forward
+from ptofa.launch.sim import launch
 from ptofa.launch.splitkv import _snake_loads
 from ptofa.launch.varlen import make_varlen_inputs, unit_table, unit_visible_tiles, varlen_shape
 from ptofa.pipeline import FAConfig, ProblemShape
@@ -108,7 +108,9 @@ def _forward(config: FAConfig, shape: ProblemShape, blocks: int, table=None):
     else:
         q, k, v = make_inputs(shape, config.head, 0, torch.float16, shape.kv_heads)
         o = torch.empty(shape.batch, shape.s0, shape.heads, config.head, dtype=torch.float16)
-    return launch_sim(get_kernel(config).parsed, config, shape, q, k, v, o, blocks, config.head ** -0.5, units=table)
+    plan = plan_forward(config, shape, "910B2", scale=config.head ** -0.5, block_dim=blocks, units=table)
+    (result,) = launch(plan, {"q": q, "k": k, "v": v, "o": o})
+    return result
 
 
 FORWARD_CASES = [  # (tile_s1, batch, heads, s0, s1, window, blocks)
