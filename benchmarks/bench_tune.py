@@ -36,7 +36,8 @@ def run_once(tree: Path, tune_args: list[str]) -> tuple[float, float]:
         code = "import sys; sys.argv[0] = 'run_fa'; from ptofa.cli.main import main; main()"
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code, "tune", *tune_args], env=env, check=True,
+        # cwd: not a checkout, whose ptofa `python -c` would import before PYTHONPATH's
+        subprocess.run([sys.executable, "-c", code, "tune", *tune_args], env=env, check=True, cwd=cache,
                        stdout=subprocess.DEVNULL)
         wall = time.perf_counter() - start
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
