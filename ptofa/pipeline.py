@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 
 from ptofa.ir.target import (ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES, KIB,  # noqa: F401 (re-exported)
@@ -519,6 +520,46 @@ def _vec_bytes(c: FAConfig, tiles: list[TileSpec], hidden: bool = True) -> int:
     return sum(b for _, b in _space_items(c, tiles, "vec", hidden))
 
 
+# The window (the host side of `ptofa.kernels.units`, which re-exports these): a bottom-right
+# aligned window (left, right) lets query i see key j iff i + d - left <= j <= i + d + right,
+# d = S1 - S0; -1 is unbounded, causal is (-1, 0).
+UNBOUNDED = -1
+
+
+def kernel_bounds(window: Sequence[int], s0: int, s1: int) -> tuple[int, int]:
+    """The kernel's (win_left, win_right) of a window: -1 (unbounded) becomes s0 + s1."""
+    left, right = (s0 + s1 if w < 0 else w for w in window)
+    return left, right
+
+
+def visible_pairs(s0: int, s1: int, window: Sequence[int]) -> int:
+    """(query, key) pairs of one (sequence, head) the window leaves visible, in closed form.
+
+    Row i sees keys [max(0, i + d - L), min(S1, i + d + R + 1)) (d = S1 - S0), i.e.
+    `units.row_keys`. Between the rows where a clip starts or the width reaches 0 the width is
+    linear in i, so each such piece sums as an arithmetic series."""
+    if tuple(window) == (UNBOUNDED, UNBOUNDED):
+        return s0 * s1
+    left, right = kernel_bounds(window, s0, s1)
+    diag = s1 - s0
+    # lo leaves 0 at i = L - d, hi reaches S1 at i = S1 - d - R - 1; the width is 0 up to
+    # i = -d - R - 1 and from i = S0 + L on.
+    cuts = sorted({0, s0, *(min(s0, max(0, x)) for x in (left - diag, s1 - diag - right - 1, -diag - right, s0 + left))})
+    total = 0
+    for a, b in zip(cuts, cuts[1:]):
+        first, last = _raw_width(a, diag, s1, left, right), _raw_width(b - 1, diag, s1, left, right)
+        if first >= 0 and last >= 0:
+            total += (first + last) * (b - a) // 2
+        elif first > 0 or last > 0:  # not reached: the width changes sign only at a cut
+            total += sum(max(0, _raw_width(i, diag, s1, left, right)) for i in range(a, b))
+    return total
+
+
+def _raw_width(i: int, diag: int, s1: int, left: int, right: int) -> int:
+    """min(S1, i + d + R + 1) - max(0, i + d - L): row i's visible keys, negative when none."""
+    return min(s1, i + diag + right + 1) - max(0, i + diag - left)
+
+
 @dataclass(frozen=True)
 class ProblemShape:
     """Runtime arguments of one launch: Q [B,S0,N,D], K/V [B,S1,KVN,D], O [B,S0,N,D], LSE [B,N,S0].
@@ -579,22 +620,12 @@ class ProblemShape:
 
     def window_bounds(self) -> tuple[int, int]:
         """The kernel's window arguments: -1 (unbounded) becomes s0 + s1, which no offset reaches."""
-        return tuple(self.s0 + self.s1 if w < 0 else w for w in self.window)  # type: ignore[return-value]
+        return kernel_bounds(self.window, self.s0, self.s1)
 
     def visible_pairs(self) -> int:
         """(query, key) pairs of one head (summed over the batch) that the window leaves visible."""
         seqs = self.seqlens if self.seqlens is not None else ((self.s0, self.s1),) * self.batch
-        total = 0
-        for s0, s1 in seqs:
-            if self.window == (-1, -1):
-                total += s0 * s1
-                continue
-            left, right = (s0 + s1 if w < 0 else w for w in self.window)
-            for i in range(s0):
-                lo = max(0, i + s1 - s0 - left)
-                hi = min(s1 - 1, i + s1 - s0 + right)
-                total += max(0, hi - lo + 1)
-        return total
+        return sum(visible_pairs(s0, s1, self.window) for s0, s1 in seqs)
 
     def flops(self, head: int, visible_pairs: int | None = None) -> int:
         """Matmul-only convention A: 4*N*D times the visible score entries of the batch (B*S0*S1 unmasked)."""

@@ -16,15 +16,18 @@ OPS = list(d.PTO.operations)
 
 @pytest.mark.parametrize("op_class", OPS, ids=[op.name for op in OPS])
 def test_op_has_semantics_and_cost(op_class: type) -> None:
+    family = op_class.__module__.replace(".", "/") + ".py"
     if op_class not in registry.SEMANTICS:
+        home = registry.family_home(op_class, "semantics") or "ptofa/sim/compiler.py (a @registry.compiled_by method)"
         pytest.fail(
             f"{op_class.name} has no simulator semantics: add @registry.semantics({op_class.__name__}) to its "
-            "factory in ptofa/sim/tileops.py (docs/adding-an-op.md)"
+            f"factory in {home}, where the ops of {family} have theirs (docs/adding-an-op.md)"
         )
     if op_class not in registry.COSTS:
+        home = registry.family_home(op_class, "cost") or "ptofa/sim/timing.py"
         pytest.fail(
             f"{op_class.name} has no timing cost: add registry.cost({op_class.__name__}, queue=..., cycles=...) "
-            "in ptofa/sim/timing.py (docs/adding-an-op.md)"
+            f"in {home}, where the ops of {family} have theirs (docs/adding-an-op.md)"
         )
     assert registry.COST_BY_NAME[op_class.name] is registry.COSTS[op_class]
 
@@ -62,3 +65,19 @@ def test_cost_rules_by_op_class() -> None:
     assert queue(d.TpushToAivOp, "cube") == "FIX"
     assert queue(d.TpushToAicOp) == "MTE3"
     assert queue(d.SubviewOp) == queue(d.TallocToAicOp) == "S"
+
+
+def test_adding_an_op_family_table_is_the_registry() -> None:
+    """docs/adding-an-op.md's table of where each dialect family registers is what the registry says."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).parent.parent / "docs" / "adding-an-op.md").read_text()
+    rows = dict((m[0], (m[1], m[2])) for m in re.findall(r"^\| `(\w+)\.py` \| (sim/\w+\.py)[^|]* \| (sim/\w+\.py) \|$", doc, re.M))
+    families = {}
+    for op in OPS:
+        families.setdefault(op.__module__.rsplit(".", 1)[-1], op)
+    assert set(rows) == set(families)
+    for family, op in families.items():
+        semantics = registry.family_home(op, "semantics") or "ptofa/sim/compiler.py"
+        assert ("ptofa/" + rows[family][0], "ptofa/" + rows[family][1]) == (semantics, registry.family_home(op, "cost")), family

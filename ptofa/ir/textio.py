@@ -162,9 +162,10 @@ def _ssa_errors(parsed: ParsedModule, text: str) -> list[tuple[int, str]]:
 
     errors: list[tuple[int, str]] = []
     lines = text.splitlines()
+    positions: dict = {}  # block -> {op: its index}, built once per block
     for op in parsed.module.walk():
         for i, operand in enumerate(op.operands):
-            msg = _dominance_error(op, operand)
+            msg = _dominance_error(op, operand, positions)
             if msg:
                 errors.append((parsed.line(op), f"'{op.name}' operand #{i}: {msg}"))
         for attr in list(op.properties.values()) + list(op.attributes.values()):
@@ -176,9 +177,10 @@ def _ssa_errors(parsed: ParsedModule, text: str) -> list[tuple[int, str]]:
     return sorted(errors, key=lambda e: e[0])
 
 
-def _dominance_error(user: Operation, value) -> str | None:
+def _dominance_error(user: Operation, value, positions: dict) -> str | None:
     """SSA dominance: the definition is an earlier op of the block that holds the use (or of a
-    block enclosing it), or sits in a block that dominates the use's block in a CFG region."""
+    block enclosing it), or sits in a block that dominates the use's block in a CFG region.
+    `positions` caches each block's op indices (block -> {op: index}) across calls."""
     from xdsl.ir import Block, BlockArgument, OpResult
 
     if isinstance(value, BlockArgument):
@@ -206,7 +208,10 @@ def _dominance_error(user: Operation, value) -> str | None:
         return None
     if anc is def_op:
         return f"%{value.name_hint or '?'} is used by the op that defines it" if anc is user else None
-    if block.get_operation_index(anc) < block.get_operation_index(def_op):
+    index = positions.get(block)
+    if index is None:
+        index = positions[block] = {o: i for i, o in enumerate(block.ops)}
+    if index[anc] < index[def_op]:
         return f"%{value.name_hint or '?'} is used before its definition (operand does not dominate this use)"
     return None
 

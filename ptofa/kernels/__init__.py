@@ -4,6 +4,8 @@
   common         pieces the kernel family shares: unit decoding, offsets, pipe setup,
                  the software-pipelined schedule over a tile range, ring selection
   window         the visible-tile arithmetic of a window mask, in IR
+  units          the same on the host in plain integers, and the persistent loop's
+                 schedule (which block runs which unit): for tables, planners, the tuner
   fa_fwd         the FlashAttention-2 forward kernel (four stages)
   fa_reduce      the split-KV reduce kernel (vector only)
   bwd_pipeline   `BwdConfig`: the backward's knobs, rules and tile plans; fa_bwd its kernels

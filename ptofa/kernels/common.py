@@ -12,11 +12,28 @@ from dataclasses import dataclass
 from xdsl.ir import SSAValue
 
 from ptofa.ir import dialect as d
-from ptofa.api import pto, scalar, view_type
-from ptofa.pipeline import PipeSpec
+from ptofa.api import pto, scalar, tile_type, view_type
+from ptofa.pipeline import PipeSpec, TileSpec
 
 DEFAULT_SLOT_NUM = 8  # ptoas's default for one-way pipes: written only when a kernel differs
 SPLIT = 1  # TILE_UP_DOWN: vector core 0 gets the upper rows, core 1 the lower rows
+
+
+def alloc(spec: TileSpec) -> SSAValue:
+    """The local tile of a tile-plan entry (a dynamic tile starts fully valid)."""
+    t = tile_type(spec.loc, spec.rows, spec.cols, spec.dtype, blayout=spec.blayout, slayout=spec.slayout,
+                  fractal=spec.fractal, valid="dynamic" if spec.dynamic else None)
+    return pto.alloc_tile(t, spec.name, valid=(spec.rows, spec.cols) if spec.dynamic else None)
+
+
+def clamp(x: SSAValue, lo: int, hi: int | SSAValue) -> SSAValue:
+    """min(max(x, lo), hi)."""
+    return scalar.min(scalar.max(x, lo), hi)
+
+
+def row_offset(row: SSAValue, head: SSAValue, heads: SSAValue, head_dim: int) -> SSAValue:
+    """Element offset of (row, head, 0) in a [rows, N, D] tensor (BSND with B*S rows, or packed)."""
+    return scalar.mul(scalar.add(scalar.mul(row, heads), head), head_dim)
 
 
 def entry_type(pipe: PipeSpec, core: str) -> d.TensorViewType:

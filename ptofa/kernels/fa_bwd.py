@@ -41,33 +41,18 @@ from xdsl.dialects import builtin
 from xdsl.ir import SSAValue
 
 from ptofa.kernels.argspec import BWD_ENTRY_NAMES
-from ptofa.api import F32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type, view_type
+from ptofa.api import F32, KernelModule, parse_ir_type, pto, scalar, tile, view_type
 from ptofa.kernels.bwd_pipeline import BwdConfig, entry_args, right_roles, tile_plan
-from ptofa.kernels.common import SPLIT, TileRange, init_pipes, pipelined
+from ptofa.kernels.common import SPLIT, TileRange, alloc, clamp, init_pipes, pipelined, row_offset
 from ptofa.kernels.window import Window, keys_seen, mask_tile, queries_seeing
-from ptofa.pipeline import VEC_CORES, PipeSpec, TileSpec
+from ptofa.pipeline import VEC_CORES, PipeSpec
 from ptofa.ir.textio import print_pto
 
 NEG = -3.0e38  # additive mask value: finite, exp gives exactly 0
 
 
-def _alloc(spec: TileSpec) -> SSAValue:
-    t = tile_type(spec.loc, spec.rows, spec.cols, spec.dtype, blayout=spec.blayout, slayout=spec.slayout,
-                  fractal=spec.fractal, valid="dynamic" if spec.dynamic else None)
-    return pto.alloc_tile(t, spec.name, valid=(spec.rows, spec.cols) if spec.dynamic else None)
-
-
 def _entry(pipe: PipeSpec, core: str):
     return view_type([pipe.rows if core == "cube" else pipe.half_rows, pipe.cols], pipe.dtype)
-
-
-def _clamp(x: SSAValue, lo: int, hi: int | SSAValue) -> SSAValue:
-    return scalar.min(scalar.max(x, lo), hi)
-
-
-def _row_offset(row: SSAValue, head: SSAValue, heads: SSAValue, head_dim: int) -> SSAValue:
-    """Element offset of (row, head, 0) in a [rows, N, D] tensor."""
-    return scalar.mul(scalar.add(scalar.mul(row, heads), head), head_dim)
 
 
 @dataclass
@@ -220,12 +205,12 @@ def _dq_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     c = _common(config, "dq", args)
     sdp, pds = config.pipes("dq")
     init_pipes((sdp, pds), c.bases, "cube", config.slot_num)
-    tl = {spec.name: _alloc(spec) for spec in tile_plan(config, "dq") if spec.core == "cube"}
+    tl = {spec.name: alloc(spec) for spec in tile_plan(config, "dq") if spec.core == "cube"}
     d, bkv = config.head, config.dq_block_kv
     with pto.range(c.block_idx, _dq_units(c), c.block_num, name="unit") as unit:
         u = _q_unit(c, unit)
-        q_off = _row_offset(scalar.add(scalar.mul(u.b, c.s0), u.q0), u.h, c.heads, d)
-        kv_off = _row_offset(scalar.mul(u.b, c.s1), u.g, c.kv_heads, d)
+        q_off = row_offset(scalar.add(scalar.mul(u.b, c.s0), u.q0), u.h, c.heads, d)
+        kv_off = row_offset(scalar.mul(u.b, c.s1), u.g, c.kv_heads, d)
         for name in ("q", "do"):
             view = pto.as_tensor(pto.add_ptr(args[name], q_off), [u.q_rows, d], [c.q_stride, 1], name=f"{name}_view")
             tile.set_valid(tl[f"{name}_mat"], u.q_rows, d)
@@ -286,7 +271,7 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     c = _common(config, "dq", args)
     sdp, pds = config.pipes("dq")
     init_pipes((sdp, pds), c.bases, "vector", config.slot_num)
-    tl = {spec.name: _alloc(spec) for spec in tile_plan(config, "dq") if spec.core == "vector"}
+    tl = {spec.name: alloc(spec) for spec in tile_plan(config, "dq") if spec.core == "vector"}
     consts = {"neg": scalar.const(NEG, F32, name="neg"), "zero": scalar.const(0.0, F32, name="zero"), "scale": args["scale"]}
     if config.key_padding:
         consts["pos"] = scalar.const(-NEG, F32, name="pos")
@@ -297,7 +282,7 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     rows = _Rows(c.args, c.heads, c.s0, c.q_stride, d, vr)
     with pto.range(c.block_idx, _dq_units(c), c.block_num, name="unit") as unit:
         u = _q_unit(c, unit)
-        n = _clamp(scalar.sub(u.q_rows, v.row_base), 0, vr)
+        n = clamp(scalar.sub(u.q_rows, v.row_base), 0, vr)
         row0 = scalar.add(u.q0, v.row_base, name="core_q0")
         has_rows = scalar.gt(n, 0)
         _preprocess(rows, tl, consts["zero"], u.b, u.h, row0, n, has_rows, dsum_row)
@@ -330,7 +315,7 @@ def _preprocess(r: _Rows, tl: dict[str, SSAValue], zero: SSAValue, b: SSAValue, 
                 n: SSAValue, has_rows: SSAValue, dsum_row: SSAValue) -> None:
     """D = rowsum(dO * O) of this core's rows -> dsum_col, and to GM for the dkdv kernel."""
     d, vr = r.head, r.vec_rows
-    off = _row_offset(scalar.add(scalar.mul(b, r.s0), row0), h, r.heads, d)
+    off = row_offset(scalar.add(scalar.mul(b, r.s0), row0), h, r.heads, d)
     with pto.if_(has_rows):
         for name, src in (("o_in", "o"), ("do_in", "do")):
             view = pto.as_tensor(pto.add_ptr(r.args[src], off), [n, d], [r.q_stride, 1], name=f"{src}_rows")
@@ -393,12 +378,12 @@ def _dkdv_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     c = _common(config, "dkdv", args)
     sdp, pds, *_ = config.pipes("dkdv")
     init_pipes(config.pipes("dkdv"), c.bases, "cube", config.slot_num)
-    tl = {spec.name: _alloc(spec) for spec in tile_plan(config, "dkdv") if spec.core == "cube"}
+    tl = {spec.name: alloc(spec) for spec in tile_plan(config, "dkdv") if spec.core == "cube"}
     role = right_roles(config)
     d, bq = config.head, config.block_q
     with pto.range(c.block_idx, _kv_units(c), c.block_num, name="unit") as unit:
         u = _kv_unit(c, unit)
-        kv_off = _row_offset(scalar.add(scalar.mul(u.b, c.s1), u.k0), u.g, c.kv_heads, d)
+        kv_off = row_offset(scalar.add(scalar.mul(u.b, c.s1), u.k0), u.g, c.kv_heads, d)
         for name in ("k", "v"):
             view = pto.as_tensor(pto.add_ptr(args[name], kv_off), [u.k_rows, d], [c.kv_stride, 1], name=f"{name}_view")
             tile.set_valid(tl[f"{name}_mat"], u.k_rows, d)
@@ -408,7 +393,7 @@ def _dkdv_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
         keys = _key_pieces(c, u, tl, kv_off) if config.atomic_dq else []
 
         def head_views(h: SSAValue, transposed: bool) -> dict[str, SSAValue]:
-            off = _row_offset(scalar.mul(u.b, c.s0), h, c.heads, d)
+            off = row_offset(scalar.mul(u.b, c.s0), h, c.heads, d)
             if transposed:
                 return {n: pto.as_tensor(pto.add_ptr(args[n], off), [d, c.s0], [1, c.q_stride], layout="dn",
                                          name=f"{n}T_view") for n in ("q", "do")}
@@ -464,7 +449,7 @@ def _key_pieces(c: _Common, u: _KvUnit, tl: dict[str, SSAValue], kv_off: SSAValu
     k_view = pto.as_tensor(pto.add_ptr(c.args["k"], kv_off), [u.k_rows, d], [c.kv_stride, 1], name="k_view")
     counts = []
     for core in range(VEC_CORES):
-        keys = _clamp(scalar.sub(u.k_rows, core * half), 0, half)
+        keys = clamp(scalar.sub(u.k_rows, core * half), 0, half)
         counts.append(keys)
         with pto.if_(scalar.gt(keys, 0)):
             tile.set_valid(tl[f"kp{core}_mat"], keys, d)
@@ -494,7 +479,7 @@ def _dq_atomic(c: _Common, u: _KvUnit, tl: dict[str, SSAValue], k_right: str, ke
             else:
                 tile.matmul_acc(tl["dqp_acc"], tl["dst_left"], tl[k_right], out=tl["dqp_acc"])
     pto.tfree("cube", dsq.pipe_id, entry, SPLIT)
-    off = _row_offset(scalar.add(scalar.mul(u.b, c.s0), q0), h, c.heads, d)
+    off = row_offset(scalar.add(scalar.mul(u.b, c.s0), q0), h, c.heads, d)
     view = pto.as_tensor(pto.add_ptr(c.args["dq_acc"], off), [n, d], [c.q_stride, 1], name="dq_acc_view")
     pto.store(tl["dqp_acc"], pto.slice_view(view, [0, 0], [n, d], name="dq_acc_part"), atomic="add")
 
@@ -503,7 +488,7 @@ def _dkdv_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     c = _common(config, "dkdv", args)
     sdp, pds, *_ = config.pipes("dkdv")
     init_pipes(config.pipes("dkdv"), c.bases, "vector", config.slot_num)
-    tl = {spec.name: _alloc(spec) for spec in tile_plan(config, "dkdv") if spec.core == "vector"}
+    tl = {spec.name: alloc(spec) for spec in tile_plan(config, "dkdv") if spec.core == "vector"}
     consts = {"neg": scalar.const(NEG, F32, name="neg"), "minus_one": scalar.const(-1.0, F32, name="minus_one"),
               "scale": args["scale"]}
     if config.key_padding:
@@ -549,7 +534,7 @@ def _unit_key_bias(v: _Vec, u: _KvUnit) -> None:
     the unit's last key (all of them on a core without keys) keep stale values: the cube never
     reads those rows back."""
     c, tl, vr = v.c, v.tiles, v.c.config.vec_rows("dkdv")
-    keys = _clamp(scalar.sub(u.k_rows, v.row_base), 0, vr)
+    keys = clamp(scalar.sub(u.k_rows, v.row_base), 0, vr)
     with pto.if_(scalar.gt(keys, 0)):
         _key_bias(c, tl, v.consts, u.b, scalar.add(u.k0, v.row_base), keys)
         tile.set_valid(tl["kpm_f32"], 1, vr)
@@ -576,7 +561,7 @@ def _prep_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     one unit per (batch, head, dq_block_q rows) as the dq kernel's. It also zeroes the same rows
     of the f32 dQ accumulator the dkdv kernel adds into: in the launch sequence itself, so the
     adds never depend on a host memset being ordered before them on the right stream."""
-    tl = {spec.name: _alloc(spec) for spec in tile_plan(config, "prep")}
+    tl = {spec.name: alloc(spec) for spec in tile_plan(config, "prep")}
     d, vr = config.head, config.vec_rows("prep")
     batch, heads, s0 = (scalar.index_cast(args[n], name=n) for n in ("batch", "heads", "s0"))
     q_blocks = scalar.ceildiv(s0, config.dq_block_q, name="q_blocks")
@@ -591,11 +576,11 @@ def _prep_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
         bh = scalar.div(unit, q_blocks, name="bh")
         b, h = scalar.div(bh, heads, name="b"), scalar.rem(bh, heads, name="h")
         row0 = scalar.add(scalar.mul(scalar.rem(unit, q_blocks), config.dq_block_q), row_base, name="core_q0")
-        n = _clamp(scalar.sub(s0, row0), 0, vr)
+        n = clamp(scalar.sub(s0, row0), 0, vr)
         has_rows = scalar.gt(n, 0)
         _preprocess(rows, tl, zero, b, h, row0, n, has_rows, dsum_row)
         with pto.if_(has_rows):
-            off = _row_offset(scalar.add(scalar.mul(b, s0), row0), h, heads, d)
+            off = row_offset(scalar.add(scalar.mul(b, s0), row0), h, heads, d)
             view = pto.as_tensor(pto.add_ptr(args["dq_acc"], off), [n, d], [rows.q_stride, 1], name="dq_acc_rows")
             tile.set_valid(tl["zeros"], n, d)
             pto.store(tl["zeros"], pto.slice_view(view, [0, 0], [n, d], name="dq_acc_part"))
@@ -603,7 +588,7 @@ def _prep_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
 
 def _post_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     """dQ (f32 accumulator) -> dQ in the input dtype, `vec_rows` rows of [B * S0 * N, D] per core and unit."""
-    tl = {spec.name: _alloc(spec) for spec in tile_plan(config, "post")}
+    tl = {spec.name: alloc(spec) for spec in tile_plan(config, "post")}
     d, vr = config.head, config.vec_rows("post")
     batch, heads, s0 = (scalar.index_cast(args[n], name=n) for n in ("batch", "heads", "s0"))
     total = scalar.mul(scalar.mul(batch, s0), heads, name="rows")
@@ -611,7 +596,7 @@ def _post_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     row_base = scalar.mul(pto.get_subblock_idx(), vr, name="row_base")
     with pto.range(pto.get_block_idx(), units, pto.get_block_num(), name="unit") as unit:
         row0 = scalar.add(scalar.mul(unit, config.dq_block_q), row_base, name="row0")
-        n = _clamp(scalar.sub(total, row0), 0, vr)
+        n = clamp(scalar.sub(total, row0), 0, vr)
         with pto.if_(scalar.gt(n, 0)):
             off = scalar.mul(row0, d)
             src = pto.as_tensor(pto.add_ptr(args["dq_acc"], off), [n, d], [d, 1], name="acc_rows")

@@ -57,9 +57,10 @@ from xdsl.dialects import builtin
 from xdsl.ir import SSAValue
 
 from ptofa.kernels import argspec
-from ptofa.api import F16, F32, I32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type
-from ptofa.kernels.common import SPLIT, TileRange, entry_type, fused, init_pipes, pipelined, ring_select
-from ptofa.pipeline import (DTYPE_BYTES, KEY_MASK_TILES, UNIT_FIELDS, UNIT_TABLE, FAConfig, TileSpec, buffer_names,
+from ptofa.api import F16, F32, I32, KernelModule, parse_ir_type, pto, scalar, tile
+from ptofa.kernels.common import (SPLIT, TileRange, alloc, clamp, entry_type, fused, init_pipes, pipelined, ring_select,
+                                  row_offset)
+from ptofa.pipeline import (DTYPE_BYTES, KEY_MASK_TILES, UNIT_FIELDS, UNIT_TABLE, FAConfig, buffer_names,
                              chunk_names, cube_buffer_name, tile_plan)
 from ptofa.ir.textio import print_pto
 
@@ -83,16 +84,6 @@ def mask_constants(config: FAConfig) -> tuple[float, float, float]:
     if config.softmax_dtype == "f32":
         return NEG_INIT, NEG_INIT, HALF_NEG
     return NEG_INIT_F16, NEG_MASK_F16, HALF_NEG_F16
-
-
-def _alloc(spec: TileSpec) -> SSAValue:
-    t = tile_type(spec.loc, spec.rows, spec.cols, spec.dtype, blayout=spec.blayout, slayout=spec.slayout,
-                  fractal=spec.fractal, valid="dynamic" if spec.dynamic else None)
-    return pto.alloc_tile(t, spec.name, valid=(spec.rows, spec.cols) if spec.dynamic else None)
-
-
-def _clamp(x: SSAValue, lo: int, hi: int | SSAValue) -> SSAValue:
-    return scalar.min(scalar.max(x, lo), hi)
 
 
 # ======================================================================================
@@ -256,11 +247,6 @@ def _snake(c: _Common, unit: SSAValue) -> SSAValue:
     return scalar.add(scalar.mul(wave, c.block_num), pos, name="rank")
 
 
-def _row_offset(row: SSAValue, head: SSAValue, heads: SSAValue, head_dim: int) -> SSAValue:
-    """Element offset of (row, head, 0) in a [rows, N, D] tensor (BSND with B*S rows, or packed)."""
-    return scalar.mul(scalar.add(scalar.mul(row, heads), head), head_dim)
-
-
 def _q_row_stride(c: _Common) -> SSAValue | int:
     """Elements between two rows of a Q / O block: the next query row, or (GQA packing) the next head."""
     return c.config.head if c.config.gqa_pack else c.q_stride
@@ -268,7 +254,7 @@ def _q_row_stride(c: _Common) -> SSAValue | int:
 
 def _q_view(c: _Common, u: _Unit) -> SSAValue:
     """The unit's Q block in GM: [q_rows, D]."""
-    return pto.as_tensor(pto.add_ptr(c.args["q"], _row_offset(u.q_row, u.h, c.heads, c.config.head)),
+    return pto.as_tensor(pto.add_ptr(c.args["q"], row_offset(u.q_row, u.h, c.heads, c.config.head)),
                          [u.q_rows, c.config.head], [_q_row_stride(c), 1], name="q_view")
 
 
@@ -283,7 +269,7 @@ def _for_sub(c: _Common, tile_keys: SSAValue, sub: int, body) -> None:
     if sub == 0:  # a visited tile has at least one key
         body(scalar.min(tile_keys, c.config.cube_s1, name="sub_keys"))
         return
-    keys = _clamp(scalar.sub(tile_keys, sub * c.config.cube_s1), 0, c.config.cube_s1)
+    keys = clamp(scalar.sub(tile_keys, sub * c.config.cube_s1), 0, c.config.cube_s1)
     with pto.if_(scalar.gt(keys, 0)):
         body(keys)
 
@@ -311,7 +297,7 @@ class _CubeState:
         slot = scalar.add(scalar.mul(self.u.seq, scalar.index_cast(c.args["max_pages"])), scalar.div(key0, cfg.page_size))
         page = scalar.index_cast(pto.load_scalar(c.args["block_table"], slot), name="page")
         row = scalar.add(scalar.mul(page, cfg.page_size), scalar.rem(key0, cfg.page_size), name="page_row")
-        off = _row_offset(row, self.u.g, c.kv_heads, cfg.head)
+        off = row_offset(row, self.u.g, c.kv_heads, cfg.head)
         keys = _tile_keys(c, self.u, t)
         k_view = pto.as_tensor(pto.add_ptr(c.args["k"], off), [cfg.head, keys], [1, c.kv_stride], layout="dn", name="kT_page")
         v_view = pto.as_tensor(pto.add_ptr(c.args["v"], off), [keys, cfg.head], [c.kv_stride, 1], name="v_page")
@@ -435,14 +421,14 @@ def _scaled_q_entry(config: FAConfig) -> SSAValue:
 def _cube_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
     c = _common(config, args)
     init_pipes(config.pipes, c.slot_bases, "cube", config.slot_num)
-    tiles = {spec.name: _alloc(spec) for spec in tile_plan(config) if spec.core == "cube"}
+    tiles = {spec.name: alloc(spec) for spec in tile_plan(config) if spec.core == "cube"}
     preload = config.qk_preload
     with pto.range(c.block_idx, c.units, c.block_num, name="unit") as unit:
         u = _unit(c, unit)
         q_src = _scaled_q_entry(config) if config.prescale_q else _q_view(c, u)
         k_view = v_view = None
         if not config.page_size:
-            kv_off = _row_offset(u.k_row, u.g, c.kv_heads, config.head)
+            kv_off = row_offset(u.k_row, u.g, c.kv_heads, config.head)
             k_view = pto.as_tensor(pto.add_ptr(args["k"], kv_off), [config.head, u.s1], [1, c.kv_stride],
                                    layout="dn", name="kT_view")
             v_view = pto.as_tensor(pto.add_ptr(args["v"], kv_off), [u.s1, config.head], [c.kv_stride, 1], name="v_view")
@@ -635,7 +621,7 @@ def _finish(s: _VecState, l_col: SSAValue) -> None:
         if cfg.needs_row_fix:
             tile.rdivs(k["one"], tl["row_ok"], out=tl["row_ok"])  # 1 or +inf
             tile.adds(tl["row_ok"], k["minus_one"], out=tl["row_ok"])  # 0 or +inf
-    valid_rows = _clamp(scalar.sub(s.u.q_rows, s.row_base), 0, cfg.vec_rows)
+    valid_rows = clamp(scalar.sub(s.u.q_rows, s.row_base), 0, cfg.vec_rows)
     if not cfg.split_kv:
         _store(s, valid_rows, partial=False)
         return
@@ -656,9 +642,9 @@ def _store(s: _VecState, valid_rows: SSAValue, partial: bool) -> None:
         fix(tl["lse_row"], tl["row_ok"], out=tl["lse_row"])
     with pto.if_(scalar.gt(valid_rows, 0)):
         if cfg.gqa_pack:
-            o_off = _row_offset(u.q_row, scalar.add(u.h, s.row_base, name="o_head"), c.heads, cfg.head)
+            o_off = row_offset(u.q_row, scalar.add(u.h, s.row_base, name="o_head"), c.heads, cfg.head)
         else:
-            o_off = _row_offset(scalar.add(u.q_row, s.row_base, name="o_row"), u.h, c.heads, cfg.head)
+            o_off = row_offset(scalar.add(u.q_row, s.row_base, name="o_row"), u.h, c.heads, cfg.head)
         o_view = pto.as_tensor(pto.add_ptr(o_base, o_off), [valid_rows, cfg.head], [_q_row_stride(c), 1], name="o_view")
         o_part = pto.slice_view(o_view, [0, 0], [valid_rows, cfg.head], name="o_rows")
         tile.set_valid(tl["o_tile"], valid_rows, cfg.head)
@@ -698,7 +684,7 @@ def _push_scaled_q(c: _Common, tiles: dict[str, SSAValue], scale: SSAValue, row_
     u = _unit(c, unit)
     q_view = _q_view(c, u)
     entry = pto.talloc("vector", qp.pipe_id, entry_type(qp, "vector"), SPLIT, name="q_entry")
-    valid = _clamp(scalar.sub(u.q_rows, row_base), 0, cfg.vec_rows)
+    valid = clamp(scalar.sub(u.q_rows, row_base), 0, cfg.vec_rows)
     q_in, q_f32, q_out = tiles["q_in"], tiles["q_f32"], tiles["q_out"]
     with pto.range(0, scalar.ceildiv(valid, step), name="q_step") as i:
         r0 = scalar.mul(i, step, name="q_step_row")
@@ -717,7 +703,7 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
     c = _common(config, args)
     init_pipes(config.pipes, c.slot_bases, "vector", config.slot_num)
     specs = [spec for spec in tile_plan(config) if spec.core == "vector"]
-    tiles = {spec.name: _alloc(spec) for spec in specs}
+    tiles = {spec.name: alloc(spec) for spec in specs}
     # [R, 1] column statistics get a [1, R] row view for the elementwise ops; the
     # [1, R] running statistics are rows already (compute_p slices them).
     rows = {

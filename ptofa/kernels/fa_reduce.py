@@ -30,7 +30,8 @@ from xdsl.dialects import builtin
 from xdsl.ir import SSAValue
 
 from ptofa.kernels import argspec
-from ptofa.api import F32, KernelModule, parse_ir_type, pto, scalar, tile, tile_type
+from ptofa.api import F32, KernelModule, parse_ir_type, pto, scalar, tile
+from ptofa.kernels.common import alloc
 from ptofa.kernels.fa_fwd import HALF_NEG, NEG_INIT
 from ptofa.pipeline import REDUCE_TABLE, FAConfig, TileSpec
 from ptofa.ir.textio import print_pto
@@ -55,11 +56,6 @@ def reduce_tile_plan(c: FAConfig) -> list[TileSpec]:
     return tiles
 
 
-def _alloc(spec: TileSpec) -> SSAValue:
-    t = tile_type(spec.loc, spec.rows, spec.cols, spec.dtype, valid="dynamic" if spec.dynamic else None)
-    return pto.alloc_tile(t, spec.name, valid=(spec.rows, spec.cols) if spec.dynamic else None)
-
-
 @dataclass
 class _Rows:
     """The rows one vector core reduces in one unit."""
@@ -81,7 +77,7 @@ class _Reducer:
         self.o_per_split = scalar.mul(self.s0, self.q_stride, name="o_per_split")
         self.per_split = scalar.add(self.o_per_split, scalar.mul(self.s0, self.heads), name="per_split")
         self.lse_base = pto.add_ptr(args["partials"], self.o_per_split, name="part_lse")
-        self.t = {spec.name: _alloc(spec) for spec in reduce_tile_plan(c)}
+        self.t = {spec.name: alloc(spec) for spec in reduce_tile_plan(c)}
         self.col = {name: tile.reshape(self.t[name], c.vec_rows, 1, name=f"{name}_col", blayout="col_major")
                     for name in ("weight", "w_sum")}
         self.k = {name: scalar.const(value, F32, name=name) for name, value in (

@@ -5,8 +5,10 @@ A bottom-right aligned window (left, right) lets query i see key j iff
 i + diag - left <= j <= i + diag + right, with diag = S1 - S0 (a bound of S0 + S1 is
 unbounded; causal is (S0 + S1, 0)). The backward kernels use these helpers from the
 query side (the dq kernel: KV tiles a Q block sees) and from the key side (the dkdv
-kernel: Q blocks that see a KV block); the forward kernel still carries its own copy
-of the query-side arithmetic (`fa_fwd._unit`, `fa_fwd._mask_bounds`).
+kernel: Q blocks that see a KV block); the forward kernel carries the query-side
+arithmetic in its own op order (`fa_fwd._unit`, `fa_fwd._mask_bounds`). The host's copy
+in plain integers is `ptofa.kernels.units` (`keys_seen`, `queries_seeing`);
+`tests/test_units.py` checks on the simulator that the kernels visit what it says.
 """
 
 from __future__ import annotations

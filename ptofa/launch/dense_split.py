@@ -15,6 +15,7 @@ from ptofa.launch.base import TORCH_DTYPES
 from ptofa.launch import dispatch
 from ptofa.launch.plan import LaunchPlan, dense_as_varlen, plan_split
 from ptofa.launch.splitkv import plan_varlen
+from ptofa.kernels.units import window_of_bounds
 from ptofa.pipeline import FAConfig, ProblemShape
 from ptofa.sim.socspec import SocSpec, get_soc
 
@@ -22,10 +23,7 @@ from ptofa.sim.socspec import SocSpec, get_soc
 def tune_window(bounds: tuple[int, int] | None, s0: int, s1: int) -> tuple[int, int]:
     """The window of the kernel's bounds as a bottom-right window: a bound that no offset reaches
     is -1, a negative right bound (torch's top-left causal with S1 > S0) is 0."""
-    if bounds is None:
-        return (-1, -1)
-    left, right = bounds
-    return (-1 if left >= s0 + s1 else left, -1 if right >= s0 + s1 else max(0, right))
+    return window_of_bounds(bounds, s0, s1)
 
 
 def varlen_window(bounds: tuple[int, int] | None, s0: int, s1: int) -> tuple[int, int] | None:

@@ -22,6 +22,7 @@ import torch
 from ptofa.launch.plan import plan_split
 from ptofa.launch.sim import launch
 from ptofa.launch.varlen import reduce_table, split_tiles, unit_table, unit_visible_tiles, varlen_shape
+from ptofa.kernels.units import block_loads
 from ptofa.pipeline import DTYPE_BYTES, MAX_SPLITS, REDUCE_TABLE, ConfigError, FAConfig, ProblemShape
 from ptofa.sim.options import RunOptions
 from ptofa.sim.socspec import DEFAULT_SOC, SocSpec, get_soc
@@ -49,16 +50,8 @@ def reduce_us(trace: Trace, config: FAConfig, shape: ProblemShape, units: torch.
 
 def _snake_loads(costs: list[float], cores: int) -> list[float]:
     """Per-block time of the forward kernel's persistent loop over entries of these costs (in table
-    order): block b runs rank i*n + b of even waves and i*n + (n-1-b) of odd full ones
-    (`fa_fwd._snake`, n = min(entries, cores))."""
-    n = max(1, min(cores, len(costs)))
-    load = [0.0] * n
-    for rank, cost in enumerate(costs):
-        wave, pos = divmod(rank, n)
-        if wave % 2 == 1 and (wave + 1) * n <= len(costs):
-            pos = n - 1 - pos
-        load[pos] += cost
-    return load
+    order) on n = min(entries, cores) blocks (`units.block_loads`, the kernel's snake)."""
+    return block_loads(costs, max(1, min(cores, len(costs))))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,10 +20,12 @@ bounded below by the compulsory HBM traffic as in `predict`.
 * A window with right bound 0 (causal, sliding window): Q blocks see different keys. Up
   to `MASKED_SAMPLES` Q blocks, spread over S0, each run alone with exactly the keys they
   see in the call; the other blocks' times are interpolated. The launch's units (each
-  head a copy) are dealt longest first to the least loaded block.
+  head a copy) go to the blocks as the kernel hands them out (`units.makespan`: the
+  persistent loop's snake over the ranks, last Q block first).
 * Other windows: the first `MASKED_PROBE_ROWS` rows' units, each on a block of its own,
-  dealt the same way. With S0 above that cap the probe has the visibility of the last
-  rows (bottom-right alignment): an upper estimate, said in the ranking's `note`.
+  ranked longest first and handed out the same way. With S0 above that cap the probe has
+  the visibility of the last rows (bottom-right alignment): an upper estimate, said in the
+  ranking's `note`.
 
 Results are kept per shape bucket (S0, S1 and batch rounded up to powers of two;
 heads, head dim, dtypes, window, switches and chip exact): in memory and as JSON
@@ -48,6 +50,7 @@ import numpy
 import torch
 
 import ptofa
+from ptofa.kernels import units as schedule
 from ptofa.launch.base import TORCH_DTYPES
 from ptofa.launch.kernel_cache import atomic_write, builder_digest, cache_root
 from ptofa.launch.plan import blocks_for, plan_forward
@@ -160,12 +163,20 @@ def probe_shape(shape: TuneShape, config: FAConfig) -> ProblemShape:
 _PREDICTIONS = {"count": 0}
 
 
+@lru_cache(maxsize=32)
+def _probe_inputs(s0: int, s1: int, head: int, in_dtype: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Q, K, V of a probe (seeded; read-only to the kernel), made once per size: every candidate
+    config of a shape probes the same sizes, and the conversion to the input dtype is not free."""
+    g = torch.Generator().manual_seed(0)
+    dtype = TORCH_DTYPES[in_dtype]
+    q = torch.randn(1, s0, 1, head, generator=g).to(dtype)
+    k, v = (torch.randn(1, s1, 1, head, generator=g).to(dtype) for _ in range(2))
+    return q, k, v
+
+
 def _probe_block_us(config: FAConfig, probe: ProblemShape, spec, probe_blocks: int):
     """Simulate the probe on `probe_blocks` blocks with a trace; the timing model's replay of it."""
-    g = torch.Generator().manual_seed(0)
-    dtype = TORCH_DTYPES[config.in_dtype]
-    q = torch.randn(1, probe.s0, 1, config.head, generator=g).to(dtype)
-    k, v = (torch.randn(1, probe.s1, 1, config.head, generator=g).to(dtype) for _ in range(2))
+    q, k, v = _probe_inputs(probe.s0, probe.s1, config.head, config.in_dtype)
     o = torch.empty(1, probe.s0, 1, config.head, dtype=TORCH_DTYPES[config.out_dtype])
     lse = torch.empty(1, 1, probe.s0) if config.lse else None
     key_mask = torch.ones(probe.s1, dtype=torch.int8) if config.key_padding else None
@@ -176,11 +187,22 @@ def _probe_block_us(config: FAConfig, probe: ProblemShape, spec, probe_blocks: i
 
 
 def longest_first_makespan(unit_us: list[float], blocks: int) -> float:
-    """The busiest block's time when units, longest first, each go to the least loaded block."""
+    """The busiest block's time when units, longest first, each go to the least loaded block:
+    what a dynamic scheduler would reach, not what the kernel does (its static snake is
+    `units.makespan`, which `busiest_block_us` uses)."""
     loads = [0.0] * blocks
     for us in sorted(unit_us, reverse=True):
         heapq.heapreplace(loads, loads[0] + us)
     return max(loads)
+
+
+def masked_makespan(q_block_us: list[float], batch_heads: int, blocks: int) -> float:
+    """The busiest block's time of a dense masked launch whose Q block i takes `q_block_us[i]`
+    in each of `batch_heads` (batch, head) pairs: the kernel's ranks (last Q block first,
+    `units.masked_q_block`) handed out by its persistent loop (`units.makespan`)."""
+    q_blocks = len(q_block_us)
+    ranked = [q_block_us[schedule.masked_q_block(r, batch_heads, q_blocks)] for r in range(q_blocks * batch_heads)]
+    return schedule.makespan(ranked, blocks)
 
 
 def sampled_q_blocks(q_blocks: int) -> list[int]:
@@ -214,13 +236,13 @@ def busiest_block_us(config: FAConfig, shape: TuneShape, spec, block_dim: int) -
     units = shape.problem().work_units(config)
     if config.masked and shape.window[1] == 0:
         unit_us, bound = left_window_unit_us(config, shape, spec)
-        return longest_first_makespan(unit_us * (shape.batch * shape.heads), block_dim), bound
+        return masked_makespan(unit_us, shape.batch * shape.heads, block_dim), bound
     probe = probe_shape(shape, config)
     probe_units = probe.work_units(config)
     if config.masked:  # unequal units: one per probe block, then dealt to the launch's blocks
         timed = _probe_block_us(config, probe, spec, probe_units)
-        unit_us = list(timed.block_us.values()) * math.ceil(units / probe_units)
-        return longest_first_makespan(unit_us, block_dim), timed.bound
+        unit_us = sorted(list(timed.block_us.values()) * math.ceil(units / probe_units), reverse=True)
+        return schedule.makespan(unit_us[:units], block_dim), timed.bound
     timed = _probe_block_us(config, probe, spec, 1)  # equal units, back to back on one block
     return math.ceil(units / block_dim) * timed.block_us[0] / probe_units, timed.bound
 

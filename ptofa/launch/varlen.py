@@ -25,6 +25,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ptofa.kernels.units import kernel_bounds, split_tiles, visible_tiles
 from ptofa.pipeline import MAX_SPLITS, REDUCE_TABLE, UNIT_TABLE, ConfigError, FAConfig, ProblemShape
 from ptofa.reference import Reference, reference_fa
 
@@ -56,14 +57,9 @@ def varlen_shape(q_lens: list[int], k_lens: list[int], heads: int, kv_heads: int
 
 
 def _visible_tiles(c: FAConfig, q0: int, q_rows: int, q_len: int, k_len: int, window: tuple[int, int]) -> int:
-    """KV tiles the kernel visits for one unit (the host mirror of fa_fwd._unit's range)."""
-    if not c.masked:
-        return -(-k_len // c.tile_s1)
-    left, right = (q_len + k_len if w < 0 else w for w in window)
-    diag = k_len - q_len
-    j_lo = max(q0 + diag - left, 0)
-    j_hi = min(q0 + q_rows + diag + right, k_len)
-    return -(-j_hi // c.tile_s1) - j_lo // c.tile_s1 if j_hi > j_lo else 0
+    """KV tiles the kernel visits for one unit (`units.visible_tiles`; no window without a mask)."""
+    bounds = kernel_bounds(window, q_len, k_len) if c.masked else None
+    return visible_tiles(q0, q_rows, q_len, k_len, bounds, c.tile_s1)
 
 
 def unit_visible_tiles(c: FAConfig, table: torch.Tensor, window: tuple[int, int] = (-1, -1)) -> list[int]:
@@ -75,12 +71,6 @@ def unit_visible_tiles(c: FAConfig, table: torch.Tensor, window: tuple[int, int]
         q_len, k_len = row[f["q_len"]], row[f["k_len"]]
         tiles.append(_visible_tiles(c, q0, min(c.cube_s0, q_len - q0), q_len, k_len, window))
     return tiles
-
-
-def split_tiles(visible: int, split: int, splits: int) -> int:
-    """Tiles split `split` of `splits` gets of a unit's `visible` tiles (the host mirror of
-    fa_fwd._split_range: [n*i // S, n*(i+1) // S))."""
-    return visible * (split + 1) // splits - visible * split // splits
 
 
 def unit_table(c: FAConfig, q_lens: list[int], k_lens: list[int], heads: int,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
+import weakref
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ from ptofa.sim.trace import Trace, TraceOp
 from ptofa.ir.textio import ParsedModule
 
 CORE_NAMES = ("cube", "vec0", "vec1")
+# Compiled programs per parsed module (by identity, dropped with it) and trace flag.
+_PROGRAMS: dict[int, dict[tuple[int, bool], tuple[builtin.ModuleOp, Program]]] = {}
 HISTORY = 6  # ops remembered per core for reports
 
 
@@ -118,6 +121,24 @@ class Core:
                 TraceOp(self.name, self.block, "scalar", self.pending_line, "other", scalar_ops=self.pending_scalar)
             )
             self.pending_scalar = 0
+
+
+def compiled(parsed: ParsedModule, trace: bool) -> Program:
+    """The simulator program of `parsed`, compiled once per parsed module and trace flag.
+
+    A `ParsedModule` is not changed once parsed (a fault makes a new one, `inject_fault`),
+    so its program is kept as long as the parsed module lives: a tune's probe launches
+    of one kernel compile it once. The key is the module object (its `id`, dropped when
+    it dies, so an id is never reused for a stale entry), the `ModuleOp` it holds and
+    `trace`, the one option the compiled program depends on."""
+    programs = _PROGRAMS.get(id(parsed))
+    if programs is None:
+        programs = _PROGRAMS[id(parsed)] = {}
+        weakref.finalize(parsed, _PROGRAMS.pop, id(parsed), None)
+    key = (id(parsed.module), bool(trace))
+    if key not in programs:  # the entry holds the ModuleOp, so its id is not reused while cached
+        programs[key] = (parsed.module, compile_module(parsed, trace=trace))
+    return programs[key][1]
 
 
 def _bind_args(entry: FuncProgram, args: dict[str, object]) -> list:
@@ -231,7 +252,7 @@ def simulate(
     if options.fault is not None:
         parsed = inject_fault(parsed, options.fault)
     trace = options.trace
-    program = compile_module(parsed, trace=trace)
+    program = compiled(parsed, trace)
     bound = _bind_args(program.entry, args)
     tr = Trace(block_dim) if trace else None
     launch = LaunchState(program, block_dim, options.max_steps, tr)

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from dataclasses import replace as dataclass_replace
 
 from ptofa.ir import dialect as d
+from ptofa.kernels.units import block_units
 from ptofa.pipeline import DTYPE_BYTES, FAConfig, ProblemShape
 from ptofa.sim import registry
 from ptofa.sim.socspec import VECTOR_COUNT_MODE_FLOOR, VECTOR_INSTRUCTIONS, SocSpec, get_soc
@@ -661,8 +662,9 @@ def _union_length(spans: list[tuple[float, float]]) -> float:
 
 
 def units_of_block(block: int, block_dim: int, work_units: int) -> int:
-    """Work units of block `block` when block i runs units i, i + block_dim, ..."""
-    return len(range(block, work_units, block_dim))
+    """Work units of block `block` of the persistent loop (`units.block_units`: block i runs
+    loop indices i, i + block_dim, ...; a snake only changes which rank each one is)."""
+    return len(block_units(block, block_dim, work_units, snake=False))
 
 
 def blocks_to_trace(block_dim: int, work_units: int) -> list[int]:
