@@ -183,7 +183,8 @@ def test_pipe_faults_are_reported():
 @pytest.mark.parametrize("kwargs, rule", [
     (dict(head=96), "head dim"),
     (dict(in_dtype="f32"), "dtypes"),
-    (dict(block_kv=32), "block size"),
+    (dict(block_kv=48), "block size"),
+    (dict(dkdv_passes=3), "dkdv passes"),
     (dict(dq_block_q=256), "block size"),
     (dict(preload=0), "preload"),
     (dict(slot_num=5), "slot ring reuse"),
@@ -197,7 +198,7 @@ def test_invalid_configs_name_the_rule(kwargs, rule):
 
 
 def test_budgets_fit_and_count_hidden_scratch():
-    for head in (64, 128):
+    for head in (64, 96, 128):
         config = BwdConfig(head=head)
         for kernel in ("dq", "dkdv"):
             plan = budget(config, kernel)
@@ -226,8 +227,8 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="backend='gpu' must be"):
         attention_backward(q, k, v, q, lse, dout, backend="gpu")
     with pytest.raises(ConfigError, match="head dim"):
-        attention_backward(*(torch.zeros(1, 8, 1, 96, dtype=torch.float16),) * 4, torch.zeros(1, 1, 8),
-                           torch.zeros(1, 8, 1, 96, dtype=torch.float16))
+        attention_backward(*(torch.zeros(1, 8, 1, 80, dtype=torch.float16),) * 4, torch.zeros(1, 1, 8),
+                           torch.zeros(1, 8, 1, 80, dtype=torch.float16))
 
 
 # ---- timing -------------------------------------------------------------------------------

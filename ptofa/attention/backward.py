@@ -23,7 +23,7 @@ import torch
 
 from ptofa.attention.core import resolve_backend
 from ptofa.ir.textio import ParsedModule
-from ptofa.kernels.bwd_pipeline import BwdConfig, work_units
+from ptofa.kernels.bwd_pipeline import BwdConfig, default_config, work_units
 from ptofa.launch import sim
 from ptofa.launch.base import normalize_key_mask
 from ptofa.launch.dispatch import backend_soc, launch_on
@@ -85,7 +85,7 @@ def attention_backward(
     """Gradients (dq, dk, dv) of attention, flash-attn's conventions, run by the backward kernels.
 
     q, out, dout: [B, S0, N, D]; k, v: [B, S1, KVN, D] (N a multiple of KVN: GQA/MQA, dk/dv are
-    summed over each kv head's q heads); all float16 or all bfloat16; D 64 or 128. Non-contiguous tensors are copied.
+    summed over each kv head's q heads); all float16 or all bfloat16; D 64, 96, 128, 192 or 256. Non-contiguous tensors are copied.
     lse:     [B, N, S0] float32 from the forward (`flash_attn_func(..., return_lse=True)`);
              +inf marks a row that sees no key (its gradients are 0).
     softmax_scale: default 1 / sqrt(D).
@@ -120,8 +120,7 @@ def attention_backward(
     atomic = not deterministic
     key_mask = None if key_padding_mask is None else normalize_key_mask(key_padding_mask, b, s1)
     padded = key_mask is not None
-    cfg = config or BwdConfig(head=d, in_dtype=dtype, masked=masked, atomic_dq=atomic, block_q=64 if atomic else 128,
-                              key_padding=padded)
+    cfg = config or default_config(d, dtype, masked=masked, atomic_dq=atomic, key_padding=padded)
     if cfg.head != d or cfg.in_dtype != dtype or cfg.masked != masked or cfg.atomic_dq != atomic or cfg.key_padding != padded:
         raise ConfigError(f"attention_backward: config (head={cfg.head}, in_dtype={cfg.in_dtype}, masked={cfg.masked}, "
                           f"atomic_dq={cfg.atomic_dq}, key_padding={cfg.key_padding}) does not match the inputs (D={d}, "

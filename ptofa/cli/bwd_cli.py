@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from ptofa.launch.base import TORCH_DTYPES
-from ptofa.kernels.bwd_pipeline import BwdConfig, budget
+from ptofa.kernels.bwd_pipeline import BwdConfig, budget, default_config
 from ptofa.sim.bwd_timing import predict_backward
 from ptofa.kernels.fa_bwd import emit_bwd
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
@@ -31,8 +31,8 @@ def backward_config(config: FAConfig, atomic: bool = False) -> BwdConfig:
     if unsupported:
         raise InputError(f"--backward: {', '.join(unsupported)} not supported by the backward kernels yet")
     try:
-        return BwdConfig(head=config.head, in_dtype=config.in_dtype, masked=config.masked, target=config.target,
-                         atomic_dq=atomic, block_q=64 if atomic else 128, key_padding=config.key_padding)
+        return default_config(config.head, config.in_dtype, masked=config.masked, target=config.target,
+                              atomic_dq=atomic, key_padding=config.key_padding)
     except ConfigError as exc:
         raise InputError(f"invalid backward config: {exc}") from None
 

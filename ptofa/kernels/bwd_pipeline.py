@@ -30,6 +30,18 @@ With `atomic_dq` the backward is instead three kernels, and the dq kernel is not
          this mode needs block_q == block_kv.
 * `post` vector-only: dQ f32 -> input dtype.
 
+Every head dim of the forward (64, 96, 128, 192, 256). Above 128 the cube's operands are
+split in two D chunks (`d_chunk` = 96 or 128, as the forward's): S = Q K^T and dP = dO V^T
+accumulate over the chunks, and dQ, dK, dV have one L0C accumulator per chunk. The L0A / L0B
+operands (`operands`) each get a tile of their own when they all fit; otherwise those of one
+shape share a ring of tiles, moved in from L1 before each use (`operand_tiles`: D = 96 with
+128-query steps, D = 128 / 256 with [128, 128] right operands, the dq kernel's Q / dO at 256).
+L0C is what limits the dkdv kernel above 128: its dK and dV accumulators (2 x block_kv x D
+f32) beside S^T and dP^T. `dkdv_passes=2` runs a unit's steps twice, dV first (S^T, P^T,
+dV += P^T dO), then dK (S^T, dP^T, dS^T, dK += dS^T Q), so one accumulator serves both: one
+more GEMM per score (S^T twice) for 64-key blocks at D = 256. `default_config` holds the
+block sizes and passes the timing model chose per head dim and mode (`DEFAULT_BLOCKS`).
+
 `key_padding` adds the forward kernel's i8 key mask (and its batch stride) to the dq and dkdv
 kernels' arguments; their vectors turn it into an additive bias on the scores.
 
@@ -44,15 +56,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ptofa.pipeline import DTYPE_BYTES, IN_DTYPES, MAX_MATMUL_DIM, VEC_CORES, Budget, BudgetRow, ConfigError, PipeSpec, TileSpec
+from ptofa.pipeline import (
+    DTYPE_BYTES,
+    IN_DTYPES,
+    MAX_MATMUL_DIM,
+    SPLIT_HEAD,
+    SUPPORTED_HEAD,
+    VEC_CORES,
+    Budget,
+    BudgetRow,
+    ConfigError,
+    PipeSpec,
+    TileSpec,
+)
 from ptofa.ir.target import ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES
 from ptofa.ir.target import align as _align
 
 KERNELS = ("dq", "dkdv")
 ATOMIC_KERNELS = ("prep", "dkdv", "post")
 ALL_KERNELS = ("dq", "prep", "dkdv", "post")
-BWD_HEADS = (64, 128)
-BLOCK_SIZES = (64, 128)
+BWD_HEADS = SUPPORTED_HEAD
+BLOCK_SIZES = (32, 64, 128)
 # trowexpand* ops with ptoas's hidden 8 KiB UB scratch: in the dq kernel's vector function the
 # sub for dP - D (its expdif for P takes the plan's `exp_tmp`, `target.EXPDIF_TMP_BYTES`). The
 # dkdv vectors use tcolexpandadd (no scratch), and with a key mask one trowexpandadd (the mask
@@ -62,7 +86,7 @@ ROWEXPAND_OPS = {"dq": 1, "dkdv": 0, "prep": 0, "post": 0}
 
 def rowexpand_ops(c: BwdConfig, kernel: str) -> int:
     """trowexpand* ops (each with ptoas's hidden UB scratch) in `kernel`'s vector function."""
-    return ROWEXPAND_OPS[kernel] + int(kernel == "dkdv" and c.key_padding)
+    return ROWEXPAND_OPS[kernel] + int(kernel == "dkdv" and c.key_padding) * c.dkdv_passes
 
 
 @dataclass(frozen=True)
@@ -81,6 +105,7 @@ class BwdConfig:
     target: str = "a3"
     atomic_dq: bool = False  # prep + dkdv (with atomic dQ) + post instead of dq + dkdv
     key_padding: bool = False  # an i8 key mask ([B, S1] or [S1]) hides padding keys from every query
+    dkdv_passes: int = 1  # 2: a dkdv unit runs its steps twice, dV first, then dK, through one L0C accumulator
 
     def __post_init__(self) -> None:
         _check(self)
@@ -94,6 +119,15 @@ class BwdConfig:
     def kernels(self) -> tuple[str, ...]:
         """The kernels one backward launches, in order."""
         return ATOMIC_KERNELS if self.atomic_dq else KERNELS
+
+    @property
+    def d_split(self) -> int:
+        """D chunks of the cube's matmul operands: 1, or 2 for head dims above 128 (L0A / L0B budgets)."""
+        return 1 if self.head <= SPLIT_HEAD else 2
+
+    @property
+    def d_chunk(self) -> int:
+        return self.head // self.d_split
 
     @property
     def sync_period(self) -> int:
@@ -128,7 +162,31 @@ class BwdConfig:
         return (f"head={self.head} in={self.in_dtype} block_kv={self.block_kv} block_q={self.block_q} "
                 f"dq_block_q={self.dq_block_q} dq_block_kv={self.dq_block_kv} preload={self.preload} "
                 f"slot_num={self.slot_num}" + (" masked" if self.masked else "") + (" atomic_dq" if self.atomic_dq else "")
-                + (" key_padding" if self.key_padding else ""))
+                + (" key_padding" if self.key_padding else "") + (" dkdv_passes=2" if self.dkdv_passes == 2 else ""))
+
+
+# (block_kv, block_q, dkdv_passes) of the dkdv kernel and dq_block_kv of the dq kernel per
+# (head dim, atomic_dq), chosen by the timing model (B = N = 1, S0 = S1 = 8192, f16, predicted
+# launches; the README's backward section lists the candidates). Above D = 128 the dK and dV
+# accumulators of a block (2 x block_kv x D f32) leave too little of L0C's 128 KiB for S^T and
+# dP^T; the atomic mode also holds the dQ piece [block_q, D] and needs block_q == block_kv.
+DEFAULT_BLOCKS = {
+    (64, False): (64, 128, 1, 64), (96, False): (64, 128, 1, 64), (128, False): (64, 128, 1, 64),
+    (192, False): (64, 64, 1, 64), (256, False): (64, 128, 2, 128),
+    (64, True): (64, 64, 1, 64), (96, True): (64, 64, 1, 64), (128, True): (64, 64, 1, 64),
+    (192, True): (64, 64, 2, 64), (256, True): (32, 32, 1, 64),
+}
+
+
+def default_config(head: int, in_dtype: str = "f16", *, masked: bool = False, atomic_dq: bool = False,
+                   key_padding: bool = False, target: str = "a3") -> BwdConfig:
+    """The backward kernels for a head dim and switches, with the block sizes and dkdv passes of
+    `DEFAULT_BLOCKS` (`ConfigError` for a head dim the backward does not support)."""
+    if head not in BWD_HEADS:
+        raise ConfigError(f"head dim: head={head}: the backward supports {BWD_HEADS}")
+    block_kv, block_q, passes, dq_block_kv = DEFAULT_BLOCKS[(head, atomic_dq)]
+    return BwdConfig(head=head, in_dtype=in_dtype, masked=masked, atomic_dq=atomic_dq, key_padding=key_padding,
+                     target=target, block_kv=block_kv, block_q=block_q, dkdv_passes=passes, dq_block_kv=dq_block_kv)
 
 
 def _check(c: BwdConfig) -> None:
@@ -140,7 +198,11 @@ def _check(c: BwdConfig) -> None:
     if c.target not in ("a2", "a3"):
         fail("target", f"target={c.target!r}; only a2/a3 (dav-c220) are supported")
     if c.head not in BWD_HEADS:
-        fail("head dim", f"head={c.head}: the backward supports {BWD_HEADS} (dK/dV accumulators in L0C)")
+        fail("head dim", f"head={c.head}: the backward supports {BWD_HEADS}")
+    if c.dkdv_passes not in (1, 2):
+        fail("dkdv passes", f"dkdv_passes={c.dkdv_passes} must be 1 (dK and dV together) or 2 (dV, then dK)")
+    if c.d_chunk % 16 != 0:
+        fail("head dim", f"D chunk {c.d_chunk} (head={c.head} / {c.d_split}) must be a multiple of 16 (cube fractal)")
     for name in ("block_kv", "block_q", "dq_block_q", "dq_block_kv"):
         if getattr(c, name) not in BLOCK_SIZES:
             fail("block size", f"{name}={getattr(c, name)} must be one of {BLOCK_SIZES}")
@@ -159,44 +221,148 @@ def _check(c: BwdConfig) -> None:
                                      f"{c.slot_num} - {c.sync_period} + 1 = {limit} (batched free credits)")
 
 
+@dataclass(frozen=True)
+class Operand:
+    """One L0A / L0B matmul operand of a kernel, listed in the order the cube first uses it."""
+
+    role: str  # "q", "kt", ... or per D chunk "q0", "q1"
+    stage: str  # qk / pv (timing-model colours)
+    loc: str  # left / right
+    rows: int
+    cols: int
+    unit: bool  # loaded once per work unit: it stays in L0 when it has a tile of its own
+
+    @property
+    def nbytes(self) -> int:
+        return _align(self.rows * self.cols * DTYPE_BYTES["f16"], ALIGNMENT[self.loc])  # f16 or bf16
+
+
+def chunk_names(c: BwdConfig, name: str) -> list[str]:
+    """Names of a per-D-chunk tile or operand: `name` alone, or name0, name1 when the cube splits D."""
+    return [name] if c.d_split == 1 else [f"{name}{i}" for i in range(c.d_split)]
+
+
+def operands(c: BwdConfig, kernel: str) -> list[Operand]:
+    """The L0A / L0B operands of `kernel`'s matmuls: [rows, D chunk] pieces of Q, dO, K, V and their
+    transposes, and dS (dq) or P^T, dS^T (dkdv)."""
+    dc = c.d_chunk
+    rows, cols = c.rows_cols(kernel)
+    if kernel == "dq":  # S = Q K^T, dP = dO V^T (summed over the D chunks), dQ[:, j] = dS K[:, j]
+        return ([Operand(r, "qk", "left", rows, dc, True) for r in chunk_names(c, "q") + chunk_names(c, "do")]
+                + [Operand("ds", "pv", "left", rows, cols, False)]
+                + [Operand(r, "qk", "right", dc, cols, False) for r in chunk_names(c, "kt") + chunk_names(c, "vt")]
+                + [Operand(r, "pv", "right", cols, dc, False) for r in chunk_names(c, "k")])
+    if kernel != "dkdv":
+        return []
+    # S^T = K Q^T, dP^T = V dO^T (summed over the D chunks), dV[:, j] = P^T dO[:, j], dK[:, j] = dS^T Q[:, j]
+    return ([Operand(r, "qk", "left", rows, dc, True) for r in chunk_names(c, "k") + chunk_names(c, "v")]
+            + [Operand(r, "pv", "left", rows, cols, False) for r in ("pt", "dst")]
+            + [Operand(r, "qk", "right", dc, cols, False) for r in chunk_names(c, "qt") + chunk_names(c, "dot")]
+            + [Operand(r, "pv", "right", cols, dc, False) for r in chunk_names(c, "do") + chunk_names(c, "q")])
+
+
+def grad_accs(c: BwdConfig) -> dict[str, list[str]]:
+    """The dkdv kernel's L0C accumulators of dV and dK, per D chunk: their own, or with
+    `dkdv_passes=2` one set that holds dV in the first pass and dK in the second."""
+    if c.dkdv_passes == 2:
+        return {"dv": chunk_names(c, "dkv_acc"), "dk": chunk_names(c, "dkv_acc")}
+    return {"dv": chunk_names(c, "dv_acc"), "dk": chunk_names(c, "dk_acc")}
+
+
+def dkdv_passes(c: BwdConfig) -> tuple[tuple[str, ...], ...]:
+    """The gradients each pass of a dkdv unit over its steps computes: (dv, dk) at once, or dv then dk."""
+    return (("dv",), ("dk",)) if c.dkdv_passes == 2 else (("dv", "dk"),)
+
+
+def operand_tiles(c: BwdConfig, kernel: str) -> dict[str, str]:
+    """Operand role -> the L0A / L0B tile that holds it. Every operand gets a tile of its own when
+    they all fit the space; otherwise the operands of one shape share a ring of two tiles (one when
+    two per shape do not fit), taken in turn in the order the cube uses them (so a move fills one
+    tile while the matmul reads the other), and each is moved in from L1 before every use."""
+    names: dict[str, str] = {}
+    for loc in ("left", "right"):
+        ops = [o for o in operands(c, kernel) if o.loc == loc]
+        if sum(o.nbytes for o in ops) <= CAPACITY[loc]:
+            names.update({o.role: f"{o.role}_{loc}" for o in ops})
+            continue
+        groups: dict[tuple[int, int], list[Operand]] = {}
+        for o in ops:
+            groups.setdefault((o.rows, o.cols), []).append(o)
+        ring = 2 if sum(min(2, len(g)) * g[0].nbytes for g in groups.values()) <= CAPACITY[loc] else 1
+        for gi, group in enumerate(groups.values()):
+            prefix = "r" if len(groups) == 1 else f"r{gi}_"
+            for i, o in enumerate(group):
+                names[o.role] = f"{o.role}_{loc}" if len(group) == 1 else f"{prefix}{i % ring}_{loc}"
+    return names
+
+
+def resident_roles(c: BwdConfig, kernel: str) -> frozenset[str]:
+    """Unit-level operands with a tile of their own: moved into L0 once per work unit."""
+    names = operand_tiles(c, kernel)
+    shared = {n for n in names.values() if list(names.values()).count(n) > 1}
+    return frozenset(o.role for o in operands(c, kernel) if o.unit and names[o.role] not in shared)
+
+
 def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
     """Every tile the builder allocates for `kernel` ("dq" or "dkdv"), per core."""
     if kernel not in c.kernels:
         raise ValueError(f"kernel={kernel!r} must be one of {c.kernels}")
-    d, dt = c.head, c.in_dtype
+    dc, dt = c.d_chunk, c.in_dtype
     rows, cols = c.rows_cols(kernel)
     vr = rows // VEC_CORES
     if kernel in ("prep", "post"):
         return _vector_only_plan(c, kernel)
     nz = dict(blayout="col_major", slayout="row_major", dynamic=True)
     zn = dict(slayout="col_major", dynamic=True)
-    left = dict(slayout="row_major", dynamic=True)
-    right = dict(slayout="col_major", dynamic=True)
     acc = dict(blayout="col_major", slayout="row_major", fractal=1024, dynamic=True)
     dyn = dict(dynamic=True)
+
+    def chunked(name: str, stage: str, loc: str, r: int, cc: int, dtype: str, **kw) -> list[TileSpec]:
+        return [TileSpec(n, "cube", stage, loc, r, cc, dtype, **kw) for n in chunk_names(c, name)]
+
     if kernel == "dq":  # rows = queries, cols = keys
-        cube = [
-            TileSpec("q_mat", "cube", "qk", "mat", rows, d, dt, **nz),
-            TileSpec("do_mat", "cube", "qk", "mat", rows, d, dt, **nz),
-            TileSpec("kt_mat", "cube", "qk", "mat", d, cols, dt, **zn),
-            TileSpec("vt_mat", "cube", "qk", "mat", d, cols, dt, **zn),
-            TileSpec("k_mat", "cube", "pv", "mat", cols, d, dt, **nz),
+        mats = [
+            *chunked("q_mat", "qk", "mat", rows, dc, dt, **nz),
+            *chunked("do_mat", "qk", "mat", rows, dc, dt, **nz),
+            *chunked("kt_mat", "qk", "mat", dc, cols, dt, **zn),
+            *chunked("vt_mat", "qk", "mat", dc, cols, dt, **zn),
+            *chunked("k_mat", "pv", "mat", cols, dc, dt, **nz),
             TileSpec("ds_mat", "cube", "pv", "mat", rows, cols, dt, **nz),
-            TileSpec("q_left", "cube", "qk", "left", rows, d, dt, **left),
-            TileSpec("do_left", "cube", "qk", "left", rows, d, dt, **left),
-            TileSpec("ds_left", "cube", "pv", "left", rows, cols, dt, **left),
-            TileSpec("kt_right", "cube", "qk", "right", d, cols, dt, **right),
-            TileSpec("vt_right", "cube", "qk", "right", d, cols, dt, **right),
-            TileSpec("k_right", "cube", "pv", "right", cols, d, dt, **right),
-            TileSpec("s_acc", "cube", "qk", "acc", rows, cols, "f32", **acc),
-            TileSpec("dp_acc", "cube", "qk", "acc", rows, cols, "f32", **acc),
-            TileSpec("dq_acc", "cube", "pv", "acc", rows, d, "f32", **acc),
         ]
+        accs = [TileSpec("s_acc", "cube", "qk", "acc", rows, cols, "f32", **acc),
+                TileSpec("dp_acc", "cube", "qk", "acc", rows, cols, "f32", **acc),
+                *chunked("dq_acc", "pv", "acc", rows, dc, "f32", **acc)]
+    else:  # rows = keys, cols = queries
+        mats = [
+            *chunked("k_mat", "qk", "mat", rows, dc, dt, **nz),
+            *chunked("v_mat", "qk", "mat", rows, dc, dt, **nz),
+            *chunked("qt_mat", "qk", "mat", dc, cols, dt, **zn),
+            *chunked("dot_mat", "qk", "mat", dc, cols, dt, **zn),
+            *chunked("do_mat", "pv", "mat", cols, dc, dt, **nz),
+            *chunked("q_mat", "pv", "mat", cols, dc, dt, **nz),
+            TileSpec("pt_mat", "cube", "pv", "mat", rows, cols, dt, **nz),
+            TileSpec("dst_mat", "cube", "pv", "mat", rows, cols, dt, **nz),
+        ]
+        accs = [TileSpec("st_acc", "cube", "qk", "acc", rows, cols, "f32", **acc),
+                TileSpec("dpt_acc", "cube", "qk", "acc", rows, cols, "f32", **acc)]
+        for name in dict.fromkeys(n for names in grad_accs(c).values() for n in names):
+            accs.append(TileSpec(name, "cube", "pv", "acc", rows, dc, "f32", **acc))
+        if c.atomic_dq:  # K's rows of each vector core's keys, [block_q, D chunk] like the Q right tile they move into
+            mats += [t for i in range(VEC_CORES) for t in chunked(f"kp{i}_mat", "pv", "mat", cols, dc, dt, **nz)]
+            accs += chunked("dqp_acc", "pv", "acc", cols, dc, "f32", **acc)
+    l0: dict[str, TileSpec] = {}
+    names = operand_tiles(c, kernel)
+    for o in operands(c, kernel):
+        layout = dict(slayout="row_major") if o.loc == "left" else dict(slayout="col_major")
+        l0.setdefault(names[o.role], TileSpec(names[o.role], "cube", o.stage, o.loc, o.rows, o.cols, dt, dynamic=True,
+                                              **layout))
+    cube = mats + [t for t in l0.values() if t.loc == "left"] + [t for t in l0.values() if t.loc == "right"] + accs
+    if kernel == "dq":
         vector = [
-            TileSpec("o_in", "vector", "p", "vec", vr, d, dt, **dyn),
-            TileSpec("do_in", "vector", "p", "vec", vr, d, dt, **dyn),
-            TileSpec("o_f32", "vector", "p", "vec", vr, d, "f32", **dyn),
-            TileSpec("do_f32", "vector", "p", "vec", vr, d, "f32", **dyn),
+            TileSpec("o_in", "vector", "p", "vec", vr, c.head, dt, **dyn),
+            TileSpec("do_in", "vector", "p", "vec", vr, c.head, dt, **dyn),
+            TileSpec("o_f32", "vector", "p", "vec", vr, c.head, "f32", **dyn),
+            TileSpec("do_f32", "vector", "p", "vec", vr, c.head, "f32", **dyn),
             TileSpec("dsum_col", "vector", "p", "vec", vr, 1, "f32", blayout="col_major"),
             TileSpec("stat_row", "vector", "p", "vec", 1, vr, "f32", **dyn),  # LSE, then D (row view)
             TileSpec("lse_all", "vector", "p", "vec", 1, vr, "f32"),
@@ -204,29 +370,7 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
             TileSpec("exp_tmp", "vector", "p", "vec", 1, EXPDIF_TMP_BYTES // DTYPE_BYTES["f32"], "f32"),
         ]
         vector += _key_mask_tiles(c, cols)
-    else:  # rows = keys, cols = queries
-        cube = [
-            TileSpec("k_mat", "cube", "qk", "mat", rows, d, dt, **nz),
-            TileSpec("v_mat", "cube", "qk", "mat", rows, d, dt, **nz),
-            TileSpec("qt_mat", "cube", "qk", "mat", d, cols, dt, **zn),
-            TileSpec("dot_mat", "cube", "qk", "mat", d, cols, dt, **zn),
-            TileSpec("do_mat", "cube", "pv", "mat", cols, d, dt, **nz),
-            TileSpec("q_mat", "cube", "pv", "mat", cols, d, dt, **nz),
-            TileSpec("pt_mat", "cube", "pv", "mat", rows, cols, dt, **nz),
-            TileSpec("dst_mat", "cube", "pv", "mat", rows, cols, dt, **nz),
-            TileSpec("k_left", "cube", "qk", "left", rows, d, dt, **left),
-            TileSpec("v_left", "cube", "qk", "left", rows, d, dt, **left),
-            TileSpec("pt_left", "cube", "pv", "left", rows, cols, dt, **left),
-            TileSpec("dst_left", "cube", "pv", "left", rows, cols, dt, **left),
-            *[TileSpec(name, "cube", "qk", "right", r, cc, dt, **right) for name, (r, cc) in _right_tiles(c).items()],
-            TileSpec("st_acc", "cube", "qk", "acc", rows, cols, "f32", **acc),
-            TileSpec("dpt_acc", "cube", "qk", "acc", rows, cols, "f32", **acc),
-            TileSpec("dv_acc", "cube", "pv", "acc", rows, d, "f32", **acc),
-            TileSpec("dk_acc", "cube", "pv", "acc", rows, d, "f32", **acc),
-        ]
-        if c.atomic_dq:  # K's rows of each vector core's keys, [block_q, D] like the Q right tile they move into
-            cube += [TileSpec(f"kp{i}_mat", "cube", "pv", "mat", cols, d, dt, **nz) for i in range(VEC_CORES)]
-            cube.append(TileSpec("dqp_acc", "cube", "pv", "acc", cols, d, "f32", **acc))
+    else:
         vector = [
             TileSpec("stat_row", "vector", "p", "vec", 1, cols, "f32", **dyn),  # -LSE, then -D per query column
             TileSpec("nlse_row", "vector", "p", "vec", 1, cols, "f32", **dyn),
@@ -247,10 +391,12 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
 
 
 def _key_mask_tiles(c: BwdConfig, keys: int) -> list[TileSpec]:
-    """The key mask of `keys` keys as loaded (i8), converted (f16, f32) and made a bias."""
+    """The key mask of `keys` keys as loaded (i8), converted (f16, f32) and made a bias; the rows are at
+    least 32 bytes (a vector tile's row alignment: 32 i8 columns for the 16 keys of a 32-key block's core)."""
     if not c.key_padding:
         return []
-    return [TileSpec(f"kpm_{dt}", "vector", "p", "vec", 1, keys, dt, dynamic=True) for dt in ("i8", "f16", "f32")]
+    cols = _align(keys, ALIGNMENT["vec"] // DTYPE_BYTES["i8"])
+    return [TileSpec(f"kpm_{dt}", "vector", "p", "vec", 1, cols, dt, dynamic=True) for dt in ("i8", "f16", "f32")]
 
 
 def _vector_only_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
@@ -270,22 +416,6 @@ def _vector_only_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
         TileSpec("stat_row", "vector", "p", "vec", 1, vr, "f32", **dyn),
         TileSpec("zeros", "vector", "p", "vec", vr, d, "f32", **dyn),  # stored over the f32 dQ accumulator's rows
     ]
-
-
-def _right_tiles(c: BwdConfig) -> dict[str, tuple[int, int]]:
-    """The dkdv kernel's right operands: Q^T, dO^T ([D, block_q]) for the scores and dO, Q
-    ([block_q, D]) for the gradients; when D == block_q the two pairs share two tiles (L0B)."""
-    if c.head == c.block_q:
-        return {"r0_right": (c.head, c.block_q), "r1_right": (c.head, c.block_q)}
-    return {"qt_right": (c.head, c.block_q), "dot_right": (c.head, c.block_q),
-            "do_right": (c.block_q, c.head), "q_right": (c.block_q, c.head)}
-
-
-def right_roles(c: BwdConfig) -> dict[str, str]:
-    """Role (qt, dot, do, q) -> the dkdv right tile that holds it."""
-    if c.head == c.block_q:
-        return {"qt": "r0_right", "dot": "r1_right", "do": "r0_right", "q": "r1_right"}
-    return {role: f"{role}_right" for role in ("qt", "dot", "do", "q")}
 
 
 def budget(c: BwdConfig, kernel: str) -> Budget:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from ptofa.kernels.bwd_pipeline import BwdConfig
+from ptofa.kernels.bwd_pipeline import BWD_HEADS, BwdConfig, default_config
 from ptofa.pipeline import SUPPORTED_HEAD, SUPPORTED_TILE_S1, ConfigError, FAConfig
 
 
@@ -94,13 +94,14 @@ def forward_configs() -> list[FAConfig]:
 
 
 def backward_configs() -> list[BwdConfig]:
-    """Deterministic (dq + dkdv) and atomic-dQ (prep + dkdv + post, 64-row Q steps) modes, and
-    each with a key-padding mask on top of a window."""
-    grid = [BwdConfig(head=head, in_dtype=dtype, masked=masked, atomic_dq=atomic, block_q=64 if atomic else 128)
-            for atomic, head, dtype, masked in itertools.product((False, True), (64, 128), ("f16", "bf16"),
+    """Deterministic (dq + dkdv) and atomic-dQ (prep + dkdv + post) modes of every head dim, with the
+    block sizes `attention_backward` picks (`bwd_pipeline.default_config`), and each with a
+    key-padding mask on top of a window."""
+    grid = [default_config(head, dtype, masked=masked, atomic_dq=atomic)
+            for atomic, head, dtype, masked in itertools.product((False, True), BWD_HEADS, ("f16", "bf16"),
                                                                  (False, True))]
-    return grid + [BwdConfig(masked=True, key_padding=True, atomic_dq=atomic, block_q=64 if atomic else 128)
-                   for atomic in (False, True)]
+    return grid + [default_config(head, masked=True, key_padding=True, atomic_dq=atomic)
+                   for atomic, head in itertools.product((False, True), BWD_HEADS)]
 
 
 def kernels() -> list[Kernel]:

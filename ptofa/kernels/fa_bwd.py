@@ -42,7 +42,16 @@ from xdsl.ir import SSAValue
 
 from ptofa.kernels.argspec import BWD_ENTRY_NAMES
 from ptofa.api import F32, KernelModule, parse_ir_type, pto, scalar, tile, view_type
-from ptofa.kernels.bwd_pipeline import BwdConfig, entry_args, right_roles, tile_plan
+from ptofa.kernels.bwd_pipeline import (
+    BwdConfig,
+    chunk_names,
+    dkdv_passes,
+    entry_args,
+    grad_accs,
+    operand_tiles,
+    resident_roles,
+    tile_plan,
+)
 from ptofa.kernels.common import SPLIT, TileRange, alloc, clamp, init_pipes, pipelined, row_offset
 from ptofa.kernels.window import Window, keys_seen, mask_tile, queries_seeing
 from ptofa.pipeline import VEC_CORES, PipeSpec
@@ -53,6 +62,51 @@ NEG = -3.0e38  # additive mask value: finite, exp gives exactly 0
 
 def _entry(pipe: PipeSpec, core: str):
     return view_type([pipe.rows if core == "cube" else pipe.half_rows, pipe.cols], pipe.dtype)
+
+
+class _Operands:
+    """The cube's L0A / L0B operands (`bwd_pipeline.operand_tiles`): `unit` moves the unit-level ones that
+    have a tile of their own into L0 once per work unit; `use` returns a role's tile, first moving the
+    operand in from its L1 tile unless it stayed there for the unit."""
+
+    def __init__(self, config: BwdConfig, kernel: str, tiles: dict[str, SSAValue]) -> None:
+        self.names, self.resident, self.tiles = operand_tiles(config, kernel), resident_roles(config, kernel), tiles
+
+    def unit(self, role: str, mat: SSAValue, rows: SSAValue | int, cols: SSAValue | int) -> None:
+        if role in self.resident:
+            self._move(role, mat, rows, cols)
+
+    def use(self, role: str, mat: SSAValue, rows: SSAValue | int, cols: SSAValue | int) -> SSAValue:
+        if role in self.resident:
+            return self.tiles[self.names[role]]
+        return self._move(role, mat, rows, cols)
+
+    def _move(self, role: str, mat: SSAValue, rows: SSAValue | int, cols: SSAValue | int) -> SSAValue:
+        dst = self.tiles[self.names[role]]
+        tile.set_valid(dst, rows, cols)
+        tile.mov(mat, dst)
+        return dst
+
+
+def _load_chunks(tl: dict[str, SSAValue], names: list[str], view: SSAValue, rows: SSAValue, dc: int,
+                 ops: _Operands | None = None, roles: list[str] | None = None) -> None:
+    """Columns [j dc, (j + 1) dc) of `view`'s first `rows` rows -> L1 tile names[j] (and, unit-level, to L0)."""
+    for j, name in enumerate(names):
+        tile.set_valid(tl[name], rows, dc)
+        pto.load(pto.slice_view(view, [0, j * dc], [rows, dc], name=f"{name}_part"), tl[name])
+        if ops is not None:
+            ops.unit(roles[j], tl[name], rows, dc)
+
+
+def _store_chunks(tl: dict[str, SSAValue], names: list[str], view: SSAValue, rows: SSAValue, dc: int,
+                  atomic: str | None = None) -> None:
+    """L0C tiles names[j] -> columns [j dc, (j + 1) dc) of `view`'s first `rows` rows."""
+    for j, name in enumerate(names):
+        part = pto.slice_view(view, [0, j * dc], [rows, dc], name=f"{name}_part")
+        if atomic:
+            pto.store(tl[name], part, atomic=atomic)
+        else:
+            pto.store(tl[name], part)
 
 
 @dataclass
@@ -137,13 +191,14 @@ def _store_half(v: _Vec, entry: SSAValue, col0: int, cols: SSAValue) -> None:
     pto.store(tl["out_half"], pto.slice_view(entry, [0, col0], [vr, cols], name="pds_rows"))
 
 
-def _load_scores(v: _Vec, entry: SSAValue, cols: SSAValue, width: int) -> None:
-    """s_tile = scale * S (columns [0, cols)), dp_tile = dP (columns [width, width + cols))."""
+def _load_scores(v: _Vec, entry: SSAValue, cols: SSAValue, width: int, with_dp: bool = True) -> None:
+    """s_tile = scale * S (columns [0, cols)), dp_tile = dP (columns [width, width + cols)) `with_dp`."""
     tl, vr = v.tiles, v.c.config.vec_rows(v.c.kernel)
     for name in ("s_tile", "dp_tile", "mask_tmp"):
         tile.set_valid(tl[name], vr, cols)
     pto.load(pto.slice_view(entry, [0, 0], [vr, cols], name="s_rows"), tl["s_tile"])
-    pto.load(pto.slice_view(entry, [0, width], [vr, cols], name="dp_rows"), tl["dp_tile"])
+    if with_dp:
+        pto.load(pto.slice_view(entry, [0, width], [vr, cols], name="dp_rows"), tl["dp_tile"])
     tile.muls(tl["s_tile"], v.consts["scale"], out=tl["s_tile"])
 
 
@@ -206,17 +261,15 @@ def _dq_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     sdp, pds = config.pipes("dq")
     init_pipes((sdp, pds), c.bases, "cube", config.slot_num)
     tl = {spec.name: alloc(spec) for spec in tile_plan(config, "dq") if spec.core == "cube"}
-    d, bkv = config.head, config.dq_block_kv
+    ops = _Operands(config, "dq", tl)
+    d, dc, bkv = config.head, config.d_chunk, config.dq_block_kv
     with pto.range(c.block_idx, _dq_units(c), c.block_num, name="unit") as unit:
         u = _q_unit(c, unit)
         q_off = row_offset(scalar.add(scalar.mul(u.b, c.s0), u.q0), u.h, c.heads, d)
         kv_off = row_offset(scalar.mul(u.b, c.s1), u.g, c.kv_heads, d)
         for name in ("q", "do"):
             view = pto.as_tensor(pto.add_ptr(args[name], q_off), [u.q_rows, d], [c.q_stride, 1], name=f"{name}_view")
-            tile.set_valid(tl[f"{name}_mat"], u.q_rows, d)
-            pto.load(pto.slice_view(view, [0, 0], [u.q_rows, d], name=f"{name}_part"), tl[f"{name}_mat"])
-            tile.set_valid(tl[f"{name}_left"], u.q_rows, d)
-            tile.mov(tl[f"{name}_mat"], tl[f"{name}_left"])
+            _load_chunks(tl, chunk_names(config, f"{name}_mat"), view, u.q_rows, dc, ops, chunk_names(config, name))
         kt = pto.as_tensor(pto.add_ptr(args["k"], kv_off), [d, c.s1], [1, c.kv_stride], layout="dn", name="kT_view")
         vt = pto.as_tensor(pto.add_ptr(args["v"], kv_off), [d, c.s1], [1, c.kv_stride], layout="dn", name="vT_view")
         k_view = pto.as_tensor(pto.add_ptr(args["k"], kv_off), [c.s1, d], [c.kv_stride, 1], name="k_view")
@@ -227,14 +280,19 @@ def _dq_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
         def produce(t: SSAValue) -> None:
             n, j0 = keys(t), scalar.mul(t, bkv, name="j0")
             entry = pto.talloc("cube", sdp.pipe_id, _entry(sdp, "cube"), SPLIT, name="sdp_entry")
-            for left, view, mat, right, acc, col in (("q_left", kt, "kt_mat", "kt_right", "s_acc", 0),
-                                                     ("do_left", vt, "vt_mat", "vt_right", "dp_acc", bkv)):
-                tile.set_valid(tl[mat], d, n)
-                pto.load(pto.slice_view(view, [0, j0], [d, n], name="t_part"), tl[mat])
-                tile.set_valid(tl[right], d, n)
-                tile.mov(tl[mat], tl[right])
+            for left, view, mat, right, acc, col in (("q", kt, "kt_mat", "kt", "s_acc", 0),
+                                                     ("do", vt, "vt_mat", "vt", "dp_acc", bkv)):
                 tile.set_valid(tl[acc], u.q_rows, n)
-                tile.matmul(tl[left], tl[right], out=tl[acc])
+                for j, (m, r, lr, lm) in enumerate(zip(chunk_names(config, mat), chunk_names(config, right),
+                                                       chunk_names(config, left), chunk_names(config, f"{left}_mat"))):
+                    tile.set_valid(tl[m], dc, n)
+                    pto.load(pto.slice_view(view, [j * dc, j0], [dc, n], name="t_part"), tl[m])
+                    rt = ops.use(r, tl[m], dc, n)
+                    lt = ops.use(lr, tl[lm], u.q_rows, dc)
+                    if j == 0:
+                        tile.matmul(lt, rt, out=tl[acc])
+                    else:
+                        tile.matmul_acc(tl[acc], lt, rt, out=tl[acc])
                 pto.store(tl[acc], pto.slice_view(entry, [0, col], [u.q_rows, n], name="sdp_band"))
             pto.tpush("cube", sdp.pipe_id, entry, SPLIT)
 
@@ -243,20 +301,20 @@ def _dq_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             entry = pto.tpop("cube", pds.pipe_id, _entry(pds, "cube"), SPLIT, name="pds_entry")
             tile.set_valid(tl["ds_mat"], u.q_rows, n)
             pto.load(pto.slice_view(entry, [0, 0], [u.q_rows, n], name="ds_band"), tl["ds_mat"])
-            tile.set_valid(tl["ds_left"], u.q_rows, n)
-            tile.mov(tl["ds_mat"], tl["ds_left"])
-            tile.set_valid(tl["k_mat"], n, d)
-            pto.load(pto.slice_view(k_view, [scalar.mul(t, bkv), 0], [n, d], name="k_part"), tl["k_mat"])
-            tile.set_valid(tl["k_right"], n, d)
-            tile.mov(tl["k_mat"], tl["k_right"])
-            tile.set_valid(tl["dq_acc"], u.q_rows, d)
-            _matmul_first_or_acc(t, u.tiles.lo, tl["ds_left"], tl["k_right"], tl["dq_acc"])
+            ds = ops.use("ds", tl["ds_mat"], u.q_rows, n)
+            for j, (m, r, acc) in enumerate(zip(chunk_names(config, "k_mat"), chunk_names(config, "k"),
+                                                chunk_names(config, "dq_acc"))):
+                tile.set_valid(tl[m], n, dc)
+                pto.load(pto.slice_view(k_view, [scalar.mul(t, bkv), j * dc], [n, dc], name="k_part"), tl[m])
+                rt = ops.use(r, tl[m], n, dc)
+                tile.set_valid(tl[acc], u.q_rows, dc)
+                _matmul_first_or_acc(t, u.tiles.lo, ds, rt, tl[acc])
             pto.tfree("cube", pds.pipe_id, entry, SPLIT)
 
         _schedule(u.tiles, config.preload, produce, consume)
         with pto.if_(scalar.gt(u.tiles.hi, u.tiles.lo)):
             dq_view = pto.as_tensor(pto.add_ptr(args["dq"], q_off), [u.q_rows, d], [c.q_stride, 1], name="dq_view")
-            pto.store(tl["dq_acc"], pto.slice_view(dq_view, [0, 0], [u.q_rows, d], name="dq_part"))
+            _store_chunks(tl, chunk_names(config, "dq_acc"), dq_view, u.q_rows, dc)
 
 
 def _matmul_first_or_acc(step: SSAValue, first: SSAValue, a: SSAValue, b: SSAValue, acc: SSAValue) -> None:
@@ -379,17 +437,14 @@ def _dkdv_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     sdp, pds, *_ = config.pipes("dkdv")
     init_pipes(config.pipes("dkdv"), c.bases, "cube", config.slot_num)
     tl = {spec.name: alloc(spec) for spec in tile_plan(config, "dkdv") if spec.core == "cube"}
-    role = right_roles(config)
-    d, bq = config.head, config.block_q
+    ops = _Operands(config, "dkdv", tl)
+    d, dc, bq = config.head, config.d_chunk, config.block_q
     with pto.range(c.block_idx, _kv_units(c), c.block_num, name="unit") as unit:
         u = _kv_unit(c, unit)
         kv_off = row_offset(scalar.add(scalar.mul(u.b, c.s1), u.k0), u.g, c.kv_heads, d)
         for name in ("k", "v"):
             view = pto.as_tensor(pto.add_ptr(args[name], kv_off), [u.k_rows, d], [c.kv_stride, 1], name=f"{name}_view")
-            tile.set_valid(tl[f"{name}_mat"], u.k_rows, d)
-            pto.load(pto.slice_view(view, [0, 0], [u.k_rows, d], name=f"{name}_part"), tl[f"{name}_mat"])
-            tile.set_valid(tl[f"{name}_left"], u.k_rows, d)
-            tile.mov(tl[f"{name}_mat"], tl[f"{name}_left"])
+            _load_chunks(tl, chunk_names(config, f"{name}_mat"), view, u.k_rows, dc, ops, chunk_names(config, name))
         keys = _key_pieces(c, u, tl, kv_off) if config.atomic_dq else []
 
         def head_views(h: SSAValue, transposed: bool) -> dict[str, SSAValue]:
@@ -400,51 +455,65 @@ def _dkdv_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             return {n: pto.as_tensor(pto.add_ptr(args[n], off), [c.s0, d], [c.q_stride, 1], name=f"{n}_view")
                     for n in ("q", "do")}
 
-        def produce(s: SSAValue) -> None:
-            h, q0, n = _step(c, u, s)
-            views = head_views(h, transposed=True)
-            entry = pto.talloc("cube", sdp.pipe_id, _entry(sdp, "cube"), SPLIT, name="sdp_entry")
-            for left, src, mat, rt, acc, col in (("k_left", "q", "qt_mat", role["qt"], "st_acc", 0),
-                                                 ("v_left", "do", "dot_mat", role["dot"], "dpt_acc", bq)):
-                tile.set_valid(tl[mat], d, n)
-                pto.load(pto.slice_view(views[src], [0, q0], [d, n], name="t_part"), tl[mat])
-                tile.set_valid(tl[rt], d, n)
-                tile.mov(tl[mat], tl[rt])
-                tile.set_valid(tl[acc], u.k_rows, n)
-                tile.matmul(tl[left], tl[rt], out=tl[acc])
-                pto.store(tl[acc], pto.slice_view(entry, [0, col], [u.k_rows, n], name="sdp_band"))
-            pto.tpush("cube", sdp.pipe_id, entry, SPLIT)
+        def producer(with_dp: bool):
+            def produce(s: SSAValue) -> None:
+                h, q0, n = _step(c, u, s)
+                views = head_views(h, transposed=True)
+                entry = pto.talloc("cube", sdp.pipe_id, _entry(sdp, "cube"), SPLIT, name="sdp_entry")
+                stages = (("k", "q", "qt_mat", "qt", "st_acc", 0), ("v", "do", "dot_mat", "dot", "dpt_acc", bq))
+                for left, src, mat, right, acc, col in stages[:2 if with_dp else 1]:
+                    tile.set_valid(tl[acc], u.k_rows, n)
+                    for j, (m, r, lr, lm) in enumerate(zip(chunk_names(config, mat), chunk_names(config, right),
+                                                           chunk_names(config, left), chunk_names(config, f"{left}_mat"))):
+                        tile.set_valid(tl[m], dc, n)
+                        pto.load(pto.slice_view(views[src], [j * dc, q0], [dc, n], name="t_part"), tl[m])
+                        rt = ops.use(r, tl[m], dc, n)
+                        lt = ops.use(lr, tl[lm], u.k_rows, dc)
+                        if j == 0:
+                            tile.matmul(lt, rt, out=tl[acc])
+                        else:
+                            tile.matmul_acc(tl[acc], lt, rt, out=tl[acc])
+                    pto.store(tl[acc], pto.slice_view(entry, [0, col], [u.k_rows, n], name="sdp_band"))
+                pto.tpush("cube", sdp.pipe_id, entry, SPLIT)
+            return produce
 
-        def consume(s: SSAValue) -> None:
-            h, q0, n = _step(c, u, s)
-            views = head_views(h, transposed=False)
-            entry = pto.tpop("cube", pds.pipe_id, _entry(pds, "cube"), SPLIT, name="pds_entry")
-            for mat, lt, col, src, src_mat, rt, acc in (("pt_mat", "pt_left", 0, "do", "do_mat", role["do"], "dv_acc"),
-                                                        ("dst_mat", "dst_left", bq, "q", "q_mat", role["q"], "dk_acc")):
-                tile.set_valid(tl[mat], u.k_rows, n)
-                pto.load(pto.slice_view(entry, [0, col], [u.k_rows, n], name="pds_band"), tl[mat])
-                tile.set_valid(tl[lt], u.k_rows, n)
-                tile.mov(tl[mat], tl[lt])
-                tile.set_valid(tl[src_mat], n, d)
-                pto.load(pto.slice_view(views[src], [q0, 0], [n, d], name="g_part"), tl[src_mat])
-                tile.set_valid(tl[rt], n, d)
-                tile.mov(tl[src_mat], tl[rt])
-                tile.set_valid(tl[acc], u.k_rows, d)
-                _matmul_first_or_acc(s, u.steps.lo, tl[lt], tl[rt], tl[acc])
-            pto.tfree("cube", pds.pipe_id, entry, SPLIT)
-            if config.atomic_dq:
-                _dq_atomic(c, u, tl, role["q"], keys, h, q0, n)
+        def consumer(grads: tuple[str, ...]):
+            def consume(s: SSAValue) -> None:
+                h, q0, n = _step(c, u, s)
+                views = head_views(h, transposed=False)
+                entry = pto.tpop("cube", pds.pipe_id, _entry(pds, "cube"), SPLIT, name="pds_entry")
+                stages = {"dv": ("pt_mat", "pt", 0, "do"), "dk": ("dst_mat", "dst", bq, "q")}
+                for grad in grads:
+                    mat, left, col, src = stages[grad]
+                    tile.set_valid(tl[mat], u.k_rows, n)
+                    pto.load(pto.slice_view(entry, [0, col], [u.k_rows, n], name="pds_band"), tl[mat])
+                    lt = ops.use(left, tl[mat], u.k_rows, n)
+                    for j, (m, r, a) in enumerate(zip(chunk_names(config, f"{src}_mat"), chunk_names(config, src),
+                                                      accs[grad])):
+                        tile.set_valid(tl[m], n, dc)
+                        pto.load(pto.slice_view(views[src], [q0, j * dc], [n, dc], name="g_part"), tl[m])
+                        rt = ops.use(r, tl[m], n, dc)
+                        tile.set_valid(tl[a], u.k_rows, dc)
+                        _matmul_first_or_acc(s, u.steps.lo, lt, rt, tl[a])
+                pto.tfree("cube", pds.pipe_id, entry, SPLIT)
+                if config.atomic_dq and "dk" in grads:
+                    _dq_atomic(c, u, tl, ops, keys, h, q0, n)
+            return consume
 
-        _schedule(u.steps, config.preload, produce, consume)
-        with pto.if_(scalar.gt(u.steps.hi, 0)):
-            for name in ("dk", "dv"):
-                view = pto.as_tensor(pto.add_ptr(args[name], kv_off), [u.k_rows, d], [c.kv_stride, 1], name=f"{name}_view")
-                pto.store(tl[f"{name}_acc"], pto.slice_view(view, [0, 0], [u.k_rows, d], name=f"{name}_part"))
+        accs = grad_accs(config)
+        for grads in dkdv_passes(config):
+            _schedule(u.steps, config.preload, producer("dk" in grads), consumer(grads))
+            with pto.if_(scalar.gt(u.steps.hi, 0)):
+                for name in ("dk", "dv"):
+                    if name in grads:
+                        view = pto.as_tensor(pto.add_ptr(args[name], kv_off), [u.k_rows, d], [c.kv_stride, 1],
+                                             name=f"{name}_view")
+                        _store_chunks(tl, accs[name], view, u.k_rows, dc)
 
 
 def _key_pieces(c: _Common, u: _KvUnit, tl: dict[str, SSAValue], kv_off: SSAValue) -> list[SSAValue]:
-    """Keys of vector core i (rows [i * block_kv / 2, ...) of the unit's K block, maybe none) -> kp{i}_mat,
-    once per unit: the right operands of dQ = dS K. Returns each piece's key count."""
+    """Keys of vector core i (rows [i * block_kv / 2, ...) of the unit's K block, maybe none) -> kp{i}_mat
+    (per D chunk), once per unit: the right operands of dQ = dS K. Returns each piece's key count."""
     cfg, d, half = c.config, c.config.head, c.config.block_kv // VEC_CORES
     k_view = pto.as_tensor(pto.add_ptr(c.args["k"], kv_off), [u.k_rows, d], [c.kv_stride, 1], name="k_view")
     counts = []
@@ -452,81 +521,94 @@ def _key_pieces(c: _Common, u: _KvUnit, tl: dict[str, SSAValue], kv_off: SSAValu
         keys = clamp(scalar.sub(u.k_rows, core * half), 0, half)
         counts.append(keys)
         with pto.if_(scalar.gt(keys, 0)):
-            tile.set_valid(tl[f"kp{core}_mat"], keys, d)
-            pto.load(pto.slice_view(k_view, [core * half, 0], [keys, d], name="k_piece"), tl[f"kp{core}_mat"])
+            for j, name in enumerate(chunk_names(cfg, f"kp{core}_mat")):
+                tile.set_valid(tl[name], keys, cfg.d_chunk)
+                pto.load(pto.slice_view(k_view, [core * half, j * cfg.d_chunk], [keys, cfg.d_chunk], name="k_piece"),
+                         tl[name])
     return counts
 
 
-def _dq_atomic(c: _Common, u: _KvUnit, tl: dict[str, SSAValue], k_right: str, keys: list[SSAValue], h: SSAValue,
+def _dq_atomic(c: _Common, u: _KvUnit, tl: dict[str, SSAValue], ops: _Operands, keys: list[SSAValue], h: SSAValue,
                q0: SSAValue, n: SSAValue) -> None:
     """dQ[q0:q0+n] += dS K_unit, atomically: dS arrives as the two vector cores' pieces
-    [n, keys of core i] (stacked in the dsq slot); piece i meets kp{i}_mat. The dS^T mat /
-    left tiles and the Q right tile are free again after dK's matmul."""
-    cfg, d = c.config, c.config.head
+    [n, keys of core i] (stacked in the dsq slot); piece i meets kp{i}_mat (per D chunk). The dS^T
+    mat / left tiles and the Q right tiles are free again after dK's matmuls."""
+    cfg, d, dc = c.config, c.config.head, c.config.d_chunk
     dsq = cfg.pipes("dkdv")[2]
     entry = pto.tpop("cube", dsq.pipe_id, _entry(dsq, "cube"), SPLIT, name="dsq_entry")
-    tile.set_valid(tl["dqp_acc"], n, d)
+    accs = chunk_names(cfg, "dqp_acc")
+    for name in accs:
+        tile.set_valid(tl[name], n, dc)
     for core, count in enumerate(keys):
         with pto.if_(scalar.gt(count, 0)):
             tile.set_valid(tl["dst_mat"], n, count)
             pto.load(pto.slice_view(entry, [core * cfg.block_q, 0], [n, count], name="ds_piece"), tl["dst_mat"])
-            tile.set_valid(tl["dst_left"], n, count)
-            tile.mov(tl["dst_mat"], tl["dst_left"])
-            tile.set_valid(tl[k_right], count, d)
-            tile.mov(tl[f"kp{core}_mat"], tl[k_right])
-            if core == 0:
-                tile.matmul(tl["dst_left"], tl[k_right], out=tl["dqp_acc"])
-            else:
-                tile.matmul_acc(tl["dqp_acc"], tl["dst_left"], tl[k_right], out=tl["dqp_acc"])
+            lt = ops.use("dst", tl["dst_mat"], n, count)
+            for role, mat, acc in zip(chunk_names(cfg, "q"), chunk_names(cfg, f"kp{core}_mat"), accs):
+                rt = ops.use(role, tl[mat], count, dc)
+                if core == 0:
+                    tile.matmul(lt, rt, out=tl[acc])
+                else:
+                    tile.matmul_acc(tl[acc], lt, rt, out=tl[acc])
     pto.tfree("cube", dsq.pipe_id, entry, SPLIT)
     off = row_offset(scalar.add(scalar.mul(u.b, c.s0), q0), h, c.heads, d)
     view = pto.as_tensor(pto.add_ptr(c.args["dq_acc"], off), [n, d], [c.q_stride, 1], name="dq_acc_view")
-    pto.store(tl["dqp_acc"], pto.slice_view(view, [0, 0], [n, d], name="dq_acc_part"), atomic="add")
+    _store_chunks(tl, accs, view, n, dc, atomic="add")
 
 
 def _dkdv_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     c = _common(config, "dkdv", args)
-    sdp, pds, *_ = config.pipes("dkdv")
     init_pipes(config.pipes("dkdv"), c.bases, "vector", config.slot_num)
     tl = {spec.name: alloc(spec) for spec in tile_plan(config, "dkdv") if spec.core == "vector"}
     consts = {"neg": scalar.const(NEG, F32, name="neg"), "minus_one": scalar.const(-1.0, F32, name="minus_one"),
               "scale": args["scale"]}
     if config.key_padding:
         consts.update(pos=scalar.const(-NEG, F32, name="pos"), zero=scalar.const(0.0, F32, name="zero"))
-    vr, bq = config.vec_rows("dkdv"), config.block_q
+    vr = config.vec_rows("dkdv")
     v = _Vec(c, tl, consts, scalar.mul(pto.get_subblock_idx(), vr, name="row_base"))
     kbias_col = tile.reshape(tl["kbias_row"], vr, 1, name="kbias_col", blayout="col_major") if config.key_padding else None
     with pto.range(c.block_idx, _kv_units(c), c.block_num, name="unit") as unit:
         u = _kv_unit(c, unit)
         if config.key_padding:
             _unit_key_bias(v, u)
-        with pto.range(u.steps.lo, u.steps.hi, name="s") as s:
-            h, q0, n = _step(c, u, s)
-            entry = pto.tpop("vector", sdp.pipe_id, _entry(sdp, "vector"), SPLIT, name="sdp_entry")
-            out = pto.talloc("vector", pds.pipe_id, _entry(pds, "vector"), SPLIT, name="pds_entry")
-            _load_scores(v, entry, n, bq)
-            for name in ("stat_row", "nlse_row"):
-                tile.set_valid(tl[name], 1, n)
-            pto.load(_stat_view(c, "lse", h, u.b, q0, n), tl["stat_row"])
-            tile.muls(tl["stat_row"], consts["minus_one"], out=tl["nlse_row"])
-            if config.masked:
-                mask_tile(c.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], scalar.add(u.k0, v.row_base), q0, vr, n,
-                          transposed=True)
-            if kbias_col is not None:
-                tile.row_expand_add(tl["s_tile"], kbias_col, out=tl["s_tile"])
-            tile.col_expand_add(tl["s_tile"], tl["nlse_row"], out=tl["s_tile"])
-            tile.exp(tl["s_tile"], out=tl["s_tile"])  # P^T = exp(scale S^T - LSE)
+        for grads in dkdv_passes(config):
+            _dkdv_vector_steps(v, u, kbias_col, grads)
+
+
+def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: tuple[str, ...]) -> None:
+    """One pass of the vectors over a dkdv unit's steps: P^T (for dV) and / or dS^T (for dK) -> pds slot."""
+    c, tl, consts = v.c, v.tiles, v.consts
+    config, (sdp, pds, *_) = c.config, c.config.pipes("dkdv")
+    vr, bq = config.vec_rows("dkdv"), config.block_q
+    with pto.range(u.steps.lo, u.steps.hi, name="s") as s:
+        h, q0, n = _step(c, u, s)
+        entry = pto.tpop("vector", sdp.pipe_id, _entry(sdp, "vector"), SPLIT, name="sdp_entry")
+        out = pto.talloc("vector", pds.pipe_id, _entry(pds, "vector"), SPLIT, name="pds_entry")
+        _load_scores(v, entry, n, bq, with_dp="dk" in grads)
+        for name in ("stat_row", "nlse_row"):
+            tile.set_valid(tl[name], 1, n)
+        pto.load(_stat_view(c, "lse", h, u.b, q0, n), tl["stat_row"])
+        tile.muls(tl["stat_row"], consts["minus_one"], out=tl["nlse_row"])
+        if config.masked:
+            mask_tile(c.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], scalar.add(u.k0, v.row_base), q0, vr, n,
+                      transposed=True)
+        if kbias_col is not None:
+            tile.row_expand_add(tl["s_tile"], kbias_col, out=tl["s_tile"])
+        tile.col_expand_add(tl["s_tile"], tl["nlse_row"], out=tl["s_tile"])
+        tile.exp(tl["s_tile"], out=tl["s_tile"])  # P^T = exp(scale S^T - LSE)
+        if "dv" in grads:
             _store_half(v, out, 0, n)
+        if "dk" in grads:
             pto.load(_stat_view(c, "dsum", h, u.b, q0, n), tl["stat_row"])
             tile.muls(tl["stat_row"], consts["minus_one"], out=tl["stat_row"])
             tile.col_expand_add(tl["dp_tile"], tl["stat_row"], out=tl["dp_tile"])
             tile.mul(tl["s_tile"], tl["dp_tile"], out=tl["s_tile"])
             tile.muls(tl["s_tile"], consts["scale"], out=tl["s_tile"])  # dS^T, with the softmax scale folded in
             _store_half(v, out, bq, n)
-            pto.tfree("vector", sdp.pipe_id, entry, SPLIT)
-            pto.tpush("vector", pds.pipe_id, out, SPLIT)
-            if config.atomic_dq:
-                _push_ds_piece(v, n)
+        pto.tfree("vector", sdp.pipe_id, entry, SPLIT)
+        pto.tpush("vector", pds.pipe_id, out, SPLIT)
+        if config.atomic_dq and "dk" in grads:
+            _push_ds_piece(v, n)
 
 
 def _unit_key_bias(v: _Vec, u: _KvUnit) -> None:

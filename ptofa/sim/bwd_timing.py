@@ -38,8 +38,9 @@ FORWARD_GEMMS = 2
 
 
 def gemms(config: BwdConfig, kernel: str) -> int:
-    """Matmuls per visible score entry of `kernel` (the atomic-dQ dkdv kernel also computes dQ = dS K)."""
-    return GEMMS[kernel] + int(kernel == "dkdv" and config.atomic_dq)
+    """Matmuls per visible score entry of `kernel` (the atomic-dQ dkdv kernel also computes dQ = dS K;
+    with two dkdv passes S^T is computed twice)."""
+    return GEMMS[kernel] + int(kernel == "dkdv") * (int(config.atomic_dq) + config.dkdv_passes - 1)
 
 
 def compulsory_bytes(config: BwdConfig, shape: ProblemShape, kernel: str) -> int:
