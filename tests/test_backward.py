@@ -181,7 +181,7 @@ def test_pipe_faults_are_reported():
 
 
 @pytest.mark.parametrize("kwargs, rule", [
-    (dict(head=96), "head dim"),
+    (dict(head=80), "head dim"),
     (dict(in_dtype="f32"), "dtypes"),
     (dict(block_kv=48), "block size"),
     (dict(dkdv_passes=3), "dkdv passes"),
