@@ -283,7 +283,7 @@ def test_cli_build_backward_writes_both_kernels(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["build", "--backward", "--head", "96"], "head dim"),
+    (["build", "--backward", "--head", "80"], "head dim"),
     (["build", "--backward", "--out-dtype", "fp32"], "--out-dtype not supported"),
 ])
 def test_cli_backward_bad_input_exits_2(argv, message):
