@@ -586,8 +586,10 @@ class tile:  # noqa: N801
         _dps(d.TRowExpandExpdifOp, [src, col], out, tmp)
 
     @staticmethod
-    def row_expand_mul(src: SSAValue, col: SSAValue, out: SSAValue) -> None:
-        _dps(d.TRowExpandMulOp, [src, col], out)
+    def row_expand_mul(src: SSAValue, col: SSAValue, out: SSAValue, tmp: SSAValue | None = None) -> None:
+        """out = src * col[i] (trowexpandmul); with `tmp` the column broadcast goes there instead of
+        ptoas's hidden 8 KiB UB scratch."""
+        _dps(d.TRowExpandMulOp, [src, col], out, tmp)
 
     @staticmethod
     def row_expand_div(src: SSAValue, col: SSAValue, out: SSAValue) -> None:
