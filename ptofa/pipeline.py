@@ -146,6 +146,12 @@ class FAConfig:
     # None: on for an f32 softmax with one D chunk whenever the plan fits (with D = 128 the QK
     # accumulator and K's L0B operand then have one buffer, `qk_buffers`).
     cube_rowsum: bool | None = None
+    # An f32 softmax's exp in f16: x = S - m_new in f32 (trowexpandsub), x rounded to f16 (the
+    # tcvt that P needs anyway), then exp on the f16 tile (half the vector repeats of an f32 exp),
+    # which is P in f16 already. The statistics (row max, row sums, rescale, LSE) stay f32.
+    # Rounding x <= 0 to f16 perturbs P by |x| * 2^-12 relatively; P itself is rounded to f16 for
+    # the PV matmul in either case. None: with `cube_rowsum`.
+    exp_f16: bool | None = None
     target: str = "a3"
 
     def __post_init__(self) -> None:
@@ -161,6 +167,8 @@ class FAConfig:
         if self.cube_rowsum is None:
             object.__setattr__(self, "cube_rowsum", self.softmax_dtype == "f32" and self.d_split == 1
                                and _fits(self, cube_rowsum=True))
+        if self.exp_f16 is None:
+            object.__setattr__(self, "exp_f16", bool(self.cube_rowsum))
         _check_config(self)
         plan = budget(self)
         over = [row for row in plan.rows if row.used > row.capacity]
@@ -357,6 +365,9 @@ def _check_config(c: FAConfig) -> None:
         fail("slice buffers", f"slice_buffers={c.slice_buffers} must be 0 (automatic), 1 or 2")
     if c.softmax_dtype not in SOFTMAX_DTYPES:
         fail("softmax dtype", f"softmax_dtype={c.softmax_dtype!r} must be one of {SOFTMAX_DTYPES}")
+    if c.exp_f16 and (c.softmax_dtype != "f32" or not c.cube_rowsum):
+        fail("exp in f16", f"exp_f16=True is a variant of the f32 softmax with the cube's row sums (the vectors "
+                           f"would sum f16 P), got softmax_dtype={c.softmax_dtype!r}, cube_rowsum={c.cube_rowsum}")
     if c.cube_rowsum and (c.softmax_dtype != "f32" or c.d_split != 1):
         fail("cube row sum", f"cube_rowsum=True needs softmax_dtype='f32' and one D chunk (head <= {SPLIT_HEAD}), got "
                              f"softmax_dtype={c.softmax_dtype!r}, head={c.head}")

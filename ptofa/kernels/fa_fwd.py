@@ -578,10 +578,16 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
         tile.row_max(s_tile, tl["red_tmp"], out=tl["m_slice"])
         tile.max(rows["m_slice"], m_old, out=rows["m_slice"])  # m_new (finite: m_old starts at -3e38)
         tile.adds(rows["m_slice"], s.consts["zero"], out=m_new)  # a tmov into a subview is rejected
-        tile.row_expand_expdif(s_tile, tl["m_slice"], out=s_tile, tmp=exp_tmp)  # P = exp(S - m_new)
+        if cfg.exp_f16:  # x = S - m_new in f32, rounded to f16, P = exp(x) on the f16 tile
+            tile.row_expand_sub(s_tile, tl["m_slice"], out=s_tile, tmp=exp_tmp)
+            tile.cvt(s_tile, out=p_half)
+            tile.exp(p_half, out=p_half)
+        else:
+            tile.row_expand_expdif(s_tile, tl["m_slice"], out=s_tile, tmp=exp_tmp)  # P = exp(S - m_new)
         if l_new is not None:  # (else the cube sums the rows of P in its PV matmul)
             tile.row_sum(s_tile, tl["red_tmp"], out=tl["l_slice"])
-        tile.cvt(s_tile, out=p_half)
+        if not cfg.exp_f16:
+            tile.cvt(s_tile, out=p_half)
         if l_new is not None:
             tile.adds(rows["l_slice"], s.consts["zero"], out=l_new)
     else:
