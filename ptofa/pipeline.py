@@ -150,7 +150,8 @@ class FAConfig:
     # tcvt that P needs anyway), then exp on the f16 tile (half the vector repeats of an f32 exp),
     # which is P in f16 already. The statistics (row max, row sums, rescale, LSE) stay f32.
     # Rounding x <= 0 to f16 perturbs P by |x| * 2^-12 relatively; P itself is rounded to f16 for
-    # the PV matmul in either case. None: with `cube_rowsum`.
+    # the PV matmul in either case. fp16 inputs only (P is the exp's tile, and A2/A3 have no bf16
+    # exp). None: with `cube_rowsum` for fp16 inputs.
     exp_f16: bool | None = None
     target: str = "a3"
 
@@ -168,7 +169,7 @@ class FAConfig:
             object.__setattr__(self, "cube_rowsum", self.softmax_dtype == "f32" and self.d_split == 1
                                and _fits(self, cube_rowsum=True))
         if self.exp_f16 is None:
-            object.__setattr__(self, "exp_f16", bool(self.cube_rowsum))
+            object.__setattr__(self, "exp_f16", bool(self.cube_rowsum) and self.in_dtype == "f16")
         _check_config(self)
         plan = budget(self)
         over = [row for row in plan.rows if row.used > row.capacity]
@@ -365,9 +366,10 @@ def _check_config(c: FAConfig) -> None:
         fail("slice buffers", f"slice_buffers={c.slice_buffers} must be 0 (automatic), 1 or 2")
     if c.softmax_dtype not in SOFTMAX_DTYPES:
         fail("softmax dtype", f"softmax_dtype={c.softmax_dtype!r} must be one of {SOFTMAX_DTYPES}")
-    if c.exp_f16 and (c.softmax_dtype != "f32" or not c.cube_rowsum):
+    if c.exp_f16 and (c.softmax_dtype != "f32" or not c.cube_rowsum or c.in_dtype != "f16"):
         fail("exp in f16", f"exp_f16=True is a variant of the f32 softmax with the cube's row sums (the vectors "
-                           f"would sum f16 P), got softmax_dtype={c.softmax_dtype!r}, cube_rowsum={c.cube_rowsum}")
+                           f"would sum f16 P) for fp16 inputs (P is the exp's tile; A2/A3 have no bf16 exp), got "
+                           f"softmax_dtype={c.softmax_dtype!r}, cube_rowsum={c.cube_rowsum}, in_dtype={c.in_dtype!r}")
     if c.cube_rowsum and (c.softmax_dtype != "f32" or c.d_split != 1):
         fail("cube row sum", f"cube_rowsum=True needs softmax_dtype='f32' and one D chunk (head <= {SPLIT_HEAD}), got "
                              f"softmax_dtype={c.softmax_dtype!r}, head={c.head}")

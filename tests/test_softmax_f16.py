@@ -140,8 +140,10 @@ def test_plan_and_pipes_hold_f16_scores() -> None:
     # f16 copies of the running max and the tile's row sums replace the f32 slice statistics
     assert plan["m_all_h"].dtype == plan["l_tile_h"].dtype == "f16"
     assert (plan["m_all_h"].rows, plan["m_all_h"].cols) == (1, fast.vec_rows)
-    assert {t.name for t in tile_plan(precise)} - set(plan) == {"p_half", "m_slice", "l_slice"}
-    assert set(plan) - {t.name for t in tile_plan(precise)} == {"m_half", "l_half", "m_all_h", "l_tile_h"}
+    # (the f32 softmax takes its row sums from the cube: no slice or tile sums, a row-sum accumulator)
+    assert precise.cube_rowsum and not fast.cube_rowsum
+    assert {t.name for t in tile_plan(precise)} - set(plan) == {"p_half", "m_slice", "l_pv", "l_acc"}
+    assert set(plan) - {t.name for t in tile_plan(precise)} == {"m_half", "l_half", "m_all_h", "l_tile_h", "l_tile"}
 
 
 def test_f16_statistics_per_slice_and_per_tile() -> None:
