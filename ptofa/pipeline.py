@@ -169,7 +169,8 @@ class FAConfig:
             object.__setattr__(self, "cube_rowsum", self.softmax_dtype == "f32" and self.d_split == 1
                                and _fits(self, cube_rowsum=True))
         if self.exp_f16 is None:
-            object.__setattr__(self, "exp_f16", bool(self.cube_rowsum) and self.in_dtype == "f16")
+            object.__setattr__(self, "exp_f16", bool(self.cube_rowsum) and self.in_dtype == "f16"
+                               and self.softmax_dtype == "f32")
         _check_config(self)
         plan = budget(self)
         over = [row for row in plan.rows if row.used > row.capacity]
@@ -366,13 +367,13 @@ def _check_config(c: FAConfig) -> None:
         fail("slice buffers", f"slice_buffers={c.slice_buffers} must be 0 (automatic), 1 or 2")
     if c.softmax_dtype not in SOFTMAX_DTYPES:
         fail("softmax dtype", f"softmax_dtype={c.softmax_dtype!r} must be one of {SOFTMAX_DTYPES}")
+    if c.cube_rowsum and (c.softmax_dtype != "f32" or c.d_split != 1):
+        fail("cube row sum", f"cube_rowsum=True needs softmax_dtype='f32' and one D chunk (head <= {SPLIT_HEAD}), got "
+                             f"softmax_dtype={c.softmax_dtype!r}, head={c.head}")
     if c.exp_f16 and (c.softmax_dtype != "f32" or not c.cube_rowsum or c.in_dtype != "f16"):
         fail("exp in f16", f"exp_f16=True is a variant of the f32 softmax with the cube's row sums (the vectors "
                            f"would sum f16 P) for fp16 inputs (P is the exp's tile; A2/A3 have no bf16 exp), got "
                            f"softmax_dtype={c.softmax_dtype!r}, cube_rowsum={c.cube_rowsum}, in_dtype={c.in_dtype!r}")
-    if c.cube_rowsum and (c.softmax_dtype != "f32" or c.d_split != 1):
-        fail("cube row sum", f"cube_rowsum=True needs softmax_dtype='f32' and one D chunk (head <= {SPLIT_HEAD}), got "
-                             f"softmax_dtype={c.softmax_dtype!r}, head={c.head}")
     if c.softmax_dtype == "f16" and (c.in_dtype != "f16" or c.lse):
         # An LSE from f16 row sums misses the LSE accuracy rule (D=256: err 4.2e-4 against a
         # tolerance of 3.0e-4). Split-KV's partial LSEs are fine: a partial's row-sum error
