@@ -8,7 +8,7 @@ launch's block count) and predicted by the timing model; the script prints the p
 the published time and their ratio (predicted / published). Nothing is fitted to these numbers:
 the model's constants are those of `ptofa/sim/socspec.py`, each with its own public source.
 
-Prediction (the steady-state extrapolation of `ptofa.tune`): a probe of one head's first rows
+Prediction (the steady-state extrapolation of `ptofa.launch.tune`): a probe of one head's first rows
 (two 128-row units, or one) runs on the simulator with a trace, `ptofa.sim.timing` replays it,
 and the busiest block's time is the per-unit time times the units it runs, plus one block
 start-up per wave, bounded below by the HBM time of the compulsory traffic. A kernel that
@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from ptofa.pipeline import FAConfig, ProblemShape
 from ptofa.sim.socspec import get_soc
 from ptofa.sim.timing import compulsory_bytes
-from ptofa.tune import TuneShape, busiest_block_us
+from ptofa.launch.tune import TuneShape, busiest_block_us
 
 SOC = "910B2"
 K = 1024

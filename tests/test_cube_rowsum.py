@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ptofa import argspec
+from ptofa.kernels import argspec
 from ptofa.fa_builder import emit_fa
 from ptofa.pipeline import ROWSUM_COLS, ConfigError, FAConfig, ProblemShape, cube_buffer_names, tile_plan
 from ptofa.runner import run_case
@@ -84,13 +84,13 @@ def _key_mask(shape: ProblemShape):
 
 
 def _probe(config: FAConfig, shape: ProblemShape):
-    """The timing model's replay of a one-block simulated launch (as `ptofa.tune` probes)."""
+    """The timing model's replay of a one-block simulated launch (as `ptofa.launch.tune` probes)."""
     import torch
 
-    from ptofa.kernel_cache import get_kernel
+    from ptofa.launch.kernel_cache import get_kernel
     from ptofa.sim.options import RunOptions
     from ptofa.sim.timing import predict
-    from ptofa.sim_backend import launch_sim
+    from ptofa.launch.sim import launch_sim
 
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, shape.s0, 1, config.head, generator=g).half()
