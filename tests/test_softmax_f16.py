@@ -133,7 +133,10 @@ def test_plan_and_pipes_hold_f16_scores() -> None:
     fast, precise = FAConfig(**F16), FAConfig()
     qk = fast.pipes[0]
     assert (qk.name, qk.dtype, qk.slot_bytes) == ("qk", "f16", precise.pipes[0].slot_bytes // 2)
-    assert fast.gm_slot_bytes_per_block == precise.gm_slot_bytes_per_block - qk.slot_bytes * fast.slot_num
+    # (the f32 softmax's PV slot also carries the cube's row sums: ROWSUM_COLS more f32 columns)
+    pv_extra = (precise.pipes[2].slot_bytes - fast.pipes[2].slot_bytes) * fast.slot_num
+    assert pv_extra == 128 * 16 * 4 * fast.slot_num
+    assert fast.gm_slot_bytes_per_block == precise.gm_slot_bytes_per_block - qk.slot_bytes * fast.slot_num - pv_extra
     plan = {t.name: t for t in tile_plan(fast)}
     assert plan["s_tile"].dtype == plan["red_tmp"].dtype == "f16"
     assert "p_half" not in plan and plan["m_half"].dtype == plan["l_half"].dtype == "f16"
@@ -171,7 +174,9 @@ def test_ir_stores_f16_scores_and_computes_p_in_place() -> None:
     assert acc_stores and any("f16" in str(op.operands[1].type) for op in acc_stores)
     # P is stored from the score tile itself
     assert _stage_ops(config(**F16)) == ["pto.trowmax", "pto.trowexpandexpdif", "pto.trowsum", "pto.tstore"]
-    assert _stage_ops(config()) == ["pto.trowmax", "pto.trowexpandexpdif", "pto.trowsum", "pto.tcvt"]
+    # the f32 softmax: row max, S - m (its exp runs on the f16 P, exp_f16), the conversion; no row sum
+    # (cube_rowsum)
+    assert _stage_ops(config()) == ["pto.trowmax", "pto.trowexpandsub", "pto.tcvt"]
 
 
 def test_timing_model_sees_half_the_vector_work_per_pass(tmp_path) -> None:
