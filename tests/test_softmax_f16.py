@@ -145,8 +145,10 @@ def test_plan_and_pipes_hold_f16_scores() -> None:
     assert (plan["m_all_h"].rows, plan["m_all_h"].cols) == (1, fast.vec_rows)
     # (the f32 softmax takes its row sums from the cube: no slice or tile sums, a row-sum accumulator)
     assert precise.cube_rowsum and not fast.cube_rowsum
-    assert {t.name for t in tile_plan(precise)} - set(plan) == {"p_half", "m_slice", "l_pv", "l_acc"}
-    assert set(plan) - {t.name for t in tile_plan(precise)} == {"m_half", "l_half", "m_all_h", "l_tile_h", "l_tile"}
+    # (and one buffer of K's L0B operand and of the QK accumulator, `qk_buffers`)
+    assert {t.name for t in tile_plan(precise)} - set(plan) == {"p_half", "m_slice", "l_pv", "l_acc", "k_right", "s_acc"}
+    assert set(plan) - {t.name for t in tile_plan(precise)} == {"m_half", "l_half", "m_all_h", "l_tile_h", "l_tile",
+                                                               "k_right0", "k_right1", "s_acc0", "s_acc1"}
 
 
 def test_f16_statistics_per_slice_and_per_tile() -> None:
