@@ -184,14 +184,17 @@ def test_ir_stores_f16_scores_and_computes_p_in_place() -> None:
 def test_timing_model_sees_half_the_vector_work_per_pass(tmp_path) -> None:
     """The same shape through both softmaxes: the f16 one's predicted time is lower, and its
     trowmax / trowexpandexpdif take less vector time in all (128 f16 elements per repeat, not
-    64, and half as many slices, each twice as tall)."""
+    64, and half as many slices, each twice as tall). The f32 side is the f32 softmax with the same
+    passes (row sums on the vectors, exp in f32: `cube_rowsum=False, exp_f16=False`)."""
     from ptofa.runner import run_case
 
     shape = ProblemShape(batch=1, heads=1, s0=512, s1=2048)
     times, per_op = {}, {}
     for sd in ("f32", "f16"):
         trace = tmp_path / f"{sd}.json"
-        result = run_case(FAConfig(softmax_dtype=sd), shape, backend="sim", timing=True, trace=trace, block_dim=1)
+        same_passes = dict(cube_rowsum=False, exp_f16=False) if sd == "f32" else {}
+        result = run_case(FAConfig(softmax_dtype=sd, **same_passes), shape, backend="sim", timing=True, trace=trace,
+                          block_dim=1)
         assert result.status == "pass", result.message
         times[sd] = result.predicted_us
         events = json.loads(trace.read_text())
