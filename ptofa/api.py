@@ -572,8 +572,10 @@ class tile:  # noqa: N801
         _dps(d.TRowSumOp, [src], out, tmp)
 
     @staticmethod
-    def row_expand_sub(src: SSAValue, col: SSAValue, out: SSAValue) -> None:
-        _dps(d.TRowExpandSubOp, [src, col], out)
+    def row_expand_sub(src: SSAValue, col: SSAValue, out: SSAValue, tmp: SSAValue | None = None) -> None:
+        """out = src - col[i] (trowexpandsub); with `tmp` the column broadcast goes there instead of
+        ptoas's hidden 8 KiB UB scratch."""
+        _dps(d.TRowExpandSubOp, [src, col], out, tmp)
 
     @staticmethod
     def row_expand_add(src: SSAValue, col: SSAValue, out: SSAValue) -> None:
@@ -586,8 +588,10 @@ class tile:  # noqa: N801
         _dps(d.TRowExpandExpdifOp, [src, col], out, tmp)
 
     @staticmethod
-    def row_expand_mul(src: SSAValue, col: SSAValue, out: SSAValue) -> None:
-        _dps(d.TRowExpandMulOp, [src, col], out)
+    def row_expand_mul(src: SSAValue, col: SSAValue, out: SSAValue, tmp: SSAValue | None = None) -> None:
+        """out = src * col[i] (trowexpandmul); with `tmp` the column broadcast goes there instead of
+        ptoas's hidden 8 KiB UB scratch."""
+        _dps(d.TRowExpandMulOp, [src, col], out, tmp)
 
     @staticmethod
     def row_expand_div(src: SSAValue, col: SSAValue, out: SSAValue) -> None:

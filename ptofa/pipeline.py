@@ -43,6 +43,9 @@ SUPPORTED_TILE_S1 = (128, 256, 512)
 CUBE_S1_CHOICES = (64, 128)
 SUPPORTED_HEAD = (64, 96, 128, 192, 256)
 SPLIT_HEAD = 128  # head dims above this split the cube stages in two D chunks with 64-row Q blocks
+# `cube_rowsum`: columns of ones the cube appends to each V sub-tile (one cube fractal wide), so
+# that the PV matmul also sums each row of P into the last ROWSUM_COLS columns of its accumulator.
+ROWSUM_COLS = 16
 IN_DTYPES = ("f16", "bf16")
 SOFTMAX_DTYPES = ("f32", "f16")
 # A key-mask row per tile: i8 from GM, converted up to the softmax dtype (the additive bias).
@@ -135,6 +138,21 @@ class FAConfig:
     # computes the row max, exp and row sum on f16 tiles, so each vector pass covers twice the
     # elements and P needs no conversion. The running max, row sums, rescale and O stay f32.
     softmax_dtype: str = "f32"
+    # The row sums of P from the cube instead of the vectors' `trowsum` (f32 softmax, one D chunk):
+    # each V sub-tile in L1 carries ROWSUM_COLS columns of ones after its D columns (filled once
+    # per block with `texpands`), so the PV matmul also writes rowsum(P_t) into the accumulator's
+    # last columns; they travel in the PV slot, and compute_gu rescales and sums them as it does
+    # O. Costs the cube D + 16 instead of D output columns per PV matmul (+12.5 % at D = 128).
+    # None: on for an f32 softmax with one D chunk whenever the plan fits (with D = 128 the QK
+    # accumulator and K's L0B operand then have one buffer, `qk_buffers`).
+    cube_rowsum: bool | None = None
+    # An f32 softmax's exp in f16: x = S - m_new in f32 (trowexpandsub), x rounded to f16 (the
+    # tcvt that P needs anyway), then exp on the f16 tile (half the vector repeats of an f32 exp),
+    # which is P in f16 already. The statistics (row max, row sums, rescale, LSE) stay f32.
+    # Rounding x <= 0 to f16 perturbs P by |x| * 2^-12 relatively; P itself is rounded to f16 for
+    # the PV matmul in either case. fp16 inputs only (P is the exp's tile, and A2/A3 have no bf16
+    # exp). None: with `cube_rowsum` for fp16 inputs.
+    exp_f16: bool | None = None
     target: str = "a3"
 
     def __post_init__(self) -> None:
@@ -147,6 +165,12 @@ class FAConfig:
         if self.cube_s1 is None:
             narrow = self.qk_preload == 1 or (self.head > SPLIT_HEAD and self.tile_s1 < 512)
             object.__setattr__(self, "cube_s1", 128 if narrow else 64)
+        if self.cube_rowsum is None:
+            object.__setattr__(self, "cube_rowsum", self.softmax_dtype == "f32" and self.d_split == 1
+                               and _fits(self, cube_rowsum=True))
+        if self.exp_f16 is None:
+            object.__setattr__(self, "exp_f16", bool(self.cube_rowsum) and self.in_dtype == "f16"
+                               and self.softmax_dtype == "f32")
         _check_config(self)
         plan = budget(self)
         over = [row for row in plan.rows if row.used > row.capacity]
@@ -186,6 +210,23 @@ class FAConfig:
         return 2 if self.cube_s1 == 64 else 1
 
     @property
+    def qk_buffers(self) -> int:
+        """Buffers of the QK accumulator and of K's L0B operand: `cube_buffers`, or 1 where the
+        cube row sum's wider V operand and PV accumulator leave no room for two (D = 128)."""
+        if self.cube_buffers == 1 or not self.cube_rowsum:
+            return self.cube_buffers
+        dc, s0, s1, width = self.d_chunk, self.cube_s0, self.cube_s1, self.pv_cols
+        el = DTYPE_BYTES[self.in_dtype]
+        right = 2 * (dc * s1 + s1 * width) * el
+        acc = 2 * s0 * s1 * 4 + s0 * width * 4
+        return 2 if right <= CAPACITY["right"] and acc <= CAPACITY["acc"] else 1
+
+    @property
+    def pv_cols(self) -> int:
+        """Columns of the PV accumulator and slot: D, plus ROWSUM_COLS of row sums with `cube_rowsum`."""
+        return self.head + (ROWSUM_COLS if self.cube_rowsum else 0)
+
+    @property
     def vec_rows(self) -> int:
         """Rows each vector core owns in a block (TILE_UP_DOWN split)."""
         return self.cube_s0 // VEC_CORES
@@ -216,9 +257,10 @@ class FAConfig:
         """trowexpand* ops with ptoas's hidden UB scratch in the vector function as the builder
         emits it: compute_gu's trowexpandmul and the final trowexpanddiv. (compute_p's
         trowexpandexpdif, once per slice buffer, takes the plan's `exp_tmp` tiles instead:
-        `target.EXPDIF_TMP_BYTES`.) A test counts them in the emitted IR, and one checks the
-        simulator's UB peak."""
-        return 2
+        `target.EXPDIF_TMP_BYTES`. With `cube_rowsum` compute_gu's two trowexpandmul take the
+        first `exp_tmp` too, which makes room for the row-sum tiles.) A test counts them in the
+        emitted IR, and one checks the simulator's UB peak."""
+        return 1 if self.cube_rowsum else 2
 
     @property
     def prescale_rows(self) -> int:
@@ -241,7 +283,7 @@ class FAConfig:
         pipes = (
             PipeSpec("qk", 0, 1, self.cube_s0, self.tile_s1, self.softmax_dtype),
             PipeSpec("p", 1, 2, self.cube_s0, self.tile_s1, self.in_dtype),
-            PipeSpec("pv", 2, 1, self.cube_s0, self.head, "f32"),
+            PipeSpec("pv", 2, 1, self.cube_s0, self.pv_cols, "f32"),
         )
         if self.prescale_q:
             pipes += (PipeSpec("q", 3, 2, self.cube_s0, self.head, self.in_dtype),)
@@ -325,6 +367,13 @@ def _check_config(c: FAConfig) -> None:
         fail("slice buffers", f"slice_buffers={c.slice_buffers} must be 0 (automatic), 1 or 2")
     if c.softmax_dtype not in SOFTMAX_DTYPES:
         fail("softmax dtype", f"softmax_dtype={c.softmax_dtype!r} must be one of {SOFTMAX_DTYPES}")
+    if c.cube_rowsum and (c.softmax_dtype != "f32" or c.d_split != 1):
+        fail("cube row sum", f"cube_rowsum=True needs softmax_dtype='f32' and one D chunk (head <= {SPLIT_HEAD}), got "
+                             f"softmax_dtype={c.softmax_dtype!r}, head={c.head}")
+    if c.exp_f16 and (c.softmax_dtype != "f32" or not c.cube_rowsum or c.in_dtype != "f16"):
+        fail("exp in f16", f"exp_f16=True is a variant of the f32 softmax with the cube's row sums (the vectors "
+                           f"would sum f16 P) for fp16 inputs (P is the exp's tile; A2/A3 have no bf16 exp), got "
+                           f"softmax_dtype={c.softmax_dtype!r}, cube_rowsum={c.cube_rowsum}, in_dtype={c.in_dtype!r}")
     if c.softmax_dtype == "f16" and (c.in_dtype != "f16" or c.lse):
         # An LSE from f16 row sums misses the LSE accuracy rule (D=256: err 4.2e-4 against a
         # tolerance of 3.0e-4). Split-KV's partial LSEs are fine: a partial's row-sum error
@@ -373,10 +422,14 @@ def chunk_names(c: FAConfig, name: str) -> list[str]:
     return [name] if c.d_split == 1 else [f"{name}{i}" for i in range(c.d_split)]
 
 
+QK_BUFFERED = ("k_right", "s_acc")  # cube tiles with `qk_buffers` buffers (the others: `cube_buffers`)
+
+
 def cube_buffer_names(c: FAConfig, name: str) -> list[str]:
     """Names of a cube tile that sub-tiles alternate: an L1 staging tile, L0A/L0B operand or QK
     accumulator; two (sub-tile i uses buffer i % 2) with 64-key sub-tiles, else one."""
-    return [f"{name}{i}" for i in range(c.cube_buffers)] if c.cube_buffers > 1 else [name]
+    n = c.qk_buffers if name in QK_BUFFERED else c.cube_buffers
+    return [f"{name}{i}" for i in range(n)] if n > 1 else [name]
 
 
 def cube_buffer_name(c: FAConfig, name: str, sub: int) -> str:
@@ -418,18 +471,19 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
     dyn = dict(dynamic=True)
     dc = c.d_chunk  # Q, K, V and O are processed in d_split chunks of dc columns of D
     acc = dict(blayout="col_major", slayout="row_major", fractal=1024)
+    vc = dc + (ROWSUM_COLS if c.cube_rowsum else 0)  # V's columns in L1/L0B and the PV accumulator's
     tiles = [
         # cube: L1 staging, L0A/L0B operands, L0C accumulators (Q and O per D chunk)
         *[TileSpec(name, "cube", "qk", "mat", s0, dc, dt, **nz, **dyn) for name in chunk_names(c, "q_mat")],
         *[TileSpec(n, "cube", "qk", "mat", dc, s1, dt, slayout="col_major", **dyn) for n in cube_buffer_names(c, "k_mat")],
-        *[TileSpec(n, "cube", "pv", "mat", s1, dc, dt, **nz, **dyn) for n in cube_buffer_names(c, "v_mat")],
+        *[TileSpec(n, "cube", "pv", "mat", s1, vc, dt, **nz, **dyn) for n in cube_buffer_names(c, "v_mat")],
         *[TileSpec(n, "cube", "pv", "mat", s0, s1, dt, **nz, **dyn) for n in cube_buffer_names(c, "p_mat")],
         *[TileSpec(name, "cube", "qk", "left", s0, dc, dt, slayout="row_major", **dyn) for name in chunk_names(c, "q_left")],
         *[TileSpec(n, "cube", "pv", "left", s0, s1, dt, slayout="row_major", **dyn) for n in cube_buffer_names(c, "p_left")],
         *[TileSpec(n, "cube", "qk", "right", dc, s1, dt, slayout="col_major", **dyn) for n in cube_buffer_names(c, "k_right")],
-        *[TileSpec(n, "cube", "pv", "right", s1, dc, dt, slayout="col_major", **dyn) for n in cube_buffer_names(c, "v_right")],
+        *[TileSpec(n, "cube", "pv", "right", s1, vc, dt, slayout="col_major", **dyn) for n in cube_buffer_names(c, "v_right")],
         *[TileSpec(n, "cube", "qk", "acc", s0, s1, "f32", **acc, **dyn) for n in cube_buffer_names(c, "s_acc")],
-        *[TileSpec(name, "cube", "pv", "acc", s0, dc, "f32", **acc) for name in chunk_names(c, "o_acc")],
+        *[TileSpec(name, "cube", "pv", "acc", s0, vc, "f32", **acc) for name in chunk_names(c, "o_acc")],
         # vector: softmax working set for one row slice (red_tmp is also the mask tile), in the
         # softmax dtype; an f32 softmax converts P into p_half, an f16 one computes it in place.
         *[TileSpec(name, "vector", "p", "vec", vs0, ts1, sd, **dyn) for name in buffer_names(c, "s_tile")],
@@ -439,9 +493,9 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
           for name in buffer_names(c, "exp_tmp")],
         *([TileSpec(name, "vector", "p", "vec", vs0, ts1, dt, **dyn) for name in buffer_names(c, "p_half")]
           if sd == "f32" else []),
-        # a slice's row max and row sum, in the softmax dtype
+        # a slice's row max and row sum (none with the cube's row sums), in the softmax dtype
         *[TileSpec(name, "vector", "p", "vec", vs0, 1, sd, **col)
-          for name in (("m_slice", "l_slice") if sd == "f32" else ("m_half", "l_half"))],
+          for name in (("m_slice",) if c.cube_rowsum else ("m_slice", "l_slice") if sd == "f32" else ("m_half", "l_half"))],
         # an f16 softmax keeps an f16 copy of the running max (exact: a max of f16 scores) and
         # the tile's f16 row sums; compute_p converts them to the f32 statistics once per tile
         *([TileSpec(name, "vector", "p", "vec", 1, rows, sd) for name in ("m_all_h", "l_tile_h")]
@@ -455,12 +509,14 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
         TileSpec("l_all", "vector", "p", "vec", 1, rows, "f32"),
         TileSpec("m_new", "vector", "p", "vec", 1, rows, "f32"),
         TileSpec("alpha_new", "vector", "p", "vec", 1, rows, "f32"),
-        TileSpec("l_tile", "vector", "p", "vec", 1, rows, "f32"),
+        *([] if c.cube_rowsum else [TileSpec("l_tile", "vector", "p", "vec", 1, rows, "f32")]),
         TileSpec("alpha_cur", "vector", "gu", "vec", rows, 1, "f32", **col),
         TileSpec("pv_tile", "vector", "gu", "vec", rows, d, "f32"),
         TileSpec("o_tile", "vector", "gu", "vec", rows, d, "f32", **dyn),
     ]
     tiles += [TileSpec(f"exp_ring{r}", "vector", "p", "vec", rows, 1, "f32", **col) for r in range(c.exp_ring)]
+    if c.cube_rowsum:  # the PV slot's row-sum columns of this tile, and their running sum (also trowmax's tmp)
+        tiles += [TileSpec(name, "vector", "gu", "vec", rows, ROWSUM_COLS, "f32") for name in ("l_pv", "l_acc")]
     if c.out_dtype != "f32":  # (split-KV: a unit of one split stores O itself; the others fp32 partials)
         tiles.append(TileSpec("o_out", "vector", "gu", "vec", rows, d, c.out_dtype, **dyn))
     if c.key_padding:  # one key-mask row per tile: i8 from GM -> f16 -> f32 additive bias
@@ -558,6 +614,20 @@ def visible_pairs(s0: int, s1: int, window: Sequence[int]) -> int:
 def _raw_width(i: int, diag: int, s1: int, left: int, right: int) -> int:
     """min(S1, i + d + R + 1) - max(0, i + d - L): row i's visible keys, negative when none."""
     return min(s1, i + diag + right + 1) - max(0, i + diag - left)
+
+
+def _fits(c: FAConfig, **changes) -> bool:
+    """Whether `c` with `changes` (unvalidated) fits every on-chip space, prescale_q's tiles at their minimum."""
+    trial = object.__new__(FAConfig)
+    trial.__dict__.update({f.name: getattr(c, f.name) for f in fields(c)}, **changes)
+    plan = _main_plan(trial)
+    if any(sum(b for _, b in _space_items(trial, plan, space, hidden=space == "vec")) > CAPACITY[space]
+           for space in ("mat", "left", "right", "acc")):
+        return False
+    used = _vec_bytes(trial, plan)
+    if trial.prescale_q:
+        used += _vec_bytes(trial, _prescale_tiles(trial, MIN_PRESCALE_ROWS), hidden=False)
+    return used <= CAPACITY["vec"]
 
 
 @dataclass(frozen=True)

@@ -231,13 +231,17 @@ def test_rowexpand_count_in_the_emitted_vector_function(head, tile_s1, buffers):
     text = emit_fa(config)
     vector_func = text[text.index("func.func @fa_vec"):]
     ops = [line.split("ins(")[1].split(":")[0] for line in vector_func.splitlines() if "pto.trowexpand" in line]
-    # ptoas's hidden scratch goes to the ops written without a tmp (gu's mul, the final div);
-    # every trowexpandexpdif, one per slice buffer, passes its own exp_tmp tile.
+    # ptoas's hidden scratch goes to the ops written without a tmp: the final div, and gu's mul
+    # unless the cube sums P's rows (then gu's two muls broadcast through the first exp_tmp);
+    # every exp of a slice (trowexpandexpdif, or with exp_f16 trowexpandsub), one per slice buffer,
+    # passes its own exp_tmp tile.
     without_tmp = [ins for ins in ops if ins.count("%") == 2]
-    assert len(without_tmp) == config.rowexpand_ops == 2
-    expdif = [line for line in vector_func.splitlines() if "pto.trowexpandexpdif" in line]
-    assert len(expdif) == buffers == len(ops) - 2
-    assert all("%exp_tmp" in line for line in expdif)
+    assert len(without_tmp) == config.rowexpand_ops == (1 if config.cube_rowsum else 2)
+    exp_op = "pto.trowexpandsub" if config.exp_f16 else "pto.trowexpandexpdif"
+    slice_exp = [line for line in vector_func.splitlines() if exp_op in line]
+    gu_muls = [line for line in vector_func.splitlines() if "pto.trowexpandmul" in line]
+    assert len(slice_exp) == buffers == len(ops) - len(without_tmp) - (len(gu_muls) if config.cube_rowsum else 0)
+    assert all("%exp_tmp" in line for line in slice_exp + (gu_muls if config.cube_rowsum else []))
 
 
 @pytest.mark.parametrize("slot_num,qk_preload", [(4, 2), (6, 3)])

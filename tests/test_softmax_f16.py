@@ -133,15 +133,22 @@ def test_plan_and_pipes_hold_f16_scores() -> None:
     fast, precise = FAConfig(**F16), FAConfig()
     qk = fast.pipes[0]
     assert (qk.name, qk.dtype, qk.slot_bytes) == ("qk", "f16", precise.pipes[0].slot_bytes // 2)
-    assert fast.gm_slot_bytes_per_block == precise.gm_slot_bytes_per_block - qk.slot_bytes * fast.slot_num
+    # (the f32 softmax's PV slot also carries the cube's row sums: ROWSUM_COLS more f32 columns)
+    pv_extra = (precise.pipes[2].slot_bytes - fast.pipes[2].slot_bytes) * fast.slot_num
+    assert pv_extra == 128 * 16 * 4 * fast.slot_num
+    assert fast.gm_slot_bytes_per_block == precise.gm_slot_bytes_per_block - qk.slot_bytes * fast.slot_num - pv_extra
     plan = {t.name: t for t in tile_plan(fast)}
     assert plan["s_tile"].dtype == plan["red_tmp"].dtype == "f16"
     assert "p_half" not in plan and plan["m_half"].dtype == plan["l_half"].dtype == "f16"
     # f16 copies of the running max and the tile's row sums replace the f32 slice statistics
     assert plan["m_all_h"].dtype == plan["l_tile_h"].dtype == "f16"
     assert (plan["m_all_h"].rows, plan["m_all_h"].cols) == (1, fast.vec_rows)
-    assert {t.name for t in tile_plan(precise)} - set(plan) == {"p_half", "m_slice", "l_slice"}
-    assert set(plan) - {t.name for t in tile_plan(precise)} == {"m_half", "l_half", "m_all_h", "l_tile_h"}
+    # (the f32 softmax takes its row sums from the cube: no slice or tile sums, a row-sum accumulator)
+    assert precise.cube_rowsum and not fast.cube_rowsum
+    # (and one buffer of K's L0B operand and of the QK accumulator, `qk_buffers`)
+    assert {t.name for t in tile_plan(precise)} - set(plan) == {"p_half", "m_slice", "l_pv", "l_acc", "k_right", "s_acc"}
+    assert set(plan) - {t.name for t in tile_plan(precise)} == {"m_half", "l_half", "m_all_h", "l_tile_h", "l_tile",
+                                                               "k_right0", "k_right1", "s_acc0", "s_acc1"}
 
 
 def test_f16_statistics_per_slice_and_per_tile() -> None:
@@ -169,20 +176,25 @@ def test_ir_stores_f16_scores_and_computes_p_in_place() -> None:
     assert acc_stores and any("f16" in str(op.operands[1].type) for op in acc_stores)
     # P is stored from the score tile itself
     assert _stage_ops(config(**F16)) == ["pto.trowmax", "pto.trowexpandexpdif", "pto.trowsum", "pto.tstore"]
-    assert _stage_ops(config()) == ["pto.trowmax", "pto.trowexpandexpdif", "pto.trowsum", "pto.tcvt"]
+    # the f32 softmax: row max, S - m (its exp runs on the f16 P, exp_f16), the conversion; no row sum
+    # (cube_rowsum)
+    assert _stage_ops(config()) == ["pto.trowmax", "pto.trowexpandsub", "pto.tcvt"]
 
 
 def test_timing_model_sees_half_the_vector_work_per_pass(tmp_path) -> None:
     """The same shape through both softmaxes: the f16 one's predicted time is lower, and its
     trowmax / trowexpandexpdif take less vector time in all (128 f16 elements per repeat, not
-    64, and half as many slices, each twice as tall)."""
+    64, and half as many slices, each twice as tall). The f32 side is the f32 softmax with the same
+    passes (row sums on the vectors, exp in f32: `cube_rowsum=False, exp_f16=False`)."""
     from ptofa.runner import run_case
 
     shape = ProblemShape(batch=1, heads=1, s0=512, s1=2048)
     times, per_op = {}, {}
     for sd in ("f32", "f16"):
         trace = tmp_path / f"{sd}.json"
-        result = run_case(FAConfig(softmax_dtype=sd), shape, backend="sim", timing=True, trace=trace, block_dim=1)
+        same_passes = dict(cube_rowsum=False, exp_f16=False) if sd == "f32" else {}
+        result = run_case(FAConfig(softmax_dtype=sd, **same_passes), shape, backend="sim", timing=True, trace=trace,
+                          block_dim=1)
         assert result.status == "pass", result.message
         times[sd] = result.predicted_us
         events = json.loads(trace.read_text())

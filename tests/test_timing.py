@@ -599,9 +599,14 @@ def test_real_trace_records_rows_and_element_widths() -> None:
                            {"q": q, "k": k, "v": v, "o": o, "lse": None, "key_mask": None},
                            options=RunOptions(trace=True))
     ops = result.trace.ops(0, "vec0")
-    expdif = [op for op in ops if op.op == "pto.trowexpandexpdif"]
+    # the slice's row broadcast: S - m (exp_f16, the default), else the fused exp(S - m)
+    slice_op = "pto.trowexpandsub" if config.exp_f16 else "pto.trowexpandexpdif"
+    expdif = [op for op in ops if op.op == slice_op]
     assert expdif and all(op.rows == config.vec_s0 and op.elem_bytes == 4 for op in expdif)
     casts = [op for op in ops if op.op == "pto.tcvt" and op.stage == "p"]
     assert casts and all(op.elem_bytes == 4 for op in casts)  # f32 -> f16 counts its wider side
-    reduces = [op for op in ops if op.op == "pto.trowmax"]
+    if config.exp_f16:  # the exp of the f16 P: f16 repeats
+        assert any(op.op == "pto.texp" and op.elem_bytes == 2 and op.stage == "p" for op in ops)
+    # the slices' row max (not the unit's trowmax of the cube's row-sum columns, [vec_rows, 16])
+    reduces = [op for op in ops if op.op == "pto.trowmax" and op.rows == config.vec_s0]
     assert reduces and all(op.src_elems == op.rows * 256 for op in reduces)

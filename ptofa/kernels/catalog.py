@@ -9,6 +9,7 @@ test compiles each unedited, and a CPU test parses and verifies each.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import sys
 import warnings
@@ -67,6 +68,11 @@ SWITCHES: tuple[dict, ...] = (
     dict(softmax_dtype="f16", masked=True, key_padding=True),
     dict(softmax_dtype="f16", varlen=True, masked=True),
     dict(softmax_dtype="f16", varlen=True, split_kv=True, masked=True),
+    # the f32 softmax's row sums on the vectors (trowsum) and its exp in f32, as before cube_rowsum /
+    # exp_f16 (benchmarks/validate_model.py models the published kernels with them)
+    dict(cube_rowsum=False, exp_f16=False),
+    dict(cube_rowsum=False, exp_f16=False, prescale_q=False, masked=True, lse=True),
+    dict(exp_f16=False),
 )
 SWITCH_BASES = ((64, 128), (128, 256), (256, 256))  # (head, tile_s1): small, default, D split in two
 
@@ -82,6 +88,13 @@ def _name(c: FAConfig) -> str:
         parts.append("no_prescale_q")
     if c.softmax_dtype != "f32":
         parts.append(f"softmax_{c.softmax_dtype}")
+    with warnings.catch_warnings():  # (qk_preload=4 warns again)
+        warnings.simplefilter("ignore")
+        auto = dataclasses.replace(c, cube_rowsum=None, exp_f16=None)  # named only where they differ from it
+    if auto.cube_rowsum and not c.cube_rowsum:
+        parts.append("vector_rowsum")
+    if auto.exp_f16 and c.cube_rowsum and not c.exp_f16:
+        parts.append("exp_f32")
     return "_".join(parts)
 
 

@@ -60,8 +60,8 @@ from ptofa.kernels import argspec
 from ptofa.api import F16, F32, I32, KernelModule, parse_ir_type, pto, scalar, tile
 from ptofa.kernels.common import (SPLIT, TileRange, alloc, clamp, entry_type, fused, init_pipes, pipelined, ring_select,
                                   row_offset)
-from ptofa.pipeline import (DTYPE_BYTES, KEY_MASK_TILES, UNIT_FIELDS, UNIT_TABLE, FAConfig, buffer_names,
-                             chunk_names, cube_buffer_name, tile_plan)
+from ptofa.pipeline import (DTYPE_BYTES, KEY_MASK_TILES, ROWSUM_COLS, UNIT_FIELDS, UNIT_TABLE, FAConfig, buffer_names,
+                             chunk_names, cube_buffer_name, cube_buffer_names, tile_plan)
 from ptofa.ir.textio import print_pto
 
 NEG_INIT = -3.0e38  # running-max start and mask value: finite, so no inf - inf ever appears
@@ -354,6 +354,8 @@ def compute_pv(s: _CubeState, kt: _KVTile, sub: int, p_entry: SSAValue) -> None:
     cfg, tl = s.c.config, s.tiles
     p_mat, p_left, v_mat, v_right = _sub_tiles(s, sub, "p_mat", "p_left", "v_mat", "v_right")
 
+    width = cfg.pv_cols if cfg.cube_rowsum else cfg.d_chunk  # V's columns in L1/L0B (ones after D)
+
     def body(keys: SSAValue) -> None:
         tile.set_valid(p_mat, cfg.cube_s0, keys)
         pto.load(pto.slice_view(p_entry, [0, sub * cfg.cube_s1], [cfg.cube_s0, keys], name="p_band"), p_mat)
@@ -362,9 +364,11 @@ def compute_pv(s: _CubeState, kt: _KVTile, sub: int, p_entry: SSAValue) -> None:
         row0 = scalar.add(kt.col, sub * cfg.cube_s1, name="v_row") if sub else kt.col
         dc = cfg.d_chunk
         for chunk, o_acc in enumerate(chunk_names(cfg, "o_acc")):  # O[:, chunk] (+)= P V[:, chunk]
-            tile.set_valid(v_mat, keys, dc)
+            tile.set_valid(v_mat, keys, dc)  # the load writes D columns; the ones after them stay
             pto.load(pto.slice_view(kt.v_view, [row0, chunk * dc], [keys, dc], name="v_part"), v_mat)
-            tile.set_valid(v_right, keys, dc)
+            if width != dc:
+                tile.set_valid(v_mat, keys, width)
+            tile.set_valid(v_right, keys, width)
             tile.mov(v_mat, v_right)
             if sub == 0:
                 tile.matmul(p_left, v_right, out=tl[o_acc])
@@ -406,8 +410,9 @@ def _pv_tile(s: _CubeState, t: SSAValue, interleave_qk_tile: SSAValue | None) ->
     if qk_entry is not None:
         pto.tpush("cube", qk.pipe_id, qk_entry, SPLIT)
     pv_entry = pto.talloc("cube", pv.pipe_id, entry_type(pv, "cube"), SPLIT, name="pv_entry")
+    width = cfg.pv_cols if cfg.cube_rowsum else cfg.d_chunk  # O's columns (and the row sums)
     for chunk, o_acc in enumerate(chunk_names(cfg, "o_acc")):
-        pv_slot = pto.slice_view(pv_entry, [0, chunk * cfg.d_chunk], [cfg.cube_s0, cfg.d_chunk], name="pv_dst")
+        pv_slot = pto.slice_view(pv_entry, [0, chunk * cfg.d_chunk], [cfg.cube_s0, width], name="pv_dst")
         pto.store(s.tiles[o_acc], pv_slot)
     pto.tpush("cube", pv.pipe_id, pv_entry, SPLIT)
 
@@ -422,6 +427,11 @@ def _cube_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
     c = _common(config, args)
     init_pipes(config.pipes, c.slot_bases, "cube", config.slot_num)
     tiles = {spec.name: alloc(spec) for spec in tile_plan(config) if spec.core == "cube"}
+    if config.cube_rowsum:  # ones in every V staging buffer: the loads overwrite only its D columns
+        one = scalar.const(1.0, parse_ir_type(config.in_dtype), name="one_h")
+        for name in cube_buffer_names(config, "v_mat"):
+            tile.set_valid(tiles[name], config.cube_s1, config.pv_cols)
+            tile.fill(one, out=tiles[name])
     preload = config.qk_preload
     with pto.range(c.block_idx, c.units, c.block_num, name="unit") as unit:
         u = _unit(c, unit)
@@ -536,8 +546,9 @@ def compute_p(s: _VecState, t: SSAValue) -> None:
     tile.sub(rows["m_all"], rows["m_new"], out=rows["alpha_new"])
     tile.mov(rows["m_new"], rows["m_all"])
     tile.exp(rows["alpha_new"], out=rows["alpha_new"])  # alpha_t = exp(m_old - m_new)
-    tile.mul(rows["l_all"], rows["alpha_new"], out=rows["l_all"])
-    tile.add(rows["l_all"], rows["l_tile"], out=rows["l_all"])  # l = alpha_t * l + l_t
+    if not cfg.cube_rowsum:  # (the cube's row sums are rescaled and summed in compute_gu)
+        tile.mul(rows["l_all"], rows["alpha_new"], out=rows["l_all"])
+        tile.add(rows["l_all"], rows["l_tile"], out=rows["l_all"])  # l = alpha_t * l + l_t
     pto.tfree("vector", qk.pipe_id, qk_entry, SPLIT)
     pto.tpush("vector", p.pipe_id, p_entry, SPLIT)
     ring_select(s.ring, t, lambda ring_tile: tile.mov(rows["alpha_new"], ring_tile))
@@ -552,7 +563,7 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
     if cfg.softmax_dtype == "f32":
         m_old = tile.subview(rows["m_all"], 0, r0, 1, vs0, name="m_old")
         m_new = tile.subview(rows["m_new"], 0, r0, 1, vs0, name="m_new")
-        l_new = tile.subview(rows["l_tile"], 0, r0, 1, vs0, name="l_new")
+        l_new = None if cfg.cube_rowsum else tile.subview(rows["l_tile"], 0, r0, 1, vs0, name="l_new")
     else:  # the f16 running max (m_all_h) and the tile's f16 row sums (l_tile_h), see below
         m_run = tile.subview(rows["m_all_h"], 0, r0, 1, vs0, name="m_run")
         l_new = tile.subview(rows["l_tile_h"], 0, r0, 1, vs0, name="l_new")
@@ -567,10 +578,18 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
         tile.row_max(s_tile, tl["red_tmp"], out=tl["m_slice"])
         tile.max(rows["m_slice"], m_old, out=rows["m_slice"])  # m_new (finite: m_old starts at -3e38)
         tile.adds(rows["m_slice"], s.consts["zero"], out=m_new)  # a tmov into a subview is rejected
-        tile.row_expand_expdif(s_tile, tl["m_slice"], out=s_tile, tmp=exp_tmp)  # P = exp(S - m_new)
-        tile.row_sum(s_tile, tl["red_tmp"], out=tl["l_slice"])
-        tile.cvt(s_tile, out=p_half)
-        tile.adds(rows["l_slice"], s.consts["zero"], out=l_new)
+        if cfg.exp_f16:  # x = S - m_new in f32, rounded to f16, P = exp(x) on the f16 tile
+            tile.row_expand_sub(s_tile, tl["m_slice"], out=s_tile, tmp=exp_tmp)
+            tile.cvt(s_tile, out=p_half)
+            tile.exp(p_half, out=p_half)
+        else:
+            tile.row_expand_expdif(s_tile, tl["m_slice"], out=s_tile, tmp=exp_tmp)  # P = exp(S - m_new)
+        if l_new is not None:  # (else the cube sums the rows of P in its PV matmul)
+            tile.row_sum(s_tile, tl["red_tmp"], out=tl["l_slice"])
+        if not cfg.exp_f16:
+            tile.cvt(s_tile, out=p_half)
+        if l_new is not None:
+            tile.adds(rows["l_slice"], s.consts["zero"], out=l_new)
     else:
         # A max of f16 scores is an f16 value: the running max has an exact f16 copy (m_all_h),
         # updated here in place; P = exp(S - m_new) is f16 already. compute_p converts the
@@ -590,10 +609,17 @@ def compute_gu(s: _VecState, t: SSAValue) -> None:
     pv = cfg.pipes[2]
     pv_entry = pto.tpop("vector", pv.pipe_id, entry_type(pv, "vector"), SPLIT, name="pv_entry")
     pto.load(pto.slice_view(pv_entry, [0, 0], [cfg.vec_rows, cfg.head], name="pv_rows"), tl["pv_tile"])
+    if cfg.cube_rowsum:  # rowsum(P_t) in the slot's last columns
+        pto.load(pto.slice_view(pv_entry, [0, cfg.head], [cfg.vec_rows, ROWSUM_COLS], name="l_rows"), tl["l_pv"])
     pto.tfree("vector", pv.pipe_id, pv_entry, SPLIT)
     ring_select(s.ring, t, lambda ring_tile: tile.mov(ring_tile, s.rows["alpha_cur"]))
-    tile.row_expand_mul(tl["o_tile"], tl["alpha_cur"], out=tl["o_tile"])
+    # (with the cube's row sums, no hidden scratch: the broadcast goes to compute_p's exp_tmp)
+    tmp = tl[buffer_names(cfg, "exp_tmp")[0]] if cfg.cube_rowsum else None
+    tile.row_expand_mul(tl["o_tile"], tl["alpha_cur"], out=tl["o_tile"], tmp=tmp)
     tile.add(tl["o_tile"], tl["pv_tile"], out=tl["o_tile"])
+    if cfg.cube_rowsum:  # l = alpha_t * l + rowsum(P_t), in each of the ROWSUM_COLS equal columns
+        tile.row_expand_mul(tl["l_acc"], tl["alpha_cur"], out=tl["l_acc"], tmp=tmp)
+        tile.add(tl["l_acc"], tl["l_pv"], out=tl["l_acc"])
 
 
 def _finish(s: _VecState, l_col: SSAValue) -> None:
@@ -714,6 +740,8 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
     rows.update({spec.name: tiles[spec.name] for spec in specs if spec.rows == 1 and spec.loc == "vec"})
     divisor = "l_fix" if config.needs_row_fix else "l_all"
     l_col = tile.reshape(tiles[divisor], config.vec_rows, 1, name=f"{divisor}_col", blayout="col_major")
+    l_all_col = l_col if divisor == "l_all" else tile.reshape(tiles["l_all"], config.vec_rows, 1, name="l_all_col",
+                                                              blayout="col_major")
     ring = [rows[f"exp_ring{r}"] for r in range(config.exp_ring)]
     start, mask, half = mask_constants(config)
     # The mask value and its negation scale softmax-dtype tiles: scalars of the tiles' element
@@ -748,7 +776,11 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
         tile.fill(consts["zero"], out=rows["l_all"])
         tile.set_valid(tiles["o_tile"], config.vec_rows, config.head)
         tile.fill(consts["zero"], out=tiles["o_tile"])
+        if config.cube_rowsum:
+            tile.fill(consts["zero"], out=tiles["l_acc"])
         fused(u.tiles, preload, consume=lambda t: compute_gu(s, t), produce=lambda t: compute_p(s, t))
+        if config.cube_rowsum:  # l: the accumulated row sums, ROWSUM_COLS equal columns -> one
+            tile.row_max(tiles["l_acc"], tiles["l_pv"], out=l_all_col)
         _finish(s, l_col)
 
 

@@ -326,9 +326,24 @@ for _op, _instr in {
     d.TAddsOp: "vadds", d.TSubsOp: "vadds", d.TMulsOp: "vmuls", d.TDivsOp: "vdiv", d.TMaxsOp: "vmaxs",
     d.TMinsOp: "vmins", d.TExpOp: "vexp", d.TLogOp: "vln", d.TSqrtOp: "vsqrt", d.TRsqrtOp: "vrsqrt",
     d.TRecipOp: "vdiv", d.TAbsOp: "vabs", d.TNegOp: "vmuls", d.TReluOp: "vrelu", d.TCvtOp: "vconv",
-    d.TExpandsOp: "vector_dup", d.TSelOp: "vsel",
+    d.TSelOp: "vsel",
 }.items():
     registry.cost(_op, queue=on_vector, cycles=one_instruction(_instr))
+
+
+def texpands_queue(op: TraceOp) -> str:
+    """V on a vector core; on the cube (an L1 tile) MTE2: pto-isa's A2/A3 fill of a Mat tile is
+    `create_cbuf_matrix` (TSetValue.hpp), an L1 write that no vector or cube compute unit runs;
+    assumption: it occupies MTE2 like a load into L1 of the same bytes."""
+    return "MTE2" if core_kind(op.core) == "cube" else "V"
+
+
+registry.cost(
+    d.TExpandsOp, queue=texpands_queue,
+    cycles=lambda op, queue, soc: transfer_cycles(dataclass_replace(op, nbytes=op.nbytes or op.elems * op.elem_bytes),
+                                                  queue, soc) if queue == "MTE2"
+    else one_instruction("vector_dup")(op, queue, soc),
+)
 for _op, _steps in {
     d.TRowExpandSubOp: ("vsub",), d.TRowExpandAddOp: ("vadd",), d.TRowExpandMulOp: ("vmul",),
     d.TRowExpandMaxOp: ("vmax",), d.TRowExpandMinOp: ("vmin",), d.TRowExpandDivOp: ("vdiv",),
