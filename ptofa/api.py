@@ -383,10 +383,12 @@ class pto:  # noqa: N801
 
     @staticmethod
     def alloc_tile(t: d.TileBufType, name: str | None = None, valid: tuple[SSAValue | int, SSAValue | int] | None = None) -> SSAValue:
-        """A tile; a type with a dynamic valid shape (`valid=?x?`) needs `valid=(rows, cols)`."""
+        """A tile; a type with a dynamic valid shape (`valid=?x?`) needs `valid=(rows, cols)`, of
+        which only the dynamic dims become operands (as ptoas requires)."""
         if valid is None:
             return _named(d.AllocTileOp(t).result, name)
-        return _named(d.AllocTileOp(t, _val(valid[0]), _val(valid[1])).result, name)
+        rows, cols = (_val(v) if dim == d.DYN else None for v, dim in zip(valid, t.valid))
+        return _named(d.AllocTileOp(t, rows, cols).result, name)
 
     @staticmethod
     def load(view: SSAValue, dst: SSAValue) -> None:
@@ -400,7 +402,7 @@ class pto:  # noqa: N801
             if atomic != "add":
                 raise ValueError(f"atomic={atomic!r}: only 'add' is supported")
             props["atomicType"] = d.AtomicTypeAttr("atomic_add")
-        d.TStoreOp.build(operands=[src, view], properties=props)
+        d.TStoreOp.build(operands=[src, view, [], []], properties=props)
 
     @staticmethod
     def call(callee: str, args: Sequence[SSAValue]) -> None:
@@ -486,7 +488,7 @@ class tile:  # noqa: N801
 
     @staticmethod
     def mov(src: SSAValue, out: SSAValue) -> None:
-        _dps(d.TMovOp, [src], out)
+        d.TMovOp.build(operands=[src, out, [], []])
 
     @staticmethod
     def matmul(a: SSAValue, b: SSAValue, out: SSAValue) -> None:

@@ -124,3 +124,39 @@ LOCAL_PIPES = ("module {\n" + ENTRY + f"""  func.func @cube(%f: !pto.ptr<f32>) a
   }}
 }}
 """)
+
+_ACC16I = "!pto.tile_buf<acc, 16x16xi32, blayout=col_major, slayout=row_major, fractal=1024>"
+_SCALING = "!pto.tile_buf<scaling, 1x32xui64>"
+_EPI = "#pto.acc_push_epilogue<layout = nz2nd, quant = {quant}, relu = no_relu>"
+# Fixpipe pipes: an ACC tile pushed through the FIX pipe's dequantization (acc_push_epilogue),
+# its payload set by set_quant_scalar / set_quant_vector, the form of PTOAS's
+# test/lit/pto/fixpipe_frontend_emitc_scalar_vector_quant_a3.pto.
+FIXPIPE = ("module {\n" + f"""  func.func @cube(%f: !pto.ptr<f16>, %g: !pto.ptr<f16>) attributes {{pto.kernel_kind = #pto.kernel_kind<cube>}} {{
+    %z = arith.constant 0 : i32
+    %scale = arith.constant 1.0 : f32
+    %b0 = pto.import_reserved_buffer {{name = "q0", peer_func = @vec}} -> i32
+    %b1 = pto.import_reserved_buffer {{name = "q1", peer_func = @vec}} -> i32
+    pto.aic_initialize_pipe {{id = 0, dir_mask = 1, slot_size = 512, nosplit = true, acc_push_epilogue = {_EPI.format(quant="deqf16_scalar")}}} (gm_slot_buffer = %f : !pto.ptr<f16>, c2v_consumer_buf = %b0 : i32, v2c_consumer_buf = %z : i32)
+    pto.aic_initialize_pipe {{id = 1, dir_mask = 1, slot_size = 512, nosplit = true, acc_push_epilogue = {_EPI.format(quant="deqf16_vec")}}} (gm_slot_buffer = %g : !pto.ptr<f16>, c2v_consumer_buf = %b1 : i32, v2c_consumer_buf = %z : i32)
+    %acc = pto.alloc_tile : {_ACC16I}
+    %fp = pto.alloc_tile : {_SCALING}
+    pto.set_quant_scalar(%scale : f32) {{id = 0}}
+    pto.tpush_to_aiv(%acc : {_ACC16I}) {{id = 0, split = 0}}
+    pto.set_quant_vector(%fp : {_SCALING}) {{id = 1}}
+    pto.tpush_to_aiv(%acc : {_ACC16I}) {{id = 1, split = 0}}
+    return
+  }}
+  func.func @vec(%f: !pto.ptr<f16>, %g: !pto.ptr<f16>) attributes {{pto.kernel_kind = #pto.kernel_kind<vector>}} {{
+    %z = arith.constant 0 : i32
+    %b0 = pto.reserve_buffer {{name = "q0", size = 4096, location = #pto.address_space<vec>, auto = true}} -> i32
+    %b1 = pto.reserve_buffer {{name = "q1", size = 4096, location = #pto.address_space<vec>, auto = true}} -> i32
+    pto.aiv_initialize_pipe {{id = 0, dir_mask = 1, slot_size = 512, nosplit = true, acc_push_epilogue = {_EPI.format(quant="deqf16_scalar")}}} (gm_slot_buffer = %f : !pto.ptr<f16>, c2v_consumer_buf = %b0 : i32, v2c_consumer_buf = %z : i32)
+    pto.aiv_initialize_pipe {{id = 1, dir_mask = 1, slot_size = 512, nosplit = true, acc_push_epilogue = {_EPI.format(quant="deqf16_vec")}}} (gm_slot_buffer = %g : !pto.ptr<f16>, c2v_consumer_buf = %b1 : i32, v2c_consumer_buf = %z : i32)
+    %r0 = pto.tpop_from_aic {{id = 0, split = 0}} -> !pto.tile_buf<vec, 16x16xf16>
+    %r1 = pto.tpop_from_aic {{id = 1, split = 0}} -> !pto.tile_buf<vec, 16x16xf16>
+    pto.tfree_from_aic {{id = 0, split = 0}}
+    pto.tfree_from_aic {{id = 1, split = 0}}
+    return
+  }}
+}}
+""")

@@ -1,7 +1,12 @@
 """Bad input never crashes the checker: seeded mutations of an emitted FA kernel (lines
-deleted, duplicated, swapped; tokens, numbers and float literals replaced) either check
-clean or raise `PtoCheckError` whose errors carry a line number. Any other exception is a
-bug in `ptofa.ir.textio` or the dialect."""
+deleted, duplicated, swapped; tokens, numbers and float literals replaced; attribute dicts
+appended) either check clean or raise `PtoCheckError` whose errors carry a line number. Any
+other exception is a bug in `ptofa.ir.textio` or the dialect.
+
+With a ptoas (marker `ptoas`) the same mutants are differential: the checker's verdict
+(`--ptoas-only`) must be ptoas's (`--pto-arch=a3 --enable-insert-sync`). Without one, the rule
+that such a run found missing (a partition window past a static view dim) is checked on every
+window of the kernel."""
 
 from __future__ import annotations
 
@@ -24,13 +29,20 @@ _REPLACEMENTS = [
     "%c0", "%undefined", "%0", "pto.tadd", "pto.tload", "pto.nosuch", "index", "i32", "f32", "f16", "i1",
     "!pto.tile_buf<vec, 16x16xf32>", "!pto.ptr<f32>", "(", ")", "{", "}", "[", "]", ":", ",", "=", "->",
     "scf.for", "scf.yield", "func.call", "return", "#pto.layout<nd>", "\"", "0x7f", "-1", "",
+    "pto.taddrelu", "pto.tsync", "pto.tgather", "pto.tprint", "pto.set_quant_scalar", "valid_col", "valid_row", "addr",
+    "#pto.acc_to_vec_mode<dual_mode_split_m>", "#pto<sqrt_precision high_precision>", "{src0eqdst = true}",
+]
+# Attribute dicts a mutation appends to a line: discardable ones, inherent ones with wrong values, junk.
+_ATTR_DICTS = [
+    "{pto.fusion.group_id = 0 : i64}", "{precisionType = #pto<div_precision high_precision>}", "{accToVecMode = 3}",
+    "{cmpMode = #pto<cmp gt>, offset = 7 : i32}", "{printFormat = 1}", "{", "{x = }", "{pto.backend = \"vpto\"}",
 ]
 _NUMBERS = ["0", "-1", "1", "3", "7", "1000000", "99999999999999999999", "1.0e400", "-1.0e400", "1.5", "nan", "0x10"]
 
 
 def _mutate(lines: list[str], rng: random.Random) -> list[str]:
     lines = list(lines)
-    kind = rng.randrange(7)
+    kind = rng.randrange(8)
     i = rng.randrange(len(lines))
     if kind == 0:
         del lines[i]
@@ -51,11 +63,13 @@ def _mutate(lines: list[str], rng: random.Random) -> list[str]:
             else:
                 new = rng.choice(_REPLACEMENTS + [t.group() for t in toks])
             lines[i] = lines[i][: m.start()] + new + lines[i][m.end() :]
-    else:  # a huge or odd float literal in place of a number
+    elif kind == 6:  # a huge or odd float literal in place of a number
         nums = list(re.finditer(r"\b\d+(?:\.\d+)?\b", lines[i]))
         if nums:
             m = rng.choice(nums)
             lines[i] = lines[i][: m.start()] + rng.choice(["1.0e400", "3.4e39", "-1.0e308", "1e-400", "0.0"]) + lines[i][m.end() :]
+    else:  # an attribute dict appended to the line
+        lines[i] = lines[i].rstrip() + " " + rng.choice(_ATTR_DICTS)
     return lines
 
 
@@ -113,3 +127,73 @@ def test_known_crashes_are_line_numbered_errors(case: str) -> None:
         check_text(text)
     line, msg = info.value.errors[0]
     assert line == 3, (line, msg)
+
+
+def _mutants(kernel_lines: list[str], n: int) -> list[str]:
+    rng = random.Random(SEED)
+    out = []
+    for _ in range(n):
+        lines = kernel_lines
+        for _ in range(rng.choice((1, 1, 2, 3))):
+            lines = _mutate(lines, rng)
+        out.append("\n".join(lines) + "\n")
+    return out
+
+
+_WINDOW = re.compile(r"%(\w+) = pto\.partition_view %\w+, offsets = \[(.*?)\], sizes = \[(.*?)\] : !pto\.tensor_view<([^>]*)>")
+
+
+def test_partition_windows_past_a_static_dim_are_refused(kernel_lines: list[str]) -> None:
+    """For each kind of window of the kernel (view type, dim, size) with a constant size in a static
+    dim, an offset that puts its end past the dim is refused on that line (ptoas's
+    PartitionViewOp::verify; the rule a differential run found missing)."""
+    consts = {m.group(1): int(m.group(2)) for m in (re.match(r"\s*%(\w+) = arith\.constant (\d+) : index", ln) for ln in kernel_lines) if m}
+    by_value = {v: k for k, v in consts.items()}
+    tried: set[tuple[str, int, int]] = set()
+    for i, line in enumerate(kernel_lines):
+        m = _WINDOW.search(line)
+        if not m or len(tried) >= 4:  # each check of the whole kernel takes a second or two
+            continue
+        offsets, sizes = m.group(2).split(", "), m.group(3).split(", ")
+        dims = [int(x) if x.isdigit() else None for x in m.group(4).split("x")[:-1]]
+        for dim, (off, size) in enumerate(zip(offsets, sizes)):
+            value = consts.get(size.lstrip("%"))
+            if dims[dim] is None or value is None or (m.group(4), dim, value) in tried:
+                continue
+            past = dims[dim] - value + 1
+            if past not in by_value:
+                continue
+            bad = offsets.copy()
+            bad[dim] = "%" + by_value[past]
+            text = "\n".join(kernel_lines[:i] + [line.replace(m.group(2), ", ".join(bad), 1)] + kernel_lines[i + 1:]) + "\n"
+            with pytest.raises(PtoCheckError) as info:
+                check_text(text, "window.pto", launch_rules=False)
+            assert any(ln == i + 1 and "exceeds static source dim" in msg for ln, msg in info.value.errors), info.value.errors
+            tried.add((m.group(4), dim, value))
+    assert len(tried) >= 3, tried
+
+
+@pytest.mark.ptoas
+def test_mutants_agree_with_ptoas(kernel_lines: list[str], tmp_path) -> None:
+    """Differential: on seeded mutants, `check_text(..., launch_rules=False)` accepts exactly what
+    `ptoas --pto-arch=a3 --enable-insert-sync` compiles."""
+    import subprocess
+
+    from ptofa.launch.toolchain import find_ptoas
+
+    ptoas = find_ptoas()[0]
+    disagree = []
+    for n, text in enumerate(_mutants(kernel_lines, 60)):
+        path = tmp_path / f"m{n}.pto"
+        path.write_text(text)
+        done = subprocess.run([ptoas, "--pto-arch=a3", "--enable-insert-sync", str(path), "-o", str(tmp_path / "m.cpp")],
+                              capture_output=True, text=True, timeout=300)
+        try:
+            check_text(text, path.name, launch_rules=False)
+            ours = True
+        except PtoCheckError as exc:
+            ours, why = False, str(exc).splitlines()[0]
+        if ours != (done.returncode == 0):
+            disagree.append((n, "ptoas accepts" if done.returncode == 0 else (done.stderr.strip().splitlines() or ["?"])[0],
+                             "checker accepts" if ours else why))
+    assert disagree == []

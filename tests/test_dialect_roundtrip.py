@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from pto_snippets import CUBE_BODY, CUBE_PRE, ENTRY, LOCAL_PIPES, PP, PPH, QK, QKH, VEC_BODY, VEC_PRE, pipes, roundtrip, wrap
+from pto_snippets import CUBE_BODY, CUBE_PRE, ENTRY, FIXPIPE, LOCAL_PIPES, PP, PPH, QK, QKH, VEC_BODY, VEC_PRE, pipes, roundtrip, wrap
 
 from ptofa.ir import dialect as d
 from ptofa.ir.textio import check_text, parse_pto, print_pto
@@ -98,8 +98,13 @@ DYNAMIC_TILES = {
 
 @pytest.mark.parametrize("tile_type", DYNAMIC_TILES.values(), ids=DYNAMIC_TILES.keys())
 def test_dynamic_valid_tile_with_valid_operands(tile_type: str) -> None:
-    printed = roundtrip(wrap(f"%r = arith.constant 8 : index\n%t = pto.alloc_tile valid_row = %r valid_col = %r : {tile_type}"))
-    assert "valid_row = %r valid_col = %r" in printed
+    """An operand for each dynamic valid dim, none for a static one (ptoas's AllocTileOp)."""
+    dyn_row, dyn_col = ("valid=?x64" not in tile_type and "valid=16x?" not in tile_type,) * 2
+    dyn_row = dyn_row or "valid=?x64" in tile_type
+    dyn_col = dyn_col or "valid=16x?" in tile_type
+    clause = ("valid_row = %r " if dyn_row else "") + ("valid_col = %r " if dyn_col else "")
+    printed = roundtrip(wrap(f"%r = arith.constant 8 : index\n%t = pto.alloc_tile {clause}: {tile_type}"))
+    assert clause.strip() in printed
     assert "?" in printed
 
 
@@ -566,11 +571,53 @@ OPS["tscatter"] = ("vector", f"{VEC_TILES}\n%si = pto.alloc_tile : !pto.tile_buf
 OPS["tcolexpandexpdif"] = ("vector", f"{VEC_TILES}\n%r64 = pto.alloc_tile : !pto.tile_buf<vec, 1x64xf32>\n"
                                      "pto.tcolexpandexpdif ins(%a, %r64 : !pto.tile_buf<vec, 16x64xf32>, !pto.tile_buf<vec, 1x64xf32>) outs(%o : !pto.tile_buf<vec, 16x64xf32>)")
 
+# Forms ptoas accepts that issue 31 added (PTOAS lit tests tprefetch_async_emitc.pto, tsync_emitc.pto,
+# tgather_three_forms_emitc.pto, print_tile_native.pto).
+_FLAT = "!pto.partition_tensor_view<1x128xf32>"
+OPS["prefetch_async"] = ("vector", f"""%c0 = arith.constant 0 : index
+%c1 = arith.constant 1 : index
+%c128 = arith.constant 128 : index
+%tv = pto.make_tensor_view %p, shape = [%c1, %c128], strides = [%c128, %c1] : !pto.tensor_view<1x128xf32>
+%flat = pto.partition_view %tv, offsets = [%c0, %c0], sizes = [%c1, %c128] : !pto.tensor_view<1x128xf32> -> {_FLAT}
+%ctx = pto.make_prefetch_async_context(%pb : !pto.ptr<i8>) -> !pto.prefetch_async_context
+%ev = pto.tprefetch_async(%flat, %ctx : {_FLAT}, !pto.prefetch_async_context) -> !pto.async_event
+%ses = pto.get_prefetch_async_session %ctx : !pto.prefetch_async_context -> !pto.async_session
+%done = pto.comm.wait_async_event(%ev, %ses : !pto.async_event, !pto.async_session) -> i1""")
+OPS["tsync"] = ("vector", f"{GM}\n%t = pto.alloc_tile : {V32}\npto.tsync ins(%t, %pv : {V32}, !pto.partition_tensor_view<16x64xf32>)")
+OPS["tgather_compare"] = ("vector", f"{VEC_TILES}\n%k = arith.constant 0.0 : f32\n%gi = pto.alloc_tile : !pto.tile_buf<vec, 16x64xi32>\n"
+                                    f"pto.tgather ins(%a, %k, %gi : {V32}, f32, !pto.tile_buf<vec, 16x64xi32>) outs(%gi, %gi : "
+                                    "!pto.tile_buf<vec, 16x64xi32>, !pto.tile_buf<vec, 16x64xi32>) {cmpMode = #pto<cmp gt>, offset = 3 : i32}")
+OPS["tprint_view"] = ("vector", f"{GM}\npto.tprint ins(%pv : !pto.partition_tensor_view<16x64xf32>)")
+OPS["tprint_tmp"] = ("cube", f"{GM}\n%m = pto.alloc_tile : !pto.tile_buf<mat, 16x64xf32>\n"
+                             "pto.tprint ins(%m, %pv : !pto.tile_buf<mat, 16x64xf32>, !pto.partition_tensor_view<16x64xf32>) "
+                             "{printFormat = #pto<print_format width10_precision6>}")
+OPS["discardable_attrs"] = ("vector", f"{VEC_TILES}\npto.tadd ins(%a, %a : {V32}, {V32}) outs(%o : {V32}) {{pto.fusion.group_id = 0 : i64, pto.fusion.order = 1 : i64}}\n"
+                                      f"pto.trowexpandmul ins(%a, %col : {V32}, {COL}) outs(%o : {V32}) {{src1Col = 1 : i64, src0eqdst = true, highPrecision = false}}")
+OPS["precision_attrs"] = ("vector", f"{VEC_TILES}\npto.tsqrt ins(%a : {V32}) outs(%o : {V32}) {{precisionType = #pto<sqrt_precision high_precision>}}\n"
+                                    f"pto.trsqrt ins(%a, %t : {V32}, {V32}) outs(%o : {V32}) {{precisionType = #pto<rsqrt_precision high_precision>}}\n"
+                                    f"pto.trecip ins(%a : {V32}) outs(%o : {V32}) {{precisionType = #pto<recip_precision high_precision>}}")
+_ACCI = "!pto.tile_buf<acc, 128x128xi32, blayout=col_major, slayout=row_major, fractal=1024>"
+_MATI8 = "!pto.tile_buf<mat, 128x128xi8, blayout=col_major, slayout=row_major>"
+_FP = "!pto.tile_buf<scaling, 1x32xui64>"
+OPS["fix_quant_forms"] = ("cube", f"""{GM}
+%acc = pto.alloc_tile : {_ACCI}
+%m = pto.alloc_tile : {_MATI8}
+%fp = pto.alloc_tile : {_FP}
+%q = arith.constant 7 : i64
+pto.tmov ins(%acc : {_ACCI}, %fp : {_FP}) outs(%m : {_MATI8})
+pto.tmov ins(%acc : {_ACCI}, %q : i64) outs(%m : {_MATI8})
+pto.tstore ins(%acc : {_ACCI} fp %fp : {_FP}) outs(%pvh : !pto.partition_tensor_view<128x128xf16>)
+pto.tstore ins(%acc : {_ACCI}, %q : i64) outs(%pvh : !pto.partition_tensor_view<128x128xf16>) {{atomicType = #pto<atomic_type atomic_add>}}""")
+OPS["tgatherb"] = ("vector", f"{VEC_TILES}\n%bo = pto.alloc_tile : !pto.tile_buf<vec, 16x64xi32>\n"
+                             f"pto.tgatherb ins(%a, %bo : {V32}, !pto.tile_buf<vec, 16x64xi32>) outs(%o : {V32})")
+OPS["alloc_tile_valid_col_only"] = ("vector", "%vc = arith.constant 8 : index\n"
+                                              "%t = pto.alloc_tile valid_col = %vc : !pto.tile_buf<vec, 1x32xf32, valid=1x?>")
+
 
 def _args_for(body: str) -> str:
     if "pto.make_tensor_view %pb" in body:
         return _BF_ARGS
-    return GM_ARGS + ", %pi: !pto.ptr<i32>, %pb: !pto.ptr<i8>" if any(k in body for k in ("pto.comm.", "pto.cmo.", "pto.syncall")) else GM_ARGS
+    return GM_ARGS + ", %pi: !pto.ptr<i32>, %pb: !pto.ptr<i8>" if any(k in body for k in ("pto.comm.", "pto.cmo.", "pto.syncall", "prefetch_async")) else GM_ARGS
 
 
 @pytest.mark.parametrize("kind, body", OPS.values(), ids=OPS.keys())
@@ -580,8 +627,22 @@ def test_op_roundtrip(kind: str, body: str) -> None:
         assert op_name in printed
 
 
+# Ops only ptoas's vpto back end lowers (ptofa.ir.dialect.lowering), in a module that selects it.
+VPTO_OPS = {
+    "taddrelu": ("vector", f"{VEC_TILES}\npto.taddrelu ins(%a, %b : {V32}, {V32}) outs(%o : {V32})"),
+}
+
+
+@pytest.mark.parametrize("kind, body", VPTO_OPS.values(), ids=VPTO_OPS.keys())
+def test_vpto_op_roundtrip(kind: str, body: str) -> None:
+    text = wrap(body, kind=kind, args=_args_for(body)).replace("module {", 'module attributes {pto.backend = "vpto"} {', 1)
+    printed = roundtrip(text)
+    for op_name in re.findall(r"\bpto\.[a-z0-9_.]+?(?=[\s(])", body):
+        assert op_name in printed
+
+
 def test_every_dialect_op_has_a_roundtrip_case() -> None:
-    sources = "\n".join(body for _, body in OPS.values()) + CUBE_BODY + VEC_BODY + CUBE_PRE + VEC_PRE
+    sources = "\n".join(body for _, body in [*OPS.values(), *VPTO_OPS.values()]) + CUBE_BODY + VEC_BODY + CUBE_PRE + VEC_PRE + FIXPIPE
     sources += "pto.set_ffts pto.make_tensor_view pto.partition_view"
     used = set(re.findall(r"pto\.[a-z0-9_.]+?(?=[\s(])", sources + "\n"))
     missing = [op.name for op in d.PTO.operations if op.name not in used]
@@ -745,9 +806,9 @@ NEW_OPS: dict[str, tuple[str, str]] = {
                              f"pto.ttrans ins(%a, %t : {V16x16}, {V16x16}) outs(%b : {V16x16})"),
     "tgather_index": ("vector", "%s = pto.alloc_tile : !pto.tile_buf<vec, 1x32xf16>\n%i = pto.alloc_tile : !pto.tile_buf<vec, 1x32xi32>\n"
                                 "%d = pto.alloc_tile : !pto.tile_buf<vec, 1x32xf16>\n"
-                                "pto.tgather ins(%s, %i : !pto.tile_buf<vec, 1x32xf16>, !pto.tile_buf<vec, 1x32xi32>) outs(%d : !pto.tile_buf<vec, 1x32xf16>)"),
+                                "pto.tgather ins(%s, %i, %i : !pto.tile_buf<vec, 1x32xf16>, !pto.tile_buf<vec, 1x32xi32>, !pto.tile_buf<vec, 1x32xi32>) outs(%d : !pto.tile_buf<vec, 1x32xf16>)"),
     "tgather_mask": ("vector", f"%s = pto.alloc_tile : {V16x16}\n%d = pto.alloc_tile : !pto.tile_buf<vec, 16x8xf32>\n"
-                               f"pto.tgather ins(%s, {{maskPattern = #pto.mask_pattern<P0101>}} : {V16x16}) outs(%d : !pto.tile_buf<vec, 16x8xf32>)"),
+                               f'pto.tgather ins(%s, {{maskPattern = #pto.mask_pattern<P0101>}} : {V16x16}, "row") outs(%d : !pto.tile_buf<vec, 16x8xf32>)'),
     "tcolexpand": ("vector", f"%r = pto.alloc_tile : !pto.tile_buf<vec, 1x16xf32>\n%d = pto.alloc_tile : {V8x8.replace('8x8', '8x16')}\n"
                              f"pto.tcolexpand ins(%r : !pto.tile_buf<vec, 1x16xf32>) outs(%d : {V8x8.replace('8x8', '8x16')})"),
     "tprint": ("vector", f"%a = pto.alloc_tile : {V16x16}\npto.tprint ins(%a : {V16x16})"),
@@ -836,6 +897,13 @@ def test_local_pipe_form() -> None:
     printed = roundtrip(LOCAL_PIPES)
     assert "c2v_consumer_buf = %" in printed and "v2c_consumer_buf = %" in printed and "gm_slot_buffer = %" in printed
     assert "pto.tfree_from_aiv {id = 0, split = 0}" in printed
+
+
+def test_fixpipe_pipes_and_set_quant() -> None:
+    """acc_push_epilogue on both inits and set_quant_scalar / set_quant_vector print back unchanged."""
+    printed = roundtrip(FIXPIPE)
+    assert "acc_push_epilogue = #pto.acc_push_epilogue<layout = nz2nd, quant = deqf16_vec, relu = no_relu>" in printed
+    assert "pto.set_quant_scalar(%scale : f32) {id = 0}" in printed
 
 
 def test_local_pipe_dynamic_valid_and_subblock_operands() -> None:

@@ -88,17 +88,35 @@ def test_ttrans_needs_the_transposed_valid_shape_at_run_time(x: np.ndarray) -> N
 def test_tgather_mask_pattern(x: np.ndarray) -> None:
     y = np.zeros((16, 8), np.float32)
     t = "!pto.tile_buf<vec, 16x8xf32>"
-    run(io(f"pto.tgather ins(%a, {{maskPattern = #pto.mask_pattern<P0101>}} : {T16}) outs(%o : {t})", 16, 8, t), x=x, y=y)
+    run(io(f'pto.tgather ins(%a, {{maskPattern = #pto.mask_pattern<P0101>}} : {T16}, "row") outs(%o : {t})', 16, 8, t), x=x, y=y)
     np.testing.assert_array_equal(y, x[:, [c for c in range(16) if c % 4 in (0, 2)]])
+
+
+def test_tgather_mask_pattern_down_the_columns(x: np.ndarray) -> None:
+    """axis "col": each column keeps the rows the pattern picks of every four (P0010: row 1 of 4)."""
+    y = np.zeros((4, 16), np.float32)
+    t = "!pto.tile_buf<vec, 4x16xf32>"
+    run(io(f'pto.tgather ins(%a, {{maskPattern = #pto.mask_pattern<P0010>}} : {T16}, "col") outs(%o : {t})', 4, 16, t), x=x, y=y)
+    np.testing.assert_array_equal(y, x[[1, 5, 9, 13], :])
+
+
+def test_tgather_compare_form_is_refused(x: np.ndarray) -> None:
+    i = "!pto.tile_buf<vec, 16x16xi32>"
+    body = (f"%d = pto.alloc_tile : {i}\n%cd = pto.alloc_tile : {i}\n%tm = pto.alloc_tile : !pto.tile_buf<vec, 16x32xui8>\n"
+            f"%k = arith.constant 0.0 : f32\n"
+            f"pto.tgather ins(%a, %k, %tm : {T16}, f32, !pto.tile_buf<vec, 16x32xui8>) outs(%d, %cd : {i}, {i}) {{offset = 3 : i32}}\n"
+            f"pto.tmov ins(%a : {T16}) outs(%o : {T16})")
+    with pytest.raises(SimError, match="compare form"):
+        run(io(body, 16, 16, T16), x=x, y=np.zeros((16, 16), np.float32))
 
 
 def test_tgather_index(x: np.ndarray) -> None:
     y = np.zeros((1, 16), np.float32)
     r = "!pto.tile_buf<vec, 1x16xf32>"
     i = "!pto.tile_buf<vec, 1x16xi32>"
-    body = (f"%i = pto.alloc_tile : {i}\n%start = arith.constant 40 : i32\n"
+    body = (f"%i = pto.alloc_tile : {i}\n%tm = pto.alloc_tile : {i}\n%start = arith.constant 40 : i32\n"
             f"pto.tci ins(%start : i32) outs(%i : {i}) {{descending = true}}\n"
-            f"pto.tgather ins(%a, %i : {T16}, {i}) outs(%o : {r})")
+            f"pto.tgather ins(%a, %i, %tm : {T16}, {i}, {i}) outs(%o : {r})")
     run(io(body, 1, 16, r), x=x, y=y)
     np.testing.assert_array_equal(y[0], x.reshape(-1)[40:24:-1])
 

@@ -277,7 +277,7 @@ def test_dynamic_valid_load_compute_reduce_store() -> None:
     %c = arith.index_cast %ci : i64 to index
     %two = arith.constant 2.0 : f32
     %t = pto.alloc_tile valid_row = %r valid_col = %c : {VD}
-    %mx = pto.alloc_tile valid_row = %r valid_col = %c1 : {col}
+    %mx = pto.alloc_tile valid_row = %r : {col}
     {view2d('xv', 'x', R, C, 'f32')}
     {view2d('ov', 'o', R, C, 'f32')}
     %mv = pto.make_tensor_view %m, shape = [%c{R}, %c1], strides = [%c1, %c1] : !pto.tensor_view<16x1xf32>

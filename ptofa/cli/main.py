@@ -110,14 +110,25 @@ def build(head: int, tile_s1: int, qk_preload: int, dtype: str, out_dtype: str |
 @main.command()
 @click.argument("pto_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--ptoas-only", is_flag=True,
-              help="Check only what ptoas checks: skip ptofa's launch rules (set_ffts before cube-vector pipes, "
-                   "no tile arguments on an entry), which a kernel launched through ptofa needs.")
-def check(pto_file: Path, ptoas_only: bool) -> None:
-    """Parse and verify any .pto file; report every error with its line number."""
+              help="Check what `ptoas --pto-arch=a3` accepts: skip ptofa's own rules (set_ffts before cube-vector pipes, "
+                   "no tile arguments on an entry, and the C++-build rules ptoas does not check, such as an acc->vec tmov).")
+@click.option("--pto-backend", "pto_backend", type=click.Choice(["emitc", "vpto"]), default=None,
+              help="ptoas's back end, as its --pto-backend: emitc (ptoas's default, what `run_fa compile` uses) refuses the "
+                   "ops it cannot lower; vpto leaves that rule out. Default: the module's pto.backend attribute, else emitc.")
+def check(pto_file: Path, ptoas_only: bool, pto_backend: str | None) -> None:
+    """Parse and verify any .pto file; report every error with its line number.
+
+    \b
+    Without options: what ptoas compiles for A3 with its default back end, and ptofa builds
+    and launches. --ptoas-only: what ptoas compiles (its parser, verifiers and lowering).
+    --pto-backend vpto: no EmitC lowering rule, so with --ptoas-only what ptoas's parser and
+    verifiers accept. An op that verifies but does not lower says so ("... lowering: ptoas
+    parses and verifies it, but its default (EmitC) back end cannot lower it").
+    """
     from ptofa.ir.textio import PtoCheckError, check_text
 
     try:
-        check_text(pto_file.read_text(), str(pto_file), launch_rules=not ptoas_only)
+        check_text(pto_file.read_text(), str(pto_file), launch_rules=not ptoas_only, backend=pto_backend)
     except PtoCheckError as exc:
         click.echo(str(exc), err=True)
         sys.exit(1)

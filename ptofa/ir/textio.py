@@ -19,6 +19,7 @@ from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyExcepti
 from xdsl.utils.lexer import Span
 
 from ptofa.ir import dialect as d
+from ptofa.ir.dialect.lowering import lowering_errors
 from ptofa.ir.memcheck import memory_errors
 
 
@@ -99,6 +100,9 @@ def parse_pto(text: str, path: str = "<pto>") -> ParsedModule:
     unterminated = _unterminated_string(text)
     if unterminated:
         raise PtoCheckError([(unterminated, "unterminated string literal (a string ends on its line)")], path)
+    if _only_comments(text):
+        # MLIR (and so ptoas) reads a file without ops as an empty module, which compiles.
+        return ParsedModule(builtin.ModuleOp([]), {}, path)
     parser = _LineParser(make_context(), text, path)
     try:
         module = parser.parse_module()
@@ -120,6 +124,11 @@ def parse_pto(text: str, path: str = "<pto>") -> ParsedModule:
     if errors:
         raise PtoCheckError(errors, path)
     return parsed
+
+
+def _only_comments(text: str) -> bool:
+    """True when every line is blank or a `//` comment."""
+    return all(not line.strip() or line.lstrip().startswith("//") for line in text.splitlines())
 
 
 def _unterminated_string(text: str) -> int:
@@ -256,15 +265,21 @@ def print_pto(module: builtin.ModuleOp) -> str:
     return out.getvalue().rstrip("\n") + "\n"
 
 
-def verify_module(parsed: ParsedModule, launch_rules: bool = True) -> None:
-    """Op verifiers + function rules (+ ptofa's launch rules unless `launch_rules` is False);
-    raises PtoCheckError listing every error with its line."""
+def verify_module(parsed: ParsedModule, launch_rules: bool = True, backend: str | None = None) -> None:
+    """Op verifiers + function rules (+ ptofa's own rules unless `launch_rules` is False: the
+    launch rules and the C++-build rules, `d.BuildRuleError`, which ptoas does not check) +
+    the back end's lowering (`ptofa.ir.dialect.lowering`: with ptoas's default EmitC back end, the
+    ops it cannot lower; `backend` is ptoas's --pto-backend, None reads the module's
+    `pto.backend` attribute); raises PtoCheckError listing every error with its line."""
     errors: list[tuple[int, str]] = []
     for op in parsed.module.walk():
         if op is parsed.module:
             continue
         try:
             op.verify(verify_nested_ops=False)
+        except d.BuildRuleError as exc:
+            if launch_rules:
+                errors.append((parsed.line(op), _first_line(str(exc))))
         except (VerifyException, DiagnosticException) as exc:
             errors.append((parsed.line(op), _first_line(str(exc))))
         except Exception as exc:  # noqa: BLE001 - a verifier tripping on bad IR is still an error line
@@ -274,6 +289,7 @@ def verify_module(parsed: ParsedModule, launch_rules: bool = True) -> None:
             if isinstance(func_op, func.FuncOp):
                 errors += [(parsed.line(op) if op else parsed.line(func_op), msg) for op, msg in function_errors(func_op)]
         errors += [(parsed.line(op) if op else 1, msg) for op, msg in module_errors(parsed.module)]
+        errors += [(parsed.line(op) if op else 1, msg) for op, msg in lowering_errors(parsed.module, backend)]
         if launch_rules:
             errors += [(parsed.line(op) if op else 1, msg) for op, msg in launch_errors(parsed.module)]
     except Exception as exc:  # noqa: BLE001 - the function rules assume ops that verify
@@ -535,6 +551,13 @@ def module_errors(module: builtin.ModuleOp) -> list[tuple[Operation | None, str]
         for attr, cv, vv in (("dir_mask", c.dir_value, v.dir_value), ("slot_size", c.slot_size.value.data, v.slot_size.value.data), ("slot_num", c.slot_num_value, v.slot_num_value)):
             if cv != vv:
                 errors.append((v, f"pipe id {pid}: {attr} differs between cube ({cv}) and vector ({vv})"))
+        ce, ve = c.acc_push_epilogue, v.acc_push_epilogue
+        if (ce is None) != (ve is None):
+            errors.append((v, f"pipe id {pid}: acc_push_epilogue on the {'cube' if ce else 'vector'} side only; the FIX contract must be "
+                              "written on both inits (PTOAS AicInitializePipeOp::verify)"))
+        elif ce is not None and ce != ve:
+            errors.append((v, f"pipe id {pid}: acc_push_epilogue differs between cube ({ce.layout.data}, {ce.quant.data}, {ce.relu.data}) "
+                              f"and vector ({ve.layout.data}, {ve.quant.data}, {ve.relu.data})"))
         if c.is_local or v.is_local:
             if c.is_local != v.is_local:
                 errors.append((v, f"pipe id {pid}: the {'cube' if c.is_local else 'vector'} side is a local (consumer-buffer) pipe, the peer a global one"))
@@ -597,9 +620,14 @@ def _level_errors(module: builtin.ModuleOp) -> list[tuple[Operation | None, str]
             for op in allocs if op.addr is None]
 
 
-def check_text(text: str, path: str = "<pto>", launch_rules: bool = True) -> ParsedModule:
-    """Parse and verify; raises PtoCheckError with every error and its line. `launch_rules=False`
-    leaves out ptofa's launch rules (`launch_errors`): what ptoas itself accepts."""
+def check_text(text: str, path: str = "<pto>", launch_rules: bool = True, backend: str | None = None) -> ParsedModule:
+    """Parse and verify; raises PtoCheckError with every error and its line.
+
+    By default: what ptoas compiles for A2/A3 with its default back end and ptofa can launch
+    and build. `launch_rules=False` leaves out ptofa's own rules (the launch rules,
+    `launch_errors`, and the C++-build rules, `d.BuildRuleError`): what `ptoas --pto-arch=a3`
+    itself accepts. `backend="vpto"` (ptoas's --pto-backend) leaves out the EmitC lowering
+    rule too: what ptoas's parser and verifiers accept."""
     parsed = parse_pto(text, path)
-    verify_module(parsed, launch_rules)
+    verify_module(parsed, launch_rules, backend)
     return parsed

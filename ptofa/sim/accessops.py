@@ -26,6 +26,9 @@ def _plain_form_only(op) -> None:
         raise SimError(f"{op.name}: the quantizing fp form is not simulated")
     if op.reluPreMode is not None:
         raise SimError(f"{op.name}: reluPreMode is not simulated")
+    for key in ("accToVecMode", "tinsertMode"):
+        if key in op.attributes:
+            raise SimError(f"{op.name}: {key} (an A5 mode of ptoas) is not simulated")
 
 
 @semantics(d.TExtractOp)
@@ -123,19 +126,27 @@ _PATTERN_KEEP = {p: [i for i in range(4) if p[4 - i] == "1"] for p in ("P0101", 
 @semantics(d.TGatherOp)
 def tgather(op: d.TGatherOp, slot: Slot) -> Fn:
     """Index form: dst[i, j] = src.flat[idx[i, j]] over src's storage (row-major); mask form:
-    each row's elements that the pattern keeps, packed to the left."""
+    along the axis ("row": each row's columns, "col": each column's rows) the elements that the
+    pattern keeps of each group of four, packed. The compare form is refused: pto-isa's
+    TGATHER documents the index and mask forms only."""
     src, dst = slot(op.src), slot(op.dst)
     name = op.name
+    if op.form == "compare":
+        raise SimError(f"{name}: the compare form (outs(%dst, %cdst), a scalar k) is not simulated; pto-isa documents no semantics for it")
     if op.maskPattern is not None:
-        keep = _PATTERN_KEEP[op.maskPattern.value.data]
+        pattern = op.maskPattern.value.data
+        keep = _PATTERN_KEEP[pattern]
+        by_rows = op.axis is not None and op.axis.data == "col"
 
         def fn_mask(vals):
             s, t = vals[src], vals[dst]
-            cols = [j for j in range(s.vc) if j % 4 in keep]
-            if t.vr != s.vr or t.vc != len(cols):
-                raise SimError(f"shape agreement: {name}: mask {op.maskPattern.value.data} keeps {len(cols)} of "
-                               f"{s.vc} columns, dst %{t.name} has valid {t.vr}x{t.vc}")
-            copy_bits(t.v, s.v[:, cols])
+            sv = s.v.T if by_rows else s.v
+            tv = t.v.T if by_rows else t.v
+            picked = [j for j in range(sv.shape[1]) if j % 4 in keep]
+            if tv.shape != (sv.shape[0], len(picked)):
+                raise SimError(f"shape agreement: {name}: mask {pattern} keeps {len(picked)} of {sv.shape[1]} "
+                               f"{'rows' if by_rows else 'columns'} of %{s.name}, dst %{t.name} has valid {t.vr}x{t.vc}")
+            copy_bits(tv, sv[:, picked])
 
         return fn_mask
     idx = slot(op.indices)
@@ -150,6 +161,28 @@ def tgather(op: d.TGatherOp, slot: Slot) -> Fn:
             raise SimError(f"{name}: index {int(ix.max() if ix.max() >= flat.size else ix.min())} is outside "
                            f"the {s.data.shape[0]}x{s.data.shape[1]} src %{s.name}")
         copy_bits(t.v, flat[ix])
+
+    return fn
+
+
+@semantics(d.TGatherBOp)
+def tgatherb(op: d.TGatherBOp, slot: Slot) -> Fn:
+    """dst[i, j] = the dst-typed element at byte offset offsets[i, j] (uint32) of src's storage."""
+    src, off, dst = slot(op.src), slot(op.offsets), slot(op.dst)
+    name = op.name
+
+    def fn(vals):
+        s, o, t = vals[src], vals[off], vals[dst]
+        if o.v.shape != t.v.shape:
+            raise SimError(f"shape agreement: {name}: offsets %{o.name} valid {o.vr}x{o.vc} != dst %{t.name} valid {t.vr}x{t.vc}")
+        order = "F" if s.data.flags.f_contiguous and not s.data.flags.c_contiguous else "C"
+        raw = np.frombuffer(s.data.tobytes(order=order), dtype=np.uint8)
+        size = t.data.dtype.itemsize
+        ix = o.v.astype(np.int64) & 0xFFFFFFFF
+        if ix.size and int(ix.max()) + size > raw.size:
+            raise SimError(f"{name}: byte offset {int(ix.max())} reads past the {raw.size} bytes of src %{s.name}")
+        picked = raw[ix[..., None] + np.arange(size)].reshape(ix.shape + (size,))
+        t.v[...] = np.ascontiguousarray(picked).view(t.data.dtype).reshape(ix.shape)
 
     return fn
 
@@ -171,8 +204,19 @@ def tcolexpand(op: d.TColExpandOp, slot: Slot) -> Fn:
 
 @semantics(d.TPrintOp)
 def tprint(op: d.TPrintOp, slot: Slot) -> Fn:
-    """Print the valid region (the device's printf goes to the host's stdout)."""
+    """Print the valid region, or a GM partition (the device's printf goes to the host's stdout).
+    A tile printed through a GM scratch `tmp` (mat / acc) also leaves its data in `tmp` on the
+    device, which the simulator does not model: that form is refused."""
+    if op.tmp is not None:
+        raise SimError(f"{op.name} with a tmp (a mat / acc tile printed through GM scratch) is not simulated")
     src = slot(op.src)
+    if isinstance(op.src.type, d.PartitionTensorViewType):
+
+        def fn_view(vals):
+            a = vals[src].array()
+            print(f"tprint {op.src.type}:\n{a}")
+
+        return fn_view
     dtype = np_dtype(op.src.type.dtype)
 
     def fn(vals):

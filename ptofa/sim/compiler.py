@@ -518,9 +518,9 @@ class _FunctionCompiler:
         dtype = tileops.np_dtype(t.dtype)
         fortran = not t.is_row_major and not t.is_boxed
         vr, vc = t.valid
-        dynamic = op.valid_row is not None
-        vr_s = self.slot(op.valid_row) if dynamic else 0
-        vc_s = self.slot(op.valid_col) if dynamic else 0
+        vr_s = self.slot(op.valid_row) if op.valid_row is not None else None
+        vc_s = self.slot(op.valid_col) if op.valid_col is not None else None
+        dynamic = vr_s is not None or vc_s is not None
         vr0 = rows if vr == d.DYN else vr
         vc0 = cols if vc == d.DYN else vc
         name = op.result.name_hint or f"tile{k}"
@@ -536,7 +536,7 @@ class _FunctionCompiler:
                 storage = new_tile_storage(rows, cols, dtype, fortran)
                 tile = core.tiles[k] = Tile(storage, vr0, vc0, core.launch.new_buffer_id(), name, space)
             if dynamic:
-                tile.set_valid(vals[vr_s], vals[vc_s])
+                tile.set_valid(vals[vr_s] if vr_s is not None else vr0, vals[vc_s] if vc_s is not None else vc0)
             vals[r] = tile
 
         return alloc, False

@@ -11,7 +11,7 @@ from ptofa.ir import dialect as d
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
 from ptofa.sim.tileops import Fn, Slot, np_dtype
-from ptofa.sim.timing import on_vector, vector_cycles
+from ptofa.sim.timing import on_vector, scalar_cycles, vector_cycles
 
 _COL = {d.TColMaxOp: np.max, d.TColMinOp: np.min, d.TColSumOp: np.sum, d.TColProdOp: np.prod}
 _ARG = {d.TColArgMaxOp: np.argmax, d.TColArgMinOp: np.argmin, d.TRowArgMaxOp: np.argmax, d.TRowArgMinOp: np.argmin}
@@ -164,6 +164,11 @@ def tquant(op, slot: Slot) -> Fn:
     raise SimError(f"{op.name}: the hardware's quantization rounding and saturation are not simulated")
 
 
+@registry.semantics(d.SetQuantScalarOp, d.SetQuantVectorOp)
+def set_quant(op, slot: Slot) -> Fn:
+    raise SimError(f"{op.name}: the FIX pipe's quantizing push (acc_push_epilogue) is not simulated")
+
+
 @registry.semantics(d.TSort32Op, d.TMrgSortOp)
 def sort(op, slot: Slot) -> Fn:
     raise SimError(f"{op.name}: the hardware's packed value-index sort layout is not simulated")
@@ -172,4 +177,6 @@ def sort(op, slot: Slot) -> Fn:
 # Vector-unit work: reductions (and sorts) at the reduce rate, the fused elementwise ops at the plain rate.
 registry.cost(*_COL, d.TRowProdOp, *_ARG, d.TSort32Op, d.TMrgSortOp, queue=on_vector, cycles=vector_cycles("vec_reduce_factor"))
 registry.cost(d.TLReluOp, d.TAxpyOp, d.TAddCOp, d.TSubCOp, d.TQuantOp, d.TDequantOp, queue=on_vector, cycles=vector_cycles())
+# Setting the FIX pipe's quantization registers: scalar-unit work.
+registry.cost(d.SetQuantScalarOp, d.SetQuantVectorOp, queue="S", cycles=scalar_cycles)
 registry.cost(d.TColExpandExpdifOp, queue=on_vector, cycles=vector_cycles("vec_transcendental_factor"))

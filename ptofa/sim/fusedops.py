@@ -47,6 +47,21 @@ def trowexpand(op, slot: Slot) -> Fn:
     return fn
 
 
+@registry.semantics(d.TAddReluOp)
+def taddrelu(op, slot: Slot) -> Fn:
+    """dst = max(0, src0 + src1) on the valid region (in the tiles' element type, as VADDRELU)."""
+    a, b, dst = slot(op.src0), slot(op.src1), slot(op.dst)
+    name = op.name
+
+    def fn(vals):
+        x, y, t = vals[a], vals[b], vals[dst]
+        if not (x.v.shape == y.v.shape == t.v.shape):
+            raise SimError(f"shape agreement: {name}: valid shapes {x.vr}x{x.vc}, {y.vr}x{y.vc} and {t.vr}x{t.vc} differ")
+        np.maximum(x.v + y.v, 0, out=t.v)
+
+    return fn
+
+
 @registry.semantics(d.TAddSCOp, d.TSubSCOp)
 def scalar_sandwich(op, slot: Slot) -> Fn:
     a, k, b, dst = slot(op.src0), slot(op.scalar), slot(op.src1), slot(op.dst)
@@ -113,6 +128,6 @@ def address_cast(op, slot: Slot) -> Fn:
     raise SimError(f"{op.name}: pointers and integer addresses do not convert in the simulator (GM buffers have no addresses)")
 
 
-registry.cost(d.TPReluOp, d.TRowExpandOp, d.TAddSCOp, d.TSubSCOp, d.TConcatOp, d.TConcatIdxOp, queue=on_vector, cycles=vector_cycles())
+registry.cost(d.TPReluOp, d.TRowExpandOp, d.TAddSCOp, d.TSubSCOp, d.TConcatOp, d.TConcatIdxOp, d.TAddReluOp, queue=on_vector, cycles=vector_cycles())
 registry.cost(d.TMatmulBiasOp, queue="M", cycles=matmul_cycles)
 registry.cost(d.PtrToIntOp, d.IntToPtrOp, queue="S", cycles=scalar_cycles)

@@ -42,5 +42,18 @@ def tprefetch(op, slot: Slot) -> Fn:
     raise SimError(f"{op.name}: prefetch is a cache hint whose tile contents are not simulated (use pto.tload)")
 
 
-registry.cost(*d.gmquery.VIEW_QUERY_OPS, queue="S", cycles=scalar_cycles)
+@registry.semantics(d.MakePrefetchAsyncContextOp, d.GetPrefetchAsyncSessionOp, d.TPrefetchAsyncOp)
+def prefetch_async(op, slot: Slot) -> Fn:
+    """An asynchronous L2 prefetch changes no data a program reads: the context, session and
+    event are tokens (`pto.comm.wait_async_event` on a prefetch event returns true at once)."""
+    res = slot(op.results[0])
+    token = ("prefetch", op.name)
+
+    def fn(vals):
+        vals[res] = token
+
+    return fn
+
+
+registry.cost(*d.gmquery.VIEW_QUERY_OPS, *d.gmquery.PREFETCH_ASYNC_OPS, queue="S", cycles=scalar_cycles)
 registry.cost(d.TPrefetchOp, queue="MTE2", cycles=transfer_cycles)

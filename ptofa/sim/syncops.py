@@ -32,6 +32,17 @@ def cross_core_wait(op, slot: Slot) -> Fn:
                    "hand-written flags)")
 
 
+@registry.semantics(d.TSyncOp)
+def tsync(op, slot: Slot) -> Fn:
+    """Waits for earlier work on its operands: the simulator runs every op of a core in program
+    order, so there is nothing left to wait for."""
+
+    def fn(vals):
+        return None
+
+    return fn
+
+
 @registry.semantics(d.DeclareEventIdArrayOp)
 def declare_eventid_array(op, slot: Slot) -> Fn:
     res, size = slot(op.result), op.result.type.size.data

@@ -199,6 +199,8 @@ def tstore(op: d.TStoreOp, slot: Slot) -> Fn:
     (FIX: f32 -> f16 / bf16 rounds to nearest even); `atomic_add` adds into GM instead."""
     if op.reluPreMode is not None:
         raise SimError(f"{op.name}: reluPreMode is not simulated")
+    if op.fp is not None or op.pre_quant is not None:
+        raise SimError(f"{op.name}: the quantizing FIX store (fp / preQuantScalar) is not simulated")
     src, dst = slot(op.src), slot(op.dst)
     convert = op.src.type.space == "acc"
     atomic = op.atomic_add
@@ -232,6 +234,12 @@ def _atomic_add(gm: np.ndarray, v: np.ndarray) -> None:
 
 @semantics(d.TMovOp)
 def tmov(op: d.TMovOp, slot: Slot) -> Fn:
+    if op.reluPreMode is not None:
+        raise SimError(f"{op.name}: reluPreMode is not simulated")
+    if op.fp is not None or op.pre_quant is not None:
+        raise SimError(f"{op.name}: the quantizing FIX move (fp / preQuantScalar) is not simulated")
+    if (op.src.type.space, op.dst.type.space) == ("acc", "vec"):
+        raise SimError(f"{op.name}: acc -> vec (accToVecMode) is not simulated: pto-isa's A2/A3 TMOV has no such path")
     src, dst = slot(op.src), slot(op.dst)
 
     def fn(vals):
@@ -546,11 +554,16 @@ def row_expand(op, slot: Slot) -> Fn:
     a, c, dst = slot(op.src), slot(op.col), slot(op.dst)
     # A row_major per-row operand holds 32/sizeof(T) copies of each row's scalar: use column 0.
     col_row_major = op.col.type.is_row_major
+    block = 32 // np.dtype(np_dtype(op.col.type.dtype)).itemsize
 
     def fn(vals):
         x, t, cv = vals[a], vals[dst], vals[c]
         col = cv.v
         if col_row_major:
+            if cv.vc != block:
+                raise SimError(f"{op.name}: a row-major per-row operand is one 32-byte block ({block} elements) per row in "
+                               f"pto-isa's mode 2; %{cv.name} has {cv.vc} valid columns, which ptoas compiles but the "
+                               "simulator does not model (use a DN [R,1] column)")
             col = col[:, :1]
         if x.v.shape != t.v.shape:
             _same_valid(op.name, x, t)

@@ -366,7 +366,7 @@ registry.cost(
     cycles=lambda op, queue, soc: one_instruction("vcopy")(op, queue, soc) if queue == "V"
     else transfer_cycles(dataclass_replace(op, nbytes=op.nbytes or 4 * op.elems), queue, soc),
 )
-registry.cost(d.TTransOp, d.TGatherOp, d.TColExpandOp, *d.intops.OPS, queue=on_vector, cycles=vector_cycles())
+registry.cost(d.TTransOp, d.TGatherOp, d.TGatherBOp, d.TColExpandOp, *d.intops.OPS, queue=on_vector, cycles=vector_cycles())
 # Scalar-unit work; the simulator batches these ops (with arith and scf) into `scalar` records.
 SCALAR_COST = registry.cost(
     d.GetBlockIdxOp, d.GetBlockNumOp, d.GetSubblockIdxOp, d.GetSubblockNumOp, d.SetFftsOp,

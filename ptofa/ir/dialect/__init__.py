@@ -29,7 +29,7 @@ dialect; `docs/adding-an-op.md` walks through adding an op.
 from xdsl.ir import Dialect
 
 from ptofa.ir.dialect import buffers, cube, intops, masks, memory, pipes, rowcol, runtime, tileaccess, types, vector, views
-from ptofa.ir.dialect.base import _InsOutsOp, constant_index
+from ptofa.ir.dialect.base import BuildRuleError, _InsOutsOp, constant_index
 from ptofa.ir.dialect.buffers import SECTION_OPS, BarrierOp, CastPtrOp, ImportReservedBufferOp, ReserveBufferOp, SectionCubeOp, SectionVectorOp
 from ptofa.ir.dialect.cube import CUBE_ONLY_OPS, TMatmulAccOp, TMatmulOp
 from ptofa.ir.dialect.intops import (
@@ -111,7 +111,7 @@ from ptofa.ir.dialect.rowcol import (
 )
 from ptofa.ir.dialect.runtime import GetBlockIdxOp, GetBlockNumOp, GetSubblockIdxOp, GetSubblockNumOp, SetFftsOp, _RuntimeIdOp
 from ptofa.ir.dialect.scratch import hidden_scratch
-from ptofa.ir.dialect.tileaccess import TColExpandOp, TExtractOp, TGatherOp, TGetValOp, TInsertOp, TPrintOp, TSetValOp, TTransOp
+from ptofa.ir.dialect.tileaccess import TColExpandOp, TExtractOp, TGatherBOp, TGatherOp, TGetValOp, TInsertOp, TPrintOp, TSetValOp, TTransOp
 from ptofa.ir.dialect.types import (
     AddressSpaceAttr,
     MaskPatternAttr,
@@ -125,7 +125,17 @@ from ptofa.ir.dialect.types import (
     SLAYOUTS,
     TILE_LOCS,
     AccPhaseAttr,
+    AccPushEpilogueAttr,
+    AccToVecModeAttr,
     AtomicTypeAttr,
+    FmodPrecisionAttr,
+    PadModeAttr,
+    PowPrecisionAttr,
+    RecipPrecisionAttr,
+    RemPrecisionAttr,
+    RsqrtPrecisionAttr,
+    SqrtPrecisionAttr,
+    TInsertModeAttr,
     CmpModeAttr,
     DivPrecisionAttr,
     ExpPrecisionAttr,
@@ -173,7 +183,16 @@ from ptofa.ir.dialect.vector import (
 )
 
 from ptofa.ir.dialect import comm, fused, gathers, gmquery, ipipes, localarray, multitile, partial, quant, reductions, scatter, sorts, structs, sync  # noqa: E402 (families added after the FA subset)
-from ptofa.ir.dialect.gmquery import GetTensorViewDimOp, GetTensorViewStrideOp, GetValidShapeOp, TPrefetchOp  # noqa: E402
+from ptofa.ir.dialect.gmquery import (  # noqa: E402
+    GetPrefetchAsyncSessionOp,
+    GetTensorViewDimOp,
+    GetTensorViewStrideOp,
+    GetValidShapeOp,
+    MakePrefetchAsyncContextOp,
+    PrefetchAsyncContextType,
+    TPrefetchAsyncOp,
+    TPrefetchOp,
+)
 from ptofa.ir.dialect.scatter import TScatterOp  # noqa: E402
 from ptofa.ir.dialect.structs import DeclareStructOp, StructGetOp, StructSetOp, StructType  # noqa: E402
 from ptofa.ir.dialect.partial import TPartAddOp, TPartArgMaxOp, TPartArgMinOp, TPartMaxOp, TPartMinOp, TPartMulOp, TSelSOp  # noqa: E402
@@ -198,16 +217,17 @@ from ptofa.ir.dialect.sync import (  # noqa: E402
     SetFlagOp,
     SetIntraBlockOp,
     SyncAllOp,
+    TSyncOp,
     WaitEventOp,
     WaitFlagDynOp,
     WaitFlagOp,
     WaitIntraBlockOp,
 )
 from ptofa.ir.dialect.localarray import DeclareLocalArrayOp, LocalArrayGetOp, LocalArraySetOp, LocalArrayType  # noqa: E402
-from ptofa.ir.dialect.quant import QuantTypeAttr, TDequantOp, TQuantOp  # noqa: E402
+from ptofa.ir.dialect.quant import QuantTypeAttr, SetQuantScalarOp, SetQuantVectorOp, TDequantOp, TQuantOp  # noqa: E402
 from ptofa.ir.dialect.sorts import TMrgSortOp, TSort32Op  # noqa: E402
 from ptofa.ir.dialect.comm import COMM_OPS, AsyncEventType, AsyncSessionType, CmoCacheInvalidOp, FenceBarrierAllOp  # noqa: E402
-from ptofa.ir.dialect.fused import IntToPtrOp, PtrToIntOp, TAddSCOp, TConcatIdxOp, TConcatOp, TMatmulBiasOp, TPReluOp, TRowExpandOp, TSubSCOp  # noqa: E402
+from ptofa.ir.dialect.fused import IntToPtrOp, PtrToIntOp, TAddReluOp, TAddSCOp, TConcatIdxOp, TConcatOp, TMatmulBiasOp, TPReluOp, TRowExpandOp, TSubSCOp  # noqa: E402
 from ptofa.ir.dialect.gathers import CoalesceAttr, GatherOobAttr, MGatherOp, MScatterOp, ScatterAtomicOpAttr, ScatterOobAttr  # noqa: E402
 from ptofa.ir.dialect.multitile import AllocMultiTileOp, MultiTileBufType, MultiTileGetOp  # noqa: E402
 from ptofa.ir.dialect.reductions import (  # noqa: E402
@@ -232,5 +252,5 @@ PTO = Dialect(
     [*runtime.OPS, *memory.OPS, *views.OPS, *cube.OPS, *vector.OPS, *rowcol.OPS, *masks.OPS, *pipes.OPS, *tileaccess.OPS, *buffers.OPS,
      *intops.OPS, *multitile.OPS, *reductions.OPS, *gathers.OPS, *fused.OPS, *comm.OPS, *sorts.OPS, *quant.OPS, *localarray.OPS,
      *sync.OPS, *ipipes.OPS, *partial.OPS, *gmquery.OPS, *structs.OPS, *scatter.OPS],
-    [*types.ATTRS, *multitile.ATTRS, *gathers.ATTRS, *comm.ATTRS, *quant.ATTRS, *localarray.ATTRS, *sync.ATTRS, *ipipes.ATTRS, *structs.ATTRS],
+    [*types.ATTRS, *multitile.ATTRS, *gathers.ATTRS, *comm.ATTRS, *quant.ATTRS, *localarray.ATTRS, *sync.ATTRS, *ipipes.ATTRS, *structs.ATTRS, *gmquery.ATTRS],
 )

@@ -21,6 +21,19 @@ def _fail(op: Operation, rule: str, detail: str) -> None:
     raise VerifyException(f"'{op.name}' {rule}: {detail}")
 
 
+class BuildRuleError(VerifyException):
+    """A rule of the C++ build (pto-isa's headers under bisheng) or of pto-isa's behaviour on the
+    NPU that ptoas's verifier does not check: ptoas compiles the op, the kernel then fails to
+    build, scrambles data or overwrites other tiles.
+    `run_fa check` reports it; `--ptoas-only` (`launch_rules=False`) leaves it out."""
+
+
+def _fail_build(op: Operation, rule: str, detail: str, consequence: str = "the C++ build does not") -> None:
+    """Report a rule of the C++ build or of pto-isa's behaviour on the NPU that ptoas does not
+    check; verifiers call it after their ptoas rules (it ends the op's checks)."""
+    raise BuildRuleError(f"'{op.name}' {rule}: {detail} (ptofa rule: ptoas compiles it, {consequence})")
+
+
 def _tile(op: Operation, value: SSAValue, role: str) -> TileBufType:
     if not isinstance(value.type, TileBufType):
         _fail(op, "operand type", f"{role} must be a !pto.tile_buf, got {value.type}")
@@ -43,19 +56,26 @@ def _print_typed_list(printer: Printer, values: Sequence[SSAValue]) -> None:
     printer.print_list([v.type for v in values], printer.print_attribute)
 
 
-def _parse_brace_ints(parser: Parser, allowed: dict[str, Attribute]) -> dict[str, Attribute]:
-    """Parse `{key = int, ...}` into IntegerAttrs of the given widths."""
+def _parse_brace_ints(parser: Parser, allowed: dict[str, Attribute], attr_keys: dict[str, type] | None = None) -> dict[str, Attribute]:
+    """Parse `{key = int, ...}` into IntegerAttrs of the given widths; a key of `attr_keys`
+    takes an attribute of the given class instead (`acc_push_epilogue = #pto.acc_push_epilogue<...>`)."""
     out: dict[str, Attribute] = {}
+    attr_keys = attr_keys or {}
     parser.parse_punctuation("{")
     if parser.parse_optional_punctuation("}") is None:
         while True:
             key = parser.parse_identifier()
-            if key not in allowed:
-                parser.raise_error(f"unexpected keyword '{key}', expected one of {', '.join(allowed)}")
+            if key not in allowed and key not in attr_keys:
+                parser.raise_error(f"unexpected keyword '{key}', expected one of {', '.join([*allowed, *attr_keys])}")
             if key in out:
                 parser.raise_error(f"duplicate keyword '{key}'")
             parser.parse_punctuation("=")
-            if key == "nosplit":
+            if key in attr_keys:
+                value = parser.parse_attribute()
+                if not isinstance(value, attr_keys[key]):
+                    parser.raise_error(f"'{key}' takes a #{attr_keys[key].name}<...>, got {value}")
+                out[key] = value
+            elif key == "nosplit":
                 value = parser.parse_boolean()
                 out[key] = IntegerAttr(int(value), IntegerType(1))
             else:
@@ -74,6 +94,37 @@ def _print_index_list(printer: Printer, values: Sequence[SSAValue]) -> None:
     printer.print_string("[")
     printer.print_list(values, printer.print_operand)
     printer.print_string("]")
+
+
+def split_discardable(op_cls: type[IRDLOperation], attrs: dict[str, Attribute]) -> tuple[dict[str, Attribute], dict[str, Attribute]]:
+    """(the op's own attributes, the rest). MLIR ops keep any other attribute of their dict as
+    a discardable attribute, which ptoas's A2/A3 lowering does not read (e.g. the
+    `pto.fusion.group_id` / `pto.fusion.order` marks of A5's fusion passes, or `src0eqdst`
+    on a `trowexpand*`): they parse and verify, and the simulator ignores them."""
+    own = op_cls.get_irdl_definition().properties
+    known = {k: v for k, v in attrs.items() if k in own}
+    extra = {k: v for k, v in attrs.items() if k not in own}
+    return known, extra
+
+
+def print_merged_attrs(printer: Printer, op: Operation, print_own) -> None:
+    """Print ` {...}` holding what `print_own(printer)` prints (the op's own attribute dict, or
+    nothing) and the op's discardable attributes, as one dict."""
+    from io import StringIO
+
+    if not op.attributes:
+        print_own(printer)
+        return
+    own = StringIO()
+    print_own(Printer(stream=own))
+    text = own.getvalue().strip()
+    extra = StringIO()
+    Printer(stream=extra).print_attr_dict(op.attributes)
+    extra_text = extra.getvalue().strip()
+    if text:
+        printer.print_string(" " + text[:-1] + ", " + extra_text[1:])
+    else:
+        printer.print_string(" " + extra_text)
 
 
 def constant_index(value: SSAValue) -> int | None:
@@ -142,7 +193,8 @@ class _InsOutsOp(IRDLOperation):
         if cls.HAS_TMP:
             operands.append(values[cls.N_INS :])
         operands.append(dst)
-        return cls.build(operands=operands, properties=cls._props_from_attrs(parser, attrs, start))
+        known, extra = split_discardable(cls, attrs)
+        return cls.build(operands=operands, properties=cls._props_from_attrs(parser, known, start), attributes=extra)
 
     @classmethod
     def _props_from_attrs(cls, parser: Parser, attrs: dict[str, Attribute], start: int | None = None) -> dict[str, Attribute]:
@@ -154,7 +206,7 @@ class _InsOutsOp(IRDLOperation):
         printer.print_string(" ins(")
         if self.INNER_ATTRS:
             printer.print_list(self.ins_values(), printer.print_operand)
-            self._print_attrs(printer)
+            self.print_attr_dict(printer)
             printer.print_string(" : ")
             printer.print_list([v.type for v in self.ins_values()], printer.print_attribute)
             printer.print_string(") outs(")
@@ -165,7 +217,11 @@ class _InsOutsOp(IRDLOperation):
         printer.print_string(") outs(")
         _print_typed_list(printer, [self.dst])
         printer.print_string(")")
-        self._print_attrs(printer)
+        self.print_attr_dict(printer)
+
+    def print_attr_dict(self, printer: Printer) -> None:
+        """The op's one attribute dict: its properties (`_print_attrs`) and its discardable attributes."""
+        print_merged_attrs(printer, self, self._print_attrs)
 
     def _print_attrs(self, printer: Printer) -> None:
         """Print the op's attribute dict (` {...}`, or nothing); after `outs(...)` or, with

@@ -31,7 +31,7 @@ from xdsl.irdl.operations import AttrSizedOperandSegments
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 
-from ptofa.ir.dialect.base import _fail
+from ptofa.ir.dialect.base import _fail, print_merged_attrs
 from ptofa.ir.dialect.types import (
     AddressSpaceAttr,
     AtomicTypeAttr,
@@ -150,13 +150,12 @@ class _CommOp(IRDLOperation):
             if not isinstance(value, kind):
                 parser.raise_error(f"{cls.name}: {key} must be {kind.__name__}, got {value}", start)
             props[key] = value
-        if attrs:
-            parser.raise_error(f"{cls.name}: unexpected attributes {sorted(attrs)}", start)
         result_types = []
         if cls.RESULT:
             parser.parse_punctuation("->")
             result_types = [parser.parse_type()]
-        return cls.build(operands=operands, properties=props, result_types=result_types)
+        # The rest are discardable attributes: ptoas's attr-dict keeps them and its lowering ignores them.
+        return cls.build(operands=operands, properties=props, result_types=result_types, attributes=attrs)
 
     def print(self, printer: Printer) -> None:
         printer.print_string("(")
@@ -178,8 +177,12 @@ class _CommOp(IRDLOperation):
             value = self.properties.get(key)
             if value is not None:
                 parts.append(f"{key} = {value.text if hasattr(value, 'text') else _int_text(value)}")
-        if parts:
-            printer.print_string(" {" + ", ".join(parts) + "}")
+
+        def own(p: Printer) -> None:
+            if parts:
+                p.print_string(" {" + ", ".join(parts) + "}")
+
+        print_merged_attrs(printer, self, own)
         if self.RESULT:
             printer.print_string(" -> ")
             printer.print_attribute(self.results[0].type)

@@ -1,7 +1,8 @@
 """Fused, broadcast and concatenating tile ops, the biased matmul and pointer/integer casts:
 `tprelu` (per-element slope), `trowexpand` (column 0 broadcast along each row), `taddsc` /
 `tsubsc` (src0 +/- scalar + src1), `tconcat` / `tconcatidx` (columns of two tiles side by
-side), `tmatmul.bias` and `ptrtoint` / `inttoptr`.
+side), `tmatmul.bias`, `ptrtoint` / `inttoptr` and `taddrelu` (add + ReLU, which only ptoas's
+vpto back end lowers).
 
 Rules follow docs/PTO_IR_manual.md of PTOAS and its A2/A3 verifiers (lib/PTO/IR/PTO.cpp):
 tprelu's f16/f32 row-major operands of one valid shape and its i8 tmp of at least
@@ -246,4 +247,25 @@ class IntToPtrOp(_CastOp):
                 _fail(self, "uses", f"an inttoptr pointer may only be the pointer of load_scalar / store_scalar, used by {user.name}")
 
 
-OPS = (TPReluOp, TRowExpandOp, TAddSCOp, TSubSCOp, TConcatOp, TConcatIdxOp, TMatmulBiasOp, PtrToIntOp, IntToPtrOp)
+@irdl_op_definition
+class TAddReluOp(_InsOutsOp):
+    """`pto.taddrelu ins(%a, %b : A, B) outs(%d : D)`: d = max(0, a + b) (pto-isa's fused VADDRELU).
+
+    ptoas verifies it for A2/A3 (row-major tiles of one i16 / f16 / f32 element type, PTOAS
+    TAddReluOp::verify) but only its vpto back end lowers it: with the default EmitC back end
+    it fails to legalize (`ptofa.ir.dialect.lowering`)."""
+
+    name = "pto.taddrelu"
+    N_INS: ClassVar[int] = 2
+    src0 = operand_def(TileBufType)
+    src1 = operand_def(TileBufType)
+    dst_ = operand_def(TileBufType)
+
+    def verify_(self) -> None:
+        tiles = [_tile(self, self.src0, "src0"), _tile(self, self.src1, "src1"), _tile(self, self.dst, "dst")]
+        _check_elementwise(self, tiles)
+        if tiles[2].elem not in ("i16", "f16", "f32"):
+            _fail(self, "dtype", f"taddrelu takes i16, f16 or f32 tiles, got {tiles[2].elem}")
+
+
+OPS = (TPReluOp, TRowExpandOp, TAddSCOp, TSubSCOp, TConcatOp, TConcatIdxOp, TMatmulBiasOp, PtrToIntOp, IntToPtrOp, TAddReluOp)

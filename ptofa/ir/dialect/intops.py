@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from xdsl.irdl import irdl_op_definition, operand_def, opt_operand_def
+from xdsl.irdl import irdl_op_definition, operand_def, opt_operand_def, opt_prop_def
 
 from ptofa.ir.dialect.base import _fail, _tile
-from ptofa.ir.dialect.types import TileBufType
-from ptofa.ir.dialect.vector import _BinaryOp, _check_vec, _ScalarOp, _UnaryOp
+from ptofa.ir.dialect.types import FmodPrecisionAttr, PowPrecisionAttr, RemPrecisionAttr, TileBufType
+from ptofa.ir.dialect.vector import _BinaryOp, _check_vec, _PrecisionAttrOp, _ScalarOp, _UnaryOp
 
 _INTS = ("i16", "i32")
 _FLOATS = ("f16", "f32")
@@ -140,28 +140,47 @@ class TShrsOp(_IntScalarOp):
     name = "pto.tshrs"
 
 
+def _check_default_pow_precision(op) -> None:
+    if op.precisionType is not None and op.precisionType.value.data == "high_precision":
+        _fail(op, "precision", "A2/A3 does not support precisionType=high_precision (PTOAS TPowOp::verify)")
+
+
 @irdl_op_definition
-class TPowOp(_TmpBinaryOp):
+class TPowOp(_TmpBinaryOp, _PrecisionAttrOp):
     """d = a ** b"""
 
     name = "pto.tpow"
     ALLOWED: ClassVar[tuple[str, ...]] = _FLOATS + _INTS
+    precisionType = opt_prop_def(PowPrecisionAttr)  # noqa: N815
+    PRECISION: ClassVar[type | None] = PowPrecisionAttr
+
+    def verify_(self) -> None:
+        super().verify_()
+        _check_default_pow_precision(self)
 
 
 @irdl_op_definition
-class TPowsOp(_TmpScalarOp):
+class TPowsOp(_TmpScalarOp, _PrecisionAttrOp):
     """d = a ** s"""
 
     name = "pto.tpows"
     ALLOWED: ClassVar[tuple[str, ...]] = _FLOATS + _INTS
+    precisionType = opt_prop_def(PowPrecisionAttr)  # noqa: N815
+    PRECISION: ClassVar[type | None] = PowPrecisionAttr
+
+    def verify_(self) -> None:
+        super().verify_()
+        _check_default_pow_precision(self)
 
 
 @irdl_op_definition
-class TRemOp(_TmpBinaryOp):
+class TRemOp(_TmpBinaryOp, _PrecisionAttrOp):
     """d = a - floor(a / b) * b (the sign of b)"""
 
     name = "pto.trem"
     ALLOWED: ClassVar[tuple[str, ...]] = _FLOATS + _INTS
+    precisionType = opt_prop_def(RemPrecisionAttr)  # noqa: N815
+    PRECISION: ClassVar[type | None] = RemPrecisionAttr
 
 
 @irdl_op_definition
@@ -173,11 +192,13 @@ class TRemsOp(_TmpScalarOp):
 
 
 @irdl_op_definition
-class TFModOp(_IntBinaryOp):
+class TFModOp(_IntBinaryOp, _PrecisionAttrOp):
     """d = fmod(a, b) (the sign of a)"""
 
     name = "pto.tfmod"
     ALLOWED: ClassVar[tuple[str, ...]] = _FLOATS + _INTS
+    precisionType = opt_prop_def(FmodPrecisionAttr)  # noqa: N815
+    PRECISION: ClassVar[type | None] = FmodPrecisionAttr
 
 
 @irdl_op_definition

@@ -22,11 +22,12 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError
 
-from ptofa.ir.dialect.base import _fail, _InsOutsOp, _parse_index_list, _print_index_list, _tile, constant_index
+from ptofa.ir.dialect.base import _fail, _fail_build, _InsOutsOp, _parse_index_list, _print_index_list, _print_typed_list, _tile, constant_index, split_discardable
 from ptofa.ir.dialect.pipes import _ProducesEntry
 from ptofa.ir.dialect.views import SubviewOp, TReshapeOp, physical_shape  # noqa: F401 (re-exported)
 from ptofa.ir.dialect.types import (
     DYN,
+    AccToVecModeAttr,
     AtomicTypeAttr,
     LayoutAttr,
     PartitionTensorViewType,
@@ -341,19 +342,33 @@ class PartitionViewOp(IRDLOperation):
         printer.print_attribute(self.result.type)
 
     def verify_(self) -> None:
+        """ptoas's rules (PTOAS lib/PTO/IR/PTO.cpp, PartitionViewOp::verify): one offset and one
+        size per source dim; a constant offset is >= 0 and a constant size > 0; with a result of
+        the source's rank a constant size equals the result dim; against a static source dim a
+        constant size, and a constant offset plus size, stay within it."""
         st, rt = self.source.type, self.result.type
         assert isinstance(st, TensorViewType) and isinstance(rt, PartitionTensorViewType)
         if st.elem != rt.elem:
             _fail(self, "element type", f"source {elem_name(st.elem)} != result {elem_name(rt.elem)}")
         rank = len(st.dims)
-        if len(self.offsets) != rank or len(self.sizes) != rank or len(rt.dims) != rank:
-            _fail(self, "rank", f"source rank {rank} needs {rank} offsets, sizes and result dims")
-        for i, (dim, value) in enumerate(zip(rt.dims, self.sizes)):
-            const = constant_index(value)
-            if dim != DYN and const is not None and const != dim:
-                _fail(self, "static shape", f"result dim {i} is {dim} but the size operand is the constant {const}")
-            if st.dims[i] != DYN and dim != DYN and dim > st.dims[i]:
-                _fail(self, "bounds", f"size {dim} of dim {i} exceeds the source dim {st.dims[i]}")
+        if len(self.offsets) != rank or len(self.sizes) != rank:
+            _fail(self, "rank", f"source rank {rank} needs {rank} offsets and sizes, got {len(self.offsets)} and {len(self.sizes)}")
+        same_rank = len(rt.dims) == rank
+        for i, (off_v, size_v) in enumerate(zip(self.offsets, self.sizes)):
+            off, size = constant_index(off_v), constant_index(size_v)
+            if off is not None and off < 0:
+                _fail(self, "bounds", f"offset at dim {i} must be non-negative, got {off}")
+            if size is not None and size <= 0:
+                _fail(self, "bounds", f"size at dim {i} must be positive, got {size}")
+            if same_rank and size is not None and rt.dims[i] != DYN and size != rt.dims[i]:
+                _fail(self, "static shape", f"result dim {i} is {rt.dims[i]} but the size operand is the constant {size}")
+            src = st.dims[i]
+            if src == DYN:
+                continue
+            if size is not None and size > src:
+                _fail(self, "bounds", f"size at dim {i} ({size}) exceeds static source dim ({src})")
+            if off is not None and size is not None and off + size > src:
+                _fail(self, "bounds", f"offset+size at dim {i} ({off + size}) exceeds static source dim ({src})")
 
 
 @irdl_op_definition
@@ -380,46 +395,46 @@ class AllocTileOp(IRDLOperation):
 
     @classmethod
     def parse(cls, parser: Parser) -> "AllocTileOp":
-        addr = vr = vc = None
-        if parser.parse_optional_keyword("addr"):
-            parser.parse_punctuation("=")
-            addr = parser.parse_unresolved_operand()
-        if parser.parse_optional_keyword("valid_row"):
-            parser.parse_punctuation("=")
-            vr = parser.parse_unresolved_operand()
-            parser.parse_keyword("valid_col")
-            parser.parse_punctuation("=")
-            vc = parser.parse_unresolved_operand()
+        """`[addr = %a] [valid_row = %r] [valid_col = %c] [{attrs}] : T`, each clause optional
+        (PTOAS PTOOps.td AllocTileOp: a dynamic valid dim takes its operand, a static one none)."""
+        operands = {}
+        for key in ("addr", "valid_row", "valid_col"):
+            if parser.parse_optional_keyword(key):
+                parser.parse_punctuation("=")
+                operands[key] = parser.parse_unresolved_operand()
+        attrs = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")
         t = parser.parse_type()
         idx = IndexType()
+        types = {"addr": i64, "valid_row": idx, "valid_col": idx}
         return cls.build(
-            operands=[
-                [parser.resolve_operand(addr, i64)] if addr else [],
-                [parser.resolve_operand(vr, idx)] if vr else [],
-                [parser.resolve_operand(vc, idx)] if vc else [],
-            ],
+            operands=[[parser.resolve_operand(operands[k], types[k])] if k in operands else [] for k in types],
             result_types=[t],
+            attributes=attrs,
         )
 
     def print(self, printer: Printer) -> None:
-        if self.addr is not None:
-            printer.print_string(" addr = ")
-            printer.print_operand(self.addr)
-        if self.valid_row is not None and self.valid_col is not None:
-            printer.print_string(" valid_row = ")
-            printer.print_operand(self.valid_row)
-            printer.print_string(" valid_col = ")
-            printer.print_operand(self.valid_col)
+        for key in ("addr", "valid_row", "valid_col"):
+            value = getattr(self, key)
+            if value is not None:
+                printer.print_string(f" {key} = ")
+                printer.print_operand(value)
+        if self.attributes:
+            printer.print_string(" ")
+            printer.print_attr_dict(self.attributes)
         printer.print_string(" : ")
         printer.print_attribute(self.result.type)
 
     def verify_(self) -> None:
         t = self.result.type
         assert isinstance(t, TileBufType)
-        dynamic = DYN in t.valid
-        if dynamic != (self.valid_row is not None):
-            _fail(self, "valid shape", f"a dynamic valid shape ({_dims_str(t.valid)}) needs valid_row/valid_col operands, and only then")
+        bad = t.layout_error()
+        if bad is not None:
+            _fail(self, *bad)
+        for key, dim in (("valid_row", t.valid[0]), ("valid_col", t.valid[1])):
+            if (getattr(self, key) is not None) != (dim == DYN):
+                need = "is required" if dim == DYN else "must be absent"
+                _fail(self, "valid shape", f"{key} operand {need} because the type's valid shape is {_dims_str(t.valid)}")
 
 
 @irdl_op_definition
@@ -539,11 +554,17 @@ class TLoadOp(_InsOutsOp):
 
 @irdl_op_definition
 class TStoreOp(_InsOutsOp):
-    """`pto.tstore ins(%t : T) outs(%pv : PV)`: tile -> GM (acc f32 -> f32/f16 through FIX)."""
+    """`pto.tstore ins(%t : T [fp %fp : F] [, %q : i64]) outs(%pv : PV)`: tile -> GM (acc f32 ->
+    f32/f16 through FIX; with a loc=scaling `fp` tile or an i64 `preQuantScalar`, the FIX pipe
+    quantizes, which the simulator does not model). Operands in ptoas's order (src, dst, fp,
+    preQuantScalar; PTOAS PTOOps.td TStoreOp)."""
 
     name = "pto.tstore"
     src = operand_def(TileBufType)
     dst_ = operand_def(PartitionTensorViewType)
+    fp = opt_operand_def(TileBufType)
+    pre_quant = opt_operand_def(IntegerType)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
     atomicType = opt_prop_def(AtomicTypeAttr)  # noqa: N815 (ptoas's attribute name)
     stPhase = opt_prop_def(StPhaseAttr)  # noqa: N815 (ptoas's attribute name; a scheduling hint)
     reluPreMode = opt_prop_def(ReluPreModeAttr)  # noqa: N815 (ptoas's attribute name)
@@ -582,20 +603,89 @@ class TStoreOp(_InsOutsOp):
     def atomic_add(self) -> bool:
         return self.atomicType is not None and self.atomicType.value.data == "atomic_add"
 
+    @property
+    def dst(self) -> SSAValue:
+        return self.dst_
+
+    def ins_values(self) -> list[SSAValue]:
+        return [v for v in (self.src, self.fp, self.pre_quant) if v is not None]
+
+    @classmethod
+    def parse(cls, parser: Parser) -> "TStoreOp":
+        start = parser.pos
+        parser.parse_keyword("ins")
+        parser.parse_punctuation("(")
+        src = parser.parse_unresolved_operand()
+        parser.parse_punctuation(":")
+        src = parser.resolve_operand(src, parser.parse_type())
+        fp = pre = None
+        if parser.parse_optional_keyword("fp"):
+            fp = parser.parse_unresolved_operand()
+            parser.parse_punctuation(":")
+            fp = parser.resolve_operand(fp, parser.parse_type())
+        if parser.parse_optional_punctuation(","):
+            pre = parser.parse_unresolved_operand()
+            parser.parse_punctuation(":")
+            pre = parser.resolve_operand(pre, parser.parse_type())
+        parser.parse_punctuation(")")
+        parser.parse_keyword("outs")
+        parser.parse_punctuation("(")
+        dst = parser.parse_unresolved_operand()
+        parser.parse_punctuation(":")
+        dst = parser.resolve_operand(dst, parser.parse_type())
+        parser.parse_punctuation(")")
+        known, extra = split_discardable(cls, parser.parse_optional_attr_dict())
+        return cls.build(operands=[src, dst, [fp] if fp else [], [pre] if pre else []],
+                         properties=cls._props_from_attrs(parser, known, start), attributes=extra)
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ins(")
+        _print_typed_list(printer, [self.src])
+        if self.fp is not None:
+            printer.print_string(" fp ")
+            _print_typed_list(printer, [self.fp])
+        if self.pre_quant is not None:
+            printer.print_string(", ")
+            _print_typed_list(printer, [self.pre_quant])
+        printer.print_string(") outs(")
+        _print_typed_list(printer, [self.dst])
+        printer.print_string(")")
+        self.print_attr_dict(printer)
+
     def verify_(self) -> None:
         t = _tile(self, self.src, "src")
         pt = self.dst.type
         assert isinstance(pt, PartitionTensorViewType)
+        quant = self.fp is not None or self.pre_quant is not None
+        if self.fp is not None and self.pre_quant is not None:
+            _fail(self, "operands", "fp and preQuantScalar are mutually exclusive")
+        if self.fp is not None:
+            if self.stPhase is not None:
+                _fail(self, "operands", "the fp form takes the default stPhase")
+            if _tile(self, self.fp, "fp").space != "scaling":
+                _fail(self, "operands", f"fp must be a loc=scaling tile, got loc={self.fp.type.space}")
+        if self.pre_quant is not None and self.pre_quant.type != i64:
+            _fail(self, "operands", f"preQuantScalar must be i64, got {self.pre_quant.type}")
         if t.space not in ("vec", "mat", "acc"):
             _fail(self, "memory space", f"src must be loc=vec, mat or acc on A2/A3, got loc={t.space}")
         if self.reluPreMode is not None and t.space != "acc":
             _fail(self, "relu", f"reluPreMode needs a loc=acc src, got loc={t.space}")
+        if quant and t.space != "acc":
+            _fail(self, "operands", f"the fp / preQuantScalar form needs a loc=acc src, got loc={t.space}")
         if t.space == "acc":
-            if t.elem not in ("f32", "i32") or elem_name(pt.elem) not in ("f32", "i32", "f16", "bf16"):
-                _fail(self, "dtype pair", f"acc store {t.elem} -> {elem_name(pt.elem)} is not allowed")
+            out = elem_name(pt.elem)
+            if t.elem not in ("f32", "i32"):
+                _fail(self, "dtype pair", f"acc store {t.elem} -> {out} is not allowed (acc holds i32 or f32)")
+            if self.pre_quant is not None:
+                allowed = ("i8", "ui8", "f16") if t.elem == "i32" else ("i8", "ui8")
+                if out not in allowed:
+                    _fail(self, "dtype pair", f"a preQuantScalar acc store {t.elem} -> {out} is not allowed (to {'/'.join(allowed)})")
+            elif self.fp is None and out not in ("f32", "i32", "f16", "bf16"):
+                _fail(self, "dtype pair", f"acc store {t.elem} -> {out} is not allowed")
             if t.cols.data > 4095:
                 _fail(self, "acc cols", f"ACC tile cols {t.cols.data} must be <= 4095 for FIX stores")
-            _check_view_tile(self, pt, t, allow_convert=True)
+            if self.fp is None:
+                _check_view_tile(self, pt, t, allow_convert=True)
         else:
             _check_view_tile(self, pt, t)
             _check_layout_pair(self, self.dst, t)
@@ -638,46 +728,148 @@ def _check_layout_pair(op: Operation, view: SSAValue, tile: TileBufType) -> None
     if 1 in tile.shape and not tile.is_boxed:
         return
     if tile_layout(tile) not in allowed:
-        _fail(op, "layout pairing", f"a {gm.upper()} GM view pairs with loc={tile.space} tiles of layout "
-              f"{' or '.join(allowed)}, got {tile_layout(tile)} (ptoas does not check this, pto-ir.md 0.8; "
-              "the C++ build fails or the data is scrambled)")
+        _fail_build(op, "layout pairing", f"a {gm.upper()} GM view pairs with loc={tile.space} tiles of layout "
+                    f"{' or '.join(allowed)}, got {tile_layout(tile)} (pto-ir.md 0.8: pto-isa's TLOAD/TSTORE static_asserts, or the data is scrambled)")
+
+
+_LOAD_STORE_ELEMS = ("i8", "ui8", "i16", "ui16", "i32", "ui32", "i64", "ui64", "f16", "bf16", "f32")
 
 
 def _check_view_tile(op: Operation, view: PartitionTensorViewType, tile: TileBufType, allow_convert: bool = False) -> None:
-    if not allow_convert and elem_bytes(view.elem) != elem_bytes(tile.dtype):
-        _fail(op, "dtype", f"view element {elem_name(view.elem)} and tile element {tile.elem} differ in size")
-    dims = view.dims
-    if DYN in dims:
+    """ptoas's A2/A3 tload / tstore rules between the view and the tile (PTOAS TLoadOp::verify,
+    TStoreOp::verify): positive static view dims, a loadable element type of the same size
+    (an acc store converts), and for a store equal static element counts (a 1x1024 view
+    may take a 32x32 tile). A load leaves the shapes unrelated: pto-isa asserts at run time
+    that the tile's valid shape is the view's, which the simulator checks."""
+    if any(dim != DYN and dim <= 0 for dim in view.dims):
+        _fail(op, "shape agreement", f"view dims {_dims_str(view.dims)} must be positive")
+    if DYN not in tile.valid and min(tile.valid) < 0:
+        _fail(op, "shape agreement", f"tile valid shape {_dims_str(tile.valid)} must be non-negative")
+    if not allow_convert:
+        if tile.elem not in _LOAD_STORE_ELEMS:
+            _fail(op, "dtype", f"A2/A3 {op.name[4:]} moves i8/i16/i32/i64/f16/bf16/f32 tiles, got {tile.elem}")
+        if elem_bytes(view.elem) != elem_bytes(tile.dtype):
+            _fail(op, "dtype", f"view element {elem_name(view.elem)} and tile element {tile.elem} differ in size")
+    if not isinstance(op, TStoreOp) or DYN in view.dims or DYN in tile.valid:
         return
-    rows = 1
-    for d in dims[:-1]:
-        rows *= d
-    vr, vc = tile.valid
-    if DYN in (vr, vc):
-        return
-    if (rows, dims[-1]) != (vr, vc):
-        _fail(op, "shape agreement", f"view {_dims_str(dims)} (as {rows}x{dims[-1]}) must equal the tile valid shape {vr}x{vc}")
+    count = 1
+    for dim in view.dims:
+        count *= dim
+    if count != tile.valid[0] * tile.valid[1]:
+        _fail(op, "shape agreement", f"view {_dims_str(view.dims)} holds {count} elements, the tile's valid "
+              f"{_dims_str(tile.valid)} {tile.valid[0] * tile.valid[1]}; a store needs equal counts")
 
 
-_TMOV_PAIRS = {("mat", "left"), ("mat", "right"), ("mat", "bias"), ("mat", "scaling"), ("vec", "vec"), ("acc", "mat")}
+# ptoas's A2/A3 tmov pairs (PTOAS TMovOp::verify); acc -> vec verifies but does not build on A2/A3.
+_TMOV_PAIRS = {("mat", "left"), ("mat", "right"), ("mat", "bias"), ("mat", "scaling"), ("vec", "vec"), ("acc", "mat"), ("acc", "vec")}
 
 
 @irdl_op_definition
 class TMovOp(_InsOutsOp):
-    """`pto.tmov ins(%a : A) outs(%b : B)`: local copy (mat->left/right, vec->vec, acc->mat)."""
+    """`pto.tmov ins(%a : A) outs(%b : B) [{accToVecMode = ..., reluPreMode = ...}]`: local copy
+    (mat->left/right/bias/scaling, vec->vec, acc->mat; acc->vec verifies in ptoas but does not
+    build for A2/A3)."""
 
     name = "pto.tmov"
     src = operand_def(TileBufType)
     dst_ = operand_def(TileBufType)
+    fp = opt_operand_def(TileBufType)
+    pre_quant = opt_operand_def(IntegerType)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    accToVecMode = opt_prop_def(AccToVecModeAttr)  # noqa: N815 (ptoas's attribute name)
+    reluPreMode = opt_prop_def(ReluPreModeAttr)  # noqa: N815 (ptoas's attribute name)
+
+    @property
+    def dst(self) -> SSAValue:
+        return self.dst_
+
+    def ins_values(self) -> list[SSAValue]:
+        return [v for v in (self.src, self.fp, self.pre_quant) if v is not None]
+
+    @classmethod
+    def parse(cls, parser: Parser) -> "TMovOp":
+        """`ins(%src : T[, %fp : F | , %q : i64]) outs(%dst : D) [{...}]` (PTOAS PTOOps.td TMovOp)."""
+        start = parser.pos
+        parser.parse_keyword("ins")
+        parser.parse_punctuation("(")
+        values = []
+        while True:
+            name = parser.parse_unresolved_operand()
+            parser.parse_punctuation(":")
+            values.append(parser.resolve_operand(name, parser.parse_type()))
+            if parser.parse_optional_punctuation(",") is None:
+                break
+        parser.parse_punctuation(")")
+        parser.parse_keyword("outs")
+        parser.parse_punctuation("(")
+        dst = parser.parse_unresolved_operand()
+        parser.parse_punctuation(":")
+        dst = parser.resolve_operand(dst, parser.parse_type())
+        parser.parse_punctuation(")")
+        fp = [v for v in values[1:] if isinstance(v.type, TileBufType)]
+        pre = [v for v in values[1:] if not isinstance(v.type, TileBufType)]
+        if len(values) > 3 or len(fp) > 1 or len(pre) > 1 or (fp and pre and values.index(fp[0]) > values.index(pre[0])):
+            parser.raise_error(f"{cls.name} takes ins(%src : T[, %fp : F][, %preQuantScalar : i64])", start)
+        known, extra = split_discardable(cls, parser.parse_optional_attr_dict())
+        return cls.build(operands=[values[0], dst, fp, pre], properties=cls._props_from_attrs(parser, known, start), attributes=extra)
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ins(")
+        printer.print_list(self.ins_values(), lambda v: _print_typed_list(printer, [v]))
+        printer.print_string(") outs(")
+        _print_typed_list(printer, [self.dst])
+        printer.print_string(")")
+        self.print_attr_dict(printer)
+
+    @classmethod
+    def _props_from_attrs(cls, parser: Parser, attrs: dict[str, Attribute], start: int | None = None) -> dict[str, Attribute]:
+        props: dict[str, Attribute] = {}
+        for key, kind in (("accToVecMode", AccToVecModeAttr), ("reluPreMode", ReluPreModeAttr)):
+            value = attrs.get(key)
+            if value is None:
+                continue
+            if not isinstance(value, kind):
+                parser.raise_error(f"{cls.name}: {key} has the wrong kind of value: {value}", start)
+            if not (key == "reluPreMode" and value.value.data == "no_relu"):
+                props[key] = value
+        return props
+
+    def _print_attrs(self, printer: Printer) -> None:
+        items = [f"accToVecMode = #pto.acc_to_vec_mode<{self.accToVecMode.value.data}>"] if self.accToVecMode is not None else []
+        items += [f"reluPreMode = {self.reluPreMode.text}"] if self.reluPreMode is not None else []
+        _print_attr_dict(printer, items)
 
     def verify_(self) -> None:
         s, d = _tile(self, self.src, "src"), _tile(self, self.dst, "dst")
         if (s.space, d.space) not in _TMOV_PAIRS:
-            why = (" (ptofa rule: ptoas's verifier takes acc->vec, but on A2/A3 the C++ build fails, pto-ir.md 0.8)"
-                   if (s.space, d.space) == ("acc", "vec") else "")
-            _fail(self, "memory space", f"{s.space} -> {d.space} is not a legal A2/A3 tmov (legal: mat->left/right/bias/scaling, vec->vec, acc->mat){why}")
+            _fail(self, "memory space", f"{s.space} -> {d.space} is not a legal A2/A3 tmov (legal: mat->left/right/bias/scaling, vec->vec, acc->mat, acc->vec)")
         if s.shape != d.shape:
             _fail(self, "shape agreement", f"src {s.shape[0]}x{s.shape[1]} != dst {d.shape[0]}x{d.shape[1]}")
+        if self.accToVecMode is not None and (s.space, d.space) != ("acc", "vec"):
+            _fail(self, "attribute", f"accToVecMode goes only with an acc -> vec tmov, got {s.space} -> {d.space}")
+        if self.reluPreMode is not None:
+            if s.space != "acc":
+                _fail(self, "relu", f"reluPreMode needs a loc=acc src, got loc={s.space}")
+            if not (s.blayout.data == "col_major" and s.slayout.data == "row_major"):
+                _fail(self, "layout", "an acc-source relu tmov takes a blayout=col_major, slayout=row_major src")
+        if (s.space, d.space) == ("acc", "mat") and d.fractal.data != 512:
+            _fail(self, "layout", f"an A2/A3 acc -> mat tmov writes a fractal=512 dst, got fractal={d.fractal.data}")
+        if self.fp is not None or self.pre_quant is not None:
+            if s.space != "acc":
+                _fail(self, "operands", f"the fp / preQuantScalar form needs a loc=acc src, got loc={s.space}")
+            if self.fp is not None:
+                if self.fp.type.space != "scaling":
+                    _fail(self, "operands", f"fp must be a loc=scaling tile, got loc={self.fp.type.space}")
+                if s.elem not in ("f32", "i32"):
+                    _fail(self, "dtype", f"the fp form takes an f32 or i32 acc src, got {s.elem}")
+                if not (s.blayout.data == "col_major" and s.slayout.data == "row_major"):
+                    _fail(self, "layout", "an acc-source fp tmov takes a blayout=col_major, slayout=row_major src")
+                if d.space == "mat" and not (d.blayout.data == "col_major" and d.slayout.data == "row_major"):
+                    _fail(self, "layout", "an fp acc -> mat tmov writes a blayout=col_major, slayout=row_major dst")
+            elif self.pre_quant.type != i64:
+                _fail(self, "operands", f"preQuantScalar must be i64, got {self.pre_quant.type}")
+            if self.accToVecMode is not None and self.accToVecMode.value.data.startswith("dual"):
+                _fail(self, "attribute", "the fp / preQuantScalar acc -> vec forms take a single-mode accToVecMode")
         ps, pd = physical_shape(self.src), physical_shape(self.dst)
         if ps != pd and not (_has_addr(self.src) and _has_addr(self.dst)):
             # ptoas's verifier compares the declared shapes; at level2 its memory planning
@@ -689,6 +881,8 @@ class TMovOp(_InsOutsOp):
                   "(pto-ir.md 0.14); copy into a subview with `tadds ins(%src, %zero ...)` instead")
         if s.space == "vec" and s.blayout != d.blayout:
             _fail(self, "layout", f"vec->vec tmov needs one blayout on both tiles, got src {s.blayout.data}, dst {d.blayout.data}")
+        if (s.space, d.space) == ("acc", "vec"):
+            _fail_build(self, "memory space", "acc -> vec: ptoas verifies it, but pto-isa's A2/A3 TMOV has no acc -> vec path (pto-ir.md 0.8)")
 
 
 def _has_addr(value: SSAValue) -> bool:

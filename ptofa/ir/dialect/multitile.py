@@ -117,6 +117,9 @@ class AllocMultiTileOp(IRDLOperation):
 
     def verify_(self) -> None:
         slot = self.slot_type
+        bad = slot.layout_error()
+        if bad is not None:
+            _fail(self, *bad)
         if slot.compact.data == ROW_PLUS_ONE:
             _fail(self, "compaction", "a multi_tile_buf slot with row_plus_one compaction (compact=2) would overlap the next slot; "
                   "use a compact slot layout or a single pto.alloc_tile")

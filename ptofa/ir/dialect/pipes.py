@@ -16,7 +16,7 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 
 from ptofa.ir.dialect.base import _fail, _parse_brace_ints
-from ptofa.ir.dialect.types import DYN, PtrType, TensorViewType, TileBufType
+from ptofa.ir.dialect.types import DYN, AccPushEpilogueAttr, PtrType, TensorViewType, TileBufType
 
 
 _PIPE_INIT_KEYS: dict[str, Attribute] = {
@@ -61,6 +61,7 @@ class _InitPipeOp(IRDLOperation):
     slot_num = opt_prop_def(IntegerAttr)
     local_slot_num = opt_prop_def(IntegerAttr)
     nosplit = opt_prop_def(IntegerAttr)
+    acc_push_epilogue = opt_prop_def(AccPushEpilogueAttr)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
     CORE: ClassVar[str] = ""
 
@@ -74,7 +75,7 @@ class _InitPipeOp(IRDLOperation):
     @classmethod
     def parse(cls, parser: Parser):
         start = parser.pos
-        props = _parse_brace_ints(parser, _PIPE_INIT_KEYS)
+        props = _parse_brace_ints(parser, _PIPE_INIT_KEYS, {"acc_push_epilogue": AccPushEpilogueAttr})
         for required in ("dir_mask", "slot_size"):
             if required not in props:
                 parser.raise_error(f"{cls.name} needs '{required}'")
@@ -105,6 +106,9 @@ class _InitPipeOp(IRDLOperation):
             assert isinstance(attr, IntegerAttr)
             value = attr.value.data
             parts.append(f"{key} = {('true' if value else 'false') if key == 'nosplit' else value}")
+        if self.acc_push_epilogue is not None:
+            e = self.acc_push_epilogue
+            parts.append(f"acc_push_epilogue = #pto.acc_push_epilogue<layout = {e.layout.data}, quant = {e.quant.data}, relu = {e.relu.data}>")
         printer.print_string(" {" + ", ".join(parts) + "} (")
         present = [(k, v) for k, v in zip(_INIT_OPERANDS, self.init_operands) if v is not None]
         for i, (key, value) in enumerate(present):
@@ -145,6 +149,8 @@ class _InitPipeOp(IRDLOperation):
             _fail(self, "slot_size", f"slot_size={self.slot_size.value.data} must be greater than 0")
         if not 1 <= self.slot_num_value <= 64:
             _fail(self, "slot_num", f"slot_num={self.slot_num_value} must be in 1..64")
+        if self.acc_push_epilogue is not None and self.CORE == "vector" and self.c2v_consumer_buf is None:
+            _fail(self, "operands", "a fixpipe consumer pipe (acc_push_epilogue) needs 'c2v_consumer_buf'")
         if self.is_local:
             self._verify_local()
         else:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from xdsl.irdl import irdl_attr_definition, irdl_op_definition, operand_def, opt_operand_def, prop_def
+from xdsl.dialects.builtin import Float32Type, IntegerAttr, i32
+from xdsl.irdl import IRDLOperation, irdl_attr_definition, irdl_op_definition, operand_def, opt_operand_def, prop_def
 from xdsl.irdl.operations import AttrSizedOperandSegments
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 
-from ptofa.ir.dialect.base import _fail, _InsOutsOp, _parse_typed_list, _print_typed_list, _tile
-from ptofa.ir.dialect.types import DYN, TileBufType, _dims_str, _PtoEnumAttr
+from ptofa.ir.dialect.base import _fail, _InsOutsOp, _parse_brace_ints, _parse_typed_list, _print_typed_list, _tile
+from ptofa.ir.dialect.types import DYN, FIXPIPE_SCALAR_QUANTS, FIXPIPE_VECTOR_QUANTS, TileBufType, _dims_str, _PtoEnumAttr
 
 
 @irdl_attr_definition
@@ -122,5 +123,98 @@ class TDequantOp(_InsOutsOp):
             _fail(self, "layout", f"A2/A3 src and dst must be row_major, got {s.describe()} and {d.describe()}")
 
 
-OPS = (TQuantOp, TDequantOp)
+class _SetQuantOp(IRDLOperation):
+    """`pto.set_quant_scalar(%scale : f32) {id = N}` / `pto.set_quant_vector(%tile : T) {id = N}`:
+    the quantization payload of the FIX conversion that a pipe's `acc_push_epilogue` names,
+    bound to the pipe until set again (PTOAS SetQuantScalarOp / SetQuantVectorOp::verify):
+    the id names a pipe init earlier in the function whose epilogue has a scalar (resp.
+    vector) quant mode; the scalar is f32, the vector payload a loc=scaling tile of packed
+    i64 / ui64 on A3."""
+
+    pipe_id = prop_def(IntegerAttr, prop_name="id")
+    KIND: ClassVar[str] = ""
+
+    @classmethod
+    def parse(cls, parser: Parser):
+        start = parser.pos
+        parser.parse_punctuation("(")
+        value = parser.parse_unresolved_operand()
+        parser.parse_punctuation(":")
+        value = parser.resolve_operand(value, parser.parse_type())
+        parser.parse_punctuation(")")
+        props = _parse_brace_ints(parser, {"id": i32})
+        if "id" not in props:
+            parser.raise_error(f"{cls.name} needs {{id = N}}", start)
+        extra = parser.parse_optional_attr_dict()
+        return cls.build(operands=[value], properties=props, attributes=extra)
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string("(")
+        printer.print_operand(self.operands[0])
+        printer.print_string(" : ")
+        printer.print_attribute(self.operands[0].type)
+        printer.print_string(f") {{id = {self.id_value}}}")
+        if self.attributes:
+            printer.print_string(" ")
+            printer.print_attr_dict(self.attributes)
+
+    @property
+    def id_value(self) -> int:
+        return self.pipe_id.value.data
+
+    def verify_(self) -> None:
+        from xdsl.dialects.func import FuncOp
+
+        from ptofa.ir.dialect.pipes import _InitPipeOp
+
+        func = self.parent_op()
+        while func is not None and not isinstance(func, FuncOp):
+            func = func.parent_op()
+        if func is None:
+            _fail(self, "pipe", "must be nested under a func.func")
+        inits = [op for op in func.walk() if isinstance(op, _InitPipeOp) and op.id_value == self.id_value and op.CORE == "cube"]
+        if not inits:
+            _fail(self, "pipe", f"'id' = {self.id_value} names no aic_initialize_pipe in this function")
+        epilogue = inits[0].acc_push_epilogue
+        if epilogue is None:
+            _fail(self, "pipe", f"'id' = {self.id_value} must name a fixpipe pipe (with acc_push_epilogue)")
+        want = FIXPIPE_SCALAR_QUANTS if self.KIND == "scalar" else FIXPIPE_VECTOR_QUANTS
+        if epilogue.quant.data not in want:
+            _fail(self, "pipe", f"'id' = {self.id_value} must name a pipe with {self.KIND} quantization, its quant is {epilogue.quant.data}")
+        self._verify_payload()
+
+    def _verify_payload(self) -> None:
+        raise NotImplementedError
+
+
+@irdl_op_definition
+class SetQuantScalarOp(_SetQuantOp):
+    """`pto.set_quant_scalar(%scale : f32) {id = N}`"""
+
+    name = "pto.set_quant_scalar"
+    scale = operand_def()
+    KIND: ClassVar[str] = "scalar"
+
+    def _verify_payload(self) -> None:
+        if not isinstance(self.scale.type, Float32Type):
+            _fail(self, "operand type", f"'scale' must be f32, got {self.scale.type}")
+
+
+@irdl_op_definition
+class SetQuantVectorOp(_SetQuantOp):
+    """`pto.set_quant_vector(%fp : !pto.tile_buf<scaling, ...xui64>) {id = N}`"""
+
+    name = "pto.set_quant_vector"
+    scaling_tile = operand_def(TileBufType)
+    KIND: ClassVar[str] = "vector"
+
+    def _verify_payload(self) -> None:
+        t = _tile(self, self.scaling_tile, "scaling_tile")
+        if t.space != "scaling":
+            _fail(self, "memory space", f"'scaling_tile' must be loc=scaling, got loc={t.space}")
+        if t.elem not in ("i64", "ui64"):
+            _fail(self, "dtype", f"'scaling_tile' holds packed i64 / ui64 on A3, got {t.elem}")
+
+
+OPS = (TQuantOp, TDequantOp, SetQuantScalarOp, SetQuantVectorOp)
 ATTRS = (QuantTypeAttr,)

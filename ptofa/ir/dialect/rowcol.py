@@ -9,7 +9,9 @@ from typing import ClassVar
 from xdsl.ir import Operation
 from xdsl.irdl import irdl_op_definition, operand_def, opt_operand_def, opt_prop_def
 
-from ptofa.ir.dialect.base import _fail, _InsOutsOp, _tile
+from xdsl.utils.exceptions import VerifyException
+
+from ptofa.ir.dialect.base import _fail, _fail_build, _InsOutsOp, _tile
 from ptofa.ir.dialect.types import DYN, DivPrecisionAttr, TileBufType, _dims_str, elem_bytes
 from ptofa.ir.dialect.vector import _check_vec, _check_vec_row_major, _PrecisionAttrOp, _same_extent, _valid_compatible
 from ptofa.ir.target import rowexpand_tmp_min_bytes
@@ -77,8 +79,25 @@ class TRowMinOp(_RowReduceOp):
     name = "pto.trowmin"
 
 
+def _rowexpand_tmp_min_bytes(valid_rows: int) -> int:
+    """ptoas's minimum tmp of an A2/A3 trowexpand (PTOAS getTRowExpandTmpMinBytes): one 32-byte
+    block per valid row, 256 bytes per 8 rows, 7680 from 256 rows on, 8 KiB for a dynamic count."""
+    if valid_rows == DYN:
+        return 8192
+    return rowexpand_tmp_min_bytes(valid_rows) if valid_rows < 256 else 30 * 256
+
+
 class _RowExpandOp(_InsOutsOp):
-    """`ins(%a, %col[, %tmp] : T, C[, Tt]) outs(%d : T)`: per-row broadcast d[i,j] = f(a[i,j], col[i,0])."""
+    """`ins(%a, %col[, %tmp] : T, C[, Tt]) outs(%d : T)`: per-row broadcast d[i,j] = f(a[i,j], col[i,0]).
+
+    ptoas's A2/A3 verifiers differ by op (PTOAS PTO.cpp, TRowExpand*Op::verify), and `RULES`
+    says which: "binary" (sub, mul, div) checks element types and a row-major dst only;
+    "add" also src0 = dst valid shape, a row-major src0 and the per-row operand's shape;
+    "reduce" (max, min, expdif) that one of src0 / src1 matches dst and the other is a per-row
+    vector (DN [R,1], or ND with 32 bytes of valid columns). With a tmp (not expdif) the
+    per-row operand is a DN column (mode 1) and the tmp holds at least a 32-byte block per
+    valid row.
+    """
 
     N_INS: ClassVar[int] = 2
     src = operand_def(TileBufType)
@@ -86,26 +105,58 @@ class _RowExpandOp(_InsOutsOp):
     tmp = opt_operand_def(TileBufType)
     dst_ = operand_def(TileBufType)
     HAS_TMP: ClassVar[bool] = True
+    RULES: ClassVar[str] = "binary"
+    DTYPES: ClassVar[tuple[str, ...]] = ("i16", "i32", "f16", "f32")
+    TMP_CONTRACT: ClassVar[bool] = True
 
     def verify_(self) -> None:
         s, c, d = _tile(self, self.src, "src0"), _tile(self, self.col, "src1"), _tile(self, self.dst, "dst")
         _check_vec(self, [s, c, d])
-        if not s.is_row_major or not d.is_row_major:
-            _fail(self, "layout", f"src0 and dst must be blayout=row_major, got src0 {s.blayout.data}, dst {d.blayout.data}")
-        if not _valid_compatible(s.valid, d.valid):
-            _fail(self, "shape agreement", f"src0 valid {_dims_str(s.valid)} != dst valid {_dims_str(d.valid)}")
-        if not (s.dtype == c.dtype == d.dtype) or s.elem not in ("f16", "f32"):
-            _fail(self, "dtype", f"src0/src1/dst must share f16 or f32, got {s.elem}, {c.elem}, {d.elem}")
-        _check_col_vector(self, c, d.valid[0], "src1")
+        if not (s.dtype == c.dtype == d.dtype) or s.elem not in self.DTYPES:
+            _fail(self, "dtype", f"src0/src1/dst must share one of {'/'.join(self.DTYPES)}, got {s.elem}, {c.elem}, {d.elem}")
+        if not d.is_row_major:
+            _fail(self, "layout", f"dst must be blayout=row_major, got {d.blayout.data}")
+        if self.RULES == "add":
+            if not s.is_row_major:
+                _fail(self, "layout", f"src0 must be blayout=row_major, got {s.blayout.data}")
+            if not _valid_compatible(s.valid, d.valid):
+                _fail(self, "shape agreement", f"src0 valid {_dims_str(s.valid)} != dst valid {_dims_str(d.valid)}")
+            _check_col_vector(self, c, d.valid[0], "src1")
+        elif self.RULES == "reduce":
+            self._verify_full_and_broadcast(s, c, d)
         if self.tmp is not None:
             t = _tile(self, self.tmp, "tmp")
             _check_vec(self, [t])
             if t.dtype != d.dtype:
                 _fail(self, "dtype", f"tmp and dst must have the same element type, got tmp {t.elem}, dst {d.elem}")
-            need = rowexpand_tmp_min_bytes(d.rows.data)
-            if t.nbytes < need:
-                _fail(self, "scratch", f"tmp holds {t.nbytes} bytes; the column broadcast of {d.rows.data} rows "
-                                       f"writes {need} (one 32-byte block per row, 256 bytes per 8 rows)")
+            if self.TMP_CONTRACT:
+                expanded = c if _valid_compatible(s.valid, d.valid) else s
+                if expanded.is_row_major or expanded.valid[1] not in (1, DYN):
+                    _fail(self, "layout", "with a tmp, the per-row operand must be a DN [R,1] column (mode 1)")
+                need = _rowexpand_tmp_min_bytes(d.valid[0])
+                if t.nbytes < need:
+                    _fail(self, "scratch", f"tmp holds {t.nbytes} bytes; the column broadcast of {d.valid[0]} valid rows "
+                                           f"writes {need} (one 32-byte block per row, 256 bytes per 8 rows)")
+
+    def _verify_full_and_broadcast(self, s: TileBufType, c: TileBufType, d: TileBufType) -> None:
+        if DYN not in d.valid and 0 in d.valid:
+            if d.valid == (0, 0):
+                return
+            _fail(self, "shape agreement", f"dst valid dims must be non-zero, got {_dims_str(d.valid)}")
+        for full, bcast, names in ((s, c, ("src0", "src1")), (c, s, ("src1", "src0"))):
+            if not _valid_compatible(full.valid, d.valid) or not full.is_row_major:
+                continue
+            try:
+                _check_col_vector(self, bcast, d.valid[0], names[1])
+                if self.tmp is not None and self.TMP_CONTRACT and bcast.is_row_major:
+                    _fail(self, "layout", f"{names[1]} must be a DN column when a tmp is given")
+            except VerifyException:
+                if full is c or not _valid_compatible(c.valid, d.valid):
+                    raise
+                continue
+            return
+        _fail(self, "shape agreement", f"one of src0 / src1 must match dst valid {_dims_str(d.valid)} and the other be a "
+                                       f"per-row vector, got {_dims_str(s.valid)} and {_dims_str(c.valid)}")
 
 
 @irdl_op_definition
@@ -124,11 +175,17 @@ class TRowExpandMulOp(_RowExpandOp):
 
 @irdl_op_definition
 class TRowExpandDivOp(_RowExpandOp, _PrecisionAttrOp):
-    """d = a / col (optional `{precisionType = #pto<div_precision high_precision>}`)"""
+    """d = a / col (optional `{precisionType = #pto<div_precision high_precision>}`, which needs a tmp)"""
 
     name = "pto.trowexpanddiv"
     precisionType = opt_prop_def(DivPrecisionAttr)  # noqa: N815
     PRECISION: ClassVar[type | None] = DivPrecisionAttr
+    DTYPES: ClassVar[tuple[str, ...]] = ("f16", "f32")
+
+    def verify_(self) -> None:
+        super().verify_()
+        if self.precisionType is not None and self.precisionType.value.data == "high_precision" and self.tmp is None:
+            _fail(self, "tmp", "precisionType = high_precision needs a tmp tile (PTOAS TRowExpandDivOp::verify)")
 
 
 @irdl_op_definition
@@ -136,6 +193,7 @@ class TRowExpandAddOp(_RowExpandOp):
     """d = a + col"""
 
     name = "pto.trowexpandadd"
+    RULES: ClassVar[str] = "add"
 
 
 @irdl_op_definition
@@ -143,6 +201,7 @@ class TRowExpandMaxOp(_RowExpandOp):
     """d = max(a, col)"""
 
     name = "pto.trowexpandmax"
+    RULES: ClassVar[str] = "reduce"
 
 
 @irdl_op_definition
@@ -150,6 +209,7 @@ class TRowExpandMinOp(_RowExpandOp):
     """d = min(a, col)"""
 
     name = "pto.trowexpandmin"
+    RULES: ClassVar[str] = "reduce"
 
 
 @irdl_op_definition
@@ -157,14 +217,23 @@ class TRowExpandExpdifOp(_RowExpandOp):
     """d = exp(a - col); a tmp is required (`ptofa.ir.target.EXPDIF_TMP_BYTES`)."""
 
     name = "pto.trowexpandexpdif"
+    RULES: ClassVar[str] = "reduce"
+    DTYPES: ClassVar[tuple[str, ...]] = ("f16", "f32")
+    TMP_CONTRACT: ClassVar[bool] = False
 
     def verify_(self) -> None:
         super().verify_()
         if self.tmp is None:
-            _fail(self, "scratch", "trowexpandexpdif needs a tmp tile: without one, pto-isa's A2/A3 "
-                                   "TROWEXPANDEXPDIF broadcasts the column through a fixed 8 KiB of UB at 184 KiB "
-                                   "(TMP_UB_OFFSET) that ptoas neither allocates nor reserves, so it can overwrite "
-                                   "planned tiles (ptoas does not check this); pass ins(%src, %col, %tmp : ...)")
+            _fail_build(self, "scratch", "trowexpandexpdif needs a tmp tile: without one, pto-isa's A2/A3 "
+                                         "TROWEXPANDEXPDIF broadcasts the column through a fixed 8 KiB of UB at 184 KiB "
+                                         "(TMP_UB_OFFSET) that ptoas neither allocates nor reserves, so it can overwrite "
+                                         "planned tiles; pass ins(%src, %col, %tmp : ...)",
+                        consequence="on the NPU it can overwrite other tiles")
+        need = _rowexpand_tmp_min_bytes(self.dst.type.valid[0])
+        if self.tmp.type.nbytes < need:
+            _fail_build(self, "scratch", f"tmp holds {self.tmp.type.nbytes} bytes; the column broadcast of {self.dst.type.valid[0]} "
+                                         f"valid rows writes {need} (one 32-byte block per row, 256 bytes per 8 rows)",
+                        consequence="on the NPU the broadcast overruns the tmp")
 
 
 class _ColExpandOp(_PrecisionAttrOp):

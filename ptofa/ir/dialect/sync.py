@@ -27,13 +27,14 @@ from xdsl.irdl import (
     opt_prop_def,
     prop_def,
     result_def,
+    var_operand_def,
 )
 from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
 from ptofa.ir.dialect.base import _fail
-from ptofa.ir.dialect.types import _EnumAttr, PartitionTensorViewType, PtrType, TensorViewType
+from ptofa.ir.dialect.types import _EnumAttr, PartitionTensorViewType, PtrType, TensorViewType, TileBufType
 
 PIPE_NAMES = ("PIPE_S", "PIPE_V", "PIPE_M", "PIPE_MTE1", "PIPE_MTE2", "PIPE_MTE3", "PIPE_ALL", "PIPE_MTE4", "PIPE_MTE5",
               "PIPE_V2", "PIPE_FIX", "VIRTUAL_PIPE_MTE2_L1A", "VIRTUAL_PIPE_MTE2_L1B", "PIPE_NUM", "PIPE_UNASSIGNED")
@@ -457,5 +458,38 @@ class EventIdArraySetOp(IRDLOperation):
 FLAG_OPS = (SetFlagOp, WaitFlagOp, SetFlagDynOp, WaitFlagDynOp, RecordEventOp, WaitEventOp)
 INTRA_BLOCK_OPS = (SetIntraBlockOp, WaitIntraBlockOp)
 EVENTID_ARRAY_OPS = (DeclareEventIdArrayOp, EventIdArrayGetOp, EventIdArraySetOp)
-OPS = (*FLAG_OPS, *INTRA_BLOCK_OPS, SyncAllOp, *EVENTID_ARRAY_OPS)
+@irdl_op_definition
+class TSyncOp(IRDLOperation):
+    """`pto.tsync ins(%a, %b : A, B)`: wait for the operations on these tiles / GM views to finish
+    (pto-isa's TSYNC; PTOAS PTOOps.td TSyncOp: any number of tile or view operands)."""
+
+    name = "pto.tsync"
+    events = var_operand_def(TileBufType | PartitionTensorViewType | TensorViewType)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> TSyncOp:
+        start = parser.pos
+        parser.parse_keyword("ins")
+        parser.parse_punctuation("(")
+        names = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_unresolved_operand)
+        parser.parse_punctuation(":")
+        types = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
+        parser.parse_punctuation(")")
+        if len(names) != len(types):
+            parser.raise_error(f"{len(names)} operands but {len(types)} types", start)
+        extra = parser.parse_optional_attr_dict()
+        return cls.build(operands=[[parser.resolve_operand(n, t) for n, t in zip(names, types)]], attributes=extra)
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ins(")
+        printer.print_list(self.events, printer.print_operand)
+        printer.print_string(" : ")
+        printer.print_list([v.type for v in self.events], printer.print_attribute)
+        printer.print_string(")")
+        if self.attributes:
+            printer.print_string(" ")
+            printer.print_attr_dict(self.attributes)
+
+
+OPS = (*FLAG_OPS, *INTRA_BLOCK_OPS, SyncAllOp, *EVENTID_ARRAY_OPS, TSyncOp)
 ATTRS = (PipeAttr, EventAttr, PipeEventTypeAttr, SyncOpTypeAttr, SyncAllModeAttr, SyncCoreTypeAttr, EventIdArrayType)

@@ -12,15 +12,26 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from xdsl.dialects.builtin import IndexType, StringAttr
+from xdsl.dialects.builtin import AnyFloat, IndexType, IntegerAttr, IntegerType, StringAttr
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, opt_operand_def, opt_prop_def, result_def
 from xdsl.irdl.operations import AttrSizedOperandSegments
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 
-from ptofa.ir.dialect.base import _fail, _InsOutsOp, _print_typed_list, _tile, constant_index
-from ptofa.ir.dialect.types import DYN, MaskPatternAttr, elem_bytes, PrintFormatAttr, ReluPreModeAttr, TileBufType, _dims_str
+from ptofa.ir.dialect.base import _fail, _InsOutsOp, _parse_typed_list, _print_typed_list, _tile, constant_index, print_merged_attrs, split_discardable
+from ptofa.ir.dialect.types import (
+    DYN,
+    CmpModeAttr,
+    MaskPatternAttr,
+    PartitionTensorViewType,
+    PrintFormatAttr,
+    ReluPreModeAttr,
+    TileBufType,
+    _dims_str,
+    elem_bytes,
+    elem_name,
+)
 from ptofa.ir.dialect.vector import _check_vec, _valid_compatible
 
 _A3_WINDOW_ELEMS = ("i8", "f16", "bf16", "f32")
@@ -82,10 +93,10 @@ class _WindowOp(IRDLOperation):
                 parser.raise_error(f"{cls.name}: reluPreMode must be #pto<relu_pre_mode ...>, got {relu}", start)
             if relu.value.data != "no_relu":
                 props["reluPreMode"] = relu
-        if attrs:
-            parser.raise_error(f"{cls.name}: unexpected attributes {sorted(attrs)}", start)
+        # The rest stay as attributes: ptoas's A5 modes (accToVecMode, tinsertMode), which the
+        # simulator refuses, and discardable ones.
         values = [parser.resolve_operand(o, t) for o, t in zip(ops, types)]
-        return cls.build(operands=[values[0], values[1], values[2], [fp] if fp else [], dst], properties=props)
+        return cls.build(operands=[values[0], values[1], values[2], [fp] if fp else [], dst], properties=props, attributes=attrs)
 
     def print(self, printer: Printer) -> None:
         printer.print_string(" ins(")
@@ -98,8 +109,12 @@ class _WindowOp(IRDLOperation):
         printer.print_string(") outs(")
         _print_typed_list(printer, [self.dst])
         printer.print_string(")")
-        if self.reluPreMode is not None:
-            printer.print_string(f" {{reluPreMode = {self.reluPreMode.text}}}")
+
+        def own(p: Printer) -> None:
+            if self.reluPreMode is not None:
+                p.print_string(f" {{reluPreMode = {self.reluPreMode.text}}}")
+
+        print_merged_attrs(printer, self, own)
 
     def _check_acc_forms(self, s: TileBufType, d: TileBufType) -> None:
         if self.fp is not None:
@@ -341,20 +356,33 @@ class TTransOp(_InsOutsOp):
                                         f"(the src's {s.rows.data}x{s.cols.data}x{s.elem}), got {t.nbytes}")
 
 
+# Mask patterns: how many src elements per dst element (PTOAS TGatherOp::verify).
+_MASK_TIMES = {"P1111": 1, "P0101": 2, "P1010": 2}
+
+
 @irdl_op_definition
 class TGatherOp(IRDLOperation):
-    """`pto.tgather`: dst[i, j] = src's element at flat index indices[i, j] (index form,
-    `ins(%src, %idx[, %tmp] : S, I[, T]) outs(%dst : D)`), or the elements of each row that a
-    mask pattern keeps, packed to the left (mask form,
-    `ins(%src {maskPattern = #pto.mask_pattern<P0101>} : S) outs(%dst : D)`)."""
+    """`pto.tgather`, ptoas's three A2/A3 forms (PTOAS TGatherOp::parse / ::verify):
+
+    * index: `ins(%src, %idx, %tmp : S, I, T) outs(%dst : D)`: dst[i, j] = src's element at
+      flat index idx[i, j] (i32 indices, a tmp tile like the indices);
+    * mask: `ins(%src, {maskPattern = #pto.mask_pattern<P0101>} : S, "row"|"col") outs(%dst : D)`:
+      along the axis, the elements of each group of four that the pattern keeps, packed;
+    * compare: `ins(%src, %k, %tmp : S, T, U) outs(%dst, %cdst : D, D) {cmpMode = eq|gt, offset = N}`:
+      i32 results of comparing src with the scalar k (checked, not simulated).
+    """
 
     name = "pto.tgather"
     src = operand_def(TileBufType)
+    dst = operand_def(TileBufType)
+    cdst = opt_operand_def(TileBufType)
     indices = opt_operand_def(TileBufType)
     tmp = opt_operand_def(TileBufType)
-    dst = operand_def(TileBufType)
+    k_value = opt_operand_def(AnyFloat | IntegerType)
     maskPattern = opt_prop_def(MaskPatternAttr)  # noqa: N815
     axis = opt_prop_def(StringAttr)
+    cmpMode = opt_prop_def(CmpModeAttr)  # noqa: N815
+    offset = opt_prop_def(IntegerAttr)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
 
     @classmethod
@@ -363,87 +391,179 @@ class TGatherOp(IRDLOperation):
         parser.parse_keyword("ins")
         parser.parse_punctuation("(")
         ops = [parser.parse_unresolved_operand()]
-        attrs: dict[str, Attribute] = {}
+        mask_attrs: dict[str, Attribute] = {}
         while parser.parse_optional_punctuation(","):
             if parser._current_token.text == "{":
-                attrs = dict(parser.parse_optional_attr_dict())
+                mask_attrs = dict(parser.parse_optional_attr_dict())
                 break
             ops.append(parser.parse_unresolved_operand())
-        if not attrs:
-            attrs = dict(parser.parse_optional_attr_dict())
         parser.parse_punctuation(":")
         types = [parser.parse_type()]
         axis = None
         while parser.parse_optional_punctuation(","):
-            s = parser.parse_optional_str_literal()
-            if s is not None:
-                axis = s
+            text = parser.parse_optional_str_literal()
+            if text is not None:
+                axis = text
                 break
             types.append(parser.parse_type())
         parser.parse_punctuation(")")
         parser.parse_keyword("outs")
         parser.parse_punctuation("(")
-        dst = parser.parse_unresolved_operand()
-        parser.parse_punctuation(":")
-        dst = parser.resolve_operand(dst, parser.parse_type())
+        outs, out_types = _parse_typed_list(parser)
         parser.parse_punctuation(")")
         if len(types) != len(ops):
             parser.raise_error(f"{len(ops)} operands but {len(types)} types", start)
-        props: dict[str, Attribute] = {}
-        mask = attrs.pop("maskPattern", None)
-        if mask is not None:
-            if not isinstance(mask, MaskPatternAttr):
-                parser.raise_error(f"maskPattern must be #pto.mask_pattern<...>, got {mask}", start)
-            props["maskPattern"] = mask
-        if attrs:
-            parser.raise_error(f"{cls.name}: unexpected attributes {sorted(attrs)} (ptofa supports the index and mask-pattern forms)", start)
+        if len(outs) not in (1, 2):
+            parser.raise_error(f"{cls.name} takes outs(%dst[, %cdst]), got {len(outs)} operands", start)
+        known, extra = split_discardable(cls, {**mask_attrs, **parser.parse_optional_attr_dict()})
+        for key, kind in (("maskPattern", MaskPatternAttr), ("cmpMode", CmpModeAttr), ("offset", IntegerAttr)):
+            if key in known and not isinstance(known[key], kind):
+                parser.raise_error(f"{cls.name}: {key} has the wrong kind of value: {known[key]}", start)
+        if "axis" in known:
+            parser.raise_error(f"{cls.name}: the axis is written after the src type (\"row\" or \"col\")", start)
         if axis is not None:
-            props["axis"] = StringAttr(axis)
+            if axis not in ("row", "col"):
+                parser.raise_error(f'{cls.name}: axis must be "row" or "col", got "{axis}"', start)
+            known["axis"] = StringAttr(axis)
         values = [parser.resolve_operand(o, t) for o, t in zip(ops, types)]
-        if mask is None and len(values) not in (2, 3):
-            parser.raise_error("the index form of pto.tgather takes ins(%src, %indices[, %tmp])", start)
-        if mask is not None and len(values) != 1:
-            parser.raise_error("the mask form of pto.tgather takes ins(%src {maskPattern = ...})", start)
-        return cls.build(operands=[values[0], values[1:2], values[2:3], dst], properties=props)
+        dst = [parser.resolve_operand(o, t) for o, t in zip(outs, out_types)]
+        rest = values[1:]
+        if "maskPattern" in known:
+            if rest or len(dst) != 1:
+                parser.raise_error("the mask form of pto.tgather takes ins(%src, {maskPattern = ...} : S, \"row\"|\"col\") outs(%dst)", start)
+            operands = [values[0], dst[0], [], [], [], []]
+        elif len(dst) == 2:  # compare form: ins(%src, %k[, %tmp])
+            if not rest or isinstance(rest[0].type, TileBufType) or len(rest) > 2:
+                parser.raise_error("the compare form of pto.tgather takes ins(%src, %k, %tmp : S, scalar, T) outs(%dst, %cdst)", start)
+            operands = [values[0], dst[0], [dst[1]], [], rest[1:2], [rest[0]]]
+        else:
+            if len(rest) > 2 or any(not isinstance(v.type, TileBufType) for v in rest):
+                parser.raise_error("the index form of pto.tgather takes ins(%src, %indices, %tmp : S, I, T) outs(%dst)", start)
+            operands = [values[0], dst[0], [], rest[0:1], rest[1:2], []]
+        return cls.build(operands=operands, properties=known, attributes=extra)
 
     def print(self, printer: Printer) -> None:
         printer.print_string(" ins(")
         printer.print_operand(self.src)
-        for v in (self.indices, self.tmp):
-            if v is not None:
-                printer.print_string(", ")
-                printer.print_operand(v)
+        ins = [v for v in (self.indices, self.k_value, self.tmp) if v is not None]
+        for v in ins:
+            printer.print_string(", ")
+            printer.print_operand(v)
         if self.maskPattern is not None:
             printer.print_string(f", {{maskPattern = #pto.mask_pattern<{self.maskPattern.value.data}>}}")
         printer.print_string(" : ")
-        printer.print_list([v.type for v in (self.src, self.indices, self.tmp) if v is not None], printer.print_attribute)
+        printer.print_list([v.type for v in [self.src] + ins], printer.print_attribute)
         if self.axis is not None:
             printer.print_string(f', "{self.axis.data}"')
         printer.print_string(") outs(")
-        _print_typed_list(printer, [self.dst])
+        _print_typed_list(printer, [self.dst] + ([self.cdst] if self.cdst is not None else []))
         printer.print_string(")")
+
+        def own(p: Printer) -> None:
+            items = []
+            if self.cmpMode is not None:
+                items.append(f"cmpMode = {self.cmpMode.text}")
+            if self.offset is not None:
+                items.append(f"offset = {self.offset.value.data} : i32")
+            if items:
+                p.print_string(" {" + ", ".join(items) + "}")
+
+        print_merged_attrs(printer, self, own)
+
+    @property
+    def form(self) -> str:
+        if self.maskPattern is not None:
+            return "mask"
+        return "compare" if self.cdst is not None or self.k_value is not None else "index"
 
     def verify_(self) -> None:
         s, d = _tile(self, self.src, "src"), _tile(self, self.dst, "dst")
-        tiles = [s, d] + [_tile(self, v, n) for v, n in ((self.indices, "indices"), (self.tmp, "tmp")) if v is not None]
-        _check_vec(self, tiles)
+        if self.form != "mask" and self.axis is not None:
+            _fail(self, "operand type", "the axis goes only with a maskPattern")
+        if self.form == "mask":
+            self._verify_mask(s, d)
+        elif self.form == "compare":
+            self._verify_compare(s, d)
+        else:
+            self._verify_index(s, d)
+
+    def _verify_mask(self, s: TileBufType, d: TileBufType) -> None:
+        _check_vec(self, [s, d])
+        if not s.is_row_major or not d.is_row_major:
+            _fail(self, "layout", "the mask form takes blayout=row_major src and dst")
+        if elem_bytes(s.dtype) != elem_bytes(d.dtype):
+            _fail(self, "dtype", f"src and dst element sizes must match, got {s.elem} and {d.elem}")
+        if elem_bytes(s.dtype) not in (2, 4):
+            _fail(self, "dtype", f"A2/A3 mask-pattern gather takes 2- or 4-byte elements, got {s.elem}")
+        if d.valid[1] != DYN and d.valid[1] != d.shape[1]:
+            _fail(self, "shape agreement", f"dst valid cols {d.valid[1]} must equal its {d.shape[1]} cols")
+        if self.axis is None:
+            _fail(self, "operand type", 'the mask form needs an axis ("row" or "col") after the src type')
+        pattern = self.maskPattern.value.data
+        times = _MASK_TIMES.get(pattern, 4)
+        along, across = (1, 0) if self.axis.data == "row" else (0, 1)
+        if DYN not in (s.valid[across], d.valid[across]) and s.valid[across] != d.valid[across]:
+            _fail(self, "shape agreement", f"{self.axis.data} mask form: dst valid {_dims_str(d.valid)} and src valid "
+                  f"{_dims_str(s.valid)} must agree across the axis")
+        if DYN not in (s.valid[along], d.valid[along]) and s.valid[along] != d.valid[along] * times:
+            what = "columns" if along == 1 else "rows"
+            _fail(self, "shape agreement", f"mask {pattern} keeps 1 of every {times} of src's {s.valid[along]} valid {what}, "
+                  f"dst has {d.valid[along]}")
+
+    def _verify_index(self, s: TileBufType, d: TileBufType) -> None:
+        if self.indices is None or self.tmp is None:
+            _fail(self, "operand type", "the A2/A3 index form takes both indices and a tmp tile")
+        i, t = _tile(self, self.indices, "indices"), _tile(self, self.tmp, "tmp")
+        _check_vec(self, [s, d, i, t])
         if s.elem != d.elem:
             _fail(self, "dtype", f"src and dst must share the element type, got {s.elem} and {d.elem}")
-        if self.maskPattern is not None:
-            if self.indices is not None:
-                _fail(self, "operand type", "the mask form of tgather takes no indices")
-            keep = self.maskPattern.value.data[1:].count("1")
-            if s.valid[1] != DYN and d.valid[1] != DYN and (s.valid[1] * keep) // 4 != d.valid[1]:
-                _fail(self, "shape agreement", f"mask {self.maskPattern.value.data} keeps {keep} of every 4 of src's {s.valid[1]} "
-                      f"valid columns, dst has {d.valid[1]}")
-            return
-        if self.indices is None:
-            _fail(self, "operand type", "tgather needs indices or a maskPattern")
-        i = _tile(self, self.indices, "indices")
-        if i.elem not in ("i32", "ui32"):
+        if s.elem not in ("i16", "i32", "f16", "f32"):
+            _fail(self, "dtype", f"A2/A3 gather takes i16, i32, f16 or f32, got {s.elem}")
+        if i.elem != "i32":
             _fail(self, "dtype", f"indices must be i32, got {i.elem}")
-        if not _valid_compatible(i.valid, d.valid):
-            _fail(self, "shape agreement", f"indices valid {_dims_str(i.valid)} != dst valid {_dims_str(d.valid)}")
+        if t.elem != i.elem:
+            _fail(self, "dtype", f"tmp must share the indices' element type, got {t.elem}")
+        for tile, role in ((d, "dst"), (i, "indices")):
+            if tile.valid[1] != DYN and tile.valid[1] != tile.shape[1]:
+                _fail(self, "shape agreement", f"{role} valid cols {tile.valid[1]} must equal its {tile.shape[1]} cols")
+        if not _valid_compatible(i.valid, t.valid):
+            _fail(self, "shape agreement", f"indices valid {_dims_str(i.valid)} != tmp valid {_dims_str(t.valid)}")
+
+    def _verify_compare(self, s: TileBufType, d: TileBufType) -> None:
+        if self.cdst is None or self.k_value is None or self.tmp is None:
+            _fail(self, "operand type", "the compare form takes dst, cdst, a scalar k and a tmp tile")
+        c, t = _tile(self, self.cdst, "cdst"), _tile(self, self.tmp, "tmp")
+        _check_vec(self, [s, d, c, t])
+        if d.elem != "i32" or c.elem != d.elem:
+            _fail(self, "dtype", f"the compare form writes i32 dst and cdst, got {d.elem} and {c.elem}")
+        if self.k_value.type != s.dtype:
+            _fail(self, "dtype", f"k must have src's element type {s.elem}, got {self.k_value.type}")
+        mode = self.cmpMode.value.data if self.cmpMode is not None else "eq"
+        if mode not in ("eq", "gt"):
+            _fail(self, "cmpMode", f"the compare form takes cmpMode eq or gt, got {mode}")
+        if not (s.elem in ("f16", "f32") or (s.elem == "i32" and mode == "eq")):
+            _fail(self, "dtype", f"A2/A3 compare-form src is f16 or f32, or i32 with cmpMode eq; got {s.elem} with {mode}")
+
+
+@irdl_op_definition
+class TGatherBOp(_InsOutsOp):
+    """`pto.tgatherb ins(%src, %offsets : S, O) outs(%dst : D)`: dst[i, j] = the dst-typed element at
+    byte offset offsets[i, j] (read as uint32) of src's storage (pto-isa TGATHERB; PTOAS
+    TGatherBOp::verify, A2/A3: a row-major dst of 1-, 2- or 4-byte elements)."""
+
+    name = "pto.tgatherb"
+    N_INS: ClassVar[int] = 2
+    src = operand_def(TileBufType)
+    offsets = operand_def(TileBufType)
+    dst_ = operand_def(TileBufType)
+
+    def verify_(self) -> None:
+        s, o, d = _tile(self, self.src, "src"), _tile(self, self.offsets, "offsets"), _tile(self, self.dst, "dst")
+        _check_vec(self, [s, o, d])
+        if not d.is_row_major:
+            _fail(self, "layout", f"dst must be blayout=row_major, got {d.blayout.data}")
+        if elem_bytes(d.dtype) not in (1, 2, 4):
+            _fail(self, "dtype", f"dst elements must be 1, 2 or 4 bytes, got {d.elem}")
 
 
 @irdl_op_definition
@@ -467,10 +587,13 @@ class TColExpandOp(_InsOutsOp):
 
 @irdl_op_definition
 class TPrintOp(IRDLOperation):
-    """`pto.tprint ins(%t : T)`: print a tile from device code (debugging)."""
+    """`pto.tprint ins(%src[, %tmp] : S[, PV]) [{printFormat = #pto<print_format ...>}]`: print a
+    tile or a GM partition from device code (debugging). A vec tile prints without `tmp`; a
+    mat / acc tile goes through a GM scratch partition `tmp` (PTOAS TPrintOp::verify)."""
 
     name = "pto.tprint"
-    src = operand_def(TileBufType)
+    src = operand_def(TileBufType | PartitionTensorViewType)
+    tmp = opt_operand_def(PartitionTensorViewType)
     printFormat = opt_prop_def(PrintFormatAttr)  # noqa: N815 (ptoas's attribute name)
 
     @classmethod
@@ -478,27 +601,45 @@ class TPrintOp(IRDLOperation):
         start = parser.pos
         parser.parse_keyword("ins")
         parser.parse_punctuation("(")
-        src = parser.parse_unresolved_operand()
-        parser.parse_punctuation(":")
-        t = parser.parse_type()
+        names, types = _parse_typed_list(parser)
         parser.parse_punctuation(")")
-        attrs = dict(parser.parse_optional_attr_dict())
-        fmt = attrs.pop("printFormat", None)
-        if attrs or (fmt is not None and not isinstance(fmt, PrintFormatAttr)):
-            parser.raise_error(f"{cls.name}: takes only {{printFormat = #pto<print_format ...>}}, got {sorted(attrs) or [str(fmt)]}", start)
-        return cls.build(operands=[parser.resolve_operand(src, t)], properties={"printFormat": fmt} if fmt is not None else {})
+        if len(names) not in (1, 2):
+            parser.raise_error(f"{cls.name} takes ins(%src[, %tmp] : S[, PV]), got {len(names)} operands", start)
+        known, extra = split_discardable(cls, parser.parse_optional_attr_dict())
+        fmt = known.get("printFormat")
+        if fmt is not None and not isinstance(fmt, PrintFormatAttr):
+            parser.raise_error(f"{cls.name}: printFormat must be #pto<print_format ...>, got {fmt}", start)
+        values = [parser.resolve_operand(n, t) for n, t in zip(names, types)]
+        return cls.build(operands=[values[0], values[1:]], properties=known, attributes=extra)
 
     def print(self, printer: Printer) -> None:
         printer.print_string(" ins(")
-        _print_typed_list(printer, [self.src])
+        _print_typed_list(printer, [self.src] + ([self.tmp] if self.tmp is not None else []))
         printer.print_string(")")
-        if self.printFormat is not None:
-            printer.print_string(f" {{printFormat = {self.printFormat.text}}}")
+
+        def own(p: Printer) -> None:
+            if self.printFormat is not None:
+                p.print_string(f" {{printFormat = {self.printFormat.text}}}")
+
+        print_merged_attrs(printer, self, own)
 
     def verify_(self) -> None:
-        t = _tile(self, self.src, "src")
-        if t.space != "vec":
-            _fail(self, "memory space", f"ptofa prints loc=vec tiles (mat/acc need a GM scratch operand), got loc={t.space}")
+        t = self.src.type
+        if not isinstance(t, TileBufType):
+            if self.tmp is not None:
+                _fail(self, "operand type", "tmp goes only with a tile_buf src")
+            return
+        if t.elem not in ("f16", "f32", "i8", "i16", "i32"):
+            _fail(self, "dtype", f"a printable tile holds f16, f32, i8, i16 or i32, got {t.elem}")
+        if self.tmp is None and t.space != "vec":
+            _fail(self, "memory space", f"a tile printed without tmp must be loc=vec (mat / acc need a GM scratch tmp), got loc={t.space}")
+        if self.tmp is not None:
+            if t.space not in ("vec", "mat", "acc"):
+                _fail(self, "memory space", f"a tile printed through tmp must be loc=vec, mat or acc, got loc={t.space}")
+            tt = self.tmp.type
+            assert isinstance(tt, PartitionTensorViewType)
+            if elem_name(tt.elem) != t.elem:
+                _fail(self, "dtype", f"tmp element type {elem_name(tt.elem)} must match the tile's {t.elem}")
 
 
-OPS = (TExtractOp, TInsertOp, TSetValOp, TGetValOp, TTransOp, TGatherOp, TColExpandOp, TPrintOp)
+OPS = (TExtractOp, TInsertOp, TSetValOp, TGetValOp, TTransOp, TGatherOp, TGatherBOp, TColExpandOp, TPrintOp)

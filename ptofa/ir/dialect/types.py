@@ -248,6 +248,10 @@ class TileBufType(ParametrizedAttribute, TypeAttribute):
                 fields = cls._parse_legacy(parser)
             else:
                 fields = cls._parse_compact(parser, first)
+        if fields.get("loc") == "left":
+            # ptoas's parser forces an A2/A3 left tile to blayout=row_major, whatever is written
+            # (PTOAS PTOTypeDefs.cpp resolveTileBufBLayout; pto-ir.md 0.12).
+            fields["blayout"] = "row_major"
         try:
             t = cls(**fields)  # type: ignore[arg-type]
         except VerifyException as exc:
@@ -368,18 +372,45 @@ class TileBufType(ParametrizedAttribute, TypeAttribute):
         for name, v, full in (("v_row", self.v_row.data, rows), ("v_col", self.v_col.data, cols)):
             if v != DYN and not 0 <= v <= full:
                 raise VerifyException(f"{where}: valid shape {name}={v} must be within 0..{full}")
+
+    def layout_error(self) -> tuple[str, str] | None:
+        """(rule, detail) when an allocation of this tile breaks ptoas's layout rules, else None.
+
+        ptoas checks them where a tile is allocated (`pto.alloc_tile`, `pto.alloc_multi_tile`
+        slots), not in the type: a `!pto.tile_buf<vec, 32x1xf32>` function argument is fine
+        (PTOAS lib/PTO/IR/PTO.cpp, verifyTileBufLayoutConstraints). A none_box tile's row
+        (row-major: cols*sizeof(T)) or column (col-major: rows*sizeof(T)) is a multiple of
+        32 bytes; a boxed tile's cols are a multiple of the fractal's inner cols and, except
+        in vec, with fractal 32 or a single row, its rows of the inner rows (fractal 1024:
+        16x16; 32: 16x2; 512: 16 x 32/sizeof(T) row-major boxes, 32/sizeof(T) x 16 col-major).
+        """
+        rows, cols = self.shape
         esize = elem_bytes(self.dtype)
-        if self.loc.data == "vec" and not self.is_boxed:
+        if not self.is_boxed:
             if self.is_row_major and (cols * esize) % 32 != 0:
-                raise VerifyException(
-                    f"{where}: vector tile alignment: ND tile needs cols*sizeof(T) % 32 == 0, "
-                    f"got {cols}*{esize} = {cols * esize}"
-                )
+                return "alignment", (f"a row-major none_box tile's row (cols*sizeof(T)) must be a multiple of 32 bytes, "
+                                     f"got {cols}*{esize} = {cols * esize} ({self.describe()})")
             if not self.is_row_major and (rows * esize) % 32 != 0:
-                raise VerifyException(
-                    f"{where}: vector tile alignment: DN tile needs rows*sizeof(T) % 32 == 0, "
-                    f"got {rows}*{esize} = {rows * esize}"
-                )
+                return "alignment", (f"a col-major none_box tile's column (rows*sizeof(T)) must be a multiple of 32 bytes, "
+                                     f"got {rows}*{esize} = {rows * esize} ({self.describe()})")
+            return None
+        fractal = self.fractal.data
+        if fractal == 1024:
+            inner = (16, 16)
+        elif fractal == 32:
+            inner = (16, 2)
+        elif 32 % esize != 0:
+            return "boxed layout", f"fractal 512 boxes need an element size that divides 32, got {esize} bytes ({self.describe()})"
+        elif self.slayout.data == "row_major":
+            inner = (16, 32 // esize)
+        else:
+            inner = (32 // esize, 16)
+        unaligned_rows_ok = self.loc.data == "vec" or fractal == 32 or rows == 1
+        if not unaligned_rows_ok and rows % inner[0] != 0:
+            return "boxed layout", f"rows {rows} must be a multiple of the box's {inner[0]} rows ({self.describe()}, fractal={fractal})"
+        if cols % inner[1] != 0:
+            return "boxed layout", f"cols {cols} must be a multiple of the box's {inner[1]} cols ({self.describe()}, fractal={fractal})"
+        return None
 
 
 # --------------------------------------------------------------------------------------
@@ -506,6 +537,54 @@ class LogPrecisionAttr(_PtoEnumAttr):
     VALUES: ClassVar[tuple[str, ...]] = ("default", "high_precision")
 
 
+class _HighPrecisionAttr(_PtoEnumAttr):
+    """`#pto<X_precision default|high_precision>`: which pto-isa algorithm an op runs."""
+
+    VALUES: ClassVar[tuple[str, ...]] = ("default", "high_precision")
+
+
+@irdl_attr_definition
+class SqrtPrecisionAttr(_HighPrecisionAttr):
+    """`#pto<sqrt_precision high_precision>` (tsqrt)."""
+
+    name = "pto.sqrt_precision"
+
+
+@irdl_attr_definition
+class RsqrtPrecisionAttr(_HighPrecisionAttr):
+    """`#pto<rsqrt_precision high_precision>` (trsqrt; high precision needs a tmp)."""
+
+    name = "pto.rsqrt_precision"
+
+
+@irdl_attr_definition
+class RecipPrecisionAttr(_HighPrecisionAttr):
+    """`#pto<recip_precision high_precision>` (trecip)."""
+
+    name = "pto.recip_precision"
+
+
+@irdl_attr_definition
+class RemPrecisionAttr(_HighPrecisionAttr):
+    """`#pto<rem_precision high_precision>` (trem)."""
+
+    name = "pto.rem_precision"
+
+
+@irdl_attr_definition
+class FmodPrecisionAttr(_HighPrecisionAttr):
+    """`#pto<fmod_precision high_precision>` (tfmod)."""
+
+    name = "pto.fmod_precision"
+
+
+@irdl_attr_definition
+class PowPrecisionAttr(_HighPrecisionAttr):
+    """`#pto<pow_precision high_precision>` (tpow, tpows; A2/A3 has only the default)."""
+
+    name = "pto.pow_precision"
+
+
 @irdl_attr_definition
 class AccPhaseAttr(_PtoEnumAttr):
     """`#pto<acc_phase partial|final>` (tmatmul, tmatmul.acc): which K-loop step a matmul is, a
@@ -566,6 +645,71 @@ class MaskPatternAttr(_EnumAttr):
 
 
 @irdl_attr_definition
+class AccToVecModeAttr(_EnumAttr):
+    """`#pto.acc_to_vec_mode<dual_mode_split_m>` (tmov / textract / tinsert from ACC to a vector
+    tile): which vector core(s) receive the accumulator, whole or split along M or N."""
+
+    name = "pto.acc_to_vec_mode"
+    VALUES: ClassVar[tuple[str, ...]] = ("single_mode_vec0", "single_mode_vec1", "dual_mode_split_m", "dual_mode_split_n")
+
+
+@irdl_attr_definition
+class TInsertModeAttr(_EnumAttr):
+    """`#pto.tinsert_mode<split2>` (tinsert's A5 FP split mode)."""
+
+    name = "pto.tinsert_mode"
+    VALUES: ClassVar[tuple[str, ...]] = ("split2", "split4")
+
+
+@irdl_attr_definition
+class PadModeAttr(_EnumAttr):
+    """`#pto.padmode<PadNull>` (tload's `pad_mode`)."""
+
+    name = "pto.padmode"
+    VALUES: ClassVar[tuple[str, ...]] = ("PadNull", "PadFirstElem", "PadValue")
+
+
+FIXPIPE_LAYOUTS = ("nz2nd", "nz2dn", "nz2nz")
+# ptoas's FixpipeQuant modes, split as its SET_QUANT_SCALAR / SET_QUANT_VECTOR payloads need them.
+FIXPIPE_SCALAR_QUANTS = ("deqf16_scalar", "req8_scalar", "qf322b8_pre_scalar", "qf322f16_pre_scalar", "qf322bf16_pre_scalar",
+                         "qs322bf16_pre_scalar", "qf322hif8_pre_scalar", "qf322fp8_pre_scalar")
+FIXPIPE_VECTOR_QUANTS = ("deqf16_vec", "req8_vec", "qf322b8_pre_vec", "qs322bf16_pre_vec")
+FIXPIPE_QUANTS = ("no_convert", "f32_f16", "f32_bf16") + FIXPIPE_SCALAR_QUANTS + FIXPIPE_VECTOR_QUANTS
+
+
+@irdl_attr_definition
+class AccPushEpilogueAttr(ParametrizedAttribute):
+    """`#pto.acc_push_epilogue<layout = nz2nd, quant = deqf16_scalar, relu = no_relu>` on a pipe
+    init: the FIX-pipe conversion a cube's ACC tile goes through when it is pushed to the
+    vectors (PTOAS PTOAttrs.td AccPushEpilogue)."""
+
+    name = "pto.acc_push_epilogue"
+    layout: StringAttr
+    quant: StringAttr
+    relu: StringAttr
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        values = []
+        with parser.in_angle_brackets():
+            for i, (key, allowed) in enumerate((("layout", FIXPIPE_LAYOUTS), ("quant", FIXPIPE_QUANTS), ("relu", ("no_relu", "normal_relu")))):
+                if i:
+                    parser.parse_punctuation(",")
+                got = parser.parse_identifier()
+                if got != key:
+                    parser.raise_error(f"#pto.acc_push_epilogue: expected '{key}', got '{got}'")
+                parser.parse_punctuation("=")
+                value = parser.parse_identifier()
+                if value not in allowed:
+                    parser.raise_error(f"#pto.acc_push_epilogue: {key} '{value}' is not one of {', '.join(allowed)}")
+                values.append(StringAttr(value))
+        return tuple(values)
+
+    def print_parameters(self, printer: Printer) -> None:
+        printer.print_string(f"<layout = {self.layout.data}, quant = {self.quant.data}, relu = {self.relu.data}>")
+
+
+@irdl_attr_definition
 class ReluPreModeAttr(_PtoEnumAttr):
     """`#pto<relu_pre_mode normal_relu>` (textract / tinsert / tstore from ACC)."""
 
@@ -578,4 +722,6 @@ ATTRS = (
     RoundModeAttr, CmpModeAttr, ExpPrecisionAttr, DivPrecisionAttr, LogPrecisionAttr, AccPhaseAttr, StPhaseAttr, PrintFormatAttr, AtomicTypeAttr,
     SaturationModeAttr,
     AddressSpaceAttr, MaskPatternAttr, ReluPreModeAttr,
+    SqrtPrecisionAttr, RsqrtPrecisionAttr, RecipPrecisionAttr, RemPrecisionAttr, FmodPrecisionAttr, PowPrecisionAttr,
+    AccToVecModeAttr, TInsertModeAttr, PadModeAttr, AccPushEpilogueAttr,
 )

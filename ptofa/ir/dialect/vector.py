@@ -15,14 +15,17 @@ from xdsl.irdl import irdl_op_definition, operand_def, opt_operand_def, opt_prop
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 
-from ptofa.ir.dialect.base import _fail, _InsOutsOp, _parse_typed_list, _print_typed_list, _tile
+from ptofa.ir.dialect.base import _fail, _InsOutsOp, _parse_typed_list, _print_typed_list, _tile, print_merged_attrs
 from ptofa.ir.dialect.types import (
     DYN,
     ROUND_MODES,
     DivPrecisionAttr,
     ExpPrecisionAttr,
     LogPrecisionAttr,
+    RecipPrecisionAttr,
     RoundModeAttr,
+    RsqrtPrecisionAttr,
+    SqrtPrecisionAttr,
     SaturationModeAttr,
     TileBufType,
     _dims_str,
@@ -61,6 +64,7 @@ class TCvtOp(_InsOutsOp):
             ins.append(parser.parse_unresolved_operand())
         rmode = "CAST_RINT"
         sat = None
+        extra: dict[str, Attribute] = {}  # discardable attributes (ptoas keeps them, its lowering ignores them)
         if parser.parse_optional_punctuation("{"):
             while True:
                 key = parser.parse_identifier()
@@ -71,8 +75,10 @@ class TCvtOp(_InsOutsOp):
                     sat = parser.parse_attribute()
                     if not isinstance(sat, SaturationModeAttr):
                         parser.raise_error(f"pto.tcvt: satmode must be #pto<saturation_mode ON|OFF>, got {sat}", start)
+                elif key in extra:
+                    parser.raise_error(f"pto.tcvt: duplicate attribute '{key}'", start)
                 else:
-                    parser.raise_error(f"pto.tcvt: unexpected attribute '{key}' (expected rmode, satmode)", start)
+                    extra[key] = parser.parse_attribute()
                 if parser.parse_optional_punctuation(",") is None:
                     break
             parser.parse_punctuation("}")
@@ -85,7 +91,7 @@ class TCvtOp(_InsOutsOp):
         parser.parse_punctuation(")")
         if len(in_types) != len(ins):
             parser.raise_error(f"{len(ins)} operands but {len(in_types)} types", start)
-        op = cls._from_parsed(parser, ins, in_types, outs, out_types, {}, start)
+        op = cls._from_parsed(parser, ins, in_types, outs, out_types, extra, start)
         op.properties["rmode"] = StringAttr(rmode)
         if sat is not None:
             op.properties["sat_mode"] = sat
@@ -95,7 +101,12 @@ class TCvtOp(_InsOutsOp):
         printer.print_string(" ins(")
         printer.print_list(self.ins_values(), printer.print_operand)
         sat = f", satmode = {self.sat_mode.text}" if self.sat_mode is not None else ""
-        printer.print_string(f" {{rmode = #pto<round_mode {self.round_mode}>{sat}}} : ")
+
+        def own(p: Printer) -> None:
+            p.print_string(f" {{rmode = #pto<round_mode {self.round_mode}>{sat}}}")
+
+        print_merged_attrs(printer, self, own)
+        printer.print_string(" : ")
         printer.print_list([v.type for v in self.ins_values()], printer.print_attribute)
         printer.print_string(") outs(")
         _print_typed_list(printer, [self.dst])
@@ -286,15 +297,17 @@ class TLogOp(_UnaryOp, _PrecisionAttrOp):
 
 
 @irdl_op_definition
-class TSqrtOp(_UnaryOp):
+class TSqrtOp(_UnaryOp, _PrecisionAttrOp):
     """d = sqrt(a)"""
 
     name = "pto.tsqrt"
     FLOAT_ONLY: ClassVar[bool] = True
+    precisionType = opt_prop_def(SqrtPrecisionAttr)  # noqa: N815
+    PRECISION: ClassVar[type | None] = SqrtPrecisionAttr
 
 
 @irdl_op_definition
-class TRsqrtOp(_UnaryOp):
+class TRsqrtOp(_UnaryOp, _PrecisionAttrOp):
     """d = 1/sqrt(a); ptoas also takes a scratch tile: `ins(%a, %tmp : A, T)`."""
 
     name = "pto.trsqrt"
@@ -303,19 +316,25 @@ class TRsqrtOp(_UnaryOp):
     dst_ = operand_def(TileBufType)
     FLOAT_ONLY: ClassVar[bool] = True
     HAS_TMP: ClassVar[bool] = True
+    precisionType = opt_prop_def(RsqrtPrecisionAttr)  # noqa: N815
+    PRECISION: ClassVar[type | None] = RsqrtPrecisionAttr
 
     def verify_(self) -> None:
         super().verify_()
         if self.tmp is not None:
             _check_vec(self, [_tile(self, self.tmp, "tmp")])
+        if self.precisionType is not None and self.precisionType.value.data == "high_precision" and self.tmp is None:
+            _fail(self, "tmp", "precisionType = high_precision needs a tmp tile (PTOAS TRsqrtOp::verify)")
 
 
 @irdl_op_definition
-class TRecipOp(_UnaryOp):
+class TRecipOp(_UnaryOp, _PrecisionAttrOp):
     """d = 1/a (not in place on a3)"""
 
     name = "pto.trecip"
     FLOAT_ONLY: ClassVar[bool] = True
+    precisionType = opt_prop_def(RecipPrecisionAttr)  # noqa: N815
+    PRECISION: ClassVar[type | None] = RecipPrecisionAttr
 
     def verify_(self) -> None:
         super().verify_()
