@@ -176,6 +176,8 @@ def test_op_against_numpy(op: type) -> None:
 
 # Ops checked against numpy / torch by a test of their own (file: it names the op).
 TESTED_IN = {
+    d.TAddReluOp: "test_ptoas_agreement.py",
+    d.TGatherBOp: "test_ptoas_agreement.py",
     d.TMatmulOp: "test_sim.py",
     d.TCvtOp: "test_sim.py",
     d.TStoreOp: "test_sim.py",
@@ -237,6 +239,9 @@ _SYNC = "synchronisation and cache ordering: orders work, computes nothing"
 _STORAGE = "storage, views, queries and addresses: no arithmetic on tile values"
 _REFUSED = "not simulated: the simulator raises a SimError naming the op (tests/test_sim_extra.py, test_sim_fused.py)"
 NOT_NUMERIC = {
+    **dict.fromkeys([d.TSyncOp, d.MakePrefetchAsyncContextOp, d.GetPrefetchAsyncSessionOp, d.TPrefetchAsyncOp], _SYNC),
+    **dict.fromkeys([d.SetQuantScalarOp, d.SetQuantVectorOp], "fixpipe quantization payloads: the simulator refuses "
+                    "the quantizing push (tests/test_ptoas_agreement.py)"),
     **dict.fromkeys([d.AddPtrOp, d.GetBlockIdxOp, d.GetBlockNumOp, d.GetSubblockIdxOp, d.GetSubblockNumOp,
                      d.SetFftsOp, d.SectionCubeOp, d.SectionVectorOp, d.LoadScalarOp, d.StoreScalarOp], _RUNTIME),
     **dict.fromkeys([d.AicInitializePipeOp, d.AivInitializePipeOp, d.TallocToAicOp, d.TallocToAivOp,
