@@ -90,14 +90,15 @@ def _probe(config: FAConfig, shape: ProblemShape):
     from ptofa.launch.kernel_cache import get_kernel
     from ptofa.sim.options import RunOptions
     from ptofa.sim.timing import predict
-    from ptofa.launch.sim import launch_sim
+    from ptofa.launch import sim as sim_launch
+    from ptofa.launch.plan import plan_forward
 
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, shape.s0, 1, config.head, generator=g).half()
     k, v = (torch.randn(1, shape.s1, 1, config.head, generator=g).half() for _ in range(2))
     o = torch.empty(1, shape.s0, 1, config.head, dtype=torch.float16)
-    sim = launch_sim(get_kernel(config).parsed, config, shape, q, k, v, o, 1, config.head ** -0.5,
-                     options=RunOptions(trace=True))
+    plan = plan_forward(config, shape, "910B2", scale=config.head ** -0.5, block_dim=1, kernel=get_kernel(config))
+    (sim,) = sim_launch.launch(plan, {"q": q, "k": k, "v": v, "o": o}, options=RunOptions(trace=True))
     return predict(sim.trace, config, shape, block_dim=1)
 
 
