@@ -247,13 +247,13 @@ def test_automatic_slice_buffers_take_the_tallest_slice_that_fits(tile_s1: int) 
     """slice_buffers=0: one buffer of whole-height slices where that plan fits the UB (fewer
     vector instructions for the same work), two half-height buffers where it does not (a key
     padding mask's tiles); an explicit count outside 0..2 is refused with the rule."""
-    plain = make(tile_s1=tile_s1)
+    plain = make(tile_s1=tile_s1, cube_rowsum=False)  # cube_rowsum's row-sum tiles need the UB of the taller slices at 128
     assert (plain.vec_buffers, plain.vec_s0) == (1, 64 * 128 // tile_s1)
     assert budget(plain).rows[0].used <= budget(plain).rows[0].capacity
-    padded = make(tile_s1=tile_s1, key_padding=True)
+    padded = make(tile_s1=tile_s1, key_padding=True, cube_rowsum=False)
     assert padded.vec_buffers == 2
     with pytest.raises(ConfigError, match="memory budget exceeded"):
-        make(tile_s1=tile_s1, key_padding=True, slice_buffers=1)
+        make(tile_s1=tile_s1, key_padding=True, slice_buffers=1, cube_rowsum=False)
     with pytest.raises(ConfigError, match=r"slice buffers.*slice_buffers=3 must be 0 \(automatic\), 1 or 2"):
         make(tile_s1=tile_s1, slice_buffers=3)
 
@@ -440,9 +440,9 @@ def test_fault_injection_builds() -> None:
     pipe ids are caught statically when the QK and PV slots differ in shape."""
     check_text(_faulty("drop_tfree"))
     check_text(_faulty("extra_tpop"))
-    check_text(_faulty("swap_pipe_ids", head=128, tile_s1=128, qk_preload=2))  # same 128x128 f32 slots
+    check_text(_faulty("swap_pipe_ids", head=128, tile_s1=128, qk_preload=2, cube_rowsum=False))  # same 128x128 f32 slots
     with pytest.raises(PtoCheckError, match="pipe id 0: slot_size differs between cube \\(131072\\) and vector \\(65536\\)"):
-        check_text(_faulty("swap_pipe_ids", head=128, tile_s1=256))
+        check_text(_faulty("swap_pipe_ids", head=128, tile_s1=256, cube_rowsum=False))
 
 
 # --------------------------------------------------------------------------------------
@@ -458,7 +458,7 @@ def test_cli_check_ok(tmp_path: Path) -> None:
 
 
 def test_cli_check_broken_file(tmp_path: Path) -> None:
-    text = emitted(128, 256, 3)[0]
+    text = emit_fa(make(head=128, tile_s1=256, qk_preload=3, exp_f16=False))  # the f32 exp: trowexpandexpdif
     bad_line = next(i for i, line in enumerate(text.splitlines()) if "pto.trowexpandexpdif" in line)
     lines = text.splitlines()
     lines[bad_line] = lines[bad_line].replace("pto.trowexpandexpdif", "pto.trecip", 1)
