@@ -19,9 +19,11 @@ import numpy as np
 import torch
 
 from ptofa.fa_builder import emit_fa
-from ptofa.pipeline import FAConfig, ProblemShape, default_block_dim
+from ptofa.launch.plan import blocks_for
+from ptofa.pipeline import FAConfig, ProblemShape
 from ptofa.reference import check_accuracy, make_inputs, reference_attention
-from ptofa.runner import sim_kernel_args
+from ptofa.launch.sim import sim_kernel_args
+from ptofa.sim.socspec import DEFAULT_SOC, get_soc
 from ptofa.sim import simulate
 from ptofa.ir.textio import check_text
 
@@ -50,7 +52,7 @@ def main() -> None:
     config = FAConfig(head=opts.head, tile_s1=opts.tile_s1, qk_preload=opts.qk_preload, out_dtype="f32")
     shape = ProblemShape(opts.batch, opts.heads, opts.s0, opts.s1)
     shape.check(config)
-    block_dim = default_block_dim(shape)
+    block_dim = blocks_for(shape.work_units(config), get_soc(DEFAULT_SOC))
     scale = shape.default_scale(config.head)
     text = emit_fa(config)
     q, k, v = make_inputs(shape, config.head, seed=0)
