@@ -35,6 +35,17 @@ def torch_fp32_attention(q32: torch.Tensor, k32: torch.Tensor, v32: torch.Tensor
     return torch.matmul(p, v).transpose(1, 2)
 
 
+def _field(item: str) -> tuple[str, object]:
+    """`name=value` of --set: true/false, an int, or the text."""
+    name, sep, text = item.partition("=")
+    if not sep:
+        raise SystemExit(f"--set {item!r}: expected FIELD=VALUE")
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return name, lowered == "true"
+    return name, int(text) if text.lstrip("-").isdigit() else text
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=1)
@@ -46,10 +57,15 @@ def main() -> None:
     ap.add_argument("--qk-preload", type=int, default=3)
     ap.add_argument("--profile", action="store_true", help="print the top of a cProfile of the simulator run")
     ap.add_argument("--check", action="store_true", help="also check O with the accuracy rule (not timed)")
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="any other FAConfig field, e.g. --set cube_rowsum=false --set cube_s1=128 "
+                         "(to time the simulator on the kernel an earlier run used)")
     opts = ap.parse_args()
 
     # fp32 O, as in earlier runs of this benchmark (the kernel default is now the input dtype).
-    config = FAConfig(head=opts.head, tile_s1=opts.tile_s1, qk_preload=opts.qk_preload, out_dtype="f32")
+    fields = dict(head=opts.head, tile_s1=opts.tile_s1, qk_preload=opts.qk_preload, out_dtype="f32")
+    fields.update(_field(item) for item in opts.set)
+    config = FAConfig(**fields)
     shape = ProblemShape(opts.batch, opts.heads, opts.s0, opts.s1)
     shape.check(config)
     block_dim = blocks_for(shape.work_units(config), get_soc(DEFAULT_SOC))
