@@ -43,13 +43,13 @@ def build_row_softmax() -> builtin.ModuleOp:
 
 def _vector_body(x, y, rows) -> None:
     r = CHUNK_ROWS
-    data = pto.alloc_tile(tile_type("vec", r, COLS, "f32", valid="dynamic"), "data", valid=(r, COLS))
+    data = pto.alloc_tile(tile_type("vec", r, COLS, "f32", valid="dynamic"), "data")  # starts full
     scratch = pto.alloc_tile(tile_type("vec", r, COLS, "f32"), "scratch")
     expdif_tmp = pto.alloc_tile(tile_type("vec", 1, EXPDIF_TMP_BYTES // 4, "f32"), "expdif_tmp")
     # [R, 1] statistics: a column (DN) layout, valid rows follow the chunk like the data's.
     col = tile_type("vec", r, 1, "f32", valid="dynamic", blayout="col_major")
-    row_max = pto.alloc_tile(col, "row_max", valid=(r, 1))
-    row_sum = pto.alloc_tile(col, "row_sum", valid=(r, 1))
+    row_max = pto.alloc_tile(col, "row_max")
+    row_sum = pto.alloc_tile(col, "row_sum")
 
     x_all = pto.as_tensor(x, [rows, COLS], [COLS, 1], name="x_all")
     y_all = pto.as_tensor(y, [rows, COLS], [COLS, 1], name="y_all")
@@ -62,9 +62,9 @@ def _vector_body(x, y, rows) -> None:
         for t, cols in ((data, COLS), (row_max, 1), (row_sum, 1)):
             tile.set_valid(t, valid, cols)
         pto.load(pto.slice_view(x_all, [first, 0], [valid, COLS], name="x_rows"), data)
-        tile.row_max(data, scratch, out=row_max)
+        tile.row_max(data, out=row_max, tmp=scratch)
         tile.row_expand_expdif(data, row_max, out=data, tmp=expdif_tmp)
-        tile.row_sum(data, scratch, out=row_sum)
+        tile.row_sum(data, out=row_sum, tmp=scratch)
         tile.row_expand_div(data, row_sum, out=data)
         pto.store(data, pto.slice_view(y_all, [first, 0], [valid, COLS], name="y_rows"))
 

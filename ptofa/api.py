@@ -98,6 +98,12 @@ def tile_type(
     return d.TileBufType(loc, rows, cols, elem_type(elem), **overrides)
 
 
+def _with_valid(t: d.TileBufType, v_row: int, v_col: int) -> d.TileBufType:
+    """`t` with another valid shape (DYN for `?`), every other parameter kept."""
+    return d.TileBufType(t.loc.data, *t.shape, t.dtype, v_row=v_row, v_col=v_col, blayout=t.blayout.data,
+                         slayout=t.slayout.data, fractal=t.fractal.data, pad=t.pad.data, compact=t.compact.data)
+
+
 def parse_ir_type(text: str) -> Attribute:
     """A type from its PTO IR spelling, e.g. `!pto.ptr<f16>` or `i64`."""
     from xdsl.parser import Parser
@@ -382,12 +388,36 @@ class pto:  # noqa: N801
         return _named(d.LoadScalarOp(ptr, _val(index)).result, name)
 
     @staticmethod
-    def alloc_tile(t: d.TileBufType, name: str | None = None, valid: tuple[SSAValue | int, SSAValue | int] | None = None) -> SSAValue:
-        """A tile; a type with a dynamic valid shape (`valid=?x?`) needs `valid=(rows, cols)`, of
-        which only the dynamic dims become operands (as ptoas requires)."""
+    def alloc_tile(t: d.TileBufType, name: str | None = None,
+                   valid: tuple[SSAValue | int, SSAValue | int] | None = None) -> SSAValue:
+        """A tile of type `t`. Its valid shape is said once, in either place:
+
+        * here: `valid=(rows, cols)`, where a dim given as an SSA value is set at run time (it
+          becomes `?` in the tile's type, and `tile.set_valid` may change it later) and an int
+          is static (it must equal the type's valid dim, or be its start value for a `?` dim);
+        * or in the type: `tile_type(..., valid="dynamic")` (or a `None` dim); such a tile starts
+          with its full shape unless `valid` gives the start values.
+
+        Only the dynamic dims become operands of `pto.alloc_tile` (as ptoas requires)."""
         if valid is None:
-            return _named(d.AllocTileOp(t).result, name)
-        rows, cols = (_val(v) if dim == d.DYN else None for v, dim in zip(valid, t.valid))
+            if d.DYN not in t.valid:
+                return _named(d.AllocTileOp(t).result, name)
+            valid = t.shape
+        dims = []
+        for axis, (given, declared, full) in enumerate(zip(valid, t.valid, t.shape)):
+            if isinstance(given, SSAValue):
+                dims.append(d.DYN)
+            elif declared != d.DYN and given != declared:
+                raise ValueError(f"alloc_tile {name or ''}: valid {('rows', 'cols')[axis]} {given} != the type's "
+                                 f"static {declared}; pass an SSA value to make that dim dynamic")
+            elif not 0 <= given <= full:
+                raise ValueError(f"alloc_tile {name or ''}: valid {('rows', 'cols')[axis]} {given} is outside "
+                                 f"the tile's 0..{full}")
+            else:
+                dims.append(declared)
+        if tuple(dims) != t.valid:
+            t = _with_valid(t, *dims)
+        rows, cols = (_val(v) if dim == d.DYN else None for v, dim in zip(valid, dims))
         return _named(d.AllocTileOp(t, rows, cols).result, name)
 
     @staticmethod
@@ -484,7 +514,11 @@ def _dps(cls, ins: Sequence[SSAValue], out: SSAValue, tmp: SSAValue | None = Non
 
 
 class tile:  # noqa: N801
-    """Compute on tiles; every op writes `out` (destination-passing style)."""
+    """Compute on tiles; every op writes `out` (destination-passing style).
+
+    Operands come first, then `out`; a scratch tile is always the keyword argument `tmp=`
+    (required where the A2/A3 lowering needs one: row_max, row_sum, row_expand_expdif, trans;
+    optional wherever ptoas accepts one), so a call can never bind a scratch tile to `out`."""
 
     @staticmethod
     def mov(src: SSAValue, out: SSAValue) -> None:
@@ -566,47 +600,54 @@ class tile:  # noqa: N801
         _dps(d.TMaxOp, [a, b], out)
 
     @staticmethod
-    def row_max(src: SSAValue, tmp: SSAValue, out: SSAValue) -> None:
+    def row_max(src: SSAValue, out: SSAValue, *, tmp: SSAValue) -> None:
+        """out[i] = max_j src[i][j]; `tmp` (src's shape) holds the folds (required on A2/A3)."""
         _dps(d.TRowMaxOp, [src], out, tmp)
 
     @staticmethod
-    def row_sum(src: SSAValue, tmp: SSAValue, out: SSAValue) -> None:
+    def row_sum(src: SSAValue, out: SSAValue, *, tmp: SSAValue) -> None:
+        """out[i] = sum_j src[i][j]; `tmp` (src's shape) holds the folds (required on A2/A3)."""
         _dps(d.TRowSumOp, [src], out, tmp)
 
     @staticmethod
-    def row_expand_sub(src: SSAValue, col: SSAValue, out: SSAValue, tmp: SSAValue | None = None) -> None:
+    def row_expand_sub(src: SSAValue, col: SSAValue, out: SSAValue, *, tmp: SSAValue | None = None) -> None:
         """out = src - col[i] (trowexpandsub); with `tmp` the column broadcast goes there instead of
         ptoas's hidden 8 KiB UB scratch."""
         _dps(d.TRowExpandSubOp, [src, col], out, tmp)
 
     @staticmethod
-    def row_expand_add(src: SSAValue, col: SSAValue, out: SSAValue) -> None:
-        _dps(d.TRowExpandAddOp, [src, col], out)
+    def row_expand_add(src: SSAValue, col: SSAValue, out: SSAValue, *, tmp: SSAValue | None = None) -> None:
+        """out = src + col[i] (trowexpandadd); with `tmp` the column broadcast goes there instead of
+        ptoas's hidden 8 KiB UB scratch."""
+        _dps(d.TRowExpandAddOp, [src, col], out, tmp)
 
     @staticmethod
-    def row_expand_expdif(src: SSAValue, col: SSAValue, out: SSAValue, tmp: SSAValue) -> None:
+    def row_expand_expdif(src: SSAValue, col: SSAValue, out: SSAValue, *, tmp: SSAValue) -> None:
         """out = exp(src - col[i]) (trowexpandexpdif); `tmp` receives the broadcast column
         (required: see `ptofa.ir.target.EXPDIF_TMP_BYTES`)."""
         _dps(d.TRowExpandExpdifOp, [src, col], out, tmp)
 
     @staticmethod
-    def row_expand_mul(src: SSAValue, col: SSAValue, out: SSAValue, tmp: SSAValue | None = None) -> None:
+    def row_expand_mul(src: SSAValue, col: SSAValue, out: SSAValue, *, tmp: SSAValue | None = None) -> None:
         """out = src * col[i] (trowexpandmul); with `tmp` the column broadcast goes there instead of
         ptoas's hidden 8 KiB UB scratch."""
         _dps(d.TRowExpandMulOp, [src, col], out, tmp)
 
     @staticmethod
-    def row_expand_div(src: SSAValue, col: SSAValue, out: SSAValue) -> None:
-        _dps(d.TRowExpandDivOp, [src, col], out)
+    def row_expand_div(src: SSAValue, col: SSAValue, out: SSAValue, *, tmp: SSAValue | None = None) -> None:
+        """out = src / col[i] (trowexpanddiv); with `tmp` the column broadcast goes there instead of
+        ptoas's hidden 8 KiB UB scratch."""
+        _dps(d.TRowExpandDivOp, [src, col], out, tmp)
 
     @staticmethod
-    def trans(src: SSAValue, out: SSAValue, tmp: SSAValue) -> None:
+    def trans(src: SSAValue, out: SSAValue, *, tmp: SSAValue) -> None:
         """out = src^T (`ttrans`; the A2/A3 lowering needs a scratch tile of src's size)."""
         _dps(d.TTransOp, [src], out, tmp=tmp)
 
     @staticmethod
-    def cvt(src: SSAValue, out: SSAValue, rmode: str = "CAST_RINT") -> None:
-        _dps(d.TCvtOp, [src], out, props={"rmode": StringAttr(rmode)})
+    def cvt(src: SSAValue, out: SSAValue, rmode: str = "CAST_RINT", *, tmp: SSAValue | None = None) -> None:
+        """out = src converted to out's element type, rounded by `rmode`."""
+        _dps(d.TCvtOp, [src], out, tmp, props={"rmode": StringAttr(rmode)})
 
     @staticmethod
     def reshape(src: SSAValue, rows: int, cols: int, name: str | None = None, **overrides) -> SSAValue:
@@ -647,12 +688,12 @@ class tile:  # noqa: N801
         _dps(d.TCmpOp, [a, b], out, props={"cmpMode": d.CmpModeAttr(mode)})
 
     @staticmethod
-    def sel(mask: SSAValue, a: SSAValue, b: SSAValue, out: SSAValue, tmp: SSAValue | None = None) -> None:
+    def sel(mask: SSAValue, a: SSAValue, b: SSAValue, out: SSAValue, *, tmp: SSAValue | None = None) -> None:
         """out = a where the mask bit is 1, else b."""
         _dps(d.TSelOp, [mask, a, b], out, tmp)
 
     @staticmethod
-    def ci(start: SSAValue | int, out: SSAValue, descending: bool = False, tmp: SSAValue | None = None) -> None:
+    def ci(start: SSAValue | int, out: SSAValue, *, descending: bool = False, tmp: SSAValue | None = None) -> None:
         """out[0][j] = start + j (descending: start - j); `out` is a 1xN i16/i32 tile."""
         dtype = out.type.dtype
         if isinstance(start, int):

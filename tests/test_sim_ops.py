@@ -723,7 +723,7 @@ def test_api_builds_a_masked_ragged_kernel() -> None:
         tile.col_expand_add(e, keep, e)
         mx = pto.alloc_tile(tile_type("vec", R, 1, "f32", valid=(R, 1), blayout="col_major"), "rowmax")
         tmp = pto.alloc_tile(tile_type("vec", R, C, "f32"), "tmp")
-        tile.row_max(e, tmp, mx)
+        tile.row_max(e, out=mx, tmp=tmp)
         half = scalar.floordiv(n, 2, name="half")
         tile.set_valid(t, R, half)
         pto.store(e, pto.slice_view(ov, [0, 0], [R, C]))

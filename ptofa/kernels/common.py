@@ -23,7 +23,7 @@ def alloc(spec: TileSpec) -> SSAValue:
     """The local tile of a tile-plan entry (a dynamic tile starts fully valid)."""
     t = tile_type(spec.loc, spec.rows, spec.cols, spec.dtype, blayout=spec.blayout, slayout=spec.slayout,
                   fractal=spec.fractal, valid="dynamic" if spec.dynamic else None)
-    return pto.alloc_tile(t, spec.name, valid=(spec.rows, spec.cols) if spec.dynamic else None)
+    return pto.alloc_tile(t, spec.name)
 
 
 def clamp(x: SSAValue, lo: int, hi: int | SSAValue) -> SSAValue:

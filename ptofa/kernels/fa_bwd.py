@@ -384,7 +384,7 @@ def _preprocess(r: _Rows, tl: dict[str, SSAValue], zero: SSAValue, b: SSAValue, 
     tile.cvt(tl["o_in"], out=tl["o_f32"])
     tile.cvt(tl["do_in"], out=tl["do_f32"])
     tile.mul(tl["o_f32"], tl["do_f32"], out=tl["o_f32"])
-    tile.row_sum(tl["o_f32"], tl["do_f32"], out=tl["dsum_col"])
+    tile.row_sum(tl["o_f32"], out=tl["dsum_col"], tmp=tl["do_f32"])
     with pto.if_(has_rows):
         tile.set_valid(tl["stat_row"], 1, vr)
         tile.adds(dsum_row, zero, out=tl["stat_row"])
@@ -628,7 +628,7 @@ def _push_ds_piece(v: _Vec, n: SSAValue) -> None:
     tl, vr, dsq = v.tiles, v.c.config.vec_rows("dkdv"), v.c.config.pipes("dkdv")[2]
     entry = pto.talloc("vector", dsq.pipe_id, _entry(dsq, "vector"), SPLIT, name="dsq_entry")
     tile.set_valid(tl["ds_piece"], n, vr)
-    tile.trans(tl["out_half"], tl["ds_piece"], tl["trans_tmp"])
+    tile.trans(tl["out_half"], tl["ds_piece"], tmp=tl["trans_tmp"])
     pto.store(tl["ds_piece"], pto.slice_view(entry, [0, 0], [n, vr], name="ds_rows"))
     pto.tpush("vector", dsq.pipe_id, entry, SPLIT)
 

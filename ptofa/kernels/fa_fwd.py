@@ -575,7 +575,7 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
     if cfg.key_padding:
         tile.col_expand_add(s_tile, tl[KEY_MASK_TILES[cfg.softmax_dtype][-1]], out=s_tile)
     if cfg.softmax_dtype == "f32":
-        tile.row_max(s_tile, tl["red_tmp"], out=tl["m_slice"])
+        tile.row_max(s_tile, out=tl["m_slice"], tmp=tl["red_tmp"])
         tile.max(rows["m_slice"], m_old, out=rows["m_slice"])  # m_new (finite: m_old starts at -3e38)
         tile.adds(rows["m_slice"], s.consts["zero"], out=m_new)  # a tmov into a subview is rejected
         if cfg.exp_f16:  # x = S - m_new in f32, rounded to f16, P = exp(x) on the f16 tile
@@ -585,7 +585,7 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
         else:
             tile.row_expand_expdif(s_tile, tl["m_slice"], out=s_tile, tmp=exp_tmp)  # P = exp(S - m_new)
         if l_new is not None:  # (else the cube sums the rows of P in its PV matmul)
-            tile.row_sum(s_tile, tl["red_tmp"], out=tl["l_slice"])
+            tile.row_sum(s_tile, out=tl["l_slice"], tmp=tl["red_tmp"])
         if not cfg.exp_f16:
             tile.cvt(s_tile, out=p_half)
         if l_new is not None:
@@ -594,11 +594,11 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
         # A max of f16 scores is an f16 value: the running max has an exact f16 copy (m_all_h),
         # updated here in place; P = exp(S - m_new) is f16 already. compute_p converts the
         # running max and the row sums (l_tile_h) to the f32 statistics once per tile.
-        tile.row_max(s_tile, tl["red_tmp"], out=tl["m_half"])
+        tile.row_max(s_tile, out=tl["m_half"], tmp=tl["red_tmp"])
         tile.max(rows["m_half"], m_run, out=rows["m_half"])  # m_new (finite: m_run starts at -65504)
         tile.adds(rows["m_half"], s.consts["zero_h"], out=m_run)
         tile.row_expand_expdif(s_tile, tl["m_half"], out=s_tile, tmp=exp_tmp)
-        tile.row_sum(s_tile, tl["red_tmp"], out=tl["l_half"])
+        tile.row_sum(s_tile, out=tl["l_half"], tmp=tl["red_tmp"])
         tile.adds(rows["l_half"], s.consts["zero_h"], out=l_new)
     pto.store(p_half, pto.slice_view(p_entry, [r0, 0], [vs0, keys], name="p_rows"))
 
@@ -780,7 +780,7 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
             tile.fill(consts["zero"], out=tiles["l_acc"])
         fused(u.tiles, preload, consume=lambda t: compute_gu(s, t), produce=lambda t: compute_p(s, t))
         if config.cube_rowsum:  # l: the accumulated row sums, ROWSUM_COLS equal columns -> one
-            tile.row_max(tiles["l_acc"], tiles["l_pv"], out=l_all_col)
+            tile.row_max(tiles["l_acc"], out=l_all_col, tmp=tiles["l_pv"])
         _finish(s, l_col)
 
 
