@@ -554,6 +554,10 @@ class tile:  # noqa: N801
         _dps(d.TLogOp, [src], out)
 
     @staticmethod
+    def abs(src: SSAValue, out: SSAValue) -> None:
+        _dps(d.TAbsOp, [src], out)
+
+    @staticmethod
     def div(a: SSAValue, b: SSAValue, out: SSAValue) -> None:
         _dps(d.TDivOp, [a, b], out)
 

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, fields
 from ptofa.ir.target import (ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES, KIB,  # noqa: F401 (re-exported)
                           SPACE_NAMES)
 from ptofa.ir.target import align as _align
+from ptofa.ir.dialect.masks import HIDDEN_TCI_TMP
 
 # The varlen kernel's unit table: UNIT_FIELDS int32 per work unit, in this order (ptofa.launch.varlen builds it).
 UNIT_TABLE = ("q_start", "q_len", "k_start", "k_len", "head", "q_block", "seq", "split", "splits")
@@ -37,7 +38,7 @@ MIN_VEC_S0 = 8
 MIN_PRESCALE_ROWS = 4
 PRESCALE_TILES = (("q_in", None), ("q_f32", "f32"), ("q_out", None))  # (name, dtype; None: the input dtype)
 
-DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i8": 1, "i64": 8}
+DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i8": 1, "i32": 4, "i64": 8}
 VEC_CORES = 2
 SUPPORTED_TILE_S1 = (128, 256, 512)
 CUBE_S1_CHOICES = (64, 128)
@@ -154,6 +155,11 @@ class FAConfig:
     # exp). None: with `cube_rowsum` for fp16 inputs.
     exp_f16: bool | None = None
     target: str = "a3"
+    # Score modifications before the masks (`kernels/scoremods.py`), f32 softmax only:
+    # `softcap`: s = softcap * tanh(s / softcap), softcap and 2 / softcap are runtime arguments;
+    # `alibi`: s -= slope * |i + S1 - S0 - j|, the slopes an f32 [N] or [B, N] argument.
+    softcap: bool = False
+    alibi: bool = False
 
     def __post_init__(self) -> None:
         if self.exp_ring is None:
@@ -319,7 +325,8 @@ class FAConfig:
                                        ("varlen", self.varlen), (f"page_size={self.page_size}", self.page_size),
                                        ("split_kv", self.split_kv), ("gqa_pack", self.gqa_pack),
                                        ("no_prescale_q", not self.prescale_q),
-                                       ("softmax_f16", self.softmax_dtype == "f16")) if on]
+                                       ("softmax_f16", self.softmax_dtype == "f16"),
+                                       ("softcap", self.softcap), ("alibi", self.alibi)) if on]
         return " ".join(parts)
 
     def summary(self) -> str:
@@ -380,6 +387,11 @@ def _check_config(c: FAConfig) -> None:
         # scales its O and its weight alike, so the combined O has the unsplit kernel's error.
         fail("softmax dtype", f"softmax_dtype='f16' is built for fp16 inputs without LSE, got "
                               f"in_dtype={c.in_dtype!r}, lse={c.lse}; use 'f32'")
+    if (c.softcap or c.alibi) and c.softmax_dtype != "f32":
+        fail("score modification", f"softcap={c.softcap}, alibi={c.alibi} are computed on f32 scores: they need "
+                                   f"softmax_dtype='f32', got {c.softmax_dtype!r}")
+    if c.alibi and c.gqa_pack:
+        fail("ALiBi", "alibi=True needs gqa_pack=False: a packed unit's rows are different heads, each with its own slope")
     vec_s0, stat_bytes = c.vec_s0, DTYPE_BYTES[c.softmax_dtype]
     if vec_s0 < MIN_VEC_S0 or (vec_s0 * 4) % 32 != 0 or (vec_s0 * stat_bytes) % 32 != 0:
         fail("vector row slice", f"vec_s0={vec_s0} rows: vec_s0*4 and vec_s0*{stat_bytes} bytes (softmax_dtype="
@@ -525,6 +537,10 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
         tiles += [TileSpec("row_ok", "vector", "gu", "vec", 1, rows, "f32"), TileSpec("l_fix", "vector", "gu", "vec", 1, rows, "f32")]
     if c.lse or c.split_kv:
         tiles.append(TileSpec("lse_row", "vector", "gu", "vec", 1, rows, "f32", **dyn))
+    if c.alibi:  # a tile's key positions (tci, i32 -> f32) and the row index 0 .. vec_s0 - 1 (f32)
+        tiles += [TileSpec("alibi_i32", "vector", "p", "vec", 1, ts1, "i32", **dyn),
+                  TileSpec("alibi_f32", "vector", "p", "vec", 1, ts1, "f32", **dyn),
+                  TileSpec("alibi_rows", "vector", "p", "vec", 1, vs0, "f32", **dyn)]
     return tiles
 
 
@@ -569,6 +585,7 @@ def _space_items(c: FAConfig, tiles: list[TileSpec], space: str, hidden: bool) -
     items = [(t.name, _align(t.nbytes, ALIGNMENT[space])) for t in tiles if t.loc == space]
     if hidden:
         items += [(f"hidden_rowexpand_tmp{i}", HIDDEN_ROWEXPAND_TMP_BYTES) for i in range(c.rowexpand_ops)]
+        items += [(f"hidden_tci_tmp{i}", HIDDEN_TCI_TMP[32][1]) for i in range(2 if c.alibi else 0)]
     return items
 
 

@@ -87,6 +87,8 @@ def host_params(config=None) -> tuple[HostParam, ...]:
     if c.split_kv:
         params.append(HostParam("partials", ptr, ctypes.c_void_p,
                                 "split-KV partial O [splits, total_q, N, D] then LSE [splits, N, total_q] f32"))
+    if c.alibi:
+        params.append(HostParam("alibi_slopes", ptr, ctypes.c_void_p, "ALiBi slopes [N] or [B, N] f32"))
     params += [
         HostParam("batch", "int64_t", ctypes.c_int64, "B (sequences)"),
         HostParam("heads", "int64_t", ctypes.c_int64, "N (query heads)"),
@@ -106,6 +108,11 @@ def host_params(config=None) -> tuple[HostParam, ...]:
         ]
     if c.key_padding:
         params.append(HostParam("key_mask_stride", "int64_t", ctypes.c_int64, "elements between batches of the key mask (0: shared)"))
+    if c.softcap:
+        params += [HostParam("softcap", "float", ctypes.c_float, "softcap: scores = softcap * tanh(scores / softcap)"),
+                   HostParam("softcap_rcp2", "float", ctypes.c_float, "2 / softcap")]
+    if c.alibi:
+        params.append(HostParam("alibi_stride", "int64_t", ctypes.c_int64, "elements between batches of the slopes (0: [N])"))
     return tuple(params)
 
 
@@ -113,7 +120,7 @@ def entry_args(config=None) -> tuple[EntryArg, ...]:
     """The `pto.entry` function's arguments for the kernel of `config`."""
     c = config or _default_config()
     elem = {"q": c.in_dtype, "k": c.in_dtype, "v": c.in_dtype, "o": c.out_dtype, "lse": "f32", "key_mask": "i8", "units": "i32",
-            "block_table": "i32", "partials": "f32"}
+            "block_table": "i32", "partials": "f32", "alibi_slopes": "f32"}
     args = [
         EntryArg("ffts", "!pto.ptr<i64>", "ffts", "(__gm__ int64_t*)"),
         EntryArg("slots", "!pto.ptr<f32>", "slots", "(__gm__ float*)"),

@@ -71,6 +71,7 @@ from ptofa.pipeline import (
 )
 from ptofa.ir.target import ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES
 from ptofa.ir.target import align as _align
+from ptofa.ir.dialect.masks import HIDDEN_TCI_TMP
 
 KERNELS = ("dq", "dkdv")
 ATOMIC_KERNELS = ("prep", "dkdv", "post")
@@ -85,8 +86,16 @@ ROWEXPAND_OPS = {"dq": 1, "dkdv": 0, "prep": 0, "post": 0}
 
 
 def rowexpand_ops(c: BwdConfig, kernel: str) -> int:
-    """trowexpand* ops (each with ptoas's hidden UB scratch) in `kernel`'s vector function."""
-    return ROWEXPAND_OPS[kernel] + int(kernel == "dkdv" and c.key_padding) * c.dkdv_passes
+    """trowexpand* ops (each with ptoas's hidden UB scratch) in `kernel`'s vector function (ALiBi's
+    row index in dkdv, once per pass; the dq kernel's takes `exp_tmp`)."""
+    return ROWEXPAND_OPS[kernel] + int(kernel == "dkdv" and c.key_padding) * c.dkdv_passes \
+        + int(kernel == "dkdv" and c.alibi) * c.dkdv_passes
+
+
+def tci_ops(c: BwdConfig, kernel: str) -> int:
+    """tci ops (each with ptoas's hidden UB scratch) in `kernel`'s vector function: ALiBi's row index
+    once, and its column positions once per pass over the steps."""
+    return (1 + (c.dkdv_passes if kernel == "dkdv" else 1)) if c.alibi and kernel in ("dq", "dkdv") else 0
 
 
 @dataclass(frozen=True)
@@ -106,6 +115,8 @@ class BwdConfig:
     atomic_dq: bool = False  # prep + dkdv (with atomic dQ) + post instead of dq + dkdv
     key_padding: bool = False  # an i8 key mask ([B, S1] or [S1]) hides padding keys from every query
     dkdv_passes: int = 1  # 2: a dkdv unit runs its steps twice, dV first, then dK, through one L0C accumulator
+    softcap: bool = False  # scores = softcap * tanh(scores / softcap) (`kernels/scoremods.py`), dS times 1 - tanh^2
+    alibi: bool = False  # scores -= slope * |i + S1 - S0 - j|, slopes f32 [N] or [B, N]
 
     def __post_init__(self) -> None:
         _check(self)
@@ -162,7 +173,8 @@ class BwdConfig:
         return (f"head={self.head} in={self.in_dtype} block_kv={self.block_kv} block_q={self.block_q} "
                 f"dq_block_q={self.dq_block_q} dq_block_kv={self.dq_block_kv} preload={self.preload} "
                 f"slot_num={self.slot_num}" + (" masked" if self.masked else "") + (" atomic_dq" if self.atomic_dq else "")
-                + (" key_padding" if self.key_padding else "") + (" dkdv_passes=2" if self.dkdv_passes == 2 else ""))
+                + (" key_padding" if self.key_padding else "") + (" dkdv_passes=2" if self.dkdv_passes == 2 else "")
+                + (" softcap" if self.softcap else "") + (" alibi" if self.alibi else ""))
 
 
 # (block_kv, block_q, dkdv_passes) of the dkdv kernel and dq_block_kv of the dq kernel per
@@ -179,14 +191,16 @@ DEFAULT_BLOCKS = {
 
 
 def default_config(head: int, in_dtype: str = "f16", *, masked: bool = False, atomic_dq: bool = False,
-                   key_padding: bool = False, target: str = "a3") -> BwdConfig:
+                   key_padding: bool = False, target: str = "a3", softcap: bool = False,
+                   alibi: bool = False) -> BwdConfig:
     """The backward kernels for a head dim and switches, with the block sizes and dkdv passes of
     `DEFAULT_BLOCKS` (`ConfigError` for a head dim the backward does not support)."""
     if head not in BWD_HEADS:
         raise ConfigError(f"head dim: head={head}: the backward supports {BWD_HEADS}")
     block_kv, block_q, passes, dq_block_kv = DEFAULT_BLOCKS[(head, atomic_dq)]
     return BwdConfig(head=head, in_dtype=in_dtype, masked=masked, atomic_dq=atomic_dq, key_padding=key_padding,
-                     target=target, block_kv=block_kv, block_q=block_q, dkdv_passes=passes, dq_block_kv=dq_block_kv)
+                     target=target, block_kv=block_kv, block_q=block_q, dkdv_passes=passes, dq_block_kv=dq_block_kv,
+                     softcap=softcap, alibi=alibi)
 
 
 def _check(c: BwdConfig) -> None:
@@ -381,6 +395,10 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
         if c.atomic_dq:  # dS^T rows (out_half) -> dS piece, through ttrans's scratch of out_half's size
             vector += [TileSpec("trans_tmp", "vector", "p", "vec", vr, cols, dt, **dyn),
                        TileSpec("ds_piece", "vector", "p", "vec", cols, vr, dt, **dyn)]
+    if c.alibi:  # a step's column positions (tci, i32 -> f32) and the row index 0 .. vr - 1 (f32)
+        vector += [TileSpec("alibi_i32", "vector", "p", "vec", 1, max(cols, vr), "i32", **dyn),
+                   TileSpec("alibi_f32", "vector", "p", "vec", 1, cols, "f32", **dyn),
+                   TileSpec("alibi_rows", "vector", "p", "vec", 1, vr, "f32", **dyn)]
     vector += [
         TileSpec("s_tile", "vector", "p", "vec", vr, cols, "f32", **dyn),
         TileSpec("dp_tile", "vector", "p", "vec", vr, cols, "f32", **dyn),
@@ -426,6 +444,7 @@ def budget(c: BwdConfig, kernel: str) -> Budget:
         items = [(t.name, _align(t.nbytes, ALIGNMENT[space])) for t in plan if t.loc == space]
         if space == "vec":
             items += [(f"hidden_rowexpand_tmp{i}", HIDDEN_ROWEXPAND_TMP_BYTES) for i in range(rowexpand_ops(c, kernel))]
+            items += [(f"hidden_tci_tmp{i}", HIDDEN_TCI_TMP[32][1]) for i in range(tci_ops(c, kernel))]
         rows.append(BudgetRow(space, sum(b for _, b in items), CAPACITY[space], tuple(items)))
     return Budget(tuple(rows), c.slot_bytes_per_block(kernel))
 
@@ -460,5 +479,10 @@ def entry_args(c: BwdConfig, kernel: str) -> tuple[tuple[str, str], ...]:
     if c.key_padding:  # the forward kernel's names: a [B, S1] mask has stride S1, a shared [S1] one 0
         args.insert(args.index(("batch", "i64")), ("key_mask", "!pto.ptr<i8>"))
         args.append(("key_mask_stride", "i64"))
+    if c.softcap:  # the forward kernel's names and values
+        args += [("softcap", "f32"), ("softcap_rcp2", "f32")]
+    if c.alibi:
+        args.insert(args.index(("batch", "i64")), ("alibi_slopes", "!pto.ptr<f32>"))
+        args.append(("alibi_stride", "i64"))
     return tuple(args)
 

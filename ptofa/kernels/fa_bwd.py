@@ -53,6 +53,7 @@ from ptofa.kernels.bwd_pipeline import (
     tile_plan,
 )
 from ptofa.kernels.common import SPLIT, TileRange, alloc, clamp, init_pipes, pipelined, row_offset
+from ptofa.kernels.scoremods import alibi_bias, row_index, softcap_scores, softcap_grad
 from ptofa.kernels.window import Window, keys_seen, mask_tile, queries_seeing
 from ptofa.pipeline import VEC_CORES, PipeSpec
 from ptofa.ir.textio import print_pto
@@ -174,6 +175,7 @@ class _Vec:
     tiles: dict[str, SSAValue]
     consts: dict[str, SSAValue]
     row_base: SSAValue  # first row of this core's half of the slot
+    alibi_rows: SSAValue | None = None  # `alibi`: [rows, 1] row index 0 .. rows - 1
 
 
 def _stat_view(c: _Common | _Rows, name: str, h: SSAValue, b: SSAValue, q0: SSAValue, n: SSAValue):
@@ -338,10 +340,12 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     lse_col = tile.reshape(tl["lse_all"], vr, 1, name="lse_col", blayout="col_major")
     dsum_row = tile.reshape(tl["dsum_col"], 1, vr, name="dsum_row")
     rows = _Rows(c.args, c.heads, c.s0, c.q_stride, d, vr)
+    alibi_rows = row_index(tl["alibi_i32"], tl["alibi_rows"], vr, "alibi_col") if config.alibi else None
     with pto.range(c.block_idx, _dq_units(c), c.block_num, name="unit") as unit:
         u = _q_unit(c, unit)
         n = clamp(scalar.sub(u.q_rows, v.row_base), 0, vr)
         row0 = scalar.add(u.q0, v.row_base, name="core_q0")
+        slope = _slope(c, u.b, u.h) if config.alibi else None
         has_rows = scalar.gt(n, 0)
         _preprocess(rows, tl, consts["zero"], u.b, u.h, row0, n, has_rows, dsum_row)
         with pto.if_(has_rows):
@@ -354,6 +358,14 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             entry = pto.tpop("vector", sdp.pipe_id, _entry(sdp, "vector"), SPLIT, name="sdp_entry")
             out = pto.talloc("vector", pds.pipe_id, _entry(pds, "vector"), SPLIT, name="pds_entry")
             _load_scores(v, entry, cols, bkv)
+            if config.softcap:  # dP - D now, times 1 - tanh^2 while mask_tmp holds tanh - 1
+                softcap_scores(tl["s_tile"], tl["mask_tmp"], c.args["softcap"], c.args["softcap_rcp2"])
+                tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
+                softcap_grad(tl["dp_tile"], tl["mask_tmp"])
+            if config.alibi:  # row r, column c: query row0 + r, key t * bkv + c
+                start = scalar.sub(scalar.mul(t, bkv), scalar.add(row0, scalar.sub(c.s1, c.s0)), name="alibi_start")
+                alibi_bias(tl["s_tile"], tl["mask_tmp"], tl["alibi_i32"], tl["alibi_f32"], alibi_rows, start, cols, slope,
+                           tl["exp_tmp"])
             if config.masked:
                 mask_tile(c.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], row0, scalar.mul(t, bkv), vr, cols,
                           transposed=False)
@@ -361,7 +373,8 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
                 _key_bias(c, tl, consts, u.b, scalar.mul(t, bkv), cols)
                 tile.col_expand_add(tl["s_tile"], tl["kpm_f32"], out=tl["s_tile"])
             tile.row_expand_expdif(tl["s_tile"], lse_col, out=tl["s_tile"], tmp=tl["exp_tmp"])  # P = exp(scale S - LSE)
-            tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
+            if not config.softcap:
+                tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
             tile.mul(tl["s_tile"], tl["dp_tile"], out=tl["s_tile"])
             tile.muls(tl["s_tile"], consts["scale"], out=tl["s_tile"])  # dS, with the softmax scale folded in
             _store_half(v, out, 0, cols)
@@ -567,6 +580,7 @@ def _dkdv_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     vr = config.vec_rows("dkdv")
     v = _Vec(c, tl, consts, scalar.mul(pto.get_subblock_idx(), vr, name="row_base"))
     kbias_col = tile.reshape(tl["kbias_row"], vr, 1, name="kbias_col", blayout="col_major") if config.key_padding else None
+    v.alibi_rows = row_index(tl["alibi_i32"], tl["alibi_rows"], vr, "alibi_col") if config.alibi else None
     with pto.range(c.block_idx, _kv_units(c), c.block_num, name="unit") as unit:
         u = _kv_unit(c, unit)
         if config.key_padding:
@@ -587,8 +601,17 @@ def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: t
         _load_scores(v, entry, n, bq, with_dp="dk" in grads)
         for name in ("stat_row", "nlse_row"):
             tile.set_valid(tl[name], 1, n)
+        if config.softcap:  # dP^T - D now, times 1 - tanh^2 while mask_tmp holds tanh - 1
+            softcap_scores(tl["s_tile"], tl["mask_tmp"], c.args["softcap"], c.args["softcap_rcp2"])
+            if "dk" in grads:
+                _minus_dsum(v, u, h, q0, n)
+                softcap_grad(tl["dp_tile"], tl["mask_tmp"])
         pto.load(_stat_view(c, "lse", h, u.b, q0, n), tl["stat_row"])
         tile.muls(tl["stat_row"], consts["minus_one"], out=tl["nlse_row"])
+        if config.alibi:  # row r, column c: key k0 + row_base + r, query q0 + c
+            start = scalar.sub(scalar.add(q0, scalar.sub(c.s1, c.s0)), scalar.add(u.k0, v.row_base), name="alibi_start")
+            alibi_bias(tl["s_tile"], tl["mask_tmp"], tl["alibi_i32"], tl["alibi_f32"], v.alibi_rows, start, n,
+                       _slope(c, u.b, h), None)
         if config.masked:
             mask_tile(c.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], scalar.add(u.k0, v.row_base), q0, vr, n,
                       transposed=True)
@@ -599,9 +622,8 @@ def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: t
         if "dv" in grads:
             _store_half(v, out, 0, n)
         if "dk" in grads:
-            pto.load(_stat_view(c, "dsum", h, u.b, q0, n), tl["stat_row"])
-            tile.muls(tl["stat_row"], consts["minus_one"], out=tl["stat_row"])
-            tile.col_expand_add(tl["dp_tile"], tl["stat_row"], out=tl["dp_tile"])
+            if not config.softcap:
+                _minus_dsum(v, u, h, q0, n)
             tile.mul(tl["s_tile"], tl["dp_tile"], out=tl["s_tile"])
             tile.muls(tl["s_tile"], consts["scale"], out=tl["s_tile"])  # dS^T, with the softmax scale folded in
             _store_half(v, out, bq, n)
@@ -609,6 +631,20 @@ def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: t
         pto.tpush("vector", pds.pipe_id, out, SPLIT)
         if config.atomic_dq and "dk" in grads:
             _push_ds_piece(v, n)
+
+
+def _minus_dsum(v: _Vec, u: _KvUnit, h: SSAValue, q0: SSAValue, n: SSAValue) -> None:
+    """dp_tile = dP^T - D of the step's query columns (D through stat_row)."""
+    c, tl = v.c, v.tiles
+    pto.load(_stat_view(c, "dsum", h, u.b, q0, n), tl["stat_row"])
+    tile.muls(tl["stat_row"], v.consts["minus_one"], out=tl["stat_row"])
+    tile.col_expand_add(tl["dp_tile"], tl["stat_row"], out=tl["dp_tile"])
+
+
+def _slope(c: _Common, b: SSAValue, h: SSAValue) -> SSAValue:
+    """The ALiBi slope of (batch b, q head h): slopes [N] (stride 0) or [B, N]."""
+    off = scalar.add(scalar.mul(b, scalar.index_cast(c.args["alibi_stride"])), h)
+    return pto.load_scalar(c.args["alibi_slopes"], off, name="slope")
 
 
 def _unit_key_bias(v: _Vec, u: _KvUnit) -> None:

@@ -58,6 +58,7 @@ from xdsl.ir import SSAValue
 
 from ptofa.kernels import argspec
 from ptofa.api import F16, F32, I32, KernelModule, parse_ir_type, pto, scalar, tile
+from ptofa.kernels.scoremods import alibi_bias, row_index, softcap_scores
 from ptofa.kernels.common import (SPLIT, TileRange, alloc, clamp, entry_type, fused, init_pipes, pipelined, ring_select,
                                   row_offset)
 from ptofa.pipeline import (DTYPE_BYTES, KEY_MASK_TILES, ROWSUM_COLS, UNIT_FIELDS, UNIT_TABLE, FAConfig, buffer_names,
@@ -474,6 +475,8 @@ class _VecState:
     consts: dict[str, SSAValue]  # f32 constants
     ring: list[SSAValue]  # exp_max ring, as [1, R] row views
     row_base: SSAValue  # first row of this vector core within the Q block
+    slope: SSAValue | None = None  # `alibi`: the unit's head's slope
+    alibi_rows: SSAValue | None = None  # `alibi`: [vec_s0, 1] row index 0 .. vec_s0 - 1
 
 
 def _mask_bounds(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_tile: SSAValue) -> None:
@@ -570,6 +573,12 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
     pto.load(pto.slice_view(qk_entry, [r0, 0], [vs0, keys], name="qk_rows"), s_tile)
     if not cfg.prescale_q:
         tile.muls(s_tile, s.scale, out=s_tile)
+    if cfg.softcap:
+        softcap_scores(s_tile, tl["red_tmp"], s.c.args["softcap"], s.c.args["softcap_rcp2"])
+    if cfg.alibi:  # column c, row r: key t * TILE_S1 + c, query q0 + row_base + r0 + r
+        i0 = scalar.add(scalar.add(s.u.q0, s.row_base), r0)
+        start = scalar.sub(scalar.mul(t, cfg.tile_s1), scalar.add(i0, scalar.sub(s.u.s1, s.u.s0)), name="alibi_start")
+        alibi_bias(s_tile, tl["red_tmp"], tl["alibi_i32"], tl["alibi_f32"], s.alibi_rows, start, keys, s.slope, exp_tmp)
     if cfg.masked:
         _mask_bounds(s, t, r0, keys, s_tile)
     if cfg.key_padding:
@@ -759,6 +768,7 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
             made[key] = scalar.const(value, type_, name=name)
         consts[name] = made[key]
     row_base = scalar.mul(pto.get_subblock_idx(), config.vec_rows, name="row_base")
+    alibi_rows = row_index(tiles["alibi_i32"], tiles["alibi_rows"], config.vec_s0, "alibi_col") if config.alibi else None
     preload = config.qk_preload
     if config.prescale_q:
         with pto.if_(scalar.lt(c.block_idx, c.units)):
@@ -770,6 +780,10 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
                 _push_scaled_q(c, tiles, args["scale"], row_base, following)
         u = _unit(c, unit)
         s = _VecState(c, u, tiles, rows, args["scale"], consts, ring, row_base)
+        if config.alibi:  # slopes [N] (stride 0) or [B, N]: this unit's sequence and head
+            batch_off = scalar.mul(u.seq, scalar.index_cast(args["alibi_stride"]))
+            s.slope = pto.load_scalar(args["alibi_slopes"], scalar.add(batch_off, u.h), name="slope")
+            s.alibi_rows = alibi_rows
         tile.fill(consts["neg"], out=rows["m_all"])
         if config.softmax_dtype != "f32":
             tile.fill(consts["neg_h"], out=rows["m_all_h"])
@@ -791,7 +805,8 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
 _CUBE_ARGS = ("slots", "slots_h", "q", "k", "v", "units", "block_table", "batch", "heads", "kv_heads", "s0", "s1",
               "num_units", "max_pages", "win_left", "win_right")
 _VECTOR_ARGS = ("slots", "slots_h", "q", "o", "lse", "partials", "key_mask", "units", "batch", "heads", "kv_heads", "s0", "s1",
-                "num_units", "scale", "win_left", "win_right", "key_mask_stride")
+                "num_units", "scale", "win_left", "win_right", "key_mask_stride", "softcap", "softcap_rcp2",
+                "alibi_slopes", "alibi_stride")
 
 
 def build_fa(config: FAConfig) -> builtin.ModuleOp:

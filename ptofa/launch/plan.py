@@ -143,17 +143,25 @@ def key_mask_stride(mask: torch.Tensor | None, s1: int) -> int:
     return 0 if mask is None or mask.dim() == 1 else s1
 
 
+def alibi_stride(slopes: torch.Tensor | None) -> int:
+    """Elements between batches of ALiBi slopes: N for [B, N], 0 for [N] (or none)."""
+    return 0 if slopes is None or slopes.dim() == 1 else int(slopes.shape[-1])
+
+
 def runtime_values(shape: ProblemShape, scale: float, *, bounds: tuple[int, int] | None = None,
                    key_mask: torch.Tensor | None = None, units: torch.Tensor | None = None,
-                   max_pages: int = 0) -> dict[str, object]:
+                   max_pages: int = 0, softcap: float = 0.0, alibi: torch.Tensor | None = None) -> dict[str, object]:
     """The scalar arguments every FlashAttention entry takes its values from (an entry reads the
     ones it declares): sizes, scale, window bounds (`shape.window_bounds()` unless `bounds`, whose
-    right bound may be negative: torch's top-left causal), key-mask stride, unit count, pages."""
+    right bound may be negative: torch's top-left causal), key-mask stride, unit count, pages,
+    softcap and 2 / softcap (0 when off), the ALiBi slopes' batch stride."""
     left, right = shape.window_bounds() if bounds is None else bounds
     return {"batch": shape.batch, "heads": shape.heads, "kv_heads": shape.kv_heads, "s0": shape.s0, "s1": shape.s1,
             "scale": float(scale), "win_left": left, "win_right": right,
             "key_mask_stride": key_mask_stride(key_mask, shape.s1),
-            "num_units": 0 if units is None else int(units.shape[0]), "max_pages": max_pages}
+            "num_units": 0 if units is None else int(units.shape[0]), "max_pages": max_pages,
+            "softcap": float(softcap), "softcap_rcp2": 2.0 / softcap if softcap else 0.0,
+            "alibi_stride": alibi_stride(alibi)}
 
 
 def bind(call: KernelCall, tensors: Mapping[str, object]) -> dict[str, object]:
@@ -187,13 +195,14 @@ def blocks_for(units: int, soc: SocSpec, block_dim: int | None = None) -> int:
 def plan_forward(config: FAConfig, shape: ProblemShape, soc: str | SocSpec, *, scale: float,
                  bounds: tuple[int, int] | None = None, key_mask: torch.Tensor | None = None,
                  block_dim: int | None = None, units: torch.Tensor | None = None, max_pages: int = 0,
-                 kernel=None) -> LaunchPlan:
+                 kernel=None, softcap: float = 0.0, alibi: torch.Tensor | None = None) -> LaunchPlan:
     """One launch of the forward kernel of `config` (a varlen kernel reads `units`); `kernel` the
     built kernel when the caller has it (default: the kernel cache's)."""
     soc = get_soc(soc)
     count = shape.work_units(config) if units is None else int(units.shape[0])
     blocks = blocks_for(count, soc, block_dim)
-    values = {**runtime_values(shape, scale, bounds=bounds, key_mask=key_mask, units=units, max_pages=max_pages),
+    values = {**runtime_values(shape, scale, bounds=bounds, key_mask=key_mask, units=units, max_pages=max_pages,
+                               softcap=softcap, alibi=alibi),
               "slots": Workspace(0), "units": units, "partials": None}
     call = KernelCall(kernel or get_kernel(config), blocks, values)
     return LaunchPlan((call,), soc, workspace_bytes(config, shape, blocks), config=config, shape=shape,
@@ -219,7 +228,7 @@ def reduce_kernel(config: FAConfig) -> BuiltKernel:
 
 
 def plan_split(split, shape: ProblemShape, soc: str | SocSpec, *, scale: float, max_pages: int = 0,
-               block_dim: int | None = None) -> LaunchPlan:
+               block_dim: int | None = None, softcap: float = 0.0, alibi: torch.Tensor | None = None) -> LaunchPlan:
     """The launch of a varlen split decision (`splitkv.Plan`: config, unit table, split counts): the
     forward kernel, and when a unit has more than one split, the reduce kernel over the split
     units' partials, which lie after the slot rings in the workspace."""
@@ -229,7 +238,8 @@ def plan_split(split, shape: ProblemShape, soc: str | SocSpec, *, scale: float, 
     if most > split.num_splits:
         raise ConfigError(f"split-KV: a unit of the table has {most} splits, more than num_splits={split.num_splits}")
     blocks = block_dim or split.block_dim
-    values = {**runtime_values(shape, scale, units=table, max_pages=max_pages), "slots": Workspace(0), "units": table}
+    values = {**runtime_values(shape, scale, units=table, max_pages=max_pages, softcap=softcap, alibi=alibi),
+              "slots": Workspace(0), "units": table}
     slot_bytes = config.gm_slot_bytes_per_block * blocks
     values["partials"] = Workspace(slot_bytes) if config.split_kv else None
     calls = [KernelCall(get_kernel(config), blocks, values)]
@@ -276,11 +286,11 @@ def backward_kernel(config: BwdConfig, kernel: str) -> BuiltKernel:
 
 def plan_backward(config: BwdConfig, shape: ProblemShape, soc: str | SocSpec, *, scale: float,
                   bounds: tuple[int, int] | None = None, key_mask: torch.Tensor | None = None,
-                  block_dim: int | None = None) -> LaunchPlan:
+                  block_dim: int | None = None, softcap: float = 0.0, alibi: torch.Tensor | None = None) -> LaunchPlan:
     """`config.kernels` in order (dq, dkdv; or prep, dkdv, post), each with its own region of slot
     rings in the workspace (the vector-only prep and post have none)."""
     soc = get_soc(soc)
-    scalars = runtime_values(shape, scale, bounds=bounds, key_mask=key_mask)
+    scalars = runtime_values(shape, scale, bounds=bounds, key_mask=key_mask, softcap=softcap, alibi=alibi)
     calls, offset = [], 0
     for kernel in config.kernels:
         units = work_units(config, kernel, shape.batch, shape.heads, shape.kv_heads, shape.s0, shape.s1)
