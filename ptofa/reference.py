@@ -84,6 +84,32 @@ def visible_mask(s0: int, s1: int, window: tuple[int, int] = (-1, -1),
     return vis
 
 
+def alibi_bias(slopes: torch.Tensor, batch: int, heads: int, s0: int, s1: int,
+               dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """ALiBi's bias [B, H, S0, S1] as flash-attn defines it: -slope * |i + S1 - S0 - j| for query i
+    and key j (bottom-right aligned), slopes [H] (shared by the batch) or [B, H]; computed in
+    float64, returned in `dtype`."""
+    slopes = torch.as_tensor(slopes, dtype=torch.float64)
+    if slopes.dim() == 1:
+        slopes = slopes.unsqueeze(0).expand(batch, heads)
+    if tuple(slopes.shape) != (batch, heads):
+        raise ValueError(f"alibi_slopes: shape {tuple(slopes.shape)} must be [{heads}] or [{batch}, {heads}]")
+    i = torch.arange(s0, dtype=torch.float64).unsqueeze(1)
+    j = torch.arange(s1, dtype=torch.float64).unsqueeze(0)
+    distance = (i + (s1 - s0) - j).abs()  # [S0, S1]
+    return (-slopes[:, :, None, None] * distance).to(dtype)
+
+
+def modify_scores(scores: torch.Tensor, softcap: float = 0.0, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """flash-attn's score modifications before the mask, in the scores' dtype: softcap * tanh(scores /
+    softcap) when softcap > 0, then + bias (ALiBi, [B, H, S0, S1] or broadcastable to the scores)."""
+    if softcap > 0:
+        scores = torch.tanh(scores / softcap) * softcap
+    if bias is not None:
+        scores = scores + bias.to(scores.dtype)
+    return scores
+
+
 @dataclass(frozen=True)
 class Reference:
     """What a kernel output is compared with (BSND out, [B, N, S0] lse; all fp32).
@@ -103,11 +129,13 @@ class Reference:
 def reference_fa(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: tuple[int, int] = (-1, -1),
     key_padding_mask: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
+    softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None,
 ) -> Reference:
     """Masked, grouped-query attention on BSND inputs: q [B,S0,H,D], k/v [B,S1,KVH,D], H % KVH == 0.
 
     q head h reads kv head h // (H / KVH). S0 is processed in chunks so that memory stays
-    bounded for long sequences.
+    bounded for long sequences. `softcap` > 0 caps the scaled scores (softcap * tanh(s / softcap)),
+    `alibi_slopes` ([H] or [B, H]) adds ALiBi's bias (`alibi_bias`), both before the mask.
     """
     if q.dim() != 4 or k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
         raise ValueError(
@@ -129,6 +157,7 @@ def reference_fa(
     k_t32, v32 = k_t.float(), v_bnsd.float()
     scale_low = torch.tensor(scale, dtype=low)
     vis_all = visible_mask(s0, s1, window, key_padding_mask, batch)  # [B, S0, S1]
+    bias_all = None if alibi_slopes is None else alibi_bias(alibi_slopes, batch, heads, s0, s1)
 
     rows_per_chunk = max(1, SCORE_BLOCK_ELEMENTS // max(1, batch * heads * s1))
     out32 = torch.zeros(batch, heads, s0, head_dim, dtype=torch.float32)
@@ -143,6 +172,8 @@ def reference_fa(
             (torch.matmul(q_chunk.float(), k_t32) * scale, out32, lse32, None),
             (_matmul_low(q_chunk, k_t) * scale_low, out_low, lse_low, _matmul_low),
         ):
+            bias = None if bias_all is None else bias_all[:, :, rows]
+            scores = modify_scores(scores, softcap, bias)
             scores = scores.masked_fill(~vis, -math.inf)
             row_lse = torch.logsumexp(scores.float(), dim=-1)
             p = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # rows with no visible key: all zero

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ptofa.attention.core import resolve_backend
+from ptofa.attention.core import check_alibi_slopes, check_softcap, resolve_backend
 from ptofa.ir.textio import ParsedModule
 from ptofa.kernels.bwd_pipeline import BwdConfig, default_config, work_units
 from ptofa.launch import sim
@@ -29,7 +29,7 @@ from ptofa.launch.base import normalize_key_mask
 from ptofa.launch.dispatch import backend_soc, launch_on
 from ptofa.launch.plan import backward_kernel, plan_backward
 from ptofa.pipeline import ConfigError, ProblemShape
-from ptofa.reference import Accuracy, check_accuracy, visible_mask
+from ptofa.reference import Accuracy, alibi_bias, check_accuracy, modify_scores, visible_mask
 from ptofa.sim import GmPointer, SimResult
 from ptofa.sim.options import RunOptions
 from ptofa.sim.socspec import DEFAULT_SOC, SocSpec
@@ -81,6 +81,8 @@ def attention_backward(
     block_dim: int | None = None,
     bounds: tuple[int, int] | None = None,
     key_padding_mask: torch.Tensor | None = None,
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) of attention, flash-attn's conventions, run by the backward kernels.
 
@@ -103,6 +105,8 @@ def attention_backward(
              causal is the right bound S0 - S1, which `window` cannot say when S0 < S1).
     key_padding_mask: [B, S1] or [S1] bool / integer, nonzero = the key takes part (the forward's
              mask: padding keys get no probability, so their dk, dv are 0).
+    softcap, alibi_slopes: the forward's (`ptofa.flash_attn_func`): softcap > 0 caps the scores,
+             alibi_slopes (fp32 [N] or [B, N]) adds ALiBi's bias; the slopes get no gradient.
     Returns dq, dk, dv in q's dtype and shapes (dk, dv with KVN heads).
     """
     _check_inputs(q, k, v, out, lse, dout)
@@ -120,11 +124,17 @@ def attention_backward(
     atomic = not deterministic
     key_mask = None if key_padding_mask is None else normalize_key_mask(key_padding_mask, b, s1)
     padded = key_mask is not None
-    cfg = config or default_config(d, dtype, masked=masked, atomic_dq=atomic, key_padding=padded)
-    if cfg.head != d or cfg.in_dtype != dtype or cfg.masked != masked or cfg.atomic_dq != atomic or cfg.key_padding != padded:
+    softcap = check_softcap(softcap)
+    slopes = check_alibi_slopes(alibi_slopes, b, n)
+    mods = dict(softcap=softcap > 0, alibi=slopes is not None)
+    cfg = config or default_config(d, dtype, masked=masked, atomic_dq=atomic, key_padding=padded, **mods)
+    if (cfg.head != d or cfg.in_dtype != dtype or cfg.masked != masked or cfg.atomic_dq != atomic or cfg.key_padding != padded
+            or cfg.softcap != mods["softcap"] or cfg.alibi != mods["alibi"]):
         raise ConfigError(f"attention_backward: config (head={cfg.head}, in_dtype={cfg.in_dtype}, masked={cfg.masked}, "
-                          f"atomic_dq={cfg.atomic_dq}, key_padding={cfg.key_padding}) does not match the inputs (D={d}, "
-                          f"{dtype}, window={win}, deterministic={deterministic}, key_padding_mask given: {padded})")
+                          f"atomic_dq={cfg.atomic_dq}, key_padding={cfg.key_padding}, softcap={cfg.softcap}, "
+                          f"alibi={cfg.alibi}) does not match the inputs (D={d}, {dtype}, window={win}, deterministic="
+                          f"{deterministic}, key_padding_mask given: {padded}, softcap={softcap}, alibi_slopes given: "
+                          f"{slopes is not None})")
     if s0 < 1 or s1 < 1 or min(win) < -1:
         raise ValueError(f"attention_backward: S0={s0}, S1={s1} must be >= 1 and window={win} entries >= -1")
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
@@ -133,11 +143,11 @@ def attention_backward(
     if backend == "npu":
         _check_buffers(cfg, grads, key_mask)
         plan = plan_backward(cfg, shape, backend_soc(backend), scale=scale, bounds=bounds, key_mask=key_mask,
-                             block_dim=block_dim)
-        launch_on(backend, plan, _tensors(q, k, v, out, lse, dout, grads, key_mask))
+                             block_dim=block_dim, softcap=softcap, alibi=slopes)
+        launch_on(backend, plan, _tensors(q, k, v, out, lse, dout, grads, key_mask, slopes))
     else:
         run_backward(cfg, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, bounds=bounds,
-                     key_mask=key_mask)
+                     key_mask=key_mask, softcap=softcap, alibi_slopes=slopes)
     return grads.dq, grads.dk, grads.dv
 
 
@@ -160,10 +170,11 @@ class BackwardBuffers:
         return cls(torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(k), torch.full((b, n, s0), math.nan), acc)
 
 
-def _tensors(q, k, v, out, lse, dout, grads: BackwardBuffers, key_mask=None) -> dict[str, torch.Tensor | None]:
+def _tensors(q, k, v, out, lse, dout, grads: BackwardBuffers, key_mask=None,
+             alibi_slopes=None) -> dict[str, torch.Tensor | None]:
     """The backward kernels' tensors by entry-argument name."""
     return {"q": q, "k": k, "v": v, "o": out, "do": dout, "lse": lse, "dq": grads.dq, "dk": grads.dk, "dv": grads.dv,
-            "dsum": grads.dsum, "dq_acc": grads.dq_acc, "key_mask": key_mask}
+            "dsum": grads.dsum, "dq_acc": grads.dq_acc, "key_mask": key_mask, "alibi_slopes": alibi_slopes}
 
 
 def _check_buffers(config: BwdConfig, grads: BackwardBuffers, key_mask) -> None:
@@ -175,19 +186,23 @@ def _check_buffers(config: BwdConfig, grads: BackwardBuffers, key_mask) -> None:
 
 def run_backward(config: BwdConfig, shape: ProblemShape, q, k, v, out, lse, dout, grads: BackwardBuffers, scale: float,
                  *, block_dim: int | None = None, trace: bool = False, bounds: tuple[int, int] | None = None,
-                 key_mask: torch.Tensor | None = None, soc: str | SocSpec = DEFAULT_SOC) -> dict[str, SimResult]:
+                 key_mask: torch.Tensor | None = None, soc: str | SocSpec = DEFAULT_SOC, softcap: float = 0.0,
+                 alibi_slopes: torch.Tensor | None = None) -> dict[str, SimResult]:
     """Launch `config.kernels` (dq, dkdv; or prep, dkdv, post) on the simulator; `grads` is written in place.
 
     With `trace`, each launch records the blocks the timing model needs (`ptofa.sim.bwd_timing`):
     one per distinct unit count, or every block when a window gives units unequal work."""
     _check_buffers(config, grads, key_mask)
-    plan = plan_backward(config, shape, soc, scale=scale, bounds=bounds, key_mask=key_mask, block_dim=block_dim)
+    if config.alibi and alibi_slopes is None:
+        raise ValueError("run_backward: an alibi config needs alibi_slopes (fp32 [N] or [B, N])")
+    plan = plan_backward(config, shape, soc, scale=scale, bounds=bounds, key_mask=key_mask, block_dim=block_dim,
+                         softcap=softcap, alibi=alibi_slopes)
     options = {}
     for call in plan.calls:
         units = work_units(config, call.name, shape.batch, shape.heads, shape.kv_heads, shape.s0, shape.s1)
         traced = None if config.masked else blocks_to_trace(call.block_dim, units)
         options[call.name] = RunOptions(trace=trace, trace_blocks=traced if trace else None)
-    results = sim.launch(plan, _tensors(q, k, v, out, lse, dout, grads, key_mask), options=options)
+    results = sim.launch(plan, _tensors(q, k, v, out, lse, dout, grads, key_mask, alibi_slopes), options=options)
     return {call.name: result for call, result in zip(plan.calls, results)}
 
 
@@ -215,8 +230,10 @@ class GradReference:
     low: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
-def _attention(q, k, v, scale: float, window: tuple[int, int], key_padding_mask=None) -> torch.Tensor:
-    """softmax(scale Q K^T) V in q's dtype, with rows that see no key giving 0 (and zero gradients)."""
+def _attention(q, k, v, scale: float, window: tuple[int, int], key_padding_mask=None, softcap: float = 0.0,
+               alibi_slopes=None) -> torch.Tensor:
+    """softmax(scale Q K^T) V in q's dtype, with rows that see no key giving 0 (and zero gradients);
+    softcap and ALiBi as `reference.modify_scores`."""
     b, s0, n, _ = q.shape
     s1, kvn = k.shape[1], k.shape[2]
     group = n // kvn
@@ -225,19 +242,23 @@ def _attention(q, k, v, scale: float, window: tuple[int, int], key_padding_mask=
     vh = v.transpose(1, 2).repeat_interleave(group, dim=1)
     vis = visible_mask(s0, s1, window, key_padding_mask, batch=b).unsqueeze(1)
     scores = (qh @ kh.transpose(-1, -2)) * scale
+    bias = None if alibi_slopes is None else alibi_bias(alibi_slopes, b, n, s0, s1, torch.float64)
+    scores = modify_scores(scores, softcap, bias)
     scores = scores.masked_fill(~vis, -1e4 if q.dtype != torch.float64 else -1e300)
     p = torch.softmax(scores, dim=-1) * vis.to(q.dtype)
     return (p @ vh).transpose(1, 2)
 
 
 def reference_backward(q, k, v, dout, scale: float | None = None, window: tuple[int, int] = (-1, -1),
-                       key_padding_mask: torch.Tensor | None = None) -> GradReference:
-    """torch autograd through attention in fp64 and in the input dtype, with the same dO (and key mask)."""
+                       key_padding_mask: torch.Tensor | None = None, softcap: float = 0.0,
+                       alibi_slopes: torch.Tensor | None = None) -> GradReference:
+    """torch autograd through attention in fp64 and in the input dtype, with the same dO (and key mask,
+    softcap, ALiBi slopes)."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
 
     def grads(dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
         leaves = [x.detach().to(dtype).requires_grad_(True) for x in (q, k, v)]
-        _attention(*leaves, scale, tuple(window), key_padding_mask).backward(dout.to(dtype))
+        _attention(*leaves, scale, tuple(window), key_padding_mask, softcap, alibi_slopes).backward(dout.to(dtype))
         return tuple(x.grad for x in leaves)
 
     return GradReference(grads(torch.float64), grads(q.dtype))

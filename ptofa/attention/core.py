@@ -21,6 +21,7 @@ warning): 256 / 3 for S1 >= `LONG_S1` (the preload ring of three 256-key tiles f
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 
@@ -76,8 +77,18 @@ def auto_config(head: int, in_dtype: str = "f16", *, s1: int, out_dtype: str | N
     raise first_error
 
 
+def with_score_mods(config: FAConfig, *, softcap: bool, alibi: bool) -> FAConfig:
+    """`config` with the softcap / ALiBi switches a call needs: an f32 softmax (the switches compute
+    on f32 scores; `cube_rowsum` and `exp_f16` chosen again for it), or the config unchanged."""
+    if not softcap and not alibi:
+        return config
+    if config.softmax_dtype == "f32":
+        return dataclasses.replace(config, softcap=softcap, alibi=alibi)
+    return dataclasses.replace(config, softmax_dtype="f32", cube_rowsum=None, exp_f16=None, softcap=softcap, alibi=alibi)
+
+
 def check_config(config: FAConfig, *, head: int, in_dtype: str, out_dtype: str | None, masked: bool,
-                 key_padding: bool, lse: bool) -> None:
+                 key_padding: bool, lse: bool, softcap: bool = False, alibi: bool = False) -> None:
     """`ConfigError` unless `config` can run this call: same head dim and input dtype, the
     output dtype asked for, and every switch the call needs (a masked kernel also runs an
     unmasked call, a key-padding kernel one without a mask, an LSE kernel one without LSE)."""
@@ -95,6 +106,32 @@ def check_config(config: FAConfig, *, head: int, in_dtype: str, out_dtype: str |
         if needed and not getattr(config, name):
             why = {"masked": "a window / causal mask", "key_padding": "a key_padding_mask", "lse": "return_lse=True"}[name]
             raise ConfigError(f"config: {why} needs {name}=True, the given config has {name}=False")
+    for name, needed, why in (("softcap", softcap, "softcap > 0"), ("alibi", alibi, "alibi_slopes")):
+        if needed != getattr(config, name):  # a switched-on kernel always applies its modification
+            raise ConfigError(f"config: {name}={getattr(config, name)}, but the call has "
+                              f"{why if needed else 'no ' + why}: they must agree")
+
+
+def check_softcap(softcap) -> float:
+    """flash-attn's `softcap` as a float >= 0 (0: off); ValueError otherwise."""
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not math.isfinite(softcap) or softcap < 0:
+        raise ValueError(f"softcap: {softcap!r} must be a finite float >= 0 (0 = no softcapping)")
+    return float(softcap)
+
+
+def check_alibi_slopes(slopes, batch: int, heads: int) -> torch.Tensor | None:
+    """flash-attn's `alibi_slopes`: fp32 [N] or [B, N] (returned contiguous, on its device), or None."""
+    if slopes is None:
+        return None
+    if not isinstance(slopes, torch.Tensor) or slopes.dtype != torch.float32:
+        raise ValueError(f"alibi_slopes: must be a float32 tensor of shape [{heads}] or [{batch}, {heads}], got "
+                         f"{getattr(slopes, 'dtype', type(slopes).__name__)}")
+    if tuple(slopes.shape) not in ((heads,), (batch, heads)):
+        raise ValueError(f"alibi_slopes: shape {tuple(slopes.shape)} must be [{heads}] or [{batch}, {heads}] (nheads, or "
+                         f"batch x nheads)")
+    if not torch.isfinite(slopes).all():
+        raise ValueError("alibi_slopes: must be finite")
+    return slopes.detach().contiguous()
 
 
 # --------------------------------------------------------------------------------------
@@ -259,10 +296,13 @@ def run_attention(
     workspace: torch.Tensor | None = None,
     stream=None,
     names: tuple[str, str, str] = ("q", "k", "v"),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`attend` with the kernel's window bounds given directly (`bounds` = (win_left, win_right),
     the right one may be negative; None = no window), and for `ptofa.attention.infiniop`: an `out`
-    tensor to write, a `workspace` used as the slot rings, a `stream` (NPU)."""
+    tensor to write, a `workspace` used as the slot rings, a `stream` (NPU); `softcap` (> 0: scores
+    capped) and `alibi_slopes` (fp32 [N] or [B, N]) as flash-attn's."""
     backend = resolve_backend(backend)
     batch, s0, heads, head, s1, kv_heads = check_qkv(q, k, v, names)
     q, k, v = (t.detach() for t in (q, k, v))
@@ -278,30 +318,38 @@ def run_attention(
     if key_padding_mask is not None:
         key_mask = normalize_key_mask(torch.as_tensor(key_padding_mask), batch, s1)
     masked = bounds is not None
+    softcap = check_softcap(softcap)
+    alibi = check_alibi_slopes(alibi_slopes, batch, heads)
+    if alibi is not None and alibi.device != q.device:
+        raise ValueError(f"alibi_slopes: on {alibi.device}, but {names[0]} is on {q.device}")
+    mods = dict(softcap=softcap > 0, alibi=alibi is not None)
     soc = backend_soc(backend)
     if config is None:
         tuned = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads, window=tune_window(bounds, s0, s1))
         config = auto_config(head, in_dtype, s1=s1, out_dtype=wanted_out, masked=masked,
                              key_padding=key_mask is not None, lse=return_lse, shape=tuned)
+        config = with_score_mods(config, **mods)
         if key_mask is None and out is None and workspace is None and block_dim is None:
             split = dense_split(config, q, k, v, scale=float(scale), bounds=bounds, return_lse=return_lse,
-                                backend=backend, soc=soc)
+                                backend=backend, soc=soc, softcap=softcap, alibi=alibi)
             if split is not None:
                 return split
     else:
         check_config(config, head=head, in_dtype=in_dtype, out_dtype=wanted_out, masked=masked,
-                     key_padding=key_mask is not None, lse=return_lse)
+                     key_padding=key_mask is not None, lse=return_lse, **mods)
     shape = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads)
     shape.check(config)
     if config.key_padding and key_mask is None:  # a key-padding kernel run without a mask: every key takes part
         key_mask = torch.ones(s1, dtype=torch.int8)
     if block_dim is not None and (isinstance(block_dim, bool) or not isinstance(block_dim, int) or block_dim < 1):
         raise ValueError(f"block_dim: {block_dim!r} must be an int >= 1")
-    plan = plan_forward(config, shape, soc, scale=float(scale), bounds=bounds, key_mask=key_mask, block_dim=block_dim)
+    plan = plan_forward(config, shape, soc, scale=float(scale), bounds=bounds, key_mask=key_mask, block_dim=block_dim,
+                        softcap=softcap, alibi=alibi)
     o = out if out is not None else torch.full((batch, s0, heads, config.head), math.nan,
                                                dtype=TORCH_DTYPES[config.out_dtype], device=q.device)
     lse = torch.full((batch, heads, s0), math.nan, device=q.device) if config.lse else None
-    tensors = {"q": q.contiguous(), "k": k.contiguous(), "v": v.contiguous(), "o": o, "lse": lse, "key_mask": key_mask}
+    tensors = {"q": q.contiguous(), "k": k.contiguous(), "v": v.contiguous(), "o": o, "lse": lse, "key_mask": key_mask,
+               "alibi_slopes": alibi}
     # A simulator report (deadlock, out-of-bounds access) raises SimError, a RuntimeError.
     launch_on(backend, plan, tensors, workspace=workspace, stream=stream)
     return o, (lse if return_lse else None)

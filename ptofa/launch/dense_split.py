@@ -67,7 +67,8 @@ class DenseSplit:
 
 def plan_dense_split(config: FAConfig, batch: int, s0: int, s1: int, heads: int, kv_heads: int,
                      bounds: tuple[int, int] | None, soc: str | SocSpec, *, scale: float,
-                     num_splits: int | list[int] = 0) -> DenseSplit | None:
+                     num_splits: int | list[int] = 0, softcap: float = 0.0,
+                     alibi: torch.Tensor | None = None) -> DenseSplit | None:
     """The one split decision of the dense calls and InfiniOp: split when told (`num_splits` > 1,
     or one count per unit), or (0) when the timing model's estimate of the balanced per-unit split
     (reduce included, `splitkv.plan_splits`) beats the unsplit launch; None to run the dense
@@ -81,11 +82,11 @@ def plan_dense_split(config: FAConfig, batch: int, s0: int, s1: int, heads: int,
     split = plan_varlen(vconfig, vshape, table_of, num_splits, soc.cube_cores)
     if split is None or split.num_splits == 1:
         return None
-    return DenseSplit(plan_split(split, vshape, soc, scale=scale))
+    return DenseSplit(plan_split(split, vshape, soc, scale=scale, softcap=softcap, alibi=alibi))
 
 
 def run_dense_split(split: DenseSplit, q, k, v, *, return_lse: bool, backend: str, out=None,
-                    workspace: torch.Tensor | None = None, stream=None):
+                    workspace: torch.Tensor | None = None, stream=None, alibi: torch.Tensor | None = None):
     """Launch a planned split on [B, S*, N, D] tensors; returns (out [B,S0,N,D], lse [B,N,S0] or None).
 
     `out` (contiguous, written in place) and `workspace` (at least `split.workspace_bytes()`,
@@ -98,19 +99,21 @@ def run_dense_split(split: DenseSplit, q, k, v, *, return_lse: bool, backend: st
     tensors = {"q": q.reshape(batch * s0, heads, head).contiguous(),
                "k": k.reshape(batch * s1, kv_heads, head).contiguous(),
                "v": v.reshape(batch * s1, kv_heads, head).contiguous(),
-               "o": out.view(batch * s0, heads, head), "lse": lse, "block_table": None}
+               "o": out.view(batch * s0, heads, head), "lse": lse, "block_table": None, "alibi_slopes": alibi}
     dispatch.launch_on(backend, split.plan, tensors, workspace=workspace, stream=stream)
     dense_lse = lse.reshape(heads, batch, s0).permute(1, 0, 2).contiguous() if return_lse else None
     return out.view(batch, s0, heads, head), dense_lse
 
 
 def dense_split(config: FAConfig, q, k, v, *, scale: float, bounds: tuple[int, int] | None, return_lse: bool,
-                backend: str, soc: str | SocSpec, num_splits: int = 0):
+                backend: str, soc: str | SocSpec, num_splits: int = 0, softcap: float = 0.0,
+                alibi: torch.Tensor | None = None):
     """Run the dense problem split-KV when the timing model says a split helps (`num_splits` 0)
-    or as told (> 1); returns (out [B,S0,N,D], lse [B,N,S0] or None), or None to run unsplit."""
+    or as told (> 1); returns (out [B,S0,N,D], lse [B,N,S0] or None), or None to run unsplit.
+    (`softcap` and the ALiBi slopes `alibi` go to a config with those switches.)"""
     batch, s0, heads, _ = q.shape
     split = plan_dense_split(config, batch, s0, k.shape[1], heads, k.shape[2], bounds, soc, scale=scale,
-                             num_splits=num_splits)
+                             num_splits=num_splits, softcap=softcap, alibi=alibi)
     if split is None:
         return None
-    return run_dense_split(split, q, k, v, return_lse=return_lse, backend=backend)
+    return run_dense_split(split, q, k, v, return_lse=return_lse, backend=backend, alibi=alibi)

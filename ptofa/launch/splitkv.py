@@ -91,8 +91,9 @@ def _one_block_us(config: FAConfig, q_len: int, tiles: int, num_splits: int, red
     lse = torch.empty(1, q_len) if config.lse else None
     split = Plan(num_splits, config, unit_table(config, [q_len], [k_len], 1, num_splits=num_splits), 1)
     spec = get_soc(DEFAULT_SOC)
-    results = launch(plan_split(split, shape, spec, scale=1.0), {"q": q, "k": k, "v": v, "o": o, "lse": lse,
-                                                                  "block_table": None},
+    slopes = torch.full((1,), 0.5) if config.alibi else None  # (a softcap / ALiBi kernel: its ops are timed too)
+    plan = plan_split(split, shape, spec, scale=1.0, softcap=1.0 if config.softcap else 0.0, alibi=slopes)
+    results = launch(plan, {"q": q, "k": k, "v": v, "o": o, "lse": lse, "block_table": None, "alibi_slopes": slopes},
                      options=RunOptions(trace=True))
     main, red = results[0], results[-1]
     trace = red.trace if reduce else main.trace
