@@ -5,8 +5,9 @@
 
 The flash-attn calls (`flash_attn_func`, `flash_attn_qkvpacked_func`, `flash_attn_kvpacked_func`)
 take flash-attn 2.x's parameters in its order with its defaults, ptofa's extras keyword-only after
-them; what the kernels do not implement (dropout, softcap, ALiBi) raises NotImplementedError
-(`unsupported_arguments`, which the varlen and KV-cache calls share). All of them check their arguments, then call the custom op `torch.ops.ptofa.flash_attn_fwd`
+them; softcap and ALiBi run in the kernels (forward and backward), dropout (which the kernels do
+not implement) raises NotImplementedError (`unsupported_arguments`, which the varlen and KV-cache
+calls share). All of them check their arguments, then call the custom op `torch.ops.ptofa.flash_attn_fwd`
 (`ptofa.attention.ops`), which runs `ptofa.attention.core.run_attention` (the simulator on CPU tensors,
 or an Ascend NPU) and which `torch.compile` traces without a graph break. When an input
 requires grad, the backward runs the backward kernels (`torch.ops.ptofa.flash_attn_bwd`,
@@ -17,14 +18,15 @@ from __future__ import annotations
 
 import torch
 
-from ptofa.attention.core import check_qkv, check_window, out_dtype_name, window_to_bounds
+from ptofa.attention.core import (check_alibi_slopes, check_qkv, check_softcap, check_window, out_dtype_name,
+                                  window_to_bounds)
 from ptofa.launch.base import TORCH_DTYPES
 from ptofa.attention.ops import config_to_json, flash_attn_fwd
 from ptofa.pipeline import FAConfig
 
 
 def _call_op(q, k, v, scale, bounds, key_padding_mask, out_dtype, backend: str, config: FAConfig | None,
-             name: str = "q", deterministic: bool = True):
+             name: str = "q", deterministic: bool = True, softcap: float = 0.0, alibi_slopes=None):
     """(out, lse) of the custom op on checked BSND q/k/v. A device other than CPU or NPU is
     refused here: the op would hand it (a meta tensor, say) to its fake implementation."""
     if q.device.type not in ("cpu", "npu"):
@@ -35,25 +37,22 @@ def _call_op(q, k, v, scale, bounds, key_padding_mask, out_dtype, backend: str, 
     left, right = bounds if bounds is not None else (0, 0)
     return flash_attn_fwd(q, k, v, scale, bounds is not None, left, right, mask,
                           None if wanted is None else TORCH_DTYPES[wanted], backend, config_to_json(config),
-                          deterministic)
+                          deterministic, float(softcap), alibi_slopes)
 
 
 def unsupported_arguments(dropout_p, softcap, alibi_slopes) -> None:
-    """`NotImplementedError` naming the first flash-attn argument ptofa's kernels do not implement
-    (dropout, softcapping, ALiBi); every flash-attn call checks its arguments here first."""
+    """`NotImplementedError` for dropout (ptofa's kernels have none), `ValueError` for a softcap that
+    is not a float >= 0 or ALiBi slopes that are not an fp32 tensor (their shape is checked with the
+    tensors'); every flash-attn call checks its arguments here first."""
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
         raise ValueError(f"dropout_p: {dropout_p!r} must be a float")
     if dropout_p != 0.0:
         raise NotImplementedError(f"dropout_p: {dropout_p} is not supported, ptofa's kernels have no dropout "
                                   f"(pass dropout_p=0.0, as flash-attn's callers do for evaluation)")
-    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
-        raise ValueError(f"softcap: {softcap!r} must be a float")
-    if softcap != 0.0:
-        raise NotImplementedError(f"softcap: {softcap} is not supported yet, ptofa's kernels have no score "
-                                  f"softcapping (pass softcap=0.0)")
-    if alibi_slopes is not None:
-        raise NotImplementedError("alibi_slopes: ALiBi biases are not supported yet, ptofa's kernels add no "
-                                  "position bias (pass alibi_slopes=None)")
+    check_softcap(softcap)
+    if alibi_slopes is not None and (not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dtype != torch.float32):
+        raise ValueError(f"alibi_slopes: must be a float32 tensor [nheads] or [batch, nheads], got "
+                         f"{getattr(alibi_slopes, 'dtype', type(alibi_slopes).__name__)}")
 
 
 def flash_attn_returns(out, lse, return_attn_probs: bool, return_lse: bool):
@@ -76,8 +75,10 @@ def _flash_attn(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
         window = (window[0], 0)
     check_qkv(q, k, v, names)
     bounds = window_to_bounds(window, q.shape[1], k.shape[1])
+    if alibi_slopes is not None:
+        check_alibi_slopes(alibi_slopes, q.shape[0], q.shape[2])
     out, lse = _call_op(q, k, v, softmax_scale, bounds, key_padding_mask, out_dtype, backend, config, names[0],
-                        deterministic=bool(deterministic))
+                        deterministic=bool(deterministic), softcap=softcap, alibi_slopes=alibi_slopes)
     return flash_attn_returns(out, lse, return_attn_probs, return_lse)
 
 
@@ -121,8 +122,10 @@ def flash_attn_func(
     window_size:  (left, right) sliding window, bottom-right aligned: query i sees key j iff
                   i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right;
                   -1 = unbounded on that side.
-    softcap:      must be 0.0 (NotImplementedError otherwise: no softcapping yet).
-    alibi_slopes: must be None (NotImplementedError otherwise: no ALiBi yet).
+    softcap:      > 0: scores = softcap * tanh(scores / softcap) before the mask, in the kernel (tanh
+                  composed from exp: absolute error of tanh < 1e-6); 0.0 = off.
+    alibi_slopes: fp32 [nheads] or [batch, nheads]: the bias -slope * |i + S1 - S0 - j| added to the
+                  scores before the mask, in the kernel; None = off. The slopes get no gradient.
     deterministic: the backward's mode, as flash-attn's argument (default False, as flash-attn):
                   False accumulates dQ with atomic-add stores (one kernel fewer; dQ's last bits may
                   vary on an NPU); True runs dQ without atomics, bit-identical across runs.

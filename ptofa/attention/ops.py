@@ -59,27 +59,33 @@ def flash_attn_fwd(
     backend: str,
     config: str | None,
     deterministic: bool = True,
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out [B, S0, N, D], lse [B, N, S0] fp32) of BSND q/k/v; window bounds in the kernel's
     convention (`ptofa.attention.core.window_to_bounds`), used when `masked`. `deterministic`
-    only chooses the backward's mode (False: atomic-add dQ)."""
+    only chooses the backward's mode (False: atomic-add dQ). `softcap`, `alibi_slopes` as flash-attn's."""
     bounds = (win_left, win_right) if masked else None
     out, lse = run_attention(q, k, v, scale=scale, bounds=bounds, key_padding_mask=key_padding_mask, return_lse=True,
-                             out_dtype=out_dtype, backend=backend, config=config_from_json(config))
+                             out_dtype=out_dtype, backend=backend, config=config_from_json(config), softcap=softcap,
+                             alibi_slopes=alibi_slopes)
     return out, lse
 
 
 @flash_attn_fwd.register_fake
-def _(q, k, v, scale, masked, win_left, win_right, key_padding_mask, out_dtype, backend, config, deterministic=True):
+def _(q, k, v, scale, masked, win_left, win_right, key_padding_mask, out_dtype, backend, config, deterministic=True,
+      softcap=0.0, alibi_slopes=None):
     batch, s0, heads, head = q.shape
     out = q.new_empty((batch, s0, heads, head), dtype=out_dtype or q.dtype)
     return out, q.new_empty((batch, heads, s0), dtype=torch.float32)
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    q, k, v, scale, masked, win_left, win_right, key_padding_mask, _out_dtype, backend, _config, deterministic = inputs
+    (q, k, v, scale, masked, win_left, win_right, key_padding_mask, _out_dtype, backend, _config, deterministic,
+     softcap, alibi_slopes) = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, key_padding_mask)
+    ctx.save_for_backward(q, k, v, out, lse, key_padding_mask, alibi_slopes)
+    ctx.softcap = softcap
     ctx.mark_non_differentiable(lse)
     ctx.scale = scale
     ctx.bounds = (win_left, win_right) if masked else None
@@ -102,6 +108,8 @@ def flash_attn_bwd(
     backend: str,
     deterministic: bool = True,
     key_padding_mask: torch.Tensor | None = None,
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of `flash_attn_fwd` from its saved q, k, v, out, lse (and key mask) and the
     output's gradient, by the backward kernels (`ptofa.attention.backward.attention_backward`). An op of its
@@ -110,22 +118,24 @@ def flash_attn_bwd(
 
     bounds = (win_left, win_right) if masked else None
     return attention_backward(q, k, v, out.to(q.dtype), lse, dout.to(q.dtype), softmax_scale=scale, bounds=bounds,
-                              backend=backend, deterministic=deterministic, key_padding_mask=key_padding_mask)
+                              backend=backend, deterministic=deterministic, key_padding_mask=key_padding_mask,
+                              softcap=softcap, alibi_slopes=alibi_slopes)
 
 
 @flash_attn_bwd.register_fake
-def _(q, k, v, out, lse, dout, scale, masked, win_left, win_right, backend, deterministic=True, key_padding_mask=None):
+def _(q, k, v, out, lse, dout, scale, masked, win_left, win_right, backend, deterministic=True, key_padding_mask=None,
+      softcap=0.0, alibi_slopes=None):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _backward(ctx, grad_out, grad_lse):
     """dq, dk, dv by `flash_attn_bwd`; out and dO go in q's dtype (an fp32 `out_dtype` output
     is rounded to it, as the kernel's D = rowsum(dO * O) reads them)."""
-    q, k, v, out, lse, key_padding_mask = ctx.saved_tensors
+    q, k, v, out, lse, key_padding_mask, alibi_slopes = ctx.saved_tensors
     left, right = ctx.bounds if ctx.bounds is not None else (0, 0)
     dq, dk, dv = flash_attn_bwd(q, k, v, out, lse, grad_out.contiguous(), ctx.scale, ctx.bounds is not None, left,
-                                right, ctx.backend, ctx.deterministic, key_padding_mask)
-    return (dq, dk, dv) + (None,) * 9
+                                right, ctx.backend, ctx.deterministic, key_padding_mask, ctx.softcap, alibi_slopes)
+    return (dq, dk, dv) + (None,) * 11
 
 
 flash_attn_fwd.register_autograd(_backward, setup_context=_setup_context)

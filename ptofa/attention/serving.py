@@ -22,7 +22,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ptofa.attention.core import auto_config, check_window, dtype_name, resolve_backend
+from ptofa.attention.core import (auto_config, check_alibi_slopes, check_softcap, check_window, dtype_name,
+                                  resolve_backend, with_score_mods)
 from ptofa.attention.functional import flash_attn_returns, unsupported_arguments
 from ptofa.attention.kvcache import (KVCache, apply_rotary, cache_shape, check_rotary, decode_config, decode_shape,
                                     decode_units, rotary_positions)
@@ -49,23 +50,24 @@ def paged_tiles(base: FAConfig, page_size: int) -> FAConfig:
 
 
 def plan_serving(config: FAConfig, shape: ProblemShape, table_of, num_splits: int | Sequence[int], soc: SocSpec, *,
-                 scale: float, block_table=None) -> LaunchPlan | None:
+                 scale: float, block_table=None, softcap: float = 0.0, alibi=None) -> LaunchPlan | None:
     """The launch of a serving call on `soc`: split counts (`splitkv.plan_varlen`: `num_splits` 0 chosen
     by the timing model, or per unit), the varlen kernel and the reduce; None for an empty unit table."""
     split = plan_varlen(config, shape, table_of, num_splits, soc.cube_cores)
     if split is None:
         return None
     max_pages = 0 if block_table is None else int(block_table.shape[-1])
-    return plan_split(split, shape, soc, scale=scale, max_pages=max_pages)
+    return plan_split(split, shape, soc, scale=scale, max_pages=max_pages, softcap=softcap, alibi=alibi)
 
 
 def _launch(backend: str, config: FAConfig, shape: ProblemShape, table_of, q, k, v, out, scale: float,
-            num_splits: int | Sequence[int], *, lse=None, block_table=None) -> None:
+            num_splits: int | Sequence[int], *, lse=None, block_table=None, softcap: float = 0.0, alibi=None) -> None:
     """Plan the serving call for `backend`'s chip ("sim" or "npu", resolved) and launch it."""
     plan = plan_serving(config, shape, table_of, num_splits, dispatch.backend_soc(backend), scale=scale,
-                        block_table=block_table)
+                        block_table=block_table, softcap=softcap, alibi=alibi)
     if plan is not None:
-        dispatch.launch_on(backend, plan, {"q": q, "k": k, "v": v, "o": out, "lse": lse, "block_table": block_table})
+        dispatch.launch_on(backend, plan, {"q": q, "k": k, "v": v, "o": out, "lse": lse, "block_table": block_table,
+                                           "alibi_slopes": alibi})
 
 
 def _window(causal: bool, window_size) -> tuple[int, int]:
@@ -99,10 +101,12 @@ def _forward_only(what: str, out: torch.Tensor, *inputs: torch.Tensor) -> torch.
 
 
 def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size,
-            block_table, lse_wanted: bool, num_splits: int, backend: str, names=("q", "k", "v")):
+            block_table, lse_wanted: bool, num_splits: int, backend: str, names=("q", "k", "v"), softcap: float = 0.0,
+            alibi_slopes=None):
     """(out, lse or None) of packed sequences: K/V packed like Q, or paged ([pages, page_size, KVN, D]
     with `block_table` [B, max_pages]: sequence b's keys 0..cu_seqlens_k[b+1]-cu_seqlens_k[b]-1 are
-    read through row b of the block table)."""
+    read through row b of the block table); softcap and ALiBi slopes ([heads] or [B, heads]) as flash-attn's,
+    each sequence with its own lengths."""
     backend = resolve_backend(backend)
     _splits(num_splits)
     qn, kn, vn = names
@@ -129,7 +133,10 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sof
                          f"{max_seqlen_q}, max_seqlen_k={max_seqlen_k}")
     heads, head = q.shape[1], q.shape[2]
     window = _window(causal, window_size)
-    base = auto_config(head, in_dtype, s1=max(1, max_seqlen_k), masked=window != (-1, -1), lse=lse_wanted)
+    softcap = check_softcap(softcap)
+    alibi = check_alibi_slopes(alibi_slopes, len(q_lens), heads)
+    base = with_score_mods(auto_config(head, in_dtype, s1=max(1, max_seqlen_k), masked=window != (-1, -1),
+                                       lse=lse_wanted), softcap=softcap > 0, alibi=alibi is not None)
     lse = torch.full((heads, q.shape[0]), math.inf, device=q.device) if lse_wanted else None
     if paged:
         cache = KVCache(k, v, block_table)
@@ -154,7 +161,7 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sof
     shape.check(config)
     out = torch.empty(q.shape, dtype=TORCH_DTYPES[config.out_dtype], device=q.device)
     _launch(backend, config, shape, table_of, q.detach().contiguous(), k.detach(), v.detach(), out,
-            _scale(softmax_scale, head), num_splits, lse=lse, block_table=block_table)
+            _scale(softmax_scale, head), num_splits, lse=lse, block_table=block_table, softcap=softcap, alibi=alibi)
     return out, lse
 
 
@@ -165,9 +172,10 @@ class _VarlenAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                window_size, num_splits, backend, deterministic, names):
+                window_size, num_splits, backend, deterministic, names, softcap, alibi_slopes):
         out, lse = _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                           window_size, None, True, num_splits, backend, names)
+                           window_size, None, True, num_splits, backend, names, softcap, alibi_slopes)
+        ctx.softcap, ctx.alibi = softcap, alibi_slopes
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.mark_non_differentiable(lse)
         ctx.q_lens = seqlens_of(cu_seqlens_q, q.shape[0], "cu_seqlens_q")
@@ -184,16 +192,18 @@ class _VarlenAttention(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         q0 = k0 = 0
-        for q_len, k_len in zip(ctx.q_lens, ctx.k_lens):
+        for index, (q_len, k_len) in enumerate(zip(ctx.q_lens, ctx.k_lens)):
             rows, keys = slice(q0, q0 + q_len), slice(k0, k0 + k_len)
             q0, k0 = q0 + q_len, k0 + k_len
             if q_len == 0 or k_len == 0:  # no query rows, or rows that see no key: no gradient
                 continue
+            slopes = None if ctx.alibi is None else (ctx.alibi if ctx.alibi.dim() == 1 else ctx.alibi[index])
             grads = attention_backward(q[rows][None], k[keys][None], v[keys][None], out[rows][None],
                                        lse[:, rows][None], grad_out[rows].to(q.dtype)[None], softmax_scale=ctx.scale,
-                                       window=ctx.window, deterministic=ctx.deterministic, backend=ctx.backend)
+                                       window=ctx.window, deterministic=ctx.deterministic, backend=ctx.backend,
+                                       softcap=ctx.softcap, alibi_slopes=slopes)
             dq[rows], dk[keys], dv[keys] = (g[0] for g in grads)
-        return (dq, dk, dv) + (None,) * 11
+        return (dq, dk, dv) + (None,) * 13
 
 
 def _varlen_call(what, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
@@ -205,15 +215,17 @@ def _varlen_call(what, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_se
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         if block_table is not None:
             out, lse = _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                               window_size, block_table, return_attn_probs or return_lse, num_splits, backend, names)
+                               window_size, block_table, return_attn_probs or return_lse, num_splits, backend, names,
+                               softcap, alibi_slopes)
             out = _forward_only(f"{what} with block_table", out, q, k, v)
         else:
             out, lse = _VarlenAttention.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                               softmax_scale, causal, window_size, num_splits, resolve_backend(backend),
-                                              deterministic, names)
+                                              deterministic, names, float(softcap), alibi_slopes)
     else:
         out, lse = _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                           window_size, block_table, return_attn_probs or return_lse, num_splits, backend, names)
+                           window_size, block_table, return_attn_probs or return_lse, num_splits, backend, names,
+                           softcap, alibi_slopes)
     return flash_attn_returns(out, lse, return_attn_probs, return_lse)
 
 
@@ -249,7 +261,9 @@ def flash_attn_varlen_func(
                   allowed (a sequence with queries but no keys gives 0 and LSE +inf). With block_table
                   cu_seqlens_k only gives the key counts (sequence b has cu_seqlens_k[b+1] - cu_seqlens_k[b]).
     max_seqlen_q, max_seqlen_k: at least the longest sequences.
-    dropout_p, softcap, alibi_slopes: must be 0.0, 0.0, None (NotImplementedError otherwise).
+    dropout_p:   must be 0.0 (NotImplementedError otherwise: the kernels have no dropout).
+    softcap, alibi_slopes: as `flash_attn_func`; ALiBi positions from each sequence's own lengths
+                 (bottom-right aligned), slopes [nheads] or [batch, nheads].
     softmax_scale, causal, window_size: as `flash_attn_func`, per sequence (bottom-right aligned).
     deterministic: the backward's mode, as `flash_attn_func` (default False: atomic-add dQ).
     return_attn_probs: return (out, softmax_lse [nheads, total_q] fp32, None).
@@ -397,7 +411,8 @@ def flash_attn_with_kvcache(
     cache_leftpad: [B] int: where each sequence's keys start in its cache row (contiguous caches): the keys
                  before it take no part, and positions for causal / window masks count from it.
     softmax_scale, causal, window_size: as `flash_attn_func` (bottom-right aligned to each sequence's keys).
-    softcap, alibi_slopes: must be 0.0 and None (NotImplementedError otherwise).
+    softcap, alibi_slopes: as `flash_attn_func` (ALiBi positions bottom-right aligned to each sequence's
+                 visible keys, from cache_leftpad); ALiBi turns GQA packing off (each packed row is another head).
     num_splits:  split-KV: 0 chosen per unit by the timing model, 1 none, up to 16.
     return_softmax_lse: return (out, softmax_lse [B, heads, S0] fp32); ptofa's return_lse is the same.
     pack_gqa:    (keyword) None: whenever it applies, put the heads / kv_heads q heads of one KV head in the
@@ -408,6 +423,7 @@ def flash_attn_with_kvcache(
     Returns out [B, S0, heads, D] (and softmax_lse). No backward (as flash-attn): a backward through
     out raises NotImplementedError."""
     unsupported_arguments(0.0, softcap, alibi_slopes)
+    softcap = check_softcap(softcap)
     backend = resolve_backend(backend)
     _splits(num_splits)
     if q.dim() != 4 or k_cache.dim() != 4 or q.shape[3] != k_cache.shape[3]:
@@ -418,6 +434,7 @@ def flash_attn_with_kvcache(
     if k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
         raise ValueError(f"dtypes: q and the caches must share one dtype, got {q.dtype}, {k_cache.dtype}, {v_cache.dtype}")
     batch, s0, heads, head = q.shape
+    alibi = check_alibi_slopes(alibi_slopes, batch, heads)
     if (k is None) != (v is None):
         raise ValueError("k, v: give both new keys and new values, or neither")
     if k is not None and (k.dim() != 4 or k.shape != v.shape or k.shape[0] != batch
@@ -449,13 +466,17 @@ def flash_attn_with_kvcache(
         q = apply_rotary(q, rotary_cos, rotary_sin, rotary_positions(lens_list, s0, local), bool(rotary_interleaved))
     if s0 == 1 and window[0] == -1 and window[1] >= 0:
         window = (-1, -1)  # the one query row (bottom-right aligned) sees every key
-    pack = _pack_gqa(pack_gqa, s0, heads, int(k_cache.shape[2]), window)
+    if pack_gqa and alibi is not None:
+        raise NotImplementedError("alibi_slopes: not supported with pack_gqa=True (a packed unit's rows are different "
+                                  "heads, each with its own slope); pass pack_gqa=None or False")
+    pack = _pack_gqa(pack_gqa, s0, heads, int(k_cache.shape[2]), window) and alibi is None
     if k is not None:
         cache.append(lens, k.detach(), v.detach())
     lse_wanted = return_softmax_lse or return_lse
     visible = [n - cache.first_key(b) for b, n in enumerate(k_lens)]
-    base = auto_config(head, dtype_name(q.dtype, "q"), s1=max(1, max(visible)), masked=window != (-1, -1),
-                       lse=lse_wanted)
+    base = with_score_mods(auto_config(head, dtype_name(q.dtype, "q"), s1=max(1, max(visible)),
+                                       masked=window != (-1, -1), lse=lse_wanted), softcap=softcap > 0,
+                           alibi=alibi is not None)
     config = dataclasses.replace(decode_config(paged_tiles(base, cache.page_size), cache), gqa_pack=pack)
     shape = decode_shape(cache, batch, s0, k_lens, heads, window)
     shape.check(config)
@@ -464,7 +485,7 @@ def flash_attn_with_kvcache(
     lse = torch.full(lse_shape, math.inf, device=q.device) if lse_wanted else None
     _launch(backend, config, shape, lambda c, n: decode_units(c, cache, batch, s0, k_lens, heads, window, n),
             q.detach().contiguous(), cache.k, cache.v, out, _scale(softmax_scale, head), num_splits, lse=lse,
-            block_table=cache.block_table)
+            block_table=cache.block_table, softcap=softcap, alibi=alibi)
     out = _forward_only("flash_attn_with_kvcache", out, q, k_cache, v_cache, *(t for t in (k, v) if t is not None))
     if lse_wanted:
         return out, decode_lse(lse, batch, s0, pack)
