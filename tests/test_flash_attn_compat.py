@@ -201,13 +201,22 @@ def _calls():
     }
 
 
-@pytest.mark.parametrize("argument, value", [("dropout_p", 0.1), ("softcap", 30.0), ("softcap", -1.0),
-                                             ("alibi_slopes", torch.full((2,), 0.5))])
-def test_unsupported_arguments_raise_not_implemented(argument, value) -> None:
+def test_dropout_raises_not_implemented() -> None:
     for name, call in _calls().items():
-        if name == "flash_attn_with_kvcache" and argument == "dropout_p":
+        if name == "flash_attn_with_kvcache":
             continue  # flash-attn's KV-cache call has no dropout_p
-        with pytest.raises(NotImplementedError, match=f"^{argument}: "):
+        with pytest.raises(NotImplementedError, match="^dropout_p: "):
+            call(dropout_p=0.1)
+
+
+@pytest.mark.parametrize("argument, value", [("softcap", -1.0), ("softcap", math.inf), ("softcap", "30"),
+                                             ("alibi_slopes", torch.full((2,), 0.5, dtype=torch.float16)),
+                                             ("alibi_slopes", torch.full((3,), 0.5)),
+                                             ("alibi_slopes", torch.full((2, 2, 2), 0.5))])
+def test_bad_softcap_and_alibi_slopes_name_the_argument(argument, value) -> None:
+    """softcap and ALiBi run in the kernels (tests/test_scoremods.py); bad values are a ValueError naming them."""
+    for call in _calls().values():
+        with pytest.raises(ValueError, match=f"^{argument}: "):
             call(**{argument: value})
 
 

@@ -73,6 +73,13 @@ SWITCHES: tuple[dict, ...] = (
     dict(cube_rowsum=False, exp_f16=False),
     dict(cube_rowsum=False, exp_f16=False, prescale_q=False, masked=True, lse=True),
     dict(exp_f16=False),
+    # softcapping and ALiBi (kernels/scoremods.py), alone and with the calls' other switches
+    dict(softcap=True),
+    dict(alibi=True),
+    dict(softcap=True, alibi=True, masked=True, lse=True, in_dtype="bf16"),
+    dict(softcap=True, alibi=True, varlen=True, split_kv=True, masked=True, lse=True),
+    dict(softcap=True, alibi=True, varlen=True, page_size=256),
+    dict(softcap=True, varlen=True, split_kv=True, gqa_pack=True, page_size=256),
 )
 SWITCH_BASES = ((64, 128), (128, 256), (256, 256))  # (head, tile_s1): small, default, D split in two
 
@@ -82,6 +89,7 @@ def _name(c: FAConfig) -> str:
     if c.out_dtype != c.in_dtype:
         parts.append(f"o{c.out_dtype}")
     parts += [flag for flag in ("masked", "key_padding", "lse", "varlen", "split_kv", "gqa_pack") if getattr(c, flag)]
+    parts += [flag for flag in ("softcap", "alibi") if getattr(c, flag)]
     if c.page_size:
         parts.append(f"page{c.page_size}")
     if not c.prescale_q:
@@ -113,8 +121,12 @@ def backward_configs() -> list[BwdConfig]:
     grid = [default_config(head, dtype, masked=masked, atomic_dq=atomic)
             for atomic, head, dtype, masked in itertools.product((False, True), BWD_HEADS, ("f16", "bf16"),
                                                                  (False, True))]
-    return grid + [default_config(head, masked=True, key_padding=True, atomic_dq=atomic)
-                   for atomic, head in itertools.product((False, True), BWD_HEADS)]
+    return (grid + [default_config(head, masked=True, key_padding=True, atomic_dq=atomic)
+                    for atomic, head in itertools.product((False, True), BWD_HEADS)]
+            + [default_config(head, masked=True, softcap=True, alibi=True, atomic_dq=atomic)
+               for atomic, head in itertools.product((False, True), BWD_HEADS)]
+            + [default_config(128, dtype, softcap=softcap, alibi=not softcap)
+               for dtype, softcap in itertools.product(("f16", "bf16"), (False, True))])
 
 
 def kernels() -> list[Kernel]:
@@ -132,9 +144,11 @@ def kernels() -> list[Kernel]:
     for b in backward_configs():
         for kernel in b.kernels:
             name = (f"fa_bwd_{kernel}_d{b.head}_{b.in_dtype}" + ("_masked" if b.masked else "")
-                    + ("_atomic" if b.atomic_dq else "") + ("_key_padding" if b.key_padding else ""))
+                    + ("_atomic" if b.atomic_dq else "") + ("_key_padding" if b.key_padding else "")
+                    + ("_softcap" if b.softcap else "") + ("_alibi" if b.alibi else ""))
+            mods = (" softcap" if b.softcap else "") + (" alibi" if b.alibi else "")
             out.append(Kernel(name, f"backward {kernel}: head={b.head} {b.in_dtype} masked={b.masked} "
-                                    f"atomic_dq={b.atomic_dq} key_padding={b.key_padding}",
+                                    f"atomic_dq={b.atomic_dq} key_padding={b.key_padding}{mods}",
                               lambda b=b, k=kernel: emit_bwd(b, k)))
     return out
 
