@@ -100,6 +100,11 @@ def alibi_bias(slopes: torch.Tensor, batch: int, heads: int, s0: int, s1: int,
     return (-slopes[:, :, None, None] * distance).to(dtype)
 
 
+def default_alibi_slopes(heads: int) -> torch.Tensor:
+    """ALiBi's usual slopes for `heads` heads (Press et al.): 2^(-8 (h + 1) / heads), fp32 [heads]."""
+    return torch.tensor([2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads)], dtype=torch.float32)
+
+
 def modify_scores(scores: torch.Tensor, softcap: float = 0.0, bias: torch.Tensor | None = None) -> torch.Tensor:
     """flash-attn's score modifications before the mask, in the scores' dtype: softcap * tanh(scores /
     softcap) when softcap > 0, then + bias (ALiBi, [B, H, S0, S1] or broadcastable to the scores)."""

@@ -56,11 +56,14 @@ def run_case(
     scale: float | None = None,
     options: RunOptions | None = None,
     key_mask=None,
+    softcap: float = 0.0,
+    alibi_slopes=None,
 ) -> RunResult:
     """Build the kernel for `config`, run it on `backend` and check O against the reference.
 
     `options` are the simulator's run options (tracing, an injected fault, ...); `key_mask`
-    is the key-padding mask of a `key_padding` kernel (None: random ragged lengths);
+    is the key-padding mask of a `key_padding` kernel (None: random ragged lengths); `softcap` the
+    value of a `softcap` kernel, `alibi_slopes` ([N] or [B, N] fp32) an `alibi` kernel's (None: ALiBi's usual);
     `timing` asks the simulator for the timing model's prediction (`timeline`: also
     a picture of it, `trace`: its Chrome trace events, `soc`: the chip it models).
     Never raises for a failing kernel: the status says "pass", "fail", "deadlock",
@@ -80,5 +83,6 @@ def run_case(
         request = RunRequest(
             config, shape, pto_path, seed=seed, block_dim=block_dim, scale=scale,
             options=options or RunOptions(), key_mask=key_mask, timing=timing, timeline=timeline, trace=trace, soc=soc,
+            softcap=softcap, alibi_slopes=alibi_slopes,
         )
         return get_backend(backend).run(request)

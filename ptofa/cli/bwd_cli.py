@@ -32,7 +32,8 @@ def backward_config(config: FAConfig, atomic: bool = False) -> BwdConfig:
         raise InputError(f"--backward: {', '.join(unsupported)} not supported by the backward kernels yet")
     try:
         return default_config(config.head, config.in_dtype, masked=config.masked, target=config.target,
-                              atomic_dq=atomic, key_padding=config.key_padding)
+                              atomic_dq=atomic, key_padding=config.key_padding, softcap=config.softcap,
+                              alibi=config.alibi)
     except ConfigError as exc:
         raise InputError(f"invalid backward config: {exc}") from None
 
@@ -53,14 +54,15 @@ def build_backward(config: FAConfig, out_dir: Path, echo, atomic: bool = False) 
 
 
 def run_backward_case(config: FAConfig, shape: ProblemShape, forward_us: float | None, seed: int, soc: str,
-                      block_dim: int | None, echo, backend: str = "sim", atomic: bool = False) -> bool:
+                      block_dim: int | None, echo, backend: str = "sim", atomic: bool = False,
+                      softcap: float = 0.0) -> bool:
     """Forward (for O and LSE), backward, gradient check and timing; True when the gradients pass.
     On `backend="npu"` both run on the NPU and the timing model is not run (it replays the
     kernels on the simulator: `--backend sim`)."""
     import ptofa
     from ptofa.launch.base import case_key_mask
     from ptofa.attention.backward import BackwardBuffers, attention_backward, check_gradients, reference_backward, run_backward
-    from ptofa.reference import make_inputs
+    from ptofa.reference import default_alibi_slopes, make_inputs
 
     bwd = backward_config(config, atomic)
     dtype = TORCH_DTYPES[config.in_dtype]
@@ -68,23 +70,25 @@ def run_backward_case(config: FAConfig, shape: ProblemShape, forward_us: float |
     dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1)).to(dtype)
     fwd = dataclasses.replace(config, lse=True)
     mask = case_key_mask(config, shape, None, seed)  # a random ragged one with --key-padding-mask
+    mods = dict(softcap=softcap, alibi_slopes=default_alibi_slopes(shape.heads) if config.alibi else None)
     out, lse = ptofa.flash_attn_func(q, k, v, window_size=shape.window, key_padding_mask=mask, return_lse=True,
-                                     backend=backend, config=fwd)
+                                     backend=backend, config=fwd, **mods)
     grads = BackwardBuffers.zeros(q, k, atomic=atomic)
     scale = shape.default_scale(config.head)
     out, lse = out.contiguous(), lse.contiguous()
     if backend == "npu":
         grads.dq, grads.dk, grads.dv = attention_backward(
             q, k, v, out, lse, dout, softmax_scale=scale, window=shape.window, deterministic=not atomic,
-            backend=backend, config=bwd, block_dim=block_dim, key_padding_mask=mask)
+            backend=backend, config=bwd, block_dim=block_dim, key_padding_mask=mask, **mods)
         results = None
     else:
         results = run_backward(bwd, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, trace=True,
-                               key_mask=mask)
+                               key_mask=mask, **mods)
     passed = True
     scores = shape.batch * shape.heads * shape.s0 * shape.s1
     if scores <= MAX_CHECKED_SCORES:
-        acc = check_gradients(grads.dq, grads.dk, grads.dv, reference_backward(q, k, v, dout, scale, shape.window, mask))
+        acc = check_gradients(grads.dq, grads.dk, grads.dv, reference_backward(q, k, v, dout, scale, shape.window, mask,
+                                                                               **mods))
         for name, a in acc.items():
             echo(f"{name}: {'pass' if a.passed else 'FAIL'} err {a.err:.2e} <= tol {a.tolerance:.2e} "
                  f"(2 x input-dtype error {a.ref16_err:.2e} + 1e-5)" if a.passed else

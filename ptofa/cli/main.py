@@ -6,6 +6,8 @@ that does not verify); 2 bad input or a backend/tool that is not available here.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import sys
 import warnings
 from pathlib import Path
@@ -45,6 +47,27 @@ def _config_options(f):
     return f
 
 
+def _score_mod_options(f):
+    """--softcap X and --alibi: the kernel's score modifications (`FAConfig.softcap`, `.alibi`)."""
+    f = click.option("--alibi", is_flag=True,
+                     help="ALiBi bias -slope * |i + S1 - S0 - j| in the kernel (run: ALiBi's usual slopes 2^(-8h/N)).")(f)
+    f = click.option("--softcap", type=float, default=0.0, show_default=True,
+                     help="> 0: scores = softcap * tanh(scores / softcap) in the kernel (tanh from exp).")(f)
+    return f
+
+
+def with_score_mods(config: FAConfig, softcap: float, alibi: bool) -> FAConfig:
+    """`config` with the switches of --softcap / --alibi, or exit 2 with the broken rule."""
+    if softcap < 0 or not math.isfinite(softcap):
+        raise InputError(f"--softcap {softcap}: must be a finite value >= 0 (0 = off)")
+    if softcap == 0 and not alibi:
+        return config
+    try:
+        return dataclasses.replace(config, softcap=softcap > 0, alibi=alibi)
+    except ConfigError as exc:
+        raise InputError(f"invalid config: {exc}") from None
+
+
 def _int_list(value: str | None, name: str) -> list[int] | None:
     if value is None:
         return None
@@ -79,18 +102,21 @@ def main() -> None:
 
 @main.command()
 @_config_options
+@_score_mod_options
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Where to write the .pto file [default: fa.pto]; with --backward, a folder [default: .].")
 @click.option("--backward", is_flag=True, help="Write the backward kernels (fa_bwd_dq.pto, fa_bwd_dkdv.pto) instead.")
 @click.option("--atomic", is_flag=True, help="With --backward: the atomic-add dQ mode (fa_bwd_prep, _dkdv, _post).")
 def build(head: int, tile_s1: int, qk_preload: int, dtype: str, out_dtype: str | None, causal: bool,
           window: tuple[int, int] | None, key_padding: bool, lse: bool, prescale_q: bool,
-          softmax_dtypes: tuple[str, ...], output: Path | None, backward: bool, atomic: bool) -> None:
+          softmax_dtypes: tuple[str, ...], softcap: float, alibi: bool, output: Path | None, backward: bool,
+          atomic: bool) -> None:
     """Emit the kernel as PTO IR, and print the config and its memory budget."""
     from ptofa.fa_builder import emit_fa
 
     config = make_config(head, tile_s1, qk_preload, dtype, out_dtype, causal, window, key_padding, lse, prescale_q,
                          softmax_dtypes)
+    config = with_score_mods(config, softcap, alibi)
     if backward:
         from ptofa.cli.bwd_cli import build_backward
 
@@ -155,6 +181,7 @@ def check(pto_file: Path, ptoas_only: bool, pto_backend: str | None) -> None:
               help="Varlen key/value lengths per sequence [default: --seqlens].")
 @serving_options
 @_config_options
+@_score_mod_options
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs (and key-mask lengths).")
 @click.option("--block-dim", type=int, default=None,
               help="Blocks to launch (default: min(work units, cube cores)).")
@@ -179,7 +206,7 @@ def run(kernel_file: Path | None, kernel_args: tuple[str, ...], kernel_out: Path
         kv_seqlens: list[int] | None, seqlens_file: Path | None, decode: bool, cache_len: int | None, page_size: int,
         num_splits: int | None, head: int, tile_s1: int, qk_preload: int, dtype: str, out_dtype: str | None,
         causal: bool, window: tuple[int, int] | None, key_padding: bool, lse: bool, prescale_q: bool,
-        softmax_dtypes: tuple[str, ...], seed: int, block_dim: int | None,
+        softmax_dtypes: tuple[str, ...], softcap: float, alibi: bool, seed: int, block_dim: int | None,
         keep: Path | None, timeline: Path | None, trace: Path | None, soc: str, inject_fault: str | None,
         backward: bool, atomic: bool, balance: bool) -> None:
     """Build, run and check the kernel against the torch reference; print one result row.
@@ -203,11 +230,15 @@ def run(kernel_file: Path | None, kernel_args: tuple[str, ...], kernel_out: Path
 
     config = make_config(head, tile_s1, qk_preload, dtype, out_dtype, causal, window, key_padding, lse, prescale_q,
                          softmax_dtypes)
+    config = with_score_mods(config, softcap, alibi)
     if seqlens_file is not None:
         seqlens = read_seqlens(seqlens_file, seqlens)
     if decode or num_splits is not None:
         if backward:
             raise InputError("--backward: the backward kernels take dense batches, not --decode / --num-splits")
+        if config.softcap or config.alibi:
+            raise InputError("--softcap / --alibi: not with --decode / --num-splits in run_fa (flash_attn_with_kvcache "
+                             "and flash_attn_varlen_func take softcap and alibi_slopes)")
         sys.exit(run_serving(config, backend, batch, heads, kv_heads, s0, seqlens, kv_seqlens, decode, cache_len,
                              page_size, num_splits, window_of(causal, window), seed, soc))
     s0 = 256 if s0 is None else s0
@@ -240,7 +271,7 @@ def run(kernel_file: Path | None, kernel_args: tuple[str, ...], kernel_out: Path
     try:
         result = run_case(config, shape, backend=backend, seed=seed, keep_dir=keep, block_dim=block_dim,
                           timing=True, timeline=timeline, trace=trace, soc=soc, options=RunOptions(fault=inject_fault),
-                          key_mask=key_mask)
+                          key_mask=key_mask, softcap=softcap)
     except BackendUnavailable as exc:
         raise InputError(str(exc)) from None
     print_results([result])
@@ -262,7 +293,7 @@ def run(kernel_file: Path | None, kernel_args: tuple[str, ...], kernel_out: Path
         from ptofa.cli.bwd_cli import run_backward_case
 
         passed = run_backward_case(config, shape, result.predicted_us, seed, soc, block_dim,
-                                   lambda line: console.print(line, markup=False), backend, atomic)
+                                   lambda line: console.print(line, markup=False), backend, atomic, softcap)
         sys.exit(0 if passed else 1)
     sys.exit(0 if result.passed else 1)
 

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
-from ptofa.reference import check_accuracy, check_lse, make_key_mask, reference_fa
+from ptofa.reference import check_accuracy, check_lse, default_alibi_slopes, make_key_mask, reference_fa
 from ptofa.sim.options import RunOptions
 from ptofa.sim.socspec import DEFAULT_SOC
 
@@ -108,6 +108,8 @@ class RunRequest:
     scale: float | None = None
     options: RunOptions = field(default_factory=RunOptions)
     key_mask: torch.Tensor | None = None  # [B, S1] or [S1]; None with config.key_padding: random ragged lengths
+    softcap: float = 0.0  # > 0 with config.softcap
+    alibi_slopes: torch.Tensor | None = None  # [N] or [B, N] fp32; None with config.alibi: `default_alibi_slopes`
     timing: bool = False
     timeline: Path | None = None
     trace: Path | None = None
@@ -182,14 +184,28 @@ def case_key_mask(config: FAConfig, shape: ProblemShape, mask, seed: int) -> tor
     return normalize_key_mask(mask, shape.batch, shape.s1)
 
 
+def case_score_mods(config: FAConfig, shape: ProblemShape, softcap: float,
+                    slopes: torch.Tensor | None) -> tuple[float, torch.Tensor | None]:
+    """(softcap, ALiBi slopes) of a case: the given ones, ALiBi's usual slopes for a kernel with `alibi`
+    and none given; `ConfigError` when the kernel's switches and the values disagree."""
+    if config.softcap != (softcap > 0):
+        raise ConfigError(f"softcap: {softcap} given, but the kernel was built with softcap={config.softcap}")
+    if not config.alibi:
+        if slopes is not None:
+            raise ConfigError("alibi slopes: given, but the kernel was built without alibi")
+        return softcap, None
+    return softcap, default_alibi_slopes(shape.heads) if slopes is None else slopes
+
+
 def check_output(
     result: RunResult, o: np.ndarray | torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
     *, window: tuple[int, int] = (-1, -1), key_mask: torch.Tensor | None = None, lse: torch.Tensor | None = None,
-    out_dtype: str | None = None, reference=None,
+    out_dtype: str | None = None, reference=None, softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None,
 ) -> RunResult:
     """Compare O (and LSE) with the torch reference (`ptofa.reference` rules); fill status, errors, message.
     `reference` (a `ptofa.reference.Reference`) replaces `reference_fa` (varlen: per sequence)."""
-    ref = reference or reference_fa(q, k, v, scale, window, key_mask, TORCH_DTYPES[out_dtype] if out_dtype else None)
+    ref = reference or reference_fa(q, k, v, scale, window, key_mask, TORCH_DTYPES[out_dtype] if out_dtype else None,
+                                    softcap, alibi_slopes)
     accuracy = check_accuracy(torch.as_tensor(o).float(), ref.out32, ref.out_low)
     passed = accuracy.passed
     result.err, result.ref16_err, result.tolerance = accuracy.err, accuracy.ref16_err, accuracy.tolerance

@@ -32,7 +32,8 @@ from pathlib import Path
 import torch
 
 from ptofa.kernels import argspec
-from ptofa.launch.base import TORCH_DTYPES, BackendUnavailable, RunRequest, RunResult, case_key_mask, check_output, register_backend
+from ptofa.launch.base import (TORCH_DTYPES, BackendUnavailable, RunRequest, RunResult, case_key_mask, case_score_mods,
+                               check_output, register_backend)
 from ptofa.launch.plan import BuiltKernel, KernelCall, LaunchPlan, Workspace, bind, plan_forward
 from ptofa.launch.toolchain import cache_root, compile_pto, entry_signature
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
@@ -294,6 +295,8 @@ def run_npu(
     scale: float | None = None,
     compare_fused: bool = True,
     key_mask: torch.Tensor | None = None,
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
 ) -> RunResult:
     """Compile (cached), launch once on NPU 0, synchronise and check O against the reference."""
     require_npu()
@@ -303,8 +306,10 @@ def run_npu(
     compiled = compile_pto(pto_path, config_summary=config.summary())
     q, k, v = make_inputs(shape, config.head, seed, TORCH_DTYPES[config.in_dtype], shape.kv_heads)
     key_mask = case_key_mask(config, shape, key_mask, seed)
+    softcap, slopes = case_score_mods(config, shape, softcap, alibi_slopes)
     kernel = BuiltKernel(text, config.summary(), argspec.ENTRY_NAME, argspec.entry_args(config))
-    plan = plan_forward(config, shape, npu_soc(), scale=scale, key_mask=key_mask, block_dim=block_dim, kernel=kernel)
+    plan = plan_forward(config, shape, npu_soc(), scale=scale, key_mask=key_mask, block_dim=block_dim, kernel=kernel,
+                        softcap=softcap, alibi=slopes)
     device = npu_device()
     o = torch.zeros(shape.batch, shape.s0, shape.heads, config.head, dtype=TORCH_DTYPES[config.out_dtype], device=device)
     lse = torch.zeros(shape.batch, shape.heads, shape.s0, device=device) if config.lse else None
@@ -314,7 +319,8 @@ def run_npu(
 
     started = time.perf_counter()
     try:
-        launched = launch(plan, {"q": q, "k": k, "v": v, "o": o, "lse": lse, "key_mask": key_mask})
+        launched = launch(plan, {"q": q, "k": k, "v": v, "o": o, "lse": lse, "key_mask": key_mask,
+                                 "alibi_slopes": slopes})
         torch.npu.synchronize()
     except (NpuLaunchError, RuntimeError) as failure:  # RuntimeError: aicore exception or timeout at sync
         result.status = "error"
@@ -323,8 +329,9 @@ def run_npu(
     result.wall_s = time.perf_counter() - started
 
     check_output(result, o.cpu(), q, k, v, scale, window=shape.window, key_mask=key_mask,
-                 lse=None if lse is None else lse.cpu(), out_dtype=config.out_dtype)
-    plain = not (config.masked or config.key_padding) and shape.kv_heads == shape.heads and config.in_dtype == "f16"
+                 lse=None if lse is None else lse.cpu(), out_dtype=config.out_dtype, softcap=softcap,
+                 alibi_slopes=slopes)
+    plain = not (config.masked or config.key_padding or config.softcap or config.alibi) and shape.kv_heads == shape.heads and config.in_dtype == "f16"
     if compare_fused and plain:
         result.extra.update(compare_with_fused(launched, scale))
         if result.extra.get("fused_close") is False:
@@ -349,6 +356,7 @@ class NpuBackend:
         return run_npu(
             request.config, request.shape, request.pto_path,
             seed=request.seed, block_dim=request.block_dim, scale=request.scale, key_mask=request.key_mask,
+            softcap=request.softcap, alibi_slopes=request.alibi_slopes,
         )
 
 

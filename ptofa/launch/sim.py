@@ -25,7 +25,8 @@ import torch
 
 from ptofa.ir.textio import PtoCheckError, check_text
 from ptofa.kernels import argspec
-from ptofa.launch.base import TORCH_DTYPES, RunRequest, RunResult, case_key_mask, check_output, register_backend
+from ptofa.launch.base import (TORCH_DTYPES, RunRequest, RunResult, case_key_mask, case_score_mods, check_output,
+                               register_backend)
 from ptofa.launch.plan import BuiltKernel, KernelCall, LaunchPlan, Workspace, bind, blocks_for, plan_forward
 from ptofa.launch.varlen import make_varlen_inputs, reference_varlen, unit_table
 from ptofa.pipeline import FAConfig, ProblemShape
@@ -131,13 +132,15 @@ class SimBackend:
             result.status, result.message = "error", str(exc)
             return result
         key_mask = case_key_mask(config, shape, request.key_mask, request.seed)
+        softcap, slopes = case_score_mods(config, shape, request.softcap, request.alibi_slopes)
         reference, units = None, None
         if shape.seqlens is not None:  # packed sequences: Q [total_q, N, D], LSE [N, total_q]
             q, k, v = make_varlen_inputs(shape, config, request.seed)
             units = unit_table(config, *zip(*shape.seqlens), shape.heads, shape.window)
             o = torch.full((q.shape[0], shape.heads, config.head), math.nan, dtype=TORCH_DTYPES[config.out_dtype])
             lse = torch.full((shape.heads, q.shape[0]), math.nan) if config.lse else None
-            reference = reference_varlen(q, k, v, *zip(*shape.seqlens), scale, shape.window, TORCH_DTYPES[config.out_dtype])
+            reference = reference_varlen(q, k, v, *zip(*shape.seqlens), scale, shape.window, TORCH_DTYPES[config.out_dtype],
+                                         softcap, slopes)
         else:
             q, k, v = make_inputs(shape, config.head, request.seed, TORCH_DTYPES[config.in_dtype], shape.kv_heads)
             o = torch.full((shape.batch, shape.s0, shape.heads, config.head), math.nan, dtype=TORCH_DTYPES[config.out_dtype])
@@ -145,7 +148,7 @@ class SimBackend:
         kernel = BuiltKernel(pto_path.read_text(), config.summary(), argspec.ENTRY_NAME, argspec.entry_args(config),
                              parsed)
         plan = plan_forward(config, shape, spec, scale=scale, key_mask=key_mask, block_dim=result.block_dim,
-                            units=units, kernel=kernel)
+                            units=units, kernel=kernel, softcap=softcap, alibi=slopes)
         block_dim = plan.block_dim
         options = request.options
         if request.timing:
@@ -156,8 +159,8 @@ class SimBackend:
         try:
             if options.fault is not None:  # the text the reports' line numbers refer to, for the reader
                 Path(fault_path(str(pto_path), options.fault)).write_text(fault_text(parsed, options.fault))
-            (sim,) = launch(plan, {"q": q, "k": k, "v": v, "o": o, "lse": lse, "key_mask": key_mask},
-                            options=options)
+            (sim,) = launch(plan, {"q": q, "k": k, "v": v, "o": o, "lse": lse, "key_mask": key_mask,
+                                   "alibi_slopes": slopes}, options=options)
         except PtoCheckError as exc:  # the injected fault makes the module fail the verifier
             result.status, result.message = "error", str(exc)
             return result
@@ -174,7 +177,7 @@ class SimBackend:
         if sim.warnings:
             result.extra["sim_warnings"] = list(sim.warnings)
         check_output(result, o, q, k, v, scale, window=shape.window, key_mask=key_mask, lse=lse,
-                     out_dtype=config.out_dtype, reference=reference)
+                     out_dtype=config.out_dtype, reference=reference, softcap=softcap, alibi_slopes=slopes)
 
         if request.timing and sim.trace is not None:
             timed = predict(sim.trace, config, shape, soc=spec, block_dim=block_dim)
