@@ -87,9 +87,8 @@ ROWEXPAND_OPS = {"dq": 1, "dkdv": 0, "prep": 0, "post": 0}
 
 def rowexpand_ops(c: BwdConfig, kernel: str) -> int:
     """trowexpand* ops (each with ptoas's hidden UB scratch) in `kernel`'s vector function (ALiBi's
-    row index in dkdv, once per pass; the dq kernel's takes `exp_tmp`)."""
-    return ROWEXPAND_OPS[kernel] + int(kernel == "dkdv" and c.key_padding) * c.dkdv_passes \
-        + int(kernel == "dkdv" and c.alibi) * c.dkdv_passes
+    take explicit scratch: `exp_tmp` in dq, `alibi_tmp` in dkdv)."""
+    return ROWEXPAND_OPS[kernel] + int(kernel == "dkdv" and c.key_padding) * c.dkdv_passes
 
 
 def tci_ops(c: BwdConfig, kernel: str) -> int:
@@ -398,7 +397,11 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
     if c.alibi:  # a step's column positions (tci, i32 -> f32) and the row index 0 .. vr - 1 (f32)
         vector += [TileSpec("alibi_i32", "vector", "p", "vec", 1, max(cols, vr), "i32", **dyn),
                    TileSpec("alibi_f32", "vector", "p", "vec", 1, cols, "f32", **dyn),
-                   TileSpec("alibi_rows", "vector", "p", "vec", 1, vr, "f32", **dyn)]
+                   TileSpec("alibi_rows", "vector", "p", "vec", 1, vr, "f32", **dyn),
+                   TileSpec("alibi_pos", "vector", "p", "vec", 1, vr, "f32"),
+                   TileSpec("alibi_neg", "vector", "p", "vec", 1, vr, "f32")]
+        if kernel == "dkdv":  # the trowexpandsub's explicit scratch (the dq kernel's takes exp_tmp)
+            vector.append(TileSpec("alibi_tmp", "vector", "p", "vec", 1, EXPDIF_TMP_BYTES // DTYPE_BYTES["f32"], "f32"))
     vector += [
         TileSpec("s_tile", "vector", "p", "vec", vr, cols, "f32", **dyn),
         TileSpec("dp_tile", "vector", "p", "vec", vr, cols, "f32", **dyn),

@@ -53,7 +53,7 @@ from ptofa.kernels.bwd_pipeline import (
     tile_plan,
 )
 from ptofa.kernels.common import SPLIT, TileRange, alloc, clamp, init_pipes, pipelined, row_offset
-from ptofa.kernels.scoremods import alibi_bias, row_index, softcap_scores, softcap_grad
+from ptofa.kernels.scoremods import AlibiRows, alibi_bias, softcap_grad, softcap_scores
 from ptofa.kernels.window import Window, keys_seen, mask_tile, queries_seeing
 from ptofa.pipeline import VEC_CORES, PipeSpec
 from ptofa.ir.textio import print_pto
@@ -175,7 +175,7 @@ class _Vec:
     tiles: dict[str, SSAValue]
     consts: dict[str, SSAValue]
     row_base: SSAValue  # first row of this core's half of the slot
-    alibi_rows: SSAValue | None = None  # `alibi`: [rows, 1] row index 0 .. rows - 1
+    alibi_rows: AlibiRows | None = None  # `alibi`: the row side of the bias (this core's rows)
 
 
 def _stat_view(c: _Common | _Rows, name: str, h: SSAValue, b: SSAValue, q0: SSAValue, n: SSAValue):
@@ -340,12 +340,14 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     lse_col = tile.reshape(tl["lse_all"], vr, 1, name="lse_col", blayout="col_major")
     dsum_row = tile.reshape(tl["dsum_col"], 1, vr, name="dsum_row")
     rows = _Rows(c.args, c.heads, c.s0, c.q_stride, d, vr)
-    alibi_rows = row_index(tl["alibi_i32"], tl["alibi_rows"], vr, "alibi_col") if config.alibi else None
+    alibi_rows = _alibi_rows(tl, vr) if config.alibi else None
     with pto.range(c.block_idx, _dq_units(c), c.block_num, name="unit") as unit:
         u = _q_unit(c, unit)
         n = clamp(scalar.sub(u.q_rows, v.row_base), 0, vr)
         row0 = scalar.add(u.q0, v.row_base, name="core_q0")
         slope = _slope(c, u.b, u.h) if config.alibi else None
+        if config.alibi:
+            alibi_rows.scale_rows(slope)
         has_rows = scalar.gt(n, 0)
         _preprocess(rows, tl, consts["zero"], u.b, u.h, row0, n, has_rows, dsum_row)
         with pto.if_(has_rows):
@@ -580,7 +582,7 @@ def _dkdv_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     vr = config.vec_rows("dkdv")
     v = _Vec(c, tl, consts, scalar.mul(pto.get_subblock_idx(), vr, name="row_base"))
     kbias_col = tile.reshape(tl["kbias_row"], vr, 1, name="kbias_col", blayout="col_major") if config.key_padding else None
-    v.alibi_rows = row_index(tl["alibi_i32"], tl["alibi_rows"], vr, "alibi_col") if config.alibi else None
+    v.alibi_rows = _alibi_rows(tl, vr) if config.alibi else None
     with pto.range(c.block_idx, _kv_units(c), c.block_num, name="unit") as unit:
         u = _kv_unit(c, unit)
         if config.key_padding:
@@ -610,8 +612,10 @@ def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: t
         tile.muls(tl["stat_row"], consts["minus_one"], out=tl["nlse_row"])
         if config.alibi:  # row r, column c: key k0 + row_base + r, query q0 + c
             start = scalar.sub(scalar.add(q0, scalar.sub(c.s1, c.s0)), scalar.add(u.k0, v.row_base), name="alibi_start")
-            alibi_bias(tl["s_tile"], tl["mask_tmp"], tl["alibi_i32"], tl["alibi_f32"], v.alibi_rows, start, n,
-                       _slope(c, u.b, h), None)
+            slope = _slope(c, u.b, h)
+            v.alibi_rows.scale_rows(slope)
+            alibi_bias(tl["s_tile"], tl["mask_tmp"], tl["alibi_i32"], tl["alibi_f32"], v.alibi_rows, start, n, slope,
+                       tl["alibi_tmp"])
         if config.masked:
             mask_tile(c.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], scalar.add(u.k0, v.row_base), q0, vr, n,
                       transposed=True)
@@ -639,6 +643,10 @@ def _minus_dsum(v: _Vec, u: _KvUnit, h: SSAValue, q0: SSAValue, n: SSAValue) -> 
     pto.load(_stat_view(c, "dsum", h, u.b, q0, n), tl["stat_row"])
     tile.muls(tl["stat_row"], v.consts["minus_one"], out=tl["stat_row"])
     tile.col_expand_add(tl["dp_tile"], tl["stat_row"], out=tl["dp_tile"])
+
+
+def _alibi_rows(tl: dict[str, SSAValue], rows: int) -> AlibiRows:
+    return AlibiRows.make(tl["alibi_i32"], tl["alibi_rows"], tl["alibi_pos"], tl["alibi_neg"], rows)
 
 
 def _slope(c: _Common, b: SSAValue, h: SSAValue) -> SSAValue:

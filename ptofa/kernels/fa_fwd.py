@@ -58,7 +58,7 @@ from xdsl.ir import SSAValue
 
 from ptofa.kernels import argspec
 from ptofa.api import F16, F32, I32, KernelModule, parse_ir_type, pto, scalar, tile
-from ptofa.kernels.scoremods import alibi_bias, row_index, softcap_scores
+from ptofa.kernels.scoremods import AlibiRows, alibi_bias, softcap_scores
 from ptofa.kernels.common import (SPLIT, TileRange, alloc, clamp, entry_type, fused, init_pipes, pipelined, ring_select,
                                   row_offset)
 from ptofa.pipeline import (DTYPE_BYTES, KEY_MASK_TILES, ROWSUM_COLS, UNIT_FIELDS, UNIT_TABLE, FAConfig, buffer_names,
@@ -476,7 +476,7 @@ class _VecState:
     ring: list[SSAValue]  # exp_max ring, as [1, R] row views
     row_base: SSAValue  # first row of this vector core within the Q block
     slope: SSAValue | None = None  # `alibi`: the unit's head's slope
-    alibi_rows: SSAValue | None = None  # `alibi`: [vec_s0, 1] row index 0 .. vec_s0 - 1
+    alibi_rows: AlibiRows | None = None  # `alibi`: the row side of the bias (vec_s0 rows)
 
 
 def _mask_bounds(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_tile: SSAValue) -> None:
@@ -768,7 +768,10 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
             made[key] = scalar.const(value, type_, name=name)
         consts[name] = made[key]
     row_base = scalar.mul(pto.get_subblock_idx(), config.vec_rows, name="row_base")
-    alibi_rows = row_index(tiles["alibi_i32"], tiles["alibi_rows"], config.vec_s0, "alibi_col") if config.alibi else None
+    alibi_rows = None
+    if config.alibi:
+        alibi_rows = AlibiRows.make(tiles["alibi_i32"], tiles["alibi_rows"], tiles["alibi_pos"], tiles["alibi_neg"],
+                                    config.vec_s0)
     preload = config.qk_preload
     if config.prescale_q:
         with pto.if_(scalar.lt(c.block_idx, c.units)):
@@ -784,6 +787,7 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
             batch_off = scalar.mul(u.seq, scalar.index_cast(args["alibi_stride"]))
             s.slope = pto.load_scalar(args["alibi_slopes"], scalar.add(batch_off, u.h), name="slope")
             s.alibi_rows = alibi_rows
+            alibi_rows.scale_rows(s.slope)
         tile.fill(consts["neg"], out=rows["m_all"])
         if config.softmax_dtype != "f32":
             tile.fill(consts["neg_h"], out=rows["m_all_h"])

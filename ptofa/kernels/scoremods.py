@@ -22,18 +22,21 @@ The backward needs d(capped)/ds = 1 - tanh^2 = (1 - t)(1 + t); `softcap_grad` mu
 it into dP - D from the t - 1 that `softcap_scores` leaves in its tmp tile.
 
 ALiBi's bias of a score tile at (first row i0, first column j0) is a function of
-(j0 + c) - (i0 + r) - (S1 - S0): `alibi_bias` builds the column part with `tci` (one row,
-start j0 - i0 - diag), converts it to f32, broadcasts it over the rows (`texpands` 0 then
-`tcolexpandadd`), subtracts the row index column (`trowexpandsub`, made once per kernel by
-`row_index`), and subtracts slope * |.| from the scores. The dkdv kernel's transposed tiles
-(rows are keys) give the negated difference; |.| is the same.
+d = (j0 + c) - (i0 + r) - (S1 - S0): `alibi_bias` makes the column part with `tci` (one row,
+start j0 - i0 - diag) converted to f32; the row part (r, slope * r, -slope * r) are one-row
+tiles viewed as columns (`AlibiRows`, r once per kernel, the slopes' multiples per unit). A
+tile on one side of the diagonal takes its bias in two passes (the bias is linear there), a
+tile the diagonal crosses in six (|d| built in a scratch tile). The dkdv kernel's transposed
+tiles (rows are keys) give the negated difference; |d| is the same.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from xdsl.ir import SSAValue
 
-from ptofa.api import F32, I32, scalar, tile
+from ptofa.api import F32, I32, pto, scalar, tile
 
 # Largest x = 2 s / softcap the tanh's exp sees (exp(30) = 1.07e13 is finite in f32; tanh(15) is 1 in f32).
 SOFTCAP_CLAMP = 30.0
@@ -59,27 +62,67 @@ def softcap_grad(grad: SSAValue, tmp: SSAValue) -> None:
     tile.muls(grad, scalar.const(-1.0, F32, name="minus_one"), out=grad)
 
 
-def row_index(index_i32: SSAValue, row_f32: SSAValue, rows: int, name: str) -> SSAValue:
-    """[rows, 1] col-major f32 view of 0, 1, ..., rows - 1 (once per kernel): `tci` into a one-row
-    i32 tile, converted into the one-row f32 tile `row_f32`."""
-    tile.set_valid(index_i32, 1, rows)
-    tile.ci(scalar.const(0, I32), out=index_i32)
-    tile.cvt(index_i32, out=row_f32)
-    return tile.reshape(row_f32, rows, 1, name=name, blayout="col_major")
+@dataclass
+class AlibiRows:
+    """The row side of ALiBi's bias on a kernel's score tiles of `rows` rows: the row index
+    0 .. rows - 1 and, per work unit (`scale_rows`), slope * r and -slope * r, each a [rows, 1]
+    col-major view of a one-row f32 tile."""
+
+    rows: int
+    index: SSAValue  # [1, rows] f32 tile: r
+    pos: SSAValue  # [1, rows] f32 tile: slope * r
+    neg: SSAValue  # [1, rows] f32 tile: -slope * r
+    index_col: SSAValue
+    pos_col: SSAValue
+    neg_col: SSAValue
+
+    @classmethod
+    def make(cls, index_i32: SSAValue, index: SSAValue, pos: SSAValue, neg: SSAValue, rows: int) -> AlibiRows:
+        """Once per kernel: r by `tci` into the i32 tile, converted to f32, and the column views."""
+        tile.set_valid(index_i32, 1, rows)
+        tile.ci(scalar.const(0, I32), out=index_i32)
+        tile.cvt(index_i32, out=index)
+        cols = [tile.reshape(t, rows, 1, name=f"alibi_{n}_col", blayout="col_major")
+                for t, n in ((index, "index"), (pos, "pos"), (neg, "neg"))]
+        return cls(rows, index, pos, neg, *cols)
+
+    def scale_rows(self, slope: SSAValue) -> None:
+        """slope * r and -slope * r for a work unit's slope."""
+        tile.muls(self.index, slope, out=self.pos)
+        tile.muls(self.pos, scalar.const(-1.0, F32, name="minus_one"), out=self.neg)
 
 
-def alibi_bias(scores: SSAValue, bias: SSAValue, index_i32: SSAValue, index_f32: SSAValue, rows_col: SSAValue,
+def alibi_bias(scores: SSAValue, bias: SSAValue, index_i32: SSAValue, index_f32: SSAValue, rows: AlibiRows,
                start: SSAValue, cols: SSAValue, slope: SSAValue, tmp: SSAValue | None) -> None:
-    """scores -= slope * |start + c - r| for row r, column c (`bias` of the scores' valid shape is
-    scratch; `start` an index: first column's position minus first row's, diagonal included;
-    `cols` the valid columns; `tmp` the trowexpandsub's explicit scratch, or None: ptoas's hidden one)."""
+    """scores -= slope * |d|, d = start + c - r for row r, column c (`start` an index: the first
+    column's position minus the first row's, the diagonal S1 - S0 included; `cols` the valid columns).
+
+    A tile on one side of the diagonal (d >= 0, or d <= 0, everywhere in it) has a bias linear in
+    c and r: slope * (start + c) as one row added with `tcolexpandadd`, slope * r as one column
+    subtracted with `trowexpandsub`, with the signs of that side: two passes over the tile. A
+    tile the diagonal crosses builds |d| in `bias` (of the scores' valid shape): `texpands` 0,
+    `tcolexpandadd`, `trowexpandsub`, `tabs`, `tmuls`, `tsub`. `tmp`: the trowexpandsub's scratch
+    (None: ptoas's hidden one)."""
     for t in (index_i32, index_f32):
         tile.set_valid(t, 1, cols)
     tile.ci(scalar.index_cast(start, I32), out=index_i32)
-    tile.cvt(index_i32, out=index_f32)
-    tile.fill(scalar.const(0.0, F32, name="zero"), out=bias)
-    tile.col_expand_add(bias, index_f32, out=bias)
-    tile.row_expand_sub(bias, rows_col, out=bias, tmp=tmp)
-    tile.abs(bias, out=bias)
-    tile.muls(bias, slope, out=bias)
-    tile.sub(scores, bias, out=scores)
+    tile.cvt(index_i32, out=index_f32)  # start + c
+    d_min = scalar.sub(start, rows.rows - 1, name="alibi_d_min")
+    d_max = scalar.add(start, scalar.sub(cols, 1), name="alibi_d_max")
+    minus_one = scalar.const(-1.0, F32, name="minus_one")
+    with pto.if_(scalar.ge(d_min, 0)):  # |d| = d: scores += -slope (start + c) + slope r
+        tile.muls(index_f32, slope, out=index_f32)
+        tile.muls(index_f32, minus_one, out=index_f32)
+        tile.col_expand_add(scores, index_f32, out=scores)
+        tile.row_expand_sub(scores, rows.neg_col, out=scores, tmp=tmp)
+    with pto.if_(scalar.le(d_max, 0)):  # |d| = -d: scores += slope (start + c) - slope r
+        tile.muls(index_f32, slope, out=index_f32)
+        tile.col_expand_add(scores, index_f32, out=scores)
+        tile.row_expand_sub(scores, rows.pos_col, out=scores, tmp=tmp)
+    with pto.if_(scalar.and_(scalar.lt(d_min, 0), scalar.gt(d_max, 0))):  # the diagonal crosses the tile
+        tile.fill(scalar.const(0.0, F32, name="zero"), out=bias)
+        tile.col_expand_add(bias, index_f32, out=bias)
+        tile.row_expand_sub(bias, rows.index_col, out=bias, tmp=tmp)
+        tile.abs(bias, out=bias)
+        tile.muls(bias, slope, out=bias)
+        tile.sub(scores, bias, out=scores)
