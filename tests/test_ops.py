@@ -115,7 +115,7 @@ def test_opcheck() -> None:
 
 
 def test_backward_saves_out_lse_and_the_key_mask_only() -> None:
-    """No S or P is saved; a key mask is saved and reaches the backward kernels: the gradients
+    """No S or P is saved; a key mask (and ALiBi slopes) is saved and reaches the backward kernels: the gradients
     through a masked attention pass the rule against fp64 autograd with the same mask, and the
     padding keys get exactly zero dk, dv."""
     from ptofa.attention.backward import check_gradients, reference_backward
@@ -125,7 +125,7 @@ def test_backward_saves_out_lse_and_the_key_mask_only() -> None:
     out, lse = ptofa.flash_attn_func(q, k, v, return_lse=True, backend="sim")
     assert out.requires_grad and not lse.requires_grad
     saved = out.grad_fn.saved_tensors
-    assert len(saved) == 6 and saved[5] is None  # q, k, v, out, lse and no key mask
+    assert len(saved) == 7 and saved[5] is None and saved[6] is None  # q, k, v, out, lse, no key mask, no slopes
     mask = torch.ones(1, 200, dtype=torch.bool)
     mask[:, 150:] = False
     leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
