@@ -42,8 +42,14 @@ DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i8": 1, "i32": 4, "i64": 8}
 VEC_CORES = 2
 SUPPORTED_TILE_S1 = (128, 256, 512)
 CUBE_S1_CHOICES = (64, 128)
-SUPPORTED_HEAD = (64, 96, 128, 192, 256)
 SPLIT_HEAD = 128  # head dims above this split the cube stages in two D chunks with 64-row Q blocks
+MAX_HEAD = 256  # the largest head dim (q/k and v); flash-attn's limit
+CUBE_FRACTAL = 16  # a D chunk is a whole number of cube fractals (16 elements)
+# The compiled head dims (kernel widths): a multiple of 16 up to SPLIT_HEAD (one D chunk), a multiple
+# of 32 above it (two D chunks of a multiple of 16). Any other head dim 1..MAX_HEAD runs on the next
+# width up, its Q/K/V zero-padded on the host (`kernel_head`, `ptofa.attention.core.pad_head`).
+SUPPORTED_HEAD = tuple(d for d in range(CUBE_FRACTAL, MAX_HEAD + 1, CUBE_FRACTAL)
+                       if d % (CUBE_FRACTAL * (1 if d <= SPLIT_HEAD else 2)) == 0)
 # `cube_rowsum`: columns of ones the cube appends to each V sub-tile (one cube fractal wide), so
 # that the PV matmul also sums each row of P into the last ROWSUM_COLS columns of its accumulator.
 ROWSUM_COLS = 16

@@ -193,10 +193,12 @@ def default_config(head: int, in_dtype: str = "f16", *, masked: bool = False, at
                    key_padding: bool = False, target: str = "a3", softcap: bool = False,
                    alibi: bool = False) -> BwdConfig:
     """The backward kernels for a head dim and switches, with the block sizes and dkdv passes of
-    `DEFAULT_BLOCKS` (`ConfigError` for a head dim the backward does not support)."""
+    `DEFAULT_BLOCKS` (a width between its entries takes the next entry up's, whose tiles are at least
+    as large; `ConfigError` for a head dim the backward does not support)."""
     if head not in BWD_HEADS:
         raise ConfigError(f"head dim: head={head}: the backward supports {BWD_HEADS}")
-    block_kv, block_q, passes, dq_block_kv = DEFAULT_BLOCKS[(head, atomic_dq)]
+    tuned = min(d for d, atomic in DEFAULT_BLOCKS if d >= head and atomic == atomic_dq)
+    block_kv, block_q, passes, dq_block_kv = DEFAULT_BLOCKS[(tuned, atomic_dq)]
     return BwdConfig(head=head, in_dtype=in_dtype, masked=masked, atomic_dq=atomic_dq, key_padding=key_padding,
                      target=target, block_kv=block_kv, block_q=block_q, dkdv_passes=passes, dq_block_kv=dq_block_kv,
                      softcap=softcap, alibi=alibi)
