@@ -65,6 +65,18 @@ class ConfigError(ValueError):
     """A configuration or problem shape breaks a legality rule."""
 
 
+def kernel_head(head: int, head_v: int | None = None) -> int:
+    """The compiled head dim (a `SUPPORTED_HEAD` width) that runs q/k head dim `head` and v head dim
+    `head_v` (default `head`): the smallest width >= both. Q, K and V are zero-padded up to it on the
+    host (`ptofa.launch.base.pad_heads`): zero columns of Q and K leave Q K^T unchanged, zero columns
+    of V give zero columns of O (and of dV), which are sliced off. ConfigError outside 1..MAX_HEAD."""
+    head_v = head if head_v is None else head_v
+    for name, d in (("head_dim", head), ("head_dim_v", head_v)):
+        if isinstance(d, bool) or not isinstance(d, int) or not 1 <= d <= MAX_HEAD:
+            raise ConfigError(f"head dim: {name}={d!r} must be an int in 1..{MAX_HEAD}")
+    return next(w for w in SUPPORTED_HEAD if w >= max(head, head_v))
+
+
 @dataclass(frozen=True)
 class TileSpec:
     """One `pto.alloc_tile` of the kernel, as the builder emits it."""
@@ -364,7 +376,9 @@ def _check_config(c: FAConfig) -> None:
     if c.target not in ("a2", "a3"):
         fail("target", f"target={c.target!r}; only a2/a3 (dav-c220) are supported")
     if c.head not in SUPPORTED_HEAD:
-        fail("head dim", f"head={c.head} must be one of {SUPPORTED_HEAD}")
+        fail("head dim", f"head={c.head} is not a kernel width: a multiple of {CUBE_FRACTAL} up to {SPLIT_HEAD} (one D "
+                         f"chunk) or of {2 * CUBE_FRACTAL} up to {MAX_HEAD} (two D chunks of whole cube fractals), "
+                         f"{SUPPORTED_HEAD}; other head dims run on kernel_head(D) with zero-padded columns")
     want_s0 = 128 if c.head <= SPLIT_HEAD else 64
     if c.cube_s0 != want_s0 or c.cube_s1 not in CUBE_S1_CHOICES:
         fail("cube tile", f"cube_s0={c.cube_s0}, cube_s1={c.cube_s1}; head={c.head} is built with "

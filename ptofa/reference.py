@@ -136,15 +136,17 @@ def reference_fa(
     key_padding_mask: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
     softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None,
 ) -> Reference:
-    """Masked, grouped-query attention on BSND inputs: q [B,S0,H,D], k/v [B,S1,KVH,D], H % KVH == 0.
+    """Masked, grouped-query attention on BSND inputs: q [B,S0,H,D], k [B,S1,KVH,D], v [B,S1,KVH,Dv],
+    H % KVH == 0; O is [B,S0,H,Dv].
 
     q head h reads kv head h // (H / KVH). S0 is processed in chunks so that memory stays
     bounded for long sequences. `softcap` > 0 caps the scaled scores (softcap * tanh(s / softcap)),
     `alibi_slopes` ([H] or [B, H]) adds ALiBi's bias (`alibi_bias`), both before the mask.
     """
-    if q.dim() != 4 or k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
+    if (q.dim() != 4 or k.dim() != 4 or k.shape[:3] != v.shape[:3] or q.shape[0] != k.shape[0]
+            or q.shape[3] != k.shape[3]):
         raise ValueError(
-            f"reference_fa: expected q [B,S0,H,D] and k, v [B,S1,KVH,D] with equal B and D; "
+            f"reference_fa: expected q [B,S0,H,D], k [B,S1,KVH,D] and v [B,S1,KVH,Dv] with equal B and D; "
             f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
         )
     low = q.dtype
@@ -165,7 +167,7 @@ def reference_fa(
     bias_all = None if alibi_slopes is None else alibi_bias(alibi_slopes, batch, heads, s0, s1)
 
     rows_per_chunk = max(1, SCORE_BLOCK_ELEMENTS // max(1, batch * heads * s1))
-    out32 = torch.zeros(batch, heads, s0, head_dim, dtype=torch.float32)
+    out32 = torch.zeros(batch, heads, s0, v.shape[3], dtype=torch.float32)
     out_low = torch.zeros_like(out32)
     lse32 = torch.full((batch, heads, s0), math.inf, dtype=torch.float32)
     lse_low = torch.full_like(lse32, math.inf)

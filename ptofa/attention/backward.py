@@ -25,10 +25,10 @@ from ptofa.attention.core import check_alibi_slopes, check_softcap, resolve_back
 from ptofa.ir.textio import ParsedModule
 from ptofa.kernels.bwd_pipeline import BwdConfig, default_config, work_units
 from ptofa.launch import sim
-from ptofa.launch.base import normalize_key_mask
+from ptofa.launch.base import normalize_key_mask, pad_heads
 from ptofa.launch.dispatch import backend_soc, launch_on
 from ptofa.launch.plan import backward_kernel, plan_backward
-from ptofa.pipeline import ConfigError, ProblemShape
+from ptofa.pipeline import ConfigError, ProblemShape, kernel_head
 from ptofa.reference import Accuracy, alibi_bias, check_accuracy, modify_scores, visible_mask
 from ptofa.sim import GmPointer, SimResult
 from ptofa.sim.options import RunOptions
@@ -53,14 +53,17 @@ def _check_inputs(q, k, v, out, lse, dout) -> None:
     for name in ("k", "v", "out", "dout"):
         if tensors[name].dtype != q.dtype:
             raise TypeError(f"attention_backward: {name}.dtype={tensors[name].dtype} must equal q.dtype={q.dtype}")
-    if q.dim() != 4 or k.dim() != 4 or k.shape != v.shape:
-        raise ValueError(f"attention_backward: q [B,S0,N,D] and k, v [B,S1,KVN,D] expected, got q {tuple(q.shape)}, "
-                         f"k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"attention_backward: q [B,S0,N,D], k [B,S1,KVN,D] and v [B,S1,KVN,Dv] expected, got "
+                         f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
     b, s0, n, d = q.shape
     if k.shape[0] != b or k.shape[3] != d or n % k.shape[2] != 0:
         raise ValueError(f"attention_backward: k {tuple(k.shape)} must be [B={b}, S1, KVN, D={d}] with N={n} a multiple of KVN")
-    if out.shape != q.shape or dout.shape != q.shape:
-        raise ValueError(f"attention_backward: out {tuple(out.shape)} and dout {tuple(dout.shape)} must be q's shape {tuple(q.shape)}")
+    o_shape = (b, s0, n, v.shape[3])
+    if out.shape != o_shape or dout.shape != o_shape:
+        raise ValueError(f"attention_backward: out {tuple(out.shape)} and dout {tuple(dout.shape)} must be "
+                         f"[B, S0, N, Dv] = {list(o_shape)}")
+    kernel_head(d, v.shape[3])  # ConfigError for a head dim outside 1..MAX_HEAD
     if tuple(lse.shape) != (b, n, s0) or lse.dtype != torch.float32:
         raise ValueError(f"attention_backward: lse must be float32 [B, N, S0] = [{b}, {n}, {s0}], got {lse.dtype} {tuple(lse.shape)}")
 
@@ -86,8 +89,11 @@ def attention_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) of attention, flash-attn's conventions, run by the backward kernels.
 
-    q, out, dout: [B, S0, N, D]; k, v: [B, S1, KVN, D] (N a multiple of KVN: GQA/MQA, dk/dv are
-    summed over each kv head's q heads); all float16 or all bfloat16; D 64, 96, 128, 192 or 256. Non-contiguous tensors are copied.
+    q: [B, S0, N, D]; k: [B, S1, KVN, D]; v: [B, S1, KVN, Dv]; out, dout: [B, S0, N, Dv] (N a multiple
+    of KVN: GQA/MQA, dk/dv are summed over each kv head's q heads); all float16 or all bfloat16;
+    1 <= D, Dv <= 256. Non-contiguous tensors are copied. The kernels run at the width
+    kernel_head(D, Dv) on tensors zero-padded to it (`ptofa.launch.base.pad_heads`; zero dO columns
+    give zero dV columns, zero Q/K columns leave dP and dS unchanged); the true columns are returned.
     lse:     [B, N, S0] float32 from the forward (`flash_attn_func(..., return_lse=True)`);
              +inf marks a row that sees no key (its gradients are 0).
     softmax_scale: default 1 / sqrt(D).
@@ -107,13 +113,16 @@ def attention_backward(
              mask: padding keys get no probability, so their dk, dv are 0).
     softcap, alibi_slopes: the forward's (`ptofa.flash_attn_func`): softcap > 0 caps the scores,
              alibi_slopes (fp32 [N] or [B, N]) adds ALiBi's bias; the slopes get no gradient.
-    Returns dq, dk, dv in q's dtype and shapes (dk, dv with KVN heads).
+    Returns dq, dk, dv in q's dtype and the shapes of q, k and v.
     """
     _check_inputs(q, k, v, out, lse, dout)
-    q, k, v, out, lse, dout = (x.detach().contiguous() for x in (q, k, v, out, lse, dout))
+    d, d_v = q.shape[3], v.shape[3]
+    width = kernel_head(d, d_v)
+    q, k, v, out, lse, dout = (x.detach().contiguous() for x in (*pad_heads(width, q, k, v, out), lse,
+                                                                 *pad_heads(width, dout)))
     if backend not in ("auto", "sim", "npu"):
         raise ValueError(f"attention_backward: backend={backend!r} must be 'auto', 'sim' or 'npu'")
-    b, s0, n, d = q.shape
+    b, s0, n, _ = q.shape
     s1, kvn = k.shape[1], k.shape[2]
     if bounds is not None and window is not None:
         raise ValueError(f"attention_backward: pass window={window} or bounds={bounds}, not both")
@@ -127,12 +136,13 @@ def attention_backward(
     softcap = check_softcap(softcap)
     slopes = check_alibi_slopes(alibi_slopes, b, n)
     mods = dict(softcap=softcap > 0, alibi=slopes is not None)
-    cfg = config or default_config(d, dtype, masked=masked, atomic_dq=atomic, key_padding=padded, **mods)
-    if (cfg.head != d or cfg.in_dtype != dtype or cfg.masked != masked or cfg.atomic_dq != atomic or cfg.key_padding != padded
+    cfg = config or default_config(width, dtype, masked=masked, atomic_dq=atomic, key_padding=padded, **mods)
+    if (cfg.head != width or cfg.in_dtype != dtype or cfg.masked != masked or cfg.atomic_dq != atomic or cfg.key_padding != padded
             or cfg.softcap != mods["softcap"] or cfg.alibi != mods["alibi"]):
         raise ConfigError(f"attention_backward: config (head={cfg.head}, in_dtype={cfg.in_dtype}, masked={cfg.masked}, "
                           f"atomic_dq={cfg.atomic_dq}, key_padding={cfg.key_padding}, softcap={cfg.softcap}, "
-                          f"alibi={cfg.alibi}) does not match the inputs (D={d}, {dtype}, window={win}, deterministic="
+                          f"alibi={cfg.alibi}) does not match the inputs (kernel width kernel_head(D={d}, Dv={d_v}) = "
+                          f"{width}, {dtype}, window={win}, deterministic="
                           f"{deterministic}, key_padding_mask given: {padded}, softcap={softcap}, alibi_slopes given: "
                           f"{slopes is not None})")
     if s0 < 1 or s1 < 1 or min(win) < -1:
@@ -148,7 +158,9 @@ def attention_backward(
     else:
         run_backward(cfg, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, bounds=bounds,
                      key_mask=key_mask, softcap=softcap, alibi_slopes=slopes)
-    return grads.dq, grads.dk, grads.dv
+    if width == d and width == d_v:
+        return grads.dq, grads.dk, grads.dv
+    return grads.dq[..., :d].contiguous(), grads.dk[..., :d].contiguous(), grads.dv[..., :d_v].contiguous()
 
 
 @dataclass

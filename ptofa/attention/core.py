@@ -27,12 +27,12 @@ import warnings
 
 import torch
 
-from ptofa.launch.base import TORCH_DTYPES, BackendUnavailable, normalize_key_mask
+from ptofa.launch.base import TORCH_DTYPES, BackendUnavailable, normalize_key_mask, pad_heads
 from ptofa.launch.dense_split import dense_split, tune_window
 from ptofa.launch.dispatch import backend_soc, launch_on
 from ptofa.launch.kernel_cache import Kernel, clear_kernel_cache, get_kernel, kernel_cache_info
 from ptofa.launch.plan import plan_forward
-from ptofa.pipeline import SUPPORTED_HEAD, ConfigError, FAConfig, ProblemShape
+from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, kernel_head
 from ptofa.sim.socspec import DEFAULT_SOC
 
 BACKEND_NAMES = ("auto", "sim", "npu")
@@ -95,7 +95,7 @@ def check_config(config: FAConfig, *, head: int, in_dtype: str, out_dtype: str |
     if not isinstance(config, FAConfig):
         raise ConfigError(f"config: must be a ptofa.pipeline.FAConfig, got {type(config).__name__}")
     if config.head != head:
-        raise ConfigError(f"config: head={config.head} but q/k/v have head_dim {head}")
+        raise ConfigError(f"config: head={config.head} but q/k/v run on the kernel width kernel_head(D, Dv) = {head}")
     if config.in_dtype != in_dtype:
         raise ConfigError(f"config: in_dtype={config.in_dtype!r} but q/k/v are {TORCH_DTYPES[in_dtype]}")
     if out_dtype is not None and config.out_dtype != out_dtype:
@@ -147,7 +147,8 @@ def dtype_name(dtype: torch.dtype, what: str) -> str:
 
 
 def check_qkv(q, k, v, names: tuple[str, str, str] = ("q", "k", "v")) -> tuple[int, int, int, int, int, int]:
-    """(B, S0, N, D, S1, KVN) of BSND q/k/v, or ValueError with the rule and the numbers."""
+    """(B, S0, N, D, S1, KVN) of BSND q/k/v (v's head dim Dv may differ from D: `v.shape[-1]`),
+    or ValueError with the rule and the numbers (ConfigError for a head dim above MAX_HEAD)."""
     for name, t in zip(names, (q, k, v)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name}: must be a torch.Tensor, got {type(t).__name__}")
@@ -163,22 +164,22 @@ def check_qkv(q, k, v, names: tuple[str, str, str] = ("q", "k", "v")) -> tuple[i
         raise ValueError(f"dtype: {qn}, {kn} and {vn} must share one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
     if q.dtype not in (torch.float16, torch.bfloat16):
         raise ValueError(f"dtype: {q.dtype} is not supported; {qn}, {kn} and {vn} must be torch.float16 or torch.bfloat16")
-    if k.shape != v.shape:
-        raise ValueError(f"shape: {kn} {tuple(k.shape)} and {vn} {tuple(v.shape)} must have the same shape")
+    if k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"shape: {kn} {tuple(k.shape)} and {vn} {tuple(v.shape)} must have the same [B, S, N] "
+                         f"(only the head dims may differ)")
     batch, s0, heads, head = q.shape
     kb, s1, kv_heads, kd = k.shape
     if kb != batch:
         raise ValueError(f"batch: {qn} has B={batch} but {kn}/{vn} have B={kb}")
     if kd != head:
-        raise ValueError(f"head_dim: {qn} has D={head} but {kn}/{vn} have D={kd}")
+        raise ValueError(f"head_dim: {qn} has D={head} but {kn} has D={kd}")
     for name, n in (("B", batch), (f"{qn} seqlen", s0), (f"{kn}/{vn} seqlen", s1), (f"{qn} heads", heads),
                     (f"{kn}/{vn} heads", kv_heads)):
         if n < 1:
             raise ValueError(f"shape: {name}={n} must be >= 1; got {qn} {tuple(q.shape)}, {kn} {tuple(k.shape)}")
     if heads % kv_heads != 0:
         raise ValueError(f"grouped heads: {qn} heads={heads} must be a multiple of {kn}/{vn} heads={kv_heads}")
-    if head not in SUPPORTED_HEAD:
-        raise ConfigError(f"head dim: head_dim={head} must be one of {SUPPORTED_HEAD}")
+    kernel_head(head, v.shape[3])  # ConfigError for a head dim outside 1..MAX_HEAD
     devices = {t.device for t in (q, k, v)}
     if len(devices) != 1:
         raise ValueError(f"device: {qn}, {kn} and {vn} must be on one device; got {q.device}, {k.device}, {v.device}")
@@ -251,9 +252,10 @@ def attend(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """FlashAttention forward on BSND tensors; returns `(out, lse)` (`lse` None unless asked for).
 
-    q:         [B, S0, N, D], torch.float16 or torch.bfloat16; D in `SUPPORTED_HEAD`.
-    k, v:      [B, S1, KVN, D] in q's dtype, N % KVN == 0 (q head h reads kv head h // (N / KVN)).
-               Non-contiguous inputs are copied.
+    q:         [B, S0, N, D], torch.float16 or torch.bfloat16; 1 <= D <= 256.
+    k, v:      k [B, S1, KVN, D], v [B, S1, KVN, Dv] (1 <= Dv <= 256) in q's dtype, N % KVN == 0 (q
+               head h reads kv head h // (N / KVN)). Non-contiguous inputs are copied. The kernel runs
+               at the width `kernel_head(D, Dv)`; narrower q/k/v are zero-padded to it on the host.
     scale:     the softmax scale (flash-attn's default is 1 / sqrt(D)).
     window:    (left, right), bottom-right aligned as in flash-attn >= 2.1: query i sees key j
                iff i + S1 - S0 - left <= j <= i + S1 - S0 + right; -1 is unbounded, (-1, 0)
@@ -265,7 +267,7 @@ def attend(
     backend:   "sim" (CPU simulator, CPU tensors), "npu" (Ascend; CPU inputs are copied to
                the device and the results back), or "auto" (npu where one is usable, else sim).
     config:    an `FAConfig` to run instead of the automatic one; `ConfigError` if it cannot
-               run this call (head dim, dtypes, or a switch the call needs is off).
+               run this call (head = kernel_head(D, Dv), dtypes, or a switch the call needs is off).
     block_dim: blocks of the launch (default min(work units, cube cores)).
 
     Bad input raises `ValueError` (`ConfigError` for config rules) with one line naming the
@@ -302,10 +304,15 @@ def run_attention(
     """`attend` with the kernel's window bounds given directly (`bounds` = (win_left, win_right),
     the right one may be negative; None = no window), and for `ptofa.attention.infiniop`: an `out`
     tensor to write, a `workspace` used as the slot rings, a `stream` (NPU); `softcap` (> 0: scores
-    capped) and `alibi_slopes` (fp32 [N] or [B, N]) as flash-attn's."""
+    capped) and `alibi_slopes` (fp32 [N] or [B, N]) as flash-attn's.
+
+    Head dims: the kernel of width `kernel_head(D, Dv)` runs on q/k/v zero-padded to it
+    (`ptofa.launch.base.pad_heads`); out is O's first Dv columns."""
     backend = resolve_backend(backend)
     batch, s0, heads, head, s1, kv_heads = check_qkv(q, k, v, names)
-    q, k, v = (t.detach() for t in (q, k, v))
+    head_v = v.shape[3]
+    width = kernel_head(head, head_v)
+    q, k, v = pad_heads(width, *(t.detach() for t in (q, k, v)))
     if scale is None:
         scale = 1.0 / math.sqrt(head)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
@@ -326,16 +333,16 @@ def run_attention(
     soc = backend_soc(backend)
     if config is None:
         tuned = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads, window=tune_window(bounds, s0, s1))
-        config = auto_config(head, in_dtype, s1=s1, out_dtype=wanted_out, masked=masked,
+        config = auto_config(width, in_dtype, s1=s1, out_dtype=wanted_out, masked=masked,
                              key_padding=key_mask is not None, lse=return_lse, shape=tuned)
         config = with_score_mods(config, **mods)
         if key_mask is None and out is None and workspace is None and block_dim is None:
             split = dense_split(config, q, k, v, scale=float(scale), bounds=bounds, return_lse=return_lse,
                                 backend=backend, soc=soc, softcap=softcap, alibi=alibi)
             if split is not None:
-                return split
+                return _true_head(split[0], head_v), split[1]
     else:
-        check_config(config, head=head, in_dtype=in_dtype, out_dtype=wanted_out, masked=masked,
+        check_config(config, head=width, in_dtype=in_dtype, out_dtype=wanted_out, masked=masked,
                      key_padding=key_mask is not None, lse=return_lse, **mods)
     shape = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads)
     shape.check(config)
@@ -345,14 +352,22 @@ def run_attention(
         raise ValueError(f"block_dim: {block_dim!r} must be an int >= 1")
     plan = plan_forward(config, shape, soc, scale=float(scale), bounds=bounds, key_mask=key_mask, block_dim=block_dim,
                         softcap=softcap, alibi=alibi)
-    o = out if out is not None else torch.full((batch, s0, heads, config.head), math.nan,
-                                               dtype=TORCH_DTYPES[config.out_dtype], device=q.device)
+    o = out if out is not None and width == head_v else torch.full(
+        (batch, s0, heads, config.head), math.nan, dtype=TORCH_DTYPES[config.out_dtype], device=q.device)
     lse = torch.full((batch, heads, s0), math.nan, device=q.device) if config.lse else None
     tensors = {"q": q.contiguous(), "k": k.contiguous(), "v": v.contiguous(), "o": o, "lse": lse, "key_mask": key_mask,
                "alibi_slopes": alibi}
     # A simulator report (deadlock, out-of-bounds access) raises SimError, a RuntimeError.
     launch_on(backend, plan, tensors, workspace=workspace, stream=stream)
-    return o, (lse if return_lse else None)
+    if out is not None and o is not out:
+        out.copy_(o[..., :head_v])
+        o = out
+    return _true_head(o, head_v), (lse if return_lse else None)
+
+
+def _true_head(o: torch.Tensor, head_v: int) -> torch.Tensor:
+    """O's first `head_v` columns (the rest are the zero-padded V's zero columns), contiguous."""
+    return o if o.shape[-1] == head_v else o[..., :head_v].contiguous()
 
 
 __all__ = [

@@ -62,7 +62,7 @@ def flash_attn_fwd(
     softcap: float = 0.0,
     alibi_slopes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out [B, S0, N, D], lse [B, N, S0] fp32) of BSND q/k/v; window bounds in the kernel's
+    """(out [B, S0, N, Dv], lse [B, N, S0] fp32) of BSND q/k/v (v's head dim Dv); window bounds in the kernel's
     convention (`ptofa.attention.core.window_to_bounds`), used when `masked`. `deterministic`
     only chooses the backward's mode (False: atomic-add dQ). `softcap`, `alibi_slopes` as flash-attn's."""
     bounds = (win_left, win_right) if masked else None
@@ -75,8 +75,8 @@ def flash_attn_fwd(
 @flash_attn_fwd.register_fake
 def _(q, k, v, scale, masked, win_left, win_right, key_padding_mask, out_dtype, backend, config, deterministic=True,
       softcap=0.0, alibi_slopes=None):
-    batch, s0, heads, head = q.shape
-    out = q.new_empty((batch, s0, heads, head), dtype=out_dtype or q.dtype)
+    batch, s0, heads, _ = q.shape
+    out = q.new_empty((batch, s0, heads, v.shape[3]), dtype=out_dtype or q.dtype)
     return out, q.new_empty((batch, heads, s0), dtype=torch.float32)
 
 

@@ -156,6 +156,16 @@ def get_backend(name: str) -> Backend:
 TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
 
 
+def pad_heads(width: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Each tensor with its last (head) dim zero-padded on the right to `width` columns, the compiled
+    head dim `ptofa.pipeline.kernel_head` chose; a tensor already `width` wide is returned as is.
+    The one place where a head dim that is no kernel width (or a v head dim unlike q/k's) becomes one:
+    zero Q/K columns add nothing to Q K^T, zero V (and dO) columns give zero O (and dV) columns, and
+    the callers slice the true head dims back out. Costs one copy of each padded tensor."""
+    return tuple(t if t.shape[-1] == width else torch.nn.functional.pad(t, (0, width - t.shape[-1]))
+                 for t in tensors)
+
+
 def normalize_key_mask(mask, batch: int, s1: int) -> torch.Tensor:
     """A key-padding mask as the kernel reads it: int8 0/1, [B, S1] or [S1] (shared by the batch).
 
