@@ -20,7 +20,8 @@ where one is usable, else the simulator) is a keyword of `create_descriptor`.
 
 Tensors, as InfiniOp lays them out: out, q [(batch,) seq_q, heads, head_dim], k, v
 [(batch,) seq_kv, kv_heads, head_dim] (no batch dim = batch 1), contiguous, one dtype
-(fp16; bf16 also runs), heads % kv_heads == 0, head_dim in 64/96/128/192/256. The scale is
+(fp16; bf16 also runs), heads % kv_heads == 0, 1 <= head_dim <= 256 (a head dim that is no kernel width runs on
+`kernel_head(head_dim)` with q/k/v zero-padded on the host, unsplit). The scale is
 InfiniOp's 1 / sqrt(head_dim). The optional mask is InfiniOp's 2-D [seq_q, seq_kv] (bool,
 uint8 or int8) with True / nonzero = the pair is masked OUT (the aclnn attenMask convention;
 torch's SDPA uses the opposite). The kernel takes a bottom-right window and a key-padding
@@ -63,7 +64,7 @@ from ptofa.launch.base import BackendUnavailable
 from ptofa.launch.dense_split import DenseSplit, plan_dense_split, run_dense_split
 from ptofa.launch.dispatch import backend_soc
 from ptofa.launch.plan import blocks_for
-from ptofa.pipeline import SUPPORTED_HEAD, ConfigError, FAConfig, ProblemShape, workspace_bytes
+from ptofa.pipeline import MAX_HEAD, ConfigError, FAConfig, ProblemShape, kernel_head, workspace_bytes
 from ptofa.sim.socspec import SocSpec
 
 
@@ -295,7 +296,7 @@ def create_descriptor(out_desc: TensorDescriptor, q_desc: TensorDescriptor, k_de
         (k4[3] == head, f"head_dim: q has {head}, k/v have {k4[3]}"),
         (min(batch, s0, heads, s1, kv_heads) >= 1, f"sizes must be >= 1; got q {q_desc.shape}, k {k_desc.shape}"),
         (kv_heads >= 1 and heads % kv_heads == 0, f"grouped heads: heads={heads} must be a multiple of kv_heads={kv_heads}"),
-        (head in SUPPORTED_HEAD, f"head_dim={head} must be one of {SUPPORTED_HEAD}"),
+        (1 <= head <= MAX_HEAD, f"head_dim={head} must be in 1..{MAX_HEAD}"),
     ]
     for ok, message in rules:
         if not ok:
@@ -319,14 +320,16 @@ def create_descriptor(out_desc: TensorDescriptor, q_desc: TensorDescriptor, k_de
     in_dtype = "f16" if dtype == DataType.F16 else "bf16"
     shape = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads)
     try:
-        auto_config(head, in_dtype, s1=s1)  # the fixed rule first: an unsupported head dim is a shape error
-        config = auto_config(head, in_dtype, s1=s1, shape=shape)  # the timing model's choice for this shape
+        width = kernel_head(head)
+        auto_config(width, in_dtype, s1=s1)  # the fixed rule first: an unsupported head dim is a shape error
+        config = auto_config(width, in_dtype, s1=s1, shape=shape)  # the timing model's choice for this shape
     except ConfigError as error:
         raise _Fail(Status.BAD_TENSOR_SHAPE, str(error)) from None
     soc = backend_soc(backend)
     scale = 1.0 / math.sqrt(head)
     block_dim = blocks_for(shape.work_units(config), soc)
-    split = plan_dense_split(config, batch, s0, s1, heads, kv_heads, None, soc, scale=scale)
+    # A padded head dim runs unsplit: the split path takes the caller's tensors as they are.
+    split = None if width != head else plan_dense_split(config, batch, s0, s1, heads, kv_heads, None, soc, scale=scale)
     size = workspace_bytes(config, shape, block_dim) if split is None else split.workspace_bytes()
     desc = FlashAttentionDescriptor(out_desc, q_desc, k_desc, v_desc, mask_desc, shape, config, backend, block_dim,
                                     size, scale, soc.cube_cores, split, soc)

@@ -28,11 +28,11 @@ from ptofa.attention.functional import flash_attn_returns, unsupported_arguments
 from ptofa.attention.kvcache import (KVCache, apply_rotary, cache_shape, check_rotary, decode_config, decode_shape,
                                     decode_units, rotary_positions)
 from ptofa.launch import dispatch
-from ptofa.launch.base import TORCH_DTYPES
+from ptofa.launch.base import TORCH_DTYPES, pad_heads
 from ptofa.launch.plan import LaunchPlan, plan_split
 from ptofa.launch.splitkv import plan_varlen
 from ptofa.launch.varlen import seqlens_of, table_of_sequences, unit_table, varlen_shape
-from ptofa.pipeline import MAX_SPLITS, ConfigError, FAConfig, ProblemShape
+from ptofa.pipeline import MAX_SPLITS, ConfigError, FAConfig, ProblemShape, kernel_head
 from ptofa.sim.socspec import SocSpec
 
 
@@ -113,9 +113,10 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sof
     paged = block_table is not None
     kv_dims = 4 if paged else 3
     kv_layout = "[pages, page_size, kv_heads, D] with block_table" if paged else "[total_k, kv_heads, D]"
-    if (q.dim() != 3 or k.dim() != kv_dims or k.shape != v.shape or q.shape[-1] != k.shape[-1]):
-        raise ValueError(f"shapes: {qn} [total_q, heads, D] and {kn}, {vn} {kv_layout} with one D, got "
-                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if (q.dim() != 3 or k.dim() != kv_dims or v.dim() != kv_dims or k.shape[:-1] != v.shape[:-1]
+            or q.shape[-1] != k.shape[-1]):
+        raise ValueError(f"shapes: {qn} [total_q, heads, D] and {kn}, {vn} {kv_layout} with one D (v may have "
+                         f"its own Dv), got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     kv_heads = int(k.shape[-2])
     if q.shape[1] % kv_heads != 0:
         raise ValueError(f"grouped heads: heads={q.shape[1]} must be a multiple of kv_heads={kv_heads}")
@@ -131,11 +132,16 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sof
     if max(q_lens) > max_seqlen_q or max(k_lens) > max_seqlen_k:
         raise ValueError(f"max_seqlen: the longest sequences ({max(q_lens)}, {max(k_lens)}) exceed max_seqlen_q="
                          f"{max_seqlen_q}, max_seqlen_k={max_seqlen_k}")
-    heads, head = q.shape[1], q.shape[2]
+    heads, head, head_v = q.shape[1], q.shape[2], v.shape[-1]
+    width = kernel_head(head, head_v)
+    if paged:
+        native_cache(width, head, head_v, kn, vn)
+    else:  # packed: zero-padded to the kernel width, O sliced back (ptofa.launch.base.pad_heads)
+        q, k, v = pad_heads(width, q, k, v)
     window = _window(causal, window_size)
     softcap = check_softcap(softcap)
     alibi = check_alibi_slopes(alibi_slopes, len(q_lens), heads)
-    base = with_score_mods(auto_config(head, in_dtype, s1=max(1, max_seqlen_k), masked=window != (-1, -1),
+    base = with_score_mods(auto_config(width, in_dtype, s1=max(1, max_seqlen_k), masked=window != (-1, -1),
                                        lse=lse_wanted), softcap=softcap > 0, alibi=alibi is not None)
     lse = torch.full((heads, q.shape[0]), math.inf, device=q.device) if lse_wanted else None
     if paged:
@@ -162,7 +168,18 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sof
     out = torch.empty(q.shape, dtype=TORCH_DTYPES[config.out_dtype], device=q.device)
     _launch(backend, config, shape, table_of, q.detach().contiguous(), k.detach(), v.detach(), out,
             _scale(softmax_scale, head), num_splits, lse=lse, block_table=block_table, softcap=softcap, alibi=alibi)
-    return out, lse
+    return (out if width == head_v else out[..., :head_v].contiguous()), lse
+
+
+def native_cache(width: int, head: int, head_v: int, k_name: str = "k_cache", v_name: str = "v_cache") -> None:
+    """NotImplementedError unless a KV cache's head dims are one kernel width: the paged and KV-cache
+    kernels read the caller's cache in place, so its columns cannot be zero-padded on the host (that
+    would copy the whole cache every call)."""
+    if head != width or head_v != width:
+        raise NotImplementedError(
+            f"{k_name}, {v_name}: head dims D={head}, Dv={head_v}; a KV cache is read in place, so its head dims must "
+            f"be one kernel width (a multiple of 16 up to 128, of 32 up to 256); allocate the cache with "
+            f"kernel_head(D, Dv) = {width} columns, zero beyond D (and Dv), and slice out[..., :Dv]")
 
 
 class _VarlenAttention(torch.autograd.Function):
@@ -435,6 +452,7 @@ def flash_attn_with_kvcache(
         raise ValueError(f"dtypes: q and the caches must share one dtype, got {q.dtype}, {k_cache.dtype}, {v_cache.dtype}")
     batch, s0, heads, head = q.shape
     alibi = check_alibi_slopes(alibi_slopes, batch, heads)
+    native_cache(kernel_head(head, v_cache.shape[-1]), head, v_cache.shape[-1])
     if (k is None) != (v is None):
         raise ValueError("k, v: give both new keys and new values, or neither")
     if k is not None and (k.dim() != 4 or k.shape != v.shape or k.shape[0] != batch
