@@ -29,17 +29,18 @@ SCORE_BLOCK_ELEMENTS = 1 << 25
 
 
 def make_inputs(shape: ProblemShape, head: int, seed: int, dtype: torch.dtype = torch.float16,
-                kv_heads: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Deterministic Q [B,S0,N,D], K and V [B,S1,KVN,D] in `dtype`: plain `randn` from one seeded generator."""
+                kv_heads: int | None = None, head_v: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Deterministic Q [B,S0,N,D], K [B,S1,KVN,D] and V [B,S1,KVN,Dv] (Dv = `head_v`, default D) in
+    `dtype`: plain `randn` from one seeded generator."""
     generator = torch.Generator().manual_seed(seed)
     kv_heads = kv_heads or shape.heads
 
-    def randn(seq: int, heads: int) -> torch.Tensor:
-        return torch.randn(shape.batch, seq, heads, head, generator=generator).to(dtype)
+    def randn(seq: int, heads: int, width: int = head) -> torch.Tensor:
+        return torch.randn(shape.batch, seq, heads, width, generator=generator).to(dtype)
 
     q = randn(shape.s0, shape.heads)
     k = randn(shape.s1, kv_heads)
-    v = randn(shape.s1, kv_heads)
+    v = randn(shape.s1, kv_heads, head if head_v is None else head_v)
     return q, k, v
 
 

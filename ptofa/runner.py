@@ -58,12 +58,14 @@ def run_case(
     key_mask=None,
     softcap: float = 0.0,
     alibi_slopes=None,
+    head_dims: tuple[int, int] | None = None,
 ) -> RunResult:
     """Build the kernel for `config`, run it on `backend` and check O against the reference.
 
     `options` are the simulator's run options (tracing, an injected fault, ...); `key_mask`
     is the key-padding mask of a `key_padding` kernel (None: random ragged lengths); `softcap` the
     value of a `softcap` kernel, `alibi_slopes` ([N] or [B, N] fp32) an `alibi` kernel's (None: ALiBi's usual);
+    `head_dims` (D, Dv) runs inputs of those head dims zero-padded to the kernel's width;
     `timing` asks the simulator for the timing model's prediction (`timeline`: also
     a picture of it, `trace`: its Chrome trace events, `soc`: the chip it models).
     Never raises for a failing kernel: the status says "pass", "fail", "deadlock",
@@ -84,5 +86,6 @@ def run_case(
             config, shape, pto_path, seed=seed, block_dim=block_dim, scale=scale,
             options=options or RunOptions(), key_mask=key_mask, timing=timing, timeline=timeline, trace=trace, soc=soc,
             softcap=softcap, alibi_slopes=alibi_slopes,
+            head_dims=head_dims,
         )
         return get_backend(backend).run(request)

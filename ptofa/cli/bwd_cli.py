@@ -55,35 +55,39 @@ def build_backward(config: FAConfig, out_dir: Path, echo, atomic: bool = False) 
 
 def run_backward_case(config: FAConfig, shape: ProblemShape, forward_us: float | None, seed: int, soc: str,
                       block_dim: int | None, echo, backend: str = "sim", atomic: bool = False,
-                      softcap: float = 0.0) -> bool:
+                      softcap: float = 0.0, head_dims: tuple[int, int] | None = None) -> bool:
     """Forward (for O and LSE), backward, gradient check and timing; True when the gradients pass.
+    `head_dims` (D, Dv): inputs of those head dims, zero-padded to the kernels' width `config.head`.
     On `backend="npu"` both run on the NPU and the timing model is not run (it replays the
     kernels on the simulator: `--backend sim`)."""
     import ptofa
-    from ptofa.launch.base import case_key_mask
+    from ptofa.launch.base import case_key_mask, pad_heads
     from ptofa.attention.backward import BackwardBuffers, attention_backward, check_gradients, reference_backward, run_backward
     from ptofa.reference import default_alibi_slopes, make_inputs
 
     bwd = backward_config(config, atomic)
     dtype = TORCH_DTYPES[config.in_dtype]
-    q, k, v = make_inputs(shape, config.head, seed, dtype, shape.kv_heads)
-    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1)).to(dtype)
+    head, head_v = head_dims or (config.head, config.head)
+    q, k, v = make_inputs(shape, head, seed, dtype, shape.kv_heads, head_v)
+    dout = torch.randn(*q.shape[:3], head_v, generator=torch.Generator().manual_seed(seed + 1)).to(dtype)
     fwd = dataclasses.replace(config, lse=True)
     mask = case_key_mask(config, shape, None, seed)  # a random ragged one with --key-padding-mask
     mods = dict(softcap=softcap, alibi_slopes=default_alibi_slopes(shape.heads) if config.alibi else None)
     out, lse = ptofa.flash_attn_func(q, k, v, window_size=shape.window, key_padding_mask=mask, return_lse=True,
                                      backend=backend, config=fwd, **mods)
-    grads = BackwardBuffers.zeros(q, k, atomic=atomic)
-    scale = shape.default_scale(config.head)
+    scale = shape.default_scale(head)
     out, lse = out.contiguous(), lse.contiguous()
+    wide = pad_heads(config.head, q, k, v, out, dout)  # the kernels' width (the tensors as they are when it is theirs)
+    grads = BackwardBuffers.zeros(wide[0], wide[1], atomic=atomic)
     if backend == "npu":
         grads.dq, grads.dk, grads.dv = attention_backward(
             q, k, v, out, lse, dout, softmax_scale=scale, window=shape.window, deterministic=not atomic,
             backend=backend, config=bwd, block_dim=block_dim, key_padding_mask=mask, **mods)
         results = None
     else:
-        results = run_backward(bwd, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, trace=True,
+        results = run_backward(bwd, shape, *wide[:4], lse, wide[4], grads, scale, block_dim=block_dim, trace=True,
                                key_mask=mask, **mods)
+        grads.dq, grads.dk, grads.dv = grads.dq[..., :head], grads.dk[..., :head], grads.dv[..., :head_v]
     passed = True
     scores = shape.batch * shape.heads * shape.s0 * shape.s1
     if scores <= MAX_CHECKED_SCORES:

@@ -17,7 +17,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ptofa.pipeline import SUPPORTED_HEAD, ConfigError, FAConfig, ProblemShape, budget
+from ptofa.pipeline import MAX_HEAD, SUPPORTED_HEAD, ConfigError, FAConfig, ProblemShape, budget, kernel_head
 from ptofa.sim.options import FAULTS, RunOptions
 from ptofa.cli.serving_cli import read_seqlens, run_serving, serving_options
 from ptofa.cli.switches import (  # noqa: F401 (DTYPES, window_of, InputError: re-exported)
@@ -43,7 +43,8 @@ def _config_options(f):
     f = click.option("--tile-s1", type=int, default=256, show_default=True,
                      help="Logical S1 tile width per pipeline step (128, 256 or 512).")(f)
     f = click.option("--head", "--head-dim", "head", type=int, default=128, show_default=True,
-                     help=f"Head dimension D ({', '.join(map(str, SUPPORTED_HEAD))}).")(f)
+                     help=f"Head dimension D: a kernel width ({', '.join(map(str, SUPPORTED_HEAD))}); `run` takes "
+                          f"any 1..{MAX_HEAD} (inputs zero-padded to the next width).")(f)
     return f
 
 
@@ -198,6 +199,9 @@ def check(pto_file: Path, ptoas_only: bool, pto_backend: str | None) -> None:
 @click.option("--backward", is_flag=True,
               help="Also run the backward kernels on the forward's O and LSE: check dq, dk, dv; predict their time (sim).")
 @click.option("--atomic", is_flag=True, help="With --backward: the atomic-add dQ mode (prep + dkdv + post kernels).")
+@click.option("--head-dim-v", "head_v", type=int, default=None,
+              help="V's (and O's) head dimension Dv, 1..256 [default: --head-dim]; the kernel runs at the width "
+                   "kernel_head(D, Dv) with zero-padded inputs.")
 @click.option("--balance", is_flag=True,
               help="Also run the dense shape through the balanced split-KV launch (per-unit splits chosen by the "
                    "timing model, e.g. only the last wave's units; then the reduce kernel): check it and predict both "
@@ -208,7 +212,7 @@ def run(kernel_file: Path | None, kernel_args: tuple[str, ...], kernel_out: Path
         causal: bool, window: tuple[int, int] | None, key_padding: bool, lse: bool, prescale_q: bool,
         softmax_dtypes: tuple[str, ...], softcap: float, alibi: bool, seed: int, block_dim: int | None,
         keep: Path | None, timeline: Path | None, trace: Path | None, soc: str, inject_fault: str | None,
-        backward: bool, atomic: bool, balance: bool) -> None:
+        backward: bool, atomic: bool, balance: bool, head_v: int | None) -> None:
     """Build, run and check the kernel against the torch reference; print one result row.
 
     With KERNEL_FILE (any .pto: `run_fa run k.pto --arg x=f32:64x256 --arg rows=64 --block-dim 2`) run that
@@ -228,7 +232,17 @@ def run(kernel_file: Path | None, kernel_args: tuple[str, ...], kernel_out: Path
     from ptofa.runner import BackendUnavailable, resolve_backend, run_case
     from ptofa.launch.varlen import varlen_shape
 
-    config = make_config(head, tile_s1, qk_preload, dtype, out_dtype, causal, window, key_padding, lse, prescale_q,
+    head_v = head if head_v is None else head_v
+    try:
+        width = kernel_head(head, head_v)
+    except ConfigError as exc:
+        raise InputError(f"invalid config: {exc}") from None
+    head_dims = None if (head, head_v) == (width, width) else (head, head_v)
+    if head_dims is not None and (decode or num_splits is not None or seqlens or kv_seqlens or seqlens_file
+                                  or balance or backend == "npu"):
+        raise InputError(f"--head-dim {head} --head-dim-v {head_v}: inputs padded to the kernel width {width} run "
+                         f"dense on the sim backend here (ptofa.flash_attn_varlen_func takes them packed)")
+    config = make_config(width, tile_s1, qk_preload, dtype, out_dtype, causal, window, key_padding, lse, prescale_q,
                          softmax_dtypes)
     config = with_score_mods(config, softcap, alibi)
     if seqlens_file is not None:
@@ -271,10 +285,12 @@ def run(kernel_file: Path | None, kernel_args: tuple[str, ...], kernel_out: Path
     try:
         result = run_case(config, shape, backend=backend, seed=seed, keep_dir=keep, block_dim=block_dim,
                           timing=True, timeline=timeline, trace=trace, soc=soc, options=RunOptions(fault=inject_fault),
-                          key_mask=key_mask, softcap=softcap)
+                          key_mask=key_mask, softcap=softcap, head_dims=head_dims)
     except BackendUnavailable as exc:
         raise InputError(str(exc)) from None
     print_results([result])
+    if head_dims is not None:
+        console.print(f"head dims D={head}, Dv={head_v}: run on the kernel width {width} (inputs zero-padded on the host)")
     if result.message and not result.passed:
         click.echo(result.message, err=True)
     for path in (timeline, trace):
@@ -293,7 +309,8 @@ def run(kernel_file: Path | None, kernel_args: tuple[str, ...], kernel_out: Path
         from ptofa.cli.bwd_cli import run_backward_case
 
         passed = run_backward_case(config, shape, result.predicted_us, seed, soc, block_dim,
-                                   lambda line: console.print(line, markup=False), backend, atomic, softcap)
+                                   lambda line: console.print(line, markup=False), backend, atomic, softcap,
+                                   head_dims)
         sys.exit(0 if passed else 1)
     sys.exit(0 if result.passed else 1)
 

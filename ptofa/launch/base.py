@@ -114,6 +114,9 @@ class RunRequest:
     timeline: Path | None = None
     trace: Path | None = None
     soc: str = DEFAULT_SOC
+    # (D, Dv) of the inputs when they are narrower than the kernel (config.head = kernel_head(D, Dv)):
+    # they are zero-padded to it (`pad_heads`) and O's first Dv columns are checked. None: both config.head.
+    head_dims: tuple[int, int] | None = None
 
 
 class Backend(Protocol):

@@ -26,7 +26,7 @@ import torch
 from ptofa.ir.textio import PtoCheckError, check_text
 from ptofa.kernels import argspec
 from ptofa.launch.base import (TORCH_DTYPES, RunRequest, RunResult, case_key_mask, case_score_mods, check_output,
-                               register_backend)
+                               pad_heads, register_backend)
 from ptofa.launch.plan import BuiltKernel, KernelCall, LaunchPlan, Workspace, bind, blocks_for, plan_forward
 from ptofa.launch.varlen import make_varlen_inputs, reference_varlen, unit_table
 from ptofa.pipeline import FAConfig, ProblemShape
@@ -124,7 +124,8 @@ class SimBackend:
         spec = get_soc(request.soc)
         result = RunResult.start(config, shape, self.name,
                                  block_dim=blocks_for(shape.work_units(config), spec, request.block_dim or None))
-        scale = shape.default_scale(config.head) if request.scale is None else request.scale
+        head, head_v = request.head_dims or (config.head, config.head)
+        scale = shape.default_scale(head) if request.scale is None else request.scale
         started = time.perf_counter()
         try:
             parsed = check_text(pto_path.read_text(), str(pto_path))
@@ -142,7 +143,7 @@ class SimBackend:
             reference = reference_varlen(q, k, v, *zip(*shape.seqlens), scale, shape.window, TORCH_DTYPES[config.out_dtype],
                                          softcap, slopes)
         else:
-            q, k, v = make_inputs(shape, config.head, request.seed, TORCH_DTYPES[config.in_dtype], shape.kv_heads)
+            q, k, v = make_inputs(shape, head, request.seed, TORCH_DTYPES[config.in_dtype], shape.kv_heads, head_v)
             o = torch.full((shape.batch, shape.s0, shape.heads, config.head), math.nan, dtype=TORCH_DTYPES[config.out_dtype])
             lse = torch.full((shape.batch, shape.heads, shape.s0), math.nan) if config.lse else None
         kernel = BuiltKernel(pto_path.read_text(), config.summary(), argspec.ENTRY_NAME, argspec.entry_args(config),
@@ -159,8 +160,9 @@ class SimBackend:
         try:
             if options.fault is not None:  # the text the reports' line numbers refer to, for the reader
                 Path(fault_path(str(pto_path), options.fault)).write_text(fault_text(parsed, options.fault))
-            (sim,) = launch(plan, {"q": q, "k": k, "v": v, "o": o, "lse": lse, "key_mask": key_mask,
-                                   "alibi_slopes": slopes}, options=options)
+            padded = dict(zip("qkv", pad_heads(config.head, q, k, v)))
+            (sim,) = launch(plan, {**padded, "o": o, "lse": lse, "key_mask": key_mask, "alibi_slopes": slopes},
+                            options=options)
         except PtoCheckError as exc:  # the injected fault makes the module fail the verifier
             result.status, result.message = "error", str(exc)
             return result
@@ -176,7 +178,7 @@ class SimBackend:
         result.extra["sim_steps"] = int(sim.steps)
         if sim.warnings:
             result.extra["sim_warnings"] = list(sim.warnings)
-        check_output(result, o, q, k, v, scale, window=shape.window, key_mask=key_mask, lse=lse,
+        check_output(result, o[..., :head_v], q, k, v, scale, window=shape.window, key_mask=key_mask, lse=lse,
                      out_dtype=config.out_dtype, reference=reference, softcap=softcap, alibi_slopes=slopes)
 
         if request.timing and sim.trace is not None:
