@@ -181,7 +181,7 @@ def test_pipe_faults_are_reported():
 
 
 @pytest.mark.parametrize("kwargs, rule", [
-    (dict(head=80), "head dim"),
+    (dict(head=72), "head dim"),
     (dict(in_dtype="f32"), "dtypes"),
     (dict(block_kv=48), "block size"),
     (dict(dkdv_passes=3), "dkdv passes"),
@@ -227,8 +227,8 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="backend='gpu' must be"):
         attention_backward(q, k, v, q, lse, dout, backend="gpu")
     with pytest.raises(ConfigError, match="head dim"):
-        attention_backward(*(torch.zeros(1, 8, 1, 80, dtype=torch.float16),) * 4, torch.zeros(1, 1, 8),
-                           torch.zeros(1, 8, 1, 80, dtype=torch.float16))
+        attention_backward(*(torch.zeros(1, 8, 1, 264, dtype=torch.float16),) * 4, torch.zeros(1, 1, 8),
+                           torch.zeros(1, 8, 1, 264, dtype=torch.float16))
 
 
 # ---- timing -------------------------------------------------------------------------------
@@ -283,7 +283,7 @@ def test_cli_build_backward_writes_both_kernels(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["build", "--backward", "--head", "80"], "head dim"),
+    (["build", "--backward", "--head", "72"], "head dim"),
     (["build", "--backward", "--out-dtype", "fp32"], "--out-dtype not supported"),
 ])
 def test_cli_backward_bad_input_exits_2(argv, message):

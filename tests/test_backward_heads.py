@@ -184,7 +184,7 @@ def test_timing_model_counts_the_second_pass():
 
 
 def test_unsupported_head_dims_name_the_rule():
-    with pytest.raises(ConfigError, match=r"head dim: head=80"):
-        default_config(80)
-    with pytest.raises(ConfigError, match=r"head dim: head=80"):
-        BwdConfig(head=80)
+    with pytest.raises(ConfigError, match=r"head dim: head=72 is not a kernel width"):
+        default_config(72)
+    with pytest.raises(ConfigError, match=r"head dim: head=72 is not a kernel width"):
+        BwdConfig(head=72)

@@ -103,7 +103,7 @@ def test_illegal_grid_point_is_the_only_one() -> None:
 # --------------------------------------------------------------------------------------
 
 ILLEGAL_CONFIGS = {
-    "head_80": (dict(head=80), "head dim: head=80 must be one of (64, 96, 128, 192, 256)"),
+    "head_72": (dict(head=72), "head dim: head=72 is not a kernel width: a multiple of 16 up to 128 (one D chunk) or of 32 up to 256 (two D chunks of whole cube fractals), (16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256)"),
     "head_256_128_rows": (dict(head=256, cube_s0=128), "cube tile: cube_s0=128, cube_s1=128; head=256 is built with 64-row Q blocks"),
     "tile_s1_1024": (dict(tile_s1=1024), "tile_s1: tile_s1=1024 must be one of (128, 256, 512)"),
     "tile_s1_not_multiple": (dict(tile_s1=192, cube_s1=128), "divisibility: cube_s1=128 must divide tile_s1=192"),
@@ -491,7 +491,7 @@ def test_cli_check_parse_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("args, rule", [
-    (["--head", "80"], "head dim: head=80 must be one of (64, 96, 128, 192, 256)"),
+    (["--head", "72"], "head dim: head=72 is not a kernel width"),
     (["--tile-s1", "1024"], "tile_s1: tile_s1=1024"),
     (["--qk-preload", "0"], "qk_preload: qk_preload=0 must be >= 1"),
     (["--qk-preload", "5"], "preload vs slot ring: qk_preload=5"),

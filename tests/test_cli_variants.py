@@ -130,11 +130,14 @@ BAD = {
                             "Error: window: --window '1,2,3' must be LEFT,RIGHT (two integers, -1 = unbounded)"),
     "causal_and_window": (["--causal", "--window", "3,4"],
                           "Error: window: --causal is --window -1,0, which contradicts --window 3,4"),
-    "head_80": (["--head", "80"], "Error: invalid config: head dim: head=80 must be one of (64, 96, 128, 192, 256)"),
-    "head_512": (["--head", "512"], "Error: invalid config: head dim: head=512 must be one of (64, 96, 128, 192, 256)"),
+    "head_512": (["--head", "512"], "Error: invalid config: head dim: head_dim=512 must be an int in 1..256"),
+    "head_v_0": (["--head-dim-v", "0"], "Error: invalid config: head dim: head_dim_v=0 must be an int in 1..256"),
 }
 BUILD_TOO = {"window_below_minus_one", "window_right_below_minus_one", "window_not_integers", "window_three_values",
-             "causal_and_window", "head_80", "head_512"}
+             "causal_and_window", "head_72", "head_512"}
+# build emits a kernel, whose head dim must be a kernel width (run pads any other up to one)
+BUILD_LINES = {name: (["--head", str(d)], f"Error: invalid config: head dim: head={d} is not a kernel width: a multiple of 16 up to 128 (one D chunk) or of 32 up to 256 (two D chunks of whole cube fractals), (16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256); other head dims run on kernel_head(D) with zero-padded columns")
+               for name, d in (("head_72", 72), ("head_512", 512))}
 
 
 @pytest.mark.parametrize("args, line", BAD.values(), ids=BAD.keys())
@@ -147,7 +150,7 @@ def test_run_bad_value_is_one_line_and_exit_2(tmp_path: Path, args: list[str], l
 
 @pytest.mark.parametrize("name", sorted(BUILD_TOO))
 def test_build_bad_value_is_one_line_and_exit_2(tmp_path: Path, name: str) -> None:
-    args, line = BAD[name]
+    args, line = BUILD_LINES.get(name) or BAD[name]
     out = tmp_path / "fa.pto"
     result = CliRunner().invoke(main, ["build", *args, "-o", str(out)])
     assert result.exit_code == 2, result.output

@@ -207,7 +207,7 @@ def test_causal_kernel_skips_invisible_tiles() -> None:
     (lambda: normalize_key_mask(torch.ones(2, 8, dtype=torch.bool), 3, 9), "key padding mask: shape (2, 8) must be [B, S1] = [3, 9] or [S1] = [9]"),
     (lambda: config(in_dtype="f32"), "dtypes: in_dtype='f32', out_dtype='f32'"),
     (lambda: config(out_dtype="i8"), "dtypes: in_dtype='f16', out_dtype='i8'"),
-    (lambda: config(head=80), "head dim: head=80 must be one of (64, 96, 128, 192, 256)"),
+    (lambda: config(head=72), "head dim: head=72 is not a kernel width: a multiple of 16 up to 128 (one D chunk) or of 32 up to 256 (two D chunks of whole cube fractals), (16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256)"),
 ])
 def test_bad_values_name_the_rule(bad, message) -> None:
     with pytest.raises(ConfigError) as info:

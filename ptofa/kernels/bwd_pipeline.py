@@ -196,7 +196,8 @@ def default_config(head: int, in_dtype: str = "f16", *, masked: bool = False, at
     `DEFAULT_BLOCKS` (a width between its entries takes the next entry up's, whose tiles are at least
     as large; `ConfigError` for a head dim the backward does not support)."""
     if head not in BWD_HEADS:
-        raise ConfigError(f"head dim: head={head}: the backward supports {BWD_HEADS}")
+        raise ConfigError(f"head dim: head={head} is not a kernel width; the backward supports {BWD_HEADS} (other "
+                          f"head dims run on kernel_head(D, Dv) with zero-padded columns)")
     tuned = min(d for d, atomic in DEFAULT_BLOCKS if d >= head and atomic == atomic_dq)
     block_kv, block_q, passes, dq_block_kv = DEFAULT_BLOCKS[(tuned, atomic_dq)]
     return BwdConfig(head=head, in_dtype=in_dtype, masked=masked, atomic_dq=atomic_dq, key_padding=key_padding,
@@ -213,7 +214,8 @@ def _check(c: BwdConfig) -> None:
     if c.target not in ("a2", "a3"):
         fail("target", f"target={c.target!r}; only a2/a3 (dav-c220) are supported")
     if c.head not in BWD_HEADS:
-        fail("head dim", f"head={c.head}: the backward supports {BWD_HEADS}")
+        fail("head dim", f"head={c.head} is not a kernel width; the backward supports {BWD_HEADS} (other head dims "
+                         f"run on kernel_head(D, Dv) with zero-padded columns)")
     if c.dkdv_passes not in (1, 2):
         fail("dkdv passes", f"dkdv_passes={c.dkdv_passes} must be 1 (dK and dV together) or 2 (dV, then dK)")
     if c.d_chunk % 16 != 0:

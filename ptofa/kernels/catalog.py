@@ -1,9 +1,11 @@
 """Every kernel ptofa emits, one entry per distinct form: the set a real ptoas must compile.
 
-The forward kernel's (head, tile_s1, qk_preload) grid, each switch of `FAConfig` on its
-own and in the combinations the calls use (`flash_attn_func`, varlen, paged decode,
-split-KV, GQA packing), the split-KV reduce kernel, and the backward kernels of every
-`BwdConfig` the calls build. `run_fa catalog` lists or writes them; the `ptoas`-marked
+The forward kernel's (head, tile_s1, qk_preload) grid at the head dims of `GRID_HEADS`, each
+switch of `FAConfig` on its own and in the combinations the calls use (`flash_attn_func`,
+varlen, paged decode, split-KV, GQA packing), the split-KV reduce kernel, and the backward
+kernels of every `BwdConfig` the calls build; the other kernel widths (`WIDTH_HEADS`: any head
+dim and any (D, Dv) pair runs on one of them) with the default tiles and the switches of
+`WIDTH_SWITCHES`, forward and backward. `run_fa catalog` lists or writes them; the `ptoas`-marked
 test compiles each unedited, and a CPU test parses and verifies each.
 """
 
@@ -19,8 +21,16 @@ from pathlib import Path
 
 import click
 
-from ptofa.kernels.bwd_pipeline import BWD_HEADS, BwdConfig, default_config
+from ptofa.kernels.bwd_pipeline import BwdConfig, default_config
 from ptofa.pipeline import SUPPORTED_HEAD, SUPPORTED_TILE_S1, ConfigError, FAConfig
+
+# The head dims of the full tile grid and the switch sets (the tuned widths), and the other kernel
+# widths, which the catalog holds with one tile config each (`WIDTH_SWITCHES`): the forms are the
+# same at every width, only the numbers differ.
+GRID_HEADS = (64, 96, 128, 192, 256)
+WIDTH_HEADS = tuple(d for d in SUPPORTED_HEAD if d not in GRID_HEADS)
+# What a width runs: the plain kernel, the autograd op's (LSE on) masked bf16 kernel, packed varlen.
+WIDTH_SWITCHES: tuple[dict, ...] = (dict(), dict(masked=True, lse=True, in_dtype="bf16"), dict(varlen=True, lse=True))
 
 
 @dataclass(frozen=True)
@@ -34,7 +44,7 @@ class Kernel:
 
 def _grid() -> Iterator[FAConfig]:
     """Every legal point of the forward grid (qk_preload 4 included: it is legal, with a warning)."""
-    for head, tile_s1, preload in itertools.product(SUPPORTED_HEAD, SUPPORTED_TILE_S1, (1, 2, 3, 4)):
+    for head, tile_s1, preload in itertools.product(GRID_HEADS, SUPPORTED_TILE_S1, (1, 2, 3, 4)):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
@@ -107,26 +117,31 @@ def _name(c: FAConfig) -> str:
 
 
 def forward_configs() -> list[FAConfig]:
-    """The grid, then every switch set on each base, without repeats."""
+    """The grid, then every switch set on each base, then the other widths, without repeats."""
     configs = list(_grid())
     for (head, tile_s1), switches in itertools.product(SWITCH_BASES, SWITCHES):
         configs.append(FAConfig(head=head, tile_s1=tile_s1, **switches))
+    configs += [FAConfig(head=head, **switches) for head, switches in itertools.product(WIDTH_HEADS, WIDTH_SWITCHES)]
     return list(dict.fromkeys(configs))
 
 
 def backward_configs() -> list[BwdConfig]:
     """Deterministic (dq + dkdv) and atomic-dQ (prep + dkdv + post) modes of every head dim, with the
     block sizes `attention_backward` picks (`bwd_pipeline.default_config`), and each with a
-    key-padding mask on top of a window."""
+    key-padding mask on top of a window; then the other widths, each mode once (f16 deterministic,
+    bf16 masked atomic)."""
     grid = [default_config(head, dtype, masked=masked, atomic_dq=atomic)
-            for atomic, head, dtype, masked in itertools.product((False, True), BWD_HEADS, ("f16", "bf16"),
+            for atomic, head, dtype, masked in itertools.product((False, True), GRID_HEADS, ("f16", "bf16"),
                                                                  (False, True))]
     return (grid + [default_config(head, masked=True, key_padding=True, atomic_dq=atomic)
-                    for atomic, head in itertools.product((False, True), BWD_HEADS)]
+                    for atomic, head in itertools.product((False, True), GRID_HEADS)]
             + [default_config(head, masked=True, softcap=True, alibi=True, atomic_dq=atomic)
-               for atomic, head in itertools.product((False, True), BWD_HEADS)]
+               for atomic, head in itertools.product((False, True), GRID_HEADS)]
             + [default_config(128, dtype, softcap=softcap, alibi=not softcap)
-               for dtype, softcap in itertools.product(("f16", "bf16"), (False, True))])
+               for dtype, softcap in itertools.product(("f16", "bf16"), (False, True))]
+            + [default_config(head, dtype, masked=masked, atomic_dq=atomic)
+               for head, (dtype, masked, atomic) in itertools.product(WIDTH_HEADS, (("f16", False, False),
+                                                                                  ("bf16", True, True)))])
 
 
 def kernels() -> list[Kernel]:
@@ -189,4 +204,4 @@ def catalog_cmd(out: Path | None, verify: bool) -> None:
     sys.exit(1 if failed else 0)
 
 
-__all__ = ["Kernel", "SWITCHES", "backward_configs", "catalog_cmd", "forward_configs", "kernels"]
+__all__ = ["GRID_HEADS", "Kernel", "SWITCHES", "WIDTH_HEADS", "WIDTH_SWITCHES", "backward_configs", "catalog_cmd", "forward_configs", "kernels"]
