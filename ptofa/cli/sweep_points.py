@@ -15,7 +15,7 @@ import torch
 import ptofa
 from ptofa.cli.switches import UNBOUNDED
 from ptofa.launch.base import BackendUnavailable, RunResult
-from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
+from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, kernel_head
 
 RunFunction = Callable[..., RunResult]
 
@@ -179,11 +179,15 @@ def package_versions() -> dict[str, str]:
 
 
 def validate_point(point: SweepPoint) -> tuple[FAConfig | None, str, list[str]]:
-    """(config, rejection message, config warnings); config is None when a legality rule rejects the point."""
+    """(config, rejection message, config warnings); config is None when a legality rule rejects the point.
+    A head dim that is no kernel width runs on `kernel_head(D)`, its inputs zero-padded (`run_point`)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            config = FAConfig(head=point.head, tile_s1=point.tile_s1, qk_preload=point.qk_preload,
+            if point.balance and point.head != kernel_head(point.head):
+                raise ConfigError(f"--balance: head dim {point.head} is no kernel width; the balanced launch runs "
+                                  f"kernel widths only")
+            config = FAConfig(head=kernel_head(point.head), tile_s1=point.tile_s1, qk_preload=point.qk_preload,
                               in_dtype=point.in_dtype, out_dtype=point.out_dtype, masked=point.window != UNBOUNDED,
                               key_padding=point.key_padding, lse=point.lse, prescale_q=point.prescale_q,
                               softmax_dtype=point.softmax_dtype)
@@ -212,7 +216,7 @@ def run_point(run_fn: RunFunction, config: FAConfig, point: SweepPoint, seed: in
     """Run one valid point. A crash of the run function becomes an "error" row instead of ending the sweep;
     `BackendUnavailable` and `KeyboardInterrupt` propagate. A key-padding kernel gets the random ragged
     mask of `ptofa.reference.make_key_mask` (from the seed); its valid lengths go to `extra["key_lengths"]`."""
-    kwargs: dict = {}
+    kwargs: dict = {} if config.head == point.head else {"head_dims": (point.head, point.head)}
     lengths = None
     if config.key_padding:
         from ptofa.reference import make_key_mask
@@ -230,4 +234,6 @@ def run_point(run_fn: RunFunction, config: FAConfig, point: SweepPoint, seed: in
         result = RunResult.start(config, point.shape, point.backend, status="error", message=f"{type(exc).__name__}: {exc}")
     if lengths is not None:
         result.extra["key_lengths"] = [int(n) for n in lengths]
+    if config.head != point.head:  # the row is the point's head dim; the kernel ran at its width
+        result.head, result.extra["kernel_head"] = point.head, config.head
     return result

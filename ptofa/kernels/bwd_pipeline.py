@@ -187,6 +187,7 @@ DEFAULT_BLOCKS = {
     (64, True): (64, 64, 1, 64), (96, True): (64, 64, 1, 64), (128, True): (64, 64, 1, 64),
     (192, True): (64, 64, 2, 64), (256, True): (32, 32, 1, 64),
 }
+TUNED_HEADS = tuple(sorted({head for head, _ in DEFAULT_BLOCKS}))  # the widths the block sizes were chosen at
 
 
 def default_config(head: int, in_dtype: str = "f16", *, masked: bool = False, atomic_dq: bool = False,
@@ -198,7 +199,7 @@ def default_config(head: int, in_dtype: str = "f16", *, masked: bool = False, at
     if head not in BWD_HEADS:
         raise ConfigError(f"head dim: head={head} is not a kernel width; the backward supports {BWD_HEADS} (other "
                           f"head dims run on kernel_head(D, Dv) with zero-padded columns)")
-    tuned = min(d for d, atomic in DEFAULT_BLOCKS if d >= head and atomic == atomic_dq)
+    tuned = min(d for d in TUNED_HEADS if d >= head)
     block_kv, block_q, passes, dq_block_kv = DEFAULT_BLOCKS[(tuned, atomic_dq)]
     return BwdConfig(head=head, in_dtype=in_dtype, masked=masked, atomic_dq=atomic_dq, key_padding=key_padding,
                      target=target, block_kv=block_kv, block_q=block_q, dkdv_passes=passes, dq_block_kv=dq_block_kv,

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import click
 
-from ptofa.kernels.bwd_pipeline import BwdConfig, default_config
+from ptofa.kernels.bwd_pipeline import TUNED_HEADS, BwdConfig, default_config
 from ptofa.pipeline import SUPPORTED_HEAD, SUPPORTED_TILE_S1, ConfigError, FAConfig
 
 # The head dims of the full tile grid and the switch sets (the tuned widths), and the other kernel
 # widths, which the catalog holds with one tile config each (`WIDTH_SWITCHES`): the forms are the
 # same at every width, only the numbers differ.
-GRID_HEADS = (64, 96, 128, 192, 256)
+GRID_HEADS = TUNED_HEADS  # (64, 96, 128, 192, 256)
 WIDTH_HEADS = tuple(d for d in SUPPORTED_HEAD if d not in GRID_HEADS)
 # What a width runs: the plain kernel, the autograd op's (LSE on) masked bf16 kernel, packed varlen.
 WIDTH_SWITCHES: tuple[dict, ...] = (dict(), dict(masked=True, lse=True, in_dtype="bf16"), dict(varlen=True, lse=True))

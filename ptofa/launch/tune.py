@@ -54,7 +54,7 @@ from ptofa.kernels import units as schedule
 from ptofa.launch.base import TORCH_DTYPES
 from ptofa.launch.kernel_cache import atomic_write, builder_digest, cache_root
 from ptofa.launch.plan import blocks_for, plan_forward
-from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
+from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, kernel_head
 from ptofa.sim.options import RunOptions
 from ptofa.sim.socspec import get_soc
 from ptofa.sim.timing import compulsory_bytes, predict
@@ -97,7 +97,8 @@ class TuneShape:
         return ProblemShape(self.batch, self.heads, self.s0, self.s1, kv_heads=self.kv_heads, window=self.window)
 
     def base_config(self) -> FAConfig:
-        return FAConfig(head=self.head, in_dtype=self.in_dtype, out_dtype=self.out_dtype,
+        """The kernel at the width the head dim runs on (`kernel_head`: other head dims are zero-padded to it)."""
+        return FAConfig(head=kernel_head(self.head), in_dtype=self.in_dtype, out_dtype=self.out_dtype,
                         masked=self.window != (-1, -1), key_padding=self.key_padding, lse=self.lse)
 
 
