@@ -108,8 +108,10 @@ CASES = [
 def test_forward_backward(d, dv, dt, causal, heads, deterministic):
     q, k, v, dout = _inputs(d, dv, DTYPES[dt], *heads)
     leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    # a config at the kernel width (the automatic one would rank tile sizes on the simulator first: slow)
+    config = FAConfig(head=kernel_head(d, dv), tile_s1=128, qk_preload=2, in_dtype=dt, masked=causal, lse=True)
     out, lse = ptofa.flash_attn_func(*leaves, causal=causal, deterministic=deterministic, return_lse=True,
-                                     backend="sim")
+                                     backend="sim", config=config)
     assert out.shape == (1, q.shape[1], heads[0], dv) and out.is_contiguous()
     window = (-1, 0) if causal else (-1, -1)
     ref = reference_fa(q, k, v, d ** -0.5, window)  # the default scale is 1 / sqrt(true D)
@@ -122,6 +124,16 @@ def test_forward_backward(d, dv, dt, causal, heads, deterministic):
     failed = {name: a.summary() for name, a in check_gradients(*grads, reference_backward(q, k, v, dout, None, window)
                                                                ).items() if not a.passed}
     assert not failed, failed
+
+
+@pytest.mark.slow
+def test_auto_config_padded():
+    """The automatic config (the timing model's ranking at the kernel width) for a padded head dim."""
+    q, k, v, _ = _inputs(59, 40, torch.float16, 2, 1, s0=70, s1=90)
+    out = ptofa.flash_attn_func(q, k, v, causal=True, backend="sim")
+    ref = reference_fa(q, k, v, 59 ** -0.5, (-1, 0))
+    acc = check_accuracy(out.float(), ref.out32, ref.out_low)
+    assert out.shape == (1, 70, 2, 40) and acc.passed, acc.summary()
 
 
 def test_varlen_packed_pair():

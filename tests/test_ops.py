@@ -189,8 +189,8 @@ Q, K, V = bsnd(batch=2, heads=4)
     ((Q[:, :, :3], K, V), ValueError, "grouped heads: q heads=3 must be a multiple of k/v heads=2"),
     ((Q[0], K, V), ValueError, "rank: q, k and v must be 4-D [B, S, N, D]; got q (70, 4, 64)"),
     ((Q, K[:1], V[:1]), ValueError, "batch: q has B=2 but k/v have B=1"),
-    ((Q, K, V[:, :199]), ValueError, "shape: k (2, 200, 2, 64) and v (2, 199, 2, 64) must have the same shape"),
-    ((Q, K, V[:1]), ValueError, "shape: k (2, 200, 2, 64) and v (1, 200, 2, 64) must have the same shape"),
+    ((Q, K, V[:, :199]), ValueError, "shape: k (2, 200, 2, 64) and v (2, 199, 2, 64) must have the same [B, S, N] (only the head dims may differ)"),
+    ((Q, K, V[:1]), ValueError, "shape: k (2, 200, 2, 64) and v (1, 200, 2, 64) must have the same [B, S, N] (only the head dims may differ)"),
     ((Q, K.numpy(), V), ValueError, "k: must be a torch.Tensor, got ndarray"),
 ])
 def test_input_checks_name_the_argument_and_the_numbers(args, error, message) -> None:

@@ -108,9 +108,11 @@ def flash_attn_func(
     ptofa's own arguments come after them and are keyword-only.
 
     q:            [batch, seqlen_q, nheads, headdim], torch.float16 or torch.bfloat16.
-    k, v:         [batch, seqlen_k, nheads_k, headdim], q's dtype; nheads % nheads_k == 0
-                  (grouped-query / multi-query attention: q head h reads kv head h // (nheads / nheads_k)).
-                  headdim is one of 64, 96, 128, 192, 256. The last dim must be contiguous
+    k, v:         k [batch, seqlen_k, nheads_k, headdim], v [batch, seqlen_k, nheads_k, headdim_v], q's
+                  dtype; nheads % nheads_k == 0 (grouped-query / multi-query attention: q head h reads kv
+                  head h // (nheads / nheads_k)). 1 <= headdim, headdim_v <= 256 (a head dim that is no
+                  kernel width runs on `ptofa.pipeline.kernel_head(headdim, headdim_v)` with zero-padded
+                  columns). The last dim must be contiguous
                   (stride 1, else ValueError); other strides are free (e.g. q = qkv[:, :, 0] of
                   a packed [batch, seqlen, 3, nheads, headdim] tensor): the kernel takes dense
                   BSND tensors, so such an input is copied once to a contiguous one.
@@ -141,7 +143,7 @@ def flash_attn_func(
     config:       (keyword) a `ptofa.pipeline.FAConfig` to run instead of the automatic choice (tile
                   sizes, preload depth); ConfigError when it cannot run this call.
 
-    Returns out [batch, seqlen_q, nheads, headdim], (out, lse, None) with return_attn_probs=True,
+    Returns out [batch, seqlen_q, nheads, headdim_v], (out, lse, None) with return_attn_probs=True,
     or (out, lse) with return_lse=True. Bad arguments raise ValueError / ConfigError with one
     line naming the rule and the numbers; backend="npu" without an NPU raises BackendUnavailable.
     Differentiable in q, k, v (the backward kernels, on the same backend, with the same mask);
@@ -246,8 +248,9 @@ def scaled_dot_product_attention(
 ) -> torch.Tensor:
     """`torch.nn.functional.scaled_dot_product_attention` on ptofa's kernel: same layout and names.
 
-    query:     [B, Hq, L, E], torch.float16 or torch.bfloat16; E one of 64, 96, 128, 192, 256.
-    key, value: [B, H, S, E], query's dtype; H == Hq, or Hq % H == 0 with enable_gqa=True.
+    query:     [B, Hq, L, E], torch.float16 or torch.bfloat16; 1 <= E <= 256.
+    key, value: key [B, H, S, E], value [B, H, S, Ev] (1 <= Ev <= 256), query's dtype; H == Hq, or
+               Hq % H == 0 with enable_gqa=True.
     attn_mask: None, or a bool key-padding mask broadcastable as [B, 1, 1, S] (True = the key
                takes part, torch's bool convention); other masks (per query row, per head,
                additive float) raise ValueError saying so. A query row that sees no key
@@ -261,7 +264,7 @@ def scaled_dot_product_attention(
     enable_gqa: allow fewer key/value heads than query heads (grouped-query attention).
     backend:   "auto", "sim" or "npu" (see `flash_attn_func`).
 
-    Returns [B, Hq, L, E] in query's dtype. Differentiable in query, key, value (the
+    Returns [B, Hq, L, Ev] in query's dtype. Differentiable in query, key, value (the
     backward kernels, on the same backend, with the same mask).
     """
     tensors = (query, key, value)
@@ -274,8 +277,8 @@ def scaled_dot_product_attention(
         raise ValueError(f"dropout_p: {dropout_p} is not supported; the kernel has no dropout (pass 0.0)")
     batch, heads, s0, _ = query.shape
     kv_heads, s1 = key.shape[1], key.shape[2]
-    if key.shape != value.shape:
-        raise ValueError(f"shape: key {tuple(key.shape)} and value {tuple(value.shape)} must have the same shape")
+    if key.shape[:3] != value.shape[:3]:
+        raise ValueError(f"shape: key {tuple(key.shape)} and value {tuple(value.shape)} must have the same [B, H, S]")
     if key.shape[0] != batch or key.shape[3] != query.shape[3]:
         raise ValueError(f"shape: query {tuple(query.shape)} and key/value {tuple(key.shape)} must share B and E")
     if heads != kv_heads and not enable_gqa:
