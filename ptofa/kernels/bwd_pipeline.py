@@ -30,8 +30,8 @@ With `atomic_dq` the backward is instead three kernels, and the dq kernel is not
          this mode needs block_q == block_kv.
 * `post` vector-only: dQ f32 -> input dtype.
 
-Every head dim of the forward (64, 96, 128, 192, 256). Above 128 the cube's operands are
-split in two D chunks (`d_chunk` = 96 or 128, as the forward's): S = Q K^T and dP = dO V^T
+Every kernel width of the forward (`SUPPORTED_HEAD`, 16..256). Above 128 the cube's operands are
+split in two D chunks (`d_chunk` = 80, 96, 112 or 128, as the forward's): S = Q K^T and dP = dO V^T
 accumulate over the chunks, and dQ, dK, dV have one L0C accumulator per chunk. The L0A / L0B
 operands (`operands`) each get a tile of their own when they all fit; otherwise those of one
 shape share a ring of tiles, moved in from L1 before each use (`operand_tiles`: D = 96 with
@@ -40,7 +40,8 @@ L0C is what limits the dkdv kernel above 128: its dK and dV accumulators (2 x bl
 f32) beside S^T and dP^T. `dkdv_passes=2` runs a unit's steps twice, dV first (S^T, P^T,
 dV += P^T dO), then dK (S^T, dP^T, dS^T, dK += dS^T Q), so one accumulator serves both: one
 more GEMM per score (S^T twice) for 64-key blocks at D = 256. `default_config` holds the
-block sizes and passes the timing model chose per head dim and mode (`DEFAULT_BLOCKS`).
+block sizes and passes the timing model chose per head dim and mode (`DEFAULT_BLOCKS`, at
+`TUNED_HEADS`; a width between them takes the next tuned one's).
 
 `key_padding` adds the forward kernel's i8 key mask (and its batch stride) to the dq and dkdv
 kernels' arguments; their vectors turn it into an additive bias on the scores.
