@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from ptofa.kernels import catalog
 from ptofa.cli.main import main
-from ptofa.pipeline import FAConfig
+from ptofa.pipeline import SUPPORTED_HEAD, FAConfig
 from ptofa.ir.textio import PtoCheckError, check_text
 
 
@@ -28,7 +28,10 @@ def test_catalog_covers_every_switch_and_kernel_kind() -> None:
     configs = catalog.forward_configs()
     for flag in ("masked", "key_padding", "lse", "varlen", "split_kv", "gqa_pack"):
         assert any(getattr(c, flag) for c in configs), flag
-    assert {c.head for c in configs} == {64, 96, 128, 192, 256}
+    assert {c.head for c in configs} == set(SUPPORTED_HEAD)  # every kernel width, forward and backward
+    assert {b.head for b in catalog.backward_configs()} == set(SUPPORTED_HEAD)
+    for head in catalog.WIDTH_HEADS:  # the widths off the tuned grid: plain, masked LSE bf16, varlen
+        assert FAConfig(head=head) in configs and FAConfig(head=head, varlen=True, lse=True) in configs
     assert any(c.page_size for c in configs) and any(c.in_dtype == "bf16" for c in configs)
     assert FAConfig() in configs
     assert sum(n.startswith("fa_reduce_") for n in names) == sum(c.split_kv for c in configs)
