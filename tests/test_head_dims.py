@@ -1,7 +1,7 @@
 """Every head dim 1..256 and a v head dim of its own (issue 32): the kernel widths and their rules,
 `kernel_head`, forward and backward through `flash_attn_func` against the torch reference with the
-accuracy rule at flash-attn's test head dims and the (Dv != D) pairs, packed varlen, the KV cache's
-refusal, and `run_fa run --head-dim-v`."""
+accuracy rule at flash-attn's test head dims and the (Dv != D) pairs, packed varlen, a padded KV cache,
+and `run_fa run --head-dim-v`."""
 
 from __future__ import annotations
 
@@ -157,11 +157,24 @@ def test_varlen_packed_pair():
         assert all(a.passed for a in accs.values()), {n: a.summary() for n, a in accs.items()}
 
 
-def test_kvcache_needs_a_kernel_width():
-    q = torch.zeros(1, 1, 2, 59, dtype=torch.float16)
-    cache = torch.zeros(1, 128, 1, 59, dtype=torch.float16)
-    with pytest.raises(NotImplementedError, match=r"k_cache, v_cache: head dims D=59, Dv=59; .* kernel_head\(D, Dv\) = 64"):
-        ptofa.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=5, backend="sim")
+def test_kvcache_padded_head_dim():
+    """A KV cache of a head dim that is no kernel width (59): the append goes into the caller's cache,
+    the kernel reads a zero-padded copy; Dv != D in a cache is refused."""
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 1, 2, 59, generator=g).half()
+    k_cache, v_cache = (torch.randn(2, 200, 1, 59, generator=g).half() for _ in range(2))
+    k_new, v_new = (torch.randn(2, 1, 1, 59, generator=g).half() for _ in range(2))
+    lens = torch.tensor([37, 150], dtype=torch.int32)
+    out = ptofa.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=lens, causal=True,
+                                        backend="sim")
+    assert out.shape == (2, 1, 2, 59)
+    for b, n in enumerate((38, 151)):
+        assert torch.equal(k_cache[b, n - 1], k_new[b, 0])  # appended in place
+        ref = reference_fa(q[b:b + 1], k_cache[b:b + 1, :n], v_cache[b:b + 1, :n], 59 ** -0.5)
+        acc = check_accuracy(out[b:b + 1].float(), ref.out32, ref.out_low)
+        assert acc.passed, acc.summary()
+    with pytest.raises(NotImplementedError, match=r"k_cache, v_cache: head dims D=59, Dv=40; a KV cache takes one"):
+        ptofa.flash_attn_with_kvcache(q, k_cache, v_cache[..., :40], cache_seqlens=5, backend="sim")
 
 
 def test_cli_run_head_dim_v():

@@ -136,8 +136,7 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sof
     width = kernel_head(head, head_v)
     if paged:
         native_cache(width, head, head_v, kn, vn)
-    else:  # packed: zero-padded to the kernel width, O sliced back (ptofa.launch.base.pad_heads)
-        q, k, v = pad_heads(width, q, k, v)
+    q, k, v = pad_heads(width, q, k, v)  # zero-padded to the kernel width, O sliced back (a copy of a paged cache)
     window = _window(causal, window_size)
     softcap = check_softcap(softcap)
     alibi = check_alibi_slopes(alibi_slopes, len(q_lens), heads)
@@ -172,14 +171,13 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sof
 
 
 def native_cache(width: int, head: int, head_v: int, k_name: str = "k_cache", v_name: str = "v_cache") -> None:
-    """NotImplementedError unless a KV cache's head dims are one kernel width: the paged and KV-cache
-    kernels read the caller's cache in place, so its columns cannot be zero-padded on the host (that
-    would copy the whole cache every call)."""
-    if head != width or head_v != width:
+    """NotImplementedError for a KV cache whose v head dim differs from q/k's. (One head dim that is no
+    kernel width runs on a zero-padded copy of the whole cache each call: correct, but a copy of the
+    cache; a cache allocated at `kernel_head(D)` columns, zero beyond D, is read in place.)"""
+    if head != head_v:
         raise NotImplementedError(
-            f"{k_name}, {v_name}: head dims D={head}, Dv={head_v}; a KV cache is read in place, so its head dims must "
-            f"be one kernel width (a multiple of 16 up to 128, of 32 up to 256); allocate the cache with "
-            f"kernel_head(D, Dv) = {width} columns, zero beyond D (and Dv), and slice out[..., :Dv]")
+            f"{k_name}, {v_name}: head dims D={head}, Dv={head_v}; a KV cache takes one head dim for k and v (the "
+            f"dense and packed varlen calls take Dv != D)")
 
 
 class _VarlenAttention(torch.autograd.Function):
@@ -452,7 +450,8 @@ def flash_attn_with_kvcache(
         raise ValueError(f"dtypes: q and the caches must share one dtype, got {q.dtype}, {k_cache.dtype}, {v_cache.dtype}")
     batch, s0, heads, head = q.shape
     alibi = check_alibi_slopes(alibi_slopes, batch, heads)
-    native_cache(kernel_head(head, v_cache.shape[-1]), head, v_cache.shape[-1])
+    width = kernel_head(head, v_cache.shape[-1])
+    native_cache(width, head, v_cache.shape[-1])
     if (k is None) != (v is None):
         raise ValueError("k, v: give both new keys and new values, or neither")
     if k is not None and (k.dim() != 4 or k.shape != v.shape or k.shape[0] != batch
@@ -492,7 +491,10 @@ def flash_attn_with_kvcache(
         cache.append(lens, k.detach(), v.detach())
     lse_wanted = return_softmax_lse or return_lse
     visible = [n - cache.first_key(b) for b, n in enumerate(k_lens)]
-    base = with_score_mods(auto_config(head, dtype_name(q.dtype, "q"), s1=max(1, max(visible)),
+    if width != head:  # the kernel reads a zero-padded copy of the cache (after the append into the caller's)
+        cache = dataclasses.replace(cache, k=pad_heads(width, cache.k)[0], v=pad_heads(width, cache.v)[0])
+    q_in, q = q, pad_heads(width, q)[0]
+    base = with_score_mods(auto_config(width, dtype_name(q.dtype, "q"), s1=max(1, max(visible)),
                                        masked=window != (-1, -1), lse=lse_wanted), softcap=softcap > 0,
                            alibi=alibi is not None)
     config = dataclasses.replace(decode_config(paged_tiles(base, cache.page_size), cache), gqa_pack=pack)
@@ -504,7 +506,8 @@ def flash_attn_with_kvcache(
     _launch(backend, config, shape, lambda c, n: decode_units(c, cache, batch, s0, k_lens, heads, window, n),
             q.detach().contiguous(), cache.k, cache.v, out, _scale(softmax_scale, head), num_splits, lse=lse,
             block_table=cache.block_table, softcap=softcap, alibi=alibi)
-    out = _forward_only("flash_attn_with_kvcache", out, q, k_cache, v_cache, *(t for t in (k, v) if t is not None))
+    out = _forward_only("flash_attn_with_kvcache", out if width == head else out[..., :head].contiguous(), q_in,
+                        k_cache, v_cache, *(t for t in (k, v) if t is not None))
     if lse_wanted:
         return out, decode_lse(lse, batch, s0, pack)
     return out
