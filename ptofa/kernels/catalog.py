@@ -204,4 +204,5 @@ def catalog_cmd(out: Path | None, verify: bool) -> None:
     sys.exit(1 if failed else 0)
 
 
-__all__ = ["GRID_HEADS", "Kernel", "SWITCHES", "WIDTH_HEADS", "WIDTH_SWITCHES", "backward_configs", "catalog_cmd", "forward_configs", "kernels"]
+__all__ = ["GRID_HEADS", "Kernel", "SWITCHES", "WIDTH_HEADS", "WIDTH_SWITCHES", "backward_configs", "catalog_cmd",
+           "forward_configs", "kernels"]
