@@ -28,6 +28,7 @@ from ptofa.launch import sim
 from ptofa.launch.base import normalize_key_mask, pad_heads
 from ptofa.launch.dispatch import backend_soc, launch_on
 from ptofa.launch.plan import backward_kernel, plan_backward
+from ptofa.launch.varlen import backward_tables, varlen_shape
 from ptofa.pipeline import ConfigError, ProblemShape, kernel_head
 from ptofa.reference import Accuracy, alibi_bias, check_accuracy, modify_scores, visible_mask
 from ptofa.sim import GmPointer, SimResult
@@ -199,23 +200,83 @@ def _check_buffers(config: BwdConfig, grads: BackwardBuffers, key_mask) -> None:
 def run_backward(config: BwdConfig, shape: ProblemShape, q, k, v, out, lse, dout, grads: BackwardBuffers, scale: float,
                  *, block_dim: int | None = None, trace: bool = False, bounds: tuple[int, int] | None = None,
                  key_mask: torch.Tensor | None = None, soc: str | SocSpec = DEFAULT_SOC, softcap: float = 0.0,
-                 alibi_slopes: torch.Tensor | None = None) -> dict[str, SimResult]:
-    """Launch `config.kernels` (dq, dkdv; or prep, dkdv, post) on the simulator; `grads` is written in place.
+                 alibi_slopes: torch.Tensor | None = None,
+                 tables: dict[str, torch.Tensor] | None = None) -> dict[str, SimResult]:
+    """Launch `config.kernels` (dq, dkdv; or prep, dkdv, post) on the simulator; `grads` is written in place
+    (a varlen config: packed sequences as one batch, with the unit `tables` of `varlen.backward_tables`).
 
     With `trace`, each launch records the blocks the timing model needs (`ptofa.sim.bwd_timing`):
-    one per distinct unit count, or every block when a window gives units unequal work."""
+    one per distinct unit count, or every block when a window or packed sequences give units unequal work."""
     _check_buffers(config, grads, key_mask)
     if config.alibi and alibi_slopes is None:
         raise ValueError("run_backward: an alibi config needs alibi_slopes (fp32 [N] or [B, N])")
     plan = plan_backward(config, shape, soc, scale=scale, bounds=bounds, key_mask=key_mask, block_dim=block_dim,
-                         softcap=softcap, alibi=alibi_slopes)
+                         softcap=softcap, alibi=alibi_slopes, tables=tables)
     options = {}
     for call in plan.calls:
         units = work_units(config, call.name, shape.batch, shape.heads, shape.kv_heads, shape.s0, shape.s1)
-        traced = None if config.masked else blocks_to_trace(call.block_dim, units)
+        traced = None if config.masked or config.varlen else blocks_to_trace(call.block_dim, units)
         options[call.name] = RunOptions(trace=trace, trace_blocks=traced if trace else None)
     results = sim.launch(plan, _tensors(q, k, v, out, lse, dout, grads, key_mask, alibi_slopes), options=options)
     return {call.name: result for call, result in zip(plan.calls, results)}
+
+
+def varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                    dout: torch.Tensor, q_lens: list[int], k_lens: list[int], *, softmax_scale: float | None = None,
+                    window: tuple[int, int] = (-1, -1), deterministic: bool = True, backend: str = "auto",
+                    block_dim: int | None = None, soc: str | SocSpec = DEFAULT_SOC, softcap: float = 0.0,
+                    alibi_slopes: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+    """Gradients (dq, dk, dv) of packed variable-length attention (`flash_attn_varlen_func`), in one
+    launch of each backward kernel for the whole batch: the dq and dkdv kernels walk the unit tables
+    of `varlen.backward_tables` (ragged lengths, sequences of length 0, the window per sequence,
+    bottom-right aligned; GQA/MQA), the row-wise prep and post (atomic mode) run over all rows.
+
+    q: [total_q, N, D]; k: [total_k, KVN, D]; v: [total_k, KVN, Dv]; out, dout: [total_q, N, Dv];
+    lse: [N, total_q] float32 (the varlen forward's, +inf for a row that sees no key); q_lens, k_lens:
+    the sequences' lengths (sum to total_q, total_k). softcap, alibi_slopes (fp32 [N] or [B, N], B the
+    number of sequences; each sequence's bias with its own lengths): the forward's. The kernels run at
+    kernel_head(D, Dv) on zero-padded copies, as `attention_backward`. The other arguments as
+    `attention_backward` (`soc` the simulated chip). Returns dq, dk, dv in q's dtype and shapes."""
+    if q.dim() != 3 or k.dim() != 3 or v.dim() != 3 or k.shape[:2] != v.shape[:2]:
+        raise ValueError(f"varlen_backward: q [total_q, N, D], k [total_k, KVN, D] and v [total_k, KVN, Dv] expected, "
+                         f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if tuple(lse.shape) != (q.shape[1], q.shape[0]):
+        raise ValueError(f"varlen_backward: lse must be [N, total_q] = [{q.shape[1]}, {q.shape[0]}], got {tuple(lse.shape)}")
+    if len(q_lens) != len(k_lens) or sum(q_lens) != q.shape[0] or sum(k_lens) != k.shape[0]:
+        raise ValueError(f"varlen_backward: q_lens {list(q_lens)} and k_lens {list(k_lens)} must be as many and sum to "
+                         f"total_q={q.shape[0]}, total_k={k.shape[0]}")
+    q4, k4, v4, out4, dout4 = (x.unsqueeze(0) for x in (q, k, v, out, dout))  # one batch of packed rows
+    lse4 = lse.unsqueeze(0)
+    _check_inputs(q4, k4, v4, out4, lse4, dout4)
+    if backend not in ("auto", "sim", "npu"):
+        raise ValueError(f"varlen_backward: backend={backend!r} must be 'auto', 'sim' or 'npu'")
+    window = tuple(int(w) for w in window)
+    if min(window) < -1:
+        raise ValueError(f"varlen_backward: window={window} entries must be >= -1")
+    heads, d, d_v, kv_heads = q.shape[1], q.shape[2], v.shape[2], k.shape[1]
+    atomic = not deterministic
+    softcap = check_softcap(softcap)
+    slopes = check_alibi_slopes(alibi_slopes, len(q_lens), heads)
+    if q.shape[0] == 0 or k.shape[0] == 0:  # no query rows, or rows that see no key: no gradient
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    width = kernel_head(d, d_v)
+    q4, k4, v4, out4, lse4, dout4 = (x.detach().contiguous() for x in (*pad_heads(width, q4, k4, v4, out4), lse4,
+                                                                       *pad_heads(width, dout4)))
+    cfg = default_config(width, _DTYPE_NAMES[q.dtype], masked=window != (-1, -1), atomic_dq=atomic, varlen=True,
+                         softcap=softcap > 0, alibi=slopes is not None)
+    shape = varlen_shape(list(q_lens), list(k_lens), heads, kv_heads, window)
+    tables = backward_tables(cfg, list(q_lens), list(k_lens), heads, kv_heads, window)
+    scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
+    grads = BackwardBuffers.zeros(q4, k4, atomic=atomic)
+    backend = resolve_backend(backend)
+    if backend == "npu":
+        plan = plan_backward(cfg, shape, backend_soc(backend), scale=scale, block_dim=block_dim, softcap=softcap,
+                             alibi=slopes, tables=tables)
+        launch_on(backend, plan, _tensors(q4, k4, v4, out4, lse4, dout4, grads, alibi_slopes=slopes))
+    else:
+        run_backward(cfg, shape, q4, k4, v4, out4, lse4, dout4, grads, scale, block_dim=block_dim, soc=soc,
+                     softcap=softcap, alibi_slopes=slopes, tables=tables)
+    return grads.dq[0, ..., :d].contiguous(), grads.dk[0, ..., :d].contiguous(), grads.dv[0, ..., :d_v].contiguous()
 
 
 def launch_args(config: BwdConfig, kernel: str, shape: ProblemShape, tensors: dict[str, torch.Tensor], scale: float,
@@ -276,6 +337,29 @@ def reference_backward(q, k, v, dout, scale: float | None = None, window: tuple[
     return GradReference(grads(torch.float64), grads(q.dtype))
 
 
+def reference_varlen_backward(q, k, v, dout, q_lens: list[int], k_lens: list[int], scale: float | None = None,
+                              window: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                              alibi_slopes: torch.Tensor | None = None) -> GradReference:
+    """`reference_backward` of each packed sequence on its own rows (bottom-right window and ALiBi
+    bias per sequence; slopes [N] or [B, N]), packed as q [total_q, N, D], k [total_k, KVN, D] and
+    v [total_k, KVN, Dv]; a sequence without queries or keys gets 0."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    exact = [torch.zeros(x.shape, dtype=torch.float64) for x in (q, k, v)]
+    low = [torch.zeros_like(x) for x in (q, k, v)]
+    q0 = k0 = 0
+    for index, (q_len, k_len) in enumerate(zip(q_lens, k_lens)):
+        rows, keys = slice(q0, q0 + q_len), slice(k0, k0 + k_len)
+        q0, k0 = q0 + q_len, k0 + k_len
+        if q_len and k_len:
+            slopes = None if alibi_slopes is None else (alibi_slopes if alibi_slopes.dim() == 1
+                                                        else alibi_slopes[index:index + 1])
+            ref = reference_backward(q[rows][None], k[keys][None], v[keys][None], dout[rows][None], scale, window,
+                                     softcap=softcap, alibi_slopes=slopes)
+            for grads, found in ((exact, ref.exact), (low, ref.low)):
+                grads[0][rows], grads[1][keys], grads[2][keys] = (g[0] for g in found)
+    return GradReference(tuple(exact), tuple(low))
+
+
 def check_gradients(dq, dk, dv, ref: GradReference) -> dict[str, Accuracy]:
     """The accuracy rule applied to dq, dk and dv separately (against fp64, with the input dtype's error)."""
     return {name: check_accuracy(ours, exact, low)
@@ -283,4 +367,5 @@ def check_gradients(dq, dk, dv, ref: GradReference) -> dict[str, Accuracy]:
 
 
 __all__ = ["BackwardBuffers", "GradReference", "attention_backward", "check_gradients",
-           "launch_args", "parsed_kernels", "reference_backward", "run_backward"]
+           "launch_args", "parsed_kernels", "reference_backward", "reference_varlen_backward", "run_backward",
+           "varlen_backward"]

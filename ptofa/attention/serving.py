@@ -2,7 +2,7 @@
 block table; `flash_attn_varlen_qkvpacked_func` / `_kvpacked_func` stack them) and
 `flash_attn_with_kvcache` (decode against a contiguous or paged KV cache, with rotary embedding,
 cache_batch_idx and cache_leftpad), with flash-attn 2.x's signatures and meaning. The packed varlen
-calls are differentiable (the dense backward kernels, once per sequence); the paged one and the
+calls are differentiable (the varlen backward kernels, one launch for the batch); the paged one and the
 KV-cache call are not: a backward through their output raises NotImplementedError.
 
 Both run the varlen forward kernel (`ptofa.launch.varlen`, `ptofa.attention.kvcache`) on the simulator
@@ -182,8 +182,8 @@ def native_cache(width: int, head: int, head_v: int, k_name: str = "k_cache", v_
 
 class _VarlenAttention(torch.autograd.Function):
     """Packed (unpaged) varlen attention on the autograd graph: the forward is `_varlen` with LSE on;
-    the backward runs `attention_backward` (the dense backward kernels) once per sequence on its rows
-    of q, k, v, out, LSE and dout, with the forward's window and scale."""
+    the backward is `attention.backward.varlen_backward`, one launch of each backward kernel over the
+    whole batch (the unit tables of `varlen.backward_tables`), with the forward's window and scale."""
 
     @staticmethod
     def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
@@ -202,22 +202,12 @@ class _VarlenAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse):
-        from ptofa.attention.backward import attention_backward
+        from ptofa.attention.backward import varlen_backward
 
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-        q0 = k0 = 0
-        for index, (q_len, k_len) in enumerate(zip(ctx.q_lens, ctx.k_lens)):
-            rows, keys = slice(q0, q0 + q_len), slice(k0, k0 + k_len)
-            q0, k0 = q0 + q_len, k0 + k_len
-            if q_len == 0 or k_len == 0:  # no query rows, or rows that see no key: no gradient
-                continue
-            slopes = None if ctx.alibi is None else (ctx.alibi if ctx.alibi.dim() == 1 else ctx.alibi[index])
-            grads = attention_backward(q[rows][None], k[keys][None], v[keys][None], out[rows][None],
-                                       lse[:, rows][None], grad_out[rows].to(q.dtype)[None], softmax_scale=ctx.scale,
-                                       window=ctx.window, deterministic=ctx.deterministic, backend=ctx.backend,
-                                       softcap=ctx.softcap, alibi_slopes=slopes)
-            dq[rows], dk[keys], dv[keys] = (g[0] for g in grads)
+        dq, dk, dv = varlen_backward(q, k, v, out.to(q.dtype), lse, grad_out.to(q.dtype), ctx.q_lens, ctx.k_lens,
+                                     softmax_scale=ctx.scale, window=ctx.window, deterministic=ctx.deterministic,
+                                     backend=ctx.backend, softcap=ctx.softcap, alibi_slopes=ctx.alibi)
         return (dq, dk, dv) + (None,) * 13
 
 
@@ -287,8 +277,9 @@ def flash_attn_varlen_func(
     backend:      (keyword) "auto", "sim" or "npu".
 
     Returns out [total_q, nheads, headdim] in q's dtype. Differentiable in q, k, v (not paged): the
-    backward runs the dense backward kernels once per sequence (`attention_backward`), head dims 64
-    and 128; with block_table a backward through out raises NotImplementedError."""
+    backward runs the varlen backward kernels once for the whole batch (`attention.backward.varlen_backward`,
+    every head dim of the forward, `deterministic` choosing the mode); with block_table a backward
+    through out raises NotImplementedError."""
     return _varlen_call("flash_attn_varlen_func", q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                         return_attn_probs, block_table, return_lse, num_splits, backend)

@@ -117,6 +117,7 @@ class BwdConfig:
     dkdv_passes: int = 1  # 2: a dkdv unit runs its steps twice, dV first, then dK, through one L0C accumulator
     softcap: bool = False  # scores = softcap * tanh(scores / softcap) (`kernels/scoremods.py`), dS times 1 - tanh^2
     alibi: bool = False  # scores -= slope * |i + S1 - S0 - j|, slopes f32 [N] or [B, N]
+    varlen: bool = False  # packed sequences: the dq and dkdv kernels walk a host-built unit table (`varlen_units`)
 
     def __post_init__(self) -> None:
         _check(self)
@@ -174,7 +175,8 @@ class BwdConfig:
                 f"dq_block_q={self.dq_block_q} dq_block_kv={self.dq_block_kv} preload={self.preload} "
                 f"slot_num={self.slot_num}" + (" masked" if self.masked else "") + (" atomic_dq" if self.atomic_dq else "")
                 + (" key_padding" if self.key_padding else "") + (" dkdv_passes=2" if self.dkdv_passes == 2 else "")
-                + (" softcap" if self.softcap else "") + (" alibi" if self.alibi else ""))
+                + (" softcap" if self.softcap else "") + (" alibi" if self.alibi else "")
+                + (" varlen" if self.varlen else ""))
 
 
 # (block_kv, block_q, dkdv_passes) of the dkdv kernel and dq_block_kv of the dq kernel per
@@ -193,7 +195,7 @@ TUNED_HEADS = tuple(sorted({head for head, _ in DEFAULT_BLOCKS}))  # the widths 
 
 def default_config(head: int, in_dtype: str = "f16", *, masked: bool = False, atomic_dq: bool = False,
                    key_padding: bool = False, target: str = "a3", softcap: bool = False,
-                   alibi: bool = False) -> BwdConfig:
+                   alibi: bool = False, varlen: bool = False) -> BwdConfig:
     """The backward kernels for a head dim and switches, with the block sizes and dkdv passes of
     `DEFAULT_BLOCKS` (a width between its entries takes the next entry up's, whose tiles are at least
     as large; `ConfigError` for a head dim the backward does not support)."""
@@ -204,7 +206,7 @@ def default_config(head: int, in_dtype: str = "f16", *, masked: bool = False, at
     block_kv, block_q, passes, dq_block_kv = DEFAULT_BLOCKS[(tuned, atomic_dq)]
     return BwdConfig(head=head, in_dtype=in_dtype, masked=masked, atomic_dq=atomic_dq, key_padding=key_padding,
                      target=target, block_kv=block_kv, block_q=block_q, dkdv_passes=passes, dq_block_kv=dq_block_kv,
-                     softcap=softcap, alibi=alibi)
+                     softcap=softcap, alibi=alibi, varlen=varlen)
 
 
 def _check(c: BwdConfig) -> None:
@@ -234,6 +236,9 @@ def _check(c: BwdConfig) -> None:
     if c.atomic_dq and c.block_q != c.block_kv:
         fail("atomic dQ tiles", f"atomic_dq needs block_q == block_kv (dS [block_q, block_kv] reuses the dS^T "
                                 f"[block_kv, block_q] mat and left tiles), got block_q={c.block_q}, block_kv={c.block_kv}")
+    if c.varlen and c.key_padding:
+        fail("varlen key padding", "varlen=True with key_padding=True: packed sequences have no padding keys "
+                                   "(a sequence's keys are its cu_seqlens range)")
     limit = c.slot_num - c.sync_period + 1
     if c.preload >= limit:
         fail("preload vs slot ring", f"preload={c.preload} must be < slot_num - sync_period + 1 = "
@@ -493,5 +498,8 @@ def entry_args(c: BwdConfig, kernel: str) -> tuple[tuple[str, str], ...]:
     if c.alibi:
         args.insert(args.index(("batch", "i64")), ("alibi_slopes", "!pto.ptr<f32>"))
         args.append(("alibi_stride", "i64"))
+    if c.varlen:  # the forward varlen kernel's names: the unit table and its length
+        args.insert(args.index(("batch", "i64")), ("units", "!pto.ptr<i32>"))
+        args.insert(args.index(("scale", "f32")), ("num_units", "i64"))
     return tuple(args)
 

@@ -52,6 +52,7 @@ from ptofa.kernels.bwd_pipeline import (
     resident_roles,
     tile_plan,
 )
+from ptofa.kernels.bwd_varlen import packed_key, packed_row, sequence_window, stat, stat_view, table_unit, table_units
 from ptofa.kernels.common import SPLIT, TileRange, alloc, clamp, init_pipes, pipelined, row_offset
 from ptofa.kernels.scoremods import AlibiRows, alibi_bias, softcap_grad, softcap_scores
 from ptofa.kernels.window import Window, keys_seen, mask_tile, queries_seeing
@@ -155,9 +156,10 @@ def _common(config: BwdConfig, kernel: str, args: dict[str, SSAValue]) -> _Commo
     if more:  # the dsq ring follows the pds ring (both in the input dtype)
         bases["dsq"] = pto.add_ptr(pds_base, pds.slot_bytes * config.slot_num // 2, name="dsq_ring")
     window = None
-    if config.masked:
+    if config.masked:  # packed sequences: each unit's own diagonal (`bwd_varlen.sequence_window`)
         window = Window(scalar.index_cast(args["win_left"], name="win_left"),
-                        scalar.index_cast(args["win_right"], name="win_right"), scalar.sub(s1, s0, name="diag"))
+                        scalar.index_cast(args["win_right"], name="win_right"),
+                        None if config.varlen else scalar.sub(s1, s0, name="diag"))
     return _Common(config, kernel, args, block_idx, block_num, batch, heads, kv_heads,
                    scalar.div(heads, kv_heads, name="group"), s0, s1,
                    scalar.mul(heads, config.head, name="q_stride"), scalar.mul(kv_heads, config.head, name="kv_stride"),
@@ -176,13 +178,6 @@ class _Vec:
     consts: dict[str, SSAValue]
     row_base: SSAValue  # first row of this core's half of the slot
     alibi_rows: AlibiRows | None = None  # `alibi`: the row side of the bias (this core's rows)
-
-
-def _stat_view(c: _Common | _Rows, name: str, h: SSAValue, b: SSAValue, q0: SSAValue, n: SSAValue):
-    """[1, n] window of LSE or D ([B, N, S0] f32) at (b, h, q0)."""
-    off = scalar.add(scalar.mul(scalar.add(scalar.mul(b, c.heads), h), c.s0), q0)
-    view = pto.as_tensor(pto.add_ptr(c.args[name], off), [1, n], [n, 1], name=f"{name}_view")
-    return pto.slice_view(view, [0, 0], [1, n], name=f"{name}_part")
 
 
 def _store_half(v: _Vec, entry: SSAValue, col0: int, cols: SSAValue) -> None:
@@ -235,26 +230,43 @@ def _schedule(steps: TileRange, preload: int, produce, consume) -> None:
 
 @dataclass
 class _QUnit:
-    b: SSAValue
+    b: SSAValue | None  # None for packed sequences (one batch of rows)
     h: SSAValue
     g: SSAValue
-    q0: SSAValue
+    q0: SSAValue  # in the sequence
     q_rows: SSAValue
     tiles: TileRange
+    s0: SSAValue  # the sequence's queries and keys (S0, S1 of a uniform batch)
+    s1: SSAValue
+    window: Window | None
+    q_start: SSAValue | None = None  # packed sequences: the sequence's first query and key row
+    k_start: SSAValue | None = None
+    seq: SSAValue | None = None  # packed sequences with ALiBi: the sequence's index (its slopes' row)
 
 
 def _q_unit(c: _Common, unit: SSAValue) -> _QUnit:
     cfg = c.config
+    if cfg.varlen:
+        f = table_unit(c, unit)
+        q0 = scalar.mul(f["q_block"], cfg.dq_block_q, name="q0")
+        q_rows = scalar.min(scalar.sub(f["q_len"], q0), cfg.dq_block_q, name="q_rows")
+        window = sequence_window(c, f)
+        return _QUnit(None, f["head"], scalar.div(f["head"], c.group, name="g"), q0, q_rows,
+                      keys_seen(window, q0, q_rows, f["k_len"], cfg.dq_block_kv), f["q_len"], f["k_len"], window,
+                      f["q_start"], f["k_start"], f.get("seq"))
     q_blocks = scalar.ceildiv(c.s0, cfg.dq_block_q, name="q_blocks")
     q_block = scalar.rem(unit, q_blocks, name="q_block")
     bh = scalar.div(unit, q_blocks, name="bh")
     b, h = scalar.div(bh, c.heads, name="b"), scalar.rem(bh, c.heads, name="h")
     q0 = scalar.mul(q_block, cfg.dq_block_q, name="q0")
     q_rows = scalar.min(scalar.sub(c.s0, q0), cfg.dq_block_q, name="q_rows")
-    return _QUnit(b, h, scalar.div(h, c.group, name="g"), q0, q_rows, keys_seen(c.window, q0, q_rows, c.s1, cfg.dq_block_kv))
+    return _QUnit(b, h, scalar.div(h, c.group, name="g"), q0, q_rows, keys_seen(c.window, q0, q_rows, c.s1, cfg.dq_block_kv),
+                  c.s0, c.s1, c.window)
 
 
 def _dq_units(c: _Common) -> SSAValue:
+    if c.config.varlen:
+        return table_units(c)
     return scalar.mul(scalar.mul(c.batch, c.heads), scalar.ceildiv(c.s0, c.config.dq_block_q), name="units")
 
 
@@ -267,17 +279,17 @@ def _dq_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     d, dc, bkv = config.head, config.d_chunk, config.dq_block_kv
     with pto.range(c.block_idx, _dq_units(c), c.block_num, name="unit") as unit:
         u = _q_unit(c, unit)
-        q_off = row_offset(scalar.add(scalar.mul(u.b, c.s0), u.q0), u.h, c.heads, d)
-        kv_off = row_offset(scalar.mul(u.b, c.s1), u.g, c.kv_heads, d)
+        q_off = row_offset(packed_row(c, u, u.q0), u.h, c.heads, d)
+        kv_off = row_offset(packed_key(c, u), u.g, c.kv_heads, d)
         for name in ("q", "do"):
             view = pto.as_tensor(pto.add_ptr(args[name], q_off), [u.q_rows, d], [c.q_stride, 1], name=f"{name}_view")
             _load_chunks(tl, chunk_names(config, f"{name}_mat"), view, u.q_rows, dc, ops, chunk_names(config, name))
-        kt = pto.as_tensor(pto.add_ptr(args["k"], kv_off), [d, c.s1], [1, c.kv_stride], layout="dn", name="kT_view")
-        vt = pto.as_tensor(pto.add_ptr(args["v"], kv_off), [d, c.s1], [1, c.kv_stride], layout="dn", name="vT_view")
-        k_view = pto.as_tensor(pto.add_ptr(args["k"], kv_off), [c.s1, d], [c.kv_stride, 1], name="k_view")
+        kt = pto.as_tensor(pto.add_ptr(args["k"], kv_off), [d, u.s1], [1, c.kv_stride], layout="dn", name="kT_view")
+        vt = pto.as_tensor(pto.add_ptr(args["v"], kv_off), [d, u.s1], [1, c.kv_stride], layout="dn", name="vT_view")
+        k_view = pto.as_tensor(pto.add_ptr(args["k"], kv_off), [u.s1, d], [c.kv_stride, 1], name="k_view")
 
         def keys(t: SSAValue) -> SSAValue:
-            return scalar.min(scalar.sub(c.s1, scalar.mul(t, bkv)), bkv, name="keys")
+            return scalar.min(scalar.sub(u.s1, scalar.mul(t, bkv)), bkv, name="keys")
 
         def produce(t: SSAValue) -> None:
             n, j0 = keys(t), scalar.mul(t, bkv, name="j0")
@@ -345,18 +357,19 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
         u = _q_unit(c, unit)
         n = clamp(scalar.sub(u.q_rows, v.row_base), 0, vr)
         row0 = scalar.add(u.q0, v.row_base, name="core_q0")
-        slope = _slope(c, u.b, u.h) if config.alibi else None
+        slope = _slope(c, u, u.h) if config.alibi else None
         if config.alibi:
             alibi_rows.scale_rows(slope)
         has_rows = scalar.gt(n, 0)
-        _preprocess(rows, tl, consts["zero"], u.b, u.h, row0, n, has_rows, dsum_row)
+        packed0 = row0 if u.q_start is None else scalar.add(u.q_start, row0, name="packed_q0")
+        _preprocess(rows, tl, consts["zero"], u.b, u.h, packed0, n, has_rows, dsum_row)
         with pto.if_(has_rows):
             tile.set_valid(tl["stat_row"], 1, n)
-            pto.load(_stat_view(c, "lse", u.h, u.b, row0, n), tl["stat_row"])
+            pto.load(stat_view(c, "lse", u.h, u.b, packed0, n), tl["stat_row"])
         tile.set_valid(tl["stat_row"], 1, vr)
         tile.adds(tl["stat_row"], consts["zero"], out=tl["lse_all"])
         with pto.range(u.tiles.lo, u.tiles.hi, name="t") as t:
-            cols = scalar.min(scalar.sub(c.s1, scalar.mul(t, bkv)), bkv, name="keys")
+            cols = scalar.min(scalar.sub(u.s1, scalar.mul(t, bkv)), bkv, name="keys")
             entry = pto.tpop("vector", sdp.pipe_id, _entry(sdp, "vector"), SPLIT, name="sdp_entry")
             out = pto.talloc("vector", pds.pipe_id, _entry(pds, "vector"), SPLIT, name="pds_entry")
             _load_scores(v, entry, cols, bkv)
@@ -365,11 +378,11 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
                 tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
                 softcap_grad(tl["dp_tile"], tl["mask_tmp"])
             if config.alibi:  # row r, column c: query row0 + r, key t * bkv + c
-                start = scalar.sub(scalar.mul(t, bkv), scalar.add(row0, scalar.sub(c.s1, c.s0)), name="alibi_start")
+                start = scalar.sub(scalar.mul(t, bkv), scalar.add(row0, scalar.sub(u.s1, u.s0)), name="alibi_start")
                 alibi_bias(tl["s_tile"], tl["mask_tmp"], tl["alibi_i32"], tl["alibi_f32"], alibi_rows, start, cols, slope,
                            tl["exp_tmp"])
             if config.masked:
-                mask_tile(c.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], row0, scalar.mul(t, bkv), vr, cols,
+                mask_tile(u.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], row0, scalar.mul(t, bkv), vr, cols,
                           transposed=False)
             if config.key_padding:
                 _key_bias(c, tl, consts, u.b, scalar.mul(t, bkv), cols)
@@ -384,11 +397,12 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             pto.tpush("vector", pds.pipe_id, out, SPLIT)
 
 
-def _preprocess(r: _Rows, tl: dict[str, SSAValue], zero: SSAValue, b: SSAValue, h: SSAValue, row0: SSAValue,
+def _preprocess(r: _Rows, tl: dict[str, SSAValue], zero: SSAValue, b: SSAValue | None, h: SSAValue, row0: SSAValue,
                 n: SSAValue, has_rows: SSAValue, dsum_row: SSAValue) -> None:
-    """D = rowsum(dO * O) of this core's rows -> dsum_col, and to GM for the dkdv kernel."""
+    """D = rowsum(dO * O) of this core's rows -> dsum_col, and to GM for the dkdv kernel (b None:
+    row0 is a packed row)."""
     d, vr = r.head, r.vec_rows
-    off = row_offset(scalar.add(scalar.mul(b, r.s0), row0), h, r.heads, d)
+    off = row_offset(row0 if b is None else scalar.add(scalar.mul(b, r.s0), row0), h, r.heads, d)
     with pto.if_(has_rows):
         for name, src in (("o_in", "o"), ("do_in", "do")):
             view = pto.as_tensor(pto.add_ptr(r.args[src], off), [n, d], [r.q_stride, 1], name=f"{src}_rows")
@@ -404,7 +418,7 @@ def _preprocess(r: _Rows, tl: dict[str, SSAValue], zero: SSAValue, b: SSAValue, 
         tile.set_valid(tl["stat_row"], 1, vr)
         tile.adds(dsum_row, zero, out=tl["stat_row"])
         tile.set_valid(tl["stat_row"], 1, n)
-        pto.store(tl["stat_row"], _stat_view(r, "dsum", h, b, row0, n))
+        pto.store(tl["stat_row"], stat_view(r, "dsum", h, b, row0, n))
 
 
 # ======================================================================================
@@ -414,20 +428,38 @@ def _preprocess(r: _Rows, tl: dict[str, SSAValue], zero: SSAValue, b: SSAValue, 
 
 @dataclass
 class _KvUnit:
-    b: SSAValue
+    b: SSAValue | None  # None for packed sequences
     g: SSAValue
-    k0: SSAValue
+    k0: SSAValue  # in the sequence
     k_rows: SSAValue
     blocks: TileRange  # visible Q blocks (the same for every q head of the group)
     steps: TileRange  # group x visible Q blocks, flattened
+    s0: SSAValue  # the sequence's queries and keys (S0, S1 of a uniform batch)
+    s1: SSAValue
+    window: Window | None
+    q_start: SSAValue | None = None  # packed sequences: the sequence's first query and key row
+    k_start: SSAValue | None = None
+    seq: SSAValue | None = None  # packed sequences with ALiBi: the sequence's index (its slopes' row)
 
 
 def _kv_units(c: _Common) -> SSAValue:
+    if c.config.varlen:
+        return table_units(c)
     return scalar.mul(scalar.mul(c.batch, c.kv_heads), scalar.ceildiv(c.s1, c.config.block_kv), name="units")
 
 
 def _kv_unit(c: _Common, unit: SSAValue) -> _KvUnit:
     cfg = c.config
+    if cfg.varlen:  # the table's q_block is the unit's KV block, its head the KV head
+        f = table_unit(c, unit)
+        k0 = scalar.mul(f["q_block"], cfg.block_kv, name="k0")
+        k_rows = scalar.min(scalar.sub(f["k_len"], k0), cfg.block_kv, name="k_rows")
+        window = sequence_window(c, f)
+        blocks = queries_seeing(window, k0, k_rows, f["q_len"], cfg.block_q)
+        per_head = scalar.sub(blocks.hi, blocks.lo, name="q_steps")
+        return _KvUnit(None, f["head"], k0, k_rows, blocks,
+                       TileRange(scalar.const(0), scalar.mul(per_head, c.group, name="steps")), f["q_len"], f["k_len"],
+                       window, f["q_start"], f["k_start"], f.get("seq"))
     kv_blocks = scalar.ceildiv(c.s1, cfg.block_kv, name="kv_blocks")
     kv_block = scalar.rem(unit, kv_blocks, name="kv_block")
     bg = scalar.div(unit, kv_blocks, name="bg")
@@ -436,7 +468,7 @@ def _kv_unit(c: _Common, unit: SSAValue) -> _KvUnit:
     blocks = queries_seeing(c.window, k0, k_rows, c.s0, cfg.block_q)
     per_head = scalar.sub(blocks.hi, blocks.lo, name="q_steps")
     return _KvUnit(scalar.div(bg, c.kv_heads, name="b"), scalar.rem(bg, c.kv_heads, name="g"), k0, k_rows, blocks,
-                   TileRange(scalar.const(0), scalar.mul(per_head, c.group, name="steps")))
+                   TileRange(scalar.const(0), scalar.mul(per_head, c.group, name="steps")), c.s0, c.s1, c.window)
 
 
 def _step(c: _Common, u: _KvUnit, s: SSAValue) -> tuple[SSAValue, SSAValue, SSAValue]:
@@ -444,7 +476,7 @@ def _step(c: _Common, u: _KvUnit, s: SSAValue) -> tuple[SSAValue, SSAValue, SSAV
     per_head = scalar.sub(u.blocks.hi, u.blocks.lo)
     h = scalar.add(scalar.mul(u.g, c.group), scalar.div(s, per_head), name="h")
     q0 = scalar.mul(scalar.add(u.blocks.lo, scalar.rem(s, per_head)), c.config.block_q, name="q0")
-    return h, q0, scalar.min(scalar.sub(c.s0, q0), c.config.block_q, name="q_cols")
+    return h, q0, scalar.min(scalar.sub(u.s0, q0), c.config.block_q, name="q_cols")
 
 
 def _dkdv_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
@@ -456,18 +488,18 @@ def _dkdv_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     d, dc, bq = config.head, config.d_chunk, config.block_q
     with pto.range(c.block_idx, _kv_units(c), c.block_num, name="unit") as unit:
         u = _kv_unit(c, unit)
-        kv_off = row_offset(scalar.add(scalar.mul(u.b, c.s1), u.k0), u.g, c.kv_heads, d)
+        kv_off = row_offset(packed_key(c, u, u.k0), u.g, c.kv_heads, d)
         for name in ("k", "v"):
             view = pto.as_tensor(pto.add_ptr(args[name], kv_off), [u.k_rows, d], [c.kv_stride, 1], name=f"{name}_view")
             _load_chunks(tl, chunk_names(config, f"{name}_mat"), view, u.k_rows, dc, ops, chunk_names(config, name))
         keys = _key_pieces(c, u, tl, kv_off) if config.atomic_dq else []
 
         def head_views(h: SSAValue, transposed: bool) -> dict[str, SSAValue]:
-            off = row_offset(scalar.mul(u.b, c.s0), h, c.heads, d)
+            off = row_offset(packed_row(c, u), h, c.heads, d)
             if transposed:
-                return {n: pto.as_tensor(pto.add_ptr(args[n], off), [d, c.s0], [1, c.q_stride], layout="dn",
+                return {n: pto.as_tensor(pto.add_ptr(args[n], off), [d, u.s0], [1, c.q_stride], layout="dn",
                                          name=f"{n}T_view") for n in ("q", "do")}
-            return {n: pto.as_tensor(pto.add_ptr(args[n], off), [c.s0, d], [c.q_stride, 1], name=f"{n}_view")
+            return {n: pto.as_tensor(pto.add_ptr(args[n], off), [u.s0, d], [c.q_stride, 1], name=f"{n}_view")
                     for n in ("q", "do")}
 
         def producer(with_dp: bool):
@@ -566,7 +598,7 @@ def _dq_atomic(c: _Common, u: _KvUnit, tl: dict[str, SSAValue], ops: _Operands, 
                 else:
                     tile.matmul_acc(tl[acc], lt, rt, out=tl[acc])
     pto.tfree("cube", dsq.pipe_id, entry, SPLIT)
-    off = row_offset(scalar.add(scalar.mul(u.b, c.s0), q0), h, c.heads, d)
+    off = row_offset(packed_row(c, u, q0), h, c.heads, d)
     view = pto.as_tensor(pto.add_ptr(c.args["dq_acc"], off), [n, d], [c.q_stride, 1], name="dq_acc_view")
     _store_chunks(tl, accs, view, n, dc, atomic="add")
 
@@ -608,16 +640,16 @@ def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: t
             if "dk" in grads:
                 _minus_dsum(v, u, h, q0, n)
                 softcap_grad(tl["dp_tile"], tl["mask_tmp"])
-        pto.load(_stat_view(c, "lse", h, u.b, q0, n), tl["stat_row"])
+        pto.load(stat(c, u, "lse", h, q0, n), tl["stat_row"])
         tile.muls(tl["stat_row"], consts["minus_one"], out=tl["nlse_row"])
         if config.alibi:  # row r, column c: key k0 + row_base + r, query q0 + c
-            start = scalar.sub(scalar.add(q0, scalar.sub(c.s1, c.s0)), scalar.add(u.k0, v.row_base), name="alibi_start")
-            slope = _slope(c, u.b, h)
+            start = scalar.sub(scalar.add(q0, scalar.sub(u.s1, u.s0)), scalar.add(u.k0, v.row_base), name="alibi_start")
+            slope = _slope(c, u, h)
             v.alibi_rows.scale_rows(slope)
             alibi_bias(tl["s_tile"], tl["mask_tmp"], tl["alibi_i32"], tl["alibi_f32"], v.alibi_rows, start, n, slope,
                        tl["alibi_tmp"])
         if config.masked:
-            mask_tile(c.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], scalar.add(u.k0, v.row_base), q0, vr, n,
+            mask_tile(u.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], scalar.add(u.k0, v.row_base), q0, vr, n,
                       transposed=True)
         if kbias_col is not None:
             tile.row_expand_add(tl["s_tile"], kbias_col, out=tl["s_tile"])
@@ -640,7 +672,7 @@ def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: t
 def _minus_dsum(v: _Vec, u: _KvUnit, h: SSAValue, q0: SSAValue, n: SSAValue) -> None:
     """dp_tile = dP^T - D of the step's query columns (D through stat_row)."""
     c, tl = v.c, v.tiles
-    pto.load(_stat_view(c, "dsum", h, u.b, q0, n), tl["stat_row"])
+    pto.load(stat(c, u, "dsum", h, q0, n), tl["stat_row"])
     tile.muls(tl["stat_row"], v.consts["minus_one"], out=tl["stat_row"])
     tile.col_expand_add(tl["dp_tile"], tl["stat_row"], out=tl["dp_tile"])
 
@@ -649,9 +681,9 @@ def _alibi_rows(tl: dict[str, SSAValue], rows: int) -> AlibiRows:
     return AlibiRows.make(tl["alibi_i32"], tl["alibi_rows"], tl["alibi_pos"], tl["alibi_neg"], rows)
 
 
-def _slope(c: _Common, b: SSAValue, h: SSAValue) -> SSAValue:
-    """The ALiBi slope of (batch b, q head h): slopes [N] (stride 0) or [B, N]."""
-    off = scalar.add(scalar.mul(b, scalar.index_cast(c.args["alibi_stride"])), h)
+def _slope(c: _Common, u: _QUnit | _KvUnit, h: SSAValue) -> SSAValue:
+    """The ALiBi slope of (the unit's batch or packed sequence, q head h): slopes [N] (stride 0) or [B, N]."""
+    off = scalar.add(scalar.mul(u.b if u.b is not None else u.seq, scalar.index_cast(c.args["alibi_stride"])), h)
     return pto.load_scalar(c.args["alibi_slopes"], off, name="slope")
 
 

@@ -286,16 +286,33 @@ def backward_kernel(config: BwdConfig, kernel: str) -> BuiltKernel:
 
 def plan_backward(config: BwdConfig, shape: ProblemShape, soc: str | SocSpec, *, scale: float,
                   bounds: tuple[int, int] | None = None, key_mask: torch.Tensor | None = None,
-                  block_dim: int | None = None, softcap: float = 0.0, alibi: torch.Tensor | None = None) -> LaunchPlan:
+                  block_dim: int | None = None, softcap: float = 0.0, alibi: torch.Tensor | None = None,
+                  tables: Mapping[str, torch.Tensor] | None = None) -> LaunchPlan:
     """`config.kernels` in order (dq, dkdv; or prep, dkdv, post), each with its own region of slot
-    rings in the workspace (the vector-only prep and post have none)."""
+    rings in the workspace (the vector-only prep and post have none).
+
+    A `varlen` config runs packed sequences (`shape` of `varlen.varlen_shape`) as one batch of
+    S0 = total_q query and S1 = total_k key rows: the dq and dkdv kernels walk `tables`, their unit
+    tables by kernel name (`varlen.backward_tables`), and the row-wise prep and post run over all rows."""
     soc = get_soc(soc)
     scalars = runtime_values(shape, scale, bounds=bounds, key_mask=key_mask, softcap=softcap, alibi=alibi)
+    if config.varlen:
+        missing = [kernel for kernel in config.kernels if kernel in ("dq", "dkdv") and kernel not in (tables or {})]
+        if missing:
+            raise ValueError(f"plan_backward: a varlen config needs the unit tables of {missing} "
+                             f"(varlen.backward_tables)")
+        scalars["batch"] = 1
     calls, offset = [], 0
     for kernel in config.kernels:
-        units = work_units(config, kernel, shape.batch, shape.heads, shape.kv_heads, shape.s0, shape.s1)
+        table = (tables or {}).get(kernel) if config.varlen else None
+        if table is not None:
+            units = int(table.shape[0])
+        else:
+            units = work_units(config, kernel, scalars["batch"], shape.heads, shape.kv_heads, shape.s0, shape.s1)
         blocks = blocks_for(units, soc, block_dim)
         values = dict(scalars)
+        if table is not None:
+            values.update(units=table, num_units=units)
         if config.pipes(kernel):
             values["slots"] = Workspace(offset)
             offset += config.slot_bytes_per_block(kernel) * blocks

@@ -25,7 +25,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ptofa.kernels.units import kernel_bounds, split_tiles, visible_tiles
+from ptofa.kernels.bwd_pipeline import BwdConfig
+from ptofa.kernels.units import kernel_bounds, queries_seeing, split_tiles, visible_tiles
 from ptofa.pipeline import MAX_SPLITS, REDUCE_TABLE, UNIT_TABLE, ConfigError, FAConfig, ProblemShape
 from ptofa.reference import Reference, reference_fa
 
@@ -125,6 +126,39 @@ def table_of_sequences(c: FAConfig, seqs: list[tuple[int, int, int, int]], heads
     units.sort(key=lambda unit: -unit[0])
     table = torch.tensor([fields for _, fields in units], dtype=torch.int32).reshape(-1, len(UNIT_TABLE))
     return table.contiguous()
+
+
+def backward_tables(c: BwdConfig, q_lens: list[int], k_lens: list[int], heads: int, kv_heads: int,
+                    window: tuple[int, int] = (-1, -1)) -> dict[str, torch.Tensor]:
+    """The unit tables of the varlen backward's dq and dkdv kernels (`UNIT_TABLE` rows, longest first,
+    stable within equal work; split 0 of 1). dq: one unit per (sequence, q head, Q block of
+    `dq_block_q` rows), also those that see no key (the unit writes D of its rows, which the dkdv
+    kernel reads); its work is the KV tiles of `dq_block_kv` keys its rows see. dkdv: one unit per
+    (sequence, KV head, KV block of `block_kv` keys) that some query sees, `head` the KV head and
+    `q_block` the KV block; its work is the group's q heads x the Q blocks of `block_q` rows that see
+    the block. A unit not listed writes nothing: the host's dq, dk, dv are zeroed."""
+    group = heads // kv_heads
+    dq, dkdv = [], []
+    q_start = k_start = 0
+    for seq, (q_len, k_len) in enumerate(zip(q_lens, k_lens)):
+        bounds = kernel_bounds(window, q_len, k_len) if c.masked else None
+        for block in range(-(-q_len // c.dq_block_q)):
+            q0 = block * c.dq_block_q
+            tiles = visible_tiles(q0, min(c.dq_block_q, q_len - q0), q_len, k_len, bounds, c.dq_block_kv)
+            dq += [(tiles, (q_start, q_len, k_start, k_len, h, block, seq, 0, 1)) for h in range(heads)]
+        for block in range(-(-k_len // c.block_kv) if q_len else 0):
+            k0 = block * c.block_kv
+            lo, hi = queries_seeing(k0, min(c.block_kv, k_len - k0), q_len, k_len, bounds, c.block_q)
+            if hi > lo:
+                dkdv += [(group * (hi - lo), (q_start, q_len, k_start, k_len, g, block, seq, 0, 1))
+                         for g in range(kv_heads)]
+        q_start, k_start = q_start + q_len, k_start + k_len
+
+    def table(units: list) -> torch.Tensor:
+        units.sort(key=lambda unit: -unit[0])
+        return torch.tensor([f for _, f in units], dtype=torch.int32).reshape(-1, len(UNIT_TABLE)).contiguous()
+
+    return {"dq": table(dq), "dkdv": table(dkdv)}
 
 
 def reduce_table(c: FAConfig, table: torch.Tensor, heads: int, group: int = 1) -> torch.Tensor:
