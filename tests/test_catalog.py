@@ -35,7 +35,9 @@ def test_catalog_covers_every_switch_and_kernel_kind() -> None:
     assert any(c.page_size for c in configs) and any(c.in_dtype == "bf16" for c in configs)
     assert FAConfig() in configs
     assert sum(n.startswith("fa_reduce_") for n in names) == sum(c.split_kv for c in configs)
-    assert sum(n.startswith("fa_bwd_") for n in names) == sum(len(b.kernels) for b in catalog.backward_configs())
+    assert sum(n.startswith("fa_bwd_") for n in names) == sum(len(catalog.backward_kernels(b))
+                                                              for b in catalog.backward_configs())
+    assert any(n.startswith("fa_bwd_dkdv") and n.endswith("_atomic_varlen") for n in names)
     assert any(b.atomic_dq for b in catalog.backward_configs()) and any(n.startswith("fa_bwd_post") for n in names)
 
 

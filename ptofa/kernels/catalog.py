@@ -129,10 +129,15 @@ def backward_configs() -> list[BwdConfig]:
     """Deterministic (dq + dkdv) and atomic-dQ (prep + dkdv + post) modes of every head dim, with the
     block sizes `attention_backward` picks (`bwd_pipeline.default_config`), and each with a
     key-padding mask on top of a window; then the other widths, each mode once (f16 deterministic,
-    bf16 masked atomic)."""
+    bf16 masked atomic); then the varlen form (packed sequences, unit tables) of both modes of every
+    grid head dim, without and with a window, in bf16 with one, and with softcap and ALiBi on a window."""
     grid = [default_config(head, dtype, masked=masked, atomic_dq=atomic)
             for atomic, head, dtype, masked in itertools.product((False, True), GRID_HEADS, ("f16", "bf16"),
                                                                  (False, True))]
+    varlen = [default_config(head, dtype, masked=masked, atomic_dq=atomic, varlen=True, softcap=mods, alibi=mods)
+              for atomic, head, (dtype, masked, mods) in itertools.product(
+                  (False, True), GRID_HEADS, (("f16", False, False), ("f16", True, False), ("bf16", True, False),
+                                              ("f16", True, True)))]
     return (grid + [default_config(head, masked=True, key_padding=True, atomic_dq=atomic)
                     for atomic, head in itertools.product((False, True), GRID_HEADS)]
             + [default_config(head, masked=True, softcap=True, alibi=True, atomic_dq=atomic)
@@ -141,7 +146,14 @@ def backward_configs() -> list[BwdConfig]:
                for dtype, softcap in itertools.product(("f16", "bf16"), (False, True))]
             + [default_config(head, dtype, masked=masked, atomic_dq=atomic)
                for head, (dtype, masked, atomic) in itertools.product(WIDTH_HEADS, (("f16", False, False),
-                                                                                  ("bf16", True, True)))])
+                                                                                  ("bf16", True, True)))]
+            + varlen)
+
+
+def backward_kernels(b: BwdConfig) -> tuple[str, ...]:
+    """The kernels of `b` the catalog lists: all of them, but of a varlen config only the dq and dkdv
+    kernels (its row-wise prep and post are the uniform config's, the same text)."""
+    return tuple(k for k in b.kernels if not b.varlen or k in ("dq", "dkdv"))
 
 
 def kernels() -> list[Kernel]:
@@ -157,11 +169,13 @@ def kernels() -> list[Kernel]:
             out.append(Kernel(_name(c).replace("fa_", "fa_reduce_", 1), f"split-KV reduce of {c.summary()}",
                               lambda c=c: emit_reduce(c)))
     for b in backward_configs():
-        for kernel in b.kernels:
+        for kernel in backward_kernels(b):
             name = (f"fa_bwd_{kernel}_d{b.head}_{b.in_dtype}" + ("_masked" if b.masked else "")
                     + ("_atomic" if b.atomic_dq else "") + ("_key_padding" if b.key_padding else "")
-                    + ("_softcap" if b.softcap else "") + ("_alibi" if b.alibi else ""))
-            mods = (" softcap" if b.softcap else "") + (" alibi" if b.alibi else "")
+                    + ("_softcap" if b.softcap else "") + ("_alibi" if b.alibi else "")
+                    + ("_varlen" if b.varlen else ""))
+            mods = ((" softcap" if b.softcap else "") + (" alibi" if b.alibi else "")
+                    + (" varlen=True" if b.varlen else ""))
             out.append(Kernel(name, f"backward {kernel}: head={b.head} {b.in_dtype} masked={b.masked} "
                                     f"atomic_dq={b.atomic_dq} key_padding={b.key_padding}{mods}",
                               lambda b=b, k=kernel: emit_bwd(b, k)))
@@ -204,5 +218,5 @@ def catalog_cmd(out: Path | None, verify: bool) -> None:
     sys.exit(1 if failed else 0)
 
 
-__all__ = ["GRID_HEADS", "Kernel", "SWITCHES", "WIDTH_HEADS", "WIDTH_SWITCHES", "backward_configs", "catalog_cmd",
-           "forward_configs", "kernels"]
+__all__ = ["GRID_HEADS", "Kernel", "SWITCHES", "WIDTH_HEADS", "WIDTH_SWITCHES", "backward_configs", "backward_kernels",
+           "catalog_cmd", "forward_configs", "kernels"]
