@@ -43,6 +43,13 @@ more GEMM per score (S^T twice) for 64-key blocks at D = 256. `default_config` h
 block sizes and passes the timing model chose per head dim and mode (`DEFAULT_BLOCKS`, at
 `TUNED_HEADS`; a width between them takes the next tuned one's).
 
+`varlen` runs packed sequences (Q [total_q, N, D], K / V [total_k, KVN, D], LSE and D
+[N, total_q]) as one batch of rows: the dq and dkdv kernels read their units from a host-built
+table (`pipeline.UNIT_TABLE` entries, `ptofa.launch.varlen.backward_tables`: for dkdv `head` is the
+KV head and `q_block` the KV block) instead of decoding them from the unit index, and see each
+sequence's rows through its own starts, lengths and window diagonal; prep and post are row-wise
+and the same as the uniform ones.
+
 `key_padding` adds the forward kernel's i8 key mask (and its batch stride) to the dq and dkdv
 kernels' arguments; their vectors turn it into an additive bias on the scores.
 

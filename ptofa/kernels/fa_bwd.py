@@ -23,6 +23,11 @@ visible-range arithmetic, seen from either side) and mask tiles that cross a bou
 With a key mask (`key_padding`) the vectors add the forward kernel's bias (0 / -3e38 per key)
 to the scores before the exp, so P, and with it dS, is exactly 0 for a padding key.
 
+Packed sequences (`BwdConfig.varlen`): unit u of either kernel is entry u of its host-built unit
+table (`pto.load_scalar`, as the forward varlen kernel): the sequence's query and key starts and
+lengths, the head and the block. Views, visible ranges and masks use the sequence's lengths and
+its own diagonal; GM rows are the packed rows (one batch of total_q / total_k rows).
+
 Atomic-dQ mode (`BwdConfig.atomic_dq`; the dq kernel is not run):
 
     prep (vectors):  D = rowsum(dO * O) -> GM, and the f32 dQ accumulator's rows zeroed

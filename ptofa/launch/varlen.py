@@ -12,6 +12,9 @@ longest first (by visible KV tiles), so the persistent loop's round robin hands
 the long prompts out first and blocks finish together. Sequences with no query
 rows have no units; a sequence with queries but no keys gives O = 0, LSE = +inf.
 
+The backward's dq and dkdv kernels read tables of the same fields (`backward_tables`):
+(sequence, q head, Q block) and (sequence, KV head, KV block) units, longest first.
+
 Why a host table rather than decoding cu_seqlens in the kernel: finding the
 sequence of unit u from cu_seqlens needs a search over B entries per unit on the
 scalar unit (or a prefix sum of Q blocks per sequence), while the table costs six
