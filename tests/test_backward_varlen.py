@@ -97,6 +97,22 @@ def test_flash_attn_varlen_func_trains_through_one_launch(monkeypatch) -> None:
     assert [(c.varlen, c.atomic_dq) for c in planned] == [(True, False), (True, True)]
 
 
+@pytest.mark.parametrize("kernel", ["dq", "dkdv"])
+def test_a_table_missing_a_unit_fails_the_rule(monkeypatch, kernel) -> None:
+    """The kernels do what the table says: without the first (longest) unit of one kernel's table, the
+    gradients it owns stay 0 and fail the rule (the checks above can see a table mistake); a missing
+    dq unit also leaves D of its rows unwritten (NaN), which the dkdv kernel's dK reads (dV = P^T dO does not)."""
+    q_lens, k_lens = [70, 129], [90, 129]
+    q, k, v, out, lse, dout = _case(q_lens, k_lens, 2, 1, 64, window=(-1, 0), seed=2)
+    real = backward.backward_tables
+    monkeypatch.setattr(backward, "backward_tables",
+                        lambda *a, **kw: {name: t[1:] if name == kernel else t for name, t in real(*a, **kw).items()})
+    grads = varlen_backward(q, k, v, out, lse, dout, q_lens, k_lens, window=(-1, 0), backend="sim")
+    acc = check_gradients(*grads, reference_varlen_backward(q, k, v, dout, q_lens, k_lens, window=(-1, 0)))
+    owned = ("dq", "dk") if kernel == "dq" else ("dk", "dv")
+    assert all(not acc[name].passed for name in owned) and all(acc[n].passed for n in acc if n not in owned)
+
+
 def test_deterministic_mode_is_bit_identical_across_runs_and_block_counts() -> None:
     q_lens, k_lens = [70, 0, 129, 3], [90, 4, 129, 200]
     q, k, v, out, lse, dout = _case(q_lens, k_lens, 4, 2, 64, window=(-1, 0), seed=11)
