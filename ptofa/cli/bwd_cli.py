@@ -29,7 +29,9 @@ def backward_config(config: FAConfig, atomic: bool = False) -> BwdConfig:
     unsupported = [name for name, on in (("--seqlens", config.varlen),
                                          ("--out-dtype", config.out_dtype != config.in_dtype)) if on]
     if unsupported:
-        raise InputError(f"--backward: {', '.join(unsupported)} not supported by the backward kernels yet")
+        where = (" (the varlen backward runs from flash_attn_varlen_func: ptofa.attention.backward.varlen_backward)"
+                 if config.varlen else "")
+        raise InputError(f"--backward: {', '.join(unsupported)} not supported by the CLI's backward yet{where}")
     try:
         return default_config(config.head, config.in_dtype, masked=config.masked, target=config.target,
                               atomic_dq=atomic, key_padding=config.key_padding, softcap=config.softcap,
