@@ -232,3 +232,66 @@ def test_the_npu_launches_carry_the_tables_and_replay_to_the_reference(monkeypat
         prep, dkdv, post = calls
         assert prep.values["dq_acc"] == dkdv.values["dq_acc"] == post.values["dq_acc"] != 0
     _check(grads, q, k, v, dout, q_lens, k_lens, (-1, 0))
+
+
+# ---- softcap, ALiBi and padded head dims through the varlen backward ---------------------------
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_varlen_alibi_and_softcap_per_sequence(deterministic) -> None:
+    """ALiBi with [B, N] slopes and softcap in one launch: each unit's bias uses its own sequence's
+    diagonal k_len - q_len (ragged lengths with S0 != S1 inside sequences, and total_q != total_k,
+    so the launch's s1 - s0 would be wrong) and its own sequence's row of slopes; causal and GQA."""
+    q_lens, k_lens, n, kvn, d, window = [0, 1, 70, 129, 40], [5, 130, 33, 129, 95], 4, 2, 64, (-1, 0)
+    g = torch.Generator().manual_seed(11)
+    q, k, v, dout = (torch.randn(sum(lens), heads, d, generator=g).half()
+                     for lens, heads in ((q_lens, n), (k_lens, kvn), (k_lens, kvn), (q_lens, n)))
+    slopes = torch.rand(len(q_lens), n, generator=g) * 0.5 + 0.05  # a different slope per (sequence, head)
+    out, lse = ptofa.flash_attn_varlen_func(q, k, v, _cu(q_lens), _cu(k_lens), max(q_lens), max(k_lens),
+                                            causal=True, softcap=5.0, alibi_slopes=slopes, return_lse=True,
+                                            backend="sim")
+    grads = varlen_backward(q, k, v, out, lse, dout, q_lens, k_lens, window=window, deterministic=deterministic,
+                            softcap=5.0, alibi_slopes=slopes, backend="sim")
+    ref = reference_varlen_backward(q, k, v, dout, q_lens, k_lens, window=window, softcap=5.0, alibi_slopes=slopes)
+    acc = check_gradients(*grads, ref)
+    assert all(a.passed for a in acc.values()), {name: str(a) for name, a in acc.items()}
+    # the bias matters here: without it (or with another sequence's slopes) the gradients fail the rule
+    off = check_gradients(*grads, reference_varlen_backward(q, k, v, dout, q_lens, k_lens, window=window,
+                                                            softcap=5.0, alibi_slopes=slopes.flip(0)))
+    assert not all(a.passed for a in off.values())
+
+
+def test_varlen_alibi_trains_through_flash_attn_varlen_func(monkeypatch) -> None:
+    """The autograd path with softcap and [N] slopes: one varlen plan for the batch, alibi and softcap on."""
+    q_lens, k_lens = [37, 0, 100], [60, 4, 80]
+    planned = []
+    real = backward.plan_backward
+    monkeypatch.setattr(backward, "plan_backward", lambda c, *a, **kw: planned.append(c) or real(c, *a, **kw))
+    g = torch.Generator().manual_seed(4)
+    q, k, v, dout = (torch.randn(sum(lens), 2, 64, generator=g).bfloat16() for lens in (q_lens, k_lens, k_lens, q_lens))
+    slopes = torch.tensor([0.25, 0.0625])
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    out = ptofa.flash_attn_varlen_func(*leaves, _cu(q_lens), _cu(k_lens), 100, 80, softcap=3.0, alibi_slopes=slopes,
+                                       backend="sim")
+    out.backward(dout)
+    ref = reference_varlen_backward(q, k, v, dout, q_lens, k_lens, softcap=3.0, alibi_slopes=slopes)
+    acc = check_gradients(*(x.grad for x in leaves), ref)
+    assert all(a.passed for a in acc.values()), {name: str(a) for name, a in acc.items()}
+    assert [(c.varlen, c.softcap, c.alibi) for c in planned] == [(True, True, True)]
+
+
+def test_varlen_backward_on_padded_head_dims() -> None:
+    """D = 59, Dv = 40 (no kernel width): q/k/v/out/dO zero-padded to kernel_head(59, 40) = 64, one varlen
+    launch, dq/dk sliced back to 59 columns and dv to 40, within the rule."""
+    q_lens, k_lens, n, kvn, d, d_v, window = [0, 1, 127, 70], [5, 130, 127, 90], 4, 2, 59, 40, (-1, 0)
+    g = torch.Generator().manual_seed(9)
+    q = torch.randn(sum(q_lens), n, d, generator=g).half()
+    k = torch.randn(sum(k_lens), kvn, d, generator=g).half()
+    v = torch.randn(sum(k_lens), kvn, d_v, generator=g).half()
+    dout = torch.randn(sum(q_lens), n, d_v, generator=g).half()
+    out, lse = ptofa.flash_attn_varlen_func(q, k, v, _cu(q_lens), _cu(k_lens), max(q_lens), max(k_lens),
+                                            causal=True, return_lse=True, backend="sim")
+    assert out.shape == (sum(q_lens), n, d_v)
+    grads = varlen_backward(q, k, v, out, lse, dout, q_lens, k_lens, window=window, backend="sim")
+    assert [tuple(x.shape) for x in grads] == [tuple(q.shape), tuple(k.shape), tuple(v.shape)]
+    _check(grads, q, k, v, dout, q_lens, k_lens, window)
