@@ -47,8 +47,8 @@ block sizes and passes the timing model chose per head dim and mode (`DEFAULT_BL
 [N, total_q]) as one batch of rows: the dq and dkdv kernels read their units from a host-built
 table (`pipeline.UNIT_TABLE` entries, `ptofa.launch.varlen.backward_tables`: for dkdv `head` is the
 KV head and `q_block` the KV block) instead of decoding them from the unit index, and see each
-sequence's rows through its own starts, lengths and window diagonal; prep and post are row-wise
-and the same as the uniform ones.
+sequence's rows through its own starts, lengths and diagonal (window and ALiBi; ALiBi's slopes
+[B, N] by the table's `seq`); prep and post are row-wise and the same as the uniform ones.
 
 `key_padding` adds the forward kernel's i8 key mask (and its batch stride) to the dq and dkdv
 kernels' arguments; their vectors turn it into an additive bias on the scores.
@@ -124,7 +124,7 @@ class BwdConfig:
     dkdv_passes: int = 1  # 2: a dkdv unit runs its steps twice, dV first, then dK, through one L0C accumulator
     softcap: bool = False  # scores = softcap * tanh(scores / softcap) (`kernels/scoremods.py`), dS times 1 - tanh^2
     alibi: bool = False  # scores -= slope * |i + S1 - S0 - j|, slopes f32 [N] or [B, N]
-    varlen: bool = False  # packed sequences: the dq and dkdv kernels walk a host-built unit table (`varlen_units`)
+    varlen: bool = False  # packed sequences: the dq and dkdv kernels walk a host-built unit table (`backward_tables`)
 
     def __post_init__(self) -> None:
         _check(self)

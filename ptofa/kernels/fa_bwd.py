@@ -25,8 +25,10 @@ to the scores before the exp, so P, and with it dS, is exactly 0 for a padding k
 
 Packed sequences (`BwdConfig.varlen`): unit u of either kernel is entry u of its host-built unit
 table (`pto.load_scalar`, as the forward varlen kernel): the sequence's query and key starts and
-lengths, the head and the block. Views, visible ranges and masks use the sequence's lengths and
-its own diagonal; GM rows are the packed rows (one batch of total_q / total_k rows).
+lengths, the head and the block (and with ALiBi the sequence's index: its row of [B, N] slopes).
+Views, visible ranges, masks and ALiBi's bias use the sequence's lengths and its own diagonal
+k_len - q_len; GM rows are the packed rows (one batch of total_q / total_k rows). Where a unit's
+rows are is `ptofa.kernels.bwd_varlen`.
 
 Atomic-dQ mode (`BwdConfig.atomic_dq`; the dq kernel is not run):
 
