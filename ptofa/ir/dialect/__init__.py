@@ -11,8 +11,9 @@ One module per family: `types` (types, enum attributes, dims helpers), `base`
 (shared custom-syntax helpers), `runtime` (block ids, set_ffts), `memory`
 (pointers, GM views, tile allocation and data movement, set_validshape), `vector`
 (elementwise binary / unary / scalar ops, texpands, tcvt), `rowcol` (row reductions,
-row and column broadcasts), `masks` (ttri, tcmp / tcmps, tsel, tci, tfillpad),
-`scratch` (the hidden UB scratch ptoas gives ops written without a tmp), `views`
+row and column broadcasts), `masks` (ttri, tcmp / tcmps, tsel, tci, tfillpad; the hidden UB scratch ptoas gives ops
+written without a tmp),
+`views`
 (treshape, subview), `tileaccess` (textract, tinsert, tsetval / tgetval, ttrans, tgather,
 tcolexpand, tprint), `buffers` (core sections, reserved buffers, castptr, barrier), `cube`
 and `pipes`; from the A2/A3 front end beyond FlashAttention: `multitile` (multi-buffer
@@ -29,7 +30,8 @@ dialect; `docs/adding-an-op.md` walks through adding an op.
 from xdsl.ir import Dialect
 
 from ptofa.ir.dialect import buffers, cube, intops, masks, memory, pipes, rowcol, runtime, tileaccess, types, vector, views
-from ptofa.ir.dialect.base import BuildRuleError, _InsOutsOp, constant_index
+from ptofa.ir.dialect.base import (BuildRuleError, _BinaryOp, _ColExpandOp, _InsOutsOp, _RowExpandOp, _RowReduceOp, _ScalarOp, _UnaryOp,
+                                   constant_index, physical_shape, tile_layout)
 from ptofa.ir.dialect.buffers import SECTION_OPS, BarrierOp, CastPtrOp, ImportReservedBufferOp, ReserveBufferOp, SectionCubeOp, SectionVectorOp
 from ptofa.ir.dialect.cube import CUBE_ONLY_OPS, TMatmulAccOp, TMatmulOp
 from ptofa.ir.dialect.intops import (
@@ -51,7 +53,7 @@ from ptofa.ir.dialect.intops import (
     TXorOp,
     TXorsOp,
 )
-from ptofa.ir.dialect.masks import HIDDEN_TCI_TMP, HIDDEN_TSEL_TMP, TCIOp, TCmpOp, TCmpSOp, TFillPadOp, TSelOp, TTriOp, _CmpOp
+from ptofa.ir.dialect.masks import HIDDEN_TCI_TMP, HIDDEN_TSEL_TMP, TCIOp, hidden_scratch, TCmpOp, TCmpSOp, TFillPadOp, TSelOp, TTriOp, _CmpOp
 from ptofa.ir.dialect.memory import (
     ALLOC_OPS,
     AddPtrOp,
@@ -61,13 +63,9 @@ from ptofa.ir.dialect.memory import (
     PartitionViewOp,
     SetValidShapeOp,
     StoreScalarOp,
-    SubviewOp,
     TLoadOp,
     TMovOp,
-    TReshapeOp,
     TStoreOp,
-    physical_shape,
-    tile_layout,
     view_layout,
 )
 from ptofa.ir.dialect.pipes import (
@@ -105,12 +103,9 @@ from ptofa.ir.dialect.rowcol import (
     TRowMaxOp,
     TRowMinOp,
     TRowSumOp,
-    _ColExpandOp,
-    _RowExpandOp,
-    _RowReduceOp,
 )
+from ptofa.ir.dialect.views import SubviewOp, TReshapeOp
 from ptofa.ir.dialect.runtime import GetBlockIdxOp, GetBlockNumOp, GetSubblockIdxOp, GetSubblockNumOp, SetFftsOp, _RuntimeIdOp
-from ptofa.ir.dialect.scratch import hidden_scratch
 from ptofa.ir.dialect.tileaccess import TColExpandOp, TExtractOp, TGatherBOp, TGatherOp, TGetValOp, TInsertOp, TPrintOp, TSetValOp, TTransOp
 from ptofa.ir.dialect.types import (
     AddressSpaceAttr,
@@ -177,9 +172,6 @@ from ptofa.ir.dialect.vector import (
     TSqrtOp,
     TSubOp,
     TSubsOp,
-    _BinaryOp,
-    _ScalarOp,
-    _UnaryOp,
 )
 
 from ptofa.ir.dialect import comm, fused, gathers, gmquery, ipipes, localarray, multitile, partial, quant, reductions, scatter, sorts, structs, sync  # noqa: E402 (families added after the FA subset)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from xdsl.dialects.builtin import IntegerAttr, IntegerType, i1, i32, i64
-from xdsl.ir import Attribute, ParametrizedAttribute, SSAValue, TypeAttribute
+from xdsl.ir import Attribute, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     irdl_attr_definition,
@@ -32,7 +32,9 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 
 from ptofa.ir.dialect.base import _fail, print_merged_attrs
-from ptofa.ir.dialect.types import (
+from ptofa.ir.dialect.types import (  # noqa: F401 (AsyncSessionType, AsyncEventType: re-exported)
+    AsyncEventType,
+    AsyncSessionType,
     AddressSpaceAttr,
     AtomicTypeAttr,
     PartitionTensorViewType,
@@ -45,20 +47,6 @@ from ptofa.ir.dialect.types import (
 )
 
 _GM_TYPES = (TensorViewType, PartitionTensorViewType)
-
-
-@irdl_attr_definition
-class AsyncSessionType(ParametrizedAttribute, TypeAttribute):
-    """`!pto.async_session`: an async DMA session (build_async_session)."""
-
-    name = "pto.async_session"
-
-
-@irdl_attr_definition
-class AsyncEventType(ParametrizedAttribute, TypeAttribute):
-    """`!pto.async_event`: a pending async transfer (tput_async / tget_async)."""
-
-    name = "pto.async_event"
 
 
 @irdl_attr_definition

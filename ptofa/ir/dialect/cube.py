@@ -4,30 +4,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from xdsl.ir import Attribute, Operation
+from xdsl.ir import Attribute
 from xdsl.irdl import irdl_op_definition, operand_def, opt_prop_def
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 
-from ptofa.ir.dialect.base import _fail, _InsOutsOp, _tile
+from ptofa.ir.dialect.base import _check_matmul, _fail, _InsOutsOp, _tile
 from ptofa.ir.dialect.types import AccPhaseAttr, TileBufType
-
-
-_MATMUL_DTYPES = {("f32", "f16", "f16"), ("f32", "bf16", "bf16"), ("f32", "f32", "f32"), ("i32", "i8", "i8")}
-
-
-def _check_matmul(op: Operation, a: TileBufType, b: TileBufType, c: TileBufType) -> None:
-    for t, loc, role in ((a, "left", "lhs"), (b, "right", "rhs"), (c, "acc", "dst")):
-        if t.space != loc:
-            _fail(op, "memory space", f"{role} must be loc={loc}, got loc={t.space}")
-    if (c.elem, a.elem, b.elem) not in _MATMUL_DTYPES:
-        _fail(op, "dtype triple", f"(dst {c.elem}; lhs {a.elem}, rhs {b.elem}) is not one of {sorted(_MATMUL_DTYPES)}")
-    (m, k), (k2, n), (m2, n2) = a.shape, b.shape, c.shape
-    if k != k2 or m != m2 or n != n2:
-        _fail(op, "shape agreement", f"lhs {m}x{k} @ rhs {k2}x{n} -> dst {m2}x{n2}: need lhs[M,K], rhs[K,N], dst[M,N]")
-    for name, v in (("m", m), ("k", k), ("n", n)):
-        if v > 4095:
-            _fail(op, "matmul dims", f"{name}={v} must be <= 4095")
 
 
 class _AccPhaseOp(_InsOutsOp):

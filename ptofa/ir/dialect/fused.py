@@ -21,11 +21,8 @@ from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, opt_operan
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 
-from ptofa.ir.dialect.base import _fail, _InsOutsOp, _tile
-from ptofa.ir.dialect.cube import _check_matmul
-from ptofa.ir.dialect.memory import LoadScalarOp, StoreScalarOp
+from ptofa.ir.dialect.base import _check_elementwise, _check_matmul, _check_vec_row_major, _fail, _InsOutsOp, _ScalarPtrOp, _tile
 from ptofa.ir.dialect.types import DYN, PtrType, TileBufType, _dims_str
-from ptofa.ir.dialect.vector import _check_elementwise, _check_vec_row_major
 
 _ROWEXPAND_DTYPES = ("i8", "i16", "i32", "f16", "bf16", "f32")
 
@@ -242,8 +239,7 @@ class IntToPtrOp(_CastOp):
             _fail(self, "operand type", "the result element type must be a scalar (float, integer), got index")
         for use in self.result.uses:
             user = use.operation
-            ptr_index = {LoadScalarOp: 0, StoreScalarOp: 1}.get(type(user))
-            if use.index != ptr_index:
+            if not (isinstance(user, _ScalarPtrOp) and use.index == user.PTR_OPERAND):
                 _fail(self, "uses", f"an inttoptr pointer may only be the pointer of load_scalar / store_scalar, used by {user.name}")
 
 

@@ -17,7 +17,7 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 
 from ptofa.ir.dialect.base import _InsOutsOp, _fail, _tile
-from ptofa.ir.dialect.types import DYN, PartitionTensorViewType, PtrType, TensorViewType, TileBufType, _dims_str, elem_bytes, elem_name
+from ptofa.ir.dialect.types import AsyncEventType, AsyncSessionType, _dims_str, DYN, elem_bytes, elem_name, PartitionTensorViewType, PtrType, TensorViewType, TileBufType
 
 
 class _ViewQueryOp(IRDLOperation):
@@ -175,8 +175,6 @@ class GetPrefetchAsyncSessionOp(IRDLOperation):
         printer.print_attribute(self.session.type)
 
     def verify_(self) -> None:
-        from ptofa.ir.dialect.comm import AsyncSessionType
-
         if not isinstance(self.session.type, AsyncSessionType):
             _fail(self, "result type", f"the result is a !pto.async_session, got {self.session.type}")
 
@@ -222,7 +220,6 @@ class TPrefetchAsyncOp(IRDLOperation):
         printer.print_attribute(self.event.type)
 
     def verify_(self) -> None:
-        from ptofa.ir.dialect.comm import AsyncEventType
 
         dims = self.src.type.dims
         if DYN in dims:

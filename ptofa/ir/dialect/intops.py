@@ -10,9 +10,8 @@ from typing import ClassVar
 
 from xdsl.irdl import irdl_op_definition, operand_def, opt_operand_def, opt_prop_def
 
-from ptofa.ir.dialect.base import _fail, _tile
+from ptofa.ir.dialect.base import _BinaryOp, _check_vec, _fail, _PrecisionAttrOp, _ScalarOp, _tile, _UnaryOp
 from ptofa.ir.dialect.types import FmodPrecisionAttr, PowPrecisionAttr, RemPrecisionAttr, TileBufType
-from ptofa.ir.dialect.vector import _BinaryOp, _check_vec, _PrecisionAttrOp, _ScalarOp, _UnaryOp
 
 _INTS = ("i16", "i32")
 _FLOATS = ("f16", "f32")

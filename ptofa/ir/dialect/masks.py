@@ -1,20 +1,23 @@
 """Masks, iota and padding (vector tile ops): ttri, tcmp / tcmps (an i8 packed-predicate
-dst), tsel, tci and tfillpad, and the hidden UB scratch ptoas gives tsel and tci
-(`scratch.hidden_scratch` reports it)."""
+dst), tsel, tci and tfillpad; and `hidden_scratch`, the UB scratch tile ptoas materializes for
+an op written without a tmp operand (a row reduction, a row expand, tsel or tci). The sizes are
+ptoas's: tsel and tci here (`HIDDEN_TSEL_TMP`, `HIDDEN_TCI_TMP`), row expands in
+`ptofa.ir.target`. (`trowexpandexpdif` gets none from ptoas; the verifier requires its tmp,
+`ptofa.ir.target.EXPDIF_TMP_BYTES`.)"""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
 from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, IndexType, IntegerAttr, IntegerType, i32
-from xdsl.ir import Attribute
+from xdsl.ir import Attribute, Operation
 from xdsl.irdl import irdl_op_definition, operand_def, opt_operand_def, opt_prop_def, prop_def
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 
-from ptofa.ir.dialect.base import _fail, _InsOutsOp, _tile
+from ptofa.ir.dialect.base import _check_vec_row_major, _fail, _InsOutsOp, _RowExpandOp, _RowReduceOp, _same_extent, _tile, _VEC_DTYPES
 from ptofa.ir.dialect.types import CmpModeAttr, TileBufType, _dims_str, elem_bytes
-from ptofa.ir.dialect.vector import _VEC_DTYPES, _check_vec_row_major, _same_extent
+from ptofa.ir.target import HIDDEN_ROWEXPAND_TMP_BYTES
 
 # Hidden UB scratch ptoas materializes (PTOAS lib/PTO/Transforms/PTOMaterializeImplicitTmp.cpp,
 # A2/A3): tci an f32 1x192 (i32 dst) or 1x448 (i16 dst) tile, tsel an i32 1x16 tile.
@@ -293,3 +296,21 @@ OPS = (
     TCIOp,
     TFillPadOp,
 )
+
+
+def hidden_scratch(op: Operation) -> tuple[str, str, int] | None:
+    """The UB scratch ptoas allocates for `op` written without a tmp operand: (space, shape, bytes)."""
+    if isinstance(op, _RowExpandOp) and op.tmp is None:
+        return ("vec", "1x2048xf32", HIDDEN_ROWEXPAND_TMP_BYTES)
+    if isinstance(op, _RowReduceOp) and op.tmp is None:
+        t = op.src.type
+        assert isinstance(t, TileBufType)
+        return ("vec", f"{t.rows.data}x{t.cols.data}x{t.elem}", t.nbytes)
+    if isinstance(op, TSelOp) and op.tmp is None:
+        return ("vec", *HIDDEN_TSEL_TMP)
+    if isinstance(op, TCIOp) and op.tmp is None:
+        t = op.dst.type
+        assert isinstance(t, TileBufType)
+        width = t.dtype.width.data if isinstance(t.dtype, IntegerType) else 32
+        return ("vec", *HIDDEN_TCI_TMP.get(width, HIDDEN_TCI_TMP[32]))
+    return None

@@ -4,6 +4,8 @@ their verifiers share."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from collections.abc import Sequence
 
 from xdsl.dialects.builtin import IndexType, IntegerAttr, IntegerType, i64
@@ -22,17 +24,9 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError
 
-from ptofa.ir.dialect.base import _fail, _fail_build, _InsOutsOp, _parse_index_list, _print_index_list, _print_typed_list, _tile, constant_index, split_discardable
-from ptofa.ir.dialect.memrules import (  # noqa: F401 (tile_layout re-exported)
-    _GM_TILE_LAYOUTS,
-    _check_scalar_ptr,
-    _check_view_tile,
-    _parse_ptr_index,
-    _parse_ptr_type,
-    tile_layout,
-)
-from ptofa.ir.dialect.pipes import _ProducesEntry
-from ptofa.ir.dialect.views import SubviewOp, TReshapeOp, physical_shape  # noqa: F401 (re-exported)
+from ptofa.ir.dialect.base import (_GM_TILE_LAYOUTS, _check_scalar_ptr, _check_view_tile, _fail, _fail_build, _InsOutsOp, _parse_index_list,
+                                   _parse_ptr_index, _parse_ptr_type, _PipeEntryOp, _print_index_list, _print_typed_list, _ScalarPtrOp, _tile,
+                                   _TileViewOp, constant_index, physical_shape, split_discardable, tile_layout)
 from ptofa.ir.dialect.types import (
     DYN,
     AccToVecModeAttr,
@@ -92,8 +86,10 @@ class AddPtrOp(IRDLOperation):
 
 
 @irdl_op_definition
-class LoadScalarOp(IRDLOperation):
+class LoadScalarOp(_ScalarPtrOp):
     """`%v = pto.load_scalar %p[%i] : !pto.ptr<T> -> T`: one GM element (PIPE_S), p + i elements."""
+
+    PTR_OPERAND: ClassVar[int] = 0
 
     name = "pto.load_scalar"
     ptr = operand_def(PtrType)
@@ -129,8 +125,10 @@ class LoadScalarOp(IRDLOperation):
 
 
 @irdl_op_definition
-class StoreScalarOp(IRDLOperation):
+class StoreScalarOp(_ScalarPtrOp):
     """`pto.store_scalar %v, %p[%i] : !pto.ptr<T>, T`: write one GM element (PIPE_S)."""
+
+    PTR_OPERAND: ClassVar[int] = 1
 
     name = "pto.store_scalar"
     value = operand_def()
@@ -460,7 +458,7 @@ class SetValidShapeOp(IRDLOperation):
         if t.valid != (DYN, DYN):
             _fail(self, "dynamic valid", f"expects source tile_buf to have dynamic validShape (?, ?), got valid={_dims_str(t.valid)}")
         root = self.source
-        while isinstance(root.owner, TReshapeOp):
+        while isinstance(root.owner, _TileViewOp) and not root.owner.SUBVIEW:  # treshape
             root = root.owner.src
         if not isinstance(root.owner, AllocTileOp):
             what = "a function or block argument" if isinstance(root.owner, Block) else f"a {root.owner.name} result"
@@ -678,7 +676,7 @@ def view_layout(value: SSAValue) -> str | None:
         return view_layout(owner.source)
     if isinstance(owner, MakeTensorViewOp):
         return owner.view_layout
-    if isinstance(owner, _ProducesEntry):
+    if isinstance(owner, _PipeEntryOp):
         return "nd"  # pipe slots are row-major
     return None
 
@@ -823,7 +821,7 @@ class TMovOp(_InsOutsOp):
 
 def _has_addr(value: SSAValue) -> bool:
     """Whether the tile behind `value` (through subviews / reshapes) has an explicit level3 address."""
-    while isinstance(value.owner, (SubviewOp, TReshapeOp)):
+    while isinstance(value.owner, _TileViewOp):
         value = value.owner.src
     owner = value.owner
     return isinstance(owner, AllocTileOp) and owner.addr is not None

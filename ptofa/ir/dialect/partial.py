@@ -15,9 +15,8 @@ from typing import ClassVar
 from xdsl.irdl import irdl_op_definition, operand_def, opt_operand_def
 from xdsl.parser import Parser
 
-from ptofa.ir.dialect.base import _InsOutsOp, _fail, _parse_typed_list, _print_typed_list, _tile
+from ptofa.ir.dialect.base import _check_vec_row_major, _fail, _InsOutsOp, _parse_typed_list, _print_typed_list, _same_extent, _tile
 from ptofa.ir.dialect.types import DYN, TileBufType, _dims_str
-from ptofa.ir.dialect.vector import _check_vec_row_major, _same_extent
 
 PART_DTYPES = ("i16", "i32", "f16", "f32")
 

@@ -15,7 +15,7 @@ from xdsl.irdl.operations import AttrSizedOperandSegments
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 
-from ptofa.ir.dialect.base import _fail, _parse_brace_ints
+from ptofa.ir.dialect.base import _fail, _parse_brace_ints, _PipeEntryOp, _PipeInitOp
 from ptofa.ir.dialect.types import DYN, AccPushEpilogueAttr, PtrType, TensorViewType, TileBufType
 
 
@@ -41,7 +41,7 @@ def _check_prop_types(op: Operation, widths: dict[str, Attribute]) -> None:
 _INIT_OPERANDS = ("gm_slot_tensor", "gm_slot_buffer", "c2v_consumer_buf", "v2c_consumer_buf")
 
 
-class _InitPipeOp(IRDLOperation):
+class _InitPipeOp(_PipeInitOp):
     """`pto.aic_initialize_pipe {id = 0, dir_mask = 1, slot_size = N} (gm_slot_tensor = %tv : TV)`: a
     global-entry pipe; or the local (reserved-buffer) form, `(gm_slot_buffer = %p : !pto.ptr<T>,
     c2v_consumer_buf = %b : i32, v2c_consumer_buf = %b2 : i32)`, whose entries are tiles.
@@ -264,7 +264,7 @@ class _PipeDataOp(IRDLOperation):
         raise NotImplementedError
 
 
-class _ProducesEntry(_PipeDataOp):
+class _ProducesEntry(_PipeDataOp, _PipeEntryOp):
     """`%e = pto.<op> [(%valid_row, %valid_col)] {id = N, split = S} [aiv_subblockid(%b)] -> TV` (talloc,
     tpop); a local pipe's entry is a tile, whose dynamic valid shape a tpop may set."""
 

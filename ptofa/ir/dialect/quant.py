@@ -18,7 +18,7 @@ from xdsl.irdl.operations import AttrSizedOperandSegments
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 
-from ptofa.ir.dialect.base import _fail, _InsOutsOp, _parse_brace_ints, _parse_typed_list, _print_typed_list, _tile
+from ptofa.ir.dialect.base import _fail, _InsOutsOp, _parse_brace_ints, _parse_typed_list, _PipeInitOp, _print_typed_list, _tile
 from ptofa.ir.dialect.types import DYN, FIXPIPE_SCALAR_QUANTS, FIXPIPE_VECTOR_QUANTS, TileBufType, _dims_str, _PtoEnumAttr
 
 
@@ -165,14 +165,12 @@ class _SetQuantOp(IRDLOperation):
     def verify_(self) -> None:
         from xdsl.dialects.func import FuncOp
 
-        from ptofa.ir.dialect.pipes import _InitPipeOp
-
         func = self.parent_op()
         while func is not None and not isinstance(func, FuncOp):
             func = func.parent_op()
         if func is None:
             _fail(self, "pipe", "must be nested under a func.func")
-        inits = [op for op in func.walk() if isinstance(op, _InitPipeOp) and op.id_value == self.id_value and op.CORE == "cube"]
+        inits = [op for op in func.walk() if isinstance(op, _PipeInitOp) and op.id_value == self.id_value and op.CORE == "cube"]
         if not inits:
             _fail(self, "pipe", f"'id' = {self.id_value} names no aic_initialize_pipe in this function")
         epilogue = inits[0].acc_push_epilogue

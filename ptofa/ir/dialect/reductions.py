@@ -19,10 +19,9 @@ from xdsl.irdl import irdl_op_definition, operand_def, opt_operand_def, opt_prop
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 
-from ptofa.ir.dialect.base import _fail, _InsOutsOp, _tile
-from ptofa.ir.dialect.rowcol import _check_col_vector, _ColExpandOp, _RowReduceOp
+from ptofa.ir.dialect.base import (_check_col_vector, _check_elementwise, _check_vec_row_major, _ColExpandOp, _fail, _InsOutsOp,
+                                   _RowReduceOp, _same_extent, _tile, _valid_compatible)
 from ptofa.ir.dialect.types import DYN, TileBufType, _dims_str, elem_bytes
-from ptofa.ir.dialect.vector import _check_elementwise, _check_vec_row_major, _same_extent, _valid_compatible
 
 _MINMAX_DTYPES = ("f16", "f32", "i16", "i32")
 

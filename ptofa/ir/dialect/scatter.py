@@ -14,9 +14,8 @@ from xdsl.irdl import AttrSizedOperandSegments, IRDLOperation, irdl_op_definitio
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 
-from ptofa.ir.dialect.base import _fail, _print_typed_list, _tile
+from ptofa.ir.dialect.base import _check_vec_row_major, _fail, _print_typed_list, _tile
 from ptofa.ir.dialect.types import DYN, MaskPatternAttr, TileBufType, elem_bytes
-from ptofa.ir.dialect.vector import _check_vec_row_major
 
 SCATTER_DTYPES = ("i8", "i16", "i32", "f16", "f32", "bf16")
 

@@ -19,7 +19,7 @@ from xdsl.irdl.operations import AttrSizedOperandSegments
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 
-from ptofa.ir.dialect.base import _fail, _InsOutsOp, _parse_typed_list, _print_typed_list, _tile, constant_index, print_merged_attrs, split_discardable
+from ptofa.ir.dialect.base import _check_vec, _fail, _InsOutsOp, _parse_typed_list, _print_typed_list, _tile, constant_index, print_merged_attrs, split_discardable, _valid_compatible
 from ptofa.ir.dialect.types import (
     DYN,
     CmpModeAttr,
@@ -32,7 +32,6 @@ from ptofa.ir.dialect.types import (
     elem_bytes,
     elem_name,
 )
-from ptofa.ir.dialect.vector import _check_vec, _valid_compatible
 
 _A3_WINDOW_ELEMS = ("i8", "f16", "bf16", "f32")
 

@@ -725,3 +725,17 @@ ATTRS = (
     SqrtPrecisionAttr, RsqrtPrecisionAttr, RecipPrecisionAttr, RemPrecisionAttr, FmodPrecisionAttr, PowPrecisionAttr,
     AccToVecModeAttr, TInsertModeAttr, PadModeAttr, AccPushEpilogueAttr,
 )
+
+
+@irdl_attr_definition
+class AsyncSessionType(ParametrizedAttribute, TypeAttribute):
+    """`!pto.async_session`: an async DMA session (build_async_session)."""
+
+    name = "pto.async_session"
+
+
+@irdl_attr_definition
+class AsyncEventType(ParametrizedAttribute, TypeAttribute):
+    """`!pto.async_event`: a pending async transfer (tput_async / tget_async)."""
+
+    name = "pto.async_event"

@@ -1,23 +1,21 @@
 """Vector (AIV) elementwise tile ops: tcvt, binary / unary / scalar ops and texpands.
 
-Also the vector checks (`_check_vec`, `_check_elementwise`, `_check_vec_row_major`,
-`_valid_compatible`, `_same_extent`) and the `_PrecisionAttrOp` base that the other
-vector families, `rowcol` and `masks`, build on."""
+The vector checks and the op base classes (`_BinaryOp`, `_UnaryOp`, `_ScalarOp`,
+`_PrecisionAttrOp`) these ops share with the other vector families live in `base`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import ClassVar
 
-from xdsl.dialects.builtin import Float16Type, Float32Type, IntegerType, StringAttr
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.dialects.builtin import StringAttr
+from xdsl.ir import Attribute
 from xdsl.irdl import irdl_op_definition, operand_def, opt_operand_def, opt_prop_def, prop_def
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 
-from ptofa.ir.dialect.base import _fail, _InsOutsOp, _parse_typed_list, _print_typed_list, _tile, print_merged_attrs
+from ptofa.ir.dialect.base import (_BinaryOp, _check_vec, _fail, _InsOutsOp, _parse_typed_list, _PrecisionAttrOp, _print_typed_list,
+                                   _ScalarOp, _tile, _UnaryOp, _valid_compatible, print_merged_attrs)
 from ptofa.ir.dialect.types import (
-    DYN,
     ROUND_MODES,
     DivPrecisionAttr,
     ExpPrecisionAttr,
@@ -138,86 +136,6 @@ def _parse_round_mode(parser: Parser) -> str:
     return mode
 
 
-def _check_vec(op: Operation, tiles: Sequence[TileBufType]) -> None:
-    for t in tiles:
-        if t.space != "vec":
-            _fail(op, "memory space", f"vector ops take loc=vec tiles, got {t.describe()}")
-
-
-_VEC_DTYPES = ("f16", "f32", "i16", "i32")
-
-
-def _valid_compatible(a: tuple[int, int], b: tuple[int, int]) -> bool:
-    """Valid shapes that may agree at run time: equal where both dims are static (a `?` matches
-    anything; the simulator checks the runtime sizes)."""
-    return all(x == DYN or y == DYN or x == y for x, y in zip(a, b))
-
-
-def _check_elementwise(op: Operation, tiles: Sequence[TileBufType]) -> None:
-    _check_vec(op, tiles)
-    for t in tiles:
-        if not t.is_row_major:
-            _fail(op, "layout", f"elementwise ops need blayout=row_major tiles, got {t.describe()} col_major")
-        if t.elem not in _VEC_DTYPES:
-            _fail(op, "dtype", f"{t.elem} is not a vector arithmetic type {_VEC_DTYPES}")
-    first = tiles[0]
-    for t in tiles[1:]:
-        if t.dtype != first.dtype:
-            _fail(op, "dtype", f"operands must share one dtype, got {first.elem} and {t.elem}")
-        if not _valid_compatible(t.valid, first.valid):
-            _fail(op, "shape agreement", f"valid shapes {_dims_str(first.valid)} and {_dims_str(t.valid)} differ")
-
-
-def _check_vec_row_major(op: Operation, t: TileBufType, role: str) -> None:
-    """ptoas's verifyVecTileCommon: loc=vec and blayout=row_major."""
-    if t.space != "vec":
-        _fail(op, "memory space", f"{role} must be loc=vec, got {t.describe()}")
-    if not t.is_row_major:
-        _fail(op, "layout", f"{role} must be blayout=row_major, got {t.describe()} col_major")
-
-
-def _same_extent(a: int, b: int) -> bool:
-    return a == DYN or b == DYN or a == b
-
-
-class _PrecisionAttrOp(_InsOutsOp):
-    """An op with ptoas's optional `{precisionType = #pto<..._precision X>}` after `outs(...)`.
-
-    The attribute selects a pto-isa algorithm; the simulator computes in full precision either way.
-    """
-
-    PRECISION: ClassVar[type | None] = None
-
-    @classmethod
-    def _props_from_attrs(cls, parser: Parser, attrs: dict[str, Attribute], start: int | None = None) -> dict[str, Attribute]:
-        attrs = dict(attrs)
-        precision = attrs.pop("precisionType", None)
-        if attrs or (precision is not None and cls.PRECISION is None):
-            parser.raise_error(f"{cls.name}: unexpected attributes {sorted(attrs) or ['precisionType']}", start)
-        if precision is None:
-            return {}
-        if not isinstance(precision, cls.PRECISION):  # type: ignore[arg-type]
-            parser.raise_error(f"{cls.name}: precisionType must be a #pto<{cls.PRECISION.name[4:]} ...>, got {precision}", start)  # type: ignore[union-attr]
-        return {"precisionType": precision}
-
-    def _print_attrs(self, printer: Printer) -> None:
-        precision = self.properties.get("precisionType")
-        if precision is not None:
-            printer.print_string(f" {{precisionType = {precision.text}}}")
-
-
-class _BinaryOp(_InsOutsOp):
-    """`ins(%a, %b : T, T) outs(%d : T)`: elementwise d = f(a, b)."""
-
-    N_INS: ClassVar[int] = 2
-    lhs = operand_def(TileBufType)
-    rhs = operand_def(TileBufType)
-    dst_ = operand_def(TileBufType)
-
-    def verify_(self) -> None:
-        _check_elementwise(self, [_tile(self, v, n) for v, n in ((self.lhs, "lhs"), (self.rhs, "rhs"), (self.dst, "dst"))])
-
-
 @irdl_op_definition
 class TAddOp(_BinaryOp):
     """d = a + b"""
@@ -260,20 +178,6 @@ class TMinOp(_BinaryOp):
     """d = min(a, b)"""
 
     name = "pto.tmin"
-
-
-class _UnaryOp(_InsOutsOp):
-    """`ins(%a : T) outs(%d : T)`: elementwise d = f(a)."""
-
-    src = operand_def(TileBufType)
-    dst_ = operand_def(TileBufType)
-    FLOAT_ONLY: ClassVar[bool] = False
-
-    def verify_(self) -> None:
-        s, d = _tile(self, self.src, "src"), _tile(self, self.dst, "dst")
-        _check_elementwise(self, [s, d])
-        if self.FLOAT_ONLY and s.elem not in ("f16", "f32"):
-            _fail(self, "dtype", f"{self.name} takes f16/f32 tiles, got {s.elem}")
 
 
 @irdl_op_definition
@@ -361,39 +265,6 @@ class TReluOp(_UnaryOp):
     """d = max(0, a)"""
 
     name = "pto.trelu"
-
-
-class _ScalarOp(_InsOutsOp):
-    """`ins(%a, %s : T, f32) outs(%d : T)`: elementwise with a scalar, operands in textual order.
-
-    Only `tdivs` also takes the scalar first (`ins(%s, %a : f32, T)`, d = s / a).
-    """
-
-    N_INS: ClassVar[int] = 2
-    SCALAR_FIRST_OK: ClassVar[bool] = False
-    first = operand_def()
-    second = operand_def()
-    dst_ = operand_def(TileBufType)
-
-    @property
-    def scalar_first(self) -> bool:
-        return not isinstance(self.first.type, TileBufType)
-
-    @property
-    def src(self) -> SSAValue:
-        return self.second if self.scalar_first else self.first
-
-    @property
-    def scalar(self) -> SSAValue:
-        return self.first if self.scalar_first else self.second
-
-    def verify_(self) -> None:
-        if self.scalar_first and not self.SCALAR_FIRST_OK:
-            _fail(self, "operand order", f"the tile comes first (ins(%tile, %scalar)); only pto.tdivs takes the scalar first, got {self.first.type}")
-        s, d = _tile(self, self.src, "src"), _tile(self, self.dst, "dst")
-        _check_elementwise(self, [s, d])
-        if not isinstance(self.scalar.type, (Float16Type, Float32Type, IntegerType)):
-            _fail(self, "operand type", f"scalar must be an int or float, got {self.scalar.type}")
 
 
 @irdl_op_definition

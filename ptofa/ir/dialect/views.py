@@ -1,30 +1,23 @@
 """Tile views that share their source's storage: `pto.treshape` (same bytes, new shape)
-and `pto.subview` (a window of a tile, optionally with a runtime valid shape), and
-`physical_shape`, the tile ptoas materializes for a view."""
+and `pto.subview` (a window of a tile, optionally with a runtime valid shape). The tile
+ptoas materializes for a view, `physical_shape`, is in `base`."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from xdsl.dialects.builtin import IndexType
 from xdsl.ir import SSAValue
-from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, result_def, var_operand_def
+from xdsl.irdl import irdl_op_definition, operand_def, result_def, var_operand_def
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 
-from ptofa.ir.dialect.base import _fail, _parse_index_list, _print_index_list, _tile, constant_index
-from ptofa.ir.dialect.types import DYN, TileBufType
-
-
-def physical_shape(value: SSAValue) -> tuple[int, int]:
-    """The tile shape ptoas materializes for `value`: a subview is its parent's physical tile."""
-    while isinstance(value.owner, SubviewOp):
-        value = value.owner.src
-    t = value.type
-    assert isinstance(t, TileBufType)
-    return t.shape
+from ptofa.ir.dialect.base import constant_index, _fail, _parse_index_list, _print_index_list, _tile, _TileViewOp
+from ptofa.ir.dialect.types import TileBufType
 
 
 @irdl_op_definition
-class TReshapeOp(IRDLOperation):
+class TReshapeOp(_TileViewOp):
     """`%r = pto.treshape %t : A -> B`: alias of the same storage with another shape."""
 
     name = "pto.treshape"
@@ -63,10 +56,11 @@ class TReshapeOp(IRDLOperation):
 
 
 @irdl_op_definition
-class SubviewOp(IRDLOperation):
+class SubviewOp(_TileViewOp):
     """`%s = pto.subview %src[%i, %j] sizes [R, C] [valid [%vr, %vc]] : A -> B`: a sub-rectangle
     of a tile, same storage; `valid` gives a result with a dynamic valid shape its runtime size."""
 
+    SUBVIEW: ClassVar[bool] = True
     name = "pto.subview"
     src = operand_def(TileBufType)
     row = operand_def(IndexType)
