@@ -29,13 +29,12 @@ import torch
 
 from ptofa.launch.base import TORCH_DTYPES, BackendUnavailable, normalize_key_mask, pad_heads
 from ptofa.launch.dense_split import dense_split, tune_window
-from ptofa.launch.dispatch import backend_soc, launch_on
+from ptofa.launch.dispatch import BACKEND_NAMES, backend_soc, launch_on, resolve_backend  # noqa: F401 (re-exported)
 from ptofa.launch.kernel_cache import Kernel, clear_kernel_cache, get_kernel, kernel_cache_info
 from ptofa.launch.plan import plan_forward
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, kernel_head
 from ptofa.sim.socspec import DEFAULT_SOC
 
-BACKEND_NAMES = ("auto", "sim", "npu")
 # S1 from which the automatic config takes TILE_S1 = 256 with QK_PRELOAD = 3 (three tiles in flight).
 LONG_S1 = 3 * 256
 # (tile_s1, qk_preload) candidates of the automatic config, by preference.
@@ -206,20 +205,6 @@ def window_to_bounds(window: tuple[int, int], s0: int, s1: int) -> tuple[int, in
     return ProblemShape(1, 1, s0, s1, window=tuple(window)).window_bounds()
 
 
-def resolve_backend(backend: str) -> str:
-    """sim or npu: `auto` is npu when `ptofa.launch.npu.npu_available()` says so, else sim;
-    `npu` raises `BackendUnavailable` (one line) where there is none."""
-    from ptofa.launch import npu
-
-    if backend not in BACKEND_NAMES:
-        raise ValueError(f"backend: {backend!r} must be one of {BACKEND_NAMES}")
-    if backend == "auto":
-        return "npu" if npu.npu_available()[0] else "sim"
-    if backend == "npu":
-        npu.require_npu()
-    return backend
-
-
 def out_dtype_name(out_dtype) -> str | None:
     """'f16' / 'bf16' / 'f32' of an out dtype given as a torch dtype or a name; None stays None."""
     if out_dtype is None:
@@ -382,3 +367,29 @@ __all__ = [
     "kernel_cache_info",
     "run_attention",
 ]
+
+
+def unsupported_arguments(dropout_p, softcap, alibi_slopes) -> None:
+    """`NotImplementedError` for dropout (ptofa's kernels have none), `ValueError` for a softcap that
+    is not a float >= 0 or ALiBi slopes that are not an fp32 tensor (their shape is checked with the
+    tensors'); every flash-attn call checks its arguments here first."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
+        raise ValueError(f"dropout_p: {dropout_p!r} must be a float")
+    if dropout_p != 0.0:
+        raise NotImplementedError(f"dropout_p: {dropout_p} is not supported, ptofa's kernels have no dropout "
+                                  f"(pass dropout_p=0.0, as flash-attn's callers do for evaluation)")
+    check_softcap(softcap)
+    if alibi_slopes is not None and (not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dtype != torch.float32):
+        raise ValueError(f"alibi_slopes: must be a float32 tensor [nheads] or [batch, nheads], got "
+                         f"{getattr(alibi_slopes, 'dtype', type(alibi_slopes).__name__)}")
+
+
+def flash_attn_returns(out, lse, return_attn_probs: bool, return_lse: bool):
+    """flash-attn's return convention: out; (out, softmax_lse, S_dmask) with return_attn_probs
+    (S_dmask is None: there is no dropout); ptofa's return_lse gives (out, lse)."""
+    if return_attn_probs and return_lse:
+        raise ValueError("return_attn_probs and return_lse: pass one; return_attn_probs=True already returns "
+                         "(out, softmax_lse, None)")
+    if return_attn_probs:
+        return out, lse, None
+    return (out, lse) if return_lse else out

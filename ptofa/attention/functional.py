@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from ptofa.attention.core import (check_alibi_slopes, check_qkv, check_softcap, check_window, out_dtype_name,
+from ptofa.attention.core import (check_alibi_slopes, check_qkv, check_softcap, check_window,  # noqa: F401
+                                  flash_attn_returns, out_dtype_name, unsupported_arguments,  # (re-exported)
                                   window_to_bounds)
 from ptofa.launch.base import TORCH_DTYPES
 from ptofa.attention.ops import config_to_json, flash_attn_fwd
@@ -38,32 +39,6 @@ def _call_op(q, k, v, scale, bounds, key_padding_mask, out_dtype, backend: str, 
     return flash_attn_fwd(q, k, v, scale, bounds is not None, left, right, mask,
                           None if wanted is None else TORCH_DTYPES[wanted], backend, config_to_json(config),
                           deterministic, float(softcap), alibi_slopes)
-
-
-def unsupported_arguments(dropout_p, softcap, alibi_slopes) -> None:
-    """`NotImplementedError` for dropout (ptofa's kernels have none), `ValueError` for a softcap that
-    is not a float >= 0 or ALiBi slopes that are not an fp32 tensor (their shape is checked with the
-    tensors'); every flash-attn call checks its arguments here first."""
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
-        raise ValueError(f"dropout_p: {dropout_p!r} must be a float")
-    if dropout_p != 0.0:
-        raise NotImplementedError(f"dropout_p: {dropout_p} is not supported, ptofa's kernels have no dropout "
-                                  f"(pass dropout_p=0.0, as flash-attn's callers do for evaluation)")
-    check_softcap(softcap)
-    if alibi_slopes is not None and (not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dtype != torch.float32):
-        raise ValueError(f"alibi_slopes: must be a float32 tensor [nheads] or [batch, nheads], got "
-                         f"{getattr(alibi_slopes, 'dtype', type(alibi_slopes).__name__)}")
-
-
-def flash_attn_returns(out, lse, return_attn_probs: bool, return_lse: bool):
-    """flash-attn's return convention: out; (out, softmax_lse, S_dmask) with return_attn_probs
-    (S_dmask is None: there is no dropout); ptofa's return_lse gives (out, lse)."""
-    if return_attn_probs and return_lse:
-        raise ValueError("return_attn_probs and return_lse: pass one; return_attn_probs=True already returns "
-                         "(out, softmax_lse, None)")
-    if return_attn_probs:
-        return out, lse, None
-    return (out, lse) if return_lse else out
 
 
 def _flash_attn(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,

@@ -23,8 +23,7 @@ from collections.abc import Sequence
 import torch
 
 from ptofa.attention.core import (auto_config, check_alibi_slopes, check_softcap, check_window, dtype_name,
-                                  resolve_backend, with_score_mods)
-from ptofa.attention.functional import flash_attn_returns, unsupported_arguments
+                                  flash_attn_returns, resolve_backend, unsupported_arguments, with_score_mods)
 from ptofa.attention.kvcache import (KVCache, apply_rotary, cache_shape, check_rotary, decode_config, decode_shape,
                                     decode_units, rotary_positions)
 from ptofa.launch import dispatch

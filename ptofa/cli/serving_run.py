@@ -1,6 +1,7 @@
 """`run_fa run` for the serving shapes on the simulator: a decode step against a random paged
 cache (`--decode`), or a varlen batch with `--num-splits`; checked against the reference and
-timed by the timing model, the split launch against the unsplit one.
+timed by the timing model, the split launch against the unsplit one; and `sweep_serving`,
+`run_fa sweep` over serving shapes (so `sweep` needs no other command's module).
 """
 
 from __future__ import annotations
@@ -8,9 +9,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from pathlib import Path
 
+import click
 import torch
 
+from ptofa.cli.switches import InputError
 from ptofa.launch.base import TORCH_DTYPES
 from ptofa.attention.kvcache import KVCache, decode_config, decode_shape, decode_units, reference_kvcache
 from ptofa.pipeline import FAConfig, ProblemShape
@@ -160,3 +164,53 @@ def speedup_line(rows: list[ServingRow]) -> str:
     split, whole = rows
     return (f"split-KV num_splits={split.num_splits}: {split.predicted_us:.1f} us vs num_splits=1: "
             f"{whole.predicted_us:.1f} us -> {whole.predicted_us / split.predicted_us:.2f}x predicted speedup")
+
+
+def sweep_serving(config, batches, heads_list, kv_heads: int | None, s0_list, cache_lens, page_size: int,
+                  seqlens: list[int] | None, splits_list, window: tuple[int, int], seed: int, out_dir: Path,
+                  decode: bool) -> list[dict]:
+    """`run_fa sweep` over serving shapes: every (batch, heads, S0, cache length) decode step, or the
+    one varlen batch, at every split count; one checked, timed row each, written to
+    `out_dir/serving.json` and `.csv`. Returns the rows."""
+    import csv
+    import itertools
+    import json
+
+    from ptofa.pipeline import ConfigError
+    from ptofa.attention.serving import pack_allowed
+
+    rows = []
+    if decode:
+        points = itertools.product(batches, heads_list, s0_list, cache_lens)
+    else:
+        if seqlens is None:
+            raise InputError("sweep --num-splits: needs --decode (with --cache-len) or --seqlens")
+        points = ((len(seqlens), n, None, None) for n in heads_list)
+    for batch, heads, s0, cache_len in points:
+        kvn = kv_heads or heads
+        try:
+            if decode:
+                pack = pack_allowed(s0, heads, kvn, window)
+                case = decode_case(config, batch, heads, kvn, s0, cache_len, page_size, window, seed, pack)
+                shape = f"decode B={batch} N={heads} KVN={kvn} S0={s0} cache_len={cache_len}"
+            else:
+                case = varlen_case(config, seqlens, seqlens, heads, kvn, window, seed)
+                shape = f"varlen seqlens={seqlens} N={heads} KVN={kvn}"
+            case.shape.check(case.config)
+        except ConfigError as exc:
+            raise InputError(f"invalid shape: {exc}") from None
+        for splits in splits_list:
+            row = run_split(case, splits)
+            rows.append({"shape": shape, "gqa_pack": case.config.gqa_pack, "num_splits_asked": splits,
+                         "num_splits": row.num_splits, "split": row.split, "status": "pass" if row.passed else "fail",
+                         "predicted_us": round(row.predicted_us, 2), "main_us": round(row.main_us, 2),
+                         "reduce_us": round(row.reduce_us, 2), "wall_s": round(row.wall_s, 2)})
+            click.echo(" ".join(f"{k}={v}" for k, v in rows[-1].items()))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "serving.json").write_text(json.dumps(rows, indent=1))
+    with (out_dir / "serving.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    click.echo(f"{len(rows)} points; wrote {out_dir / 'serving.json'}, {out_dir / 'serving.csv'}")
+    return rows

@@ -599,7 +599,7 @@ def sweep_cmd(
     if address is not None and executor != "ray":
         raise click.UsageError("--address is for --executor ray")
     if decode or num_splits is not None or seqlens is not None:
-        from ptofa.cli.serving_cli import sweep_serving
+        from ptofa.cli.serving_run import sweep_serving
 
         if executor != "local":
             raise click.UsageError("--executor ray: --decode, --num-splits and --seqlens sweeps run locally only")

@@ -3,6 +3,7 @@
     plan = plan_forward(config, shape, backend_soc("sim"), scale=0.125)
     launch_on("sim", plan, {"q": q, "k": k, "v": v, "o": o})
 
+`resolve_backend` names the backend a call runs on (`auto`: the NPU where there is one);
 `backend_soc` is the chip a backend plans for: the simulated one (`socspec.DEFAULT_SOC`, or
 the one named), or the NPU's facts with the device's own cube-core count.
 """
@@ -30,4 +31,19 @@ def launch_on(backend: str, plan: LaunchPlan, tensors: Mapping[str, object], *, 
     return sim.launch(plan, tensors, workspace=workspace, options=options)
 
 
-__all__ = ["backend_soc", "launch_on"]
+BACKEND_NAMES = ("auto", "sim", "npu")
+
+
+def resolve_backend(backend: str) -> str:
+    """sim or npu: `auto` is npu when `ptofa.launch.npu.npu_available()` says so, else sim;
+    `npu` raises `BackendUnavailable` (one line) where there is none."""
+    if backend not in BACKEND_NAMES:
+        raise ValueError(f"backend: {backend!r} must be one of {BACKEND_NAMES}")
+    if backend == "auto":
+        return "npu" if npu.npu_available()[0] else "sim"
+    if backend == "npu":
+        npu.require_npu()
+    return backend
+
+
+__all__ = ["BACKEND_NAMES", "backend_soc", "launch_on", "resolve_backend"]

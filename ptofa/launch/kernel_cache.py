@@ -36,16 +36,15 @@ from pathlib import Path
 from typing import NamedTuple
 
 import click
-import platformdirs
 
 import ptofa
 from ptofa.kernels import argspec
 from ptofa.kernels.fa_fwd import emit_fa
 from ptofa.pipeline import FAConfig
 from ptofa.ir.textio import check_text
+from ptofa.launch.toolchain import CACHE_ENV, ptofa_cache_root as cache_root  # noqa: F401 (re-exported)
 
 FORMAT_VERSION = 1
-CACHE_ENV = "PTOFA_CACHE_DIR"
 KERNELS_DIR = "kernels"
 # One character per disk lookup that missed memory ("h" disk hit, "e" emitted), appended by every process.
 STATS_LOG = "stats.log"
@@ -55,10 +54,6 @@ OWNED = (KERNELS_DIR, "builds", "tune", STATS_LOG)
 # Modules whose source decides the emitted text (relative to the package).
 BUILDER_SOURCES = ("kernels", "ir", "api.py", "pipeline.py")
 
-
-def cache_root() -> Path:
-    """`$PTOFA_CACHE_DIR`, else the user cache directory of ptofa."""
-    return Path(os.environ.get(CACHE_ENV) or platformdirs.user_cache_dir("ptofa"))
 
 
 @lru_cache(maxsize=1)

@@ -12,7 +12,7 @@ entry's own signature (`render_caller_cpp`): any kernel, not only FlashAttention
 
 (pto-ir.md 13.1-13.2; a2 and a3 share code generation, so `--pto-arch=a3` and
 `--npu-arch=dav-2201` serve both.) Builds are cached under `$PTOFA_CACHE`
-(default: `builds` under ptofa's cache root, `ptofa.launch.kernel_cache.cache_root`) by a
+(default: `builds` under ptofa's cache root, `ptofa_cache_root`) by a
 key over the `.pto` text, `caller.cpp`, the flags, the tool versions and the pto-isa
 path, so a sweep does not rebuild a kernel it has already built.
 """
@@ -35,6 +35,7 @@ from importlib import resources
 from pathlib import Path
 
 import click
+import platformdirs
 
 from ptofa.kernels import argspec
 
@@ -250,10 +251,17 @@ def build_key(pto_text: bytes, tools: Tools, config_summary: str | None = None,
     }
 
 
-def cache_root() -> Path:
-    """`$PTOFA_CACHE`, else the `builds` folder of ptofa's cache root (`ptofa.launch.kernel_cache.cache_root`)."""
-    from ptofa.launch.kernel_cache import cache_root as ptofa_cache_root
+CACHE_ENV = "PTOFA_CACHE_DIR"
 
+
+def ptofa_cache_root() -> Path:
+    """ptofa's cache root: `$PTOFA_CACHE_DIR`, else the user cache directory of ptofa (the kernel
+    cache, `ptofa.launch.kernel_cache`, keeps its `kernels` there, this module its `builds`)."""
+    return Path(os.environ.get(CACHE_ENV) or platformdirs.user_cache_dir("ptofa"))
+
+
+def cache_root() -> Path:
+    """`$PTOFA_CACHE`, else the `builds` folder of ptofa's cache root (`ptofa_cache_root`)."""
     return Path(os.environ.get("PTOFA_CACHE") or ptofa_cache_root() / "builds")
 
 
