@@ -108,9 +108,7 @@ def parse_ir_type(text: str) -> Attribute:
     """A type from its PTO IR spelling, e.g. `!pto.ptr<f16>` or `i64`."""
     from xdsl.parser import Parser
 
-    from ptofa.ir.textio import make_context
-
-    return Parser(make_context(), text).parse_type()
+    return Parser(d.make_context(), text).parse_type()
 
 
 # --------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ so `page_size` must be a multiple of the kernel's TILE_S1).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -225,3 +226,23 @@ def reference_kvcache(q: torch.Tensor, cache: KVCache, k_lens: list[int], scale:
         ref = reference_fa(q[b:b + 1], k.unsqueeze(0), v.unsqueeze(0), scale, window, None, out_dtype)
         out32[b], out_low[b], lse32[b], lse_low[b] = ref.out32[0], ref.out_low[0], ref.lse32[0], ref.lse_low[0]
     return Reference(out32, out_low, lse32, lse_low)
+
+
+def paged_tiles(base: FAConfig, page_size: int) -> FAConfig:
+    """`base`, with 128-key tiles (and QK_PRELOAD 2) when its KV tile does not divide the page size."""
+    if page_size and page_size % base.tile_s1 != 0:
+        preload = min(base.qk_preload, 2)
+        return dataclasses.replace(base, tile_s1=128, qk_preload=preload, exp_ring=preload, cube_s1=None)
+    return base
+
+
+def pack_allowed(s0: int, heads: int, kv_heads: int, window: tuple[int, int]) -> bool:
+    """GQA packing's rule: one query row, 2..128 q heads per KV head, no window hiding a key from the row."""
+    return s0 == 1 and 1 < heads // kv_heads <= 128 and window == (-1, -1)
+
+
+def decode_lse(lse: torch.Tensor, batch: int, s0: int, packed: bool) -> torch.Tensor:
+    """The kernel's LSE ([heads, B*S0], or [B*S0, heads] after GQA packing) as [B, heads, S0]."""
+    if packed:
+        return lse.reshape(batch, s0, -1).permute(0, 2, 1).contiguous()
+    return lse.reshape(-1, batch, s0).permute(1, 0, 2).contiguous()

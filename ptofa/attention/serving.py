@@ -24,39 +24,19 @@ import torch
 
 from ptofa.attention.core import (auto_config, check_alibi_slopes, check_softcap, check_window, dtype_name,
                                   flash_attn_returns, resolve_backend, unsupported_arguments, with_score_mods)
-from ptofa.attention.kvcache import (KVCache, apply_rotary, cache_shape, check_rotary, decode_config, decode_shape,
-                                    decode_units, rotary_positions)
+from ptofa.attention.kvcache import (KVCache, apply_rotary, cache_shape, check_rotary, decode_config,  # noqa: F401
+                                    decode_lse, decode_shape, decode_units, pack_allowed, paged_tiles,  # (re-exported)
+                                    rotary_positions)
 from ptofa.launch import dispatch
 from ptofa.launch.base import TORCH_DTYPES, pad_heads
-from ptofa.launch.plan import LaunchPlan, plan_split
-from ptofa.launch.splitkv import plan_varlen
+from ptofa.launch.splitkv import plan_serving  # noqa: F401 (re-exported)
 from ptofa.launch.varlen import seqlens_of, table_of_sequences, unit_table, varlen_shape
 from ptofa.pipeline import MAX_SPLITS, ConfigError, FAConfig, ProblemShape, kernel_head
-from ptofa.sim.socspec import SocSpec
 
 
 def _splits(num_splits: int) -> None:
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 0 <= num_splits <= MAX_SPLITS:
         raise ValueError(f"num_splits: {num_splits!r} must be an int in 0..{MAX_SPLITS} (0: chosen by the timing model)")
-
-
-def paged_tiles(base: FAConfig, page_size: int) -> FAConfig:
-    """`base`, with 128-key tiles (and QK_PRELOAD 2) when its KV tile does not divide the page size."""
-    if page_size and page_size % base.tile_s1 != 0:
-        preload = min(base.qk_preload, 2)
-        return dataclasses.replace(base, tile_s1=128, qk_preload=preload, exp_ring=preload, cube_s1=None)
-    return base
-
-
-def plan_serving(config: FAConfig, shape: ProblemShape, table_of, num_splits: int | Sequence[int], soc: SocSpec, *,
-                 scale: float, block_table=None, softcap: float = 0.0, alibi=None) -> LaunchPlan | None:
-    """The launch of a serving call on `soc`: split counts (`splitkv.plan_varlen`: `num_splits` 0 chosen
-    by the timing model, or per unit), the varlen kernel and the reduce; None for an empty unit table."""
-    split = plan_varlen(config, shape, table_of, num_splits, soc.cube_cores)
-    if split is None:
-        return None
-    max_pages = 0 if block_table is None else int(block_table.shape[-1])
-    return plan_split(split, shape, soc, scale=scale, max_pages=max_pages, softcap=softcap, alibi=alibi)
 
 
 def _launch(backend: str, config: FAConfig, shape: ProblemShape, table_of, q, k, v, out, scale: float,
@@ -501,18 +481,6 @@ def flash_attn_with_kvcache(
     if lse_wanted:
         return out, decode_lse(lse, batch, s0, pack)
     return out
-
-
-def decode_lse(lse: torch.Tensor, batch: int, s0: int, packed: bool) -> torch.Tensor:
-    """The kernel's LSE ([heads, B*S0], or [B*S0, heads] after GQA packing) as [B, heads, S0]."""
-    if packed:
-        return lse.reshape(batch, s0, -1).permute(0, 2, 1).contiguous()
-    return lse.reshape(-1, batch, s0).permute(1, 0, 2).contiguous()
-
-
-def pack_allowed(s0: int, heads: int, kv_heads: int, window: tuple[int, int]) -> bool:
-    """GQA packing's rule: one query row, 2..128 q heads per KV head, no window hiding a key from the row."""
-    return s0 == 1 and 1 < heads // kv_heads <= 128 and window == (-1, -1)
 
 
 def _pack_gqa(pack_gqa: bool | None, s0: int, heads: int, kv_heads: int, window: tuple[int, int]) -> bool:

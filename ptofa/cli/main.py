@@ -19,7 +19,7 @@ from rich.table import Table
 
 from ptofa.pipeline import MAX_HEAD, SUPPORTED_HEAD, ConfigError, FAConfig, ProblemShape, budget, kernel_head
 from ptofa.sim.options import FAULTS, RunOptions
-from ptofa.cli.serving_cli import read_seqlens, run_serving, serving_options
+from ptofa.cli.serving_cli import read_seqlens, serving_options
 from ptofa.cli.switches import (  # noqa: F401 (DTYPES, window_of, InputError: re-exported)
     DTYPES,
     InputError,
@@ -253,6 +253,8 @@ def run(kernel_file: Path | None, kernel_args: tuple[str, ...], kernel_out: Path
         if config.softcap or config.alibi:
             raise InputError("--softcap / --alibi: not with --decode / --num-splits in run_fa (flash_attn_with_kvcache "
                              "and flash_attn_varlen_func take softcap and alibi_slopes)")
+        from ptofa.cli.serving_run import run_serving
+
         sys.exit(run_serving(config, backend, batch, heads, kv_heads, s0, seqlens, kv_seqlens, decode, cache_len,
                              page_size, num_splits, window_of(causal, window), seed, soc))
     s0 = 256 if s0 is None else s0

@@ -1,5 +1,6 @@
 """Where a sweep's points run: one interface (`PointExecutor`) with this process, local worker
-processes and Ray tasks behind it; `ptofa.cli.sweep.run_sweep` is the one loop that drives them."""
+processes and Ray tasks behind it, and one point's run (`run_point`); `ptofa.cli.sweep.run_sweep`
+is the one loop that drives them."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from types import ModuleType
 
 import torch
 
-from ptofa.cli.sweep_points import RunFunction, SweepPoint, package_versions, run_point
+from ptofa.cli.sweep_points import RunFunction, SweepPoint, package_versions
 from ptofa.launch.base import BackendUnavailable, RunResult
 from ptofa.pipeline import FAConfig
 
@@ -234,3 +235,30 @@ def make_executor(
         return RayExecutor(run_fn, seed, address, jobs)
     workers = min(jobs or os.cpu_count() or 1, points)
     return InlineExecutor(run_fn, seed) if workers <= 1 else PoolExecutor(run_fn, seed, workers)
+
+
+def run_point(run_fn: RunFunction, config: FAConfig, point: SweepPoint, seed: int) -> RunResult:
+    """Run one valid point. A crash of the run function becomes an "error" row instead of ending the sweep;
+    `BackendUnavailable` and `KeyboardInterrupt` propagate. A key-padding kernel gets the random ragged
+    mask of `ptofa.reference.make_key_mask` (from the seed); its valid lengths go to `extra["key_lengths"]`."""
+    kwargs: dict = {} if config.head == point.head else {"head_dims": (point.head, point.head)}
+    lengths = None
+    if config.key_padding:
+        from ptofa.reference import make_key_mask
+
+        kwargs["key_mask"], lengths = make_key_mask(point.batch, point.s1, seed)
+    if point.balance:
+        from ptofa.launch.balance import run_balanced
+
+        run_fn = run_balanced
+    try:
+        result = run_fn(config, point.shape, backend=point.backend, seed=seed, timing=True, **kwargs)
+    except (BackendUnavailable, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - one broken point must not lose the others
+        result = RunResult.start(config, point.shape, point.backend, status="error", message=f"{type(exc).__name__}: {exc}")
+    if lengths is not None:
+        result.extra["key_lengths"] = [int(n) for n in lengths]
+    if config.head != point.head:  # the row is the point's head dim; the kernel ran at its width
+        result.head, result.extra["kernel_head"] = point.head, config.head
+    return result

@@ -1,5 +1,5 @@
-"""A sweep's points: the grid, each point's key, labels and row columns, its legality check,
-and one point's run (`run_point`), wherever an executor runs it (`ptofa.cli.sweep_executors`)."""
+"""A sweep's points: the grid, each point's key, labels and row columns, its legality check
+(one point's run, `run_point`, is in `ptofa.cli.sweep_executors`, which runs the points)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 
 import ptofa
 from ptofa.cli.switches import UNBOUNDED
-from ptofa.launch.base import BackendUnavailable, RunResult
+from ptofa.launch.base import RunResult
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, kernel_head
 
 RunFunction = Callable[..., RunResult]
@@ -210,30 +210,3 @@ def rejected_result(point: SweepPoint, message: str) -> RunResult:
         status="rejected",
         message=message,
     )
-
-
-def run_point(run_fn: RunFunction, config: FAConfig, point: SweepPoint, seed: int) -> RunResult:
-    """Run one valid point. A crash of the run function becomes an "error" row instead of ending the sweep;
-    `BackendUnavailable` and `KeyboardInterrupt` propagate. A key-padding kernel gets the random ragged
-    mask of `ptofa.reference.make_key_mask` (from the seed); its valid lengths go to `extra["key_lengths"]`."""
-    kwargs: dict = {} if config.head == point.head else {"head_dims": (point.head, point.head)}
-    lengths = None
-    if config.key_padding:
-        from ptofa.reference import make_key_mask
-
-        kwargs["key_mask"], lengths = make_key_mask(point.batch, point.s1, seed)
-    if point.balance:
-        from ptofa.launch.balance import run_balanced
-
-        run_fn = run_balanced
-    try:
-        result = run_fn(config, point.shape, backend=point.backend, seed=seed, timing=True, **kwargs)
-    except (BackendUnavailable, KeyboardInterrupt):
-        raise
-    except Exception as exc:  # noqa: BLE001 - one broken point must not lose the others
-        result = RunResult.start(config, point.shape, point.backend, status="error", message=f"{type(exc).__name__}: {exc}")
-    if lengths is not None:
-        result.extra["key_lengths"] = [int(n) for n in lengths]
-    if config.head != point.head:  # the row is the point's head dim; the kernel ran at its width
-        result.head, result.extra["kernel_head"] = point.head, config.head
-    return result

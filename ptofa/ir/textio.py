@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects import arith, builtin, cf, func, scf
+from xdsl.dialects import arith, builtin, func
 from xdsl.ir import Operation
 from xdsl.parser import Parser
 from xdsl.printer import Printer
@@ -19,6 +19,7 @@ from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyExcepti
 from xdsl.utils.lexer import Span
 
 from ptofa.ir import dialect as d
+from ptofa.ir.dialect import make_context  # noqa: F401 (re-exported)
 from ptofa.ir.dialect.lowering import lowering_errors
 from ptofa.ir.memcheck import memory_errors
 
@@ -30,13 +31,6 @@ class PtoCheckError(Exception):
         self.errors = errors
         self.path = path
         super().__init__("\n".join(f"{path}:{line}: error: {msg}" for line, msg in errors))
-
-
-def make_context() -> Context:
-    ctx = Context()
-    for dialect in (builtin.Builtin, func.Func, arith.Arith, scf.Scf, cf.Cf, d.PTO):
-        ctx.load_dialect(dialect)
-    return ctx
 
 
 class _LineParser(Parser):

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ptofa.launch.plan import plan_split
+from ptofa.launch.plan import LaunchPlan, plan_split
 from ptofa.launch.sim import launch
 from ptofa.launch.varlen import reduce_table, split_tiles, unit_table, unit_visible_tiles, varlen_shape
 from ptofa.kernels.units import block_loads
@@ -209,3 +209,14 @@ def plan_varlen(config: FAConfig, shape: ProblemShape, table_of, num_splits: int
         config = dataclasses.replace(config, split_kv=True)
         table = table_of(config, counts[0] if len(set(counts)) == 1 else counts)
     return Plan(max(counts), config, table, min(int(table.shape[0]), cores), tuple(counts))
+
+
+def plan_serving(config: FAConfig, shape: ProblemShape, table_of, num_splits: int | Sequence[int], soc: SocSpec, *,
+                 scale: float, block_table=None, softcap: float = 0.0, alibi=None) -> LaunchPlan | None:
+    """The launch of a serving call on `soc`: split counts (`splitkv.plan_varlen`: `num_splits` 0 chosen
+    by the timing model, or per unit), the varlen kernel and the reduce; None for an empty unit table."""
+    split = plan_varlen(config, shape, table_of, num_splits, soc.cube_cores)
+    if split is None:
+        return None
+    max_pages = 0 if block_table is None else int(block_table.shape[-1])
+    return plan_split(split, shape, soc, scale=scale, max_pages=max_pages, softcap=softcap, alibi=alibi)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ptofa.ir import dialect as d
-from ptofa.sim.errors import SimError
-from ptofa.sim.memory import BF16, Tile
+from ptofa.sim.memory import BF16, _pack_predicate, _unpack_predicate
 from ptofa.sim.registry import semantics
 from ptofa.sim.tileops import Fn, Slot, _same_valid, copy_cast, np_dtype
 
@@ -31,37 +30,6 @@ def ttri(op: d.TTriOp, slot: Slot) -> Fn:
 
 
 _CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal}
-
-
-def _mask_bytes(m: Tile, nbytes: int, what: str) -> np.ndarray:
-    """The first `nbytes` of the i8 mask tile's storage, as uint8 (the packed predicate)."""
-    data = m.data
-    if not data.flags.c_contiguous:
-        raise SimError(f"{what}: mask tile %{m.name} is not contiguous storage (a subview window?); the packed "
-                       "predicate is addressed from the start of the tile's buffer")
-    flat = data.reshape(-1).view(np.uint8)
-    if nbytes > flat.size:
-        raise SimError(f"{what}: the packed predicate needs {nbytes} bytes, mask tile %{m.name} has {flat.size}")
-    return flat[:nbytes]
-
-
-def _pack_predicate(bits: np.ndarray, m: Tile, what: str) -> None:
-    """Write bits[vr, vc] into the mask: one bit per element, LSB first, row r at bytes
-    r*vc/8 .. (r+1)*vc/8 - 1 (rows packed densely, pto-ir.md 7.13)."""
-    vr, vc = bits.shape
-    if vc % 8:
-        raise SimError(f"{what}: {vc} valid columns; the packed-predicate layout of a row that is not a whole "
-                       "number of bytes is not verified on hardware (pto-ir.md 7.13): use a multiple of 8 columns")
-    packed = np.packbits(bits, axis=1, bitorder="little")
-    _mask_bytes(m, packed.size, what)[...] = packed.reshape(-1)
-
-
-def _unpack_predicate(m: Tile, vr: int, vc: int, what: str) -> np.ndarray:
-    if vc % 8:
-        raise SimError(f"{what}: {vc} valid columns; the packed-predicate layout of a row that is not a whole "
-                       "number of bytes is not verified on hardware (pto-ir.md 7.13): use a multiple of 8 columns")
-    raw = _mask_bytes(m, vr * vc // 8, what).reshape(vr, vc // 8)
-    return np.unpackbits(raw, axis=1, bitorder="little").astype(bool)
 
 
 @semantics(d.TCmpSOp)

@@ -15,7 +15,7 @@ from ptofa.ir import dialect as d
 from ptofa.ir.dialect import partial
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
-from ptofa.sim.maskops import _unpack_predicate
+from ptofa.sim.memory import _unpack_predicate
 from ptofa.sim.tileops import Fn, Slot, _same_valid
 from ptofa.sim.timing import on_vector, vector_cycles
 

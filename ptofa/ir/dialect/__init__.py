@@ -23,10 +23,12 @@ mscatter), `fused` (tprelu, trowexpand, taddsc, tconcat, tmatmul.bias, address c
 (hand-written flags, intra-block flags, syncall, event-id arrays), `ipipes` (ptoas's
 internal `!pto.pipe` handle form), `partial` (tpart*, tsels), `gmquery`
 (get_tensor_view_dim / _stride, get_validshape, tprefetch), `structs` (stack-local structs)
-and `scatter` (tscatter). This package re-exports all of them and assembles the `PTO`
-dialect; `docs/adding-an-op.md` walks through adding an op.
+and `scatter` (tscatter). This package re-exports all of them, assembles the `PTO`
+dialect and makes the xDSL context that parses it (`make_context`); `docs/adding-an-op.md` walks through adding an op.
 """
 
+from xdsl.context import Context
+from xdsl.dialects import arith, builtin, cf, func, scf
 from xdsl.ir import Dialect
 
 from ptofa.ir.dialect import buffers, cube, intops, masks, memory, pipes, rowcol, runtime, tileaccess, types, vector, views
@@ -246,3 +248,11 @@ PTO = Dialect(
      *sync.OPS, *ipipes.OPS, *partial.OPS, *gmquery.OPS, *structs.OPS, *scatter.OPS],
     [*types.ATTRS, *multitile.ATTRS, *gathers.ATTRS, *comm.ATTRS, *quant.ATTRS, *localarray.ATTRS, *sync.ATTRS, *ipipes.ATTRS, *structs.ATTRS, *gmquery.ATTRS],
 )
+
+
+def make_context() -> Context:
+    """An xDSL context with the `PTO` dialect and the upstream dialects a `.pto` file uses."""
+    ctx = Context()
+    for dialect in (builtin.Builtin, func.Func, arith.Arith, scf.Scf, cf.Cf, PTO):
+        ctx.load_dialect(dialect)
+    return ctx
