@@ -511,7 +511,7 @@ def test_static_memory_check_agrees_with_the_budget(head: int, tile_s1: int, qk_
     """The checker's liveness peak (what ptoas's planner needs at least) fits the budget: on the
     cube every tile is live at once, so they are equal; on the vectors every tile is live in the
     unit loop and one hidden trowexpand scratch at a time, while the budget keeps all of them."""
-    from ptofa.ir.memcheck import peak_usage
+    from ptofa.ir.textio import peak_usage
 
     _, parsed = emitted(head, tile_s1, qk_preload)
     fns = functions(parsed)

@@ -15,7 +15,7 @@ import torch
 from ptofa.ir import dialect as d
 from ptofa.api import F32, I32, KernelModule, pto, ptr_type, scalar, tile, tile_type
 from ptofa.api import I64 as I64T
-from ptofa.ir.memcheck import peak_usage
+from ptofa.ir.textio import peak_usage
 from ptofa.sim.errors import SimError
 from ptofa.sim.executor import simulate
 from ptofa.sim.memory import BF16, GmPointer, bf16_decode, bf16_encode

@@ -19,10 +19,7 @@ from xdsl.dialects import arith, builtin, func, scf
 from xdsl.ir import Block, Operation, SSAValue
 
 from ptofa.ir import dialect as d
-from ptofa.sim import (  # noqa: F401 (registers semantics)
-    accessops, commops, extraops, fusedops, gatherops, gmqueryops, ipipeops, localarrayops, maskops, multitile, partialops,
-    pipeops, registry, scatterops, structops, syncops, tileops,
-)
+from ptofa.sim import pipeops, registry, tileops
 from ptofa.sim.errors import SimError
 from ptofa.sim.memory import BF16, GmView, Tile, bf16_decode, bf16_encode, new_tile_storage
 from ptofa.sim.stages import op_stages

@@ -63,6 +63,13 @@ def as_np_dtype(dtype) -> np.dtype:
     return np.dtype(dtype)
 
 
+def elem_np_dtype(name: str) -> np.dtype:
+    """The numpy dtype of a PTO element type name; `SimError` for one the simulator does not support."""
+    if name not in NP_DTYPES:
+        raise SimError(f"element type {name} is not supported by the simulator")
+    return NP_DTYPES[name]
+
+
 def is_bf16(a: np.ndarray | np.dtype) -> bool:
     return (a if isinstance(a, np.dtype) else a.dtype) == BF16
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from ptofa.ir import dialect as d
 from ptofa.sim.errors import SimError
-from ptofa.sim.memory import GmView
+from ptofa.sim.memory import GmView, elem_np_dtype
 from ptofa.sim.pipes import PipeProtocol
-from ptofa.sim.tileops import np_dtype
 from ptofa.sim.trace import TraceOp
 
 
@@ -64,7 +63,7 @@ def init_pipe(op: d._InitPipeOp, slot, pipe_slot: int, opid: int):
 def _entry_geometry(op: d._PipeDataOp, vector_side_offset: bool):
     """(dtype, shape, strides, per-sub-block byte offset) of the entry view of a data op."""
     t = op.entry_type
-    dtype = np_dtype(t.elem)
+    dtype = elem_np_dtype(d.elem_name(t.elem))
     shape = t.dims
     if d.DYN in shape:
         raise SimError(f"{op.name}: the entry type {t} needs a static shape")

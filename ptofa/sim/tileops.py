@@ -16,7 +16,7 @@ import torch
 
 from ptofa.ir import dialect as d
 from ptofa.sim.errors import SimError
-from ptofa.sim.memory import BF16, NP_DTYPES, GmView, Tile, bf16_decode, bf16_encode
+from ptofa.sim.memory import BF16, GmView, Tile, bf16_decode, bf16_encode, elem_np_dtype
 from ptofa.sim.registry import semantics
 
 Fn = Callable[[list], object]
@@ -26,10 +26,7 @@ F32 = np.dtype(np.float32)
 
 
 def np_dtype(t) -> np.dtype:
-    name = d.elem_name(t)
-    if name not in NP_DTYPES:
-        raise SimError(f"element type {name} is not supported by the simulator")
-    return NP_DTYPES[name]
+    return elem_np_dtype(d.elem_name(t))
 
 
 _FLOATS = (np.dtype(np.float16), np.dtype(np.float32))
