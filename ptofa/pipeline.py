@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, fields
 from ptofa.ir.target import (ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES, KIB,  # noqa: F401 (re-exported)
                           SPACE_NAMES)
 from ptofa.ir.target import align as _align
-from ptofa.ir.dialect.masks import HIDDEN_TCI_TMP
+from ptofa.ir.target import HIDDEN_TCI_TMP
 
 # The varlen kernel's unit table: UNIT_FIELDS int32 per work unit, in this order (ptofa.launch.varlen builds it).
 UNIT_TABLE = ("q_start", "q_len", "k_start", "k_len", "head", "q_block", "seq", "split", "splits")

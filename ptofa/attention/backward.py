@@ -21,11 +21,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ptofa.attention.core import check_alibi_slopes, check_softcap
 from ptofa.ir.textio import ParsedModule
 from ptofa.kernels.bwd_pipeline import BwdConfig, default_config, work_units
 from ptofa.launch import sim
-from ptofa.launch.base import normalize_key_mask, pad_heads
+from ptofa.launch.base import check_alibi_slopes, check_softcap, normalize_key_mask, pad_heads
 from ptofa.launch.dispatch import backend_soc, launch_on, resolve_backend
 from ptofa.launch.plan import backward_kernel, plan_backward
 from ptofa.launch.varlen import backward_tables, varlen_shape

@@ -27,7 +27,8 @@ import warnings
 
 import torch
 
-from ptofa.launch.base import TORCH_DTYPES, BackendUnavailable, normalize_key_mask, pad_heads
+from ptofa.launch.base import (TORCH_DTYPES, BackendUnavailable, check_alibi_slopes, check_softcap,  # noqa: F401 (re-exported)
+                               normalize_key_mask, pad_heads)
 from ptofa.launch.dense_split import dense_split, tune_window
 from ptofa.launch.dispatch import BACKEND_NAMES, backend_soc, launch_on, resolve_backend  # noqa: F401 (re-exported)
 from ptofa.launch.kernel_cache import Kernel, clear_kernel_cache, get_kernel, kernel_cache_info
@@ -109,28 +110,6 @@ def check_config(config: FAConfig, *, head: int, in_dtype: str, out_dtype: str |
         if needed != getattr(config, name):  # a switched-on kernel always applies its modification
             raise ConfigError(f"config: {name}={getattr(config, name)}, but the call has "
                               f"{why if needed else 'no ' + why}: they must agree")
-
-
-def check_softcap(softcap) -> float:
-    """flash-attn's `softcap` as a float >= 0 (0: off); ValueError otherwise."""
-    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not math.isfinite(softcap) or softcap < 0:
-        raise ValueError(f"softcap: {softcap!r} must be a finite float >= 0 (0 = no softcapping)")
-    return float(softcap)
-
-
-def check_alibi_slopes(slopes, batch: int, heads: int) -> torch.Tensor | None:
-    """flash-attn's `alibi_slopes`: fp32 [N] or [B, N] (returned contiguous, on its device), or None."""
-    if slopes is None:
-        return None
-    if not isinstance(slopes, torch.Tensor) or slopes.dtype != torch.float32:
-        raise ValueError(f"alibi_slopes: must be a float32 tensor of shape [{heads}] or [{batch}, {heads}], got "
-                         f"{getattr(slopes, 'dtype', type(slopes).__name__)}")
-    if tuple(slopes.shape) not in ((heads,), (batch, heads)):
-        raise ValueError(f"alibi_slopes: shape {tuple(slopes.shape)} must be [{heads}] or [{batch}, {heads}] (nheads, or "
-                         f"batch x nheads)")
-    if not torch.isfinite(slopes).all():
-        raise ValueError("alibi_slopes: must be finite")
-    return slopes.detach().contiguous()
 
 
 # --------------------------------------------------------------------------------------

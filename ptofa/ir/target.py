@@ -43,3 +43,9 @@ def rowexpand_tmp_min_bytes(rows: int) -> int:
 
 def align(nbytes: int, alignment: int) -> int:
     return (nbytes + alignment - 1) // alignment * alignment
+
+
+# Hidden UB scratch ptoas materializes (PTOAS lib/PTO/Transforms/PTOMaterializeImplicitTmp.cpp,
+# A2/A3): tci an f32 1x192 (i32 dst) or 1x448 (i16 dst) tile, tsel an i32 1x16 tile.
+HIDDEN_TCI_TMP = {32: ("1x192xf32", 768), 16: ("1x448xf32", 1792)}
+HIDDEN_TSEL_TMP = ("1x16xi32", 64)

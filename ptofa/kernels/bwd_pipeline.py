@@ -79,7 +79,7 @@ from ptofa.pipeline import (
 )
 from ptofa.ir.target import ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES
 from ptofa.ir.target import align as _align
-from ptofa.ir.dialect.masks import HIDDEN_TCI_TMP
+from ptofa.ir.target import HIDDEN_TCI_TMP
 
 KERNELS = ("dq", "dkdv")
 ATOMIC_KERNELS = ("prep", "dkdv", "post")

@@ -19,6 +19,7 @@ imports neither.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -231,3 +232,25 @@ def check_output(
         result.message += "; " + lse_acc.message
     result.status = "pass" if passed else "fail"
     return result
+
+
+def check_softcap(softcap) -> float:
+    """flash-attn's `softcap` as a float >= 0 (0: off); ValueError otherwise."""
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not math.isfinite(softcap) or softcap < 0:
+        raise ValueError(f"softcap: {softcap!r} must be a finite float >= 0 (0 = no softcapping)")
+    return float(softcap)
+
+
+def check_alibi_slopes(slopes, batch: int, heads: int) -> torch.Tensor | None:
+    """flash-attn's `alibi_slopes`: fp32 [N] or [B, N] (returned contiguous, on its device), or None."""
+    if slopes is None:
+        return None
+    if not isinstance(slopes, torch.Tensor) or slopes.dtype != torch.float32:
+        raise ValueError(f"alibi_slopes: must be a float32 tensor of shape [{heads}] or [{batch}, {heads}], got "
+                         f"{getattr(slopes, 'dtype', type(slopes).__name__)}")
+    if tuple(slopes.shape) not in ((heads,), (batch, heads)):
+        raise ValueError(f"alibi_slopes: shape {tuple(slopes.shape)} must be [{heads}] or [{batch}, {heads}] (nheads, or "
+                         f"batch x nheads)")
+    if not torch.isfinite(slopes).all():
+        raise ValueError("alibi_slopes: must be finite")
+    return slopes.detach().contiguous()

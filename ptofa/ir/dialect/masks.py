@@ -1,8 +1,7 @@
 """Masks, iota and padding (vector tile ops): ttri, tcmp / tcmps (an i8 packed-predicate
 dst), tsel, tci and tfillpad; and `hidden_scratch`, the UB scratch tile ptoas materializes for
 an op written without a tmp operand (a row reduction, a row expand, tsel or tci). The sizes are
-ptoas's: tsel and tci here (`HIDDEN_TSEL_TMP`, `HIDDEN_TCI_TMP`), row expands in
-`ptofa.ir.target`. (`trowexpandexpdif` gets none from ptoas; the verifier requires its tmp,
+ptoas's, in `ptofa.ir.target` (`HIDDEN_TSEL_TMP`, `HIDDEN_TCI_TMP`, row expands'). (`trowexpandexpdif` gets none from ptoas; the verifier requires its tmp,
 `ptofa.ir.target.EXPDIF_TMP_BYTES`.)"""
 
 from __future__ import annotations
@@ -17,12 +16,8 @@ from xdsl.printer import Printer
 
 from ptofa.ir.dialect.base import _check_vec_row_major, _fail, _InsOutsOp, _RowExpandOp, _RowReduceOp, _same_extent, _tile, _VEC_DTYPES
 from ptofa.ir.dialect.types import CmpModeAttr, TileBufType, _dims_str, elem_bytes
-from ptofa.ir.target import HIDDEN_ROWEXPAND_TMP_BYTES
+from ptofa.ir.target import HIDDEN_ROWEXPAND_TMP_BYTES, HIDDEN_TCI_TMP, HIDDEN_TSEL_TMP  # noqa: F401 (re-exported)
 
-# Hidden UB scratch ptoas materializes (PTOAS lib/PTO/Transforms/PTOMaterializeImplicitTmp.cpp,
-# A2/A3): tci an f32 1x192 (i32 dst) or 1x448 (i16 dst) tile, tsel an i32 1x16 tile.
-HIDDEN_TCI_TMP = {32: ("1x192xf32", 768), 16: ("1x448xf32", 1792)}
-HIDDEN_TSEL_TMP = ("1x16xi32", 64)
 
 _MASK_SRC_DTYPES = ("i16", "i32", "f16", "f32")  # tcmps on A2/A3
 _TCMP_DTYPES = ("i32", "f16", "f32")  # tcmp on A2/A3
