@@ -2,7 +2,7 @@
 packed sequence of a varlen one (`BwdConfig.varlen`), whose units the dq and dkdv kernels read from the
 host's unit table (`ptofa.launch.varlen.backward_tables`, `pipeline.UNIT_TABLE`'s fields).
 
-`c` is the kernel's `_Common` (args, heads, s0, s1, window, config) or, for `stat_view`, anything
+`c` is the kernel's `_Common` (args, block_num, heads, s0, s1, window, config) or, for `stat_view`, anything
 with `args`, `heads` and `s0`; `u` a dq or dkdv unit (`b`, and `q_start` / `k_start` of packed
 sequences, else None).
 """
@@ -14,6 +14,7 @@ import dataclasses
 from xdsl.ir import SSAValue
 
 from ptofa.api import pto, scalar
+from ptofa.kernels.common import snake_rank
 from ptofa.kernels.window import Window
 from ptofa.pipeline import UNIT_FIELDS, UNIT_TABLE
 
@@ -32,8 +33,11 @@ _TABLE_FIELDS = ("q_start", "q_len", "k_start", "k_len", "head", "q_block")
 
 
 def table_unit(c, unit: SSAValue) -> dict[str, SSAValue]:
-    """Unit `unit` of the table (`pto.load_scalar`, as the forward varlen kernel reads it)."""
-    rec = scalar.mul(unit, UNIT_FIELDS, name="unit_rec")
+    """The table entry loop index `unit` works on (`pto.load_scalar`, as the forward varlen kernel reads
+    it): the table is longest first and its ranks are handed out in the forward's snake over the
+    persistent loop's waves (`common.snake_rank`; `ptofa.kernels.units.schedule` on the host)."""
+    rank = snake_rank(unit, c.block_num, table_units(c))
+    rec = scalar.mul(rank, UNIT_FIELDS, name="unit_rec")
     names = _TABLE_FIELDS + (("seq",) if c.config.alibi else ())  # seq: the row of [B, N] ALiBi slopes
     return {name: scalar.index_cast(pto.load_scalar(c.args["units"], scalar.add(rec, UNIT_TABLE.index(name))),
                                     name=name) for name in names}

@@ -36,6 +36,19 @@ def row_offset(row: SSAValue, head: SSAValue, heads: SSAValue, head_dim: int) ->
     return scalar.mul(scalar.add(scalar.mul(row, heads), head), head_dim)
 
 
+def snake_rank(unit: SSAValue, blocks: SSAValue, units: SSAValue) -> SSAValue:
+    """The rank (0 = longest) loop index `unit` of a persistent loop over `units` on `blocks` blocks
+    works on: i*n + b in even waves and i*n + (n-1-b) in odd full waves (n = blocks), so a block with
+    a long unit in one wave gets a short one in the next; `ptofa.kernels.units.snake_rank` on the host."""
+    wave = scalar.div(unit, blocks, name="wave")
+    pos = scalar.rem(unit, blocks, name="wave_pos")
+    full = scalar.le(scalar.mul(scalar.add(wave, 1), blocks), units)
+    odd = scalar.eq(scalar.rem(wave, 2), 1)
+    mirrored = scalar.sub(scalar.sub(blocks, 1), pos)
+    pos = scalar.select(scalar.and_(odd, full), mirrored, pos, name="snake_pos")
+    return scalar.add(scalar.mul(wave, blocks), pos, name="rank")
+
+
 def entry_type(pipe: PipeSpec, core: str) -> d.TensorViewType:
     """The slot descriptor of a pipe: the cube declares the full slot, the vectors half of it."""
     rows = pipe.rows if core == "cube" else pipe.half_rows

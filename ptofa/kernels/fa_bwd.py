@@ -23,8 +23,9 @@ visible-range arithmetic, seen from either side) and mask tiles that cross a bou
 With a key mask (`key_padding`) the vectors add the forward kernel's bias (0 / -3e38 per key)
 to the scores before the exp, so P, and with it dS, is exactly 0 for a padding key.
 
-Packed sequences (`BwdConfig.varlen`): unit u of either kernel is entry u of its host-built unit
-table (`pto.load_scalar`, as the forward varlen kernel): the sequence's query and key starts and
+Packed sequences (`BwdConfig.varlen`): loop index u of either kernel works on the entry of its
+host-built unit table (longest first) that the forward's snake gives it (`units.schedule`), read
+with `pto.load_scalar` as the forward varlen kernel does: the sequence's query and key starts and
 lengths, the head and the block (and with ALiBi the sequence's index: its row of [B, N] slopes).
 Views, visible ranges, masks and ALiBi's bias use the sequence's lengths and its own diagonal
 k_len - q_len; GM rows are the packed rows (one batch of total_q / total_k rows). Where a unit's

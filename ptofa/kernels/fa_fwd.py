@@ -60,7 +60,7 @@ from ptofa.kernels import argspec
 from ptofa.api import F16, F32, I32, KernelModule, parse_ir_type, pto, scalar, tile
 from ptofa.kernels.scoremods import AlibiRows, alibi_bias, softcap_scores
 from ptofa.kernels.common import (SPLIT, TileRange, alloc, clamp, entry_type, fused, init_pipes, pipelined, ring_select,
-                                  row_offset)
+                                  row_offset, snake_rank)
 from ptofa.pipeline import (DTYPE_BYTES, KEY_MASK_TILES, ROWSUM_COLS, UNIT_FIELDS, UNIT_TABLE, FAConfig, buffer_names,
                              chunk_names, cube_buffer_name, cube_buffer_names, tile_plan)
 from ptofa.ir.textio import print_pto
@@ -236,16 +236,9 @@ def _split_range(lo: SSAValue, hi: SSAValue, split: SSAValue, splits: SSAValue) 
 
 
 def _snake(c: _Common, unit: SSAValue) -> SSAValue:
-    """The rank (0 = longest) a block works on: block b's i-th unit is rank i*n + b in even waves
-    and i*n + (n-1-b) in odd full waves (n = block_num), so a block that gets a long unit in one
-    wave gets a short one in the next and the blocks finish together."""
-    wave = scalar.div(unit, c.block_num, name="wave")
-    pos = scalar.rem(unit, c.block_num, name="wave_pos")
-    full = scalar.le(scalar.mul(scalar.add(wave, 1), c.block_num), c.units)
-    odd = scalar.eq(scalar.rem(wave, 2), 1)
-    mirrored = scalar.sub(scalar.sub(c.block_num, 1), pos)
-    pos = scalar.select(scalar.and_(odd, full), mirrored, pos, name="snake_pos")
-    return scalar.add(scalar.mul(wave, c.block_num), pos, name="rank")
+    """The rank (0 = longest) a block works on (`common.snake_rank`: the snake over the waves, so the
+    blocks finish together)."""
+    return snake_rank(unit, c.block_num, c.units)
 
 
 def _q_row_stride(c: _Common) -> SSAValue | int:
