@@ -236,6 +236,30 @@ def varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torc
     number of sequences; each sequence's bias with its own lengths): the forward's. The kernels run at
     kernel_head(D, Dv) on zero-padded copies, as `attention_backward`. The other arguments as
     `attention_backward` (`soc` the simulated chip). Returns dq, dk, dv in q's dtype and shapes."""
+    return run_varlen_backward(q, k, v, out, lse, dout, q_lens, k_lens, softmax_scale=softmax_scale, window=window,
+                               deterministic=deterministic, backend=backend, block_dim=block_dim, soc=soc,
+                               softcap=softcap, alibi_slopes=alibi_slopes).grads
+
+
+@dataclass
+class VarlenBackward:
+    """What `run_varlen_backward` ran: the gradients (dq, dk, dv) and, when there was a launch, its
+    config, shape (`varlen.varlen_shape`), unit tables and (sim backend) the `SimResult` of each kernel."""
+
+    grads: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    config: BwdConfig | None = None
+    shape: ProblemShape | None = None
+    tables: dict[str, torch.Tensor] | None = None
+    results: dict[str, SimResult] | None = None
+
+
+def run_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                        dout: torch.Tensor, q_lens: list[int], k_lens: list[int], *, softmax_scale: float | None = None,
+                        window: tuple[int, int] = (-1, -1), deterministic: bool = True, backend: str = "auto",
+                        block_dim: int | None = None, soc: str | SocSpec = DEFAULT_SOC, softcap: float = 0.0,
+                        alibi_slopes: torch.Tensor | None = None, trace: bool = False) -> VarlenBackward:
+    """`varlen_backward`, returning what it launched too; `trace`: the simulator records the blocks the
+    timing model needs (`ptofa.sim.bwd_timing.predict_backward(results, config, shape, tables=tables)`)."""
     if q.dim() != 3 or k.dim() != 3 or v.dim() != 3 or k.shape[:2] != v.shape[:2]:
         raise ValueError(f"varlen_backward: q [total_q, N, D], k [total_k, KVN, D] and v [total_k, KVN, Dv] expected, "
                          f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
@@ -257,7 +281,7 @@ def varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torc
     softcap = check_softcap(softcap)
     slopes = check_alibi_slopes(alibi_slopes, len(q_lens), heads)
     if q.shape[0] == 0 or k.shape[0] == 0:  # no query rows, or rows that see no key: no gradient
-        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        return VarlenBackward((torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)))
     width = kernel_head(d, d_v)
     q4, k4, v4, out4, lse4, dout4 = (x.detach().contiguous() for x in (*pad_heads(width, q4, k4, v4, out4), lse4,
                                                                        *pad_heads(width, dout4)))
@@ -272,10 +296,12 @@ def varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torc
         plan = plan_backward(cfg, shape, backend_soc(backend), scale=scale, block_dim=block_dim, softcap=softcap,
                              alibi=slopes, tables=tables)
         launch_on(backend, plan, _tensors(q4, k4, v4, out4, lse4, dout4, grads, alibi_slopes=slopes))
+        results = None
     else:
-        run_backward(cfg, shape, q4, k4, v4, out4, lse4, dout4, grads, scale, block_dim=block_dim, soc=soc,
-                     softcap=softcap, alibi_slopes=slopes, tables=tables)
-    return grads.dq[0, ..., :d].contiguous(), grads.dk[0, ..., :d].contiguous(), grads.dv[0, ..., :d_v].contiguous()
+        results = run_backward(cfg, shape, q4, k4, v4, out4, lse4, dout4, grads, scale, block_dim=block_dim, soc=soc,
+                               softcap=softcap, alibi_slopes=slopes, tables=tables, trace=trace)
+    return VarlenBackward((grads.dq[0, ..., :d].contiguous(), grads.dk[0, ..., :d].contiguous(),
+                           grads.dv[0, ..., :d_v].contiguous()), cfg, shape, tables, results)
 
 
 def launch_args(config: BwdConfig, kernel: str, shape: ProblemShape, tensors: dict[str, torch.Tensor], scale: float,
@@ -367,4 +393,4 @@ def check_gradients(dq, dk, dv, ref: GradReference) -> dict[str, Accuracy]:
 
 __all__ = ["BackwardBuffers", "GradReference", "attention_backward", "check_gradients",
            "launch_args", "parsed_kernels", "reference_backward", "reference_varlen_backward", "run_backward",
-           "varlen_backward"]
+           "run_varlen_backward", "VarlenBackward", "varlen_backward"]

@@ -1,7 +1,7 @@
 """The kernels' work units on the host, in plain Python integers: the window, the tiles a
 unit visits, and which block of the persistent loop runs which unit.
 
-The kernels compute the same in IR with `scalar.*` ops (`fa_fwd._unit`, `fa_fwd._snake`,
+The kernels compute the same in IR with `scalar.*` ops (`fa_fwd._unit`, `common.snake_rank`,
 `kernels/window.py` for the backward); `tests/test_units.py` runs the kernels on the
 simulator and checks that every block visits the tiles this module says it does.
 Every host-side copy (unit tables, split plans, the tuner, the timing model, FLOP counts)
@@ -17,6 +17,8 @@ The schedule. A persistent launch of n blocks runs units b, b + n, b + 2n, ... o
 (wave i is units [i*n, (i+1)*n)). A kernel whose units differ in work ranks them longest
 first and hands the ranks out in a snake: in odd full waves block b takes rank
 i*n + (n-1-b), so a block with a long unit in one wave gets a short one in the next.
+The forward's masked and varlen kernels and the varlen backward's dq and dkdv kernels
+(whose tables `longest_first` orders) snake; the uniform backward's units are round robin.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Sequence
 
 # The window's normalisation and pair count live with `ProblemShape` (which every layer
 # imports); they are part of this module's arithmetic and re-exported here.
-from ptofa.pipeline import UNBOUNDED, kernel_bounds, visible_pairs  # noqa: F401 (re-exported)
+from ptofa.pipeline import UNBOUNDED, UNIT_TABLE, kernel_bounds, visible_pairs  # noqa: F401 (re-exported)
 
 
 # ======================================================================================
@@ -96,7 +98,7 @@ def row_keys(i: int, s0: int, s1: int, bounds: Sequence[int]) -> tuple[int, int]
 
 def snake_rank(unit: int, blocks: int, units: int) -> int:
     """The rank (0 = longest) loop index `unit` works on: rank i*n + b in even waves and
-    i*n + (n-1-b) in odd full waves (n = blocks; `fa_fwd._snake` in IR)."""
+    i*n + (n-1-b) in odd full waves (n = blocks; `common.snake_rank` in IR)."""
     wave, pos = divmod(unit, blocks)
     if wave % 2 == 1 and (wave + 1) * blocks <= units:
         pos = blocks - 1 - pos
@@ -112,6 +114,44 @@ def block_units(block: int, blocks: int, units: int, snake: bool) -> list[int]:
 def schedule(units: int, blocks: int, snake: bool) -> list[list[int]]:
     """Per block, the units it runs (`block_units` of every block)."""
     return [block_units(b, blocks, units, snake) for b in range(blocks)]
+
+
+def longest_first(work: Sequence[float]) -> list[int]:
+    """The units of `work` by rank: longest first, stable within equal work (a unit table's order,
+    whose rank r `schedule` hands out)."""
+    return sorted(range(len(work)), key=lambda i: -work[i])
+
+
+def dq_unit_tiles(q_block: int, q_len: int, k_len: int, bounds: Sequence[int] | None, block_q: int,
+                  block_kv: int) -> int:
+    """Steps of a backward dq unit (Q block `q_block` of `block_q` rows of a sequence): the KV tiles of
+    `block_kv` keys its rows see (one score tile each)."""
+    q0 = q_block * block_q
+    return visible_tiles(q0, min(block_q, q_len - q0), q_len, k_len, bounds, block_kv)
+
+
+def dkdv_unit_steps(k_block: int, q_len: int, k_len: int, bounds: Sequence[int] | None, block_kv: int,
+                    block_q: int, group: int) -> int:
+    """Steps of a backward dkdv unit (KV block `k_block` of `block_kv` keys of a sequence): the group's
+    q heads x the Q blocks of `block_q` rows that see the block (one score tile each)."""
+    k0 = k_block * block_kv
+    lo, hi = queries_seeing(k0, min(block_kv, k_len - k0), q_len, k_len, bounds, block_q)
+    return group * (hi - lo)
+
+
+def backward_table_steps(c, kernel: str, rows: Sequence[Sequence[int]], window: tuple[int, int],
+                         group: int) -> list[int]:
+    """Steps of each entry (by rank) of a varlen backward unit table (`launch.varlen.backward_tables`;
+    `rows` its entries as lists, `c` the `BwdConfig`): `dq_unit_tiles` of a dq table, `dkdv_unit_steps`
+    of a dkdv table (whose `head` is the KV head and `q_block` the KV block)."""
+    f = {name: i for i, name in enumerate(UNIT_TABLE)}
+    steps = []
+    for row in rows:
+        q_len, k_len, block = row[f["q_len"]], row[f["k_len"]], row[f["q_block"]]
+        bounds = kernel_bounds(window, q_len, k_len) if c.masked else None
+        steps.append(dq_unit_tiles(block, q_len, k_len, bounds, c.dq_block_q, c.dq_block_kv) if kernel == "dq" else
+                     dkdv_unit_steps(block, q_len, k_len, bounds, c.block_kv, c.block_q, group))
+    return steps
 
 
 def block_loads(costs: Sequence[float], blocks: int, snake: bool = True) -> list[float]:

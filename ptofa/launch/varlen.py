@@ -13,7 +13,8 @@ the long prompts out first and blocks finish together. Sequences with no query
 rows have no units; a sequence with queries but no keys gives O = 0, LSE = +inf.
 
 The backward's dq and dkdv kernels read tables of the same fields (`backward_tables`):
-(sequence, q head, Q block) and (sequence, KV head, KV block) units, longest first.
+(sequence, q head, Q block) and (sequence, KV head, KV block) units, longest first
+(`units.longest_first`), handed out in the forward's snake (`units.schedule`).
 
 Why a host table rather than decoding cu_seqlens in the kernel: finding the
 sequence of unit u from cu_seqlens needs a search over B entries per unit on the
@@ -29,7 +30,8 @@ from collections.abc import Sequence
 import torch
 
 from ptofa.kernels.bwd_pipeline import BwdConfig
-from ptofa.kernels.units import kernel_bounds, queries_seeing, split_tiles, visible_tiles
+from ptofa.kernels.units import (dkdv_unit_steps, dq_unit_tiles, kernel_bounds, longest_first, split_tiles,
+                                 visible_tiles)
 from ptofa.pipeline import MAX_SPLITS, REDUCE_TABLE, UNIT_TABLE, ConfigError, FAConfig, ProblemShape
 from ptofa.reference import Reference, reference_fa
 
@@ -146,20 +148,17 @@ def backward_tables(c: BwdConfig, q_lens: list[int], k_lens: list[int], heads: i
     for seq, (q_len, k_len) in enumerate(zip(q_lens, k_lens)):
         bounds = kernel_bounds(window, q_len, k_len) if c.masked else None
         for block in range(-(-q_len // c.dq_block_q)):
-            q0 = block * c.dq_block_q
-            tiles = visible_tiles(q0, min(c.dq_block_q, q_len - q0), q_len, k_len, bounds, c.dq_block_kv)
+            tiles = dq_unit_tiles(block, q_len, k_len, bounds, c.dq_block_q, c.dq_block_kv)
             dq += [(tiles, (q_start, q_len, k_start, k_len, h, block, seq, 0, 1)) for h in range(heads)]
         for block in range(-(-k_len // c.block_kv) if q_len else 0):
-            k0 = block * c.block_kv
-            lo, hi = queries_seeing(k0, min(c.block_kv, k_len - k0), q_len, k_len, bounds, c.block_q)
-            if hi > lo:
-                dkdv += [(group * (hi - lo), (q_start, q_len, k_start, k_len, g, block, seq, 0, 1))
-                         for g in range(kv_heads)]
+            steps = dkdv_unit_steps(block, q_len, k_len, bounds, c.block_kv, c.block_q, group)
+            if steps:
+                dkdv += [(steps, (q_start, q_len, k_start, k_len, g, block, seq, 0, 1)) for g in range(kv_heads)]
         q_start, k_start = q_start + q_len, k_start + k_len
 
     def table(units: list) -> torch.Tensor:
-        units.sort(key=lambda unit: -unit[0])
-        return torch.tensor([f for _, f in units], dtype=torch.int32).reshape(-1, len(UNIT_TABLE)).contiguous()
+        rows = [units[i][1] for i in longest_first([work for work, _ in units])]
+        return torch.tensor(rows, dtype=torch.int32).reshape(-1, len(UNIT_TABLE)).contiguous()
 
     return {"dq": table(dq), "dkdv": table(dkdv)}
 

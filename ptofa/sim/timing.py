@@ -717,16 +717,22 @@ def launch_cycles(
             ref = min(traced_units, key=lambda t: (abs(traced_units[t] - n), t))
             per_block.append(block_cycles[ref] * n / traced_units[ref] if traced_units[ref] else 0.0)
             scaled += 1
-    cores = soc.cube_cores
-    waves = math.ceil(block_dim / cores)
-    per_core = [sum(per_block[c::cores]) + len(per_block[c::cores]) * soc.block_start_cycles
-                for c in range(min(block_dim, cores))]
+    cycles, waves = wave_cycles(per_block, soc)
     note = (
         f"{len(block_cycles)} of {block_dim} blocks replayed, {copied} copied from a block "
         f"with the same unit count, {scaled} scaled by unit count; {soc.block_start_us:g} us "
         f"block start-up per wave"
     )
-    return max(per_core, default=0.0), waves, note
+    return cycles, waves, note
+
+
+def wave_cycles(per_block: list[float], soc: SocSpec) -> tuple[float, int]:
+    """(launch cycles, waves) of blocks of these cycles: core c runs blocks c, c + cores, ... back to
+    back, each after the chip's block start-up, and the launch ends with the busiest core."""
+    cores = soc.cube_cores
+    per_core = [sum(per_block[c::cores]) + len(per_block[c::cores]) * soc.block_start_cycles
+                for c in range(min(len(per_block), cores))]
+    return max(per_core, default=0.0), math.ceil(len(per_block) / cores)
 
 
 def compulsory_bytes(config: FAConfig, shape: ProblemShape) -> int:
