@@ -25,8 +25,9 @@ from ptofa.sim.timing import units_of_block
 D = 64
 # The dense and the varlen kernels of one shape differ in per-unit scalar work (the table's loads and
 # the snake's arithmetic) and the dense model copies each block's replay where the varlen one solves
-# a unit's and a step's cycles from the replayed blocks (their mean for units of equal work): 5%.
-DENSE_TOLERANCE = 0.05
+# a unit's and a step's cycles from the replayed blocks (their mean for units of equal work): 2%
+# (measured 0.4-0.8% on the cases below).
+DENSE_TOLERANCE = 0.02
 
 
 def _inputs(q_lens, k_lens, n, kvn, seed=0):

@@ -197,7 +197,8 @@ def check(pto_file: Path, ptoas_only: bool, pto_backend: str | None) -> None:
 @click.option("--inject-fault", type=click.Choice(FAULTS), default=None, hidden=True,
               help="Test only: the simulator breaks the parsed kernel this way, to exercise its reports.")
 @click.option("--backward", is_flag=True,
-              help="Also run the backward kernels on the forward's O and LSE: check dq, dk, dv; predict their time (sim).")
+              help="Also run the backward kernels on the forward's O and LSE (with --seqlens the varlen backward, one "
+                   "launch per kernel over unit tables): check dq, dk, dv; predict their time (sim).")
 @click.option("--atomic", is_flag=True, help="With --backward: the atomic-add dQ mode (prep + dkdv + post kernels).")
 @click.option("--head-dim-v", "head_v", type=int, default=None,
               help="V's (and O's) head dimension Dv, 1..256 [default: --head-dim]; the kernel runs at the width "
@@ -249,7 +250,8 @@ def run(kernel_file: Path | None, kernel_args: tuple[str, ...], kernel_out: Path
         seqlens = read_seqlens(seqlens_file, seqlens)
     if decode or num_splits is not None:
         if backward:
-            raise InputError("--backward: the backward kernels take dense batches, not --decode / --num-splits")
+            raise InputError("--backward: not with --decode / --num-splits (the backward kernels run prefill batches: "
+                             "dense, or packed with --seqlens)")
         if config.softcap or config.alibi:
             raise InputError("--softcap / --alibi: not with --decode / --num-splits in run_fa (flash_attn_with_kvcache "
                              "and flash_attn_varlen_func take softcap and alibi_slopes)")
@@ -258,6 +260,9 @@ def run(kernel_file: Path | None, kernel_args: tuple[str, ...], kernel_out: Path
         sys.exit(run_serving(config, backend, batch, heads, kv_heads, s0, seqlens, kv_seqlens, decode, cache_len,
                              page_size, num_splits, window_of(causal, window), seed, soc))
     s0 = 256 if s0 is None else s0
+    if key_padding and (seqlens is not None or kv_seqlens is not None):
+        raise InputError("--key-padding-mask: not with --seqlens / --kv-seqlens (packed sequences take their key "
+                         "lengths from --kv-seqlens)")
     try:
         if seqlens is not None or kv_seqlens is not None:
             config = dataclasses.replace(config, varlen=True)
