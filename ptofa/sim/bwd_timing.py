@@ -94,10 +94,6 @@ class TableSchedule:
     round_robin: tuple[float, ...]  # the same costs handed out round robin (what the snake is compared with)
 
     @property
-    def costs(self) -> list[float]:
-        return [self.unit_cycles + self.step_cycles * s for s in self.steps]
-
-    @property
     def makespan(self) -> float:
         """Cycles of the busiest block (0 without units)."""
         return max(self.loads, default=0.0)
