@@ -1,4 +1,4 @@
-"""Split-KV for the dense calls (`ptofa.launch.dense_split`): a few-unit, long-KV problem with an automatic
+"""Split-KV for the dense calls (`ptofa.launch.splitkv.plan_dense_split`, `ptofa.attention.core.run_dense_split`): a few-unit, long-KV problem with an automatic
 config runs as a varlen batch through the split path; checked against the reference and the unsplit run."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from ptofa.launch import npu
 from ptofa.launch import dispatch
 from ptofa.launch import splitkv
 from ptofa.attention.core import auto_config
-from ptofa.launch.dense_split import varlen_window
+from ptofa.launch.splitkv import varlen_window
 from ptofa.reference import check_accuracy, check_lse, reference_fa
 from test_serving_npu import CORES, calls, launches  # noqa: F401 (fixtures)
 

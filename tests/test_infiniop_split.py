@@ -22,7 +22,7 @@ from ptofa.launch import plan as launch_plan
 
 from ptofa.launch import splitkv
 from ptofa.attention.infiniop import Status, TensorDescriptor
-from ptofa.launch.dense_split import run_dense_split
+from ptofa.attention.core import run_dense_split
 from ptofa.pipeline import ConfigError, workspace_bytes
 from ptofa.reference import check_accuracy, check_lse, reference_fa
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-import ptofa.sim.compiler  # noqa: F401  (registers the simulator semantics)
+import ptofa.sim.executor  # noqa: F401  (registers the simulator semantics)
 import ptofa.sim.timing  # noqa: F401  (registers the timing costs)
 from ptofa.ir import dialect as d
 from ptofa.sim import registry

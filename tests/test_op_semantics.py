@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from test_sim_ops import consts, kernel, part, run, view2d
 
-import ptofa.sim.compiler  # noqa: F401  (registers the simulator semantics)
+import ptofa.sim.executor  # noqa: F401  (registers the simulator semantics)
 from ptofa.ir import dialect as d
 from ptofa.ir.dialect import comm
 from ptofa.sim import registry

@@ -225,7 +225,7 @@ def test_tload_with_another_valid_shape_is_refused_at_run_time() -> None:
 
 
 def test_set_quant_is_refused_by_the_simulator() -> None:
-    import ptofa.sim  # noqa: F401 (loads the semantics registry)
+    import ptofa.sim.executor  # noqa: F401 (loads the semantics registry)
     from ptofa.sim.registry import SEMANTICS
 
     for cls in (d.SetQuantScalarOp, d.SetQuantVectorOp):

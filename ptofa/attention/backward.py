@@ -30,7 +30,8 @@ from ptofa.launch.plan import backward_kernel, plan_backward
 from ptofa.launch.varlen import backward_tables, varlen_shape
 from ptofa.pipeline import ConfigError, ProblemShape, kernel_head
 from ptofa.reference import Accuracy, alibi_bias, check_accuracy, modify_scores, visible_mask
-from ptofa.sim import GmPointer, SimResult
+from ptofa.sim.executor import SimResult
+from ptofa.sim.memory import GmPointer
 from ptofa.sim.options import RunOptions
 from ptofa.sim.socspec import DEFAULT_SOC, SocSpec
 from ptofa.sim.timing import blocks_to_trace

@@ -29,12 +29,12 @@ import torch
 
 from ptofa.launch.base import (TORCH_DTYPES, BackendUnavailable, check_alibi_slopes, check_softcap,  # noqa: F401 (re-exported)
                                normalize_key_mask, pad_heads)
-from ptofa.launch.dense_split import dense_split, tune_window
+from ptofa.launch.splitkv import DenseSplit, plan_dense_split, tune_window
 from ptofa.launch.dispatch import BACKEND_NAMES, backend_soc, launch_on, resolve_backend  # noqa: F401 (re-exported)
 from ptofa.launch.kernel_cache import Kernel, clear_kernel_cache, get_kernel, kernel_cache_info
 from ptofa.launch.plan import plan_forward
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, kernel_head
-from ptofa.sim.socspec import DEFAULT_SOC
+from ptofa.sim.socspec import DEFAULT_SOC, SocSpec
 
 # S1 from which the automatic config takes TILE_S1 = 256 with QK_PRELOAD = 3 (three tiles in flight).
 LONG_S1 = 3 * 256
@@ -332,6 +332,40 @@ def run_attention(
 def _true_head(o: torch.Tensor, head_v: int) -> torch.Tensor:
     """O's first `head_v` columns (the rest are the zero-padded V's zero columns), contiguous."""
     return o if o.shape[-1] == head_v else o[..., :head_v].contiguous()
+
+
+def run_dense_split(split: DenseSplit, q, k, v, *, return_lse: bool, backend: str, out=None,
+                    workspace: torch.Tensor | None = None, stream=None, alibi: torch.Tensor | None = None):
+    """Launch a planned split on [B, S*, N, D] tensors; returns (out [B,S0,N,D], lse [B,N,S0] or None).
+
+    `out` (contiguous, written in place) and `workspace` (at least `split.workspace_bytes()`,
+    holding the slot rings and the partials) are the caller's when given."""
+    batch, s0, heads, head = q.shape
+    s1, kv_heads = k.shape[1], k.shape[2]
+    if out is None:
+        out = torch.empty((batch, s0, heads, head), dtype=TORCH_DTYPES[split.config.out_dtype], device=q.device)
+    lse = torch.full((heads, batch * s0), math.inf, device=q.device) if return_lse else None
+    tensors = {"q": q.reshape(batch * s0, heads, head).contiguous(),
+               "k": k.reshape(batch * s1, kv_heads, head).contiguous(),
+               "v": v.reshape(batch * s1, kv_heads, head).contiguous(),
+               "o": out.view(batch * s0, heads, head), "lse": lse, "block_table": None, "alibi_slopes": alibi}
+    launch_on(backend, split.plan, tensors, workspace=workspace, stream=stream)
+    dense_lse = lse.reshape(heads, batch, s0).permute(1, 0, 2).contiguous() if return_lse else None
+    return out.view(batch, s0, heads, head), dense_lse
+
+
+def dense_split(config: FAConfig, q, k, v, *, scale: float, bounds: tuple[int, int] | None, return_lse: bool,
+                backend: str, soc: str | SocSpec, num_splits: int = 0, softcap: float = 0.0,
+                alibi: torch.Tensor | None = None):
+    """Run the dense problem split-KV when the timing model says a split helps (`num_splits` 0)
+    or as told (> 1); returns (out [B,S0,N,D], lse [B,N,S0] or None), or None to run unsplit.
+    (`softcap` and the ALiBi slopes `alibi` go to a config with those switches.)"""
+    batch, s0, heads, _ = q.shape
+    split = plan_dense_split(config, batch, s0, k.shape[1], heads, k.shape[2], bounds, soc, scale=scale,
+                             num_splits=num_splits, softcap=softcap, alibi=alibi)
+    if split is None:
+        return None
+    return run_dense_split(split, q, k, v, return_lse=return_lse, backend=backend, alibi=alibi)
 
 
 __all__ = [

@@ -29,7 +29,7 @@ mask, so the mask must be such a band intersected with a set of padded keys (cau
 sliding window, padding, or none); any other pattern gives NOT_IMPLEMENTED.
 
 Split-KV: `create_descriptor` makes the dense calls' split decision for its shape
-(`dense_split.plan_dense_split`): with fewer work units than cube cores, and the timing
+(`splitkv.plan_dense_split`): with fewer work units than cube cores, and the timing
 model predicting a split faster, the problem runs as a varlen batch of B equal sequences
 whose KV ranges are split over several cores, the partial O and LSE combined by the reduce
 kernel. The mask's contents are not known then, so a descriptor with a mask plans the split
@@ -59,11 +59,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ptofa.attention.core import auto_config, resolve_backend, run_attention
+from ptofa.attention.core import auto_config, resolve_backend, run_attention, run_dense_split
 from ptofa.launch.base import BackendUnavailable
-from ptofa.launch.dense_split import DenseSplit, plan_dense_split, run_dense_split
 from ptofa.launch.dispatch import backend_soc
 from ptofa.launch.plan import blocks_for
+from ptofa.launch.splitkv import DenseSplit, plan_dense_split
 from ptofa.pipeline import MAX_HEAD, ConfigError, FAConfig, ProblemShape, kernel_head, workspace_bytes
 from ptofa.sim.socspec import SocSpec
 

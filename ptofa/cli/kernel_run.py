@@ -66,7 +66,7 @@ def run_kernel_file(pto_file: Path, arg_texts: tuple[str, ...], block_dim: int |
     from ptofa.ir.textio import PtoCheckError
     from ptofa.launch.base import BackendUnavailable
     from ptofa.launch.kernel import KernelArgError, load_kernel, run_kernel
-    from ptofa.sim import SimError
+    from ptofa.sim.errors import SimError
     from ptofa.sim.timeline import write_chrome_trace, write_timeline
 
     generator = torch.Generator().manual_seed(seed)

@@ -10,13 +10,15 @@ sequences, else None).
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from xdsl.ir import SSAValue
 
 from ptofa.api import pto, scalar
-from ptofa.kernels.common import snake_rank
-from ptofa.kernels.window import Window
 from ptofa.pipeline import UNIT_FIELDS, UNIT_TABLE
+
+if TYPE_CHECKING:
+    from ptofa.kernels.window import Window
 
 
 def stat_view(c, name: str, h: SSAValue, b: SSAValue | None, q0: SSAValue, n: SSAValue):
@@ -32,11 +34,11 @@ def stat_view(c, name: str, h: SSAValue, b: SSAValue | None, q0: SSAValue, n: SS
 _TABLE_FIELDS = ("q_start", "q_len", "k_start", "k_len", "head", "q_block")
 
 
-def table_unit(c, unit: SSAValue) -> dict[str, SSAValue]:
-    """The table entry loop index `unit` works on (`pto.load_scalar`, as the forward varlen kernel reads
-    it): the table is longest first and its ranks are handed out in the forward's snake over the
-    persistent loop's waves (`common.snake_rank`; `ptofa.kernels.units.schedule` on the host)."""
-    rank = snake_rank(unit, c.block_num, table_units(c))
+def table_unit(c, rank: SSAValue) -> dict[str, SSAValue]:
+    """The table entry of rank `rank` (`pto.load_scalar`, as the forward varlen kernel reads it): the
+    table is longest first and the kernels hand its ranks out in the forward's snake over the
+    persistent loop's waves (`common.snake_rank` of the loop index; `ptofa.kernels.units.schedule`
+    on the host)."""
     rec = scalar.mul(rank, UNIT_FIELDS, name="unit_rec")
     names = _TABLE_FIELDS + (("seq",) if c.config.alibi else ())  # seq: the row of [B, N] ALiBi slopes
     return {name: scalar.index_cast(pto.load_scalar(c.args["units"], scalar.add(rec, UNIT_TABLE.index(name))),

@@ -7,7 +7,7 @@ Each function emits IR at the current insertion point through the kernel-author 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from xdsl.ir import SSAValue
 
@@ -15,8 +15,13 @@ from ptofa.ir import dialect as d
 from ptofa.api import pto, scalar, tile_type, view_type
 from ptofa.pipeline import PipeSpec, TileSpec
 
+if TYPE_CHECKING:
+    from ptofa.kernels.window import TileRange
+
 DEFAULT_SLOT_NUM = 8  # ptoas's default for one-way pipes: written only when a kernel differs
 SPLIT = 1  # TILE_UP_DOWN: vector core 0 gets the upper rows, core 1 the lower rows
+NEG_INIT = -3.0e38  # running-max start and mask value: finite, so no inf - inf ever appears
+HALF_NEG = 1.5e38  # m + HALF_NEG > 0 exactly for rows that saw a key (row fix)
 
 
 def alloc(spec: TileSpec) -> SSAValue:
@@ -63,14 +68,6 @@ def init_pipes(pipes: Sequence[PipeSpec], bases: dict[str, SSAValue], core: str,
         slot = pto.as_tensor(bases[pipe.name], [rows, pipe.cols], [pipe.cols, 1], name=f"{pipe.name}_slot")
         pto.init_pipe(core, pipe_id(pipe), pipe.dir_mask, pipe.slot_bytes, slot,
                       None if slot_num == DEFAULT_SLOT_NUM else slot_num)
-
-
-@dataclass
-class TileRange:
-    """The KV tiles [lo, hi) one unit visits (both kernels derive it with the same arithmetic)."""
-
-    lo: SSAValue
-    hi: SSAValue
 
 
 def pipelined(tiles: TileRange, preload: int, prologue: Callable[[SSAValue], None],

@@ -61,9 +61,9 @@ from ptofa.kernels.bwd_pipeline import (
     tile_plan,
 )
 from ptofa.kernels.bwd_varlen import packed_key, packed_row, sequence_window, stat, stat_view, table_unit, table_units
-from ptofa.kernels.common import SPLIT, TileRange, alloc, clamp, init_pipes, pipelined, row_offset
+from ptofa.kernels.common import SPLIT, alloc, clamp, init_pipes, pipelined, row_offset, snake_rank
 from ptofa.kernels.scoremods import AlibiRows, alibi_bias, softcap_grad, softcap_scores
-from ptofa.kernels.window import Window, keys_seen, mask_tile, queries_seeing
+from ptofa.kernels.window import TileRange, Window, keys_seen, mask_tile, queries_seeing
 from ptofa.pipeline import VEC_CORES, PipeSpec
 from ptofa.ir.textio import print_pto
 
@@ -255,7 +255,7 @@ class _QUnit:
 def _q_unit(c: _Common, unit: SSAValue) -> _QUnit:
     cfg = c.config
     if cfg.varlen:
-        f = table_unit(c, unit)
+        f = table_unit(c, snake_rank(unit, c.block_num, table_units(c)))
         q0 = scalar.mul(f["q_block"], cfg.dq_block_q, name="q0")
         q_rows = scalar.min(scalar.sub(f["q_len"], q0), cfg.dq_block_q, name="q_rows")
         window = sequence_window(c, f)
@@ -459,7 +459,7 @@ def _kv_units(c: _Common) -> SSAValue:
 def _kv_unit(c: _Common, unit: SSAValue) -> _KvUnit:
     cfg = c.config
     if cfg.varlen:  # the table's q_block is the unit's KV block, its head the KV head
-        f = table_unit(c, unit)
+        f = table_unit(c, snake_rank(unit, c.block_num, table_units(c)))
         k0 = scalar.mul(f["q_block"], cfg.block_kv, name="k0")
         k_rows = scalar.min(scalar.sub(f["k_len"], k0), cfg.block_kv, name="k_rows")
         window = sequence_window(c, f)

@@ -59,14 +59,13 @@ from xdsl.ir import SSAValue
 from ptofa.kernels import argspec
 from ptofa.api import F16, F32, I32, KernelModule, parse_ir_type, pto, scalar, tile
 from ptofa.kernels.scoremods import AlibiRows, alibi_bias, softcap_scores
-from ptofa.kernels.common import (SPLIT, TileRange, alloc, clamp, entry_type, fused, init_pipes, pipelined, ring_select,
-                                  row_offset, snake_rank)
+from ptofa.kernels.common import (HALF_NEG, NEG_INIT, SPLIT, alloc, clamp, entry_type, fused, init_pipes, pipelined,
+                                  ring_select, row_offset, snake_rank)
+from ptofa.kernels.window import TileRange
 from ptofa.pipeline import (DTYPE_BYTES, KEY_MASK_TILES, ROWSUM_COLS, UNIT_FIELDS, UNIT_TABLE, FAConfig, buffer_names,
                              chunk_names, cube_buffer_name, cube_buffer_names, tile_plan)
 from ptofa.ir.textio import print_pto
 
-NEG_INIT = -3.0e38  # running-max start and mask value: finite, so no inf - inf ever appears
-HALF_NEG = 1.5e38  # m + HALF_NEG > 0 exactly for rows that saw a key (row fix)
 # The f16 softmax's mask value: finite in f16 even when added to a score (or twice, window and key
 # padding: scores above -5000 stay above -65504), and its row-fix threshold; a row whose real
 # scores are all below -15000 would count as empty (f16 scores have a 16-wide spacing there).

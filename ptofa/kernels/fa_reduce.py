@@ -31,8 +31,7 @@ from xdsl.ir import SSAValue
 
 from ptofa.kernels import argspec
 from ptofa.api import F32, KernelModule, parse_ir_type, pto, scalar, tile
-from ptofa.kernels.common import alloc
-from ptofa.kernels.fa_fwd import HALF_NEG, NEG_INIT
+from ptofa.kernels.common import HALF_NEG, NEG_INIT, alloc
 from ptofa.pipeline import REDUCE_TABLE, FAConfig, TileSpec
 from ptofa.ir.textio import print_pto
 

@@ -18,7 +18,14 @@ from dataclasses import dataclass
 from xdsl.ir import SSAValue
 
 from ptofa.api import I32, pto, scalar, tile
-from ptofa.kernels.common import TileRange
+
+
+@dataclass
+class TileRange:
+    """The KV tiles [lo, hi) one unit visits (both kernels derive it with the same arithmetic)."""
+
+    lo: SSAValue
+    hi: SSAValue
 
 
 @dataclass

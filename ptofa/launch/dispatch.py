@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ptofa.launch import npu, sim
-from ptofa.launch.plan import LaunchPlan
+from ptofa.launch.calls import LaunchPlan
 from ptofa.sim.socspec import DEFAULT_SOC, SocSpec, get_soc
 
 

@@ -15,7 +15,7 @@ The kernel is checked first (`ptofa.ir.textio.check_text`: a `PtoCheckError` wit
 numbers); a wrong, missing or extra argument is a `KernelArgError` naming it.
 
 The run goes through the launch layer as every FlashAttention call does: a one-call
-`LaunchPlan` (`plan.plan_kernel`) run by `sim.launch` or `npu.launch`. On the simulator every
+`LaunchPlan` (`calls.plan_kernel`) run by `sim.launch` or `npu.launch`. On the simulator every
 block is executed and traced, and the timing model times the trace
 (`ptofa.sim.kernel_timing.predict_kernel`: per-queue replay, block start-up, HBM floor). On an
 NPU the `.so` is built by `run_fa compile`'s toolchain with a launcher generated from the
@@ -36,9 +36,10 @@ from ptofa.ir.textio import check_text, is_entry, print_pto
 from ptofa.kernels import argspec
 from ptofa.launch.base import AUTO
 from ptofa.launch.dispatch import backend_soc, launch_on
-from ptofa.launch.plan import BuiltKernel, plan_kernel
+from ptofa.launch.calls import BuiltKernel, plan_kernel
 from ptofa.launch.toolchain import entry_signature
-from ptofa.sim import RunOptions, SimResult
+from ptofa.sim.executor import SimResult
+from ptofa.sim.options import RunOptions
 from ptofa.sim.kernel_timing import kernel_summary, predict_kernel
 from ptofa.sim.timing import TimingResult
 

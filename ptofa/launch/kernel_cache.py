@@ -39,7 +39,11 @@ import click
 
 import ptofa
 from ptofa.kernels import argspec
+from ptofa.kernels.bwd_pipeline import BwdConfig, entry_args
+from ptofa.kernels.fa_bwd import emit_bwd
 from ptofa.kernels.fa_fwd import emit_fa
+from ptofa.kernels.fa_reduce import emit_reduce
+from ptofa.launch.calls import BuiltKernel
 from ptofa.pipeline import FAConfig
 from ptofa.ir.textio import check_text
 from ptofa.launch.toolchain import CACHE_ENV, ptofa_cache_root as cache_root  # noqa: F401 (re-exported)
@@ -211,6 +215,30 @@ def get_kernel(config: FAConfig) -> Kernel:
                 pass
         kernel = _KERNELS[config] = Kernel(config, text)
         return kernel
+
+
+@lru_cache(maxsize=32)
+def reduce_kernel(config: FAConfig) -> BuiltKernel:
+    """The split-KV reduce kernel of `config` (emitted and parsed once per config, in memory only)."""
+    return BuiltKernel(emit_reduce(config), f"fa_reduce_{config.head}_{config.out_dtype}", argspec.REDUCE_ENTRY_NAME,
+                       argspec.reduce_entry_args(config))
+
+
+def split_kernels(config: FAConfig) -> tuple[Kernel, BuiltKernel | None]:
+    """The kernels of a split-KV launch of `config`: its forward kernel and, when it splits, the reduce kernel."""
+    return get_kernel(config), reduce_kernel(config) if config.split_kv else None
+
+
+@lru_cache(maxsize=64)
+def backward_kernel(config: BwdConfig, kernel: str) -> BuiltKernel:
+    """The backward kernel `kernel` of `config` (emitted and parsed once, in memory only)."""
+    return BuiltKernel(emit_bwd(config, kernel), f"fa_bwd_{kernel}", argspec.BWD_ENTRY_NAMES[kernel],
+                       argspec.args_from_signature(list(entry_args(config, kernel))))
+
+
+def backward_kernels(config: BwdConfig) -> dict[str, BuiltKernel]:
+    """Every kernel of the backward `config`, by name, in launch order."""
+    return {kernel: backward_kernel(config, kernel) for kernel in config.kernels}
 
 
 def kernel_cache_info() -> KernelCacheInfo:

@@ -34,7 +34,7 @@ import torch
 from ptofa.kernels import argspec
 from ptofa.launch.base import (TORCH_DTYPES, BackendUnavailable, RunRequest, RunResult, case_key_mask, case_score_mods,
                                check_output, register_backend)
-from ptofa.launch.plan import BuiltKernel, KernelCall, LaunchPlan, Workspace, bind, plan_forward
+from ptofa.launch.calls import BuiltKernel, KernelCall, LaunchPlan, Workspace, bind, forward_plan
 from ptofa.launch.toolchain import cache_root, compile_pto, entry_signature
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
 from ptofa.reference import make_inputs
@@ -308,7 +308,7 @@ def run_npu(
     key_mask = case_key_mask(config, shape, key_mask, seed)
     softcap, slopes = case_score_mods(config, shape, softcap, alibi_slopes)
     kernel = BuiltKernel(text, config.summary(), argspec.ENTRY_NAME, argspec.entry_args(config))
-    plan = plan_forward(config, shape, npu_soc(), scale=scale, key_mask=key_mask, block_dim=block_dim, kernel=kernel,
+    plan = forward_plan(kernel, config, shape, npu_soc(), scale=scale, key_mask=key_mask, block_dim=block_dim,
                         softcap=softcap, alibi=slopes)
     device = npu_device()
     o = torch.zeros(shape.batch, shape.s0, shape.heads, config.head, dtype=TORCH_DTYPES[config.out_dtype], device=device)

@@ -27,11 +27,13 @@ from ptofa.ir.textio import PtoCheckError, check_text
 from ptofa.kernels import argspec
 from ptofa.launch.base import (TORCH_DTYPES, RunRequest, RunResult, case_key_mask, case_score_mods, check_output,
                                pad_heads, register_backend)
-from ptofa.launch.plan import BuiltKernel, KernelCall, LaunchPlan, Workspace, bind, blocks_for, plan_forward
+from ptofa.launch.calls import BuiltKernel, KernelCall, LaunchPlan, Workspace, bind, blocks_for, forward_plan
 from ptofa.launch.varlen import make_varlen_inputs, reference_varlen, unit_table
 from ptofa.pipeline import FAConfig, ProblemShape
 from ptofa.reference import make_inputs
-from ptofa.sim import GmPointer, SimDeadlock, SimError, SimResult, simulate
+from ptofa.sim.errors import SimDeadlock, SimError
+from ptofa.sim.executor import SimResult, simulate
+from ptofa.sim.memory import GmPointer
 from ptofa.sim.faults import fault_path, fault_text
 from ptofa.sim.options import RunOptions
 from ptofa.sim.socspec import DEFAULT_SOC, get_soc
@@ -94,12 +96,12 @@ def sim_kernel_args(config: FAConfig, shape: ProblemShape, q, k, v, o, block_dim
                     key_mask=None, units=None, block_table=None, slots=None, partials=None,
                     bounds: tuple[int, int] | None = None) -> dict[str, object]:
     """The forward entry's arguments for a direct `ptofa.sim.simulate` call (tests surround tensors with
-    guard regions through `GmPointer`s): `plan_forward`'s values bound to these tensors. `slots` is the
+    guard regions through `GmPointer`s): `forward_plan`'s values bound to these tensors. `slots` is the
     caller's workspace (any element type), else a NaN-filled one; `partials` the split-KV partials."""
-    plan = plan_forward(config, shape, DEFAULT_SOC, scale=scale, bounds=bounds, key_mask=key_mask,
+    kernel = BuiltKernel("", config.summary(), argspec.ENTRY_NAME, argspec.entry_args(config))
+    plan = forward_plan(kernel, config, shape, DEFAULT_SOC, scale=scale, bounds=bounds, key_mask=key_mask,
                         block_dim=block_dim, units=units,
-                        max_pages=0 if block_table is None else int(block_table.shape[-1]),
-                        kernel=BuiltKernel("", config.summary(), argspec.ENTRY_NAME, argspec.entry_args(config)))
+                        max_pages=0 if block_table is None else int(block_table.shape[-1]))
     ws = _workspace(plan, None) if slots is None else _pointer(slots).retyped(np.float32)
     tensors = {"q": q, "k": k, "v": v, "o": o, "lse": lse, "key_mask": key_mask, "block_table": block_table,
                "partials": partials}
@@ -148,8 +150,8 @@ class SimBackend:
             lse = torch.full((shape.batch, shape.heads, shape.s0), math.nan) if config.lse else None
         kernel = BuiltKernel(pto_path.read_text(), config.summary(), argspec.ENTRY_NAME, argspec.entry_args(config),
                              parsed)
-        plan = plan_forward(config, shape, spec, scale=scale, key_mask=key_mask, block_dim=result.block_dim,
-                            units=units, kernel=kernel, softcap=softcap, alibi=slopes)
+        plan = forward_plan(kernel, config, shape, spec, scale=scale, key_mask=key_mask, block_dim=result.block_dim,
+                            units=units, softcap=softcap, alibi=slopes)
         block_dim = plan.block_dim
         options = request.options
         if request.timing:

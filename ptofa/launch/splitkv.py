@@ -8,6 +8,12 @@ number of entries of the unit table (`varlen.table_of_sequences`), each writing 
 O and LSE; the reduce kernel (`kernels/fa_reduce.py`) combines each split unit's partials.
 `plan_splits` picks the per-unit counts for `num_splits=0` from the timing model's costs of
 this kernel (`balanced_splits`: e.g. only the units of the last wave split).
+
+The dense calls split the same way: a dense problem whose units leave cores idle (fewer units
+than cube cores, or an incomplete last wave) runs as a varlen batch of B equal sequences
+(`calls.dense_as_varlen`) with per-unit split counts (`plan_dense_split`), so the KV range of
+some units is spread over several cores and combined by the reduce kernel: one `LaunchPlan`,
+launched like any other (`ptofa.attention.core.run_dense_split`).
 """
 
 from __future__ import annotations
@@ -19,10 +25,11 @@ from collections.abc import Sequence
 
 import torch
 
-from ptofa.launch.plan import LaunchPlan, plan_split
+from ptofa.launch.calls import LaunchPlan, dense_as_varlen, split_plan
+from ptofa.launch.kernel_cache import split_kernels
 from ptofa.launch.sim import launch
 from ptofa.launch.varlen import reduce_table, split_tiles, unit_table, unit_visible_tiles, varlen_shape
-from ptofa.kernels.units import block_loads
+from ptofa.kernels.units import block_loads, window_of_bounds
 from ptofa.pipeline import DTYPE_BYTES, MAX_SPLITS, REDUCE_TABLE, ConfigError, FAConfig, ProblemShape
 from ptofa.sim.options import RunOptions
 from ptofa.sim.socspec import DEFAULT_SOC, SocSpec, get_soc
@@ -92,7 +99,8 @@ def _one_block_us(config: FAConfig, q_len: int, tiles: int, num_splits: int, red
     split = Plan(num_splits, config, unit_table(config, [q_len], [k_len], 1, num_splits=num_splits), 1)
     spec = get_soc(DEFAULT_SOC)
     slopes = torch.full((1,), 0.5) if config.alibi else None  # (a softcap / ALiBi kernel: its ops are timed too)
-    plan = plan_split(split, shape, spec, scale=1.0, softcap=1.0 if config.softcap else 0.0, alibi=slopes)
+    plan = split_plan(*split_kernels(config), split, shape, spec, scale=1.0, softcap=1.0 if config.softcap else 0.0,
+                      alibi=slopes)
     results = launch(plan, {"q": q, "k": k, "v": v, "o": o, "lse": lse, "block_table": None, "alibi_slopes": slopes},
                      options=RunOptions(trace=True))
     main, red = results[0], results[-1]
@@ -219,4 +227,71 @@ def plan_serving(config: FAConfig, shape: ProblemShape, table_of, num_splits: in
     if split is None:
         return None
     max_pages = 0 if block_table is None else int(block_table.shape[-1])
-    return plan_split(split, shape, soc, scale=scale, max_pages=max_pages, softcap=softcap, alibi=alibi)
+    return split_plan(*split_kernels(split.config), split, shape, soc, scale=scale, max_pages=max_pages, softcap=softcap,
+                      alibi=alibi)
+
+
+def tune_window(bounds: tuple[int, int] | None, s0: int, s1: int) -> tuple[int, int]:
+    """The window of the kernel's bounds as a bottom-right window: a bound that no offset reaches
+    is -1, a negative right bound (torch's top-left causal with S1 > S0) is 0."""
+    return window_of_bounds(bounds, s0, s1)
+
+
+def varlen_window(bounds: tuple[int, int] | None, s0: int, s1: int) -> tuple[int, int] | None:
+    """The varlen kernel's window for dense kernel bounds (`tune_window`), or None when it cannot
+    say it: the varlen window reads -1 as unbounded, so a negative right bound (torch's top-left
+    causal with S0 < S1) stays on the dense kernel."""
+    if bounds is not None and bounds[1] < 0:
+        return None
+    return tune_window(bounds, s0, s1)
+
+
+@dataclasses.dataclass(frozen=True)
+class DenseSplit:
+    """A dense problem planned as a varlen batch of B equal sequences: the split launch's plan
+    (varlen config and shape, unit table, split counts, reduce) on the chip planned for."""
+
+    plan: LaunchPlan
+
+    @property
+    def config(self) -> FAConfig:
+        return self.plan.config
+
+    @property
+    def shape(self) -> ProblemShape:
+        return self.plan.shape
+
+    @property
+    def num_splits(self) -> int:
+        """The most splits of any unit (the partials hold that many)."""
+        return self.plan.num_splits
+
+    @property
+    def launch_splits(self) -> int | list[int]:
+        """One count for every unit, or the count of each unit."""
+        return self.plan.split.launch_splits
+
+    def workspace_bytes(self) -> int:
+        """The launch's GM workspace: slot rings of its blocks, then the partial O and LSE."""
+        return self.plan.workspace_bytes
+
+
+def plan_dense_split(config: FAConfig, batch: int, s0: int, s1: int, heads: int, kv_heads: int,
+                     bounds: tuple[int, int] | None, soc: str | SocSpec, *, scale: float,
+                     num_splits: int | list[int] = 0, softcap: float = 0.0,
+                     alibi: torch.Tensor | None = None) -> DenseSplit | None:
+    """The one split decision of the dense calls and InfiniOp: split when told (`num_splits` > 1,
+    or one count per unit), or (0) when the timing model's estimate of the balanced per-unit split
+    (reduce included, `splitkv.plan_splits`) beats the unsplit launch; None to run the dense
+    kernel unsplit (also when the varlen window cannot say `bounds`)."""
+    window = varlen_window(bounds, s0, s1)
+    if window is None:
+        return None
+    soc = get_soc(soc)
+    vconfig, vshape, table_of = dense_as_varlen(dataclasses.replace(config, masked=False), batch, s0, s1, heads,
+                                                kv_heads, window)
+    split = plan_varlen(vconfig, vshape, table_of, num_splits, soc.cube_cores)
+    if split is None or split.num_splits == 1:
+        return None
+    return DenseSplit(split_plan(*split_kernels(split.config), split, vshape, soc, scale=scale, softcap=softcap,
+                                 alibi=alibi))

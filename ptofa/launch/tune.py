@@ -52,8 +52,8 @@ import torch
 import ptofa
 from ptofa.kernels import units as schedule
 from ptofa.launch.base import TORCH_DTYPES
-from ptofa.launch.kernel_cache import atomic_write, builder_digest, cache_root
-from ptofa.launch.plan import blocks_for, plan_forward
+from ptofa.launch.calls import blocks_for, forward_plan
+from ptofa.launch.kernel_cache import atomic_write, builder_digest, cache_root, get_kernel
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, kernel_head
 from ptofa.sim.options import RunOptions
 from ptofa.sim.socspec import get_soc
@@ -181,7 +181,8 @@ def _probe_block_us(config: FAConfig, probe: ProblemShape, spec, probe_blocks: i
     o = torch.empty(1, probe.s0, 1, config.head, dtype=TORCH_DTYPES[config.out_dtype])
     lse = torch.empty(1, 1, probe.s0) if config.lse else None
     key_mask = torch.ones(probe.s1, dtype=torch.int8) if config.key_padding else None
-    plan = plan_forward(config, probe, spec, scale=config.head ** -0.5, key_mask=key_mask, block_dim=probe_blocks)
+    plan = forward_plan(get_kernel(config), config, probe, spec, scale=config.head ** -0.5, key_mask=key_mask,
+                        block_dim=probe_blocks)
     (sim,) = launch(plan, {"q": q, "k": k, "v": v, "o": o, "lse": lse, "key_mask": key_mask},
                     options=RunOptions(trace=True))
     return predict(sim.trace, config, probe, soc=spec, block_dim=probe_blocks)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from ptofa.kernels.bwd_pipeline import BwdConfig, work_units
 from ptofa.kernels.units import backward_table_steps, block_loads, schedule
 from ptofa.pipeline import DTYPE_BYTES, ProblemShape
-from ptofa.sim import SimResult
+from ptofa.sim.executor import SimResult
 from ptofa.sim.socspec import SocSpec, get_soc
 from ptofa.sim.timing import (
     TimingError,

@@ -25,6 +25,10 @@ import torch
 from xdsl.dialects import builtin
 
 from ptofa.ir import dialect as d
+from ptofa.sim import (  # noqa: F401 (each family registers its ops' semantics in `registry` before a module compiles)
+    accessops, commops, extraops, fusedops, gatherops, gmqueryops, ipipeops, localarrayops, maskops, multitile, partialops,
+    scatterops, structops, syncops,
+)
 from ptofa.sim.compiler import FuncProgram, Program, compile_module, invoke
 from ptofa.sim.errors import SimDeadlock, SimError, SimImbalance, SimStepLimit
 from ptofa.sim.faults import inject_fault
