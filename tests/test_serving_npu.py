@@ -15,6 +15,7 @@ import torch
 
 import ptofa
 from ptofa.kernels import argspec
+from ptofa.kernels.fa_reduce import emit_reduce
 from ptofa.launch import npu
 from ptofa.launch import plan as launch_plan
 from ptofa.attention.kvcache import KVCache, reference_kvcache
@@ -244,7 +245,7 @@ def test_launcher_of_builds_the_text_and_loads_its_entry_with_its_arguments(monk
         npu.launcher_of(kernel.text, kernel.name)
     finally:
         npu.launcher_of.cache_clear()
-    assert built == [launch_plan.emit_reduce(config)]
+    assert built == [emit_reduce(config)]
     assert loaded == [(tmp_path / "fa.so", argspec.REDUCE_ENTRY_NAME, argspec.reduce_entry_args(config))]
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ptofa.attention.ops import flash_attn_bwd
 from ptofa.ir.textio import ParsedModule
 from ptofa.kernels.bwd_pipeline import BwdConfig, default_config, work_units
 from ptofa.launch import sim
@@ -390,6 +391,16 @@ def check_gradients(dq, dk, dv, ref: GradReference) -> dict[str, Accuracy]:
     """The accuracy rule applied to dq, dk and dv separately (against fp64, with the input dtype's error)."""
     return {name: check_accuracy(ours, exact, low)
             for name, ours, exact, low in zip(("dq", "dk", "dv"), (dq, dk, dv), ref.exact, ref.low)}
+
+
+@flash_attn_bwd.register_kernel(None)
+def _flash_attn_bwd(q, k, v, out, lse, dout, scale, masked, win_left, win_right, backend, deterministic=True,
+                    key_padding_mask=None, softcap=0.0, alibi_slopes=None):
+    """`ptofa::flash_attn_bwd` (`ptofa.attention.ops`): `attention_backward` with out and dO in q's dtype."""
+    bounds = (win_left, win_right) if masked else None
+    return attention_backward(q, k, v, out.to(q.dtype), lse, dout.to(q.dtype), softmax_scale=scale, bounds=bounds,
+                              backend=backend, deterministic=deterministic, key_padding_mask=key_padding_mask,
+                              softcap=softcap, alibi_slopes=alibi_slopes)
 
 
 __all__ = ["BackwardBuffers", "GradReference", "attention_backward", "check_gradients",

@@ -27,8 +27,10 @@ import warnings
 
 import torch
 
+from ptofa.attention.ops import config_from_json, flash_attn_fwd
 from ptofa.launch.base import (TORCH_DTYPES, BackendUnavailable, check_alibi_slopes, check_softcap,  # noqa: F401 (re-exported)
                                normalize_key_mask, pad_heads)
+from ptofa.launch import dispatch
 from ptofa.launch.splitkv import DenseSplit, plan_dense_split, tune_window
 from ptofa.launch.dispatch import BACKEND_NAMES, backend_soc, launch_on, resolve_backend  # noqa: F401 (re-exported)
 from ptofa.launch.kernel_cache import Kernel, clear_kernel_cache, get_kernel, kernel_cache_info
@@ -334,6 +336,16 @@ def _true_head(o: torch.Tensor, head_v: int) -> torch.Tensor:
     return o if o.shape[-1] == head_v else o[..., :head_v].contiguous()
 
 
+@flash_attn_fwd.register_kernel(None)
+def _flash_attn_fwd(q, k, v, scale, masked, win_left, win_right, key_padding_mask, out_dtype, backend, config,
+                    deterministic=True, softcap=0.0, alibi_slopes=None):
+    """`ptofa::flash_attn_fwd` (`ptofa.attention.ops`): `run_attention` with LSE (`deterministic` is the backward's)."""
+    bounds = (win_left, win_right) if masked else None
+    return run_attention(q, k, v, scale=scale, bounds=bounds, key_padding_mask=key_padding_mask, return_lse=True,
+                         out_dtype=out_dtype, backend=backend, config=config_from_json(config), softcap=softcap,
+                         alibi_slopes=alibi_slopes)
+
+
 def run_dense_split(split: DenseSplit, q, k, v, *, return_lse: bool, backend: str, out=None,
                     workspace: torch.Tensor | None = None, stream=None, alibi: torch.Tensor | None = None):
     """Launch a planned split on [B, S*, N, D] tensors; returns (out [B,S0,N,D], lse [B,N,S0] or None).
@@ -349,7 +361,7 @@ def run_dense_split(split: DenseSplit, q, k, v, *, return_lse: bool, backend: st
                "k": k.reshape(batch * s1, kv_heads, head).contiguous(),
                "v": v.reshape(batch * s1, kv_heads, head).contiguous(),
                "o": out.view(batch * s0, heads, head), "lse": lse, "block_table": None, "alibi_slopes": alibi}
-    launch_on(backend, split.plan, tensors, workspace=workspace, stream=stream)
+    dispatch.launch_on(backend, split.plan, tensors, workspace=workspace, stream=stream)
     dense_lse = lse.reshape(heads, batch, s0).permute(1, 0, 2).contiguous() if return_lse else None
     return out.view(batch, s0, heads, head), dense_lse
 

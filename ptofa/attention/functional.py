@@ -22,6 +22,7 @@ from ptofa.attention.core import (check_alibi_slopes, check_qkv, check_softcap, 
                                   flash_attn_returns, out_dtype_name, unsupported_arguments,  # (re-exported)
                                   window_to_bounds)
 from ptofa.launch.base import TORCH_DTYPES
+from ptofa.attention import backward  # noqa: F401 (registers the backward op's implementation)
 from ptofa.attention.ops import config_to_json, flash_attn_fwd
 from ptofa.pipeline import FAConfig
 

@@ -14,6 +14,12 @@ Autograd: q, k, v, out and lse are saved (no S or P); the backward is the custom
 `ptofa::flash_attn_bwd` (its own fake implementation, so torch.compile traces the
 backward graph too), which runs the backward kernels (`ptofa.attention.backward.attention_backward`)
 on the same window and key-padding mask.
+
+This module declares the two ops (their schemas from the signatures below, their fake
+implementations and the autograd formula); the implementations are registered by the modules
+that run them, `ptofa.attention.core` (forward: `run_attention`) and `ptofa.attention.backward`
+(backward: `attention_backward`), so that neither sits above the other and this module sits
+below both. `ptofa.attention.functional` imports all three.
 """
 
 from __future__ import annotations
@@ -23,8 +29,12 @@ import json
 
 import torch
 
-from ptofa.attention.core import run_attention
 from ptofa.pipeline import ConfigError, FAConfig
+
+
+def _unregistered(op: str, home: str) -> RuntimeError:
+    return RuntimeError(f"ptofa::{op} has no implementation in this process: {home} registers it "
+                        f"(import it, or call ptofa.flash_attn_func, which does)")
 
 def config_to_json(config: FAConfig | None) -> str | None:
     """The op's `config` argument: an `FAConfig` as JSON (custom ops take no dataclasses; a
@@ -64,12 +74,9 @@ def flash_attn_fwd(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out [B, S0, N, Dv], lse [B, N, S0] fp32) of BSND q/k/v (v's head dim Dv); window bounds in the kernel's
     convention (`ptofa.attention.core.window_to_bounds`), used when `masked`. `deterministic`
-    only chooses the backward's mode (False: atomic-add dQ). `softcap`, `alibi_slopes` as flash-attn's."""
-    bounds = (win_left, win_right) if masked else None
-    out, lse = run_attention(q, k, v, scale=scale, bounds=bounds, key_padding_mask=key_padding_mask, return_lse=True,
-                             out_dtype=out_dtype, backend=backend, config=config_from_json(config), softcap=softcap,
-                             alibi_slopes=alibi_slopes)
-    return out, lse
+    only chooses the backward's mode (False: atomic-add dQ). `softcap`, `alibi_slopes` as flash-attn's.
+    Implemented by `ptofa.attention.core.run_attention` (registered there)."""
+    raise _unregistered("flash_attn_fwd", "ptofa.attention.core")
 
 
 @flash_attn_fwd.register_fake
@@ -112,14 +119,9 @@ def flash_attn_bwd(
     alibi_slopes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of `flash_attn_fwd` from its saved q, k, v, out, lse (and key mask) and the
-    output's gradient, by the backward kernels (`ptofa.attention.backward.attention_backward`). An op of its
-    own so that torch.compile traces the backward graph through the fake implementation."""
-    from ptofa.attention.backward import attention_backward
-
-    bounds = (win_left, win_right) if masked else None
-    return attention_backward(q, k, v, out.to(q.dtype), lse, dout.to(q.dtype), softmax_scale=scale, bounds=bounds,
-                              backend=backend, deterministic=deterministic, key_padding_mask=key_padding_mask,
-                              softcap=softcap, alibi_slopes=alibi_slopes)
+    output's gradient, by the backward kernels (`ptofa.attention.backward.attention_backward`, registered
+    there). An op of its own so that torch.compile traces the backward graph through the fake implementation."""
+    raise _unregistered("flash_attn_bwd", "ptofa.attention.backward")
 
 
 @flash_attn_bwd.register_fake
