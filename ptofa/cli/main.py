@@ -7,6 +7,7 @@ that does not verify); 2 bad input or a backend/tool that is not available here.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 import sys
 import warnings
@@ -95,7 +96,38 @@ def make_config(head: int, tile_s1: int, qk_preload: int, dtype: str = "fp16", o
         raise InputError(f"invalid config: {exc}") from None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A click group that imports a command's module when the command is first looked up, so that
+    `run_fa --help` or `run_fa build` loads neither torch's heavier paths nor the simulator, and
+    this module sits below the commands it offers (click's documented pattern for lazily loaded
+    subcommands). `lazy`: command name -> "module:attribute"."""
+
+    def __init__(self, *args, lazy: dict[str, str] | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy:
+            module, attribute = self.lazy[cmd_name].split(":")
+            return getattr(importlib.import_module(module), attribute)
+        return super().get_command(ctx, cmd_name)
+
+
+# The commands defined in other modules (each imported when used).
+LAZY_COMMANDS = {
+    "bench": "ptofa.cli.bench:bench_cmd",
+    "cache": "ptofa.launch.kernel_cache:cache_cmd",
+    "catalog": "ptofa.kernels.catalog:catalog_cmd",
+    "compile": "ptofa.launch.toolchain:compile_cmd",
+    "sweep": "ptofa.cli.sweep:sweep_cmd",
+    "tune": "ptofa.cli.tune_cli:tune_cmd",
+}
+
+
+@click.group(cls=LazyGroup, lazy=LAZY_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="ptofa")
 def main() -> None:
     """Write, build, check and run a FlashAttention forward kernel for Ascend A2/A3 (PTO IR)."""
@@ -343,20 +375,6 @@ def print_results(results) -> None:
             console.print(r.extra["timing_summary"], markup=False)
             console.print(r.extra["utilization"], markup=False)
 
-
-def _register_optional_commands() -> None:
-    from ptofa.cli.bench import bench_cmd
-    from ptofa.kernels.catalog import catalog_cmd
-    from ptofa.launch.kernel_cache import cache_cmd
-    from ptofa.cli.sweep import sweep_cmd
-    from ptofa.launch.toolchain import compile_cmd
-    from ptofa.cli.tune_cli import tune_cmd
-
-    for cmd in (compile_cmd, sweep_cmd, bench_cmd, cache_cmd, tune_cmd, catalog_cmd):
-        main.add_command(cmd)
-
-
-_register_optional_commands()
 
 if __name__ == "__main__":
     main()

@@ -42,7 +42,7 @@ from rich.table import Table
 
 from ptofa.cli.sweep_executors import (EXECUTORS, ExecutorUnavailable, Job, PointExecutor, check_executor,
                                        make_executor)
-from ptofa.cli.sweep_points import (SWITCH_FIELDS, RunFunction, SweepGrid, SweepPoint, package_versions,
+from ptofa.cli.sweep_points import (SWITCH_FIELDS, PointRuns, RunFunction, SweepGrid, SweepPoint, package_versions,
                                     rejected_result, row_variant_label, validate_point)
 from ptofa.cli.switches import config_knobs, kernel_switches, kv_heads_option, one_softmax_dtype, window_of
 from ptofa.launch.base import BACKENDS, BackendUnavailable, RunResult
@@ -80,12 +80,12 @@ class SweepOutcome:
         return [row for row in self.rows if row["status"] in FAILED_STATUSES]
 
 
-def _resolve_run_function(run_fn: RunFunction | None) -> RunFunction:
-    if run_fn is not None:
-        return run_fn
+def _resolve_run_function(run_fn: RunFunction | None) -> PointRuns:
+    """`run_fn` (default `ptofa.runner.run_case`) for a point, `run_balanced` for a `--balance` point."""
+    from ptofa.launch.balance import run_balanced
     from ptofa.runner import run_case
 
-    return run_case
+    return PointRuns(run_fn or run_case, run_balanced)
 
 
 class ResultsLog:
@@ -177,7 +177,7 @@ def run_sweep(
         raise ValueError(f"backend={backend!r} must be one of {BACKENDS}")
     check_executor(executor, address)
     console = console or Console()
-    run_fn = _resolve_run_function(run_fn)
+    runs = _resolve_run_function(run_fn)
     out_dir.mkdir(parents=True, exist_ok=True)
     log = ResultsLog(out_dir / JSONL_NAME)
     versions = package_versions()
@@ -211,7 +211,7 @@ def run_sweep(
     )
     try:
         if to_run:
-            _run_jobs(to_run, make_executor(executor, run_fn, seed, jobs, len(to_run), address), stop, progress,
+            _run_jobs(to_run, make_executor(executor, runs, seed, jobs, len(to_run), address), stop, progress,
                       len(points), record)
     except KeyboardInterrupt:
         # A second Ctrl-C: the executor abandoned the running points; the finished ones are in the log.

@@ -14,7 +14,7 @@ from types import ModuleType
 
 import torch
 
-from ptofa.cli.sweep_points import RunFunction, SweepPoint, package_versions
+from ptofa.cli.sweep_points import PointRuns, SweepPoint, package_versions
 from ptofa.launch.base import BackendUnavailable, RunResult
 from ptofa.pipeline import FAConfig
 
@@ -41,10 +41,10 @@ class Job:
 TaskResult = tuple[RunResult, dict[str, str]] | None
 
 
-def run_task(run_fn: RunFunction, config: FAConfig, point: SweepPoint, seed: int) -> TaskResult:
+def run_task(runs: PointRuns, config: FAConfig, point: SweepPoint, seed: int) -> TaskResult:
     """One point where an executor placed it (this process, a worker process or a Ray task)."""
     try:
-        return run_point(run_fn, config, point, seed), package_versions()
+        return run_point(runs, config, point, seed), package_versions()
     except KeyboardInterrupt:
         return None
 
@@ -82,8 +82,8 @@ class InlineExecutor(PointExecutor):
     """One point at a time in this process (`jobs` = 1): nothing is pickled, so the run function
     may be a closure."""
 
-    def __init__(self, run_fn: RunFunction, seed: int) -> None:
-        self.run_fn = run_fn
+    def __init__(self, runs: PointRuns, seed: int) -> None:
+        self.runs = runs
         self.seed = seed
         self.queued: list[Job] = []
 
@@ -95,15 +95,15 @@ class InlineExecutor(PointExecutor):
 
     def finished(self, timeout: float) -> list[tuple[Job, TaskResult]]:
         job = self.queued.pop(0)
-        return [(job, run_task(self.run_fn, job.config, job.point, self.seed))]
+        return [(job, run_task(self.runs, job.config, job.point, self.seed))]
 
 
 class PoolExecutor(PointExecutor):
     """Spawned worker processes on this machine (the default executor); the run function must be
     picklable (a module-level function)."""
 
-    def __init__(self, run_fn: RunFunction, seed: int, workers: int) -> None:
-        self.run_fn = run_fn
+    def __init__(self, runs: PointRuns, seed: int, workers: int) -> None:
+        self.runs = runs
         self.seed = seed
         self.workers = workers
         self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
@@ -114,7 +114,7 @@ class PoolExecutor(PointExecutor):
         return self.workers
 
     def submit(self, job: Job) -> None:
-        self.in_flight[self.pool.submit(run_task, self.run_fn, job.config, job.point, self.seed)] = job
+        self.in_flight[self.pool.submit(run_task, self.runs, job.config, job.point, self.seed)] = job
 
     def finished(self, timeout: float) -> list[tuple[Job, TaskResult]]:
         done, _ = wait(self.in_flight, timeout=timeout, return_when=FIRST_COMPLETED)
@@ -143,10 +143,10 @@ def import_ray() -> ModuleType:
 RAY_TASK_RETRIES = 1
 
 
-def _ray_task(run_fn: RunFunction, config: FAConfig, point: SweepPoint, seed: int) -> TaskResult:
+def _ray_task(runs: PointRuns, config: FAConfig, point: SweepPoint, seed: int) -> TaskResult:
     # Each task holds one CPU of the cluster: one intra-op thread, as in a local worker.
     torch.set_num_threads(1)
-    return run_task(run_fn, config, point, seed)
+    return run_task(runs, config, point, seed)
 
 
 class RayExecutor(PointExecutor):
@@ -160,9 +160,9 @@ class RayExecutor(PointExecutor):
     many in flight as the cluster has CPUs, read again at every poll (a cluster that grows is used).
     """
 
-    def __init__(self, run_fn: RunFunction, seed: int, address: str | None, jobs: int | None) -> None:
+    def __init__(self, runs: PointRuns, seed: int, address: str | None, jobs: int | None) -> None:
         self.ray = ray = import_ray()
-        self.run_fn = run_fn
+        self.runs = runs
         self.seed = seed
         self.jobs = jobs
         self.versions = package_versions()
@@ -183,7 +183,7 @@ class RayExecutor(PointExecutor):
         return max(1, min(cpus, self.jobs) if self.jobs else cpus)
 
     def submit(self, job: Job) -> None:
-        self.in_flight[self.task.remote(self.run_fn, job.config, job.point, self.seed)] = job
+        self.in_flight[self.task.remote(self.runs, job.config, job.point, self.seed)] = job
 
     def finished(self, timeout: float) -> list[tuple[Job, TaskResult]]:
         ray = self.ray
@@ -226,18 +226,18 @@ def check_executor(executor: str, address: str | None) -> None:
 
 
 def make_executor(
-    executor: str, run_fn: RunFunction, seed: int, jobs: int | None, points: int, address: str | None = None
+    executor: str, runs: PointRuns, seed: int, jobs: int | None, points: int, address: str | None = None
 ) -> PointExecutor:
     """The executor for `points` points: "local" runs them in this process (`jobs` = 1 or a single
     point) or in `jobs` spawned worker processes (default: the CPUs); "ray" as `RayExecutor`."""
     check_executor(executor, address)
     if executor == "ray":
-        return RayExecutor(run_fn, seed, address, jobs)
+        return RayExecutor(runs, seed, address, jobs)
     workers = min(jobs or os.cpu_count() or 1, points)
-    return InlineExecutor(run_fn, seed) if workers <= 1 else PoolExecutor(run_fn, seed, workers)
+    return InlineExecutor(runs, seed) if workers <= 1 else PoolExecutor(runs, seed, workers)
 
 
-def run_point(run_fn: RunFunction, config: FAConfig, point: SweepPoint, seed: int) -> RunResult:
+def run_point(runs: PointRuns, config: FAConfig, point: SweepPoint, seed: int) -> RunResult:
     """Run one valid point. A crash of the run function becomes an "error" row instead of ending the sweep;
     `BackendUnavailable` and `KeyboardInterrupt` propagate. A key-padding kernel gets the random ragged
     mask of `ptofa.reference.make_key_mask` (from the seed); its valid lengths go to `extra["key_lengths"]`."""
@@ -247,10 +247,7 @@ def run_point(run_fn: RunFunction, config: FAConfig, point: SweepPoint, seed: in
         from ptofa.reference import make_key_mask
 
         kwargs["key_mask"], lengths = make_key_mask(point.batch, point.s1, seed)
-    if point.balance:
-        from ptofa.launch.balance import run_balanced
-
-        run_fn = run_balanced
+    run_fn = runs.of(point)
     try:
         result = run_fn(config, point.shape, backend=point.backend, seed=seed, timing=True, **kwargs)
     except (BackendUnavailable, KeyboardInterrupt):

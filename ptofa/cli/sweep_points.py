@@ -19,6 +19,19 @@ from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, kernel_head
 
 RunFunction = Callable[..., RunResult]
 
+
+@dataclass(frozen=True)
+class PointRuns:
+    """The run functions of a sweep, both with `ptofa.runner.run_case`'s signature: `plain` runs a
+    point, `balanced` a `--balance` point (`ptofa.launch.balance.run_balanced`). Module-level
+    functions, so that worker processes and Ray tasks can unpickle them."""
+
+    plain: RunFunction
+    balanced: RunFunction
+
+    def of(self, point: SweepPoint) -> RunFunction:
+        return self.balanced if point.balance else self.plain
+
 # The kernel's switches and kv_heads: columns of every row (RunResult has no field for them).
 SWITCH_FIELDS = ("kv_heads", "window", "key_padding", "lse", "in_dtype", "out_dtype", "prescale_q", "softmax_dtype")
 
