@@ -36,7 +36,7 @@ from ptofa.launch.dispatch import BACKEND_NAMES, backend_soc, launch_on, resolve
 from ptofa.launch.kernel_cache import Kernel, clear_kernel_cache, get_kernel, kernel_cache_info
 from ptofa.launch.plan import plan_forward
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, kernel_head
-from ptofa.sim.socspec import DEFAULT_SOC, SocSpec
+from ptofa.sim.socspec import DEFAULT_SOC, SocSpec, get_soc
 
 # S1 from which the automatic config takes TILE_S1 = 256 with QK_PRELOAD = 3 (three tiles in flight).
 LONG_S1 = 3 * 256
@@ -53,15 +53,18 @@ _DTYPE_NAMES = {dtype: name for name, dtype in TORCH_DTYPES.items()}
 
 def auto_config(head: int, in_dtype: str = "f16", *, s1: int, out_dtype: str | None = None, masked: bool = False,
                 key_padding: bool = False, lse: bool = False, shape: ProblemShape | None = None,
-                soc: str = DEFAULT_SOC) -> FAConfig:
+                soc: str | SocSpec = DEFAULT_SOC) -> FAConfig:
     """The config `attend` runs with when none is given (see the module docstring): with
-    `shape` (the call's sizes and window) the timing model's choice for it on `soc`,
-    without it (or when the prediction fails) the fixed rule."""
+    `shape` (the call's sizes and window) the timing model's choice for it on `soc` (a name, or the
+    `SocSpec` a backend plans for, whose cube-core count the ranking uses), without it (or when the
+    prediction fails) the fixed rule."""
     if shape is not None:
         from ptofa.launch.tune import TuneShape, tune
 
+        spec = get_soc(soc)
+        cores = None if spec == get_soc(spec.name) else spec.cube_cores
         wanted = TuneShape(shape.batch, shape.heads, shape.kv_heads, shape.s0, shape.s1, head, in_dtype, out_dtype,
-                           shape.window if masked else (-1, -1), key_padding, lse, soc)
+                           shape.window if masked else (-1, -1), key_padding, lse, spec.name, cores)
         try:
             return tune(wanted).config
         except (ConfigError, RuntimeError, ValueError) as error:
@@ -300,7 +303,7 @@ def run_attention(
     if config is None:
         tuned = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads, window=tune_window(bounds, s0, s1))
         config = auto_config(width, in_dtype, s1=s1, out_dtype=wanted_out, masked=masked,
-                             key_padding=key_mask is not None, lse=return_lse, shape=tuned)
+                             key_padding=key_mask is not None, lse=return_lse, shape=tuned, soc=soc)
         config = with_score_mods(config, **mods)
         if key_mask is None and out is None and workspace is None and block_dim is None:
             split = dense_split(config, q, k, v, scale=float(scale), bounds=bounds, return_lse=return_lse,

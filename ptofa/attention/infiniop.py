@@ -319,13 +319,13 @@ def create_descriptor(out_desc: TensorDescriptor, q_desc: TensorDescriptor, k_de
         raise _Fail(Status.BAD_PARAM, str(bad)) from None
     in_dtype = "f16" if dtype == DataType.F16 else "bf16"
     shape = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads)
+    soc = backend_soc(backend)
     try:
         width = kernel_head(head)
         auto_config(width, in_dtype, s1=s1)  # the fixed rule first: an unsupported head dim is a shape error
-        config = auto_config(width, in_dtype, s1=s1, shape=shape)  # the timing model's choice for this shape
+        config = auto_config(width, in_dtype, s1=s1, shape=shape, soc=soc)  # the timing model's choice here
     except ConfigError as error:
         raise _Fail(Status.BAD_TENSOR_SHAPE, str(error)) from None
-    soc = backend_soc(backend)
     scale = 1.0 / math.sqrt(head)
     block_dim = blocks_for(shape.work_units(config), soc)
     # A padded head dim runs unsplit: the split path takes the caller's tensors as they are.

@@ -56,7 +56,7 @@ from ptofa.launch.calls import blocks_for, forward_plan
 from ptofa.launch.kernel_cache import atomic_write, builder_digest, cache_root, get_kernel
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, kernel_head
 from ptofa.sim.options import RunOptions
-from ptofa.sim.socspec import get_soc
+from ptofa.sim.socspec import SocSpec, get_soc
 from ptofa.sim.timing import compulsory_bytes, predict
 from ptofa.launch.sim import launch
 
@@ -88,6 +88,12 @@ class TuneShape:
     key_padding: bool = False
     lse: bool = False
     soc: str = "910B2"
+    cube_cores: int | None = None  # the chip's own count when None; an NPU's device may have fewer
+
+    def spec(self) -> SocSpec:
+        """The chip the ranking is for: `soc`'s facts with `cube_cores` cube cores (when given)."""
+        spec = get_soc(self.soc)
+        return spec if self.cube_cores is None else dataclasses.replace(spec, cube_cores=self.cube_cores)
 
     def bucket(self) -> TuneShape:
         """The shape whose ranking this one shares: S0, S1 and batch rounded up to powers of two."""
@@ -252,7 +258,7 @@ def busiest_block_us(config: FAConfig, shape: TuneShape, spec, block_dim: int) -
 def predict_config(config: FAConfig, shape: TuneShape) -> Ranked:
     """The predicted launch time of `config` on `shape` (see the module docstring)."""
     _PREDICTIONS["count"] += 1
-    spec = get_soc(shape.soc)
+    spec = shape.spec()
     problem = shape.problem()
     block_dim = blocks_for(problem.work_units(config), spec)
     per_block, bound = busiest_block_us(config, shape, spec, block_dim)
