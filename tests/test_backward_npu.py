@@ -300,7 +300,7 @@ def test_kernel_launcher_builds_the_text_and_loads_its_entry(monkeypatch, tmp_pa
 def test_run_backward_case_on_the_npu_backend_checks_the_replayed_gradients(calls, monkeypatch, atomic) -> None:
     """`run_fa run --backward [--atomic] --backend npu`'s backward half: the kernels launched through
     the NPU path (replayed here), the gradients checked, and no timing-model replay."""
-    from ptofa.cli.bwd_cli import run_backward_case
+    from ptofa.cli.run import run_backward_case
     from ptofa.pipeline import FAConfig
 
     forward = ptofa.flash_attn_func

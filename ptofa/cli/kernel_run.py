@@ -1,4 +1,5 @@
-"""`run_fa run FILE.pto --arg NAME=VALUE ...`: run any kernel, not only FlashAttention.
+"""`run_fa run FILE.pto --arg NAME=VALUE ...`: run any kernel, not only FlashAttention. This module
+parses the `--arg`s (`parse_arg`); `ptofa.cli.run.run_kernel_file` runs the kernel.
 
 Each `--arg` gives one entry argument:
 
@@ -58,47 +59,3 @@ def parse_arg(text: str, generator: torch.Generator) -> tuple[str, object]:
         return name, float(value)
     except ValueError:
         raise InputError(f"--arg {name}={value}: not a number, a dtype:shape (e.g. f32:64x256) or a .npy file") from None
-
-
-def run_kernel_file(pto_file: Path, arg_texts: tuple[str, ...], block_dim: int | None, backend: str, soc: str,
-                    seed: int, timeline: Path | None, trace: Path | None, out: Path | None, echo) -> int:
-    """Run `pto_file` with the parsed `--arg`s; print the report; exit code 0 (ran) or 1 (the run failed)."""
-    from ptofa.ir.textio import PtoCheckError
-    from ptofa.launch.base import BackendUnavailable
-    from ptofa.launch.kernel import KernelArgError, load_kernel, run_kernel
-    from ptofa.sim.errors import SimError
-    from ptofa.sim.timeline import write_chrome_trace, write_timeline
-
-    generator = torch.Generator().manual_seed(seed)
-    args = dict(parse_arg(text, generator) for text in arg_texts)
-    if block_dim is None:
-        raise InputError("--block-dim: a kernel of your own needs its block count (e.g. --block-dim 8)")
-    if trace is not None and trace.suffix.lower() != ".json":
-        raise InputError(f"--trace {trace}: Chrome trace events are JSON; the file name must end in .json")
-    try:
-        kernel = load_kernel(pto_file)
-        run = run_kernel(kernel, args, block_dim, backend=backend, soc=soc)
-    except PtoCheckError as exc:
-        echo(str(exc))
-        return 1
-    except (KernelArgError, BackendUnavailable, NotImplementedError) as exc:
-        raise InputError(str(exc)) from None
-    except SimError as exc:
-        echo(f"{pto_file}: the simulator stopped: {exc}")
-        return 1
-    echo(run.summary())
-    if run.timing is not None:
-        if timeline is not None:
-            write_timeline(run.timing, timeline)
-            echo(f"timeline written to {timeline}")
-        if trace is not None:
-            write_chrome_trace(run.timing, trace)
-            echo(f"trace written to {trace}")
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        for name, value in args.items():
-            if isinstance(value, torch.Tensor):
-                array = value.float() if value.dtype == torch.bfloat16 else value
-                numpy.save(out / f"{name}.npy", array.numpy())
-        echo(f"tensor arguments written to {out}/NAME.npy")
-    return 0

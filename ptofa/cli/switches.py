@@ -1,5 +1,9 @@
 """The forward kernel's switches as command-line options, shared by `run_fa build`, `run` and `sweep`.
 
+`config_options` adds `--head --tile-s1 --qk-preload` and the switches, `score_mod_options`
+`--softcap --alibi`; `make_config` / `with_score_mods` make the `FAConfig` (or exit 2), and
+`print_results` prints result rows on the commands' `console`.
+
 `kernel_switches` adds `--dtype --out-dtype --causal --window --key-padding-mask --lse
 --prescale-q/--no-prescale-q --softmax-dtype`,
 `kv_heads_option` adds `--kv-heads`; `config_knobs` maps the parsed switches to
@@ -10,7 +14,17 @@ raise `InputError`: one line naming the rule, exit code 2.
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import sys
+import warnings
+
 import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from ptofa.pipeline import MAX_HEAD, SUPPORTED_HEAD, ConfigError, FAConfig
 
 # --dtype / --out-dtype spelling -> FAConfig dtype name (None: O in the input dtype).
 DTYPES = {"fp16": "f16", "bf16": "bf16", "fp32": "f32", None: None}
@@ -101,3 +115,90 @@ def kv_heads_option(f):
     """`--kv-heads`: key/value heads of the problem shape (None: as many as query heads)."""
     return click.option("--kv-heads", type=int, default=None,
                         help="Key/value heads (GQA/MQA; divides --heads) [default: --heads].")(f)
+
+
+# Non-terminal output (logs, pipes) gets a width that fits a result row instead of 80 columns.
+console = Console() if sys.stdout.isatty() else Console(width=120)
+
+
+def config_options(f):
+    """The FAConfig knobs of build and run: --head --tile-s1 --qk-preload, then the kernel's
+    switches (`ptofa.cli.switches.kernel_switches`, shared with sweep)."""
+    f = kernel_switches(f)
+    f = click.option("--qk-preload", type=int, default=3, show_default=True,
+                     help="QK tiles computed ahead of PV (1..4; exp_max ring depth = this).")(f)
+    f = click.option("--tile-s1", type=int, default=256, show_default=True,
+                     help="Logical S1 tile width per pipeline step (128, 256 or 512).")(f)
+    f = click.option("--head", "--head-dim", "head", type=int, default=128, show_default=True,
+                     help=f"Head dimension D: a kernel width ({', '.join(map(str, SUPPORTED_HEAD))}); `run` takes "
+                          f"any 1..{MAX_HEAD} (inputs zero-padded to the next width).")(f)
+    return f
+
+
+def score_mod_options(f):
+    """--softcap X and --alibi: the kernel's score modifications (`FAConfig.softcap`, `.alibi`)."""
+    f = click.option("--alibi", is_flag=True,
+                     help="ALiBi bias -slope * |i + S1 - S0 - j| in the kernel (run: ALiBi's usual slopes 2^(-8h/N)).")(f)
+    f = click.option("--softcap", type=float, default=0.0, show_default=True,
+                     help="> 0: scores = softcap * tanh(scores / softcap) in the kernel (tanh from exp).")(f)
+    return f
+
+
+def with_score_mods(config: FAConfig, softcap: float, alibi: bool) -> FAConfig:
+    """`config` with the switches of --softcap / --alibi, or exit 2 with the broken rule."""
+    if softcap < 0 or not math.isfinite(softcap):
+        raise InputError(f"--softcap {softcap}: must be a finite value >= 0 (0 = off)")
+    if softcap == 0 and not alibi:
+        return config
+    try:
+        return dataclasses.replace(config, softcap=softcap > 0, alibi=alibi)
+    except ConfigError as exc:
+        raise InputError(f"invalid config: {exc}") from None
+
+
+def int_list(value: str | None, name: str) -> list[int] | None:
+    if value is None:
+        return None
+    try:
+        return [int(x) for x in value.split(",") if x.strip() != ""]
+    except ValueError:
+        raise click.BadParameter(f"{value!r} must be comma-separated integers", param_hint=name) from None
+
+
+def make_config(head: int, tile_s1: int, qk_preload: int, dtype: str = "fp16", out_dtype: str | None = None,
+                causal: bool = False, window: tuple[int, int] | None = None, key_padding: bool = False,
+                lse: bool = False, prescale_q: bool = True, softmax_dtypes: tuple[str, ...] = ("f32",)) -> FAConfig:
+    """An FAConfig, or exit 2 with the broken rule on one line."""
+    knobs = config_knobs(dtype, out_dtype, causal, window, key_padding, lse, prescale_q,
+                         one_softmax_dtype(softmax_dtypes))
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            config = FAConfig(head=head, tile_s1=tile_s1, qk_preload=qk_preload, **knobs)
+        for w in caught:
+            console.print(f"[yellow]warning:[/] {w.message}")
+        return config
+    except ConfigError as exc:
+        raise InputError(f"invalid config: {exc}") from None
+
+
+def print_results(results) -> None:
+    """One row per result: backend, config, shape, status, errors, times."""
+    table = Table(title="ptofa run", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for col in ("backend", "D/tile/pre", "BxN", "S0xS1", "status", "err", "tol", "wall s", "predicted"):
+        table.add_column(col, justify="right", no_wrap=True)
+
+    def fmt(x, spec):
+        return "-" if x is None else format(x, spec)
+
+    for r in results:
+        style = "green" if r.passed else "red"
+        predicted = "-" if r.predicted_us is None else f"{r.predicted_us:.1f} us {r.predicted_tflops:.0f} TF"
+        table.add_row(r.backend, f"{r.head}/{r.tile_s1}/{r.qk_preload}", f"{r.batch}x{r.heads}", f"{r.s0}x{r.s1}",
+                      f"[{style}]{r.status}[/]", fmt(r.err, ".1e"), fmt(r.tolerance, ".1e"),
+                      fmt(r.wall_s, ".2f"), predicted)
+    console.print(table)
+    for r in results:
+        if r.extra.get("timing_summary"):
+            console.print(r.extra["timing_summary"], markup=False)
+            console.print(r.extra["utilization"], markup=False)
