@@ -3,15 +3,8 @@
     plan = plan_forward(config, shape, soc, scale=0.125)
     sim.launch(plan, {"q": q, "k": k, "v": v, "o": o})        # or npu.launch(plan, tensors)
 
-A `LaunchPlan` is the chip (`SocSpec`), the workspace's size and the kernel calls in launch
-order; a `KernelCall` is one kernel (any built kernel: its text, parsed module and entry
-arguments), its block_dim and the argument values the plan owns: the sizes, the scale and
-window bounds, host-built tables (the varlen unit table, the reduce table) and `Workspace`
-regions (slot rings, split-KV partials) of the one workspace buffer. The caller's tensors
-(q, k, v, o, lse, key_mask, block_table; the backward's gradients) are given at launch, by
-entry-argument name. `bind` merges the two for a call and refuses an entry argument without
-a value: it is the one place argument values are put together, for the simulator and the
-NPU alike, in the order the entry declares (`argspec`).
+What a plan holds (`LaunchPlan`, `KernelCall`, `Workspace`) and how its values meet the
+caller's tensors (`bind`) is `ptofa.launch.calls`'s; its names are re-exported here.
 
 The planners here take configs and fetch their kernels from the kernel cache
 (`ptofa.launch.kernel_cache`: `get_kernel`, `reduce_kernel`, `backward_kernel`); the plans

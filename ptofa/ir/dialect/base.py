@@ -580,6 +580,7 @@ def _parse_ptr_type(parser: Parser) -> Attribute:
 
 
 def _parse_ptr_index(parser: Parser) -> tuple:
+    """`%base[%index]` (a pointer and an offset, or a local array and an index)."""
     ptr = parser.parse_unresolved_operand()
     parser.parse_punctuation("[")
     index = parser.parse_unresolved_operand()

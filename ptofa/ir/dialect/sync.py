@@ -33,7 +33,7 @@ from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
-from ptofa.ir.dialect.base import _fail
+from ptofa.ir.dialect.base import _fail, _parse_ptr_index
 from ptofa.ir.dialect.types import _EnumAttr, PartitionTensorViewType, PtrType, TensorViewType, TileBufType
 
 PIPE_NAMES = ("PIPE_S", "PIPE_V", "PIPE_M", "PIPE_MTE1", "PIPE_MTE2", "PIPE_MTE3", "PIPE_ALL", "PIPE_MTE4", "PIPE_MTE5",
@@ -392,13 +392,6 @@ class DeclareEventIdArrayOp(IRDLOperation):
         printer.print_attribute(self.result.type)
 
 
-def _parse_array_index(parser: Parser) -> tuple:
-    array = parser.parse_unresolved_operand()
-    parser.parse_punctuation("[")
-    index = parser.parse_unresolved_operand()
-    parser.parse_punctuation("]")
-    return array, index
-
 
 @irdl_op_definition
 class EventIdArrayGetOp(IRDLOperation):
@@ -411,7 +404,7 @@ class EventIdArrayGetOp(IRDLOperation):
 
     @classmethod
     def parse(cls, parser: Parser) -> EventIdArrayGetOp:
-        array, index = _parse_array_index(parser)
+        array, index = _parse_ptr_index(parser)
         parser.parse_punctuation(":")
         t = parser.parse_type()
         return cls.build(operands=[parser.resolve_operand(array, t), parser.resolve_operand(index, IndexType())], result_types=[IndexType()])
@@ -436,7 +429,7 @@ class EventIdArraySetOp(IRDLOperation):
 
     @classmethod
     def parse(cls, parser: Parser) -> EventIdArraySetOp:
-        array, index = _parse_array_index(parser)
+        array, index = _parse_ptr_index(parser)
         parser.parse_punctuation(",")
         value = parser.parse_unresolved_operand()
         parser.parse_punctuation(":")
