@@ -17,6 +17,7 @@ import ptofa
 from ptofa.kernels import argspec
 from ptofa.kernels.fa_reduce import emit_reduce
 from ptofa.launch import npu
+from ptofa.launch import calls as launch_calls
 from ptofa.launch import plan as launch_plan
 from ptofa.attention.kvcache import KVCache, reference_kvcache
 from ptofa.pipeline import REDUCE_TABLE, UNIT_FIELDS, FAConfig, workspace_bytes
@@ -296,7 +297,7 @@ def _replay_on_sim(calls: Calls, monkeypatch: pytest.MonkeyPatch, nbytes: dict[s
                 args[arg.name] = values[arg.source]
         simulate(check_text(call.text, call.entry), args, call.block_dim)
 
-    monkeypatch.setattr(launch_plan, "workspace_bytes", recorded_workspace_bytes)
+    monkeypatch.setattr(launch_calls, "workspace_bytes", recorded_workspace_bytes)  # where the planners read it
     calls.on_launch = replay
 
 
