@@ -39,3 +39,21 @@ def test_auto_config_passes_the_backends_core_count(monkeypatch) -> None:
     core.auto_config(64, "f16", s1=512, shape=shape, soc="910B4")
     core.auto_config(64, "f16", s1=512, shape=shape)
     assert [(w.soc, w.cube_cores) for w in asked] == [("910B2", 20), ("910B4", None), ("910B2", None)]
+
+
+def test_the_split_planner_prices_splits_on_the_launchs_chip(monkeypatch) -> None:
+    """`plan_dense_split` / `plan_serving` take the chip; the split costs come from its facts (a
+    910B4's one-block costs, not the default 910B2's) and the waves from its core count."""
+    from ptofa.launch import splitkv
+
+    priced: list[str] = []
+    real = splitkv.split_costs
+    monkeypatch.setattr(splitkv, "split_costs", lambda config, q_len, soc: priced.append(soc) or real(config, q_len, soc))
+    config = FAConfig(head=64, tile_s1=128, qk_preload=2)
+    for soc in ("910B4", dataclasses.replace(get_soc("910B2"), cube_cores=20)):
+        split = splitkv.plan_dense_split(config, 1, 64, 2048, 2, 2, None, get_soc(soc), scale=0.125)
+        assert split is not None and split.plan.block_dim <= 20
+    assert priced == ["910B4", "910B2"]
+    b2, b4 = real(config, 64, "910B2"), real(config, 64, "910B4")
+    assert b4.tile_us != b2.tile_us  # the chips' facts differ, so do the costs
+    assert splitkv.chip(20) == dataclasses.replace(get_soc("910B2"), cube_cores=20)

@@ -46,7 +46,7 @@ def run_balanced(config: FAConfig, shape: ProblemShape, backend: str = "sim", se
     out = torch.full((batch * shape.s0, heads, config.head), math.nan, dtype=TORCH_DTYPES[config.out_dtype])
     lse = torch.full((heads, batch * shape.s0), math.nan) if config.lse else None
     started = time.perf_counter()
-    plan = plan_split(plan_varlen(vconfig, vshape, table_of, num_splits, spec.cube_cores), vshape, spec, scale=scale)
+    plan = plan_split(plan_varlen(vconfig, vshape, table_of, num_splits, spec), vshape, spec, scale=scale)
     results = launch(plan, {"q": q.reshape(-1, heads, config.head), "k": k.reshape(-1, kv_heads, config.head),
                             "v": v.reshape(-1, kv_heads, config.head), "o": out, "lse": lse, "block_table": None},
                      options=RunOptions(trace=True))

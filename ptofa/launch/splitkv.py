@@ -86,8 +86,8 @@ class SplitCosts:
         return total
 
 
-def _one_block_us(config: FAConfig, q_len: int, tiles: int, num_splits: int, reduce: bool) -> float:
-    """Timing-model time of one block running one (sequence, head) of `tiles` KV tiles, or its reduce."""
+def _one_block_us(config: FAConfig, q_len: int, tiles: int, num_splits: int, reduce: bool, soc: str) -> float:
+    """Timing-model time on chip `soc` of one block running one (sequence, head) of `tiles` KV tiles, or its reduce."""
     k_len = tiles * config.tile_s1
     shape = varlen_shape([q_len], [k_len], 1, 1)
     gen = torch.Generator().manual_seed(0)
@@ -97,7 +97,7 @@ def _one_block_us(config: FAConfig, q_len: int, tiles: int, num_splits: int, red
                                                    "f32": torch.float32}[config.out_dtype])
     lse = torch.empty(1, q_len) if config.lse else None
     split = Plan(num_splits, config, unit_table(config, [q_len], [k_len], 1, num_splits=num_splits), 1)
-    spec = get_soc(DEFAULT_SOC)
+    spec = get_soc(soc)
     slopes = torch.full((1,), 0.5) if config.alibi else None  # (a softcap / ALiBi kernel: its ops are timed too)
     plan = split_plan(*split_kernels(config), split, shape, spec, scale=1.0, softcap=1.0 if config.softcap else 0.0,
                       alibi=slopes)
@@ -109,16 +109,22 @@ def _one_block_us(config: FAConfig, q_len: int, tiles: int, num_splits: int, red
 
 
 @functools.lru_cache(maxsize=32)
-def split_costs(config: FAConfig, q_len: int) -> SplitCosts:
-    """Costs from the timing model: one block with one unit of 1 and of 4 tiles (slope = per tile),
-    and the reduce of 2 and 4 splits (slope = per split; a unit of one split is not reduced).
-    A split_kv, non-paged config."""
+def split_costs(config: FAConfig, q_len: int, soc: str = DEFAULT_SOC) -> SplitCosts:
+    """Costs from the timing model on chip `soc` (a name: one block's costs do not depend on the core
+    count): one block with one unit of 1 and of 4 tiles (slope = per tile), and the reduce of 2 and 4
+    splits (slope = per split; a unit of one split is not reduced). A split_kv, non-paged config."""
     base = dataclasses.replace(config, page_size=0, split_kv=True, varlen=True)
-    one, four = (_one_block_us(base, q_len, n, 1, False) for n in (1, 4))
-    r2, r4 = (_one_block_us(base, q_len, 4, s, True) for s in (2, 4))
+    one, four = (_one_block_us(base, q_len, n, 1, False, soc) for n in (1, 4))
+    r2, r4 = (_one_block_us(base, q_len, 4, s, True, soc) for s in (2, 4))
     tile_us = (four - one) / 3
     split_us = (r4 - r2) / 2
-    return SplitCosts(one - tile_us, tile_us, r2 - 2 * split_us, split_us, get_soc(DEFAULT_SOC).launch_start_us(1))
+    return SplitCosts(one - tile_us, tile_us, r2 - 2 * split_us, split_us, get_soc(soc).launch_start_us(1))
+
+
+def chip(cores: int | SocSpec) -> SocSpec:
+    """The chip a split is planned for: a `SocSpec` (its facts and cube cores), or a core count on
+    the default chip."""
+    return cores if isinstance(cores, SocSpec) else dataclasses.replace(get_soc(DEFAULT_SOC), cube_cores=int(cores))
 
 
 def _fill_slots(tiles: list[int], costs: SplitCosts, slots: int) -> list[int]:
@@ -160,15 +166,19 @@ def balanced_splits(costs: SplitCosts, tiles: list[int], cores: int) -> list[int
     return min(candidates, key=lambda counts: (costs.plan_us(tiles, counts, cores), sum(counts)))
 
 
-def plan_splits(config: FAConfig, table: torch.Tensor, cores: int, window: tuple[int, int] = (-1, -1)) -> list[int]:
+def plan_splits(config: FAConfig, table: torch.Tensor, cores: int | SocSpec,
+                window: tuple[int, int] = (-1, -1)) -> list[int]:
     """The per-unit split counts `num_splits=0` asks for (`balanced_splits` on the timing model's
-    costs of this kernel), for the units of `table` (a num_splits=1 unit table). All ones, with no
-    costs measured, when no unit has two tiles or every core gets the same whole units."""
+    costs of this kernel on the chip, `chip(cores)`), for the units of `table` (a num_splits=1 unit
+    table). All ones, with no costs measured, when no unit has two tiles or every core gets the same
+    whole units."""
+    spec = chip(cores)
+    cores = spec.cube_cores
     tiles = unit_visible_tiles(config, table, window)
     if not tiles or max(tiles) <= 1 or (len(tiles) % cores == 0 and min(tiles) == max(tiles)):
         return [1] * len(tiles)
     q_len = int(min(config.cube_s0, max(int(r) for r in table[:, 1])))
-    return balanced_splits(split_costs(config, q_len), tiles, cores)
+    return balanced_splits(split_costs(config, q_len, spec.name), tiles, cores)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,10 +208,10 @@ class Plan:
 
 
 def plan_varlen(config: FAConfig, shape: ProblemShape, table_of, num_splits: int | Sequence[int],
-                cores: int) -> Plan | None:
-    """The launch of `config` on `cores` cube cores with `num_splits` splits of every unit (0: per-unit
-    counts chosen by the timing model, `plan_splits`; a list: per unit of the num_splits=1 table);
-    None when the unit table is empty."""
+                cores: int | SocSpec) -> Plan | None:
+    """The launch of `config` on the chip `cores` (a `SocSpec`, or a cube-core count on the default
+    chip) with `num_splits` splits of every unit (0: per-unit counts chosen by the timing model on that
+    chip, `plan_splits`; a list: per unit of the num_splits=1 table); None when the unit table is empty."""
     table = table_of(config, 1)
     if not table.shape[0]:
         return None
@@ -213,6 +223,7 @@ def plan_varlen(config: FAConfig, shape: ProblemShape, table_of, num_splits: int
         raise ConfigError(f"split-KV: {len(num_splits)} per-unit split counts for a table of {table.shape[0]} units")
     if num_splits == 0:
         counts = plan_splits(config, table, cores, shape.window)
+    cores = chip(cores).cube_cores
     if max(counts) > 1:
         config = dataclasses.replace(config, split_kv=True)
         table = table_of(config, counts[0] if len(set(counts)) == 1 else counts)
@@ -223,7 +234,7 @@ def plan_serving(config: FAConfig, shape: ProblemShape, table_of, num_splits: in
                  scale: float, block_table=None, softcap: float = 0.0, alibi=None) -> LaunchPlan | None:
     """The launch of a serving call on `soc`: split counts (`splitkv.plan_varlen`: `num_splits` 0 chosen
     by the timing model, or per unit), the varlen kernel and the reduce; None for an empty unit table."""
-    split = plan_varlen(config, shape, table_of, num_splits, soc.cube_cores)
+    split = plan_varlen(config, shape, table_of, num_splits, soc)
     if split is None:
         return None
     max_pages = 0 if block_table is None else int(block_table.shape[-1])
@@ -290,7 +301,7 @@ def plan_dense_split(config: FAConfig, batch: int, s0: int, s1: int, heads: int,
     soc = get_soc(soc)
     vconfig, vshape, table_of = dense_as_varlen(dataclasses.replace(config, masked=False), batch, s0, s1, heads,
                                                 kv_heads, window)
-    split = plan_varlen(vconfig, vshape, table_of, num_splits, soc.cube_cores)
+    split = plan_varlen(vconfig, vshape, table_of, num_splits, soc)
     if split is None or split.num_splits == 1:
         return None
     return DenseSplit(split_plan(*split_kernels(split.config), split, vshape, soc, scale=scale, softcap=softcap,

@@ -8,8 +8,8 @@ flash-attn's `flash_attn_varlen_func` takes them.
 Work units are (sequence, head, Q block). The host lists them in a table of
 `UNIT_FIELDS` int32 per unit (`pipeline.UNIT_TABLE`: q_start, q_len, k_start, k_len,
 head, q_block) that both kernels read with `pto.load_scalar`; the units are ordered
-longest first (by visible KV tiles), so the persistent loop's round robin hands
-the long prompts out first and blocks finish together. Sequences with no query
+longest first (by visible KV tiles), so the persistent loop's snake
+(`kernels.units.schedule`) hands the long prompts out first and blocks finish together. Sequences with no query
 rows have no units; a sequence with queries but no keys gives O = 0, LSE = +inf.
 
 The backward's dq and dkdv kernels read tables of the same fields (`backward_tables`):
