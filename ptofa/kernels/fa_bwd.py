@@ -252,10 +252,15 @@ class _QUnit:
     seq: SSAValue | None = None  # packed sequences with ALiBi: the sequence's index (its slopes' row)
 
 
+def _table_entry(c: _Common, unit: SSAValue) -> dict[str, SSAValue]:
+    """The varlen table entry loop index `unit` works on: its rank in the forward's snake (`common.snake_rank`)."""
+    return table_unit(c, snake_rank(unit, c.block_num, table_units(c)))
+
+
 def _q_unit(c: _Common, unit: SSAValue) -> _QUnit:
     cfg = c.config
     if cfg.varlen:
-        f = table_unit(c, snake_rank(unit, c.block_num, table_units(c)))
+        f = _table_entry(c, unit)
         q0 = scalar.mul(f["q_block"], cfg.dq_block_q, name="q0")
         q_rows = scalar.min(scalar.sub(f["q_len"], q0), cfg.dq_block_q, name="q_rows")
         window = sequence_window(c, f)
@@ -459,7 +464,7 @@ def _kv_units(c: _Common) -> SSAValue:
 def _kv_unit(c: _Common, unit: SSAValue) -> _KvUnit:
     cfg = c.config
     if cfg.varlen:  # the table's q_block is the unit's KV block, its head the KV head
-        f = table_unit(c, snake_rank(unit, c.block_num, table_units(c)))
+        f = _table_entry(c, unit)
         k0 = scalar.mul(f["q_block"], cfg.block_kv, name="k0")
         k_rows = scalar.min(scalar.sub(f["k_len"], k0), cfg.block_kv, name="k_rows")
         window = sequence_window(c, f)

@@ -21,7 +21,6 @@ with one line saying what is missing. The module registers `NpuBackend` as the
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import functools
 import hashlib
 import time
@@ -84,7 +83,7 @@ def cube_core_count() -> int:
 
 def npu_soc(soc: str | SocSpec = DEFAULT_SOC) -> SocSpec:
     """The chip the NPU launches plan for: `soc`'s facts with device 0's cube-core count."""
-    return dataclasses.replace(get_soc(soc), cube_cores=cube_core_count())
+    return get_soc(soc).with_cube_cores(cube_core_count())
 
 
 def npu_device() -> torch.device:

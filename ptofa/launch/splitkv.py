@@ -124,7 +124,7 @@ def split_costs(config: FAConfig, q_len: int, soc: str = DEFAULT_SOC) -> SplitCo
 def chip(cores: int | SocSpec) -> SocSpec:
     """The chip a split is planned for: a `SocSpec` (its facts and cube cores), or a core count on
     the default chip."""
-    return cores if isinstance(cores, SocSpec) else dataclasses.replace(get_soc(DEFAULT_SOC), cube_cores=int(cores))
+    return cores if isinstance(cores, SocSpec) else get_soc(DEFAULT_SOC).with_cube_cores(cores)
 
 
 def _fill_slots(tiles: list[int], costs: SplitCosts, slots: int) -> list[int]:

@@ -92,8 +92,7 @@ class TuneShape:
 
     def spec(self) -> SocSpec:
         """The chip the ranking is for: `soc`'s facts with `cube_cores` cube cores (when given)."""
-        spec = get_soc(self.soc)
-        return spec if self.cube_cores is None else dataclasses.replace(spec, cube_cores=self.cube_cores)
+        return get_soc(self.soc).with_cube_cores(self.cube_cores)
 
     def bucket(self) -> TuneShape:
         """The shape whose ranking this one shares: S0, S1 and batch rounded up to powers of two."""

@@ -19,6 +19,8 @@ head, slope per repeat, tail) and the cube's `mad` in `cce_costmodel_cube.hpp`.
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from dataclasses import dataclass
 
@@ -161,6 +163,10 @@ class SocSpec:
     @property
     def block_start_cycles(self) -> float:
         return self.block_start_us * self.clock_mhz
+
+    def with_cube_cores(self, cores: int | None) -> SocSpec:
+        """This part's facts with `cores` cube cores (a device may expose fewer; None: its own)."""
+        return self if cores is None or cores == self.cube_cores else dataclasses.replace(self, cube_cores=int(cores))
 
     def launch_start_us(self, block_dim: int) -> float:
         """Block start-ups on the busiest core of a launch: one per wave (`timing.launch_cycles`)."""
