@@ -557,9 +557,10 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
         tiles += [TileSpec("row_ok", "vector", "gu", "vec", 1, rows, "f32"), TileSpec("l_fix", "vector", "gu", "vec", 1, rows, "f32")]
     if c.lse or c.split_kv:
         tiles.append(TileSpec("lse_row", "vector", "gu", "vec", 1, rows, "f32", **dyn))
-    if c.alibi:  # a tile's key positions (tci, i32 -> f32) and the row index 0 .. vec_s0 - 1 (f32)
+    if c.alibi:  # a tile's key positions (tci, i32 -> f32) and the row index 0 .. vec_s0 - 1 (i32 -> f32)
         tiles += [TileSpec("alibi_i32", "vector", "p", "vec", 1, ts1, "i32", **dyn),
                   TileSpec("alibi_f32", "vector", "p", "vec", 1, ts1, "f32", **dyn),
+                  TileSpec("alibi_rows_i32", "vector", "p", "vec", 1, vs0, "i32", **dyn),
                   TileSpec("alibi_rows", "vector", "p", "vec", 1, vs0, "f32", **dyn),
                   TileSpec("alibi_pos", "vector", "p", "vec", 1, vs0, "f32"),
                   TileSpec("alibi_neg", "vector", "p", "vec", 1, vs0, "f32")]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 KIB = 1024
 
-# Local memory capacities of one A2/A3 block (pto-ir.md 6.4; ptoas PlanMemory A3 MemSpec).
+# Local memory capacities of one A2/A3 block (the same A3 spec of PTOAS's PTOPlanMemory.cpp, in bits there).
 CAPACITY = {
     "vec": 192 * KIB,  # UB, per vector core
     "mat": 512 * KIB,  # L1
@@ -15,8 +15,13 @@ CAPACITY = {
     "right": 64 * KIB,  # L0B
     "acc": 128 * KIB,  # L0C
 }
-# Planner alignment per space (fa-pipeline.md 3.2).
-ALIGNMENT = {"vec": 32, "mat": 32, "left": 512, "right": 512, "acc": 512}
+# Planner alignment per space: every tile's footprint is rounded up to it (ptoas 0.60's memory
+# planner, PTOAS lib/PTO/Transforms/PTOPlanMemory.cpp at e32488c9, MemPlan::InitMemSpecsFromModule's
+# A3 spec: UB and L1 256 B, L0A/L0B/L0C 4096 B; a 64x80 f16 L0B tile takes 12 KiB, not 10).
+ALIGNMENT = {"vec": 256, "mat": 256, "left": 4096, "right": 4096, "acc": 4096}
+# A vector tile's row is a whole number of 32-byte blocks (the vector unit's block; pto-isa's
+# static checks on Tile row bytes, include/pto/common/pto_tile.hpp).
+VEC_ROW_BYTES = 32
 SPACE_NAMES = {"vec": "UB", "mat": "L1", "left": "L0A", "right": "L0B", "acc": "L0C"}
 # ptoas's own names in its overflow message ("vec overflow, requires N bits while M bits avaliable!").
 PTOAS_SPACE_NAMES = {"vec": "vec", "mat": "mat", "left": "left", "right": "right", "acc": "acc"}

@@ -693,7 +693,12 @@ def peak_usage(func_op: func.FuncOp) -> dict[str, Peak]:
         hidden = d.hidden_scratch(op)
         if hidden is not None:
             space, shape, nbytes = hidden
-            intervals.append((order[op], order[op], space, f"<hidden {shape} of {op.name}>", align(nbytes, ALIGNMENT[space])))
+            # ptoas materialises the scratch as a tile of its own; inside a loop nest the planner keeps
+            # it apart from the loop's other tiles for the whole nest (compared with ptoas's PlanMemory
+            # addresses over the catalog: tests/test_toolchain.py).
+            loops = _enclosing_loops(op)
+            start, stop = (order[loops[-1]], end[loops[-1]]) if loops else (order[op], order[op])
+            intervals.append((start, stop, space, f"<hidden {shape} of {op.name}>", align(nbytes, ALIGNMENT[space])))
 
     peaks: dict[str, Peak] = {}
     for space in {iv[2] for iv in intervals}:

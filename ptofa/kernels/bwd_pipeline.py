@@ -77,7 +77,7 @@ from ptofa.pipeline import (
     PipeSpec,
     TileSpec,
 )
-from ptofa.ir.target import ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES
+from ptofa.ir.target import ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES, VEC_ROW_BYTES
 from ptofa.ir.target import align as _align
 from ptofa.ir.target import HIDDEN_TCI_TMP
 
@@ -412,9 +412,10 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
         if c.atomic_dq:  # dS^T rows (out_half) -> dS piece, through ttrans's scratch of out_half's size
             vector += [TileSpec("trans_tmp", "vector", "p", "vec", vr, cols, dt, **dyn),
                        TileSpec("ds_piece", "vector", "p", "vec", cols, vr, dt, **dyn)]
-    if c.alibi:  # a step's column positions (tci, i32 -> f32) and the row index 0 .. vr - 1 (f32)
-        vector += [TileSpec("alibi_i32", "vector", "p", "vec", 1, max(cols, vr), "i32", **dyn),
+    if c.alibi:  # a step's column positions (tci, i32 -> f32) and the row index 0 .. vr - 1 (i32 -> f32)
+        vector += [TileSpec("alibi_i32", "vector", "p", "vec", 1, cols, "i32", **dyn),
                    TileSpec("alibi_f32", "vector", "p", "vec", 1, cols, "f32", **dyn),
+                   TileSpec("alibi_rows_i32", "vector", "p", "vec", 1, vr, "i32", **dyn),
                    TileSpec("alibi_rows", "vector", "p", "vec", 1, vr, "f32", **dyn),
                    TileSpec("alibi_pos", "vector", "p", "vec", 1, vr, "f32"),
                    TileSpec("alibi_neg", "vector", "p", "vec", 1, vr, "f32")]
@@ -434,7 +435,7 @@ def _key_mask_tiles(c: BwdConfig, keys: int) -> list[TileSpec]:
     least 32 bytes (a vector tile's row alignment: 32 i8 columns for the 16 keys of a 32-key block's core)."""
     if not c.key_padding:
         return []
-    cols = _align(keys, ALIGNMENT["vec"] // DTYPE_BYTES["i8"])
+    cols = _align(keys, VEC_ROW_BYTES // DTYPE_BYTES["i8"])
     return [TileSpec(f"kpm_{dt}", "vector", "p", "vec", 1, cols, dt, dynamic=True) for dt in ("i8", "f16", "f32")]
 
 

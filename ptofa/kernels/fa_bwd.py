@@ -691,7 +691,7 @@ def _minus_dsum(v: _Vec, u: _KvUnit, h: SSAValue, q0: SSAValue, n: SSAValue) -> 
 
 
 def _alibi_rows(tl: dict[str, SSAValue], rows: int) -> AlibiRows:
-    return AlibiRows.make(tl["alibi_i32"], tl["alibi_rows"], tl["alibi_pos"], tl["alibi_neg"], rows)
+    return AlibiRows.make(tl["alibi_rows_i32"], tl["alibi_rows"], tl["alibi_pos"], tl["alibi_neg"], rows)
 
 
 def _slope(c: _Common, u: _QUnit | _KvUnit, h: SSAValue) -> SSAValue:

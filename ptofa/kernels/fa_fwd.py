@@ -762,7 +762,7 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
     row_base = scalar.mul(pto.get_subblock_idx(), config.vec_rows, name="row_base")
     alibi_rows = None
     if config.alibi:
-        alibi_rows = AlibiRows.make(tiles["alibi_i32"], tiles["alibi_rows"], tiles["alibi_pos"], tiles["alibi_neg"],
+        alibi_rows = AlibiRows.make(tiles["alibi_rows_i32"], tiles["alibi_rows"], tiles["alibi_pos"], tiles["alibi_neg"],
                                     config.vec_s0)
     preload = config.qk_preload
     if config.prescale_q:

@@ -78,7 +78,8 @@ class AlibiRows:
 
     @classmethod
     def make(cls, index_i32: SSAValue, index: SSAValue, pos: SSAValue, neg: SSAValue, rows: int) -> AlibiRows:
-        """Once per kernel: r by `tci` into the i32 tile, converted to f32, and the column views."""
+        """Once per kernel: r by `tci` into `index_i32` (a [1, rows] i32 tile: ptoas's `tcvt` takes
+        a source of the destination's shape), converted to f32, and the column views."""
         tile.set_valid(index_i32, 1, rows)
         tile.ci(scalar.const(0, I32), out=index_i32)
         tile.cvt(index_i32, out=index)
