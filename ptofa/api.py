@@ -718,6 +718,8 @@ _TABLE: dict[str, TileOp] = {
         ("part_max", d.TPartMaxOp, "a b", "out = max(a, b) where both are valid, the valid one elsewhere"),
         ("part_min", d.TPartMinOp, "a b", "out = min(a, b) where both are valid, the valid one elsewhere"),
         ("concat", d.TConcatOp, "a b", "out[i] = a[i] ++ b[i] (columns)"),
+        ("concat_idx", d.TConcatIdxOp, "a b a_count b_count",
+         "out[i] = the first a_count[i,0] columns of a[i], then the first b_count[i,0] of b[i]"),
         ("gather_b", d.TGatherBOp, "src offsets", "out[i,j] = src at byte offset offsets[i,j]"),
         ("sort32", d.TSort32Op, "src idx", "out = each 32-element block of src sorted, with its indices idx", dict(tmp="optional")),
         ("dequant", d.TDequantOp, "src scale offset", "out = (src - offset[i]) * scale[i]"),
@@ -887,6 +889,33 @@ HAND_WRITTEN = {
 }
 
 
+# The dialect's tile ops without a `tile.*` / `pto.*` name, each with why: a kernel that needs one
+# builds it from `ptofa.ir.dialect` (`tests/test_docs.py` holds this list to the dialect).
+IR_ONLY = {
+    "pto.tgather": "three A2/A3 forms (mask pattern, index tile, top-k) with different operands",
+    "pto.tscatter": "two forms (index tile, mask pattern) with different operands",
+    "pto.mgather": "a GM gather through an index tile, with coalesce / out-of-bounds modes",
+    "pto.mscatter": "a GM scatter through an index tile, with atomic / conflict modes",
+    "pto.tmrgsort": "a variadic merge sort with an optional count result",
+    "pto.tpartargmax": "two outputs (values and their indices)",
+    "pto.tpartargmin": "two outputs (values and their indices)",
+    "pto.tquant": "two outputs (the quantised tile and an optional scratch) and a quant-type mode",
+    "pto.set_quant_vector": "the quantisation state of tquant",
+    "pto.tprint": "a debug print on the device",
+    "pto.tprefetch": "a GM prefetch hint",
+    "pto.tsync": "hand-written synchronisation (ptoas inserts the kernel's synchronisation)",
+    "pto.alloc_multi_tile": "multi-buffer tiles (a kernel allocates one tile per buffer instead)",
+    "pto.multi_tile_get": "multi-buffer tiles",
+    "pto.get_validshape": "a tile's runtime valid shape as values (kernels keep the values they set)",
+    "pto.declare_tile": "ptoas's internal `!pto.pipe` handle form (kernels use the global-entry pipes, "
+                        "`pto.talloc` / `tpush` / `tpop` / `tfree`)",
+    "pto.talloc": "ptoas's internal `!pto.pipe` handle form",
+    "pto.tpush": "ptoas's internal `!pto.pipe` handle form",
+    "pto.tpop": "ptoas's internal `!pto.pipe` handle form",
+    "pto.tfree": "ptoas's internal `!pto.pipe` handle form",
+}
+
+
 def op_table_markdown() -> str:
     """The `tile.*` op table of docs/writing-a-kernel.md: one row per public name (the call, what it
     computes, the PTO op it emits), by family."""
@@ -897,7 +926,7 @@ def op_table_markdown() -> str:
         lines.append(f"| **{family}** | | |")
         for fn in functions:
             doc = " ".join(fn.__doc__.split())
-            ops = " / ".join(f"`{op}`" for op in dict.fromkeys(re.findall(r"`(pto\.[a-z_.]+)`", doc)))
+            ops = " / ".join(f"`{op}`" for op in dict.fromkeys(re.findall(r"`(pto\.[a-z0-9_.]+)`", doc)))
             first = re.split(r"\.\s+(?=[A-Z`])", doc)[0].rstrip(".")
             computes = re.sub(r" \(`pto\.[^)]*\)", "", first).replace("|", "\\|")
             lines.append(f"| `tile.{fn.__name__}{_plain_signature(fn)}` | {computes} | {ops} |")
