@@ -632,7 +632,7 @@ _TABLE: dict[str, TileOp] = {
         ("min", d.TMinOp, "a b", "out = min(a, b)", RM),
         ("add3", d.TAddCOp, "a b c", "out = a + b + c"),
         ("sub_add", d.TSubCOp, "a b c", "out = a - b + c"),
-        ("add_relu", d.TAddReluOp, "a b", "out = max(0, a + b)"),
+        ("add_relu", d.TAddReluOp, "a b", "out = max(0, a + b)", RM),
     ]),
     **_ops("unary", [
         ("exp", d.TExpOp, "src", "out = exp(src)", RM),
@@ -654,7 +654,7 @@ _TABLE: dict[str, TileOp] = {
         ("maxs", d.TMaxsOp, "src s", "out = max(src, s)", S),
         ("mins", d.TMinsOp, "src s", "out = min(src, s)", S),
         ("lrelu", d.TLReluOp, "src s", "out = src where src > 0, else s * src (leaky ReLU)", S),
-        ("axpy", d.TAxpyOp, "src s", "out = out + s * src", S),
+        ("axpy", d.TAxpyOp, "src s", "out = out + s * src", dict(**S, **RM)),
         ("adds_add", d.TAddSCOp, "a s b", "out = a + s + b", S),
         ("subs_add", d.TSubSCOp, "a s b", "out = a - s + b", S),
     ]),

@@ -149,3 +149,99 @@ def test_the_public_names_still_import() -> None:
     from ptofa.api import F32 as f32, KernelModule as km, pto as p, scalar as s, tile as t, tile_type as tt  # noqa: F401
 
     assert f32 is F32
+
+
+def _cube_kernel(body) -> str:
+    km = KernelModule("a3")
+    with km.function("k", [("x", ptr_type("f16")), ("n", I64)], kind="cube") as a:
+        body(a)
+    return print_pto(km.module)
+
+
+def test_matmul_accumulate_switch() -> None:
+    """A bool picks the op when the kernel is built; an i1 picks it at run time (scf.if / else)."""
+
+    def body(a) -> None:
+        left = pto.alloc_tile(tile_type("left", 16, 16, "f16", slayout="row_major"), "l")
+        right = pto.alloc_tile(tile_type("right", 16, 16, "f16", slayout="col_major"), "r")
+        acc = pto.alloc_tile(tile_type("acc", 16, 16, "f32", blayout="col_major", slayout="row_major",
+                                       fractal=1024), "c")
+        tile.matmul(left, right, out=acc)
+        tile.matmul(left, right, out=acc, accumulate=True)
+        with pto.range(0, scalar.index_cast(a["n"]), name="k") as k:
+            tile.matmul(left, right, out=acc, accumulate=scalar.gt(k, 0, name="later"))
+        with pytest.raises(TypeError, match="accumulate must be a bool or an i1"):
+            tile.matmul(left, right, out=acc, accumulate=scalar.index_cast(a["n"]))
+
+    text = _cube_kernel(body)
+    check_text(text)
+    ops = re.findall(r"pto\.tmatmul(?:\.acc)? ins\([^:]*", text)
+    assert ops == ["pto.tmatmul ins(%l, %r ", "pto.tmatmul.acc ins(%c, %l, %r ",
+                   "pto.tmatmul.acc ins(%c, %l, %r ", "pto.tmatmul ins(%l, %r "]
+    assert re.search(r"scf\.if %later \{\s*pto\.tmatmul\.acc[^\n]*\n\s*\} else \{\s*pto\.tmatmul ins", text)
+
+
+def test_load_of_a_whole_view_says_slice_view() -> None:
+    def body(a) -> None:
+        data = pto.alloc_tile(tile_type("vec", 16, 64, "f32"), "data")
+        view = pto.as_tensor(a["x"], [16, 64], [64, 1])
+        with pytest.raises(TypeError, match=r"pto.load takes a window .*pto.slice_view\(view, offsets, sizes\)"):
+            pto.load(view, data)
+        with pytest.raises(TypeError, match=r"pto.store takes a window"):
+            pto.store(data, view)
+
+    _vector_kernel(body)
+
+
+def test_math_ptoas_refuses_on_a_column_says_reshape() -> None:
+    """exp / add / fill of a [16,1] col_major tile name the [1,16] row view; muls and neg (which
+    ptoas compiles there) build."""
+
+    def body(_a) -> None:
+        col = pto.alloc_tile(tile_type("vec", 16, 1, "f32", blayout="col_major"), "col")
+        for call in (lambda: tile.exp(col, out=col), lambda: tile.add(col, col, out=col), lambda: tile.fill(1.0, out=col)):
+            with pytest.raises(ValueError, match=r"reshape\(col, 1, 16\)"):
+                call()
+        tile.muls(col, 0.5, out=col)
+        tile.neg(col, out=col)
+        tile.exp(tile.reshape(col, 1, 16, name="row"), out=tile.reshape(col, 1, 16))
+
+    text = _vector_kernel(body)
+    assert "arith.constant 5.000000e-01 : f32" in text and "pto.tmuls" in text and "pto.texp ins(%row" in text
+
+
+_COLUMN = "!pto.tile_buf<vec, 16x1xf32, blayout=col_major>"
+# The one-tile-type ops of the op table that take f32 tiles: ptoas is asked about each on a column.
+_COLUMN_OPS = [spec for family in ("elementwise", "unary", "with a scalar") for spec in FAMILIES[family]]
+
+
+@pytest.mark.ptoas
+@pytest.mark.parametrize("spec", _COLUMN_OPS, ids=lambda s: s.name)
+def test_the_api_refuses_on_a_column_exactly_what_ptoas_refuses(spec, tmp_path) -> None:
+    import subprocess
+
+    from ptofa.launch.toolchain import locate_tools
+
+    sources = ", ".join("%s" if n in spec.scalars else "%a" for n in spec.sources)
+    types = ", ".join("f32" if n in spec.scalars else _COLUMN for n in spec.sources)
+    out = "%a" if spec.name == "axpy" else "%b"  # (taxpy reads its dst)
+    text = f"""module attributes {{"pto.target_arch" = "a3"}} {{
+  func.func @k() attributes {{pto.kernel_kind = #pto.kernel_kind<vector>}} {{
+    %s = arith.constant 2.0 : f32
+    %a = pto.alloc_tile : {_COLUMN}
+    %b = pto.alloc_tile : {_COLUMN}
+    {spec.op.name} ins({sources} : {types}) outs({out} : {_COLUMN})
+    return
+  }}
+  func.func @e() attributes {{pto.entry}} {{
+    func.call @k() : () -> ()
+    return
+  }}
+}}
+"""
+    path = tmp_path / "k.pto"
+    path.write_text(text)
+    done = subprocess.run([locate_tools()[0].ptoas, "--pto-arch=a3", str(path), "-o", str(tmp_path / "k.cpp")],
+                          capture_output=True, text=True, timeout=120)
+    refused_for_layout = done.returncode != 0 and "row" in done.stderr and "major" in done.stderr
+    assert refused_for_layout == spec.row_major_only, f"{spec.name}: ptoas says {done.stderr.strip()[:300]}"
