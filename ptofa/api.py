@@ -9,31 +9,22 @@ context managers that open an `scf.for` / `scf.if` body:
     with pto.range(c0, num_tiles) as t:
         tile.matmul(q_left, k_right, out=s_acc)
 
-Constants are de-duplicated per function and hoisted to its top.
+Constants are de-duplicated per function and hoisted to its top. Most `tile.*` ops are rows of
+one table (`TileOp`, by family in `FAMILIES`) that make the function, its signature and its
+docstring; `ptofa.optable` renders the table for docs/writing-a-kernel.md.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from xdsl.builder import ImplicitBuilder
 from xdsl.dialects import arith, builtin, func, scf
-from xdsl.dialects.builtin import (
-    BFloat16Type,
-    BoolAttr,
-    Float16Type,
-    Float32Type,
-    FloatAttr,
-    IndexType,
-    IntegerAttr,
-    IntegerType,
-    StringAttr,
-    UnitAttr,
-)
+from xdsl.dialects.builtin import (BFloat16Type, BoolAttr, Float16Type, Float32Type, FloatAttr, IndexType, IntegerAttr,
+                                   IntegerType, StringAttr, UnitAttr)
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.irdl import OptOperandDef
 
@@ -552,10 +543,10 @@ def _row_major_only(op_name: str, fn: str, tiles: Sequence[SSAValue]) -> None:
             raise ValueError(f"tile.{fn}: ptoas refuses {op_name} on the col_major tile {t.describe()}; {hint}")
 
 
-def _scalar_operand(value: SSAValue | int | float, like: SSAValue) -> SSAValue:
-    """A scalar operand: a Python number becomes a constant of `like`'s element type."""
+def _scalar_operand(value: SSAValue | int | float, like: SSAValue | Attribute) -> SSAValue:
+    """A scalar operand: a Python number becomes a constant of `like`'s element type (or of type `like`)."""
     if isinstance(value, (int, float)):
-        return scalar.const(value, like.type.dtype)
+        return scalar.const(value, like.type.dtype if isinstance(like, SSAValue) else like)
     return value
 
 
@@ -570,36 +561,32 @@ class TileOp:
     semantics: str
     tmp: str | None = None
     scalars: tuple[str, ...] = ()  # sources that are scalars (a Python number becomes a constant)
+    indices: tuple[str, ...] = ()  # sources that are indices (an int becomes an index constant)
     row_major_only: bool = False  # ptoas refuses it on a col_major tile
 
-    @property
-    def precision(self) -> type | None:
-        return getattr(self.op, "PRECISION", None)
-
     def function(self):
-        spec = self
-        params = [inspect.Parameter(s, inspect.Parameter.POSITIONAL_OR_KEYWORD) for s in self.sources]
-        params.append(inspect.Parameter("out", inspect.Parameter.POSITIONAL_OR_KEYWORD))
+        """`tile.<name>`: (sources, out, *, [tmp], [precision]) -> the op, with the row's docstring."""
+        spec, precision_attr, keyword = self, getattr(self.op, "PRECISION", None), inspect.Parameter.KEYWORD_ONLY
+        params = [inspect.Parameter(s, inspect.Parameter.POSITIONAL_OR_KEYWORD) for s in (*self.sources, "out")]
         if self.tmp is not None:
-            default = inspect.Parameter.empty if self.tmp == "required" else None
-            params.append(inspect.Parameter("tmp", inspect.Parameter.KEYWORD_ONLY, default=default))
-        if self.precision is not None:
-            params.append(inspect.Parameter("precision", inspect.Parameter.KEYWORD_ONLY, default=None))
+            params.append(inspect.Parameter("tmp", keyword, default=inspect.Parameter.empty if self.tmp == "required" else None))
+        if precision_attr is not None:
+            params.append(inspect.Parameter("precision", keyword, default=None))
         sig = inspect.Signature(params, return_annotation=None)
 
         def call(*args, **kwargs) -> None:
             bound = sig.bind(*args, **kwargs)
             bound.apply_defaults()
-            tiles = [v for n, v in bound.arguments.items() if n in spec.sources and n not in spec.scalars]
-            out = bound.arguments["out"]
+            args, out = bound.arguments, bound.arguments["out"]
+            tiles = [args[n] for n in spec.sources if n not in spec.scalars + spec.indices]
             like = tiles[0] if tiles else out  # the tile whose element type a Python number takes
-            values = [_scalar_operand(bound.arguments[n], like) if n in spec.scalars else bound.arguments[n]
-                      for n in spec.sources]
+            values = [_scalar_operand(args[n], like) if n in spec.scalars else _val(args[n]) if n in spec.indices
+                      else args[n] for n in spec.sources]
             if spec.row_major_only:
                 _row_major_only(spec.op.name, spec.name, [*tiles, out])
-            precision = bound.arguments.get("precision")
-            props = {"precisionType": spec.precision(precision)} if precision is not None else None
-            _emit(spec.op, values, out, bound.arguments.get("tmp"), props)
+            precision = args.get("precision")
+            props = {"precisionType": precision_attr(precision)} if precision is not None else None
+            _emit(spec.op, values, out, args.get("tmp"), props)
 
         call.__name__ = call.__qualname__ = self.name
         call.__signature__ = sig
@@ -619,6 +606,7 @@ def _ops(family: str, rows: Sequence[tuple]) -> dict[str, TileOp]:
 
 RM = dict(row_major_only=True)
 S = dict(scalars=("s",))
+IX = dict(indices=("row", "col", "offset"))
 FAMILIES: dict[str, list[TileOp]] = {}
 # The generated part of the tile namespace: one row per op; the ops with a form of their own
 # (matmul, mov, cvt, compares, ttri, tci, tfillpad, views) are written out in `tile` below.
@@ -724,18 +712,20 @@ _TABLE: dict[str, TileOp] = {
         ("sort32", d.TSort32Op, "src idx", "out = each 32-element block of src sorted, with its indices idx", dict(tmp="optional")),
         ("dequant", d.TDequantOp, "src scale offset", "out = (src - offset[i]) * scale[i]"),
     ]),
+    **_ops("windows and elements", [
+        ("extract", d.TExtractOp, "src row col", "out = src[row:row+R, col:col+C] for out's R x C", IX),
+        ("insert", d.TInsertOp, "src row col", "out[row:row+R, col:col+C] = src for src's R x C", IX),
+        ("set_val", d.TSetValOp, "offset value", "out's element at linear offset `offset` = value", IX),
+    ]),
 }
-del RM, S
+del RM, S, IX
 
 
 class tile:  # noqa: N801
-    """Compute on tiles, destination-passing: every op writes `out`.
-
-    One argument order everywhere: the sources (tiles, then scalars where the op takes one) in
-    the order of the math, then `out`, then keyword-only options and the scratch tile `tmp=`
-    (required where the A2/A3 lowering needs one, optional wherever ptoas accepts one), so a call
-    can never bind a scratch tile to `out`. Most ops are rows of the op table (`FAMILIES`); the
-    ones below have a form of their own. `docs/writing-a-kernel.md` lists them all."""
+    """Compute on tiles, destination-passing: every op writes `out`. One argument order everywhere:
+    the sources in the order of the math, then `out`, then keyword-only options and the scratch
+    tile `tmp=` (required where the A2/A3 lowering needs one, optional wherever ptoas accepts one).
+    Most ops are rows of the op table (`FAMILIES`); the ones below have a form of their own."""
 
     # ---- cube ----
 
@@ -747,29 +737,24 @@ class tile:  # noqa: N801
 
     @staticmethod
     def matmul(a: SSAValue, b: SSAValue, out: SSAValue, *, accumulate: bool | SSAValue = False) -> None:
-        """out = a @ b (`pto.tmatmul`), or out += a @ b with `accumulate` (`pto.tmatmul.acc`).
+        """out = a @ b (`pto.tmatmul`), or out += a @ b with `accumulate` (`pto.tmatmul.acc`). `a` is a
+        `left` (L0A) tile [M, K], `b` a `right` (L0B) tile [K, N], `out` an `acc` (L0C) tile [M, N], f32
+        (i32 for i8); m, k, n at run time are a's valid rows and columns and b's valid columns. L0C is
+        not zero-filled, so a K loop's first step initialises: `accumulate` is a bool known at build
+        time, or an i1 value (e.g. `scalar.gt(k, 0)`) that picks one at run time (an `scf.if`)."""
+        def emit(acc: bool) -> None:
+            _emit(d.TMatmulAccOp, [out, a, b], out) if acc else _emit(d.TMatmulOp, [a, b], out)
 
-        `a` is a `left` (L0A) tile [M, K], `b` a `right` (L0B) tile [K, N], `out` an `acc` (L0C) tile
-        [M, N] in f32 (i32 for i8 operands); the runtime m, k, n are a's valid rows and columns and
-        b's valid columns. L0C is not zero-filled, so the first step of a K loop initialises:
-        `accumulate` is a Python bool when the step is known at build time, or an i1 value
-        (e.g. `scalar.gt(k, 0)`) that picks between the two at run time (an `scf.if`)."""
         if isinstance(accumulate, bool):
-            if accumulate:
-                _emit(d.TMatmulAccOp, [out, a, b], out)
-            else:
-                _emit(d.TMatmulOp, [a, b], out)
-            return
+            return emit(accumulate)
         if not (isinstance(accumulate.type, IntegerType) and accumulate.type.width.data == 1):
             raise TypeError(f"tile.matmul: accumulate must be a bool or an i1 value, got {accumulate.type}")
-        then, otherwise = Block(), Block()
-        scf.IfOp(accumulate, [], Region(then), Region(otherwise))
-        with ImplicitBuilder(then):
-            _emit(d.TMatmulAccOp, [out, a, b], out)
-            scf.YieldOp()
-        with ImplicitBuilder(otherwise):
-            _emit(d.TMatmulOp, [a, b], out)
-            scf.YieldOp()
+        blocks = Block(), Block()
+        scf.IfOp(accumulate, [], Region(blocks[0]), Region(blocks[1]))
+        for block, acc in zip(blocks, (True, False)):
+            with ImplicitBuilder(block):
+                emit(acc)
+                scf.YieldOp()
 
     @staticmethod
     def matmul_bias(a: SSAValue, b: SSAValue, bias: SSAValue, out: SSAValue) -> None:
@@ -798,18 +783,17 @@ class tile:  # noqa: N801
     def tri(diag: SSAValue | int, out: SSAValue, *, upper: bool = False) -> None:
         """out = 1 where col <= row + diag (lower) / col >= row + diag (upper), else 0 (`pto.ttri`).
         An index `diag` is cast to i32 (ttri takes an integer, not an index)."""
-        _emit(d.TTriOp, [_int_operand(diag)], out, props={"upperOrLower": IntegerAttr(1 if upper else 0, I32)})
+        if not isinstance(diag, int) and isinstance(diag.type, IndexType):
+            diag = scalar.index_cast(diag, I32)
+        _emit(d.TTriOp, [_scalar_operand(diag, I32)], out, props={"upperOrLower": IntegerAttr(1 if upper else 0, I32)})
 
     @staticmethod
     def ci(start: SSAValue | int, out: SSAValue, *, descending: bool = False, tmp: SSAValue | None = None) -> None:
         """out[0][j] = start + j (descending: start - j); `out` is a 1xN i16/i32 tile (`pto.tci`)."""
-        dtype = out.type.dtype
-        if isinstance(start, int):
-            start = scalar.const(start, dtype)
-        elif isinstance(start.type, IndexType):
-            start = scalar.index_cast(start, dtype)
+        if not isinstance(start, int) and isinstance(start.type, IndexType):
+            start = scalar.index_cast(start, out.type.dtype)
         props = {"descending": IntegerAttr(1, IntegerType(1))} if descending else None
-        _emit(d.TCIOp, [start], out, tmp, props)
+        _emit(d.TCIOp, [_scalar_operand(start, out)], out, tmp, props)
 
     @staticmethod
     def fillpad(src: SSAValue, out: SSAValue) -> None:
@@ -832,21 +816,6 @@ class tile:  # noqa: N801
     # ---- windows, elements, views, valid shapes ----
 
     @staticmethod
-    def extract(src: SSAValue, row: SSAValue | int, col: SSAValue | int, out: SSAValue) -> None:
-        """out = src[row:row+R, col:col+C] for out's R x C (`pto.textract`)."""
-        _emit(d.TExtractOp, [src, _val(row), _val(col)], out)
-
-    @staticmethod
-    def insert(src: SSAValue, row: SSAValue | int, col: SSAValue | int, out: SSAValue) -> None:
-        """out[row:row+R, col:col+C] = src for src's R x C (`pto.tinsert`)."""
-        _emit(d.TInsertOp, [src, _val(row), _val(col)], out)
-
-    @staticmethod
-    def set_val(offset: SSAValue | int, value: SSAValue, out: SSAValue) -> None:
-        """out's element at linear offset `offset` = value (`pto.tsetval`)."""
-        _emit(d.TSetValOp, [_val(offset), value], out)
-
-    @staticmethod
     def get_val(src: SSAValue, offset: SSAValue | int, name: str | None = None) -> SSAValue:
         """src's element at linear offset `offset`, a scalar (`pto.tgetval`)."""
         return _named(d.TGetValOp.build(operands=[src, _val(offset)], result_types=[src.type.dtype]).result, name)
@@ -855,16 +824,13 @@ class tile:  # noqa: N801
     def reshape(src: SSAValue, rows: int, cols: int, name: str | None = None, **overrides) -> SSAValue:
         """A view of the same storage as `rows x cols` (e.g. a [R,1] DN column as a [1,R] row)
         (`pto.treshape`)."""
-        t = src.type
-        assert isinstance(t, d.TileBufType)
-        new = d.TileBufType(t.space, rows, cols, t.dtype, **overrides)
+        new = d.TileBufType(src.type.space, rows, cols, src.type.dtype, **overrides)
         return _named(d.TReshapeOp(src, new).result, name)
 
     @staticmethod
     def subview(src: SSAValue, row: SSAValue | int, col: SSAValue | int, rows: int, cols: int, name: str | None = None) -> SSAValue:
         """A `rows x cols` window of `src` at (row, col), same storage (`pto.subview`)."""
         t = src.type
-        assert isinstance(t, d.TileBufType)
         new = d.TileBufType(t.space, rows, cols, t.dtype, blayout=t.blayout.data, slayout=t.slayout.data, fractal=t.fractal.data)
         return _named(d.SubviewOp(src, _val(row), _val(col), new).result, name)
 
@@ -878,79 +844,3 @@ class tile:  # noqa: N801
 for _spec in _TABLE.values():
     setattr(tile, _spec.name, _spec.function())
 del _spec
-
-# Every public `tile.*` name with its signature and what it computes, by family (the op table
-# of docs/writing-a-kernel.md is generated from it: `op_table_markdown`).
-HAND_WRITTEN = {
-    "cube": ["mov", "matmul", "matmul_bias"],
-    "conversions, compares, index tiles, padding": ["cvt", "cmps", "cmp", "tri", "ci", "fillpad", "col_sum", "trans"],
-    "windows, elements, views, valid shapes": ["extract", "insert", "set_val", "get_val", "reshape", "subview",
-                                               "set_valid"],
-}
-
-
-# The dialect's tile ops without a `tile.*` / `pto.*` name, each with why: a kernel that needs one
-# builds it from `ptofa.ir.dialect` (`tests/test_docs.py` holds this list to the dialect).
-IR_ONLY = {
-    "pto.tgather": "three A2/A3 forms (mask pattern, index tile, top-k) with different operands",
-    "pto.tscatter": "two forms (index tile, mask pattern) with different operands",
-    "pto.mgather": "a GM gather through an index tile, with coalesce / out-of-bounds modes",
-    "pto.mscatter": "a GM scatter through an index tile, with atomic / conflict modes",
-    "pto.tmrgsort": "a variadic merge sort with an optional count result",
-    "pto.tpartargmax": "two outputs (values and their indices)",
-    "pto.tpartargmin": "two outputs (values and their indices)",
-    "pto.tquant": "two outputs (the quantised tile and an optional scratch) and a quant-type mode",
-    "pto.set_quant_vector": "the quantisation state of tquant",
-    "pto.tprint": "a debug print on the device",
-    "pto.tprefetch": "a GM prefetch hint",
-    "pto.tsync": "hand-written synchronisation (ptoas inserts the kernel's synchronisation)",
-    "pto.alloc_multi_tile": "multi-buffer tiles (a kernel allocates one tile per buffer instead)",
-    "pto.multi_tile_get": "multi-buffer tiles",
-    "pto.get_validshape": "a tile's runtime valid shape as values (kernels keep the values they set)",
-    "pto.declare_tile": "ptoas's internal `!pto.pipe` handle form (kernels use the global-entry pipes, "
-                        "`pto.talloc` / `tpush` / `tpop` / `tfree`)",
-    "pto.talloc": "ptoas's internal `!pto.pipe` handle form",
-    "pto.tpush": "ptoas's internal `!pto.pipe` handle form",
-    "pto.tpop": "ptoas's internal `!pto.pipe` handle form",
-    "pto.tfree": "ptoas's internal `!pto.pipe` handle form",
-}
-
-
-def op_table_markdown() -> str:
-    """The `tile.*` op table of docs/writing-a-kernel.md: one row per public name (the call, what it
-    computes, the PTO op it emits), by family."""
-    lines = ["| call | computes | PTO op |", "|---|---|---|"]
-    rows = [(family, [getattr(tile, name) for name in names]) for family, names in HAND_WRITTEN.items()]
-    rows += [(family, [getattr(tile, spec.name) for spec in specs]) for family, specs in FAMILIES.items()]
-    for family, functions in rows:
-        lines.append(f"| **{family}** | | |")
-        for fn in functions:
-            doc = " ".join(fn.__doc__.split())
-            ops = " / ".join(f"`{op}`" for op in dict.fromkeys(re.findall(r"`(pto\.[a-z0-9_.]+)`", doc)))
-            first = re.split(r"\.\s+(?=[A-Z`])", doc)[0].rstrip(".")
-            computes = re.sub(r" \(`pto\.[^)]*\)", "", first).replace("|", "\\|")
-            lines.append(f"| `tile.{fn.__name__}{_plain_signature(fn)}` | {computes} | {ops} |")
-    return "\n".join(lines) + "\n"
-
-
-def _plain_signature(fn) -> str:
-    """`(a, b, out, *, accumulate=False)`: the parameters without annotations."""
-    parts, keyword_only = [], False
-    for p in inspect.signature(fn).parameters.values():
-        if p.kind is p.KEYWORD_ONLY and not keyword_only:
-            parts.append("*")
-            keyword_only = True
-        if p.kind is p.VAR_KEYWORD:
-            parts.append(f"**{p.name}")
-        else:
-            parts.append(p.name if p.default is p.empty else f"{p.name}={p.default!r}")
-    return f"({', '.join(parts)})"
-
-
-def _int_operand(x: SSAValue | int) -> SSAValue:
-    """An i32 operand: an int becomes an i32 constant, an index value is cast."""
-    if isinstance(x, int):
-        return scalar.const(x, I32)
-    if isinstance(x.type, IndexType):
-        return scalar.index_cast(x, I32)
-    return x

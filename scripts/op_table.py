@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ptofa.api import op_table_markdown
+from ptofa.optable import op_table_markdown
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "writing-a-kernel.md"
 START, END = "<!-- op-table -->\n", "<!-- /op-table -->"
