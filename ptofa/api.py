@@ -478,21 +478,25 @@ class pto:  # noqa: N801
 
     @staticmethod
     def talloc(core: str, pipe_id: int, entry_type: d.TensorViewType, split: int = 1, name: str | None = None) -> SSAValue:
+        """The producer's next free slot (waits for one) as a GM view (`pto.talloc_to_aiv` / `_to_aic`)."""
         cls = d.TallocToAivOp if core == "cube" else d.TallocToAicOp
         return _named(cls.build(result_types=[entry_type], properties=pto._pipe_props(pipe_id, split)).entry, name)
 
     @staticmethod
     def tpush(core: str, pipe_id: int, entry: SSAValue, split: int = 1) -> None:
+        """Hand the filled slot `entry` to the peer core (`pto.tpush_to_aiv` / `_to_aic`)."""
         cls = d.TpushToAivOp if core == "cube" else d.TpushToAicOp
         cls.build(operands=[entry], properties=pto._pipe_props(pipe_id, split))
 
     @staticmethod
     def tpop(core: str, pipe_id: int, entry_type: d.TensorViewType, split: int = 1, name: str | None = None) -> SSAValue:
+        """The consumer's next filled slot (waits; a vector core's half) (`pto.tpop_from_aic` / `_from_aiv`)."""
         cls = d.TpopFromAivOp if core == "cube" else d.TpopFromAicOp
         return _named(cls.build(result_types=[entry_type], properties=pto._pipe_props(pipe_id, split)).entry, name)
 
     @staticmethod
     def tfree(core: str, pipe_id: int, entry: SSAValue, split: int = 1) -> None:
+        """Give the consumed slot `entry` back to the producer (`pto.tfree_from_aic` / `_from_aiv`)."""
         cls = d.TfreeFromAivOp if core == "cube" else d.TfreeFromAicOp
         cls.build(operands=[entry], properties=pto._pipe_props(pipe_id, split))
 

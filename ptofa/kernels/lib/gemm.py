@@ -63,7 +63,11 @@ def build_gemm(activation: str | None = None) -> builtin.ModuleOp:
         with km.function("gemm", args, entry=True) as a:
             pto.call("gemm_cube", [a[name] for name, _ in args])
         with km.function("gemm_cube", args, kind="cube") as a:
-            _cube(a, lambda acc, m0, n0, rows, cols: _store_tile(a, acc, m0, n0, rows, cols))
+            m, n, k = _sizes(a)
+            c_all = pto.as_tensor(a["c"], [m, n], [n, 1], name="c_all")
+            # L0C -> GM (the FIX pipe): each tile's valid rows x cols of c
+            _cube(a, (m, n, k), lambda acc, m0, n0, rows, cols: pto.store(
+                acc, pto.slice_view(c_all, [m0, n0], [rows, cols], name="c_tile")))
         return km.module
     entry = f"gemm_{activation}"
     args = [("slots", ptr_type("f32")), *operands, ("c", ptr_type("f16")), *sizes]
@@ -73,7 +77,7 @@ def build_gemm(activation: str | None = None) -> builtin.ModuleOp:
             pto.call(f"{entry}_{kind}", [a[name] for name, _ in args])
     with km.function(f"{entry}_cube", args, kind="cube") as a:
         _init_pipe(a, "cube", BLOCK_M)
-        _cube(a, _push_tile)
+        _cube(a, _sizes(a), _push_tile)
     with km.function(f"{entry}_vec", args, kind="vector") as a:
         _init_pipe(a, "vector", BLOCK_M // 2)
         _vector(a, activation)
@@ -96,9 +100,9 @@ def _output_tiles(m: SSAValue, n: SSAValue, body: Callable[[SSAValue, SSAValue, 
              scalar.min(scalar.sub(n, n0), BLOCK_N, name="cols"))
 
 
-def _cube(a: dict[str, SSAValue], finish: Callable[..., None]) -> None:
+def _cube(a: dict[str, SSAValue], sizes: tuple[SSAValue, SSAValue, SSAValue], finish: Callable[..., None]) -> None:
     """Each output tile: acc = sum over K steps of a-panel @ b-panel, then finish(acc, m0, n0, rows, cols)."""
-    m, n, k = _sizes(a)
+    m, n, k = sizes
     nz = dict(blayout="col_major", slayout="row_major", valid="dynamic")  # L1 staging: NZ fractals
     a_mat = [pto.alloc_tile(tile_type("mat", BLOCK_M, BLOCK_K, "f16", **nz), f"a_mat{i}") for i in range(2)]
     b_mat = [pto.alloc_tile(tile_type("mat", BLOCK_K, BLOCK_N, "f16", **nz), f"b_mat{i}") for i in range(2)]
@@ -137,13 +141,6 @@ def _cube(a: dict[str, SSAValue], finish: Callable[..., None]) -> None:
         finish(acc, m0, n0, rows, cols)
 
     _output_tiles(m, n, tile_body)
-
-
-def _store_tile(a: dict[str, SSAValue], acc: SSAValue, m0: SSAValue, n0: SSAValue, rows: SSAValue, cols: SSAValue) -> None:
-    """L0C -> GM (the FIX pipe): the tile's valid rows x cols of c."""
-    m, n, _ = (scalar.index_cast(a[name]) for name in ("m", "n", "k"))
-    c_all = pto.as_tensor(a["c"], [m, n], [n, 1], name="c_all")
-    pto.store(acc, pto.slice_view(c_all, [m0, n0], [rows, cols], name="c_tile"))
 
 
 def _init_pipe(a: dict[str, SSAValue], core: str, rows: int) -> None:
