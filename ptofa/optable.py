@@ -46,8 +46,9 @@ IR_ONLY = {
 
 def op_table_markdown() -> str:
     """The `tile.*` op table of docs/writing-a-kernel.md: one row per public name (the call, what it
-    computes, the PTO op it emits), by family."""
+    computes and whether ptoas refuses it on a col_major tile, the PTO op it emits), by family."""
     lines = ["| call | computes | PTO op |", "|---|---|---|"]
+    column_refused = {spec.name for specs in FAMILIES.values() for spec in specs if spec.row_major_only}
     rows = [(family, [getattr(tile, name) for name in names]) for family, names in HAND_WRITTEN.items()]
     rows += [(family, [getattr(tile, spec.name) for spec in specs]) for family, specs in FAMILIES.items()]
     for family, functions in rows:
@@ -57,6 +58,7 @@ def op_table_markdown() -> str:
             ops = " / ".join(f"`{op}`" for op in dict.fromkeys(re.findall(r"`(pto\.[a-z0-9_.]+)`", doc)))
             first = re.split(r"\.\s+(?=[A-Z`])", doc)[0].rstrip(".")
             computes = re.sub(r" \(`pto\.[^)]*\)", "", first).replace("|", "\\|")
+            computes += "; row-major tiles only (ptoas)" if fn.__name__ in column_refused else ""
             lines.append(f"| `tile.{fn.__name__}{_plain_signature(fn)}` | {computes} | {ops} |")
     return "\n".join(lines) + "\n"
 
