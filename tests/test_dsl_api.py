@@ -245,3 +245,73 @@ def test_the_api_refuses_on_a_column_exactly_what_ptoas_refuses(spec, tmp_path) 
                           capture_output=True, text=True, timeout=120)
     refused_for_layout = done.returncode != 0 and "row" in done.stderr and "major" in done.stderr
     assert refused_for_layout == spec.row_major_only, f"{spec.name}: ptoas says {done.stderr.strip()[:300]}"
+
+
+@pytest.mark.parametrize("spec", [s for specs in FAMILIES.values() for s in specs], ids=lambda s: s.name)
+def test_each_table_row_fills_its_ops_operands(spec) -> None:
+    """A row's sources are the op's required operands (in order, less the destination), and it
+    offers `tmp=` exactly when the op has a scratch operand."""
+    from xdsl.irdl import OptOperandDef
+
+    operands = spec.op.get_irdl_definition().operands
+    required = [name for name, od in operands if name not in ("dst_", "dst", "tmp", "scratch")
+                and not isinstance(od, OptOperandDef)]
+    assert len(required) == len(spec.sources), f"tile.{spec.name}{spec.sources} for {spec.op.name}{required}"
+    assert (spec.tmp is not None) == any(name in ("tmp", "scratch") for name, _ in operands)
+
+
+def _new_names_kernel() -> str:
+    """One vector kernel through names the api lacked before (sqrt, rsqrt, recip, ...), simulated in
+    `test_new_names_run_on_the_simulator`."""
+    km = KernelModule("a3")
+    args = [("x", ptr_type("f32")), ("y", ptr_type("f32"))]
+    with km.function("k", args, entry=True) as a:
+        pto.call("k_vec", [a["x"], a["y"]])
+    with km.function("k_vec", args, kind="vector") as a:
+        x, y, t = (pto.alloc_tile(tile_type("vec", 8, 64, "f32"), n) for n in ("xt", "yt", "tt"))
+        col = pto.alloc_tile(tile_type("vec", 8, 1, "f32", blayout="col_major"), "col")
+        row = pto.alloc_tile(tile_type("vec", 1, 64, "f32"), "row")
+        x_all, y_all = (pto.as_tensor(a[n], [8, 64], [64, 1]) for n in ("x", "y"))
+        pto.load(pto.slice_view(x_all, [0, 0], [8, 64]), x)
+        tile.abs(x, out=t)
+        tile.adds(t, 1.0, out=t)                      # t = |x| + 1 > 0
+        tile.sqrt(t, out=y)                           # y = sqrt(t)
+        tile.rsqrt(t, out=x)                          # x = 1 / sqrt(t)
+        tile.mul(y, x, out=y)                         # y = 1
+        tile.recip(t, out=x)                          # x = 1 / t
+        tile.add(y, x, out=y)                         # y = 1 + 1/t
+        tile.neg(y, out=y)
+        tile.relu(y, out=x)                           # x = 0
+        tile.row_min(y, out=col, tmp=t)               # col = min_j y
+        tile.row_expand_sub(y, col, out=y)            # y - its row min
+        tile.col_max(y, out=row)
+        tile.col_expand_add(y, row, out=y)            # + the column max
+        tile.add(y, x, out=y)
+        pto.store(y, pto.slice_view(y_all, [0, 0], [8, 64]))
+    return print_pto(km.module)
+
+
+def test_new_names_run_on_the_simulator() -> None:
+    import torch
+
+    from ptofa.launch.kernel import run_kernel
+
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(0))
+    y = torch.full_like(x, float("nan"))
+    run_kernel(_new_names_kernel(), {"x": x, "y": y}, 1, backend="sim", timing=False)
+    t = x.abs() + 1
+    z = -(1 + 1 / t)
+    z = z - z.min(-1, keepdim=True).values
+    assert torch.allclose(y, z + z.max(0, keepdim=True).values, atol=1e-5)
+
+
+@pytest.mark.ptoas
+def test_new_names_compile_with_ptoas(tmp_path) -> None:
+    import subprocess
+
+    from ptofa.launch.toolchain import compile_commands
+
+    path = tmp_path / "k.pto"
+    path.write_text(_new_names_kernel())
+    done = subprocess.run(compile_commands(path, tmp_path)[0], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
