@@ -2,7 +2,7 @@
 timing model over a simulated run, with what bounds each; the table of docs/writing-a-kernel.md
 section 12 is this script's output.
 
-    python examples/predict_library.py [--block-dim 24]
+    python examples/predict_library.py [--block-dim 24] [--rows 4096] [--gemm 1024]
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import ptofa
 from ptofa.kernels.lib import gemm, norms, rope, softmax
 
 
-def cases(block_dim: int):
-    """(kernel, size, module, arguments) of each prediction."""
+def cases(block_dim: int, rows: int, size: int):
+    """(kernel, size, module, arguments) of each prediction: `rows` rows (tokens) for the vector
+    kernels, a `size`^3 GEMM."""
     g = torch.Generator().manual_seed(0)
-    rows, dim, tokens, heads = 4096, 1024, 4096, 8
+    dim, tokens, heads = 1024, rows, 8
     x = torch.randn(rows, dim, generator=g)
     yield "row softmax", f"{rows} x 256 f32", softmax.build_row_softmax(256), \
         {"x": x[:, :256].contiguous(), "y": torch.empty(rows, 256), "rows": rows}
@@ -31,7 +32,7 @@ def cases(block_dim: int):
     yield "rotary embedding", f"{tokens} tokens x {heads} heads x 128 f32", rope.build_rope(128), \
         {"x": torch.randn(tokens, heads * 128), "cos": angles.cos(), "sin": angles.sin(),
          "y": torch.empty(tokens, heads * 128), "tokens": tokens, "heads": heads}
-    m = n = k = 1024
+    m = n = k = size
     a, b = torch.randn(m, k, generator=g).half(), torch.randn(k, n, generator=g).half()
     yield "GEMM", f"{m} x {n} x {k} f16 -> f32", gemm.build_gemm(), \
         {"a": a, "b": b, "c": torch.empty(m, n), "m": m, "n": n, "k": k}
@@ -44,10 +45,13 @@ def cases(block_dim: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--block-dim", type=int, default=24)
-    block_dim = parser.parse_args().block_dim
+    parser.add_argument("--rows", type=int, default=4096)
+    parser.add_argument("--gemm", type=int, default=1024)
+    opts = parser.parse_args()
+    block_dim = opts.block_dim
     print(f"| kernel | size | predicted (us, block_dim={block_dim}) | bound by | HBM floor (us) |")
     print("|---|---|---|---|---|")
-    for name, size, module, args in cases(block_dim):
+    for name, size, module, args in cases(block_dim, opts.rows, opts.gemm):
         t = ptofa.run_kernel(module, args, block_dim, backend="sim").timing
         print(f"| {name} | {size} | {t.kernel_us:.1f} | {t.bound} | {t.hbm_bound_us:.1f} |")
 

@@ -138,3 +138,11 @@ def test_real_ptoas_compiles_the_library(kernel, tmp_path: Path) -> None:
     pto_path.write_text(print_pto(kernel.build()))
     done = subprocess.run(compile_commands(pto_path, tmp_path)[0], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"{kernel.name}\n{done.stderr}"
+
+
+def test_predict_library_prints_a_row_per_kernel(tmp_path: Path) -> None:
+    """The script behind the docs' table of predicted times, at small sizes."""
+    done = subprocess.run([sys.executable, str(EXAMPLES / "predict_library.py"), "--block-dim", "2", "--rows", "40",
+                           "--gemm", "144"], capture_output=True, text=True, timeout=600, check=True)
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert len(rows) == 7 and all(float(row.split("|")[3]) > 0 for row in rows)
