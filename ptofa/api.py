@@ -9,29 +9,24 @@ context managers that open an `scf.for` / `scf.if` body:
     with pto.range(c0, num_tiles) as t:
         tile.matmul(q_left, k_right, out=s_acc)
 
-Constants are de-duplicated per function and hoisted to its top.
+Constants are de-duplicated per function and hoisted to its top. Most `tile.*` ops are rows of
+one table (`TileOp`, by family in `FAMILIES`) that make the function, its signature and its
+docstring; `ptofa.optable` renders the table for docs/writing-a-kernel.md.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from xdsl.builder import ImplicitBuilder
 from xdsl.dialects import arith, builtin, func, scf
-from xdsl.dialects.builtin import (
-    BFloat16Type,
-    Float16Type,
-    Float32Type,
-    FloatAttr,
-    IndexType,
-    IntegerAttr,
-    IntegerType,
-    StringAttr,
-    UnitAttr,
-)
+from xdsl.dialects.builtin import (BFloat16Type, BoolAttr, Float16Type, Float32Type, FloatAttr, IndexType, IntegerAttr,
+                                   IntegerType, StringAttr, UnitAttr)
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.irdl import OptOperandDef
 
 from ptofa.ir import dialect as d
 
@@ -420,11 +415,15 @@ class pto:  # noqa: N801
 
     @staticmethod
     def load(view: SSAValue, dst: SSAValue) -> None:
+        """GM -> tile (`pto.tload`): `view` is a window made by `slice_view`, `dst` a vec / mat tile."""
+        _check_window("load", view)
         d.TLoadOp.build(operands=[view, dst])
 
     @staticmethod
     def store(src: SSAValue, view: SSAValue, atomic: str | None = None) -> None:
-        """tile -> GM; `atomic="add"` adds into GM (`{atomicType = #pto<atomic_type atomic_add>}`)."""
+        """tile -> GM (`pto.tstore`): `view` is a window made by `slice_view`; `atomic="add"` adds into
+        GM (`{atomicType = #pto<atomic_type atomic_add>}`)."""
+        _check_window("store", view)
         props = {}
         if atomic is not None:
             if atomic != "add":
@@ -479,261 +478,365 @@ class pto:  # noqa: N801
 
     @staticmethod
     def talloc(core: str, pipe_id: int, entry_type: d.TensorViewType, split: int = 1, name: str | None = None) -> SSAValue:
+        """The producer's next free slot (waits for one) as a GM view (`pto.talloc_to_aiv` / `_to_aic`)."""
         cls = d.TallocToAivOp if core == "cube" else d.TallocToAicOp
         return _named(cls.build(result_types=[entry_type], properties=pto._pipe_props(pipe_id, split)).entry, name)
 
     @staticmethod
     def tpush(core: str, pipe_id: int, entry: SSAValue, split: int = 1) -> None:
+        """Hand the filled slot `entry` to the peer core (`pto.tpush_to_aiv` / `_to_aic`)."""
         cls = d.TpushToAivOp if core == "cube" else d.TpushToAicOp
         cls.build(operands=[entry], properties=pto._pipe_props(pipe_id, split))
 
     @staticmethod
     def tpop(core: str, pipe_id: int, entry_type: d.TensorViewType, split: int = 1, name: str | None = None) -> SSAValue:
+        """The consumer's next filled slot (waits; a vector core's half) (`pto.tpop_from_aic` / `_from_aiv`)."""
         cls = d.TpopFromAivOp if core == "cube" else d.TpopFromAicOp
         return _named(cls.build(result_types=[entry_type], properties=pto._pipe_props(pipe_id, split)).entry, name)
 
     @staticmethod
     def tfree(core: str, pipe_id: int, entry: SSAValue, split: int = 1) -> None:
+        """Give the consumed slot `entry` back to the producer (`pto.tfree_from_aic` / `_from_aiv`)."""
         cls = d.TfreeFromAivOp if core == "cube" else d.TfreeFromAicOp
         cls.build(operands=[entry], properties=pto._pipe_props(pipe_id, split))
+
+
+def _check_window(fn: str, view: SSAValue) -> None:
+    """ptoas's tload / tstore take a `!pto.partition_tensor_view`: say so at build time."""
+    if isinstance(view.type, d.TensorViewType):
+        raise TypeError(f"pto.{fn} takes a window of a GM view, not the whole {view.type}: pass "
+                        f"`pto.slice_view(view, offsets, sizes)` (a !pto.partition_tensor_view)")
 
 
 # --------------------------------------------------------------------------------------
 # tile.*
 # --------------------------------------------------------------------------------------
 
+_OUT_OPERANDS = ("dst_", "dst")  # the names the dialect gives an op's destination operand
+_TMP_OPERANDS = ("tmp", "scratch")
 
-def _dps(cls, ins: Sequence[SSAValue], out: SSAValue, tmp: SSAValue | None = None, props: dict | None = None) -> None:
-    operands: list = list(ins)
-    if cls.HAS_TMP:
-        operands.append([tmp] if tmp is not None else [])
-    operands.append(out)
-    cls.build(operands=operands, properties=props or {})
+
+def _emit(cls, sources: Sequence[SSAValue], out: SSAValue, tmp: SSAValue | None = None,
+          props: dict[str, Attribute] | None = None) -> Operation:
+    """Build `cls` with its operands in the dialect's declared order: `sources` fill the required
+    operands, `out` the destination, `tmp` the optional scratch; other optional operands stay empty."""
+    given = iter(sources)
+    operands: list = []
+    for name, definition in cls.get_irdl_definition().operands:
+        if name in _OUT_OPERANDS:
+            operands.append(out)
+        elif name in _TMP_OPERANDS:
+            operands.append([tmp] if tmp is not None else [])
+        elif isinstance(definition, OptOperandDef):
+            operands.append([])
+        else:
+            operands.append(next(given))
+    return cls.build(operands=operands, properties=props or {})
+
+
+def _row_major_only(op_name: str, fn: str, tiles: Sequence[SSAValue]) -> None:
+    """ptoas 0.60 refuses the elementwise tile-tile ops, the unary ops (not tneg) and texpands on a
+    col_major tile ("expects src to use the row_major blayout"); say here, at build time, what works."""
+    for value in tiles:
+        t = value.type
+        if isinstance(t, d.TileBufType) and t.space == "vec" and not t.is_row_major:
+            rows, cols = t.shape
+            hint = (f"a [{rows},1] column is the [1,{rows}] row of the same storage: "
+                    f"`row = tile.reshape(col, 1, {rows})`, then tile.{fn} on rows" if cols == 1
+                    else "use a blayout=row_major tile")
+            raise ValueError(f"tile.{fn}: ptoas refuses {op_name} on the col_major tile {t.describe()}; {hint}")
+
+
+def _scalar_operand(value: SSAValue | int | float, like: SSAValue | Attribute) -> SSAValue:
+    """A scalar operand: a Python number becomes a constant of `like`'s element type (or of type `like`)."""
+    if isinstance(value, (int, float)):
+        return scalar.const(value, like.type.dtype if isinstance(like, SSAValue) else like)
+    return value
+
+
+@dataclass(frozen=True)
+class TileOp:
+    """One row of the `tile` namespace: the public name, the dialect op it emits, its sources in order,
+    whether it takes a scratch tile ("optional" / "required"), and what it computes."""
+
+    name: str
+    op: type
+    sources: tuple[str, ...]
+    semantics: str
+    tmp: str | None = None
+    scalars: tuple[str, ...] = ()  # sources that are scalars (a Python number becomes a constant)
+    indices: tuple[str, ...] = ()  # sources that are indices (an int becomes an index constant)
+    row_major_only: bool = False  # ptoas refuses it on a col_major tile
+
+    def function(self):
+        """`tile.<name>`: (sources, out, *, [tmp], [precision]) -> the op, with the row's docstring."""
+        spec, precision_attr, keyword = self, getattr(self.op, "PRECISION", None), inspect.Parameter.KEYWORD_ONLY
+        params = [inspect.Parameter(s, inspect.Parameter.POSITIONAL_OR_KEYWORD) for s in (*self.sources, "out")]
+        if self.tmp is not None:
+            params.append(inspect.Parameter("tmp", keyword, default=inspect.Parameter.empty if self.tmp == "required" else None))
+        if precision_attr is not None:
+            params.append(inspect.Parameter("precision", keyword, default=None))
+        sig = inspect.Signature(params, return_annotation=None)
+
+        def call(*args, **kwargs) -> None:
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            args, out = bound.arguments, bound.arguments["out"]
+            tiles = [args[n] for n in spec.sources if n not in spec.scalars + spec.indices]
+            like = tiles[0] if tiles else out  # the tile whose element type a Python number takes
+            values = [_scalar_operand(args[n], like) if n in spec.scalars else _val(args[n]) if n in spec.indices
+                      else args[n] for n in spec.sources]
+            if spec.row_major_only:
+                _row_major_only(spec.op.name, spec.name, [*tiles, out])
+            precision = args.get("precision")
+            props = {"precisionType": precision_attr(precision)} if precision is not None else None
+            _emit(spec.op, values, out, args.get("tmp"), props)
+
+        call.__name__ = call.__qualname__ = self.name
+        call.__signature__ = sig
+        scratch = {"required": " `tmp=` is required.", "optional": " `tmp=` optional (ptoas's hidden scratch without)."}
+        call.__doc__ = f"{self.semantics} (`{self.op.name}`).{scratch.get(self.tmp, '')}"
+        return staticmethod(call)
+
+
+def _ops(family: str, rows: Sequence[tuple]) -> dict[str, TileOp]:
+    """Rows (name, op class, sources, semantics, **options) of one family of the op table."""
+    out = {}
+    for name, op, sources, semantics, *options in rows:
+        out[name] = TileOp(name, op, tuple(sources.split()), semantics, **(options[0] if options else {}))
+    FAMILIES[family] = list(out.values())
+    return out
+
+
+RM = dict(row_major_only=True)
+S = dict(scalars=("s",))
+IX = dict(indices=("row", "col", "offset"))
+FAMILIES: dict[str, list[TileOp]] = {}
+# The generated part of the tile namespace: one row per op; the ops with a form of their own
+# (matmul, mov, cvt, compares, ttri, tci, tfillpad, views) are written out in `tile` below.
+_TABLE: dict[str, TileOp] = {
+    **_ops("elementwise", [
+        ("add", d.TAddOp, "a b", "out = a + b", RM),
+        ("sub", d.TSubOp, "a b", "out = a - b", RM),
+        ("mul", d.TMulOp, "a b", "out = a * b", RM),
+        ("div", d.TDivOp, "a b", "out = a / b", RM),
+        ("max", d.TMaxOp, "a b", "out = max(a, b)", RM),
+        ("min", d.TMinOp, "a b", "out = min(a, b)", RM),
+        ("add3", d.TAddCOp, "a b c", "out = a + b + c"),
+        ("sub_add", d.TSubCOp, "a b c", "out = a - b + c"),
+        ("add_relu", d.TAddReluOp, "a b", "out = max(0, a + b)", RM),
+    ]),
+    **_ops("unary", [
+        ("exp", d.TExpOp, "src", "out = exp(src)", RM),
+        ("log", d.TLogOp, "src", "out = ln(src)", RM),
+        ("sqrt", d.TSqrtOp, "src", "out = sqrt(src)", RM),
+        ("rsqrt", d.TRsqrtOp, "src", "out = 1 / sqrt(src)", dict(tmp="optional", **RM)),
+        ("recip", d.TRecipOp, "src", "out = 1 / src (not in place)", RM),
+        ("abs", d.TAbsOp, "src", "out = |src|", RM),
+        ("neg", d.TNegOp, "src", "out = -src"),
+        ("relu", d.TReluOp, "src", "out = max(0, src)", RM),
+    ]),
+    **_ops("with a scalar", [
+        ("fill", d.TExpandsOp, "s", "out = s everywhere in out's valid region", dict(**S, **RM)),
+        ("adds", d.TAddsOp, "src s", "out = src + s", S),
+        ("subs", d.TSubsOp, "src s", "out = src - s", S),
+        ("muls", d.TMulsOp, "src s", "out = src * s", S),
+        ("divs", d.TDivsOp, "src s", "out = src / s", S),
+        ("rdivs", d.TDivsOp, "s src", "out = s / src (tdivs with the scalar first)", S),
+        ("maxs", d.TMaxsOp, "src s", "out = max(src, s)", S),
+        ("mins", d.TMinsOp, "src s", "out = min(src, s)", S),
+        ("lrelu", d.TLReluOp, "src s", "out = src where src > 0, else s * src (leaky ReLU)", S),
+        ("axpy", d.TAxpyOp, "src s", "out = out + s * src", dict(**S, **RM)),
+        ("adds_add", d.TAddSCOp, "a s b", "out = a + s + b", S),
+        ("subs_add", d.TSubSCOp, "a s b", "out = a - s + b", S),
+    ]),
+    **_ops("integer and bitwise", [
+        ("and_", d.TAndOp, "a b", "out = a & b"),
+        ("or_", d.TOrOp, "a b", "out = a | b"),
+        ("xor", d.TXorOp, "a b", "out = a ^ b", dict(tmp="optional")),
+        ("shl", d.TShlOp, "a b", "out = a << b"),
+        ("shr", d.TShrOp, "a b", "out = a >> b"),
+        ("not_", d.TNotOp, "src", "out = ~src"),
+        ("pow", d.TPowOp, "a b", "out = a ** b", dict(tmp="optional")),
+        ("rem", d.TRemOp, "a b", "out = a - floor(a / b) * b", dict(tmp="optional")),
+        ("fmod", d.TFModOp, "a b", "out = fmod(a, b)"),
+        ("ands", d.TAndsOp, "src s", "out = src & s", S),
+        ("ors", d.TOrsOp, "src s", "out = src | s", S),
+        ("xors", d.TXorsOp, "src s", "out = src ^ s", dict(tmp="optional", **S)),
+        ("shls", d.TShlsOp, "src s", "out = src << s", S),
+        ("shrs", d.TShrsOp, "src s", "out = src >> s", S),
+        ("pows", d.TPowsOp, "src s", "out = src ** s", dict(tmp="optional", **S)),
+        ("rems", d.TRemsOp, "src s", "out = src - floor(src / s) * s", dict(tmp="optional", **S)),
+        ("fmods", d.TFModsOp, "src s", "out = fmod(src, s)", S),
+    ]),
+    **_ops("row reductions and broadcasts", [
+        ("row_max", d.TRowMaxOp, "src", "out[i,0] = max_j src[i,j] (tmp: src's size)", dict(tmp="required")),
+        ("row_min", d.TRowMinOp, "src", "out[i,0] = min_j src[i,j] (tmp: src's size)", dict(tmp="required")),
+        ("row_sum", d.TRowSumOp, "src", "out[i,0] = sum_j src[i,j] (tmp: src's size)", dict(tmp="required")),
+        ("row_prod", d.TRowProdOp, "src", "out[i,0] = prod_j src[i,j]", dict(tmp="required")),
+        ("row_argmax", d.TRowArgMaxOp, "src", "out[i,0] = argmax_j src[i,j]", dict(tmp="optional")),
+        ("row_argmin", d.TRowArgMinOp, "src", "out[i,0] = argmin_j src[i,j]", dict(tmp="optional")),
+        ("row_expand", d.TRowExpandOp, "col", "out[i,j] = col[i,0]"),
+        ("row_expand_add", d.TRowExpandAddOp, "src col", "out = src + col[i]", dict(tmp="optional")),
+        ("row_expand_sub", d.TRowExpandSubOp, "src col", "out = src - col[i]", dict(tmp="optional")),
+        ("row_expand_mul", d.TRowExpandMulOp, "src col", "out = src * col[i]", dict(tmp="optional")),
+        ("row_expand_div", d.TRowExpandDivOp, "src col", "out = src / col[i]", dict(tmp="optional")),
+        ("row_expand_max", d.TRowExpandMaxOp, "src col", "out = max(src, col[i])", dict(tmp="optional")),
+        ("row_expand_min", d.TRowExpandMinOp, "src col", "out = min(src, col[i])", dict(tmp="optional")),
+        ("row_expand_expdif", d.TRowExpandExpdifOp, "src col",
+         "out = exp(src - col[i]) (tmp: `ptofa.ir.target.EXPDIF_TMP_BYTES`)", dict(tmp="required")),
+    ]),
+    **_ops("column reductions and broadcasts", [
+        ("col_max", d.TColMaxOp, "src", "out[0,j] = max_i src[i,j]"),
+        ("col_min", d.TColMinOp, "src", "out[0,j] = min_i src[i,j]"),
+        ("col_prod", d.TColProdOp, "src", "out[0,j] = prod_i src[i,j]"),
+        ("col_argmax", d.TColArgMaxOp, "src", "out[0,j] = argmax_i src[i,j]", dict(tmp="optional")),
+        ("col_argmin", d.TColArgMinOp, "src", "out[0,j] = argmin_i src[i,j]", dict(tmp="optional")),
+        ("col_expand", d.TColExpandOp, "row", "out[i,j] = row[0,j]"),
+        ("col_expand_add", d.TColExpandAddOp, "src row", "out = src + row[j]"),
+        ("col_expand_sub", d.TColExpandSubOp, "src row", "out = src - row[j]"),
+        ("col_expand_mul", d.TColExpandMulOp, "src row", "out = src * row[j]"),
+        ("col_expand_div", d.TColExpandDivOp, "src row", "out = src / row[j]"),
+        ("col_expand_max", d.TColExpandMaxOp, "src row", "out = max(src, row[j])"),
+        ("col_expand_min", d.TColExpandMinOp, "src row", "out = min(src, row[j])"),
+        ("col_expand_expdif", d.TColExpandExpdifOp, "src row", "out = exp(src - row[j])"),
+    ]),
+    **_ops("select, partial and layout", [
+        ("sel", d.TSelOp, "mask a b", "out = a where the mask bit is 1, else b", dict(tmp="optional")),
+        ("sels", d.TSelSOp, "mask src s", "out = src where the mask bit is 1, else s", dict(tmp="optional", **S)),
+        ("prelu", d.TPReluOp, "src slope", "out = src where src > 0, else slope * src", dict(tmp="optional")),
+        ("part_add", d.TPartAddOp, "a b", "out = a + b where both are valid, the valid one elsewhere"),
+        ("part_mul", d.TPartMulOp, "a b", "out = a * b where both are valid, the valid one elsewhere"),
+        ("part_max", d.TPartMaxOp, "a b", "out = max(a, b) where both are valid, the valid one elsewhere"),
+        ("part_min", d.TPartMinOp, "a b", "out = min(a, b) where both are valid, the valid one elsewhere"),
+        ("concat", d.TConcatOp, "a b", "out[i] = a[i] ++ b[i] (columns)"),
+        ("concat_idx", d.TConcatIdxOp, "a b a_count b_count",
+         "out[i] = the first a_count[i,0] columns of a[i], then the first b_count[i,0] of b[i]"),
+        ("gather_b", d.TGatherBOp, "src offsets", "out[i,j] = src at byte offset offsets[i,j]"),
+        ("sort32", d.TSort32Op, "src idx", "out = each 32-element block of src sorted, with its indices idx", dict(tmp="optional")),
+        ("dequant", d.TDequantOp, "src scale offset", "out = (src - offset[i]) * scale[i]"),
+    ]),
+    **_ops("windows and elements", [
+        ("extract", d.TExtractOp, "src row col", "out = src[row:row+R, col:col+C] for out's R x C", IX),
+        ("insert", d.TInsertOp, "src row col", "out[row:row+R, col:col+C] = src for src's R x C", IX),
+        ("set_val", d.TSetValOp, "offset value", "out's element at linear offset `offset` = value", IX),
+    ]),
+}
+del RM, S, IX
 
 
 class tile:  # noqa: N801
-    """Compute on tiles; every op writes `out` (destination-passing style).
+    """Compute on tiles, destination-passing: every op writes `out`. One argument order everywhere:
+    the sources in the order of the math, then `out`, then keyword-only options and the scratch
+    tile `tmp=` (required where the A2/A3 lowering needs one, optional wherever ptoas accepts one).
+    Most ops are rows of the op table (`FAMILIES`); the ones below have a form of their own."""
 
-    Operands come first, then `out`; a scratch tile is always the keyword argument `tmp=`
-    (required where the A2/A3 lowering needs one: row_max, row_sum, row_expand_expdif, trans;
-    optional wherever ptoas accepts one), so a call can never bind a scratch tile to `out`."""
+    # ---- cube ----
 
     @staticmethod
     def mov(src: SSAValue, out: SSAValue) -> None:
-        d.TMovOp.build(operands=[src, out, [], []])
+        """out = src, between local memories (`pto.tmov`): L1 `mat` -> L0A `left` / L0B `right`
+        (MTE1, the layout change to the cube's fractals included), `vec` -> `vec` (V)."""
+        _emit(d.TMovOp, [src], out)
 
     @staticmethod
-    def matmul(a: SSAValue, b: SSAValue, out: SSAValue) -> None:
-        _dps(d.TMatmulOp, [a, b], out)
+    def matmul(a: SSAValue, b: SSAValue, out: SSAValue, *, accumulate: bool | SSAValue = False) -> None:
+        """out = a @ b (`pto.tmatmul`), or out += a @ b with `accumulate` (`pto.tmatmul.acc`). `a` is a
+        `left` (L0A) tile [M, K], `b` a `right` (L0B) tile [K, N], `out` an `acc` (L0C) tile [M, N], f32
+        (i32 for i8); m, k, n at run time are a's valid rows and columns and b's valid columns. L0C is
+        not zero-filled, so a K loop's first step initialises: `accumulate` is a bool known at build
+        time, or an i1 value (e.g. `scalar.gt(k, 0)`) that picks one at run time (an `scf.if`)."""
+        def emit(acc: bool) -> None:
+            _emit(d.TMatmulAccOp, [out, a, b], out) if acc else _emit(d.TMatmulOp, [a, b], out)
+
+        if isinstance(accumulate, bool):
+            return emit(accumulate)
+        if not (isinstance(accumulate.type, IntegerType) and accumulate.type.width.data == 1):
+            raise TypeError(f"tile.matmul: accumulate must be a bool or an i1 value, got {accumulate.type}")
+        blocks = Block(), Block()
+        scf.IfOp(accumulate, [], Region(blocks[0]), Region(blocks[1]))
+        for block, acc in zip(blocks, (True, False)):
+            with ImplicitBuilder(block):
+                emit(acc)
+                scf.YieldOp()
 
     @staticmethod
-    def matmul_acc(acc: SSAValue, a: SSAValue, b: SSAValue, out: SSAValue) -> None:
-        _dps(d.TMatmulAccOp, [acc, a, b], out)
+    def matmul_bias(a: SSAValue, b: SSAValue, bias: SSAValue, out: SSAValue) -> None:
+        """out = a @ b + bias, the [1, N] bias row broadcast down the rows (`pto.tmatmul.bias`)."""
+        _emit(d.TMatmulBiasOp, [a, b, bias], out)
+
+    # ---- conversions, compares, index tiles, padding ----
 
     @staticmethod
-    def fill(value: SSAValue, out: SSAValue) -> None:
-        _dps(d.TExpandsOp, [value], out)
+    def cvt(src: SSAValue, out: SSAValue, *, rmode: str = "CAST_RINT", tmp: SSAValue | None = None) -> None:
+        """out = src converted to out's element type, rounded by `rmode` (`pto.tcvt`)."""
+        _emit(d.TCvtOp, [src], out, tmp, {"rmode": StringAttr(rmode)})
 
     @staticmethod
-    def muls(src: SSAValue, s: SSAValue, out: SSAValue) -> None:
-        _dps(d.TMulsOp, [src, s], out)
+    def cmps(src: SSAValue, s: SSAValue | int | float, out: SSAValue, *, mode: str) -> None:
+        """out (an i8 packed predicate) = src <mode> s, mode eq/ne/lt/le/gt/ge (`pto.tcmps`); a Python
+        number becomes a constant of src's element type."""
+        _emit(d.TCmpSOp, [src, _scalar_operand(s, src)], out, props={"cmpMode": d.CmpModeAttr(mode)})
 
     @staticmethod
-    def adds(src: SSAValue, s: SSAValue, out: SSAValue) -> None:
-        _dps(d.TAddsOp, [src, s], out)
+    def cmp(a: SSAValue, b: SSAValue, out: SSAValue, *, mode: str) -> None:
+        """out (an i8 packed predicate) = a <mode> b (`pto.tcmp`)."""
+        _emit(d.TCmpOp, [a, b], out, props={"cmpMode": d.CmpModeAttr(mode)})
 
     @staticmethod
-    def exp(src: SSAValue, out: SSAValue, high_precision: bool = False) -> None:
-        props = {"precisionType": d.ExpPrecisionAttr("high_precision")} if high_precision else None
-        _dps(d.TExpOp, [src], out, props=props)
+    def tri(diag: SSAValue | int, out: SSAValue, *, upper: bool = False) -> None:
+        """out = 1 where col <= row + diag (lower) / col >= row + diag (upper), else 0 (`pto.ttri`).
+        An index `diag` is cast to i32 (ttri takes an integer, not an index)."""
+        if not isinstance(diag, int) and isinstance(diag.type, IndexType):
+            diag = scalar.index_cast(diag, I32)
+        _emit(d.TTriOp, [_scalar_operand(diag, I32)], out, props={"upperOrLower": IntegerAttr(1 if upper else 0, I32)})
 
     @staticmethod
-    def log(src: SSAValue, out: SSAValue) -> None:
-        _dps(d.TLogOp, [src], out)
+    def ci(start: SSAValue | int, out: SSAValue, *, descending: bool = False, tmp: SSAValue | None = None) -> None:
+        """out[0][j] = start + j (descending: start - j); `out` is a 1xN i16/i32 tile (`pto.tci`)."""
+        if not isinstance(start, int) and isinstance(start.type, IndexType):
+            start = scalar.index_cast(start, out.type.dtype)
+        props = {"descending": IntegerAttr(1, IntegerType(1))} if descending else None
+        _emit(d.TCIOp, [_scalar_operand(start, out)], out, tmp, props)
 
     @staticmethod
-    def abs(src: SSAValue, out: SSAValue) -> None:
-        _dps(d.TAbsOp, [src], out)
+    def fillpad(src: SSAValue, out: SSAValue) -> None:
+        """out = src's valid region, the rest of out's physical tile = out's pad value (its type's `pad`)
+        (`pto.tfillpad`)."""
+        _emit(d.TFillPadOp, [src], out)
 
     @staticmethod
-    def div(a: SSAValue, b: SSAValue, out: SSAValue) -> None:
-        _dps(d.TDivOp, [a, b], out)
-
-    @staticmethod
-    def min(a: SSAValue, b: SSAValue, out: SSAValue) -> None:
-        _dps(d.TMinOp, [a, b], out)
-
-    @staticmethod
-    def subs(src: SSAValue, s: SSAValue, out: SSAValue) -> None:
-        _dps(d.TSubsOp, [src, s], out)
-
-    @staticmethod
-    def divs(src: SSAValue, s: SSAValue, out: SSAValue) -> None:
-        """out = src / s"""
-        _dps(d.TDivsOp, [src, s], out)
-
-    @staticmethod
-    def rdivs(s: SSAValue, src: SSAValue, out: SSAValue) -> None:
-        """out = s / src (tdivs with the scalar first)"""
-        _dps(d.TDivsOp, [s, src], out)
-
-    @staticmethod
-    def maxs(src: SSAValue, s: SSAValue, out: SSAValue) -> None:
-        _dps(d.TMaxsOp, [src, s], out)
-
-    @staticmethod
-    def mins(src: SSAValue, s: SSAValue, out: SSAValue) -> None:
-        _dps(d.TMinsOp, [src, s], out)
-
-    @staticmethod
-    def add(a: SSAValue, b: SSAValue, out: SSAValue) -> None:
-        _dps(d.TAddOp, [a, b], out)
-
-    @staticmethod
-    def sub(a: SSAValue, b: SSAValue, out: SSAValue) -> None:
-        _dps(d.TSubOp, [a, b], out)
-
-    @staticmethod
-    def mul(a: SSAValue, b: SSAValue, out: SSAValue) -> None:
-        _dps(d.TMulOp, [a, b], out)
-
-    @staticmethod
-    def max(a: SSAValue, b: SSAValue, out: SSAValue) -> None:
-        _dps(d.TMaxOp, [a, b], out)
-
-    @staticmethod
-    def row_max(src: SSAValue, out: SSAValue, *, tmp: SSAValue) -> None:
-        """out[i] = max_j src[i][j]; `tmp` (src's shape) holds the folds (required on A2/A3)."""
-        _dps(d.TRowMaxOp, [src], out, tmp)
-
-    @staticmethod
-    def row_sum(src: SSAValue, out: SSAValue, *, tmp: SSAValue) -> None:
-        """out[i] = sum_j src[i][j]; `tmp` (src's shape) holds the folds (required on A2/A3)."""
-        _dps(d.TRowSumOp, [src], out, tmp)
-
-    @staticmethod
-    def row_expand_sub(src: SSAValue, col: SSAValue, out: SSAValue, *, tmp: SSAValue | None = None) -> None:
-        """out = src - col[i] (trowexpandsub); with `tmp` the column broadcast goes there instead of
-        ptoas's hidden 8 KiB UB scratch."""
-        _dps(d.TRowExpandSubOp, [src, col], out, tmp)
-
-    @staticmethod
-    def row_expand_add(src: SSAValue, col: SSAValue, out: SSAValue, *, tmp: SSAValue | None = None) -> None:
-        """out = src + col[i] (trowexpandadd); with `tmp` the column broadcast goes there instead of
-        ptoas's hidden 8 KiB UB scratch."""
-        _dps(d.TRowExpandAddOp, [src, col], out, tmp)
-
-    @staticmethod
-    def row_expand_expdif(src: SSAValue, col: SSAValue, out: SSAValue, *, tmp: SSAValue) -> None:
-        """out = exp(src - col[i]) (trowexpandexpdif); `tmp` receives the broadcast column
-        (required: see `ptofa.ir.target.EXPDIF_TMP_BYTES`)."""
-        _dps(d.TRowExpandExpdifOp, [src, col], out, tmp)
-
-    @staticmethod
-    def row_expand_mul(src: SSAValue, col: SSAValue, out: SSAValue, *, tmp: SSAValue | None = None) -> None:
-        """out = src * col[i] (trowexpandmul); with `tmp` the column broadcast goes there instead of
-        ptoas's hidden 8 KiB UB scratch."""
-        _dps(d.TRowExpandMulOp, [src, col], out, tmp)
-
-    @staticmethod
-    def row_expand_div(src: SSAValue, col: SSAValue, out: SSAValue, *, tmp: SSAValue | None = None) -> None:
-        """out = src / col[i] (trowexpanddiv); with `tmp` the column broadcast goes there instead of
-        ptoas's hidden 8 KiB UB scratch."""
-        _dps(d.TRowExpandDivOp, [src, col], out, tmp)
+    def col_sum(src: SSAValue, out: SSAValue, *, tmp: SSAValue | None = None, pairwise: bool = False) -> None:
+        """out[0,j] = sum_i src[i,j] (`pto.tcolsum`); `pairwise` sums the rows pairwise in `tmp`
+        (`isBinary`)."""
+        props = {"isBinary": BoolAttr(True, IntegerType(1))} if pairwise else None
+        _emit(d.TColSumOp, [src], out, tmp, props)
 
     @staticmethod
     def trans(src: SSAValue, out: SSAValue, *, tmp: SSAValue) -> None:
-        """out = src^T (`ttrans`; the A2/A3 lowering needs a scratch tile of src's size)."""
-        _dps(d.TTransOp, [src], out, tmp=tmp)
+        """out = src^T (`pto.ttrans`; the A2/A3 lowering needs a scratch tile of src's size)."""
+        _emit(d.TTransOp, [src], out, tmp)
+
+    # ---- windows, elements, views, valid shapes ----
 
     @staticmethod
-    def cvt(src: SSAValue, out: SSAValue, rmode: str = "CAST_RINT", *, tmp: SSAValue | None = None) -> None:
-        """out = src converted to out's element type, rounded by `rmode`."""
-        _dps(d.TCvtOp, [src], out, tmp, props={"rmode": StringAttr(rmode)})
+    def get_val(src: SSAValue, offset: SSAValue | int, name: str | None = None) -> SSAValue:
+        """src's element at linear offset `offset`, a scalar (`pto.tgetval`)."""
+        return _named(d.TGetValOp.build(operands=[src, _val(offset)], result_types=[src.type.dtype]).result, name)
 
     @staticmethod
     def reshape(src: SSAValue, rows: int, cols: int, name: str | None = None, **overrides) -> SSAValue:
-        """A view of the same storage as `rows x cols` (e.g. a [R,1] DN column as a [1,R] row)."""
-        t = src.type
-        assert isinstance(t, d.TileBufType)
-        new = d.TileBufType(t.space, rows, cols, t.dtype, **overrides)
+        """A view of the same storage as `rows x cols` (e.g. a [R,1] DN column as a [1,R] row)
+        (`pto.treshape`)."""
+        new = d.TileBufType(src.type.space, rows, cols, src.type.dtype, **overrides)
         return _named(d.TReshapeOp(src, new).result, name)
 
     @staticmethod
     def subview(src: SSAValue, row: SSAValue | int, col: SSAValue | int, rows: int, cols: int, name: str | None = None) -> SSAValue:
-        """A `rows x cols` window of `src` at (row, col), same storage."""
+        """A `rows x cols` window of `src` at (row, col), same storage (`pto.subview`)."""
         t = src.type
-        assert isinstance(t, d.TileBufType)
         new = d.TileBufType(t.space, rows, cols, t.dtype, blayout=t.blayout.data, slayout=t.slayout.data, fractal=t.fractal.data)
         return _named(d.SubviewOp(src, _val(row), _val(col), new).result, name)
-
-    # ---- masks, iota, column broadcasts, padding, valid shapes (pto-ir.md 7.13) ----
-
-    @staticmethod
-    def tri(diag: SSAValue | int, out: SSAValue, upper: bool = False) -> None:
-        """out = 1 where col <= row + diag (lower) / col >= row + diag (upper), else 0.
-        An index `diag` is cast to i32 (ttri takes an integer, not an index)."""
-        diag = _int_operand(diag)
-        _dps(d.TTriOp, [diag], out, props={"upperOrLower": IntegerAttr(1 if upper else 0, I32)})
-
-    @staticmethod
-    def cmps(src: SSAValue, s: SSAValue | int | float, mode: str, out: SSAValue) -> None:
-        """out (an i8 packed predicate) = src <mode> s, mode eq/ne/lt/le/gt/ge; a Python number
-        becomes a constant of src's element type."""
-        if isinstance(s, (int, float)):
-            s = scalar.const(s, src.type.dtype)
-        _dps(d.TCmpSOp, [src, s], out, props={"cmpMode": d.CmpModeAttr(mode)})
-
-    @staticmethod
-    def cmp(a: SSAValue, b: SSAValue, mode: str, out: SSAValue) -> None:
-        """out (an i8 packed predicate) = a <mode> b."""
-        _dps(d.TCmpOp, [a, b], out, props={"cmpMode": d.CmpModeAttr(mode)})
-
-    @staticmethod
-    def sel(mask: SSAValue, a: SSAValue, b: SSAValue, out: SSAValue, *, tmp: SSAValue | None = None) -> None:
-        """out = a where the mask bit is 1, else b."""
-        _dps(d.TSelOp, [mask, a, b], out, tmp)
-
-    @staticmethod
-    def ci(start: SSAValue | int, out: SSAValue, *, descending: bool = False, tmp: SSAValue | None = None) -> None:
-        """out[0][j] = start + j (descending: start - j); `out` is a 1xN i16/i32 tile."""
-        dtype = out.type.dtype
-        if isinstance(start, int):
-            start = scalar.const(start, dtype)
-        elif isinstance(start.type, IndexType):
-            start = scalar.index_cast(start, dtype)
-        props = {"descending": IntegerAttr(1, IntegerType(1))} if descending else None
-        _dps(d.TCIOp, [start], out, tmp, props=props)
-
-    @staticmethod
-    def col_expand_add(src: SSAValue, row: SSAValue, out: SSAValue) -> None:
-        """out[r][c] = src[r][c] + row[0][c]"""
-        _dps(d.TColExpandAddOp, [src, row], out)
-
-    @staticmethod
-    def col_expand_sub(src: SSAValue, row: SSAValue, out: SSAValue) -> None:
-        _dps(d.TColExpandSubOp, [src, row], out)
-
-    @staticmethod
-    def col_expand_mul(src: SSAValue, row: SSAValue, out: SSAValue) -> None:
-        _dps(d.TColExpandMulOp, [src, row], out)
-
-    @staticmethod
-    def col_expand_div(src: SSAValue, row: SSAValue, out: SSAValue) -> None:
-        _dps(d.TColExpandDivOp, [src, row], out)
-
-    @staticmethod
-    def col_expand_max(src: SSAValue, row: SSAValue, out: SSAValue) -> None:
-        _dps(d.TColExpandMaxOp, [src, row], out)
-
-    @staticmethod
-    def col_expand_min(src: SSAValue, row: SSAValue, out: SSAValue) -> None:
-        _dps(d.TColExpandMinOp, [src, row], out)
-
-    @staticmethod
-    def fillpad(src: SSAValue, out: SSAValue) -> None:
-        """out = src's valid region, the rest of out's physical tile = out's pad value (its type's `pad`)."""
-        _dps(d.TFillPadOp, [src], out)
 
     @staticmethod
     def set_valid(t: SSAValue, rows: SSAValue | int, cols: SSAValue | int) -> None:
@@ -741,10 +844,7 @@ class tile:  # noqa: N801
         d.SetValidShapeOp(t, _val(rows), _val(cols))
 
 
-def _int_operand(x: SSAValue | int) -> SSAValue:
-    """An i32 operand: an int becomes an i32 constant, an index value is cast."""
-    if isinstance(x, int):
-        return scalar.const(x, I32)
-    if isinstance(x.type, IndexType):
-        return scalar.index_cast(x, I32)
-    return x
+# The table's rows become `tile.<name>` (a function with the row's signature and docstring).
+for _spec in _TABLE.values():
+    setattr(tile, _spec.name, _spec.function())
+del _spec

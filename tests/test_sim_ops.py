@@ -713,7 +713,7 @@ def test_api_builds_a_masked_ragged_kernel() -> None:
         cf = pto.alloc_tile(tile_type("vec", 1, C, "f32"), "cf")
         tile.cvt(ci, cf)
         mk = pto.alloc_tile(tile_type("vec", 1, C, "i8"), "mk")
-        tile.cmps(cf, 8.0, "lt", mk)  # keys 0..7 visible
+        tile.cmps(cf, 8.0, mk, mode="lt")  # keys 0..7 visible
         keep = pto.alloc_tile(tile_type("vec", 1, C, "f32"), "keep")
         zero_row = pto.alloc_tile(tile_type("vec", 1, C, "f32"), "zero_row")
         tile.fill(scalar.const(0.0, F32), zero_row)

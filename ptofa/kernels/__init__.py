@@ -9,6 +9,8 @@
   fa_fwd         the FlashAttention-2 forward kernel (four stages)
   fa_reduce      the split-KV reduce kernel (vector only)
   bwd_pipeline   `BwdConfig`: the backward's knobs, rules and tile plans; fa_bwd its kernels
+  lib            reusable kernels beside FlashAttention: row softmax, RMSNorm, LayerNorm,
+                 rotary embedding, GEMM, GEMM + activation (docs/writing-a-kernel.md)
   catalog        every kernel ptofa emits (the list a real ptoas must compile)
 
 May import: `ptofa.ir`, `ptofa.api`, `ptofa.pipeline`; never the simulator, the launch

@@ -5,7 +5,8 @@ switch of `FAConfig` on its own and in the combinations the calls use (`flash_at
 varlen, paged decode, split-KV, GQA packing), the split-KV reduce kernel, and the backward
 kernels of every `BwdConfig` the calls build; the other kernel widths (`WIDTH_HEADS`: any head
 dim and any (D, Dv) pair runs on one of them) with the default tiles and the switches of
-`WIDTH_SWITCHES`, forward and backward. `run_fa catalog` lists or writes them; the `ptoas`-marked
+`WIDTH_SWITCHES`, forward and backward; then the reusable kernels of `ptofa.kernels.lib` (row
+softmax, RMSNorm, LayerNorm, rotary embedding, GEMM, GEMM + activation). `run_fa catalog` lists or writes them; the `ptoas`-marked
 test compiles each unedited, and a CPU test parses and verifies each.
 """
 
@@ -157,10 +158,12 @@ def backward_kernels(b: BwdConfig) -> tuple[str, ...]:
 
 
 def kernels() -> list[Kernel]:
-    """Every kernel of the catalog, forward first."""
+    """Every kernel of the catalog, forward first, the library's last."""
+    from ptofa.ir.textio import print_pto
     from ptofa.kernels.fa_fwd import emit_fa
     from ptofa.kernels.fa_bwd import emit_bwd
     from ptofa.kernels.fa_reduce import emit_reduce
+    from ptofa.kernels.lib import library
 
     out: list[Kernel] = []
     for c in forward_configs():
@@ -179,6 +182,7 @@ def kernels() -> list[Kernel]:
             out.append(Kernel(name, f"backward {kernel}: head={b.head} {b.in_dtype} masked={b.masked} "
                                     f"atomic_dq={b.atomic_dq} key_padding={b.key_padding}{mods}",
                               lambda b=b, k=kernel: emit_bwd(b, k)))
+    out += [Kernel(k.name, k.summary, lambda k=k: print_pto(k.build())) for k in library()]
     return out
 
 
@@ -188,7 +192,7 @@ def kernels() -> list[Kernel]:
 @click.option("--check", "verify", is_flag=True, help="Parse and verify every kernel (what `run_fa check` does).")
 def catalog_cmd(out: Path | None, verify: bool) -> None:
     """List (or write, or check) every kernel ptofa emits: the forward grid and switches,
-    the split-KV reduce, the backward kernels. Exit 1 when --check finds an error."""
+    the split-KV reduce, the backward kernels, the library's kernels. Exit 1 when --check finds an error."""
     from ptofa.ir.textio import PtoCheckError, check_text
 
     failed = 0

@@ -316,10 +316,7 @@ def _dq_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
                     pto.load(pto.slice_view(view, [j * dc, j0], [dc, n], name="t_part"), tl[m])
                     rt = ops.use(r, tl[m], dc, n)
                     lt = ops.use(lr, tl[lm], u.q_rows, dc)
-                    if j == 0:
-                        tile.matmul(lt, rt, out=tl[acc])
-                    else:
-                        tile.matmul_acc(tl[acc], lt, rt, out=tl[acc])
+                    tile.matmul(lt, rt, out=tl[acc], accumulate=j > 0)
                 pto.store(tl[acc], pto.slice_view(entry, [0, col], [u.q_rows, n], name="sdp_band"))
             pto.tpush("cube", sdp.pipe_id, entry, SPLIT)
 
@@ -349,7 +346,7 @@ def _matmul_first_or_acc(step: SSAValue, first: SSAValue, a: SSAValue, b: SSAVal
     with pto.if_(scalar.eq(step, first)):
         tile.matmul(a, b, out=acc)
     with pto.if_(scalar.ne(step, first)):
-        tile.matmul_acc(acc, a, b, out=acc)
+        tile.matmul(a, b, out=acc, accumulate=True)
 
 
 def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
@@ -529,10 +526,7 @@ def _dkdv_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
                         pto.load(pto.slice_view(views[src], [j * dc, q0], [dc, n], name="t_part"), tl[m])
                         rt = ops.use(r, tl[m], dc, n)
                         lt = ops.use(lr, tl[lm], u.k_rows, dc)
-                        if j == 0:
-                            tile.matmul(lt, rt, out=tl[acc])
-                        else:
-                            tile.matmul_acc(tl[acc], lt, rt, out=tl[acc])
+                        tile.matmul(lt, rt, out=tl[acc], accumulate=j > 0)
                     pto.store(tl[acc], pto.slice_view(entry, [0, col], [u.k_rows, n], name="sdp_band"))
                 pto.tpush("cube", sdp.pipe_id, entry, SPLIT)
             return produce
@@ -606,10 +600,7 @@ def _dq_atomic(c: _Common, u: _KvUnit, tl: dict[str, SSAValue], ops: _Operands, 
             lt = ops.use("dst", tl["dst_mat"], n, count)
             for role, mat, acc in zip(chunk_names(cfg, "q"), chunk_names(cfg, f"kp{core}_mat"), accs):
                 rt = ops.use(role, tl[mat], count, dc)
-                if core == 0:
-                    tile.matmul(lt, rt, out=tl[acc])
-                else:
-                    tile.matmul_acc(tl[acc], lt, rt, out=tl[acc])
+                tile.matmul(lt, rt, out=tl[acc], accumulate=core > 0)
     pto.tfree("cube", dsq.pipe_id, entry, SPLIT)
     off = row_offset(packed_row(c, u, q0), h, c.heads, d)
     view = pto.as_tensor(pto.add_ptr(c.args["dq_acc"], off), [n, d], [c.q_stride, 1], name="dq_acc_view")

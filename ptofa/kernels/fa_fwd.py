@@ -332,10 +332,7 @@ def compute_qk(s: _CubeState, kt: _KVTile, sub: int, entry: SSAValue) -> None:
             pto.load(pto.slice_view(kt.k_view, [chunk * dc, col0], [dc, keys], name="k_part"), k_mat)
             tile.set_valid(k_right, dc, keys)
             tile.mov(k_mat, k_right)
-            if chunk == 0:
-                tile.matmul(tl[q_left], k_right, out=s_acc)
-            else:
-                tile.matmul_acc(s_acc, tl[q_left], k_right, out=s_acc)
+            tile.matmul(tl[q_left], k_right, out=s_acc, accumulate=chunk > 0)
         band = pto.slice_view(entry, [0, sub * cfg.cube_s1], [s.u.q_rows, keys], name="qk_band")
         pto.store(s_acc, band)
 
@@ -363,10 +360,7 @@ def compute_pv(s: _CubeState, kt: _KVTile, sub: int, p_entry: SSAValue) -> None:
                 tile.set_valid(v_mat, keys, width)
             tile.set_valid(v_right, keys, width)
             tile.mov(v_mat, v_right)
-            if sub == 0:
-                tile.matmul(p_left, v_right, out=tl[o_acc])
-            else:
-                tile.matmul_acc(tl[o_acc], p_left, v_right, out=tl[o_acc])
+            tile.matmul(p_left, v_right, out=tl[o_acc], accumulate=sub > 0)
 
     _for_sub(s.c, kt.keys, sub, body)
 
