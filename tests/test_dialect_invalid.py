@@ -254,7 +254,17 @@ op_case("tcvt_round_mode", vec, VEC_TILES, f"pto.tcvt ins(%a {{rmode = #pto<roun
         "'pto.tcvt' round mode: 'UP' is not one of")
 op_case("tcvt_shape", vec, VEC_TILES + alloc("h8", "!pto.tile_buf<vec, 8x64xf16>"),
         f"pto.tcvt ins(%a : {V32}) outs(%h8 : !pto.tile_buf<vec, 8x64xf16>)",
-        "'pto.tcvt' shape agreement: src valid 16x64 != dst valid 8x64")
+        "'pto.tcvt' shape agreement: src and dst need the same shape, got 16x64 and 8x64")
+# ALiBi's i32 positions (1x128) converted into a 1x32 f32 tile: ptoas 0.60 rejects it whatever the
+# valid shapes ("expects src and dst to have compatible shapes").
+op_case("tcvt_physical_shape", vec,
+        alloc("ci", "!pto.tile_buf<vec, 1x128xi32, valid=1x32>") + alloc("cf", "!pto.tile_buf<vec, 1x32xf32>"),
+        "pto.tcvt ins(%ci : !pto.tile_buf<vec, 1x128xi32, valid=1x32>) outs(%cf : !pto.tile_buf<vec, 1x32xf32>)",
+        "'pto.tcvt' shape agreement: src and dst need the same shape, got 1x128 and 1x32")
+op_case("tcvt_valid_shape", vec,
+        alloc("ci", "!pto.tile_buf<vec, 1x32xi32, valid=1x16>") + alloc("cf", "!pto.tile_buf<vec, 1x32xf32>"),
+        "pto.tcvt ins(%ci : !pto.tile_buf<vec, 1x32xi32, valid=1x16>) outs(%cf : !pto.tile_buf<vec, 1x32xf32>)",
+        "'pto.tcvt' shape agreement: src valid 1x16 != dst valid 1x32")
 op_case("tcvt_space", cube, alloc("m", "!pto.tile_buf<mat, 16x64xf32>") + alloc("n", "!pto.tile_buf<mat, 16x64xf16>"),
         "pto.tcvt ins(%m : !pto.tile_buf<mat, 16x64xf32>) outs(%n : !pto.tile_buf<mat, 16x64xf16>)",
         "'pto.tcvt' memory space: vector ops take loc=vec tiles, got mat 16x64xf32")

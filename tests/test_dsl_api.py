@@ -215,17 +215,12 @@ _COLUMN = "!pto.tile_buf<vec, 16x1xf32, blayout=col_major>"
 _COLUMN_OPS = [spec for family in ("elementwise", "unary", "with a scalar") for spec in FAMILIES[family]]
 
 
-@pytest.mark.ptoas
-@pytest.mark.parametrize("spec", _COLUMN_OPS, ids=lambda s: s.name)
-def test_the_api_refuses_on_a_column_exactly_what_ptoas_refuses(spec, tmp_path) -> None:
-    import subprocess
-
-    from ptofa.launch.toolchain import locate_tools
-
+def _column_kernel(spec) -> str:
+    """A vector kernel applying `spec`'s op to [16,1] col_major f32 tiles."""
     sources = ", ".join("%s" if n in spec.scalars else "%a" for n in spec.sources)
     types = ", ".join("f32" if n in spec.scalars else _COLUMN for n in spec.sources)
     out = "%a" if spec.name == "axpy" else "%b"  # (taxpy reads its dst)
-    text = f"""module attributes {{"pto.target_arch" = "a3"}} {{
+    return f"""module attributes {{"pto.target_arch" = "a3"}} {{
   func.func @k() attributes {{pto.kernel_kind = #pto.kernel_kind<vector>}} {{
     %s = arith.constant 2.0 : f32
     %a = pto.alloc_tile : {_COLUMN}
@@ -239,12 +234,35 @@ def test_the_api_refuses_on_a_column_exactly_what_ptoas_refuses(spec, tmp_path) 
   }}
 }}
 """
+
+
+@pytest.mark.ptoas
+@pytest.mark.parametrize("spec", _COLUMN_OPS, ids=lambda s: s.name)
+def test_the_api_refuses_on_a_column_exactly_what_ptoas_refuses(spec, tmp_path) -> None:
+    import subprocess
+
+    from ptofa.launch.toolchain import locate_tools
+
     path = tmp_path / "k.pto"
-    path.write_text(text)
+    path.write_text(_column_kernel(spec))
     done = subprocess.run([locate_tools()[0].ptoas, "--pto-arch=a3", str(path), "-o", str(tmp_path / "k.cpp")],
                           capture_output=True, text=True, timeout=120)
     refused_for_layout = done.returncode != 0 and "row" in done.stderr and "major" in done.stderr
     assert refused_for_layout == spec.row_major_only, f"{spec.name}: ptoas says {done.stderr.strip()[:300]}"
+
+
+@pytest.mark.parametrize("spec", _COLUMN_OPS, ids=lambda s: s.name)
+def test_check_refuses_on_a_column_exactly_what_the_api_refuses(spec) -> None:
+    """`run_fa check --ptoas-only`'s verifier and the api agree on which ops take a col_major tile
+    (the api's rows are the ones ptoas was asked about, above)."""
+    from ptofa.ir.textio import PtoCheckError, check_text
+
+    try:
+        check_text(_column_kernel(spec), launch_rules=False)
+        refused = None
+    except PtoCheckError as exc:
+        refused = str(exc)
+    assert (refused is not None and "row_major" in refused) == spec.row_major_only, refused
 
 
 @pytest.mark.parametrize("spec", [s for specs in FAMILIES.values() for s in specs], ids=lambda s: s.name)

@@ -249,9 +249,12 @@ def _valid_compatible(a: tuple[int, int], b: tuple[int, int]) -> bool:
 
 
 def _check_elementwise(op: Operation, tiles: Sequence[TileBufType]) -> None:
+    """Vector tiles of one dtype and agreeing valid shapes; blayout=row_major unless the op's class
+    says ptoas takes a col_major tile too (`COL_MAJOR_OK`: the tile-scalar ops and tneg, which
+    ptoas 0.60 compiles on a [R,1] column; the tile-tile and the other unary ops it refuses)."""
     _check_vec(op, tiles)
     for t in tiles:
-        if not t.is_row_major:
+        if not t.is_row_major and not getattr(op, "COL_MAJOR_OK", False):
             _fail(op, "layout", f"elementwise ops need blayout=row_major tiles, got {t.describe()} col_major")
         if t.elem not in _VEC_DTYPES:
             _fail(op, "dtype", f"{t.elem} is not a vector arithmetic type {_VEC_DTYPES}")
@@ -335,6 +338,7 @@ class _ScalarOp(_InsOutsOp):
 
     N_INS: ClassVar[int] = 2
     SCALAR_FIRST_OK: ClassVar[bool] = False
+    COL_MAJOR_OK: ClassVar[bool] = True
     first = operand_def()
     second = operand_def()
     dst_ = operand_def(TileBufType)

@@ -100,6 +100,7 @@ class TAddSCOp(_ScalarSandwichOp):
     """dst = src0 + scalar + src1"""
 
     name = "pto.taddsc"
+    COL_MAJOR_OK: ClassVar[bool] = True  # ptoas 0.60 compiles it on a [R,1] column
 
 
 @irdl_op_definition
@@ -107,6 +108,7 @@ class TSubSCOp(_ScalarSandwichOp):
     """dst = src0 - scalar + src1"""
 
     name = "pto.tsubsc"
+    COL_MAJOR_OK: ClassVar[bool] = True  # ptoas 0.60 compiles it on a [R,1] column
 
 
 @irdl_op_definition

@@ -243,6 +243,7 @@ class TLReluOp(_TileScalarOp):
     """dst = src where src > 0, else slope * src (leaky ReLU)."""
 
     name = "pto.tlrelu"
+    COL_MAJOR_OK: ClassVar[bool] = True  # ptoas 0.60 compiles it on a [R,1] column
 
     def verify_(self) -> None:
         s, d = _tile(self, self.src, "src"), _tile(self, self.dst, "dst")
@@ -294,6 +295,7 @@ class TAddCOp(_TernaryOp):
     """d = a + b + c"""
 
     name = "pto.taddc"
+    COL_MAJOR_OK: ClassVar[bool] = True  # ptoas 0.60 compiles it on a [R,1] column
 
 
 @irdl_op_definition
@@ -301,6 +303,7 @@ class TSubCOp(_TernaryOp):
     """d = a - b + c"""
 
     name = "pto.tsubc"
+    COL_MAJOR_OK: ClassVar[bool] = True  # ptoas 0.60 compiles it on a [R,1] column
 
 
 COL_REDUCE_OPS = (TColMaxOp, TColMinOp, TColProdOp, TColSumOp)

@@ -115,6 +115,10 @@ class TCvtOp(_InsOutsOp):
         _check_vec(self, [s, d])
         if self.round_mode not in ROUND_MODES:
             _fail(self, "round mode", f"'{self.round_mode}' is not one of {ROUND_MODES}")
+        if not _valid_compatible(s.shape, d.shape):  # ptoas TCvtOp::verify, the physical shapes
+            _fail(self, "shape agreement", f"src and dst need the same shape, got {_dims_str(s.shape)} and {_dims_str(d.shape)} "
+                                           "(ptoas: 'expects src and dst to have compatible shapes'; convert into a tile of "
+                                           "the source's shape)")
         if not _valid_compatible(s.valid, d.valid):
             _fail(self, "shape agreement", f"src valid {_dims_str(s.valid)} != dst valid {_dims_str(d.valid)}")
 
@@ -258,6 +262,7 @@ class TNegOp(_UnaryOp):
     """d = -a"""
 
     name = "pto.tneg"
+    COL_MAJOR_OK: ClassVar[bool] = True  # ptoas 0.60 compiles it on a [R,1] column (the other unary ops not)
 
 
 @irdl_op_definition
