@@ -490,6 +490,46 @@ def test_cli_check_parse_error(tmp_path: Path) -> None:
     assert f"{path}:3: error:" in result.output
 
 
+@pytest.mark.parametrize("content, line, message", [
+    (b"", 1, "not a kernel: no function carries an entry attribute"),
+    (b"// only a comment\n", 1, "not a kernel: no function carries an entry attribute"),
+    (b"module {\n  func.func @f() {\n    return\n  }\n}\n", 1, "not a kernel: no function carries an entry attribute"),
+    (b"module {\n}\n// \xff\n", 3, "not UTF-8 text: byte 0xff at column 4"),
+    (b"\xef\xbb\xbfmodule {\n}\n", 1, "a UTF-8 byte order mark starts the file"),
+    (b"\x01module {\n}\n", 1, "Unexpected character"),
+    (b"module {\n}\n`\n", 3, "Unexpected character"),
+])
+def test_cli_check_never_says_ok_to_what_is_not_a_kernel(tmp_path: Path, content: bytes, line: int, message: str) -> None:
+    """Empty files, files without an entry, non-UTF-8 bytes, a BOM or a bad first character: an
+    error line (exit 1), never a traceback and never `ok`."""
+    path = tmp_path / "k.pto"
+    path.write_bytes(content)
+    result = CliRunner().invoke(main, ["check", str(path)])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert f"{path}:{line}: error: {message}" in result.output and "Traceback" not in result.output
+    assert ": ok" not in result.output
+
+
+def test_cli_check_takes_files_and_folders_with_one_summary(tmp_path: Path) -> None:
+    good = emitted(128, 256, 3)[0]
+    (tmp_path / "sub").mkdir()
+    for name in ("a.pto", "sub/b.pto"):
+        (tmp_path / name).write_text(good)
+    (tmp_path / "sub" / "bad.pto").write_text("module {\n  pto.nonsense\n}\n")
+    extra = tmp_path / "c.pto"
+    result = CliRunner().invoke(main, ["check", str(tmp_path / "sub"), str(tmp_path / "a.pto")])
+    assert result.exit_code == 1
+    assert f"{tmp_path / 'sub' / 'bad.pto'}:2: error:" in result.output
+    assert "checked 3 files: 2 ok, 1 failed" in result.output
+    extra.write_text(good)
+    result = CliRunner().invoke(main, ["check", str(extra), str(tmp_path / "a.pto")])
+    assert result.exit_code == 0 and "checked 2 files: 2 ok, 0 failed" in result.output
+    empty = tmp_path / "empty_dir"
+    empty.mkdir()
+    result = CliRunner().invoke(main, ["check", str(empty)])
+    assert result.exit_code == 2 and "no .pto file under" in result.output
+
+
 @pytest.mark.parametrize("args, rule", [
     (["--head", "72"], "head dim: head=72 is not a kernel width"),
     (["--tile-s1", "1024"], "tile_s1: tile_s1=1024"),

@@ -197,3 +197,62 @@ def test_mutants_agree_with_ptoas(kernel_lines: list[str], tmp_path) -> None:
             disagree.append((n, "ptoas accepts" if done.returncode == 0 else (done.stderr.strip().splitlines() or ["?"])[0],
                              "checker accepts" if ours else why))
     assert disagree == []
+
+
+def _byte_mutants(data: bytes, rng: random.Random, n: int):
+    """Byte-level mutants: a random byte replaced or inserted, a UTF-8 BOM or a stray backtick put in."""
+    for _ in range(n):
+        kind, i = rng.randrange(4), rng.randrange(len(data))
+        if kind == 0:
+            yield data[:i] + bytes([rng.randrange(256)]) + data[i + 1:]
+        elif kind == 1:
+            yield data[:i] + bytes([rng.randrange(256)]) + data[i:]
+        elif kind == 2:
+            yield b"\xef\xbb\xbf" + data
+        else:
+            yield data[:i] + b"`" + data[i:]
+
+
+def test_byte_mutants_never_crash_the_checker(kernel_lines: list[str], tmp_path) -> None:
+    """Bytes as well as lines: a file that is not UTF-8, starts with a BOM or holds a stray
+    character is an error with a line number (read_pto + check_text, as `run_fa check` runs them)."""
+    from ptofa.ir.textio import read_pto
+
+    data = ("\n".join(kernel_lines) + "\n").encode()
+    rng, start, path = random.Random(SEED + 1), time.perf_counter(), tmp_path / "fuzz.pto"
+    errors = 0
+    for mutant in _byte_mutants(data, rng, N_MUTANTS):
+        path.write_bytes(mutant)
+        try:
+            check_text(read_pto(path), str(path))
+        except PtoCheckError as exc:
+            assert exc.errors and all(isinstance(ln, int) and ln >= 1 and msg for ln, msg in exc.errors)
+            errors += 1
+        if time.perf_counter() - start > BUDGET_S:
+            break
+    assert errors > 0
+
+
+@pytest.mark.parametrize("column", ["start", "end"])
+def test_a_stray_character_is_reported_on_its_own_line(kernel_lines: list[str], column: str) -> None:
+    """A backtick on the line after an op is that line's error, not the op's (the parser's
+    look-ahead token is not the op's fault when the lexer stopped there)."""
+    body = [i for i, ln in enumerate(kernel_lines) if "pto.alloc_tile" in ln]
+    for i in (body[0], body[0] + 1, 2):
+        lines = list(kernel_lines)
+        lines[i] = "`" + lines[i] if column == "start" else lines[i] + "`"
+        with pytest.raises(PtoCheckError) as exc:
+            check_text("\n".join(lines) + "\n")
+        assert exc.value.errors[0][0] == i + 1, exc.value
+
+
+def test_bad_bytes_name_their_line(tmp_path) -> None:
+    from ptofa.ir.textio import read_pto
+
+    path = tmp_path / "k.pto"
+    path.write_bytes(b"module {\n}\n// caf\xe9\n")
+    with pytest.raises(PtoCheckError, match=r"k.pto:3: error: not UTF-8 text: byte 0xe9 at column 7"):
+        read_pto(path)
+    path.write_bytes(b"\xef\xbb\xbfmodule {\n}\n")
+    with pytest.raises(PtoCheckError, match=r":1: error: a UTF-8 byte order mark"):
+        read_pto(path)

@@ -102,31 +102,48 @@ def build(head: int, tile_s1: int, qk_preload: int, dtype: str, out_dtype: str |
 
 
 @main.command()
-@click.argument("pto_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--ptoas-only", is_flag=True,
               help="Check what `ptoas --pto-arch=a3` accepts: skip ptofa's own rules (set_ffts before cube-vector pipes, "
                    "no tile arguments on an entry, and the C++-build rules ptoas does not check, such as an acc->vec tmov).")
 @click.option("--pto-backend", "pto_backend", type=click.Choice(["emitc", "vpto"]), default=None,
               help="ptoas's back end, as its --pto-backend: emitc (ptoas's default, what `run_fa compile` uses) refuses the "
                    "ops it cannot lower; vpto leaves that rule out. Default: the module's pto.backend attribute, else emitc.")
-def check(pto_file: Path, ptoas_only: bool, pto_backend: str | None) -> None:
-    """Parse and verify any .pto file; report every error with its line number.
+def check(paths: tuple[Path, ...], ptoas_only: bool, pto_backend: str | None) -> None:
+    """Parse and verify .pto files (a folder: every *.pto under it); report every error with its
+    line number, and one summary line when there are several files.
 
     \b
     Without options: what ptoas compiles for A3 with its default back end, and ptofa builds
     and launches. --ptoas-only: what ptoas compiles (its parser, verifiers and lowering).
     --pto-backend vpto: no EmitC lowering rule, so with --ptoas-only what ptoas's parser and
     verifiers accept. An op that verifies but does not lower says so ("... lowering: ptoas
-    parses and verifies it, but its default (EmitC) back end cannot lower it").
+    parses and verifies it, but its default (EmitC) back end cannot lower it"). A file with no
+    entry function (`pto.entry`) is not a kernel and fails.
     """
-    from ptofa.ir.textio import PtoCheckError, check_text
+    from xdsl.dialects import func
 
-    try:
-        check_text(pto_file.read_text(), str(pto_file), launch_rules=not ptoas_only, backend=pto_backend)
-    except PtoCheckError as exc:
-        click.echo(str(exc), err=True)
+    from ptofa.ir.textio import ENTRY_ATTRS, PtoCheckError, check_text, is_entry, read_pto
+
+    files = [f for p in paths for f in (sorted(p.rglob("*.pto")) if p.is_dir() else [p])]
+    if not files:
+        click.echo(f"error: no .pto file under {', '.join(map(str, paths))}", err=True)
+        sys.exit(2)
+    failed = 0
+    for pto_file in files:
+        try:
+            parsed = check_text(read_pto(pto_file), str(pto_file), launch_rules=not ptoas_only, backend=pto_backend)
+            if not any(is_entry(f) for f in parsed.module.walk() if isinstance(f, func.FuncOp)):
+                raise PtoCheckError([(1, f"not a kernel: no function carries an entry attribute ({', '.join(ENTRY_ATTRS)})")], str(pto_file))
+        except PtoCheckError as exc:
+            click.echo(str(exc), err=True)
+            failed += 1
+            continue
+        console.print(f"{pto_file}: ok")
+    if len(files) > 1:
+        console.print(f"checked {len(files)} files: {len(files) - failed} ok, {failed} failed")
+    if failed:
         sys.exit(1)
-    console.print(f"{pto_file}: ok")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ capacity is a certain failure.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from xdsl.context import Context
 from xdsl.dialects import arith, builtin, func, scf
@@ -75,7 +76,9 @@ class _LineParser(Parser):
             # e.g. "Operation pto.x is not registered" or a custom parser's check after its last token.
             has_nested = self._frames[-1]
             span = exc.span
-            if not has_nested and not getattr(exc, "_ptofa_located", False) and self.line_of(span.start) > self.line_of(start):
+            lexing = exc.msg.startswith("Unexpected character")  # a stray character is where the lexer met it
+            if (not has_nested and not lexing and not getattr(exc, "_ptofa_located", False)
+                    and self.line_of(span.start) > self.line_of(start)):
                 text = self.lexer.input.content
                 line_start = text.rfind("\n", 0, span.start) + 1
                 if not text[line_start:span.start].strip():
@@ -102,6 +105,23 @@ class ParsedModule:
         return self.op_lines.get(op, 0)
 
 
+def read_pto(path: str | Path) -> str:
+    """A `.pto` file's text. Raises PtoCheckError naming the line of the first byte that is not
+    UTF-8 (MLIR source is UTF-8) or a byte order mark (ptoas: 'unexpected character')."""
+    data = Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise PtoCheckError([(line, f"not UTF-8 text: byte 0x{data[exc.start]:02x} at column {column} "
+                                    "(MLIR source is UTF-8)")], str(path)) from None
+    if text.startswith("\ufeff"):
+        raise PtoCheckError([(1, "a UTF-8 byte order mark starts the file (ptoas: 'unexpected character'); "
+                                 "save it without one")], str(path))
+    return text
+
+
 def parse_pto(text: str, path: str = "<pto>") -> ParsedModule:
     """Parse `.pto` text (custom or generic syntax, aliases allowed). Raises PtoCheckError."""
     unterminated = _unterminated_string(text)
@@ -110,7 +130,11 @@ def parse_pto(text: str, path: str = "<pto>") -> ParsedModule:
     if _only_comments(text):
         # MLIR (and so ptoas) reads a file without ops as an empty module, which compiles.
         return ParsedModule(builtin.ModuleOp([]), {}, path)
-    parser = _LineParser(make_context(), text, path)
+    try:  # xDSL's parser reads the first token when it is made: a bad first character fails here
+        parser = _LineParser(make_context(), text, path)
+    except ParseError as exc:
+        line = text.count("\n", 0, exc.span.start) + 1 if getattr(exc, "span", None) is not None else 1
+        raise PtoCheckError([(line, _first_line(str(exc)))], path) from None
     try:
         module = parser.parse_module()
     except ParseError as exc:
