@@ -7,6 +7,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ from ptofa.launch.toolchain import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-COMPILE_SH = REPO / "compile.sh"
+COMPILE_SH = REPO / "ptofa" / "npu" / "compile.sh"
 SAMPLE_PTO = REPO / "tests" / "data" / "fa_tiny.pto"
 
 FAKE_TOOL = """#!/usr/bin/env bash
@@ -120,7 +121,8 @@ def test_compile_sh_runs_the_python_commands_and_writes_the_same_metadata(
 ) -> None:
     build = tmp_path / "build_sh"
     done = subprocess.run(
-        ["bash", str(COMPILE_SH), str(pto_file), "-o", str(build)], capture_output=True, text=True, env=os.environ
+        ["bash", str(COMPILE_SH), str(pto_file), "-o", str(build)], capture_output=True, text=True,
+        env={**os.environ, "PYTHON": sys.executable}
     )
     assert done.returncode == 0, done.stderr
     assert recorded_commands(tmp_path / "tool_log.txt") == compile_commands(pto_file, build, fake_tools)
@@ -199,6 +201,66 @@ def test_compile_sh_without_tools_exits_2_with_one_line_per_missing_piece(no_too
     assert lines[0].startswith("error: ptoas: not found") and "PTOAS=" in lines[0]
     assert lines[1].startswith("error: bisheng: not found") and "BISHENG=" in lines[1]
     assert lines[2].startswith("error: pto-isa headers: PTO_LIB_PATH is not set")
+
+
+def _ptoas_only(fake_tools: Tools, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("BISHENG", "PTO_LIB_PATH", "ASCEND_HOME_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # bash for the fake tools; no bisheng there (else skip)
+    if shutil.which("bisheng"):
+        pytest.skip("a bisheng is installed in /usr/bin or /bin")
+
+
+ANY_KERNEL = """\
+module {
+  func.func @row_scale(%x: !pto.ptr<f32>, %n: i32) attributes {pto.entry} {
+    func.return
+  }
+}
+"""
+
+
+def test_compile_with_ptoas_alone_writes_the_cpp_and_the_launcher(
+    fake_tools: Tools, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel developer without CANN: `run_fa compile` runs ptoas, writes <entry>.cpp and the
+    launcher source, and says it stopped before bisheng (exit 2, the missing pieces named)."""
+    _ptoas_only(fake_tools, monkeypatch)
+    pto = tmp_path / "mine.pto"
+    pto.write_text(ANY_KERNEL)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(compile_cmd, [str(pto), "-o", str(out)])
+    assert result.exit_code == 2
+    assert (out / "row_scale.cpp").read_text() == "// output of fake ptoas\n"
+    assert "call_row_scale" in (out / "row_scale.caller.cpp").read_text()
+    assert "stopped before bisheng" in result.stderr and "error: bisheng" in result.stderr
+    assert not (out / "row_scale.so").exists()
+
+
+def test_compile_sh_with_ptoas_alone_writes_the_cpp_and_the_launcher(
+    fake_tools: Tools, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _ptoas_only(fake_tools, monkeypatch)
+    pto = tmp_path / "mine.pto"
+    pto.write_text(ANY_KERNEL)
+    out = tmp_path / "out_sh"
+    env = {**os.environ, "PYTHON": sys.executable}
+    done = subprocess.run(["/bin/bash", str(REPO / "compile.sh"), str(pto), "-o", str(out)], capture_output=True,
+                          text=True, env=env)
+    assert done.returncode == 2, done.stderr
+    assert (out / "row_scale.cpp").is_file() and "call_row_scale" in (out / "row_scale.caller.cpp").read_text()
+    assert "stopped before bisheng" in done.stderr
+
+
+def test_the_wheel_ships_compile_sh_and_caller_cpp() -> None:
+    """pyproject's package data names npu/*.sh and npu/*.cpp, and both exist there."""
+    import tomllib
+
+    data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["ptofa"]
+    npu = REPO / "ptofa" / "npu"
+    for pattern in data:
+        assert list(npu.parent.glob(pattern)), pattern
+    assert (npu / "compile.sh").stat().st_mode & 0o111
 
 
 # --- dry run -----------------------------------------------------------------------------------

@@ -363,6 +363,22 @@ def compile_pto(
     )
 
 
+def emit_cpp(pto_path: Path | str, out_dir: Path | str) -> tuple[Path, Path]:
+    """The ptoas step alone (no bisheng, no pto-isa): `out_dir/<entry>.cpp` and the launcher source
+    `out_dir/<entry>.caller.cpp`, for a kernel developer without CANN."""
+    ptoas, missing = find_ptoas()
+    if ptoas is None:
+        raise ToolNotFound([missing])
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tools = Tools(ptoas, "bisheng", "$PTO_LIB_PATH")
+    _run(compile_commands(pto_path, out_dir, tools)[0], "ptoas")
+    cpp_name = build_names(pto_path)[0]
+    launcher = out_dir / cpp_name.replace(".cpp", ".caller.cpp")
+    launcher.write_text(caller_for(pto_path)[1])
+    return out_dir / cpp_name, launcher
+
+
 @click.command("compile")
 @click.argument("pto_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
@@ -373,7 +389,9 @@ def compile_pto(
 @click.option("--no-cache", is_flag=True, help="Rebuild even if an identical build is cached, and do not store it.")
 def compile_cmd(pto_file: Path, out_dir: Path, dry_run: bool, no_cache: bool) -> None:
     """Compile PTO_FILE with ptoas and bisheng into OUT_DIR/<entry>.so, with a launcher
-    `call_<entry>` generated from the file's entry signature (same steps as compile.sh)."""
+    `call_<entry>` generated from the file's entry signature (same steps as compile.sh).
+    With ptoas but no bisheng or pto-isa: OUT_DIR/<entry>.cpp and <entry>.caller.cpp, then exit 2
+    naming what is missing."""
     if dry_run:
         result = compile_pto(pto_file, out_dir, dry_run=True)
         for argv in result.commands:
@@ -388,6 +406,12 @@ def compile_cmd(pto_file: Path, out_dir: Path, dry_run: bool, no_cache: bool) ->
     except ToolNotFound as missing:
         for line in missing.missing:
             click.echo(f"error: {line}", err=True)
+        if find_ptoas()[0] is not None:  # ptoas alone: the C++ and its launcher, then stop
+            try:
+                cpp, launcher = emit_cpp(pto_file, out_dir)
+            except ToolchainError as failure:
+                raise click.ClickException(str(failure)) from failure
+            click.echo(f"wrote {cpp} (kernel C++) and {launcher} (launcher); stopped before bisheng", err=True)
         click.get_current_context().exit(2)
     except ToolchainError as failure:
         raise click.ClickException(str(failure)) from failure
@@ -468,6 +492,14 @@ def _gen_caller(check: bool) -> None:
         return
     target.write_text(text)
     click.echo(f"wrote {target}")
+
+
+@_main.command("caller")
+@click.argument("pto_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def _caller(pto_file: Path) -> None:
+    """Print the path of PTO_FILE's launcher source (rendered beside it unless it is the checked-in
+    caller.cpp): what compile.sh passes to bisheng."""
+    click.echo(caller_for(pto_file)[0])
 
 
 if __name__ == "__main__":
