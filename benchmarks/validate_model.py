@@ -49,8 +49,7 @@ from dataclasses import dataclass
 
 from ptofa.pipeline import FAConfig, ProblemShape
 from ptofa.sim.socspec import get_soc
-from ptofa.sim.timing import launch_floors_us, limiting
-from ptofa.launch.tune import TuneShape, busiest_block_us
+from ptofa.launch.tune import TuneShape, busiest_block_us, launch_us
 
 SOC = "910B2"
 K = 1024
@@ -137,13 +136,11 @@ def predict_us(config: FAConfig, s0: int, s1: int, launch: str) -> tuple[float, 
         if key not in _PROBES:
             _PROBES[key] = busiest_block_us(config, probe, spec, 1)
         unit_us, bound, gm_bytes = _PROBES[key]
-        busiest = per_core * unit_us
+        busiest = (per_core * unit_us, bound, gm_bytes)
     else:  # persistent: block b runs units b, b + block_dim, ...
         block_dim = min(units, spec.cube_cores)
-        busiest, bound, gm_bytes = busiest_block_us(config, TuneShape(1, 1, 1, s0, s1, config.head), spec, block_dim)
-    kernel_us = busiest + spec.launch_start_us(block_dim)
-    l2_us, hbm_us = launch_floors_us(config, ProblemShape(1, 1, s0, s1), spec, block_dim, gm_bytes)
-    return limiting(kernel_us, l2_us, hbm_us, bound)
+        busiest = busiest_block_us(config, TuneShape(1, 1, 1, s0, s1, config.head), spec, block_dim)
+    return launch_us(config, ProblemShape(1, 1, s0, s1), spec, block_dim, busiest)
 
 
 @dataclass

@@ -257,16 +257,22 @@ def busiest_block_us(config: FAConfig, shape: TuneShape, spec, block_dim: int) -
     return math.ceil(units / block_dim) * timed.block_us[0] / probe_units, timed.bound, timed.gm_bytes_per_unit
 
 
+def launch_us(config: FAConfig, problem: ProblemShape, spec: SocSpec, block_dim: int, busiest: tuple[float, str, float]
+              ) -> tuple[float, str]:
+    """(predicted launch us, its bound) from `busiest_block_us`'s answer: the busiest block after the
+    launch's start-ups, or the chip's shared L2 / HBM limit where that takes longer."""
+    per_block, bound, gm_bytes = busiest
+    l2_us, hbm_us = launch_floors_us(config, problem, spec, block_dim, gm_bytes)
+    return limiting(per_block + spec.launch_start_us(block_dim), l2_us, hbm_us, bound)
+
+
 def predict_config(config: FAConfig, shape: TuneShape) -> Ranked:
     """The predicted launch time of `config` on `shape` (see the module docstring)."""
     _PREDICTIONS["count"] += 1
     spec = shape.spec()
     problem = shape.problem()
     block_dim = blocks_for(problem.work_units(config), spec)
-    per_block, bound, gm_bytes = busiest_block_us(config, shape, spec, block_dim)
-    per_block += spec.launch_start_us(block_dim)
-    l2_us, hbm_us = launch_floors_us(config, problem, spec, block_dim, gm_bytes)
-    kernel_us, bound = limiting(per_block, l2_us, hbm_us, bound)
+    kernel_us, bound = launch_us(config, problem, spec, block_dim, busiest_block_us(config, shape, spec, block_dim))
     return Ranked(config.tile_s1, config.qk_preload, kernel_us, problem.flops(config.head) / kernel_us / 1e6, bound,
                   prescale_q=config.prescale_q)
 
@@ -358,4 +364,5 @@ def clear_tune_memory() -> None:
         _MEMORY.clear()
 
 
-__all__ = ["Ranked", "TuneResult", "TuneShape", "candidates", "predict_config", "prediction_count", "rank", "tune"]
+__all__ = ["Ranked", "TuneResult", "TuneShape", "candidates", "launch_us", "predict_config", "prediction_count", "rank",
+           "tune"]

@@ -140,9 +140,10 @@ class SocSpec:
     # A launch's first wave: a core's first task starts 0.3-5.6 us after dispatch (NoC / FFTS
     # routing, not software), and a launch waits for its slowest core: the measured maximum.
     first_wave_start_us: float = 5.6
-    # Every later block on a core: steady-state dispatch -> start 0.2-0.5 us; a block starts when
-    # the last of its three cores (AIC + 2 AIV) does, the upper end. Charged once per later wave
-    # (`timing.launch_cycles`).
+    # Every later block on a core, and the first wave of a launch queued right behind another on
+    # the same stream (the reduce after a split forward: a chained task): steady-state dispatch ->
+    # start 0.2-0.5 us; a block starts when the last of its three cores (AIC + 2 AIV) does, the
+    # upper end (`timing.launch_cycles`).
     block_start_us: float = 0.5
     # Host enqueue of one kernel launch through a C launcher on 910B2 (github.com/triton-lang/
     # triton-ascend issue 1675: 8.599 us per launch for the optimised launcher, 12.142 us for
@@ -186,19 +187,20 @@ class SocSpec:
     def block_start_cycles(self) -> float:
         return self.block_start_us * self.clock_mhz
 
-    @property
-    def first_wave_extra_cycles(self) -> float:
-        """What a launch's first wave waits beyond a later block's start-up."""
-        return max(0.0, self.first_wave_start_us - self.block_start_us) * self.clock_mhz
+    def first_wave_extra_cycles(self, queued: bool = False) -> float:
+        """What a launch's first wave waits beyond a later block's start-up (nothing for a launch
+        `queued` behind another)."""
+        return 0.0 if queued else max(0.0, self.first_wave_start_us - self.block_start_us) * self.clock_mhz
 
     def with_cube_cores(self, cores: int | None) -> SocSpec:
         """This part's facts with `cores` cube cores (a device may expose fewer; None: its own)."""
         return self if cores is None or cores == self.cube_cores else dataclasses.replace(self, cube_cores=int(cores))
 
-    def launch_start_us(self, block_dim: int) -> float:
-        """Block start-ups on the busiest core of a launch: the first wave's, then one per later
-        wave (`timing.launch_cycles`)."""
-        return self.first_wave_start_us + (math.ceil(block_dim / self.cube_cores) - 1) * self.block_start_us
+    def launch_start_us(self, block_dim: int, queued: bool = False) -> float:
+        """Block start-ups on the busiest core of a launch: the first wave's (a later block's for a
+        launch `queued` behind another), then one per later wave (`timing.launch_cycles`)."""
+        first = self.block_start_us if queued else self.first_wave_start_us
+        return first + (math.ceil(block_dim / self.cube_cores) - 1) * self.block_start_us
 
 
 _MIB = 1 << 20

@@ -743,14 +743,15 @@ def blocks_to_trace(block_dim: int, work_units: int) -> list[int]:
 
 
 def launch_cycles(
-    block_cycles: dict[int, float], block_dim: int, work_units: int, soc: SocSpec
+    block_cycles: dict[int, float], block_dim: int, work_units: int, soc: SocSpec, queued: bool = False
 ) -> tuple[float, int, str]:
     """(launch cycles, waves, how missing blocks were extrapolated).
 
     Each block costs its replayed time (which starts with empty queues, so the first
-    tiles' pipeline fill is in it) plus the chip's block start-up (`SocSpec.block_start_us`);
-    core c runs blocks c, c + cores, ... back to back, so a launch of several waves ends
-    with its busiest core's last block (the last wave's tail)."""
+    tiles' pipeline fill is in it) plus the chip's block start-up (`SocSpec.block_start_us`; the
+    first wave's `first_wave_start_us` unless the launch is `queued` behind another); core c runs
+    blocks c, c + cores, ... back to back, so a launch of several waves ends with its busiest
+    core's last block (the last wave's tail)."""
     if any(b >= block_dim for b in block_cycles):
         raise TimingError(f"trace has block {max(block_cycles)} but block_dim={block_dim}")
     traced_units = {b: units_of_block(b, block_dim, work_units) for b in block_cycles}
@@ -769,22 +770,23 @@ def launch_cycles(
             ref = min(traced_units, key=lambda t: (abs(traced_units[t] - n), t))
             per_block.append(block_cycles[ref] * n / traced_units[ref] if traced_units[ref] else 0.0)
             scaled += 1
-    cycles, waves = wave_cycles(per_block, soc)
+    cycles, waves = wave_cycles(per_block, soc, queued)
+    first = soc.block_start_us if queued else soc.first_wave_start_us
     note = (
         f"{len(block_cycles)} of {block_dim} blocks replayed, {copied} copied from a block "
-        f"with the same unit count, {scaled} scaled by unit count; block start-up {soc.first_wave_start_us:g} us "
+        f"with the same unit count, {scaled} scaled by unit count; block start-up {first:g} us "
         f"for the first wave, {soc.block_start_us:g} us per later one"
     )
     return cycles, waves, note
 
 
-def wave_cycles(per_block: list[float], soc: SocSpec) -> tuple[float, int]:
+def wave_cycles(per_block: list[float], soc: SocSpec, queued: bool = False) -> tuple[float, int]:
     """(launch cycles, waves) of blocks of these cycles: core c runs blocks c, c + cores, ... back to
-    back, each after the chip's block start-up (the first wave's longer: `SocSpec.first_wave_start_us`),
-    and the launch ends with the busiest core."""
+    back, each after the chip's block start-up (the first wave's longer, `SocSpec.first_wave_start_us`,
+    unless the launch is `queued` behind another), and the launch ends with the busiest core."""
     cores = soc.cube_cores
     per_core = [sum(per_block[c::cores]) + len(per_block[c::cores]) * soc.block_start_cycles
-                + soc.first_wave_extra_cycles for c in range(min(len(per_block), cores))]
+                + soc.first_wave_extra_cycles(queued) for c in range(min(len(per_block), cores))]
     return max(per_core, default=0.0), math.ceil(len(per_block) / cores)
 
 
