@@ -26,7 +26,7 @@ from ptofa.sim.timing import (
 )
 from ptofa.sim.trace import Trace, TraceOp
 
-QK, P, PV = 0, 1, 2  # pipe ids (fa-pipeline.md 8.1)
+QK, P, PV = 0, 1, 2  # pipe ids of the forward kernel (ptofa.pipeline.FAConfig.pipes)
 SLOT_NUM = 8
 CUBE = 128  # CUBE_S0 = CUBE_S1
 

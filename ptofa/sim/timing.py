@@ -3,7 +3,7 @@
 Model (constants in `ptofa.sim.socspec`, nothing fitted to measurements):
 
 * Each core (cube, vec0, vec1 of a block) has in-order hardware queues
-  (pto-ir.md 11.1): cube MTE2 / MTE1 / M / FIX, vector MTE2 / V / MTE3, and the
+  (the PTO pipes of pto-isa): cube MTE2 / MTE1 / M / FIX, vector MTE2 / V / MTE3, and the
   scalar unit S. An op occupies its queue for a fixed cost plus its size over the
   queue's rate; queues run concurrently.
 * The scalar unit issues ops in program order, `op_dispatch_cycles` apart;
@@ -13,9 +13,9 @@ Model (constants in `ptofa.sim.socspec`, nothing fitted to measurements):
   RAW waits for the last writer, WAR for the last readers, WAW for the last
   writer (what `ptoas --enable-insert-sync` enforces with flags), plus
   `intra_core_flag_cycles` when the two ops sit on different queues.
-* Pipes follow pto-ir.md 10.5: `tpush` sets "ready" on the producer's store queue
-  (FIX on the cube, MTE3 on a vector), so it completes after the stores issued
-  before it; `tfree` sets "free" on MTE2 after the preceding loads, and only
+* Pipes (the address-based GM slot protocol of the PTO tpush/tpop ops): `tpush` sets
+  "ready" on the producer's store queue (FIX on the cube, MTE3 on a vector), so it
+  completes after the stores issued before it; `tfree` sets "free" on MTE2 after the preceding loads, and only
   every `P = sync_period` pops. Pop u waits for push u of every producer of the
   pipe (both AIVs for V2C); talloc t >= S with t % P == 0 waits for free credit
   (t - S) / P + 1 of every consumer (both AIVs for C2V). A flag becomes visible
@@ -24,17 +24,23 @@ Model (constants in `ptofa.sim.socspec`, nothing fitted to measurements):
   each op's times are fixed once its predecessors are known; the replay computes
   them in dependency order (identical to a discrete-event simulation of this
   model). A pop or talloc whose matching flag is never set is a deadlock.
+* Vector ops follow pto-isa's vector stream model: an instruction pays its head and tail
+  only when it starts a stream (the V queue was idle); one that follows the previous V op
+  back to back pays its repeats alone (`instruction_cycles`, `vector_startup`).
 * Launch time: blocks are independent. Block i of a persistent launch runs units
   i, i + block_dim, ... A block missing from the trace takes the time of a traced
   block with the same unit count, else a traced block's time scaled by the unit
   ratio. Blocks beyond the cube-core count run in waves: core c runs blocks
-  c, c + cores, ... back to back, each block after its start-up
-  (`SocSpec.block_start_us`, a public A2/A3 measurement); a replay starts with empty
-  queues, so the first tiles' pipeline fill is in each block's time, and the busiest
-  core's last block is the last wave's tail. The result is at least the HBM time of
-  the compulsory traffic (Q, K, V read once, O written once). The host's enqueue of
-  the launch (`SocSpec.host_launch_us`) is not device time and is not included; the
-  summary names it.
+  c, c + cores, ... back to back, each block after its start-up (`SocSpec.block_start_us`,
+  the first wave's `first_wave_start_us`: public A2/A3 measurements); a replay starts with
+  empty queues, so the first tiles' pipeline fill is in each block's time, and the busiest
+  core's last block is the last wave's tail.
+* Shared limits: every core's GM loads and stores (pipe slots included) pass the chip's one
+  L2, and its HBM serves every core; a launch takes at least its GM bytes at the L2 rate
+  and its HBM bytes (Q, K, V and O once, plus the K/V re-reads that miss the L2: `hbm_bytes`)
+  at the HBM rate (`shared_floor_us`, `launch_floors_us`), however fast each core's own
+  ports are. The host's enqueue of the launch (`SocSpec.host_launch_us`) is not device time
+  and is not included; the summary names it.
 """
 
 from __future__ import annotations
@@ -191,7 +197,7 @@ def core_kind(core: str) -> str:
     return "cube" if core == "cube" else "vec"
 
 
-# --- op costs: one `registry.cost` per op class (pto-ir.md 11.1) -------------------
+# --- op costs: one `registry.cost` per op class ----------------------------------------
 
 
 def on_vector(op: TraceOp) -> str:
@@ -454,7 +460,7 @@ def cost_of(op: TraceOp) -> registry.Cost:
 
 
 def queue_of(op: TraceOp) -> str:
-    """The hardware queue an op runs on (pto-ir.md 11.1)."""
+    """The hardware queue an op runs on."""
     return cost_of(op).queue(op)
 
 
@@ -584,7 +590,7 @@ class _BlockReplayer:
         if op.pipe_kind == "tpush":
             self.ready[(op.pipe_id, core, index)] = (visible, (core, i))
         elif op.pipe_kind == "tfree":
-            popped = self.counters[core][(op.pipe_id, "tpop")]  # u: pops so far (pto-ir.md 10.5)
+            popped = self.counters[core][(op.pipe_id, "tpop")]  # u: pops so far
             if popped % self.period == 0:
                 self.free[(op.pipe_id, core, popped // self.period)] = (visible, (core, i))
         return True
