@@ -10,10 +10,10 @@ Sources:
   `Ascend910B4-1.ini` at commit d8beaaf0955bc307cdda0ae971275fb48f652a26,
   `src/platform/platform_config/cann/Ascend910B1.ini` at 40a53042498b39cbc15037d5a320da1337dcaf0d,
   `cann/Ascend910B3.ini` at a4fd6501122a9da5b1d3e1fb60c94efe534e8857, `cann/Ascend910B4.ini` at
-  494dda3604a35ee34a40c4eca47475475fde5631): `[SoCInfo]` core counts and L2 size, `[AICoreSpec]`
-  `cube_freq` and buffer sizes, `[AICoreMemoryRates]` bytes per cycle per AI core (`ddr_rate=32`,
-  `l2_rate=110`, `l2_read_rate=110`, `l2_write_rate=86`, `ub_to_l2_rate=64`; the same on every
-  910B part).
+  494dda3604a35ee34a40c4eca47475475fde5631; "910B4" below is `Ascend910B4.ini`): `[SoCInfo]` core
+  counts and L2 size, `[AICoreSpec]` `cube_freq` and the cube size, `[AICoreMemoryRates]` bytes per
+  cycle per AI core (`ddr_rate=32`, `l2_rate=110`, `l2_read_rate=110`, `l2_write_rate=86`,
+  `ub_to_l2_rate=64`; the same on every 910B part).
 * pto-isa A2/A3 cost model: the instruction cost model that ships with pto-isa
   (github.com/PTO-ISA/pto-isa, include/pto/costmodel/): per-core data-path bandwidths in
   `arch_config.hpp` (kA2A3ArchConfig, GB/s of 2^30 bytes at its kMainFrequencyHz = 1.85 GHz,
