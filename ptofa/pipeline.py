@@ -163,7 +163,10 @@ class FAConfig:
     # last columns; they travel in the PV slot, and compute_gu rescales and sums them as it does
     # O. Costs the cube D + 16 instead of D output columns per PV matmul (+12.5 % at D = 128).
     # None: on for an f32 softmax with one D chunk whenever the plan fits (with D = 128 the QK
-    # accumulator and K's L0B operand then have one buffer, `qk_buffers`).
+    # accumulator and K's L0B operand then have one buffer, `qk_buffers`), and LSE is not asked
+    # for: the sums of P rounded to the input dtype carry that rounding into the LSE, which misses
+    # the accuracy rule when many scores tie (a clamp; tests/test_cube_rowsum.py); O divides the
+    # PV matmul of the same rounded P by them and meets it.
     cube_rowsum: bool | None = None
     # An f32 softmax's exp in f16: x = S - m_new in f32 (trowexpandsub), x rounded to f16 (the
     # tcvt that P needs anyway), then exp on the f16 tile (half the vector repeats of an f32 exp),
@@ -191,7 +194,7 @@ class FAConfig:
             object.__setattr__(self, "cube_s1", 128 if narrow else 64)
         if self.cube_rowsum is None:
             object.__setattr__(self, "cube_rowsum", self.softmax_dtype == "f32" and self.d_split == 1
-                               and _fits(self, cube_rowsum=True))
+                               and not self.lse and _fits(self, cube_rowsum=True))
         if self.exp_f16 is None:
             object.__setattr__(self, "exp_f16", bool(self.cube_rowsum) and self.in_dtype == "f16"
                                and self.softmax_dtype == "f32")

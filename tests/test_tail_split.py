@@ -106,12 +106,12 @@ def test_planner_splits_only_the_last_wave(units, tiles) -> None:
 
 
 def test_plan_charges_each_launch_its_block_start_up() -> None:
-    """A split plan pays the start-up twice (forward and reduce launch), an unsplit one once,
-    as `timing.launch_cycles` charges a predicted launch."""
-    started = dataclasses.replace(COSTS, start_us=0.5)
+    """A split plan pays two start-ups (the forward launch's, then the reduce's, queued behind it),
+    an unsplit one the forward's only, as `timing.launch_cycles` charges a predicted launch."""
+    started = dataclasses.replace(COSTS, start_us=5.6, reduce_start_us=0.5)
     tiles = [8] * 10
-    assert started.plan_us(tiles, [1] * 10, 24) == pytest.approx(COSTS.plan_us(tiles, [1] * 10, 24) + 0.5)
-    assert started.plan_us(tiles, [2] * 10, 24) == pytest.approx(COSTS.plan_us(tiles, [2] * 10, 24) + 1.0)
+    assert started.plan_us(tiles, [1] * 10, 24) == pytest.approx(COSTS.plan_us(tiles, [1] * 10, 24) + 5.6)
+    assert started.plan_us(tiles, [2] * 10, 24) == pytest.approx(COSTS.plan_us(tiles, [2] * 10, 24) + 6.1)
 
 
 def test_planner_is_never_worse_than_a_uniform_count() -> None:

@@ -17,7 +17,7 @@ numbers); a wrong, missing or extra argument is a `KernelArgError` naming it.
 The run goes through the launch layer as every FlashAttention call does: a one-call
 `LaunchPlan` (`calls.plan_kernel`) run by `sim.launch` or `npu.launch`. On the simulator every
 block is executed and traced, and the timing model times the trace
-(`ptofa.sim.kernel_timing.predict_kernel`: per-queue replay, block start-up, HBM floor). On an
+(`ptofa.sim.kernel_timing.predict_kernel`: per-queue replay, block start-up, the shared L2 and HBM floors). On an
 NPU the `.so` is built by `run_fa compile`'s toolchain with a launcher generated from the
 entry's signature, loaded with ctypes, and launched on the current stream.
 """

@@ -41,12 +41,13 @@ def reduce_us(trace: Trace, config: FAConfig, shape: ProblemShape, units: torch.
               soc: str | SocSpec = DEFAULT_SOC) -> float:
     """Predicted time of a traced reduce launch of the forward unit table `units`: its replayed
     blocks, or the HBM time of reading the split units' partials and writing their O (and LSE),
-    whichever is longer (as `timing.predict` bounds)."""
+    whichever is longer (as `timing.predict` bounds). It runs right behind the forward launch, so
+    its first wave starts as a queued launch's does (`SocSpec.launch_start_us`)."""
     spec = get_soc(soc)
     table = reduce_table(config, units, shape.heads, shape.heads // shape.kv_heads)
     replays = replay(trace, spec, config.slot_num)
     cycles, _, _ = launch_cycles({b: r.cycles for b, r in replays.items()}, trace.block_dim,
-                                 int(table.shape[0]), spec)
+                                 int(table.shape[0]), spec, queued=True)
     rows = table[:, REDUCE_TABLE.index("rows")].to(torch.int64)
     splits = table[:, REDUCE_TABLE.index("splits")].to(torch.int64)
     row_bytes = config.head * DTYPE_BYTES[config.out_dtype] + (4 if config.lse else 0)
@@ -71,6 +72,7 @@ class SplitCosts:
     reduce_unit_us: float
     reduce_split_us: float
     start_us: float = 0.0  # block start-up of a launch of one wave (`SocSpec.launch_start_us`)
+    reduce_start_us: float = 0.0  # the same for the reduce, queued right behind the forward launch
 
     def plan_us(self, unit_tiles: list[int], counts: list[int], cores: int) -> float:
         """Estimated time of per-unit split counts: the longest block of the forward kernel's snake
@@ -82,7 +84,7 @@ class SplitCosts:
         reduced = [self.reduce_unit_us + self.reduce_split_us * s for s in counts if s > 1]
         if reduced:
             blocks = min(cores, len(reduced))
-            total += self.start_us + max(sum(reduced[b::blocks]) for b in range(blocks))
+            total += self.reduce_start_us + max(sum(reduced[b::blocks]) for b in range(blocks))
         return total
 
 
@@ -118,7 +120,9 @@ def split_costs(config: FAConfig, q_len: int, soc: str = DEFAULT_SOC) -> SplitCo
     r2, r4 = (_one_block_us(base, q_len, 4, s, True, soc) for s in (2, 4))
     tile_us = (four - one) / 3
     split_us = (r4 - r2) / 2
-    return SplitCosts(one - tile_us, tile_us, r2 - 2 * split_us, split_us, get_soc(soc).launch_start_us(1))
+    spec = get_soc(soc)
+    return SplitCosts(one - tile_us, tile_us, r2 - 2 * split_us, split_us, spec.launch_start_us(1),
+                      spec.launch_start_us(1, queued=True))
 
 
 def chip(cores: int | SocSpec) -> SocSpec:

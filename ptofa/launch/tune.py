@@ -12,7 +12,7 @@ scaled-Q pipe delays each block's first QK, which short units do not win back).
 Prediction, per candidate: the simulator runs probes of one head with the call's head
 dim, dtypes and switches, records their traces, and `ptofa.sim.timing.predict` replays
 them; the result is the launch's busiest block plus the block start-up of each wave,
-bounded below by the compulsory HBM traffic as in `predict`.
+bounded below by the chip's shared L2 and HBM limits as in `predict` (`timing.launch_floors_us`).
 
 * Equal units (no mask): one block runs the first `PROBE_ROWS` rows' units back to back;
   its time is scaled by units per block of the real launch (the rule
@@ -57,7 +57,7 @@ from ptofa.launch.kernel_cache import atomic_write, builder_digest, cache_root, 
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, kernel_head
 from ptofa.sim.options import RunOptions
 from ptofa.sim.socspec import SocSpec, get_soc
-from ptofa.sim.timing import compulsory_bytes, predict
+from ptofa.sim.timing import launch_floors_us, limiting, predict
 from ptofa.launch.sim import launch
 
 TILE_S1S = (128, 256, 512)
@@ -218,9 +218,10 @@ def sampled_q_blocks(q_blocks: int) -> list[int]:
     return sorted({round(j * (q_blocks - 1) / (n - 1)) for j in range(n)}) if n > 1 else [0]
 
 
-def left_window_unit_us(config: FAConfig, shape: TuneShape, spec) -> tuple[list[float], str]:
+def left_window_unit_us(config: FAConfig, shape: TuneShape, spec) -> tuple[list[float], str, float]:
     """Each Q block's unit time of one head for a window with right bound 0 (causal, sliding),
-    and the bound of the last block's probe (the one that sees the most keys).
+    the bound of the last block's probe (the one that sees the most keys) and the GM bytes a
+    unit moves (the sampled blocks' mean).
 
     Q block i alone, as the last block of a probe with S1' = S1 - S0 + (i + 1) * rows, sees
     exactly the keys it sees in the call (the window is bottom-right aligned and ends at its
@@ -235,23 +236,34 @@ def left_window_unit_us(config: FAConfig, shape: TuneShape, spec) -> tuple[list[
         probe = ProblemShape(1, 1, block_rows, probe_s1, kv_heads=1, window=shape.window)
         timings.append(_probe_block_us(config, probe, spec, 1))
     unit_us = numpy.interp(range(q_blocks), picks, [t.block_us[0] for t in timings])
-    return [float(us) for us in unit_us], timings[-1].bound
+    gm_bytes = sum(t.gm_bytes_per_unit for t in timings) / len(timings)
+    return [float(us) for us in unit_us], timings[-1].bound, gm_bytes
 
 
-def busiest_block_us(config: FAConfig, shape: TuneShape, spec, block_dim: int) -> tuple[float, str]:
-    """(the launch's busiest block in us, the bound the probe's replay names); see the module docstring."""
+def busiest_block_us(config: FAConfig, shape: TuneShape, spec, block_dim: int) -> tuple[float, str, float]:
+    """(the launch's busiest block in us, the bound the probe's replay names, the GM bytes one unit
+    moves); see the module docstring."""
     units = shape.problem().work_units(config)
     if config.masked and shape.window[1] == 0:
-        unit_us, bound = left_window_unit_us(config, shape, spec)
-        return masked_makespan(unit_us, shape.batch * shape.heads, block_dim), bound
+        unit_us, bound, gm_bytes = left_window_unit_us(config, shape, spec)
+        return masked_makespan(unit_us, shape.batch * shape.heads, block_dim), bound, gm_bytes
     probe = probe_shape(shape, config)
     probe_units = probe.work_units(config)
     if config.masked:  # unequal units: one per probe block, then dealt to the launch's blocks
         timed = _probe_block_us(config, probe, spec, probe_units)
         unit_us = sorted(list(timed.block_us.values()) * math.ceil(units / probe_units), reverse=True)
-        return schedule.makespan(unit_us[:units], block_dim), timed.bound
+        return schedule.makespan(unit_us[:units], block_dim), timed.bound, timed.gm_bytes_per_unit
     timed = _probe_block_us(config, probe, spec, 1)  # equal units, back to back on one block
-    return math.ceil(units / block_dim) * timed.block_us[0] / probe_units, timed.bound
+    return math.ceil(units / block_dim) * timed.block_us[0] / probe_units, timed.bound, timed.gm_bytes_per_unit
+
+
+def launch_us(config: FAConfig, problem: ProblemShape, spec: SocSpec, block_dim: int, busiest: tuple[float, str, float]
+              ) -> tuple[float, str]:
+    """(predicted launch us, its bound) from `busiest_block_us`'s answer: the busiest block after the
+    launch's start-ups, or the chip's shared L2 / HBM limit where that takes longer."""
+    per_block, bound, gm_bytes = busiest
+    l2_us, hbm_us = launch_floors_us(config, problem, spec, block_dim, gm_bytes)
+    return limiting(per_block + spec.launch_start_us(block_dim), l2_us, hbm_us, bound)
 
 
 def predict_config(config: FAConfig, shape: TuneShape) -> Ranked:
@@ -260,12 +272,7 @@ def predict_config(config: FAConfig, shape: TuneShape) -> Ranked:
     spec = shape.spec()
     problem = shape.problem()
     block_dim = blocks_for(problem.work_units(config), spec)
-    per_block, bound = busiest_block_us(config, shape, spec, block_dim)
-    per_block += spec.launch_start_us(block_dim)
-    hbm_rate = spec.hbm_bytes_per_cycle_per_core * spec.cube_cores
-    hbm_us = spec.cycles_to_us(compulsory_bytes(config, problem) / hbm_rate)
-    kernel_us = max(per_block, hbm_us)
-    bound = "HBM" if hbm_us >= per_block else bound
+    kernel_us, bound = launch_us(config, problem, spec, block_dim, busiest_block_us(config, shape, spec, block_dim))
     return Ranked(config.tile_s1, config.qk_preload, kernel_us, problem.flops(config.head) / kernel_us / 1e6, bound,
                   prescale_q=config.prescale_q)
 
@@ -357,4 +364,5 @@ def clear_tune_memory() -> None:
         _MEMORY.clear()
 
 
-__all__ = ["Ranked", "TuneResult", "TuneShape", "candidates", "predict_config", "prediction_count", "rank", "tune"]
+__all__ = ["Ranked", "TuneResult", "TuneShape", "candidates", "launch_us", "predict_config", "prediction_count", "rank",
+           "tune"]

@@ -3,8 +3,9 @@
 The two kernels run one after the other, so the backward's time is the sum of their
 launches. Each launch is timed like the forward's (`ptofa.sim.timing.predict`): the
 traced blocks are replayed per core and hardware queue, the untraced ones copied from a
-traced block with the same unit count, and the launch takes at least its compulsory HBM
-traffic. Matmul work: the dq kernel computes S, dP and dQ, the dkdv kernel S^T, dP^T,
+traced block with the same unit count, and the launch takes at least what the chip's shared
+L2 and HBM allow (`timing.shared_floor_us`: every traced load and store at the L2 rate, the
+compulsory bytes at the HBM rate). Matmul work: the dq kernel computes S, dP and dQ, the dkdv kernel S^T, dP^T,
 dV and dK: 7 of the forward's 2 GEMMs per visible score (FlashAttention-2's single
 fused pass has 5; the split into two deterministic kernels recomputes S and dP). The
 atomic-dQ mode's dkdv kernel adds dQ: 5 GEMMs, between two vector-only kernels (prep, post).
@@ -40,10 +41,14 @@ from ptofa.sim.timing import (
     busy_fractions,
     steady_utilization,
     critical_path_shares,
+    gm_bytes,
     intervals,
     launch_cycles,
+    limiting,
     replay,
+    shared_floor_us,
     steady_bound,
+    units_of_block,
     wave_cycles,
 )
 
@@ -168,19 +173,23 @@ def _predict(sim: SimResult, config: BwdConfig, shape: ProblemShape, kernel: str
     macs = shape.flops(config.head) // 2 // FORWARD_GEMMS * gemms(config, kernel)
     cores = min(sim.block_dim, spec.cube_cores)
     cube_us = spec.cycles_to_us(macs / (cores * spec.cube_macs_per_cycle))
-    hbm_us = spec.cycles_to_us(compulsory_bytes(config, shape, kernel) / (spec.hbm_bytes_per_cycle_per_core * spec.cube_cores))
+    traced = sum(gm_bytes(ops) for ops in sim.trace.cores.values())
+    if plan is None:  # the untraced blocks move what the traced ones do per unit
+        traced_units = sum(units_of_block(b, sim.block_dim, units) for b in replays)
+        traced *= units / max(traced_units, 1)
+    l2_us, hbm_us = shared_floor_us(spec, traced, compulsory_bytes(config, shape, kernel))
     critical = max(replays.values(), key=lambda r: r.cycles)
     shares = critical_path_shares(critical)
-    bound = "HBM" if hbm_us >= spec.cycles_to_us(cycles) else steady_bound(shares)
+    kernel_us, bound = limiting(spec.cycles_to_us(cycles), l2_us, hbm_us, steady_bound(shares))
     busy: dict[tuple[int, str, str], float] = {}
     for r in replays.values():
         busy.update(busy_fractions(r))
-    return TimingResult(soc=spec, block_dim=sim.block_dim, kernel_us=max(spec.cycles_to_us(cycles), hbm_us),
+    return TimingResult(soc=spec, block_dim=sim.block_dim, kernel_us=kernel_us,
                         flops=shape.flops(config.head),
                         block_us={b: spec.cycles_to_us(r.cycles) for b, r in replays.items()}, busy=busy, bound=bound,
                         bound_shares=shares, intervals=intervals(replays, spec), waves=waves, cube_bound_us=cube_us,
                         hbm_bound_us=hbm_us, extrapolation=note,
-                        steady_util=steady_utilization(critical)), plan
+                        steady_util=steady_utilization(critical), l2_bound_us=l2_us), plan
 
 
 @dataclass

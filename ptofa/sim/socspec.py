@@ -1,20 +1,28 @@
 """Per-chip constants of the timing model (`ptofa.sim.timing`): one table, one source of truth.
 
-Every constant says where it comes from: fa-pipeline.md section 3 (core counts,
-clocks, cube MACs), public Huawei material, or "assumption". None of them is fitted
-to a measured FlashAttention time; the model is meant to rank schedules and show
-which resource bounds them, not to reproduce a benchmark to the microsecond.
+Every constant names its public source or says "assumption". None is fitted to a measured
+FlashAttention time; the model ranks schedules and names the resource that bounds them.
 
-Rates are in bytes (or MACs) per cycle of the AI Core clock; AIC and AIV are
-assumed to run at the same clock (assumption: the manual cost model of
-fa-pipeline.md 3.4 gives one clock per SoC).
+Sources:
 
-Public source "pto-isa A2/A3 cost model": the instruction cost model that ships with
-pto-isa (github.com/PTO-ISA/pto-isa, include/pto/costmodel/): per-core data-path
-bandwidths in `arch_config.hpp` (kA2A3ArchConfig, GB/s of 2^30 bytes at its
-kMainFrequencyHz = 1.85 GHz, turned into bytes per cycle below), vector instruction
-costs in `a2a3/cce_costmodel/cce_costmodel_vector_compute.hpp` (EstimateLinearCycles
-head, slope per repeat, tail) and the cube's `mad` in `cce_costmodel_cube.hpp`.
+* CANN platform config: the per-chip `.ini` files the CANN compiler reads, published in
+  github.com/hicann/runtime (`src/platform/platform_config/Ascend910B2.ini` and
+  `Ascend910B4-1.ini` at commit d8beaaf0955bc307cdda0ae971275fb48f652a26,
+  `src/platform/platform_config/cann/Ascend910B1.ini` at 40a53042498b39cbc15037d5a320da1337dcaf0d,
+  `cann/Ascend910B3.ini` at a4fd6501122a9da5b1d3e1fb60c94efe534e8857, `cann/Ascend910B4.ini` at
+  494dda3604a35ee34a40c4eca47475475fde5631; "910B4" below is `Ascend910B4.ini`): `[SoCInfo]` core
+  counts and L2 size, `[AICoreSpec]` `cube_freq` and the cube size, `[AICoreMemoryRates]` bytes per
+  cycle per AI core (`ddr_rate=32`, `l2_rate=110`, `l2_read_rate=110`, `l2_write_rate=86`,
+  `ub_to_l2_rate=64`; the same on every 910B part).
+* pto-isa A2/A3 cost model: the instruction cost model that ships with pto-isa
+  (github.com/PTO-ISA/pto-isa, include/pto/costmodel/): per-core data-path bandwidths in
+  `arch_config.hpp` (kA2A3ArchConfig, GB/s of 2^30 bytes at its kMainFrequencyHz = 1.85 GHz,
+  turned into bytes per cycle below), vector instruction costs in
+  `a2a3/cce_costmodel/cce_costmodel_vector_compute.hpp` (EstimateLinearCycles head, slope per
+  repeat, tail) and the cube's `mad` in `cce_costmodel_cube.hpp`.
+
+Rates are in bytes (or MACs) per cycle of the AI Core clock; AIC and AIV are assumed to run at
+the ini's one `cube_freq` (assumption: the ini gives no separate vector clock).
 """
 
 from __future__ import annotations
@@ -35,10 +43,13 @@ def _ptoisa_bytes_per_cycle(gb_per_s: float) -> float:
 
 
 # Vector instructions: (head, cycles per repeat, tail), pto-isa A2/A3 cost model
-# (cce_costmodel_vector_compute.hpp). A repeat is one 256 B chunk. An instruction
-# separated from the previous one by pipe_barrier(PIPE_V) (ptoas puts one between
-# dependent vector ops; pto-isa's composite tile ops put one between their steps)
-# pays all three; `ptofa.sim.timing` charges every vector instruction that way.
+# (cce_costmodel_vector_compute.hpp). A repeat is one 256 B chunk. pto-isa's vector stream model
+# (github.com/azizbek-khabibov/pto-isa, a fork of pto-isa, commit
+# bd32f495deacb41133ff8b24067e327f15f8afe3, include/pto/costmodel/a2a3/cce_costmodel/
+# cce_costmodel_core.hpp, EstimateLinearCycles): head + tail is the instruction's start-up
+# latency, paid at the start of a stream (the first vector instruction since the vector queue
+# went idle); back-to-back instructions overlap it and pay only the slope. `ptofa.sim.timing`
+# charges it that way: a V op that follows the previous one back to back pays no start-up.
 VECTOR_INSTRUCTIONS: dict[str, tuple[int, int, int]] = {
     "vadd": (10, 2, 14), "vsub": (10, 2, 14), "vmax": (10, 2, 14), "vmin": (10, 2, 14),
     "vmul": (10, 2, 15), "vdiv": (11, 4, 19),
@@ -46,7 +57,8 @@ VECTOR_INSTRUCTIONS: dict[str, tuple[int, int, int]] = {
     "vexp": (13, 2, 18), "vln": (13, 2, 20), "vsqrt": (14, 2, 25), "vrsqrt": (10, 1, 14),
     "vabs": (13, 1, 16), "vrelu": (10, 1, 13), "vsel": (13, 2, 14),
     "vand": (8, 2, 12), "vor": (8, 2, 12), "vnot": (8, 2, 12),
-    "vconv": (14, 2, 18),  # EstimateVconvCycles (cce_costmodel_core.hpp)
+    # EstimateVconvCycles, calibrated on 910B3 (fp32 -> fp16, 0.90 * repeat + 27; the fork above)
+    "vconv": (14, 1, 13),
     "vector_dup": (11, 1, 13), "vcopy": (11, 1, 13), "vbrcb": (0, 0, 18),
     "vcadd": (14, 7, 32), "vcgadd": (14, 1, 24), "vcgmax": (14, 1, 17), "vcgmin": (14, 1, 17),
     "vcmax": (6, 2, 0), "vcmin": (6, 2, 0),  # EstimateLinearCycles defaults
@@ -61,55 +73,53 @@ class SocSpec:
     """Timing constants of one Ascend 910B part."""
 
     name: str
-    cube_cores: int  # AIC count (fa-pipeline.md 3.1 / 3.4)
-    clock_mhz: float  # cube clock (fa-pipeline.md 3.4, manual cost model presets)
-    gm_scale: int = 1  # divides every GM bandwidth; 2 on 910B4 (fa-pipeline.md 3.4, manual cost model)
-    vec_per_cube: int = 2  # AIVs per block (fa-pipeline.md 3.1)
+    cube_cores: int  # AIC count: the ini's cube_core_cnt (one block = one AIC + its AIVs)
+    clock_mhz: float  # the ini's cube_freq
+    l2_bytes: int  # the ini's l2_size: one L2 shared by every core of the chip
+    vec_per_cube: int = 2  # AIVs per block: the ini's vector_core_cnt / cube_core_cnt
 
     # Compute rates.
-    # 16x16x16 fp16 MACs per cube execution (fa-pipeline.md 3.4; Huawei TBE "AI Core" docs;
-    # pto-isa A2/A3 cost model: `mad` takes one cycle per 16x16x16 fractal of f16).
+    # 16x16x16 fp16 MACs per cube execution (the ini's cube_m/n/k_size = 16; pto-isa A2/A3 cost
+    # model: `mad` takes one cycle per 16x16x16 fractal of f16).
     cube_macs_per_cycle: int = 4096
-    # Bytes of one vector repeat (public Huawei material, Ascend C vector API: one repeat
-    # processes 256 B, 8 datablocks of 32 B). The cycles a repeat takes are per
-    # instruction in VECTOR_INSTRUCTIONS.
+    # Bytes of one vector repeat (Ascend C vector API: one repeat processes 256 B, 8 datablocks
+    # of 32 B). The cycles a repeat takes are per instruction in VECTOR_INSTRUCTIONS.
     vec_bytes_per_cycle: int = 256
-    # Cost multiplier of the few vector ops with no entry in VECTOR_INSTRUCTIONS'
-    # mapping (column-broadcast exp / div; assumption), applied to the binary-op slope.
+    # Cost multiplier of the few vector ops with no entry in VECTOR_INSTRUCTIONS' mapping
+    # (column-broadcast div; assumption), applied to the binary-op slope.
     vec_transcendental_factor: float = 4.0
-    # Cost multiplier of column reductions, sorts and arg-reductions, applied to the
-    # source elements (assumption: a tree of halving passes costs about twice one pass).
-    # Row reductions and row broadcasts are costed per instruction from pto-isa's A2/A3
-    # code instead (ptofa.sim.timing.row_reduce_cycles).
+    # Cost multiplier of column reductions, sorts and arg-reductions, applied to the source
+    # elements (assumption: a tree of halving passes costs about twice one pass). Row reductions
+    # and row broadcasts are costed per instruction from pto-isa's A2/A3 code instead
+    # (ptofa.sim.timing.row_reduce_cycles).
     vec_reduce_factor: float = 2.0
 
-    # Data-path bandwidths in bytes per cycle per core.
-    # On chip, pto-isa A2/A3 cost model (kA2A3ArchConfig): L1 -> L0A 441.0 and
-    # L1 -> L0B 220.5 GB/s, i.e. 256 and 128 B/cycle.
+    # Data paths of one core, bytes per cycle.
+    # On chip, pto-isa A2/A3 cost model (kA2A3ArchConfig): L1 -> L0A 441.0 and L1 -> L0B
+    # 220.5 GB/s, i.e. 256 and 128 B/cycle (the ini's l1_to_l0_a/b_rate say 512 / 256; the
+    # instruction-level figure is kept, the lower of the two).
     mte1_l1_to_l0a_bytes: float = _ptoisa_bytes_per_cycle(441.0)
     mte1_l1_to_l0b_bytes: float = _ptoisa_bytes_per_cycle(220.5)
-    # GM side: the kernel's GM traffic in the steady state is L2 traffic (the 2-3.5 MiB
-    # slot ring a block writes and its sibling reads back microseconds later; K/V shared
-    # by every Q block of a head), so it moves at pto-isa's perf-sim L2-hit rate:
-    # l2_read_bw = l2_write_bw = 256 B/cycle with l2_hit_latency = 50 cycles
-    # (include/pto/costmodel/perf_sim/config.hpp, "pypto CacheConfig default"; a hit's
-    # duration is size / l2_bw + hit latency in perf_sim/cache_model.hpp). The same
-    # cost model's per-path figures without an L2 (kA2A3ArchConfig: GM -> L1 135.0,
-    # GM -> UB 100.9, L0C -> GM 70.0, UB -> GM 188.46 GB/s, i.e. 78 / 59 / 41 / 109
-    # B/cycle) describe misses; the compulsory Q/K/V/O traffic is bounded by
-    # `hbm_bytes_per_s` at launch level instead.
-    mte2_gm_to_l1_bytes: float = 256.0
-    mte2_gm_to_ub_bytes: float = 256.0
-    fix_l0c_to_gm_bytes: float = 256.0
-    mte3_ub_to_gm_bytes: float = 256.0
+    # GM side: every GM access goes through the L2. A load (MTE2, into L1 or UB) reads at the
+    # ini's l2_read_rate, a cube store (FIX, L0C -> GM) writes at its l2_write_rate and a vector
+    # store (MTE3) at its ub_to_l2_rate. These are one core's own port; what all cores move
+    # together is bounded by the shared figures below (`timing.shared_floor_us`).
+    mte2_gm_bytes: float = 110.0
+    fix_l0c_to_gm_bytes: float = 86.0
+    mte3_ub_to_gm_bytes: float = 64.0
 
-    # HBM, used as a launch-level bound on the compulsory traffic (Q, K, V, O once).
-    # Assumption: ~1.6 TB/s is the commonly quoted public figure for 910B parts; the
-    # studied sources give none (fa-pipeline.md 3.4). Halved on 910B4 through gm_scale.
-    hbm_bytes_per_s: float = 1.6e12
+    # Shared by every core of a launch, bytes per cycle per AI core (the ini's rates are per AI
+    # core; the chip's aggregate is that rate times cube_core_cnt).
+    # L2: the ini's l2_rate (reads and writes together). Assumption: the L2 sustains each AI
+    # core's rate with all of them streaming at once, and no more; the README shows the
+    # headline predictions with it halved and doubled.
+    l2_shared_bytes: float = 110.0
+    # HBM: the ini's ddr_rate; times 24 cores at 1.8 GHz it is 1.38 TB/s on 910B2, the order of
+    # the ~1.6 TB/s commonly quoted for 910B parts.
+    hbm_shared_bytes: float = 32.0
 
     # Fixed costs in cycles.
-    mte2_op_cycles: int = 50  # pto-isa perf-sim l2_hit_latency (see the GM rates above)
+    mte2_op_cycles: int = 50  # pto-isa perf-sim l2_hit_latency (include/pto/costmodel/perf_sim/config.hpp)
     mte1_op_cycles: int = 16  # assumption
     m_op_cycles: int = 6  # pto-isa A2/A3 cost model: `mad` head (kDefaultHeadCycles)
     fix_op_cycles: int = 50  # pto-isa perf-sim l2_hit_latency
@@ -123,14 +133,17 @@ class SocSpec:
     cross_core_flag_cycles: int = 200  # assumption: FFTS flag set -> seen by the peer core (~0.1 us)
     pipe_op_cycles: int = 8  # assumption: scalar bookkeeping of talloc/tpush/tpop/tfree
 
-    # Fixed costs of a launch, in microseconds (wall time, not clock cycles).
-    # Block start-up: dispatch of a block to its cores until its kernel code starts. Public
-    # measurement on A2/A3 (github.com/hw-native-sys/simpler, docs/investigations/
-    # 2026-06-aicore-cold-start-warmup.md, a 24-block MIX task on 72 AI cores: dispatch ->
-    # start 0.2-0.5 us per task in the steady state; a core's first task after the runtime
-    # starts 0.3-5.6 us, average 2.3-3.9 us, from NoC/FFTS routing). A block starts when
-    # the last of its three cores (AIC + 2 AIV) does: the upper end of the steady range.
-    # Charged once per block a core runs (`timing.launch_cycles`), so once per wave.
+    # Fixed costs of a launch, in microseconds (wall time, not clock cycles). Public measurement
+    # on A2/A3: github.com/hw-native-sys/simpler, docs/investigations/
+    # 2026-06-aicore-cold-start-warmup.md (commit 3ebad469f0217449ab8d7c72af4e94c78dc1627d),
+    # MIX tasks of 24 blocks on 72 AI cores, dispatch -> start per core.
+    # A launch's first wave: a core's first task starts 0.3-5.6 us after dispatch (NoC / FFTS
+    # routing, not software), and a launch waits for its slowest core: the measured maximum.
+    first_wave_start_us: float = 5.6
+    # Every later block on a core, and the first wave of a launch queued right behind another on
+    # the same stream (the reduce after a split forward: a chained task): steady-state dispatch ->
+    # start 0.2-0.5 us; a block starts when the last of its three cores (AIC + 2 AIV) does, the
+    # upper end (`timing.launch_cycles`).
     block_start_us: float = 0.5
     # Host enqueue of one kernel launch through a C launcher on 910B2 (github.com/triton-lang/
     # triton-ascend issue 1675: 8.599 us per launch for the optimised launcher, 12.142 us for
@@ -149,13 +162,23 @@ class SocSpec:
 
     @property
     def peak_flops(self) -> float:
-        """Cube peak, 2 flops per MAC (fa-pipeline.md 3.4)."""
+        """Cube peak, 2 flops per MAC."""
         return self.cube_cores * self.cube_macs_per_cycle * 2 * self.clock_hz
 
     @property
     def hbm_bytes_per_cycle_per_core(self) -> float:
-        """HBM share of one block when every cube core streams (total / cores)."""
-        return self.hbm_bytes_per_s / self.gm_scale / self.cube_cores / self.clock_hz
+        """HBM share of one block when every cube core streams (the ini's ddr_rate)."""
+        return self.hbm_shared_bytes
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        """The chip's HBM bandwidth: every cube core's share together."""
+        return self.hbm_shared_bytes * self.cube_cores * self.clock_hz
+
+    @property
+    def l2_bytes_per_s(self) -> float:
+        """The chip's L2 bandwidth, reads and writes together: every AI core's share."""
+        return self.l2_shared_bytes * self.cube_cores * self.clock_hz
 
     def cycles_to_us(self, cycles: float) -> float:
         return cycles / self.clock_mhz
@@ -164,20 +187,29 @@ class SocSpec:
     def block_start_cycles(self) -> float:
         return self.block_start_us * self.clock_mhz
 
+    def first_wave_extra_cycles(self, queued: bool = False) -> float:
+        """What a launch's first wave waits beyond a later block's start-up (nothing for a launch
+        `queued` behind another)."""
+        return 0.0 if queued else max(0.0, self.first_wave_start_us - self.block_start_us) * self.clock_mhz
+
     def with_cube_cores(self, cores: int | None) -> SocSpec:
         """This part's facts with `cores` cube cores (a device may expose fewer; None: its own)."""
         return self if cores is None or cores == self.cube_cores else dataclasses.replace(self, cube_cores=int(cores))
 
-    def launch_start_us(self, block_dim: int) -> float:
-        """Block start-ups on the busiest core of a launch: one per wave (`timing.launch_cycles`)."""
-        return math.ceil(block_dim / self.cube_cores) * self.block_start_us
+    def launch_start_us(self, block_dim: int, queued: bool = False) -> float:
+        """Block start-ups on the busiest core of a launch: the first wave's (a later block's for a
+        launch `queued` behind another), then one per later wave (`timing.launch_cycles`)."""
+        first = self.block_start_us if queued else self.first_wave_start_us
+        return first + (math.ceil(block_dim / self.cube_cores) - 1) * self.block_start_us
 
 
+_MIB = 1 << 20
+# cube_core_cnt, cube_freq and l2_size of each part's CANN platform config (see the module docstring).
 SOCS: dict[str, SocSpec] = {
-    "910B1": SocSpec("910B1", cube_cores=24, clock_mhz=1850.0),
-    "910B2": SocSpec("910B2", cube_cores=24, clock_mhz=1800.0),
-    "910B3": SocSpec("910B3", cube_cores=20, clock_mhz=1800.0),
-    "910B4": SocSpec("910B4", cube_cores=20, clock_mhz=1500.0, gm_scale=2),
+    "910B1": SocSpec("910B1", cube_cores=24, clock_mhz=1850.0, l2_bytes=192 * _MIB),
+    "910B2": SocSpec("910B2", cube_cores=24, clock_mhz=1800.0, l2_bytes=192 * _MIB),
+    "910B3": SocSpec("910B3", cube_cores=20, clock_mhz=1800.0, l2_bytes=192 * _MIB),
+    "910B4": SocSpec("910B4", cube_cores=20, clock_mhz=1500.0, l2_bytes=96 * _MIB),
 }
 # The chip the simulator plans and times for when none is named (`--soc`, `soc=`).
 DEFAULT_SOC = "910B2"

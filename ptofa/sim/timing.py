@@ -3,7 +3,7 @@
 Model (constants in `ptofa.sim.socspec`, nothing fitted to measurements):
 
 * Each core (cube, vec0, vec1 of a block) has in-order hardware queues
-  (pto-ir.md 11.1): cube MTE2 / MTE1 / M / FIX, vector MTE2 / V / MTE3, and the
+  (the PTO pipes of pto-isa): cube MTE2 / MTE1 / M / FIX, vector MTE2 / V / MTE3, and the
   scalar unit S. An op occupies its queue for a fixed cost plus its size over the
   queue's rate; queues run concurrently.
 * The scalar unit issues ops in program order, `op_dispatch_cycles` apart;
@@ -13,9 +13,9 @@ Model (constants in `ptofa.sim.socspec`, nothing fitted to measurements):
   RAW waits for the last writer, WAR for the last readers, WAW for the last
   writer (what `ptoas --enable-insert-sync` enforces with flags), plus
   `intra_core_flag_cycles` when the two ops sit on different queues.
-* Pipes follow pto-ir.md 10.5: `tpush` sets "ready" on the producer's store queue
-  (FIX on the cube, MTE3 on a vector), so it completes after the stores issued
-  before it; `tfree` sets "free" on MTE2 after the preceding loads, and only
+* Pipes (the address-based GM slot protocol of the PTO tpush/tpop ops): `tpush` sets
+  "ready" on the producer's store queue (FIX on the cube, MTE3 on a vector), so it
+  completes after the stores issued before it; `tfree` sets "free" on MTE2 after the preceding loads, and only
   every `P = sync_period` pops. Pop u waits for push u of every producer of the
   pipe (both AIVs for V2C); talloc t >= S with t % P == 0 waits for free credit
   (t - S) / P + 1 of every consumer (both AIVs for C2V). A flag becomes visible
@@ -24,23 +24,30 @@ Model (constants in `ptofa.sim.socspec`, nothing fitted to measurements):
   each op's times are fixed once its predecessors are known; the replay computes
   them in dependency order (identical to a discrete-event simulation of this
   model). A pop or talloc whose matching flag is never set is a deadlock.
+* Vector ops follow pto-isa's vector stream model: an instruction pays its head and tail
+  only when it starts a stream (the V queue was idle); one that follows the previous V op
+  back to back pays its repeats alone (`instruction_cycles`, `vector_startup`).
 * Launch time: blocks are independent. Block i of a persistent launch runs units
   i, i + block_dim, ... A block missing from the trace takes the time of a traced
   block with the same unit count, else a traced block's time scaled by the unit
   ratio. Blocks beyond the cube-core count run in waves: core c runs blocks
-  c, c + cores, ... back to back, each block after its start-up
-  (`SocSpec.block_start_us`, a public A2/A3 measurement); a replay starts with empty
-  queues, so the first tiles' pipeline fill is in each block's time, and the busiest
-  core's last block is the last wave's tail. The result is at least the HBM time of
-  the compulsory traffic (Q, K, V read once, O written once). The host's enqueue of
-  the launch (`SocSpec.host_launch_us`) is not device time and is not included; the
-  summary names it.
+  c, c + cores, ... back to back, each block after its start-up (`SocSpec.block_start_us`,
+  the first wave's `first_wave_start_us`: public A2/A3 measurements); a replay starts with
+  empty queues, so the first tiles' pipeline fill is in each block's time, and the busiest
+  core's last block is the last wave's tail.
+* Shared limits: every core's GM loads and stores (pipe slots included) pass the chip's one
+  L2, and its HBM serves every core; a launch takes at least its GM bytes at the L2 rate
+  and its HBM bytes (Q, K, V and O once, plus the K/V re-reads that miss the L2: `hbm_bytes`)
+  at the HBM rate (`shared_floor_us`, `launch_floors_us`), however fast each core's own
+  ports are. The host's enqueue of the launch (`SocSpec.host_launch_us`) is not device time
+  and is not included; the summary names it.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import replace as dataclass_replace
 
@@ -100,8 +107,8 @@ class TimingResult:
 
     `bound` is the resource holding at least half of the slowest replayed block's
     critical path inside its steady window (`STEADY_WINDOW`), "pipe waits" when no
-    resource does (cube and vector wait on each other), or "HBM" when the
-    compulsory-traffic bound exceeds the replayed time.
+    resource does (cube and vector wait on each other), or "L2" / "HBM" when what all
+    cores move together through the chip's L2 / HBM takes longer than the replayed time.
     """
 
     soc: SocSpec
@@ -115,9 +122,11 @@ class TimingResult:
     intervals: list[OpInterval]
     waves: int
     cube_bound_us: float  # all matmul MACs on the used cube cores at peak
-    hbm_bound_us: float  # compulsory Q/K/V/O bytes at the HBM rate
+    hbm_bound_us: float  # the launch's HBM bytes at the chip's HBM rate (`shared_floor_us`)
     extrapolation: str
     steady_util: dict[str, float]  # `steady_utilization` of the slowest replayed block
+    l2_bound_us: float = 0.0  # every core's GM loads and stores at the chip's L2 rate (`shared_floor_us`)
+    gm_bytes_per_unit: float = 0.0  # GM bytes one work unit loads and stores (pipe slots included)
 
     @property
     def tflops(self) -> float:
@@ -145,7 +154,8 @@ class TimingResult:
             f"({self.tflops:.1f} TFLOPS, 4*B*N*D*visible scores; block_dim={self.block_dim}, {self.waves} wave(s)); "
             f"steady state bound by {self.bound} (critical path of block {block}: {shares}); "
             f"busy in block {block}: {busy or 'none'}; "
-            f"limits: cube {self.cube_bound_us:.2f} us, HBM {self.hbm_bound_us:.2f} us; {self.extrapolation}; "
+            f"limits: cube {self.cube_bound_us:.2f} us, L2 {self.l2_bound_us:.2f} us, HBM {self.hbm_bound_us:.2f} us "
+            f"(shared by all cores); {self.extrapolation}; "
             f"a lone synchronous call also waits {self.soc.host_launch_us:g} us for the host to enqueue the launch."
         )
 
@@ -187,7 +197,7 @@ def core_kind(core: str) -> str:
     return "cube" if core == "cube" else "vec"
 
 
-# --- op costs: one `registry.cost` per op class (pto-ir.md 11.1) -------------------
+# --- op costs: one `registry.cost` per op class ----------------------------------------
 
 
 def on_vector(op: TraceOp) -> str:
@@ -223,11 +233,37 @@ def vector_repeats(op: TraceOp, soc: SocSpec, elems: int | None = None) -> int:
     return math.ceil(n * op.elem_bytes / soc.vec_bytes_per_cycle)
 
 
-def instruction_cycles(name: str, repeats: int, count_mode: bool = False) -> float:
-    """One barrier-separated vector instruction: head + slope * repeats + tail (`VECTOR_INSTRUCTIONS`),
-    plus the count-mode dispatch floor of a binary ALU op issued in count mode."""
+def instruction_cycles(name: str, repeats: int, count_mode: bool = False, startup: bool = True) -> float:
+    """One vector instruction: slope * repeats (`VECTOR_INSTRUCTIONS`), plus its head + tail when it
+    starts a stream (`startup`), plus the count-mode dispatch floor of a binary ALU op issued in
+    count mode. pto-isa's vector stream model (`SocSpec` docstring): back-to-back instructions
+    overlap their start-up latency and pay only the slope."""
     head, slope, tail = VECTOR_INSTRUCTIONS[name]
-    return head + slope * repeats + tail + (VECTOR_COUNT_MODE_FLOOR if count_mode else 0)
+    return slope * repeats + (head + tail if startup else 0) + (VECTOR_COUNT_MODE_FLOOR if count_mode else 0)
+
+
+def startup_cycles(name: str) -> float:
+    """Head + tail of one vector instruction: what it pays at the start of a stream."""
+    head, _, tail = VECTOR_INSTRUCTIONS[name]
+    return head + tail
+
+
+# Stream-start latency of each vector op: what its cost includes for the first of its instructions,
+# and what it saves when it follows the previous V op back to back (`_BlockReplayer._step`).
+_VECTOR_STARTUP: dict[str, Callable[[TraceOp, SocSpec], float]] = {}
+
+
+def vector_cost(*op_classes: type, cycles, startup: Callable[[TraceOp, SocSpec], float], queue=None) -> None:
+    """Register the cost of vector ops (`registry.cost`) and their stream-start latency."""
+    registry.cost(*op_classes, queue=queue or on_vector, cycles=cycles)
+    for cls in op_classes:
+        _VECTOR_STARTUP[cls.name] = startup
+
+
+def vector_startup(op: TraceOp, soc: SocSpec) -> float:
+    """The stream-start latency in a V op's cost (0 for ops without one)."""
+    rule = _VECTOR_STARTUP.get(op.op)
+    return rule(op, soc) if rule is not None else 0.0
 
 
 def vector_cycles(factor: str | None = None):
@@ -252,10 +288,17 @@ def one_instruction(name: str):
 
 
 # The composite row ops follow their A2/A3 implementation in pto-isa (public source,
-# github.com/PTO-ISA/pto-isa, include/pto/npu/a2a3/): pipe_barrier(PIPE_V) separates
-# every instruction of the sequence from the next.
+# github.com/PTO-ISA/pto-isa, include/pto/npu/a2a3/): a sequence of vector instructions, which
+# pays one stream start (its first instruction's head + tail).
 
 _ROW_REDUCE = {"pto.trowmax": ("vmax", "vcmax"), "pto.trowsum": ("vadd", "vcadd"), "pto.trowmin": ("vmin", "vcmin")}
+
+
+def _row_chunks(op: TraceOp, soc: SocSpec) -> tuple[int, int]:
+    """(rows, column chunks of one repeat) of a row reduction's [R, C] source."""
+    rows = max(op.rows or op.elems, 1)
+    cols = max(op.src_elems, op.elems) // rows
+    return rows, max(1, math.ceil(cols / (soc.vec_bytes_per_cycle // op.elem_bytes)))
 
 
 def row_reduce_cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
@@ -265,15 +308,19 @@ def row_reduce_cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
     one-repeat-per-row temp (ceil(C / E) - 1 of them, R repeats each) and the in-repeat
     reduce finishes."""
     fold, final = _ROW_REDUCE[op.op]
-    rows = max(op.rows or op.elems, 1)
-    cols = max(op.src_elems, op.elems) // rows
-    chunks = max(1, math.ceil(cols / (soc.vec_bytes_per_cycle // op.elem_bytes)))
-    return (chunks - 1) * instruction_cycles(fold, rows, count_mode=True) + instruction_cycles(final, rows)
+    rows, chunks = _row_chunks(op, soc)
+    folds = sum(instruction_cycles(fold, rows, count_mode=True, startup=i == 0) for i in range(chunks - 1))
+    return folds + instruction_cycles(final, rows, startup=chunks == 1)
+
+
+def row_reduce_startup(op: TraceOp, soc: SocSpec) -> float:
+    fold, final = _ROW_REDUCE[op.op]
+    return startup_cycles(fold if _row_chunks(op, soc)[1] > 1 else final)
 
 
 def _broadcast(op: TraceOp) -> float:
     """vbrcb of the [R, 1] column to one 32 B block per row, ceil(R / 8) repeats
-    (TRowExpandBinOp.hpp, TRowExpandBinaryInstr)."""
+    (TRowExpandBinOp.hpp, TRowExpandBinaryInstr): the first instruction of a row expansion."""
     return instruction_cycles("vbrcb", math.ceil(max(op.rows, 1) / 8))
 
 
@@ -282,25 +329,32 @@ def row_expand(*steps: str):
     TRowExpandExpdif.hpp: TROWEXPANDSUB then TEXP in place; two passes, not one fused one)."""
 
     def cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
-        return _broadcast(op) + sum(instruction_cycles(step, vector_repeats(op, soc)) for step in steps)
+        return _broadcast(op) + sum(instruction_cycles(step, vector_repeats(op, soc), startup=False) for step in steps)
 
     return cycles
 
 
+def first_instruction(name: str) -> Callable[[TraceOp, SocSpec], float]:
+    """The stream-start latency of an op whose first instruction is `name`."""
+    return lambda op, soc: startup_cycles(name)
+
+
+def v_op_startup(op: TraceOp, soc: SocSpec) -> float:
+    return soc.v_op_cycles
 
 
 def transfer_cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
-    """A data move: the queue's fixed cost plus its bytes over the queue's rate."""
+    """A data move: the queue's fixed cost plus its bytes over the queue's rate (GM moves at the
+    core's own L2 port rate; what all cores move together is `shared_floor_us`'s)."""
     if queue == "MTE2":
-        rate = soc.mte2_gm_to_l1_bytes if op.dst_loc == "mat" else soc.mte2_gm_to_ub_bytes
-        return soc.mte2_op_cycles + op.nbytes * soc.gm_scale / rate
+        return soc.mte2_op_cycles + op.nbytes / soc.mte2_gm_bytes
     if queue == "MTE1":
         rate = soc.mte1_l1_to_l0a_bytes if op.dst_loc == "left" else soc.mte1_l1_to_l0b_bytes
         return soc.mte1_op_cycles + op.nbytes / rate
     if queue == "FIX":
-        return soc.fix_op_cycles + op.nbytes * soc.gm_scale / soc.fix_l0c_to_gm_bytes
+        return soc.fix_op_cycles + op.nbytes / soc.fix_l0c_to_gm_bytes
     if queue == "MTE3":
-        return soc.mte3_op_cycles + op.nbytes * soc.gm_scale / soc.mte3_ub_to_gm_bytes
+        return soc.mte3_op_cycles + op.nbytes / soc.mte3_ub_to_gm_bytes
     return instruction_cycles("vcopy", math.ceil(op.nbytes / soc.vec_bytes_per_cycle))  # a vec -> vec tmov
 
 
@@ -318,7 +372,7 @@ def pipe_cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
 
 registry.cost(d.TLoadOp, queue="MTE2", cycles=transfer_cycles)
 registry.cost(d.TStoreOp, queue=tstore_queue, cycles=transfer_cycles)
-registry.cost(d.TMovOp, queue=tmov_queue, cycles=transfer_cycles)
+vector_cost(d.TMovOp, queue=tmov_queue, cycles=transfer_cycles, startup=first_instruction("vcopy"))
 registry.cost(d.TMatmulOp, d.TMatmulAccOp, queue="M", cycles=matmul_cycles)
 # Elementwise tile ops: one vector instruction each (pto-isa A2/A3 cost model classes).
 for _op, _instr in {
@@ -328,7 +382,7 @@ for _op, _instr in {
     d.TRecipOp: "vdiv", d.TAbsOp: "vabs", d.TNegOp: "vmuls", d.TReluOp: "vrelu", d.TCvtOp: "vconv",
     d.TSelOp: "vsel",
 }.items():
-    registry.cost(_op, queue=on_vector, cycles=one_instruction(_instr))
+    vector_cost(_op, cycles=one_instruction(_instr), startup=first_instruction(_instr))
 
 
 def texpands_queue(op: TraceOp) -> str:
@@ -338,8 +392,8 @@ def texpands_queue(op: TraceOp) -> str:
     return "MTE2" if core_kind(op.core) == "cube" else "V"
 
 
-registry.cost(
-    d.TExpandsOp, queue=texpands_queue,
+vector_cost(
+    d.TExpandsOp, queue=texpands_queue, startup=first_instruction("vector_dup"),
     cycles=lambda op, queue, soc: transfer_cycles(dataclass_replace(op, nbytes=op.nbytes or op.elems * op.elem_bytes),
                                                   queue, soc) if queue == "MTE2"
     else one_instruction("vector_dup")(op, queue, soc),
@@ -349,24 +403,25 @@ for _op, _steps in {
     d.TRowExpandMaxOp: ("vmax",), d.TRowExpandMinOp: ("vmin",), d.TRowExpandDivOp: ("vdiv",),
     d.TRowExpandExpdifOp: ("vsub", "vexp"),
 }.items():
-    registry.cost(_op, queue=on_vector, cycles=row_expand(*_steps))
-registry.cost(d.TRowMaxOp, d.TRowSumOp, d.TRowMinOp, queue=on_vector, cycles=row_reduce_cycles)
+    vector_cost(_op, cycles=row_expand(*_steps), startup=first_instruction("vbrcb"))
+vector_cost(d.TRowMaxOp, d.TRowSumOp, d.TRowMinOp, cycles=row_reduce_cycles, startup=row_reduce_startup)
 # Masks, iota, column broadcasts and padding: elementwise-rate vector work (tcolexpanddiv divides).
-registry.cost(
+vector_cost(
     d.TTriOp, d.TCmpSOp, d.TCmpOp, d.TCIOp, d.TFillPadOp,
     d.TColExpandAddOp, d.TColExpandSubOp, d.TColExpandMulOp, d.TColExpandMaxOp, d.TColExpandMinOp,
-    queue=on_vector,
     cycles=vector_cycles(),
+    startup=v_op_startup,
 )
-registry.cost(d.TColExpandDivOp, queue=on_vector, cycles=vector_cycles("vec_transcendental_factor"))
+vector_cost(d.TColExpandDivOp, cycles=vector_cycles("vec_transcendental_factor"), startup=v_op_startup)
 # Window copies run where ptoas puts them: vec -> vec on V, mat -> left/right on MTE1,
 # acc -> mat on FIX (tmov's queues); the trace records elements, moved as 4-byte words.
-registry.cost(
-    d.TExtractOp, d.TInsertOp, queue=tmov_queue,
+vector_cost(
+    d.TExtractOp, d.TInsertOp, queue=tmov_queue, startup=first_instruction("vcopy"),
     cycles=lambda op, queue, soc: one_instruction("vcopy")(op, queue, soc) if queue == "V"
     else transfer_cycles(dataclass_replace(op, nbytes=op.nbytes or 4 * op.elems), queue, soc),
 )
-registry.cost(d.TTransOp, d.TGatherOp, d.TGatherBOp, d.TColExpandOp, *d.intops.OPS, queue=on_vector, cycles=vector_cycles())
+vector_cost(d.TTransOp, d.TGatherOp, d.TGatherBOp, d.TColExpandOp, *d.intops.OPS, cycles=vector_cycles(),
+            startup=v_op_startup)
 # Scalar-unit work; the simulator batches these ops (with arith and scf) into `scalar` records.
 SCALAR_COST = registry.cost(
     d.GetBlockIdxOp, d.GetBlockNumOp, d.GetSubblockIdxOp, d.GetSubblockNumOp, d.SetFftsOp,
@@ -405,7 +460,7 @@ def cost_of(op: TraceOp) -> registry.Cost:
 
 
 def queue_of(op: TraceOp) -> str:
-    """The hardware queue an op runs on (pto-ir.md 11.1)."""
+    """The hardware queue an op runs on."""
     return cost_of(op).queue(op)
 
 
@@ -524,7 +579,10 @@ class _BlockReplayer:
         if op.pipe_kind:
             index = self.counters[core][(op.pipe_id, op.pipe_kind)]
             self.counters[core][(op.pipe_id, op.pipe_kind)] += 1
-        end = start + duration_cycles(op, queue, soc)
+        duration = duration_cycles(op, queue, soc)
+        if queue == "V" and kind == "queue" and self.sched[core][ref[1]].queue == "V":
+            duration -= vector_startup(op, soc)  # back to back in the V stream: no start-up latency
+        end = start + duration
         self.sched[core].append(_Scheduled(queue, issue, start, end, (kind, ref), issue_cause, index))
         self.queue_last[core][queue] = i
         self._record_buffers(core, op, i)
@@ -532,7 +590,7 @@ class _BlockReplayer:
         if op.pipe_kind == "tpush":
             self.ready[(op.pipe_id, core, index)] = (visible, (core, i))
         elif op.pipe_kind == "tfree":
-            popped = self.counters[core][(op.pipe_id, "tpop")]  # u: pops so far (pto-ir.md 10.5)
+            popped = self.counters[core][(op.pipe_id, "tpop")]  # u: pops so far
             if popped % self.period == 0:
                 self.free[(op.pipe_id, core, popped // self.period)] = (visible, (core, i))
         return True
@@ -691,14 +749,15 @@ def blocks_to_trace(block_dim: int, work_units: int) -> list[int]:
 
 
 def launch_cycles(
-    block_cycles: dict[int, float], block_dim: int, work_units: int, soc: SocSpec
+    block_cycles: dict[int, float], block_dim: int, work_units: int, soc: SocSpec, queued: bool = False
 ) -> tuple[float, int, str]:
     """(launch cycles, waves, how missing blocks were extrapolated).
 
     Each block costs its replayed time (which starts with empty queues, so the first
-    tiles' pipeline fill is in it) plus the chip's block start-up (`SocSpec.block_start_us`);
-    core c runs blocks c, c + cores, ... back to back, so a launch of several waves ends
-    with its busiest core's last block (the last wave's tail)."""
+    tiles' pipeline fill is in it) plus the chip's block start-up (`SocSpec.block_start_us`; the
+    first wave's `first_wave_start_us` unless the launch is `queued` behind another); core c runs
+    blocks c, c + cores, ... back to back, so a launch of several waves ends with its busiest
+    core's last block (the last wave's tail)."""
     if any(b >= block_dim for b in block_cycles):
         raise TimingError(f"trace has block {max(block_cycles)} but block_dim={block_dim}")
     traced_units = {b: units_of_block(b, block_dim, work_units) for b in block_cycles}
@@ -717,21 +776,23 @@ def launch_cycles(
             ref = min(traced_units, key=lambda t: (abs(traced_units[t] - n), t))
             per_block.append(block_cycles[ref] * n / traced_units[ref] if traced_units[ref] else 0.0)
             scaled += 1
-    cycles, waves = wave_cycles(per_block, soc)
+    cycles, waves = wave_cycles(per_block, soc, queued)
+    first = soc.block_start_us if queued else soc.first_wave_start_us
     note = (
         f"{len(block_cycles)} of {block_dim} blocks replayed, {copied} copied from a block "
-        f"with the same unit count, {scaled} scaled by unit count; {soc.block_start_us:g} us "
-        f"block start-up per wave"
+        f"with the same unit count, {scaled} scaled by unit count; block start-up {first:g} us "
+        f"for the first wave, {soc.block_start_us:g} us per later one"
     )
     return cycles, waves, note
 
 
-def wave_cycles(per_block: list[float], soc: SocSpec) -> tuple[float, int]:
+def wave_cycles(per_block: list[float], soc: SocSpec, queued: bool = False) -> tuple[float, int]:
     """(launch cycles, waves) of blocks of these cycles: core c runs blocks c, c + cores, ... back to
-    back, each after the chip's block start-up, and the launch ends with the busiest core."""
+    back, each after the chip's block start-up (the first wave's longer, `SocSpec.first_wave_start_us`,
+    unless the launch is `queued` behind another), and the launch ends with the busiest core."""
     cores = soc.cube_cores
     per_core = [sum(per_block[c::cores]) + len(per_block[c::cores]) * soc.block_start_cycles
-                for c in range(min(len(per_block), cores))]
+                + soc.first_wave_extra_cycles(queued) for c in range(min(len(per_block), cores))]
     return max(per_core, default=0.0), math.ceil(len(per_block) / cores)
 
 
@@ -742,6 +803,65 @@ def compulsory_bytes(config: FAConfig, shape: ProblemShape) -> int:
     k_rows = shape.s1 if packed else shape.batch * shape.s1
     in_b, out_b = DTYPE_BYTES[config.in_dtype], DTYPE_BYTES[config.out_dtype]
     return config.head * (shape.heads * q_rows * (in_b + out_b) + 2 * shape.kv_heads * k_rows * in_b)
+
+
+def gm_bytes(ops) -> int:
+    """GM bytes that traced ops load (`tload` from GM) and store (`tstore` to GM), pipe slots included:
+    every one of them passes through the chip's L2."""
+    total = 0
+    for op in ops:
+        if op.op == "pto.tload" and op.src_loc == "gm":
+            total += op.nbytes
+        elif op.op == "pto.tstore" and op.dst_loc == "gm":
+            total += op.nbytes
+    return total
+
+
+def shared_floor_us(spec: SocSpec, l2_bytes: float, hbm_bytes: float) -> tuple[float, float]:
+    """(L2 us, HBM us): what every core of a launch moves together, at the chip's shared L2 rate
+    (`SocSpec.l2_bytes_per_s`, reads and writes together) and HBM rate (`SocSpec.hbm_bytes_per_s`).
+    A launch takes at least both, however fast each core's own ports are."""
+    return l2_bytes / spec.l2_bytes_per_s * 1e6, hbm_bytes / spec.hbm_bytes_per_s * 1e6
+
+
+def l2_miss_fraction(resident_bytes: float, working_set_bytes: float) -> float:
+    """Share of re-reads that miss an L2 of `resident_bytes` free for a working set of `working_set_bytes`
+    (assumption: the part that does not fit misses, the rest hits)."""
+    if working_set_bytes <= resident_bytes:
+        return 0.0
+    return 1.0 - max(resident_bytes, 0.0) / working_set_bytes
+
+
+def hbm_bytes(config: FAConfig, shape: ProblemShape, spec: SocSpec, block_dim: int) -> float:
+    """Bytes a FlashAttention launch moves to and from HBM: Q, K, V and O once (`compulsory_bytes`),
+    plus the K/V re-reads that miss the L2.
+
+    Each unit (one Q block of one head) reads the K and V of every key it sees, so K/V are read
+    once per Q block; the first read of each comes from HBM, the others hit the L2 while the K/V of
+    the heads in flight fit beside the blocks' slot rings (`FAConfig.gm_slot_bytes_per_block`, both
+    live in GM and so in the L2). At long S they no longer fit and the re-reads come from HBM."""
+    in_b = DTYPE_BYTES[config.in_dtype]
+    packed = shape.seqlens is not None
+    kv_heads = shape.kv_heads * (1 if packed else shape.batch)
+    kv_once = 2 * config.head * in_b * shape.kv_heads * (shape.s1 if packed else shape.batch * shape.s1)
+    kv_reads = shape.flops(config.head) * in_b / (2 * config.cube_s0)
+    concurrent = min(block_dim, spec.cube_cores)
+    units_per_kv_head = max(1.0, shape.work_units(config) / kv_heads)
+    in_flight = min(kv_heads, math.ceil(concurrent / units_per_kv_head) + 1)
+    resident = spec.l2_bytes - config.gm_slot_bytes_per_block * concurrent
+    miss = l2_miss_fraction(resident, in_flight * kv_once / kv_heads)
+    return compulsory_bytes(config, shape) + max(0.0, kv_reads - kv_once) * miss
+
+
+def launch_floors_us(config: FAConfig, shape: ProblemShape, spec: SocSpec, block_dim: int,
+                     gm_bytes_per_unit: float) -> tuple[float, float]:
+    """(L2 us, HBM us) of a FlashAttention launch whose units each move `gm_bytes_per_unit` through GM."""
+    return shared_floor_us(spec, gm_bytes_per_unit * shape.work_units(config), hbm_bytes(config, shape, spec, block_dim))
+
+
+def limiting(replay_us: float, l2_us: float, hbm_us: float, bound: str) -> tuple[float, str]:
+    """(launch us, bound): the replayed time unless a shared limit takes longer."""
+    return max((replay_us, bound), (l2_us, "L2"), (hbm_us, "HBM"), key=lambda t: t[0])
 
 
 def predict(
@@ -762,17 +882,13 @@ def predict(
     cores_used = min(block_dim, spec.cube_cores)
     macs = shape.flops(config.head) // 2  # QK and PV over the visible scores
     cube_bound_us = spec.cycles_to_us(macs / (cores_used * spec.cube_macs_per_cycle))
-    # The compulsory traffic is spread over the launch; a block alone may exceed its
-    # share (its own ports limit it), so the bound takes every core's share.
-    hbm_rate = spec.hbm_bytes_per_cycle_per_core * spec.cube_cores
-    hbm_bound_us = spec.cycles_to_us(compulsory_bytes(config, shape) / hbm_rate)
-    kernel_us = max(spec.cycles_to_us(cycles), hbm_bound_us)
+    traced_units = sum(units_of_block(b, block_dim, shape.work_units(config)) for b in replays)
+    per_unit = sum(gm_bytes(ops) for ops in trace.cores.values()) / max(traced_units, 1)
+    l2_bound_us, hbm_bound_us = launch_floors_us(config, shape, spec, block_dim, per_unit)
 
     critical = max(replays.values(), key=lambda r: r.cycles)
     shares = critical_path_shares(critical)
-    bound = steady_bound(shares)
-    if hbm_bound_us >= spec.cycles_to_us(cycles):
-        bound = "HBM"
+    kernel_us, bound = limiting(spec.cycles_to_us(cycles), l2_bound_us, hbm_bound_us, steady_bound(shares))
     busy: dict[tuple[int, str, str], float] = {}
     for r in replays.values():
         busy.update(busy_fractions(r))
@@ -791,6 +907,8 @@ def predict(
         hbm_bound_us=hbm_bound_us,
         extrapolation=note,
         steady_util=steady_utilization(critical),
+        l2_bound_us=l2_bound_us,
+        gm_bytes_per_unit=per_unit,
     )
 
 

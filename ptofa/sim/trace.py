@@ -41,6 +41,9 @@ class TraceOp:
     # so an f16 op takes half the repeats of an f32 one (a cast counts its wider side)
     elem_bytes: int = 4
     rows: int = 0  # valid rows of a vector op's destination (the column broadcast of trowexpand*)
+    # GM side of a load or store: (buffer id, byte offset, shape, strides in elements, element bytes),
+    # so the timing model can tell a re-read of the same bytes (an L2 hit) from new bytes (HBM)
+    gm_view: tuple = ()
 
 
 @dataclass

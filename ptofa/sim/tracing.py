@@ -79,6 +79,9 @@ def wrap_tile_op(op, fn, opid: int, slot, infos):
                 rec.nbytes = out.v.size * out.data.dtype.itemsize
             else:
                 rec.nbytes = first.v.size * out.dtype.itemsize
+            gm = out if isinstance(out, GmView) else first if isinstance(first, GmView) else None
+            if gm is not None:
+                rec.gm_view = (id(gm.buf), gm.offset, gm.shape, gm.strides, gm.dtype.itemsize)
         elif isinstance(out, Tile):
             rec.elems = out.v.size
             rec.rows = out.vr
