@@ -443,3 +443,53 @@ def test_the_ffts_argument_is_the_one_set_ffts_takes(tmp_path: Path) -> None:
 def test_a_scalar_type_the_launcher_cannot_pass_is_named() -> None:
     with pytest.raises(NotImplementedError, match=r"%h: scalar type f16"):
         toolchain.entry_signature(ROW_KERNEL.replace("%alpha: f32", "%h: f16"))
+
+
+def _random_switch_sets(count: int, seed: int = 20261127):
+    """`count` seeded random legal switch sets of the forward and backward builders, beyond the
+    catalog's fixed combinations (what `run_fa build` accepts: any width, any switches)."""
+    import random
+    import warnings
+
+    from ptofa.fa_builder import emit_fa
+    from ptofa.kernels.bwd_pipeline import BwdConfig
+    from ptofa.kernels.fa_bwd import emit_bwd
+    from ptofa.pipeline import SUPPORTED_HEAD, SUPPORTED_TILE_S1, ConfigError, FAConfig
+
+    rng, found = random.Random(seed), []
+    while len(found) < count:
+        coin = rng.random
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                if coin() < 0.6:
+                    kw = dict(head=rng.choice(SUPPORTED_HEAD), tile_s1=rng.choice(SUPPORTED_TILE_S1),
+                              qk_preload=rng.randint(1, 4), in_dtype=rng.choice(["f16", "bf16"]),
+                              out_dtype=rng.choice([None, "f32", "f16", "bf16"]), masked=coin() < .5,
+                              key_padding=coin() < .3, lse=coin() < .4, varlen=coin() < .4, prescale_q=coin() < .7,
+                              softmax_dtype=rng.choice(["f32", "f32", "f16"]), softcap=coin() < .3, alibi=coin() < .3)
+                    if kw["varlen"]:
+                        kw.update(page_size=rng.choice([0, 256]), split_kv=coin() < .3, gqa_pack=coin() < .3)
+                    config = FAConfig(**kw)
+                    found.append((f"fwd {config.summary()}", lambda c=config: emit_fa(c)))
+                else:
+                    config = BwdConfig(head=rng.choice(SUPPORTED_HEAD), in_dtype=rng.choice(["f16", "bf16"]),
+                                       masked=coin() < .5, atomic_dq=coin() < .4, key_padding=coin() < .3,
+                                       softcap=coin() < .3, alibi=coin() < .3, varlen=coin() < .3)
+                    kernel = rng.choice(["dq", "dkdv"])
+                    found.append((f"bwd {kernel} {config}", lambda c=config, k=kernel: emit_bwd(c, k)))
+        except (ConfigError, NotImplementedError):
+            continue
+    return found
+
+
+@pytest.mark.ptoas
+@pytest.mark.parametrize("summary, emit", _random_switch_sets(24), ids=[f"random{i}" for i in range(24)])
+def test_real_ptoas_compiles_random_switch_sets(summary: str, emit, tmp_path: Path) -> None:
+    """Any legal switch set compiles unedited, not only the catalog's (24 seeded draws per run)."""
+    tools = locate_tools()[0]
+    pto_path = tmp_path / "k.pto"
+    pto_path.write_text(emit())
+    done = subprocess.run([tools.ptoas, *PTOAS_FLAGS, str(pto_path), "-o", str(tmp_path / "k.cpp")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{summary}\n{done.stderr}"
