@@ -194,13 +194,14 @@ def test_budget_is_the_tile_plan(head: int, tile_s1: int, qk_preload: int) -> No
 
 
 def test_budget_alignment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each tile is counted rounded up to its space's planner alignment (32 B UB/L1, 512 B L0)."""
+    """Each tile is counted rounded up to its space's planner alignment, as ptoas's PlanMemory does
+    (256 B UB/L1, 4 KiB L0A/L0B/L0C)."""
     config = make()
     extra = [TileSpec("odd", "vector", "p", "vec", 3, 8, "f16"), TileSpec("odd_l0a", "cube", "qk", "left", 16, 16, "f16")]  # 48 B, 512 B
     monkeypatch.setattr(pipeline, "tile_plan", lambda c: tile_plan(c) + extra)
     plan = {row.space: dict(row.items) for row in budget(config).rows}
-    assert plan["vec"]["odd"] == 64
-    assert plan["left"]["odd_l0a"] == 512
+    assert plan["vec"]["odd"] == 256
+    assert plan["left"]["odd_l0a"] == 4096
 
 
 def test_budget_overflow_is_rejected_naming_space_and_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -491,8 +492,8 @@ def test_cli_check_parse_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("content, line, message", [
-    (b"", 1, "not a kernel: no function carries an entry attribute"),
-    (b"// only a comment\n", 1, "not a kernel: no function carries an entry attribute"),
+    (b"", 1, "not a kernel: no function"),
+    (b"// only a comment\n", 1, "not a kernel: no function"),
     (b"module {\n  func.func @f() {\n    return\n  }\n}\n", 1, "not a kernel: no function carries an entry attribute"),
     (b"module {\n}\n// \xff\n", 3, "not UTF-8 text: byte 0xff at column 4"),
     (b"\xef\xbb\xbfmodule {\n}\n", 1, "a UTF-8 byte order mark starts the file"),
@@ -548,9 +549,9 @@ def test_cli_build_illegal_config(tmp_path: Path, args: list[str], rule: str) ->
 
 @pytest.mark.parametrize("head, tile_s1, qk_preload", LEGAL, ids=[_grid_id(p) for p in LEGAL])
 def test_static_memory_check_agrees_with_the_budget(head: int, tile_s1: int, qk_preload: int) -> None:
-    """The checker's liveness peak (what ptoas's planner needs at least) fits the budget: on the
-    cube every tile is live at once, so they are equal; on the vectors every tile is live in the
-    unit loop and one hidden trowexpand scratch at a time, while the budget keeps all of them."""
+    """The checker's liveness peak (what ptoas's planner needs at least) is the budget: on the
+    cube every tile is live at once; on the vectors every tile is live in the unit loop, and so is
+    every hidden trowexpand scratch there (ptoas's planner keeps each apart for the loop nest)."""
     from ptofa.ir.textio import peak_usage
 
     _, parsed = emitted(head, tile_s1, qk_preload)
@@ -559,5 +560,4 @@ def test_static_memory_check_agrees_with_the_budget(head: int, tile_s1: int, qk_
     cube = {space: peak.nbytes for space, peak in peak_usage(fns["fa_cube"]).items()}
     vector = {space: peak.nbytes for space, peak in peak_usage(fns["fa_vec"]).items()}
     assert cube == {space: plan[space] for space in ("mat", "left", "right", "acc")}
-    hidden = pipeline.HIDDEN_ROWEXPAND_TMP_BYTES
-    assert vector == {"vec": plan["vec"] - (make(head=head, tile_s1=tile_s1, qk_preload=qk_preload).rowexpand_ops - 1) * hidden}
+    assert vector == {"vec": plan["vec"]}

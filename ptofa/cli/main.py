@@ -118,8 +118,8 @@ def check(paths: tuple[Path, ...], ptoas_only: bool, pto_backend: str | None) ->
     and launches. --ptoas-only: what ptoas compiles (its parser, verifiers and lowering).
     --pto-backend vpto: no EmitC lowering rule, so with --ptoas-only what ptoas's parser and
     verifiers accept. An op that verifies but does not lower says so ("... lowering: ptoas
-    parses and verifies it, but its default (EmitC) back end cannot lower it"). A file with no
-    entry function (`pto.entry`) is not a kernel and fails.
+    parses and verifies it, but its default (EmitC) back end cannot lower it"). A file without a
+    function is not a kernel and fails; without --ptoas-only, so does one without an entry function.
     """
     from xdsl.dialects import func
 
@@ -133,8 +133,12 @@ def check(paths: tuple[Path, ...], ptoas_only: bool, pto_backend: str | None) ->
     for pto_file in files:
         try:
             parsed = check_text(read_pto(pto_file), str(pto_file), launch_rules=not ptoas_only, backend=pto_backend)
-            if not any(is_entry(f) for f in parsed.module.walk() if isinstance(f, func.FuncOp)):
-                raise PtoCheckError([(1, f"not a kernel: no function carries an entry attribute ({', '.join(ENTRY_ATTRS)})")], str(pto_file))
+            functions = [f for f in parsed.module.walk() if isinstance(f, func.FuncOp)]
+            if not functions:  # ptoas compiles an empty module to nothing
+                raise PtoCheckError([(1, "not a kernel: no function")], str(pto_file))
+            if not ptoas_only and not any(is_entry(f) for f in functions):  # ptofa launches an entry
+                raise PtoCheckError([(1, f"not a kernel: no function carries an entry attribute ({', '.join(ENTRY_ATTRS)})")],
+                                    str(pto_file))
         except PtoCheckError as exc:
             click.echo(str(exc), err=True)
             failed += 1
