@@ -57,7 +57,7 @@ def test_sim_matches_reference(head, tile_s1, qk_preload, batch, heads, s0, s1, 
     result = run_case(config, shape, backend="sim", seed=1, block_dim=block_dim)
     assert result.status == "pass", result.message
     assert result.err is not None and result.err <= result.tolerance
-    assert result.err < 1e-3  # the hardware kernels' own tolerance (fa-pipeline.md 14)
+    assert result.err < 1e-3  # the hardware kernels' own tolerance (docs/sources.md §4.4)
     if block_dim:
         assert result.block_dim == block_dim
 
