@@ -1,7 +1,7 @@
 """FlashAttention configuration: tuning knobs, legality rules and memory budgets.
 
 `FAConfig` is the one place where the kernel's compile-time knobs are checked
-(fa-pipeline.md section 11). The tiles the builder allocates are listed here, by
+(docs/sources.md §4.3). The tiles the builder allocates are listed here, by
 `tile_plan`, and the builder allocates exactly those: the memory budget is
 computed from the same list, so the two cannot drift apart.
 
@@ -31,7 +31,7 @@ REDUCE_TABLE = ("head", "row", "rows", "splits")
 MAX_SPLITS = 16  # split-KV: most splits of one unit's KV tiles (num_splits)
 
 # Rows of a softmax row slice below which the vector stage does not split it further
-# to double-buffer it (fa-pipeline.md 11: vec_s0 * 4 bytes a multiple of 32).
+# to double-buffer it (docs/sources.md §4.3: vec_s0 * 4 bytes a multiple of 32).
 MIN_VEC_S0 = 8
 # Fewest Q rows a vector core scales at once (prescale_q): its three [rows, D] tiles take
 # 8 KiB at D = 128, which fits beside every TILE_S1 = 512 softmax working set.
@@ -213,11 +213,11 @@ class FAConfig:
         if self.qk_preload == 4:
             warnings.warn(
                 "qk_preload=4 risks the ptoas --enable-insert-sync event-id deadlock "
-                "(fa-pipeline.md 13.4); 2 or 3 is the tested range on hardware",
+                "(docs/sources.md §4.2); 2 or 3 is the tested range on hardware",
                 stacklevel=2,
             )
 
-    # Derived sizes (fa-pipeline.md 5, 6).
+    # Derived sizes (docs/sources.md §4.1).
     @property
     def tile_factor(self) -> int:
         """kTileFactor: CUBE_S1-wide sub-tiles per logical S1 tile."""
@@ -538,7 +538,7 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
         # vector: per-row state of the core's rows, and GU tiles. The running
         # statistics are allocated as [1, R] rows because compute_p slices them per
         # row slice with pto.subview, whose source must come from alloc_tile (a
-        # subview of a treshape fails to legalize in ptoas 0.60, pto-ir.md 0.13);
+        # subview of a treshape fails to legalize in ptoas 0.60, docs/sources.md §2.13);
         # the [R, 1] column views the row-broadcast ops need are treshapes of them.
         TileSpec("m_all", "vector", "p", "vec", 1, rows, "f32"),
         TileSpec("l_all", "vector", "p", "vec", 1, rows, "f32"),

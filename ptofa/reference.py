@@ -1,4 +1,4 @@
-"""Torch reference attention and the accuracy rule (fa-pipeline.md 14).
+"""Torch reference attention and the accuracy rule (docs/sources.md §4.4).
 
 Tensors are BSND: Q [B,S0,N,D], K/V [B,S1,N,D], all fp16; O is [B,S0,N,D] fp32.
 

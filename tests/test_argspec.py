@@ -27,7 +27,7 @@ CTYPES_OF_C_TYPE = {
     "int64_t": ctypes.c_int64,
     "float": ctypes.c_float,
 }
-# PTO IR argument type -> C++ type ptoas emits for it (pto-ir.md 5.4).
+# PTO IR argument type -> C++ type ptoas emits for it (docs/sources.md §3.1).
 CXX_OF_IR_TYPE = {
     "!pto.ptr<i64>": "__gm__ int64_t*",
     "!pto.ptr<f32>": "__gm__ float*",

@@ -26,6 +26,7 @@ from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, TileSpec, budget
 from ptofa.sim.faults import fault_text
 from ptofa.sim.options import RunOptions
 from ptofa.ir.textio import ParsedModule, PtoCheckError, check_text, print_pto
+from pairwise import grid_params, pairwise_cover
 
 GRID = list(itertools.product((64, 96, 128, 192, 256), (128, 256, 512), (1, 2, 3, 4)))
 
@@ -46,6 +47,8 @@ def is_legal(head: int, tile_s1: int, qk_preload: int) -> bool:
 
 
 LEGAL = [p for p in GRID if is_legal(*p)]
+# The default run builds a pairwise cover of the legal points (and checks every illegal one).
+DEFAULT = set(pairwise_cover(LEGAL)) | {p for p in GRID if not is_legal(*p)}
 
 
 @lru_cache(maxsize=None)
@@ -63,7 +66,7 @@ def functions(parsed: ParsedModule) -> dict[str, func.FuncOp]:
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("head, tile_s1, qk_preload", GRID, ids=[_grid_id(p) for p in GRID])
+@pytest.mark.parametrize("head, tile_s1, qk_preload", grid_params(GRID, DEFAULT, _grid_id))
 def test_grid_config_is_rejected_or_emits_valid_ir(head: int, tile_s1: int, qk_preload: int) -> None:
     if not is_legal(head, tile_s1, qk_preload):
         with pytest.raises(ConfigError, match=r"^preload vs tile factor: qk_preload=1 needs k_tile_factor=1 \(tile_s1=cube_s1=128\), got tile_s1="):
@@ -74,7 +77,7 @@ def test_grid_config_is_rejected_or_emits_valid_ir(head: int, tile_s1: int, qk_p
     assert print_pto(check_text(print_pto(parsed.module)).module) == text
 
 
-@pytest.mark.parametrize("head, tile_s1, qk_preload", LEGAL, ids=[_grid_id(p) for p in LEGAL])
+@pytest.mark.parametrize("head, tile_s1, qk_preload", grid_params(LEGAL, DEFAULT, _grid_id))
 def test_cli_build_writes_the_emitted_text(tmp_path: Path, head: int, tile_s1: int, qk_preload: int) -> None:
     out = tmp_path / "sub" / "fa.pto"
     result = CliRunner().invoke(main, ["build", "--head", str(head), "--tile-s1", str(tile_s1),
@@ -91,6 +94,15 @@ def test_cli_build_writes_the_emitted_text(tmp_path: Path, head: int, tile_s1: i
 def test_qk_preload_4_warns() -> None:
     with pytest.warns(UserWarning, match="qk_preload=4 risks the ptoas --enable-insert-sync event-id deadlock"):
         FAConfig(qk_preload=4)
+
+
+def test_the_default_run_holds_every_pair_of_grid_values() -> None:
+    """The pairwise cover the default run builds: every two of head, tile_s1 and qk_preload take
+    together each pair of values the legal grid has, with fewer than half its points."""
+    default = [p for p in LEGAL if p in DEFAULT]
+    for i, j in itertools.combinations(range(3), 2):
+        assert {(p[i], p[j]) for p in default} == {(p[i], p[j]) for p in LEGAL}, (i, j)
+    assert len(default) < len(LEGAL) / 2
 
 
 def test_illegal_grid_point_is_the_only_one() -> None:
@@ -177,7 +189,7 @@ def test_problem_shape_minimum_is_accepted() -> None:
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("head, tile_s1, qk_preload", LEGAL, ids=[_grid_id(p) for p in LEGAL])
+@pytest.mark.parametrize("head, tile_s1, qk_preload", grid_params(LEGAL, DEFAULT, _grid_id))
 def test_budget_is_the_tile_plan(head: int, tile_s1: int, qk_preload: int) -> None:
     config = make(head=head, tile_s1=tile_s1, qk_preload=qk_preload)
     plan = budget(config)
@@ -283,7 +295,7 @@ def test_budget_from_tile_specs(monkeypatch: pytest.MonkeyPatch) -> None:
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("head, tile_s1, qk_preload", LEGAL, ids=[_grid_id(p) for p in LEGAL])
+@pytest.mark.parametrize("head, tile_s1, qk_preload", grid_params(LEGAL, DEFAULT, _grid_id))
 def test_pipes_on_each_side(head: int, tile_s1: int, qk_preload: int) -> None:
     config = make(head=head, tile_s1=tile_s1, qk_preload=qk_preload)
     funcs = functions(emitted(head, tile_s1, qk_preload)[1])
@@ -359,7 +371,7 @@ def test_steady_state_starts_qk_before_it_waits_for_p(head: int, tile_s1: int) -
     assert order(epilogue)[0] == "tpop1" and "talloc0" not in order(epilogue)
 
 
-@pytest.mark.parametrize("head, tile_s1, qk_preload", LEGAL, ids=[_grid_id(p) for p in LEGAL])
+@pytest.mark.parametrize("head, tile_s1, qk_preload", grid_params(LEGAL, DEFAULT, _grid_id))
 def test_schedule_pipe_op_counts(head: int, tile_s1: int, qk_preload: int) -> None:
     text, parsed = emitted(head, tile_s1, qk_preload)
     funcs = functions(parsed)
@@ -411,7 +423,7 @@ def test_entry_arguments_follow_argspec() -> None:
     assert callees == [argspec.CUBE_FUNC_NAME, argspec.VECTOR_FUNC_NAME]
 
 
-@pytest.mark.parametrize("head, tile_s1, qk_preload", LEGAL, ids=[_grid_id(p) for p in LEGAL])
+@pytest.mark.parametrize("head, tile_s1, qk_preload", grid_params(LEGAL, DEFAULT, _grid_id))
 def test_alloc_tiles_are_the_tile_plan(head: int, tile_s1: int, qk_preload: int) -> None:
     """Every alloc_tile corresponds 1:1 to tile_plan(config): the budget's source of truth."""
     config = make(head=head, tile_s1=tile_s1, qk_preload=qk_preload)
@@ -547,7 +559,7 @@ def test_cli_build_illegal_config(tmp_path: Path, args: list[str], rule: str) ->
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("head, tile_s1, qk_preload", LEGAL, ids=[_grid_id(p) for p in LEGAL])
+@pytest.mark.parametrize("head, tile_s1, qk_preload", grid_params(LEGAL, DEFAULT, _grid_id))
 def test_static_memory_check_agrees_with_the_budget(head: int, tile_s1: int, qk_preload: int) -> None:
     """The checker's liveness peak (what ptoas's planner needs at least) is the budget: on the
     cube every tile is live at once; on the vectors every tile is live in the unit loop, and so is

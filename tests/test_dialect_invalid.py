@@ -216,12 +216,12 @@ op_case("subview_sizes_vs_type", vec, "%c0 = arith.constant 0 : index\n" + alloc
 _ROW64 = "!pto.tile_buf<vec, 1x64xf32>"
 _ROW32 = "!pto.tile_buf<vec, 1x32xf32>"
 _COL64 = "!pto.tile_buf<vec, 64x1xf32, blayout=col_major>"
-# pto-ir.md 0.13: ptoas 0.60 fails to legalize a subview whose source is a treshape result.
+# docs/sources.md §2.13: ptoas 0.60 fails to legalize a subview whose source is a treshape result.
 op_case("subview_of_treshape", vec, "%c0 = arith.constant 0 : index\n%c32 = arith.constant 32 : index\n" + alloc("tc", _COL64)
         + f"%t = pto.treshape %tc : {_COL64} -> {_ROW64}\n",
         f"%s = pto.subview %t[%c0, %c32] sizes [1, 32] : {_ROW64} -> {_ROW32}",
         "'pto.subview' subview source: the source is a pto.treshape result; ptoas 0.60 fails to legalize")
-# pto-ir.md 0.14: a subview is materialized as its parent's physical tile, so tmov shapes differ.
+# docs/sources.md §2.14: a subview is materialized as its parent's physical tile, so tmov shapes differ.
 op_case("tmov_into_subview", vec, "%c0 = arith.constant 0 : index\n%c32 = arith.constant 32 : index\n" + alloc("a", _ROW32) + alloc("t", _ROW64)
         + f"%s = pto.subview %t[%c0, %c32] sizes [1, 32] : {_ROW64} -> {_ROW32}\n",
         f"pto.tmov ins(%a : {_ROW32}) outs(%s : {_ROW32})",
@@ -230,7 +230,7 @@ op_case("tmov_mat_subview_source", cube, "%c0 = arith.constant 0 : index\n" + al
         + f"%s = pto.subview %m[%c0, %c0] sizes [128, 128] : !pto.tile_buf<mat, 256x128xf16, blayout=col_major, slayout=row_major> -> {MAT}\n",
         f"pto.tmov ins(%s : {MAT}) outs(%left : {LEFT})",
         "'pto.tmov' shape agreement: expects mat-source tmov to use matching src/dst shapes: ptoas materializes a subview as its parent's physical tile, so this is 256x128 -> 128x128")
-# pto-ir.md 0.2: with a dynamic size the DN view silently becomes ND unless the layout is written.
+# docs/sources.md §2.2: with a dynamic size the DN view silently becomes ND unless the layout is written.
 op_case("dn_view_layout_inference", vec, "%c1 = arith.constant 1 : index\n%c128 = arith.constant 128 : index\n%n = arith.index_cast %s1 : i64 to index\n",
         "%kT = pto.make_tensor_view %p, shape = [%c128, %n], strides = [%c1, %c128] : !pto.tensor_view<128x?xf16>",
         "'pto.make_tensor_view' layout inference: strides [1, 128] describe a DN view, but ptoas infers the layout only when every size and stride is a constant",
@@ -241,7 +241,7 @@ _DN_GM = """%c0 = arith.constant 0 : index
 %kT = pto.make_tensor_view %p, shape = [%c128, %c128], strides = [%c1, %c128] {layout = #pto.layout<dn>} : !pto.tensor_view<128x128xf16>
 %pv = pto.partition_view %kT, offsets = [%c0, %c0], sizes = [%c128, %c128] : !pto.tensor_view<128x128xf16> -> !pto.partition_tensor_view<128x128xf16>
 """
-# pto-ir.md 0.8 (not diagnosed by ptoas): the GM view layout must pair with the tile layout.
+# docs/sources.md §2.8 (not diagnosed by ptoas): the GM view layout must pair with the tile layout.
 op_case("tload_layout_pairing_mat", cube, _DN_GM + alloc("m", MAT),
         f"pto.tload ins(%pv : !pto.partition_tensor_view<128x128xf16>) outs(%m : {MAT})",
         "'pto.tload' layout pairing: a DN GM view pairs with loc=mat tiles of layout DN or ZN, got NZ", "%p: !pto.ptr<f16>")
@@ -555,13 +555,13 @@ _NINE = "\n".join(f"pto.aic_initialize_pipe {{id = {i}, dir_mask = 1, slot_size 
 case("more_than_8_pipes", pipes(cube=CUBE_PRE + _NINE + "\n" + CUBE_BODY),
      "@cube: 9 one-way pipes need 18 flag ids; at most 16 fit (8 pipes)", "func.func @cube")
 
-# pto-ir.md 0.7: ptoas compiles a tpush of an entry that no talloc made, or a tfree of one no tpop made.
+# docs/sources.md §2.7: ptoas compiles a tpush of an entry that no talloc made, or a tfree of one no tpop made.
 case("tpush_entry_not_from_talloc", cube_op("pto.tpush_to_aiv(%e : ", "pto.tpush_to_aiv(%qk_slot : "),
      "'pto.tpush_to_aiv' entry: tpush needs the entry of a talloc on pipe id 0, got a value that no talloc or tpop made", "pto.tpush_to_aiv")
 case("tfree_entry_from_talloc",
      pipes(vec=VEC_PRE + VEC_BODY.replace("pto.tfree_from_aic(%e", "%a = pto.talloc_to_aic {id = 1, split = 1} -> " + PPH + "\npto.tfree_from_aic(%a").replace(f"%a : {QKH}", f"%a : {PPH}")),
      "'pto.tfree_from_aic' entry: tfree needs the entry of a tpop on pipe id 0, got a pto.talloc_to_aic result of pipe id 1", "pto.tfree_from_aic")
-# pto-ir.md 0.11: PlanMemory's overflow ("vec overflow, requires N bits while M bits avaliable").
+# docs/sources.md §2.11: PlanMemory's overflow ("vec overflow, requires N bits while M bits avaliable").
 _BIG = "!pto.tile_buf<vec, 128x128xf32>"
 case("vec_overflow", vec("".join(alloc(f"a{i}", _BIG) for i in range(4))
                          + "".join(f"pto.tadd ins(%a0, %a0 : {_BIG}, {_BIG}) outs(%a{i} : {_BIG})\n" for i in range(1, 4))
@@ -617,7 +617,7 @@ case("entry_tile_argument", wrap("").replace("@entry(%ffts: !pto.ptr<i64>)", f"@
      "'func.func' entry arguments: @entry takes a !pto.tile_buf argument; tiles are only legal in callee functions", "func.func @entry")
 
 
-# ---------------------------------------------------------------------------- masks, ragged tails, bf16, atomics (pto-ir.md 7.13)
+# ---------------------------------------------------------------------------- masks, ragged tails, bf16, atomics (docs/sources.md §3.3)
 T = "!pto.tile_buf<vec, 32x256xf32>"
 TM = "!pto.tile_buf<vec, 32x256xi8>"
 TD = "!pto.tile_buf<vec, 32x256xf32, valid=?x?>"
@@ -719,7 +719,7 @@ op_case("tci_dtype", vec, MASK + "%f = arith.constant 0 : i32\n", f"pto.tci ins(
 op_case("tci_start_type", vec, MASK + "%s16 = arith.constant 0 : i16\n", f"pto.tci ins(%s16 : i16) outs(%ci : {CI32})",
         "'pto.tci' dtype: expects S and dst element type to be exactly the same type, got i16 and i32")
 op_case("tci_rows", vec, MASK + alloc("c2", "!pto.tile_buf<vec, 2x256xi32>"), "pto.tci ins(%d0 : i32) outs(%c2 : !pto.tile_buf<vec, 2x256xi32>)",
-        "'pto.tci' shape: tci fills one row (dst[0][j] = start + j, pto-ir.md 7.13): dst must be 1xN, got 2x256")
+        "'pto.tci' shape: tci fills one row (dst[0][j] = start + j): dst must be 1xN, got 2x256")
 op_case("tci_cols", vec, MASK + alloc("c1", "!pto.tile_buf<vec, 8x1xi32, blayout=col_major>"),
         "pto.tci ins(%d0 : i32) outs(%c1 : !pto.tile_buf<vec, 8x1xi32, blayout=col_major>)",
         "'pto.tci' shape: expects dst cols to be different from 1")
@@ -1119,7 +1119,7 @@ def test_entry_snippet_is_valid() -> None:
     check_text("module {\n" + ENTRY + "}\n")
 
 
-# Forms a real ptoas 0.60 compiled (pto-ir.md section 0, items 10 and 13): the checker
+# Forms a real ptoas 0.60 compiled (docs/sources.md §2.10, §2.13): the checker
 # must not reject them.
 _VERIFIED_SLICE = f"""%c0 = arith.constant 0 : index
 %c1 = arith.constant 1 : index

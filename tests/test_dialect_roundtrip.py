@@ -1,6 +1,6 @@
 """Every op and type of the PTO dialect parses, verifies, prints, and prints back identically.
 
-Each case is a small snippet inside a valid module (pto-ir.md sections 5-10); the
+Each case is a small snippet inside a valid module (docs/sources.md §3); the
 check is `check_text` on the source, then print(parse(print)) == print.
 """
 
@@ -217,7 +217,7 @@ OPS: dict[str, tuple[str, str]] = {
     "tmov_vec_vec": ("vector", f"{VEC_TILES}\npto.tmov ins(%a : {V32}) outs(%b : {V32})"),
     "treshape": ("vector", f"%c = pto.alloc_tile : {COL}\n%r = pto.treshape %c : {COL} -> {ROW}"),
     "subview": ("vector", f"%c0 = arith.constant 0 : index\n%c8 = arith.constant 8 : index\n%a = pto.alloc_tile : {V32}\n%s = pto.subview %a[%c8, %c0] sizes [8, 64] : {V32} -> !pto.tile_buf<vec, 8x64xf32>"),
-    # A [1,R] row tile made by alloc_tile (a subview of a treshape is rejected by ptoas, pto-ir.md 0.13).
+    # A [1,R] row tile made by alloc_tile (a subview of a treshape is rejected by ptoas, docs/sources.md §2.13).
     "subview_row": ("vector", f"%c0 = arith.constant 0 : index\n%r = pto.alloc_tile : {ROW}\n%s = pto.subview %r[%c0, %c0] sizes [1, 8] : {ROW} -> !pto.tile_buf<vec, 1x8xf32>"),
     "tcvt_tmp": ("vector", f"{VEC_TILES}\npto.tcvt ins(%a, %t {{rmode = #pto<round_mode CAST_RINT>}} : {V32}, {V32}) outs(%h : {V16})"),
     "tcvt_default_rmode": ("vector", f"{VEC_TILES}\npto.tcvt ins(%a : {V32}) outs(%h : {V16})"),
@@ -284,7 +284,7 @@ scf.for %i = %c0 to %c4 step %c1 {{
 
 
 # --------------------------------------------------------------------------------------
-# Masks, ragged tails, bf16 and atomic stores: the forms of pto-ir.md 7.13
+# Masks, ragged tails, bf16 and atomic stores: the forms of docs/sources.md §3.3
 # --------------------------------------------------------------------------------------
 
 T = "!pto.tile_buf<vec, 32x256xf32>"
@@ -393,7 +393,7 @@ OPS["i8_mask_from_gm"] = ("vector", f"{_BF_GM}\n%c256m = arith.constant 256 : in
                           "pto.tload ins(%pm8 : !pto.partition_tensor_view<1x256xi8>) outs(%m8 : !pto.tile_buf<vec, 1x256xi8>)\n"
                           "pto.tcvt ins(%m8 {rmode = #pto<round_mode CAST_RINT>} : !pto.tile_buf<vec, 1x256xi8>) outs(%m16 : !pto.tile_buf<vec, 1x256xf16>)\n"
                           "pto.tcvt ins(%m16 {rmode = #pto<round_mode CAST_RINT>} : !pto.tile_buf<vec, 1x256xf16>) outs(%m32 : !pto.tile_buf<vec, 1x256xf32>)")
-# Generic forms ptoas accepts (pto-ir.md 0.1): enum attributes in a property dict.
+# Generic forms ptoas accepts (docs/sources.md §2.1): enum attributes in a property dict.
 OPS["tcvt_generic"] = ("vector", f'{VEC_TILES}\n"pto.tcvt"(%a, %h) <{{rmode = #pto<round_mode TRUNC>}}> : ({V32}, {V16}) -> ()')
 OPS["trowmax_generic"] = ("vector", f'{VEC_TILES}\n"pto.trowmax"(%a, %t, %col) : ({V32}, {V32}, {COL}) -> ()')
 

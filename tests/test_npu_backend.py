@@ -64,7 +64,7 @@ def test_flop_conventions() -> None:
     shape = ProblemShape(batch=2, heads=3, s0=128, s1=1024)
     assert flops_matmul(shape, 128) == 4 * 2 * 3 * 128 * 1024 * 128
     assert flops_dsl_gp(shape, 128) == 2 * 3 * (4 * 128 * 1024 * 128 + 128 * 1024 + 128 * (5 * 1024 - 2))
-    # fa-pipeline.md 16.1: convention B is about 1.2% above A at HEAD=128.
+    # docs/sources.md §4.5: convention B is about 1.2% above A at HEAD=128.
     assert flops_dsl_gp(shape, 128) / flops_matmul(shape, 128) == pytest.approx(1.012, abs=0.001)
     assert tflops(10**12, 1e6) == pytest.approx(1.0)
 

@@ -8,7 +8,6 @@ the workspace size, the stream), not the kernel's numbers.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import types
 
@@ -20,7 +19,7 @@ from ptofa.kernels import argspec
 from ptofa.attention import core as attention
 from ptofa.launch import npu
 from ptofa.launch.toolchain import entry_signature
-from ptofa.attention.ops import flash_attn_fwd
+from ptofa.attention.ops import config_to_json, flash_attn_fwd
 from ptofa.pipeline import ConfigError, FAConfig
 from ptofa.reference import check_accuracy, reference_fa
 
@@ -64,28 +63,30 @@ def test_torch_compile_traces_without_a_graph_break(compiler: str) -> None:
     assert check_accuracy(eager.float() / 2, ref.out32, ref.out_low).passed
 
 
-def test_the_compiled_region_calls_nothing_on_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    """torch 2.11's dynamo could not hand a frozen dataclass to a function it runs while tracing
-    (`config_to_json` was one): with `dataclasses.fields` refusing an FAConfig, a trace that
-    serialised the config (asdict, fields) would fail here; the op's JSON is read as an attribute."""
-    real_fields = dataclasses.fields
-
-    def fields(obj):
-        if isinstance(obj, FAConfig):
-            raise AssertionError("dataclasses.fields called on an FAConfig inside the compiled region")
-        return real_fields(obj)
+def test_the_compiled_region_calls_nothing_on_the_config() -> None:
+    """The config reaches the op as the JSON text it made on creation: `config_to_json` reads
+    that attribute (the very string, nothing serialised; torch 2.11's dynamo could not hand a
+    frozen dataclass to a function it runs while tracing), and the graph torch.compile traces
+    holds the op with that text as a constant argument and nothing else of the config."""
+    assert config_to_json(CONFIG) is CONFIG.json_text and config_to_json(None) is None
+    graphs: list[torch.fx.GraphModule] = []
 
     def backend(graph: torch.fx.GraphModule, example_inputs):
-        monkeypatch.undo()  # the trace is done; the op itself builds configs when it runs
+        graphs.append(graph)
         return graph.forward
 
     torch._dynamo.reset()
     model = Tiny()
     q, k, v = bsnd()
-    monkeypatch.setattr(dataclasses, "fields", fields)
     with torch.no_grad():
         compiled = torch.compile(model, fullgraph=True, backend=backend)(q, k, v)
-        assert dataclasses.fields is real_fields and torch.equal(compiled, model(q, k, v))
+        assert torch.equal(compiled, model(q, k, v))
+    [graph] = graphs
+    calls = [node for node in graph.graph.nodes if node.op == "call_function"]
+    ops = [node for node in calls if "ptofa" in str(node.target)]
+    assert [str(node.target) for node in ops] == ["ptofa.flash_attn_fwd.default"], [str(n.target) for n in calls]
+    constants = [arg for arg in (*ops[0].args, *ops[0].kwargs.values()) if isinstance(arg, str)]
+    assert constants == ["sim", CONFIG.json_text], ops[0].args
 
 
 def test_sdpa_compiles_too() -> None:

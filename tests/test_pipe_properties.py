@@ -1,4 +1,4 @@
-"""Property tests of the pipe protocol (pto-ir.md 10.5) and of the tile_buf type syntax."""
+"""Property tests of the pipe protocol (docs/sources.md §3.5) and of the tile_buf type syntax."""
 
 from __future__ import annotations
 

@@ -239,7 +239,7 @@ def test_wrong_ring_offset_gives_wrong_numbers(sample_text):
 
 
 def test_full_slot_descriptor_on_vector_side_reads_next_slot(sample_text):
-    """pto-ir.md 0.6: a full 128x64 descriptor with split = 1 offsets AIV1 by a whole slot."""
+    """docs/sources.md §2.6: a full 128x64 descriptor with split = 1 offsets AIV1 by a whole slot."""
     vec = sample_text.index("func.func @attn_vec")
     text = sample_text[vec:]
     for half, full in (
@@ -273,7 +273,7 @@ def test_max_steps(sample_text):
 
 def test_sync_period_and_drain_counts():
     assert [sync_period(s) for s in (1, 2, 4, 8)] == [1, 2, 2, 4]
-    assert pending_drain(40, 8) == 2  # pto-ir.md 10.5 / pto-isa PR #240: 10 notified, 8 waited
+    assert pending_drain(40, 8) == 2  # docs/sources.md §3.5 / pto-isa PR #240: 10 notified, 8 waited
     assert waited_credits(40, 8) == 8
     assert [pending_drain(t, 8) for t in (0, 3, 4, 8, 9, 12, 13)] == [0, 0, 1, 2, 1, 2, 1]
     assert [pending_drain(t, 2) for t in (1, 2, 3, 4, 5)] == [0, 1, 0, 1, 0]

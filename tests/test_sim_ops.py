@@ -1,4 +1,4 @@
-"""Simulator semantics of the mask / ragged-tail / bf16 / atomic ops (pto-ir.md 7.13) and of
+"""Simulator semantics of the mask / ragged-tail / bf16 / atomic ops (docs/sources.md §3.3) and of
 the scalar arith ops, each run as a tiny one-function kernel against numpy / torch.
 
 Every module goes through `check_text` (the verifier) before `simulate`. A vector kernel

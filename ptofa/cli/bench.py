@@ -1,12 +1,12 @@
-"""Benchmark the kernel and torch_npu's fused attention on an NPU (fa-pipeline.md 16).
+"""Benchmark the kernel and torch_npu's fused attention on an NPU (docs/sources.md §4.5).
 
 Timing: `event` mode records NPU events around each iteration after a warm-up,
 writing a 256 MB buffer before every iteration so that L2 holds nothing of the
 previous one; `sync` mode times each iteration on the host between two
 `torch.npu.synchronize()` calls (event timing can report invalid sub-microsecond
-values for ctypes launches, fa-pipeline.md 13.10). The mean is reported.
+values for ctypes launches, docs/sources.md §4.5). The mean is reported.
 
-Throughput in two conventions (fa-pipeline.md 16.1):
+Throughput in two conventions (docs/sources.md §4.5):
   tflops         A, matmul only: 4*B*N*S0*S1*D
   tflops_dsl_gp  B, matmul + scale + softmax: B*N*(4*S0*S1*D + S0*S1 + S0*(5*S1 - 2))
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 KIB = 1024
 
-# Local memory capacities of one A2/A3 block (the same A3 spec of PTOAS's PTOPlanMemory.cpp, in bits there).
+# Local memory capacities of one A2/A3 block (catlass include/acot/arch/arch.hpp AtlasA2 @ 0a8dac9d;
+# the same A3 spec of PTOAS's PTOPlanMemory.cpp, in bits there; docs/sources.md §1.2).
 CAPACITY = {
     "vec": 192 * KIB,  # UB, per vector core
     "mat": 512 * KIB,  # L1
@@ -27,7 +28,7 @@ SPACE_NAMES = {"vec": "UB", "mat": "L1", "left": "L0A", "right": "L0B", "acc": "
 PTOAS_SPACE_NAMES = {"vec": "vec", "mat": "mat", "left": "left", "right": "right", "acc": "acc"}
 
 # ptoas materialises a hidden UB scratch for every trowexpand* op written without a
-# tmp operand: 1x2048 f32 = 8 KiB each (pto-ir.md section 0, item 5). Row reductions
+# tmp operand: 1x2048 f32 = 8 KiB each (docs/sources.md §2.5). Row reductions
 # without tmp get a scratch of their source's size.
 HIDDEN_ROWEXPAND_TMP_BYTES = 8 * KIB
 # trowexpandexpdif is the exception: ptoas makes no hidden scratch for it (its implicit-tmp

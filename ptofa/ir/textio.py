@@ -10,7 +10,7 @@ one kernel function the way ptoas's PlanMemory fails (`peak_usage`, `memory_erro
 end of this module). ptoas plans every `pto.alloc_tile` (and the hidden scratch of ops
 written without a tmp operand) into its on-chip space and may overlap buffers whose live
 ranges do not intersect; when the live bytes of a space exceed its capacity it stops with
-`vec overflow, requires N bits while M bits avaliable!` (pto-ir.md 0.11). `peak_usage`
+`vec overflow, requires N bits while M bits avaliable!` (docs/sources.md §2.11). `peak_usage`
 computes live ranges over the function's ops in program order: a tile lives from its alloc
 to its last use (uses through `treshape`/`subview` views and the slots of a multi-buffer
 tile count; a multi-buffer tile needs all its slots), and a use inside a loop that the
@@ -423,7 +423,7 @@ def _entry_source_errors(op: d._TakesEntry) -> list[tuple[Operation | None, str]
         return []
     got = f"a {src.name} result of pipe id {src.id_value}" if isinstance(src, d._ProducesEntry) else "a value that no talloc or tpop made"
     return [(op, f"'{op.name}' entry: {op.ROLE} needs the entry of a {want} on pipe id {op.id_value}, got {got} "
-                 "(ptoas compiles it and the pipe deadlocks or corrupts on hardware, pto-ir.md 0.7)")]
+                 "(ptoas compiles it and the pipe deadlocks or corrupts on hardware, docs/sources.md §2.7)")]
 
 
 def _split_errors(op: d._PipeDataOp, init: d._InitPipeOp) -> list[tuple[Operation | None, str]]:

@@ -11,7 +11,7 @@ Host side: the launcher takes `block_dim`, a stream and one pointer per GM
 buffer. The FFTS address is not a host parameter: the launcher fetches it with
 `rtGetC2cCtrlAddr`. The slot workspace is one buffer passed to the kernel twice,
 as `f32` and as input-dtype pointer, so that each ring can be addressed in its own
-element type (pto-ir.md 10.7).
+element type (docs/sources.md §3.6).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
     compute_pv  (cube)    PV = P V, accumulated over the sub-tiles    -> PV slot
     compute_gu  (vectors) O = alpha_t * O + PV; at the end O = O / l (and LSE)
 
-Schedule (fa-pipeline.md section 7; `common.pipelined` on the cube, `common.fused`
+Schedule (docs/sources.md §4.2; `common.pipelined` on the cube, `common.fused`
 on the vectors), with P = QK_PRELOAD over the unit's visible tiles [lo, hi):
 
     cube:    QK(lo..lo+P-1) | QK(t+P) interleaved with PV(t), QK first | PV(hi-P..hi-1)
@@ -740,7 +740,7 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
     ring = [rows[f"exp_ring{r}"] for r in range(config.exp_ring)]
     start, mask, half = mask_constants(config)
     # The mask value and its negation scale softmax-dtype tiles: scalars of the tiles' element
-    # type (pto-ir.md 9); the running-max start and row-fix threshold meet the f32 statistics.
+    # type (docs/sources.md §3.4); the running-max start and row-fix threshold meet the f32 statistics.
     # One constant per (value, type): the f32 mask is the running-max start.
     mask_type = F16 if config.softmax_dtype == "f16" else F32
     consts: dict[str, SSAValue] = {}

@@ -10,7 +10,7 @@ outputs copied back; the workspace is the caller's or one of the plan's size. Th
 
 `run_npu` (the `npu` backend) builds the `.pto` of a case, launches its plan on random BSND
 inputs and checks O with the accuracy rule of `ptofa.reference`. It also compares O with
-`torch_npu.npu_fused_infer_attention_score` (fa-pipeline.md 16.2) and reports the
+`torch_npu.npu_fused_infer_attention_score` (docs/sources.md §4.5) and reports the
 difference in `RunResult.extra`; the pass/fail status comes from the reference rule.
 
 Without torch_npu or a device every entry point raises `BackendUnavailable`
@@ -39,11 +39,12 @@ from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
 from ptofa.reference import make_inputs
 from ptofa.sim.socspec import DEFAULT_SOC, SocSpec, get_soc
 
-# Cube cores of a 910B3/B4 (fa-pipeline.md 17.3), used when torch_npu cannot say.
+# Cube cores of a 910B3 (catlass include/acot/arch/arch.hpp @ 0a8dac9d, AscendC910B3::MaxBlock;
+# docs/sources.md §1.1), used when torch_npu cannot say.
 FALLBACK_CUBE_CORES = 20
-# Tolerance of the comparison with the fused op (fa-pipeline.md 14).
+# Tolerance of the comparison with the fused op (pto-dsl examples/aot/flash_attention/140tflops/run.py @ 896585e0; docs/sources.md §4.4).
 FUSED_RTOL = FUSED_ATOL = 1e-3
-# next_tokens for a non-causal fused-op call (fa-pipeline.md 16.2).
+# next_tokens for a non-causal fused-op call (docs/sources.md §4.5).
 FUSED_NEXT_TOKENS_NON_CAUSAL = 65535
 
 

@@ -10,7 +10,7 @@ The build's files are named after the file's `pto.entry` function (`fa_fwd.cpp`,
 `fa_fwd.so` for the forward kernel), and its launcher `call_<entry>` is rendered from the
 entry's own signature (`render_caller_cpp`): any kernel, not only FlashAttention.
 
-(pto-ir.md 13.1-13.2; a2 and a3 share code generation, so `--pto-arch=a3` and
+(docs/sources.md §1.3, §3.8; a2 and a3 share code generation, so `--pto-arch=a3` and
 `--npu-arch=dav-2201` serve both.) Builds are cached under `$PTOFA_CACHE`
 (default: `builds` under ptofa's cache root, `ptofa_cache_root`) by a
 key over the `.pto` text, `caller.cpp`, the flags, the tool versions and the pto-isa
@@ -41,7 +41,7 @@ from ptofa.kernels import argspec
 
 PTOAS_FLAGS: tuple[str, ...] = ("--pto-arch=a3", "--enable-insert-sync")
 
-# Mixed cube+vector build of caller.cpp (pto-ir.md 13.2, the pto-dsl recipe used with
+# Mixed cube+vector build of caller.cpp (docs/sources.md §3.8, the pto-dsl recipe used with
 # CANN 8.5 on 910B). The later -std=gnu++17 overrides -std=c++17; kept as verified.
 BISHENG_FLAGS: tuple[str, ...] = (
     "-fPIC", "-shared", "-O2", "-std=c++17",
@@ -422,7 +422,7 @@ def compile_cmd(pto_file: Path, out_dir: Path, dry_run: bool, no_cache: bool) ->
 CALLER_TEMPLATE = """\
 // Generated from ptofa/kernels/argspec.py by `python -m ptofa.launch.toolchain gen-caller`; do not edit.
 // Host launcher of {what}. bisheng compiles this file in mix mode
-// with -DKERNEL_CPP="\\"<ptoas output>\\"" (pto-ir.md 13.2, compile.sh).
+// with -DKERNEL_CPP="\\"<ptoas output>\\"" (docs/sources.md §3.8, compile.sh).
 #include <cstdint>
 
 #include KERNEL_CPP

@@ -305,7 +305,7 @@ class _FunctionCompiler:
         self.fp.nslots = self.n
 
     def hidden_scratch(self) -> list[tuple[str, str, str, int]]:
-        """ptoas's implicit UB tmp buffers (pto-ir.md section 0, item 5), once per op."""
+        """ptoas's implicit UB tmp buffers (docs/sources.md §2.5), once per op."""
         out = []
         for op in self.f.walk():
             hidden = d.hidden_scratch(op)

@@ -6,7 +6,7 @@ a byte offset and an element dtype (two pointers may alias one buffer, as the f3
 f16 views of the slot workspace do). Tensor views are `GmView`s: pointer + shape +
 strides (elements); `GmView.array` builds the numpy view after a bounds check.
 
-A tile is a 2-D numpy array `[rows, cols]` plus its valid region (pto-ir.md 6.4).
+A tile is a 2-D numpy array `[rows, cols]` plus its valid region (docs/sources.md §3.2).
 Non-boxed `col_major` tiles are stored in Fortran order so that `treshape` sees the
 same flat storage as the hardware (a `[R,1]` DN column and its `[1,R]` row view).
 
@@ -285,11 +285,11 @@ def _mask_bytes(m: Tile, nbytes: int, what: str) -> np.ndarray:
 
 def _pack_predicate(bits: np.ndarray, m: Tile, what: str) -> None:
     """Write bits[vr, vc] into the mask: one bit per element, LSB first, row r at bytes
-    r*vc/8 .. (r+1)*vc/8 - 1 (rows packed densely, pto-ir.md 7.13)."""
+    r*vc/8 .. (r+1)*vc/8 - 1 (rows packed densely, docs/sources.md §3.3)."""
     vr, vc = bits.shape
     if vc % 8:
         raise SimError(f"{what}: {vc} valid columns; the packed-predicate layout of a row that is not a whole "
-                       "number of bytes is not verified on hardware (pto-ir.md 7.13): use a multiple of 8 columns")
+                       "number of bytes is not verified on hardware: use a multiple of 8 columns")
     packed = np.packbits(bits, axis=1, bitorder="little")
     _mask_bytes(m, packed.size, what)[...] = packed.reshape(-1)
 
@@ -297,6 +297,6 @@ def _pack_predicate(bits: np.ndarray, m: Tile, what: str) -> None:
 def _unpack_predicate(m: Tile, vr: int, vc: int, what: str) -> np.ndarray:
     if vc % 8:
         raise SimError(f"{what}: {vc} valid columns; the packed-predicate layout of a row that is not a whole "
-                       "number of bytes is not verified on hardware (pto-ir.md 7.13): use a multiple of 8 columns")
+                       "number of bytes is not verified on hardware: use a multiple of 8 columns")
     raw = _mask_bytes(m, vr * vc // 8, what).reshape(vr, vc // 8)
     return np.unpackbits(raw, axis=1, bitorder="little").astype(bool)

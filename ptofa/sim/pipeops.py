@@ -3,7 +3,7 @@ on global entries, and the producer-side destructor drain at function exit.
 
 A closure returns None when it completed, or a generator when it must wait for a
 flag: the core's runner then `yield from`s it, which hands control back to the
-scheduler until the flag arrives (pto-ir.md 10.5). Entry views really point at the
+scheduler until the flag arrives (docs/sources.md §3.5). Entry views really point at the
 slot memory: `base + (index % S) * slot_size`, plus the sub-block offset on the
 vector side of a split pipe.
 """

@@ -1,4 +1,4 @@
-"""The TPipe runtime protocol of one global-entry pipe of one block (pto-ir.md 10.5, 10.6).
+"""The TPipe runtime protocol of one global-entry pipe of one block (docs/sources.md §3.5; pto-isa include/pto/npu/a2a3/TPush.hpp, TPop.hpp).
 
 `PipeProtocol` is pure bookkeeping, independent of the executor, so that it can be
 unit-tested: flag counters, producer/consumer indices, batched free credits and the

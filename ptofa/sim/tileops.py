@@ -2,7 +2,7 @@
 
 Each factory takes the op and a `slot(value) -> int` function and returns
 `fn(vals)`, which reads its operands from `vals[slot]` and writes only the
-destination's valid region (pto-ir.md 7-9). Shapes, dtypes and ufuncs are resolved
+destination's valid region (docs/sources.md §3.3-3.4). Shapes, dtypes and ufuncs are resolved
 here, once; at run time a closure does a few list loads and one or two numpy calls.
 `@semantics(...)` registers a factory for its op classes (`ptofa.sim.registry`).
 """
@@ -663,7 +663,7 @@ def tcvt(op: d.TCvtOp, slot: Slot) -> Fn:
 
 
 
-# Masks, iota, column broadcasts, padding, valid shapes (pto-ir.md 7.10, 7.13) ----------------
+# Masks, iota, column broadcasts, padding, valid shapes (docs/sources.md §3.3) ----------------
 
 
 @semantics(d.SetValidShapeOp)

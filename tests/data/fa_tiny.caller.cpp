@@ -1,6 +1,6 @@
 // Generated from ptofa/kernels/argspec.py by `python -m ptofa.launch.toolchain gen-caller`; do not edit.
 // Host launcher of the kernel attn_tiny. bisheng compiles this file in mix mode
-// with -DKERNEL_CPP="\"<ptoas output>\"" (pto-ir.md 13.2, compile.sh).
+// with -DKERNEL_CPP="\"<ptoas output>\"" (docs/sources.md §3.8, compile.sh).
 #include <cstdint>
 
 #include KERNEL_CPP

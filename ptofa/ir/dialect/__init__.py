@@ -1,9 +1,9 @@
 """The PTO dialect on xDSL: the subset of ptoas 0.60's PTO IR the FA kernel uses.
 
 Types, attributes and ops are written in ptoas's *custom* assembly syntax
-(pto-ir.md sections 5-10), so that a module printed here is what ptoas reads,
+(docs/sources.md §3), so that a module printed here is what ptoas reads,
 and a `.pto` written by ptoas's own tests parses here. Every op verifies the
-rules of pto-ir.md it can check locally (memory spaces, dtypes, shapes,
+rules of docs/sources.md §2-3 it can check locally (memory spaces, dtypes, shapes,
 alignment); rules spanning a function (pipe init / use pairing) live in
 `verify_pipes`, called from `ptofa.ir.textio.verify_module`.
 

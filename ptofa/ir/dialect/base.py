@@ -396,7 +396,7 @@ class _RowReduceOp(_InsOutsOp):
             _fail(self, "dtype", f"src {s.elem} != dst {d.elem}")
         if 0 in s.valid:
             _fail(self, "shape agreement", f"src valid dims must be non-zero, got {_dims_str(s.valid)}")
-        _check_col_vector(self, d, s.valid[0], "dst", nd_valid_cols=1)  # ND dst: valid cols = 1 (pto-ir.md 9)
+        _check_col_vector(self, d, s.valid[0], "dst", nd_valid_cols=1)  # ND dst: valid cols = 1 (docs/sources.md §3.4)
         if self.tmp is not None:
             t = _tile(self, self.tmp, "tmp")
             if t.space != "vec" or t.dtype != s.dtype:
@@ -535,7 +535,7 @@ def physical_shape(value: SSAValue) -> tuple[int, int]:
 
 
 def tile_layout(t: TileBufType) -> str:
-    """ND, DN, NZ or ZN (pto-ir.md 6.4), or the raw `blayout/slayout` pair for other boxed layouts."""
+    """ND, DN, NZ or ZN (docs/sources.md §3.2), or the raw `blayout/slayout` pair for other boxed layouts."""
     return {
         ("row_major", "none_box"): "ND", ("col_major", "none_box"): "DN",
         ("col_major", "row_major"): "NZ", ("row_major", "col_major"): "ZN",

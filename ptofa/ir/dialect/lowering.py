@@ -3,7 +3,7 @@
 ptoas 0.60 verifies more ops than its default back end (EmitC, the one `run_fa compile`
 uses) lowers: `PTOToEmitC` marks the whole PTO dialect illegal and converts only the ops it
 has a conversion pattern for, so any other op that reaches it fails with `failed to legalize
-operation 'pto.X' that was explicitly marked illegal` (pto-ir.md 0.17). An op reaches it
+operation 'pto.X' that was explicitly marked illegal` (docs/sources.md §2.17). An op reaches it
 unless a pass of the default pipeline has rewritten it before (pipe frontend lowering,
 buffer resolution, memory planning, sync lowering). The facts below come from PTOAS's
 sources (lib/PTO/Transforms/PTOToEmitC.cpp, populatePTOToEmitCPatterns, and the passes named);

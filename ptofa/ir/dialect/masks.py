@@ -33,7 +33,7 @@ class TTriOp(_InsOutsOp):
     """`pto.ttri ins(%diag {upperOrLower = 1 : i32} : i32) outs(%m : T)`: a 0/1 triangular tile.
 
     Lower (upperOrLower = 0, the default) sets 1 where col <= row + diag, upper (1) where
-    col >= row + diag (pto-ir.md 7.13).
+    col >= row + diag (docs/sources.md §3.3).
     """
 
     name = "pto.ttri"
@@ -118,7 +118,7 @@ class _CmpOp(_InsOutsOp):
 class TCmpSOp(_CmpOp):
     """`pto.tcmps ins(%src, %s {cmpMode = #pto<cmp lt>} : T, f32) outs(%mask : Ti8)`: compare with a scalar.
 
-    The i8 dst holds one bit per element, LSB first, rows packed densely (pto-ir.md 7.13).
+    The i8 dst holds one bit per element, LSB first, rows packed densely (docs/sources.md §3.3).
     """
 
     name = "pto.tcmps"
@@ -247,7 +247,7 @@ class TCIOp(_InsOutsOp):
         if d.cols.data == 1:
             _fail(self, "shape", "expects dst cols to be different from 1")
         if d.rows.data != 1:
-            _fail(self, "shape", f"tci fills one row (dst[0][j] = start + j, pto-ir.md 7.13): dst must be 1xN, got {d.rows.data}x{d.cols.data}")
+            _fail(self, "shape", f"tci fills one row (dst[0][j] = start + j): dst must be 1xN, got {d.rows.data}x{d.cols.data}")
         if self.tmp is not None:
             t = _tile(self, self.tmp, "tmp")
             need = HIDDEN_TCI_TMP[int(d.elem[1:])][1]

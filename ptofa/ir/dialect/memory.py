@@ -252,7 +252,7 @@ class MakeTensorViewOp(IRDLOperation):
         if self.layout is None and rank >= 2 and strides[0] == 1 and strides[-1] != 1 and None in strides + sizes:
             _fail(self, "layout inference", f"strides [{', '.join('?' if x is None else str(x) for x in strides)}] describe a DN "
                   "view, but ptoas infers the layout only when every size and stride is a constant and silently makes "
-                  "this view ND (pto-ir.md 0.2): write {layout = #pto.layout<dn>}")
+                  "this view ND (docs/sources.md §2.2): write {layout = #pto.layout<dn>}")
 
     @property
     def view_layout(self) -> str:
@@ -691,7 +691,7 @@ def _check_layout_pair(op: Operation, view: SSAValue, tile: TileBufType) -> None
         return
     if tile_layout(tile) not in allowed:
         _fail_build(op, "layout pairing", f"a {gm.upper()} GM view pairs with loc={tile.space} tiles of layout "
-                    f"{' or '.join(allowed)}, got {tile_layout(tile)} (pto-ir.md 0.8: pto-isa's TLOAD/TSTORE static_asserts, or the data is scrambled)")
+                    f"{' or '.join(allowed)}, got {tile_layout(tile)} (pto-isa's TLOAD/TSTORE static_asserts, or the data is scrambled)")
 
 
 # ptoas's A2/A3 tmov pairs (PTOAS TMovOp::verify); acc -> vec verifies but does not build on A2/A3.
@@ -807,16 +807,16 @@ class TMovOp(_InsOutsOp):
         ps, pd = physical_shape(self.src), physical_shape(self.dst)
         if ps != pd and not (_has_addr(self.src) and _has_addr(self.dst)):
             # ptoas's verifier compares the declared shapes; at level2 its memory planning
-            # then fails on a tmov into a subview (pto-ir.md 0.14), at level3 (explicit
+            # then fails on a tmov into a subview (docs/sources.md §2.14), at level3 (explicit
             # addresses) it resolves the subview (PTOAS test/lit/pto/tmov_resolved_subview_a3.pto).
             kind = "mat-source" if s.space == "mat" else "A2/A3 non-mat"
             _fail(self, "shape agreement", f"expects {kind} tmov to use matching src/dst shapes: ptoas materializes a "
                   f"subview as its parent's physical tile, so this is {ps[0]}x{ps[1]} -> {pd[0]}x{pd[1]} "
-                  "(pto-ir.md 0.14); copy into a subview with `tadds ins(%src, %zero ...)` instead")
+                  "(ptoas 0.60); copy into a subview with `tadds ins(%src, %zero ...)` instead")
         if s.space == "vec" and s.blayout != d.blayout:
             _fail(self, "layout", f"vec->vec tmov needs one blayout on both tiles, got src {s.blayout.data}, dst {d.blayout.data}")
         if (s.space, d.space) == ("acc", "vec"):
-            _fail_build(self, "memory space", "acc -> vec: ptoas verifies it, but pto-isa's A2/A3 TMOV has no acc -> vec path (pto-ir.md 0.8)")
+            _fail_build(self, "memory space", "acc -> vec: ptoas verifies it, but pto-isa's A2/A3 TMOV has no acc -> vec path")
 
 
 def _has_addr(value: SSAValue) -> bool:

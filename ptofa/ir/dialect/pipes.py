@@ -1,4 +1,4 @@
-"""Cube-vector pipes (pto-ir.md 10): the initialize_pipe ops and talloc / tpush / tpop /
+"""Cube-vector pipes (docs/sources.md §3.5): the initialize_pipe ops and talloc / tpush / tpop /
 tfree, on global (GM tensor_view) entries, and in ptoas's local form (reserved consumer
 buffers, tile entries) which ptofa checks but does not simulate."""
 
@@ -31,7 +31,7 @@ _PIPE_INIT_ORDER = ("id", "dir_mask", "slot_size", "slot_num", "local_slot_num",
 
 
 def _check_prop_types(op: Operation, widths: dict[str, Attribute]) -> None:
-    """The generic form must spell each pipe attribute with its storage type (pto-ir.md 4.1)."""
+    """The generic form must spell each pipe attribute with its storage type (docs/sources.md §2.1)."""
     for key, want in widths.items():
         attr = op.properties.get(key)
         if isinstance(attr, IntegerAttr) and attr.type != want:

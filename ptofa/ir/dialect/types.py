@@ -1,6 +1,6 @@
 """Types and enum attributes of the PTO dialect: `!pto.ptr`, `!pto.tensor_view`,
 `!pto.partition_tensor_view`, `!pto.tile_buf`, `#pto.kernel_kind`, `#pto.layout`,
-the round modes, and element-type / dims helpers (pto-ir.md sections 5-6)."""
+the round modes, and element-type / dims helpers (docs/sources.md §3.1-3.2)."""
 
 from __future__ import annotations
 
@@ -250,7 +250,7 @@ class TileBufType(ParametrizedAttribute, TypeAttribute):
                 fields = cls._parse_compact(parser, first)
         if fields.get("loc") == "left":
             # ptoas's parser forces an A2/A3 left tile to blayout=row_major, whatever is written
-            # (PTOAS PTOTypeDefs.cpp resolveTileBufBLayout; pto-ir.md 0.12).
+            # (PTOAS PTOTypeDefs.cpp resolveTileBufBLayout; docs/sources.md §2.12).
             fields["blayout"] = "row_major"
         try:
             t = cls(**fields)  # type: ignore[arg-type]
@@ -458,7 +458,7 @@ class LayoutAttr(_EnumAttr):
 
 ROUND_MODES = ("NONE", "RINT", "ROUND", "FLOOR", "CEIL", "TRUNC", "ODD", "CAST_RINT")
 
-# tile_buf `pad` field (pto-ir.md 6.4): 0 null, 1 zero, 2 max (+inf), 3 min (-inf).
+# tile_buf `pad` field (docs/sources.md §3.2): 0 null, 1 zero, 2 max (+inf), 3 min (-inf).
 PAD_NAMES = {0: "null", 1: "zero", 2: "max", 3: "min"}
 
 

@@ -118,7 +118,7 @@ class SubviewOp(_TileViewOp):
         assert isinstance(r, TileBufType)
         if isinstance(self.src.owner, TReshapeOp):
             _fail(self, "subview source", "the source is a pto.treshape result; ptoas 0.60 fails to legalize a subview of a "
-                  "reshape ('failed to legalize operation pto.subview', pto-ir.md 0.13): slice a tile made by pto.alloc_tile "
+                  "reshape ('failed to legalize operation pto.subview', ptoas 0.60): slice a tile made by pto.alloc_tile "
                   "(allocate the [1,R] row tile and treshape it to the [R,1] column instead)")
         if (s.space, s.dtype, s.blayout, s.slayout) != (r.space, r.dtype, r.blayout, r.slayout):
             _fail(self, "type agreement", f"subview keeps loc, dtype and layout of its source: {s.describe()} {s.blayout.data}/{s.slayout.data} -> {r.describe()} {r.blayout.data}/{r.slayout.data}")
