@@ -13,7 +13,7 @@ import pytest
 from ptofa.pipeline import FAConfig, ProblemShape
 from ptofa.sim.kernel_timing import gm_footprint_bytes, predict_kernel
 from ptofa.sim.socspec import SOCS
-from ptofa.sim.timing import compulsory_bytes, hbm_bytes, shared_floor_us
+from ptofa.sim.shared_limits import compulsory_bytes, hbm_bytes, shared_floor_us
 from ptofa.sim.trace import Trace, TraceOp
 
 SPEC = SOCS["910B2"]

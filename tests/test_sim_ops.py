@@ -19,7 +19,8 @@ from ptofa.ir.textio import peak_usage
 from ptofa.sim.errors import SimError
 from ptofa.sim.executor import simulate
 from ptofa.sim.memory import BF16, GmPointer, bf16_decode, bf16_encode
-from ptofa.sim.timing import queue_of, replay
+from ptofa.sim.op_costs import queue_of
+from ptofa.sim.timing import replay
 from ptofa.ir.textio import check_text, print_pto
 
 R, C = 16, 64

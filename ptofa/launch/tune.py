@@ -12,7 +12,7 @@ scaled-Q pipe delays each block's first QK, which short units do not win back).
 Prediction, per candidate: the simulator runs probes of one head with the call's head
 dim, dtypes and switches, records their traces, and `ptofa.sim.timing.predict` replays
 them; the result is the launch's busiest block plus the block start-up of each wave,
-bounded below by the chip's shared L2 and HBM limits as in `predict` (`timing.launch_floors_us`).
+bounded below by the chip's shared L2 and HBM limits as in `predict` (`shared_limits.launch_floors_us`).
 
 * Equal units (no mask): one block runs the first `PROBE_ROWS` rows' units back to back;
   its time is scaled by units per block of the real launch (the rule
@@ -57,7 +57,8 @@ from ptofa.launch.kernel_cache import atomic_write, builder_digest, cache_root, 
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, kernel_head
 from ptofa.sim.options import RunOptions
 from ptofa.sim.socspec import SocSpec, get_soc
-from ptofa.sim.timing import launch_floors_us, limiting, predict
+from ptofa.sim.shared_limits import launch_floors_us, limiting
+from ptofa.sim.timing import predict
 from ptofa.launch.sim import launch
 
 TILE_S1S = (128, 256, 512)

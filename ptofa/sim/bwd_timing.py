@@ -4,7 +4,7 @@ The two kernels run one after the other, so the backward's time is the sum of th
 launches. Each launch is timed like the forward's (`ptofa.sim.timing.predict`): the
 traced blocks are replayed per core and hardware queue, the untraced ones copied from a
 traced block with the same unit count, and the launch takes at least what the chip's shared
-L2 and HBM allow (`timing.shared_floor_us`: every traced load and store at the L2 rate, the
+L2 and HBM allow (`shared_limits.shared_floor_us`: every traced load and store at the L2 rate, the
 compulsory bytes at the HBM rate). Matmul work: the dq kernel computes S, dP and dQ, the dkdv kernel S^T, dP^T,
 dV and dK: 7 of the forward's 2 GEMMs per visible score (FlashAttention-2's single
 fused pass has 5; the split into two deterministic kernels recomputes S and dP). The
@@ -35,18 +35,16 @@ from ptofa.kernels.units import backward_table_steps, block_loads, schedule
 from ptofa.pipeline import DTYPE_BYTES, ProblemShape
 from ptofa.sim.executor import SimResult
 from ptofa.sim.socspec import SocSpec, get_soc
+from ptofa.sim.op_costs import TimingError
+from ptofa.sim.shared_limits import gm_bytes, limiting, shared_floor_us
 from ptofa.sim.timing import (
-    TimingError,
     TimingResult,
     busy_fractions,
     steady_utilization,
     critical_path_shares,
-    gm_bytes,
     intervals,
     launch_cycles,
-    limiting,
     replay,
-    shared_floor_us,
     steady_bound,
     units_of_block,
     wave_cycles,

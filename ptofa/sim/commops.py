@@ -9,7 +9,7 @@ from ptofa.ir import dialect as d
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
 from ptofa.sim.tileops import Fn, Slot
-from ptofa.sim.timing import TimingError, scalar_cycles
+from ptofa.sim.op_costs import TimingError, scalar_cycles
 
 
 @registry.semantics(*d.COMM_OPS)

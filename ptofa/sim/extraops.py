@@ -11,7 +11,7 @@ from ptofa.ir import dialect as d
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
 from ptofa.sim.tileops import Fn, Slot, np_dtype
-from ptofa.sim.timing import on_vector, scalar_cycles, vector_cycles
+from ptofa.sim.op_costs import on_vector, scalar_cycles, vector_cycles
 
 _COL = {d.TColMaxOp: np.max, d.TColMinOp: np.min, d.TColSumOp: np.sum, d.TColProdOp: np.prod}
 _ARG = {d.TColArgMaxOp: np.argmax, d.TColArgMinOp: np.argmin, d.TRowArgMaxOp: np.argmax, d.TRowArgMinOp: np.argmin}

@@ -10,7 +10,7 @@ from ptofa.ir import dialect as d
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
 from ptofa.sim.tileops import Fn, Slot, copy_bits, np_dtype, tmatmul
-from ptofa.sim.timing import matmul_cycles, on_vector, scalar_cycles, vector_cycles
+from ptofa.sim.op_costs import matmul_cycles, on_vector, scalar_cycles, vector_cycles
 
 
 def _same(name: str, *tiles) -> None:

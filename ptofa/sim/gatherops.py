@@ -14,7 +14,7 @@ from ptofa.ir import dialect as d
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
 from ptofa.sim.tileops import Fn, Slot
-from ptofa.sim.timing import transfer_cycles
+from ptofa.sim.op_costs import transfer_cycles
 
 _ATOMIC = {"add": np.add, "max": np.maximum, "min": np.minimum}
 

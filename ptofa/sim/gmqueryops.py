@@ -8,7 +8,7 @@ from ptofa.ir import dialect as d
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
 from ptofa.sim.tileops import Fn, Slot
-from ptofa.sim.timing import scalar_cycles, transfer_cycles
+from ptofa.sim.op_costs import scalar_cycles, transfer_cycles
 
 
 @registry.semantics(d.GetTensorViewDimOp, d.GetTensorViewStrideOp)

@@ -9,7 +9,7 @@ from ptofa.ir.dialect import ipipes
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
 from ptofa.sim.tileops import Fn, Slot
-from ptofa.sim.timing import pipe_cycles
+from ptofa.sim.op_costs import pipe_cycles
 
 
 @registry.semantics(*ipipes.OPS)

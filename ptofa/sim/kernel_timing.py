@@ -7,10 +7,10 @@ so `predict_kernel` takes every figure from the trace itself:
 * the launch time: each block's replay (`timing.replay`, the same per-queue model and
   constants of `socspec`) plus the block start-up, blocks run back to back per cube core
   (`timing.launch_cycles`; untraced blocks are copied from a traced one);
-* the shared floors (`timing.shared_floor_us`): every byte the blocks' `tload`s read from GM
+* the shared floors (`shared_limits.shared_floor_us`): every byte the blocks' `tload`s read from GM
   and `tstore`s write to it passes the chip's L2, shared by all cores; the distinct bytes
   (the union of the GM regions touched) come from or go to HBM once, and re-reads of bytes
-  already touched hit the L2 while the distinct bytes fit in it (`timing.l2_miss_fraction`).
+  already touched hit the L2 while the distinct bytes fit in it (`shared_limits.l2_miss_fraction`).
   So data reuse shows: a GEMM that re-reads its panels is bounded by their L2 traffic, not by
   HBM. The prediction is never below either floor;
 * the cube floor: the traced matmuls' MACs on the used cube cores at peak.
@@ -26,18 +26,15 @@ from collections import defaultdict
 import numpy
 
 from ptofa.sim.socspec import SocSpec, get_soc
+from ptofa.sim.op_costs import TimingError
+from ptofa.sim.shared_limits import gm_bytes, l2_miss_fraction, limiting, shared_floor_us
 from ptofa.sim.timing import (
-    TimingError,
     TimingResult,
     busy_fractions,
     critical_path_shares,
-    gm_bytes,
     intervals,
-    l2_miss_fraction,
     launch_cycles,
-    limiting,
     replay,
-    shared_floor_us,
     steady_bound,
     steady_utilization,
 )

@@ -10,7 +10,7 @@ from ptofa.ir import dialect as d
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
 from ptofa.sim.tileops import Fn, Slot
-from ptofa.sim.timing import scalar_cycles
+from ptofa.sim.op_costs import scalar_cycles
 
 
 class LocalArray:

@@ -17,7 +17,7 @@ from ptofa.sim import registry
 from ptofa.sim.errors import SimError
 from ptofa.sim.memory import _unpack_predicate
 from ptofa.sim.tileops import Fn, Slot, _same_valid
-from ptofa.sim.timing import on_vector, vector_cycles
+from ptofa.sim.op_costs import on_vector, vector_cycles
 
 _PART = {d.TPartAddOp: np.add, d.TPartMulOp: np.multiply, d.TPartMaxOp: np.maximum, d.TPartMinOp: np.minimum}
 

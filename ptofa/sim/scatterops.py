@@ -12,7 +12,7 @@ from ptofa.ir import dialect as d
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
 from ptofa.sim.tileops import Fn, Slot
-from ptofa.sim.timing import on_vector, vector_cycles
+from ptofa.sim.op_costs import on_vector, vector_cycles
 
 
 @registry.semantics(d.TScatterOp)

@@ -91,7 +91,7 @@ class SocSpec:
     # Cost multiplier of column reductions, sorts and arg-reductions, applied to the source
     # elements (assumption: a tree of halving passes costs about twice one pass). Row reductions
     # and row broadcasts are costed per instruction from pto-isa's A2/A3 code instead
-    # (ptofa.sim.timing.row_reduce_cycles).
+    # (ptofa.sim.op_costs.row_reduce_cycles).
     vec_reduce_factor: float = 2.0
 
     # Data paths of one core, bytes per cycle.
@@ -103,7 +103,7 @@ class SocSpec:
     # GM side: every GM access goes through the L2. A load (MTE2, into L1 or UB) reads at the
     # ini's l2_read_rate, a cube store (FIX, L0C -> GM) writes at its l2_write_rate and a vector
     # store (MTE3) at its ub_to_l2_rate. These are one core's own port; what all cores move
-    # together is bounded by the shared figures below (`timing.shared_floor_us`).
+    # together is bounded by the shared figures below (`shared_limits.shared_floor_us`).
     mte2_gm_bytes: float = 110.0
     fix_l0c_to_gm_bytes: float = 86.0
     mte3_ub_to_gm_bytes: float = 64.0

@@ -15,7 +15,7 @@ from ptofa.ir.dialect import sync
 from ptofa.sim import registry
 from ptofa.sim.errors import SimError
 from ptofa.sim.tileops import Fn, Slot
-from ptofa.sim.timing import scalar_cycles
+from ptofa.sim.op_costs import scalar_cycles
 
 
 @registry.semantics(*sync.FLAG_OPS)

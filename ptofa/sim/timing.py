@@ -26,7 +26,8 @@ Model (constants in `ptofa.sim.socspec`, nothing fitted to measurements):
   model). A pop or talloc whose matching flag is never set is a deadlock.
 * Vector ops follow pto-isa's vector stream model: an instruction pays its head and tail
   only when it starts a stream (the V queue was idle); one that follows the previous V op
-  back to back pays its repeats alone (`instruction_cycles`, `vector_startup`).
+  back to back pays its repeats alone (`op_costs.instruction_cycles`, `op_costs.vector_startup`;
+  every op's queue and cycles are `op_costs`').
 * Launch time: blocks are independent. Block i of a persistent launch runs units
   i, i + block_dim, ... A block missing from the trace takes the time of a traced
   block with the same unit count, else a traced block's time scaled by the unit
@@ -38,7 +39,7 @@ Model (constants in `ptofa.sim.socspec`, nothing fitted to measurements):
 * Shared limits: every core's GM loads and stores (pipe slots included) pass the chip's one
   L2, and its HBM serves every core; a launch takes at least its GM bytes at the L2 rate
   and its HBM bytes (Q, K, V and O once, plus the K/V re-reads that miss the L2: `hbm_bytes`)
-  at the HBM rate (`shared_floor_us`, `launch_floors_us`), however fast each core's own
+  at the HBM rate (`shared_limits`), however fast each core's own
   ports are. The host's enqueue of the launch (`SocSpec.host_launch_us`) is not device time
   and is not included; the summary names it.
 """
@@ -47,15 +48,13 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
-from dataclasses import replace as dataclass_replace
 
-from ptofa.ir import dialect as d
 from ptofa.kernels.units import block_units
-from ptofa.pipeline import DTYPE_BYTES, FAConfig, ProblemShape
-from ptofa.sim import registry
-from ptofa.sim.socspec import VECTOR_COUNT_MODE_FLOOR, VECTOR_INSTRUCTIONS, SocSpec, get_soc
+from ptofa.pipeline import FAConfig, ProblemShape
+from ptofa.sim.op_costs import TimingError, core_kind, duration_cycles, queue_of, vector_startup
+from ptofa.sim.shared_limits import gm_bytes, launch_floors_us, limiting
+from ptofa.sim.socspec import SocSpec, get_soc
 from ptofa.sim.trace import Trace, TraceOp
 
 CUBE_QUEUES = ("MTE2", "MTE1", "M", "FIX", "S")
@@ -77,10 +76,6 @@ STEADY_WINDOW = (0.25, 0.75)
 UTIL_CORE = {"cube": "cube", "vec": "vector"}
 # Queues of the steady-state utilization per core kind, in print order (the compute queue first).
 UTIL_QUEUES = {"cube": ("M", "MTE2", "MTE1", "FIX", "idle"), "vector": ("V", "MTE2", "MTE3", "idle")}
-
-
-class TimingError(RuntimeError):
-    """The trace cannot be replayed (unknown op, deadlocked pipes, bad block index)."""
 
 
 @dataclass(frozen=True)
@@ -191,282 +186,6 @@ class BlockReplay:
     cycles: float
     ops: dict[str, list[TraceOp]]
     sched: dict[str, list[_Scheduled]]
-
-
-def core_kind(core: str) -> str:
-    return "cube" if core == "cube" else "vec"
-
-
-# --- op costs: one `registry.cost` per op class ----------------------------------------
-
-
-def on_vector(op: TraceOp) -> str:
-    """V on a vector core; the cube has no vector unit."""
-    if core_kind(op.core) == "vec":
-        return "V"
-    raise TimingError(f"line {op.line}: no cube queue for {op.op} ({op.src_loc} -> {op.dst_loc})")
-
-
-def tstore_queue(op: TraceOp) -> str:
-    return "FIX" if op.src_loc == "acc" else "MTE3"
-
-
-def tmov_queue(op: TraceOp) -> str:
-    if op.src_loc == "mat" and op.dst_loc in ("left", "right", "bias"):
-        return "MTE1"
-    if op.src_loc == "acc":
-        return "FIX"
-    if op.src_loc == "vec" and op.dst_loc != "vec":
-        return "MTE3"
-    return on_vector(op)
-
-
-def tpush_queue(op: TraceOp) -> str:
-    """The producer's store queue, where `tpush` sets "ready" after the stores before it."""
-    return "FIX" if core_kind(op.core) == "cube" else "MTE3"
-
-
-def vector_repeats(op: TraceOp, soc: SocSpec, elems: int | None = None) -> int:
-    """Vector repeats of an op: its elements (the larger of source and destination) in the
-    widest operand type, over the bytes one repeat moves (`SocSpec.vec_bytes_per_cycle`)."""
-    n = max(op.elems, op.src_elems) if elems is None else elems
-    return math.ceil(n * op.elem_bytes / soc.vec_bytes_per_cycle)
-
-
-def instruction_cycles(name: str, repeats: int, count_mode: bool = False, startup: bool = True) -> float:
-    """One vector instruction: slope * repeats (`VECTOR_INSTRUCTIONS`), plus its head + tail when it
-    starts a stream (`startup`), plus the count-mode dispatch floor of a binary ALU op issued in
-    count mode. pto-isa's vector stream model (`SocSpec` docstring): back-to-back instructions
-    overlap their start-up latency and pay only the slope."""
-    head, slope, tail = VECTOR_INSTRUCTIONS[name]
-    return slope * repeats + (head + tail if startup else 0) + (VECTOR_COUNT_MODE_FLOOR if count_mode else 0)
-
-
-def startup_cycles(name: str) -> float:
-    """Head + tail of one vector instruction: what it pays at the start of a stream."""
-    head, _, tail = VECTOR_INSTRUCTIONS[name]
-    return head + tail
-
-
-# Stream-start latency of each vector op: what its cost includes for the first of its instructions,
-# and what it saves when it follows the previous V op back to back (`_BlockReplayer._step`).
-_VECTOR_STARTUP: dict[str, Callable[[TraceOp, SocSpec], float]] = {}
-
-
-def vector_cost(*op_classes: type, cycles, startup: Callable[[TraceOp, SocSpec], float], queue=None) -> None:
-    """Register the cost of vector ops (`registry.cost`) and their stream-start latency."""
-    registry.cost(*op_classes, queue=queue or on_vector, cycles=cycles)
-    for cls in op_classes:
-        _VECTOR_STARTUP[cls.name] = startup
-
-
-def vector_startup(op: TraceOp, soc: SocSpec) -> float:
-    """The stream-start latency in a V op's cost (0 for ops without one)."""
-    rule = _VECTOR_STARTUP.get(op.op)
-    return rule(op, soc) if rule is not None else 0.0
-
-
-def vector_cycles(factor: str | None = None):
-    """Vector ops without an instruction mapping: a binary-ALU-class instruction (`vadd`),
-    its per-repeat slope times the SoC attribute `factor` for slow op classes."""
-
-    def cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
-        scale = getattr(soc, factor) if factor else 1.0
-        _, slope, _ = VECTOR_INSTRUCTIONS["vadd"]
-        return soc.v_op_cycles + scale * slope * vector_repeats(op, soc)
-
-    return cycles
-
-
-def one_instruction(name: str):
-    """An elementwise tile op that lowers to one vector instruction over its repeats."""
-
-    def cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
-        return instruction_cycles(name, vector_repeats(op, soc))
-
-    return cycles
-
-
-# The composite row ops follow their A2/A3 implementation in pto-isa (public source,
-# github.com/PTO-ISA/pto-isa, include/pto/npu/a2a3/): a sequence of vector instructions, which
-# pays one stream start (its first instruction's head + tail).
-
-_ROW_REDUCE = {"pto.trowmax": ("vmax", "vcmax"), "pto.trowsum": ("vadd", "vcadd"), "pto.trowmin": ("vmin", "vcmin")}
-
-
-def _row_chunks(op: TraceOp, soc: SocSpec) -> tuple[int, int]:
-    """(rows, column chunks of one repeat) of a row reduction's [R, C] source."""
-    rows = max(op.rows or op.elems, 1)
-    cols = max(op.src_elems, op.elems) // rows
-    return rows, max(1, math.ceil(cols / (soc.vec_bytes_per_cycle // op.elem_bytes)))
-
-
-def row_reduce_cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
-    """trowmax / trowsum / trowmin of an [R, C] source (TRowReduceOps.hpp, TRowReduceInstr):
-    with E elements per repeat, C <= E is one in-repeat reduce (vcmax / vcadd) of R repeats;
-    otherwise count-mode binary ops fold the ceil(C / E) column chunks into a
-    one-repeat-per-row temp (ceil(C / E) - 1 of them, R repeats each) and the in-repeat
-    reduce finishes."""
-    fold, final = _ROW_REDUCE[op.op]
-    rows, chunks = _row_chunks(op, soc)
-    folds = sum(instruction_cycles(fold, rows, count_mode=True, startup=i == 0) for i in range(chunks - 1))
-    return folds + instruction_cycles(final, rows, startup=chunks == 1)
-
-
-def row_reduce_startup(op: TraceOp, soc: SocSpec) -> float:
-    fold, final = _ROW_REDUCE[op.op]
-    return startup_cycles(fold if _row_chunks(op, soc)[1] > 1 else final)
-
-
-def _broadcast(op: TraceOp) -> float:
-    """vbrcb of the [R, 1] column to one 32 B block per row, ceil(R / 8) repeats
-    (TRowExpandBinOp.hpp, TRowExpandBinaryInstr): the first instruction of a row expansion."""
-    return instruction_cycles("vbrcb", math.ceil(max(op.rows, 1) / 8))
-
-
-def row_expand(*steps: str):
-    """trowexpand*: the column broadcast, then `steps` over the tile (trowexpandexpdif,
-    TRowExpandExpdif.hpp: TROWEXPANDSUB then TEXP in place; two passes, not one fused one)."""
-
-    def cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
-        return _broadcast(op) + sum(instruction_cycles(step, vector_repeats(op, soc), startup=False) for step in steps)
-
-    return cycles
-
-
-def first_instruction(name: str) -> Callable[[TraceOp, SocSpec], float]:
-    """The stream-start latency of an op whose first instruction is `name`."""
-    return lambda op, soc: startup_cycles(name)
-
-
-def v_op_startup(op: TraceOp, soc: SocSpec) -> float:
-    return soc.v_op_cycles
-
-
-def transfer_cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
-    """A data move: the queue's fixed cost plus its bytes over the queue's rate (GM moves at the
-    core's own L2 port rate; what all cores move together is `shared_floor_us`'s)."""
-    if queue == "MTE2":
-        return soc.mte2_op_cycles + op.nbytes / soc.mte2_gm_bytes
-    if queue == "MTE1":
-        rate = soc.mte1_l1_to_l0a_bytes if op.dst_loc == "left" else soc.mte1_l1_to_l0b_bytes
-        return soc.mte1_op_cycles + op.nbytes / rate
-    if queue == "FIX":
-        return soc.fix_op_cycles + op.nbytes / soc.fix_l0c_to_gm_bytes
-    if queue == "MTE3":
-        return soc.mte3_op_cycles + op.nbytes / soc.mte3_ub_to_gm_bytes
-    return instruction_cycles("vcopy", math.ceil(op.nbytes / soc.vec_bytes_per_cycle))  # a vec -> vec tmov
-
-
-def matmul_cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
-    return soc.m_op_cycles + math.ceil(op.macs / soc.cube_macs_per_cycle)
-
-
-def scalar_cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
-    return op.scalar_ops * soc.scalar_op_cycles
-
-
-def pipe_cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
-    return soc.pipe_op_cycles
-
-
-registry.cost(d.TLoadOp, queue="MTE2", cycles=transfer_cycles)
-registry.cost(d.TStoreOp, queue=tstore_queue, cycles=transfer_cycles)
-vector_cost(d.TMovOp, queue=tmov_queue, cycles=transfer_cycles, startup=first_instruction("vcopy"))
-registry.cost(d.TMatmulOp, d.TMatmulAccOp, queue="M", cycles=matmul_cycles)
-# Elementwise tile ops: one vector instruction each (pto-isa A2/A3 cost model classes).
-for _op, _instr in {
-    d.TAddOp: "vadd", d.TSubOp: "vsub", d.TMulOp: "vmul", d.TMaxOp: "vmax", d.TMinOp: "vmin", d.TDivOp: "vdiv",
-    d.TAddsOp: "vadds", d.TSubsOp: "vadds", d.TMulsOp: "vmuls", d.TDivsOp: "vdiv", d.TMaxsOp: "vmaxs",
-    d.TMinsOp: "vmins", d.TExpOp: "vexp", d.TLogOp: "vln", d.TSqrtOp: "vsqrt", d.TRsqrtOp: "vrsqrt",
-    d.TRecipOp: "vdiv", d.TAbsOp: "vabs", d.TNegOp: "vmuls", d.TReluOp: "vrelu", d.TCvtOp: "vconv",
-    d.TSelOp: "vsel",
-}.items():
-    vector_cost(_op, cycles=one_instruction(_instr), startup=first_instruction(_instr))
-
-
-def texpands_queue(op: TraceOp) -> str:
-    """V on a vector core; on the cube (an L1 tile) MTE2: pto-isa's A2/A3 fill of a Mat tile is
-    `create_cbuf_matrix` (TSetValue.hpp), an L1 write that no vector or cube compute unit runs;
-    assumption: it occupies MTE2 like a load into L1 of the same bytes."""
-    return "MTE2" if core_kind(op.core) == "cube" else "V"
-
-
-vector_cost(
-    d.TExpandsOp, queue=texpands_queue, startup=first_instruction("vector_dup"),
-    cycles=lambda op, queue, soc: transfer_cycles(dataclass_replace(op, nbytes=op.nbytes or op.elems * op.elem_bytes),
-                                                  queue, soc) if queue == "MTE2"
-    else one_instruction("vector_dup")(op, queue, soc),
-)
-for _op, _steps in {
-    d.TRowExpandSubOp: ("vsub",), d.TRowExpandAddOp: ("vadd",), d.TRowExpandMulOp: ("vmul",),
-    d.TRowExpandMaxOp: ("vmax",), d.TRowExpandMinOp: ("vmin",), d.TRowExpandDivOp: ("vdiv",),
-    d.TRowExpandExpdifOp: ("vsub", "vexp"),
-}.items():
-    vector_cost(_op, cycles=row_expand(*_steps), startup=first_instruction("vbrcb"))
-vector_cost(d.TRowMaxOp, d.TRowSumOp, d.TRowMinOp, cycles=row_reduce_cycles, startup=row_reduce_startup)
-# Masks, iota, column broadcasts and padding: elementwise-rate vector work (tcolexpanddiv divides).
-vector_cost(
-    d.TTriOp, d.TCmpSOp, d.TCmpOp, d.TCIOp, d.TFillPadOp,
-    d.TColExpandAddOp, d.TColExpandSubOp, d.TColExpandMulOp, d.TColExpandMaxOp, d.TColExpandMinOp,
-    cycles=vector_cycles(),
-    startup=v_op_startup,
-)
-vector_cost(d.TColExpandDivOp, cycles=vector_cycles("vec_transcendental_factor"), startup=v_op_startup)
-# Window copies run where ptoas puts them: vec -> vec on V, mat -> left/right on MTE1,
-# acc -> mat on FIX (tmov's queues); the trace records elements, moved as 4-byte words.
-vector_cost(
-    d.TExtractOp, d.TInsertOp, queue=tmov_queue, startup=first_instruction("vcopy"),
-    cycles=lambda op, queue, soc: one_instruction("vcopy")(op, queue, soc) if queue == "V"
-    else transfer_cycles(dataclass_replace(op, nbytes=op.nbytes or 4 * op.elems), queue, soc),
-)
-vector_cost(d.TTransOp, d.TGatherOp, d.TGatherBOp, d.TColExpandOp, *d.intops.OPS, cycles=vector_cycles(),
-            startup=v_op_startup)
-# Scalar-unit work; the simulator batches these ops (with arith and scf) into `scalar` records.
-SCALAR_COST = registry.cost(
-    d.GetBlockIdxOp, d.GetBlockNumOp, d.GetSubblockIdxOp, d.GetSubblockNumOp, d.SetFftsOp,
-    d.AddPtrOp, d.MakeTensorViewOp, d.PartitionViewOp, d.TReshapeOp, d.SubviewOp, d.SetValidShapeOp, *d.PIPE_INIT_OPS,
-    d.LoadScalarOp, d.StoreScalarOp, d.TSetValOp, d.TGetValOp, d.TPrintOp,
-    d.ReserveBufferOp, d.ImportReservedBufferOp, d.CastPtrOp, d.BarrierOp,
-    queue="S",
-    cycles=scalar_cycles,
-)
-# A section is a region: its ops are traced one by one, the section itself costs nothing.
-registry.cost(d.SectionCubeOp, d.SectionVectorOp, queue="S", cycles=lambda op, queue, soc: 0.0)
-# ptoas plans tile addresses at compile time: alloc_tile costs nothing (and is not traced).
-registry.cost(d.AllocTileOp, queue="S", cycles=lambda op, queue, soc: 0.0)
-# Pipe records are looked up by their kind; a talloc / tpop wait stalls the scalar unit.
-PIPE_COSTS = {
-    "talloc": registry.cost(d.TallocToAivOp, d.TallocToAicOp, queue="S", cycles=pipe_cycles),
-    "tpop": registry.cost(d.TpopFromAicOp, d.TpopFromAivOp, queue="S", cycles=pipe_cycles),
-    "tpush": registry.cost(d.TpushToAivOp, d.TpushToAicOp, queue=tpush_queue, cycles=pipe_cycles),
-    "tfree": registry.cost(d.TfreeFromAicOp, d.TfreeFromAivOp, queue="MTE2", cycles=pipe_cycles),
-}
-
-
-def cost_of(op: TraceOp) -> registry.Cost:
-    """The registered cost of a trace record: batched scalar work, a pipe op by kind, else by op name."""
-    if op.op == "scalar":
-        return SCALAR_COST
-    if op.pipe_kind:
-        rule = PIPE_COSTS.get(op.pipe_kind)
-        if rule is None:
-            raise TimingError(f"line {op.line}: unknown pipe_kind {op.pipe_kind!r} on {op.op}")
-        return rule
-    rule = registry.COST_BY_NAME.get(op.op)
-    if rule is None:
-        raise TimingError(f"line {op.line}: no timing cost registered for {op.op}")
-    return rule
-
-
-def queue_of(op: TraceOp) -> str:
-    """The hardware queue an op runs on."""
-    return cost_of(op).queue(op)
-
-
-def duration_cycles(op: TraceOp, queue: str, soc: SocSpec) -> float:
-    """Cycles an op occupies its queue."""
-    return cost_of(op).cycles(op, queue, soc)
 
 
 def _pipe_roles(ops: dict[str, list[TraceOp]]) -> dict[int, tuple[list[str], list[str]]]:
@@ -794,74 +513,6 @@ def wave_cycles(per_block: list[float], soc: SocSpec, queued: bool = False) -> t
     per_core = [sum(per_block[c::cores]) + len(per_block[c::cores]) * soc.block_start_cycles
                 + soc.first_wave_extra_cycles(queued) for c in range(min(len(per_block), cores))]
     return max(per_core, default=0.0), math.ceil(len(per_block) / cores)
-
-
-def compulsory_bytes(config: FAConfig, shape: ProblemShape) -> int:
-    """Q, K, V read once and O written once (BSND, or packed rows for varlen; K/V with kv_heads)."""
-    packed = shape.seqlens is not None
-    q_rows = shape.s0 if packed else shape.batch * shape.s0
-    k_rows = shape.s1 if packed else shape.batch * shape.s1
-    in_b, out_b = DTYPE_BYTES[config.in_dtype], DTYPE_BYTES[config.out_dtype]
-    return config.head * (shape.heads * q_rows * (in_b + out_b) + 2 * shape.kv_heads * k_rows * in_b)
-
-
-def gm_bytes(ops) -> int:
-    """GM bytes that traced ops load (`tload` from GM) and store (`tstore` to GM), pipe slots included:
-    every one of them passes through the chip's L2."""
-    total = 0
-    for op in ops:
-        if op.op == "pto.tload" and op.src_loc == "gm":
-            total += op.nbytes
-        elif op.op == "pto.tstore" and op.dst_loc == "gm":
-            total += op.nbytes
-    return total
-
-
-def shared_floor_us(spec: SocSpec, l2_bytes: float, hbm_bytes: float) -> tuple[float, float]:
-    """(L2 us, HBM us): what every core of a launch moves together, at the chip's shared L2 rate
-    (`SocSpec.l2_bytes_per_s`, reads and writes together) and HBM rate (`SocSpec.hbm_bytes_per_s`).
-    A launch takes at least both, however fast each core's own ports are."""
-    return l2_bytes / spec.l2_bytes_per_s * 1e6, hbm_bytes / spec.hbm_bytes_per_s * 1e6
-
-
-def l2_miss_fraction(resident_bytes: float, working_set_bytes: float) -> float:
-    """Share of re-reads that miss an L2 of `resident_bytes` free for a working set of `working_set_bytes`
-    (assumption: the part that does not fit misses, the rest hits)."""
-    if working_set_bytes <= resident_bytes:
-        return 0.0
-    return 1.0 - max(resident_bytes, 0.0) / working_set_bytes
-
-
-def hbm_bytes(config: FAConfig, shape: ProblemShape, spec: SocSpec, block_dim: int) -> float:
-    """Bytes a FlashAttention launch moves to and from HBM: Q, K, V and O once (`compulsory_bytes`),
-    plus the K/V re-reads that miss the L2.
-
-    Each unit (one Q block of one head) reads the K and V of every key it sees, so K/V are read
-    once per Q block; the first read of each comes from HBM, the others hit the L2 while the K/V of
-    the heads in flight fit beside the blocks' slot rings (`FAConfig.gm_slot_bytes_per_block`, both
-    live in GM and so in the L2). At long S they no longer fit and the re-reads come from HBM."""
-    in_b = DTYPE_BYTES[config.in_dtype]
-    packed = shape.seqlens is not None
-    kv_heads = shape.kv_heads * (1 if packed else shape.batch)
-    kv_once = 2 * config.head * in_b * shape.kv_heads * (shape.s1 if packed else shape.batch * shape.s1)
-    kv_reads = shape.flops(config.head) * in_b / (2 * config.cube_s0)
-    concurrent = min(block_dim, spec.cube_cores)
-    units_per_kv_head = max(1.0, shape.work_units(config) / kv_heads)
-    in_flight = min(kv_heads, math.ceil(concurrent / units_per_kv_head) + 1)
-    resident = spec.l2_bytes - config.gm_slot_bytes_per_block * concurrent
-    miss = l2_miss_fraction(resident, in_flight * kv_once / kv_heads)
-    return compulsory_bytes(config, shape) + max(0.0, kv_reads - kv_once) * miss
-
-
-def launch_floors_us(config: FAConfig, shape: ProblemShape, spec: SocSpec, block_dim: int,
-                     gm_bytes_per_unit: float) -> tuple[float, float]:
-    """(L2 us, HBM us) of a FlashAttention launch whose units each move `gm_bytes_per_unit` through GM."""
-    return shared_floor_us(spec, gm_bytes_per_unit * shape.work_units(config), hbm_bytes(config, shape, spec, block_dim))
-
-
-def limiting(replay_us: float, l2_us: float, hbm_us: float, bound: str) -> tuple[float, str]:
-    """(launch us, bound): the replayed time unless a shared limit takes longer."""
-    return max((replay_us, bound), (l2_us, "L2"), (hbm_us, "HBM"), key=lambda t: t[0])
 
 
 def predict(
