@@ -109,6 +109,17 @@ class PtoasRun:
         return None
 
     @property
+    def level(self) -> str:
+        """The run's --pto-level (ptoas's default level2)."""
+        for i, a in enumerate(self.args):
+            m = re.match(r"--pto-level=(\w+)$", a)
+            if m:
+                return m.group(1)
+            if a == "--pto-level" and i + 1 < len(self.args):
+                return self.args[i + 1]
+        return "level2"
+
+    @property
     def backend(self) -> str | None:
         for i, a in enumerate(self.args):
             m = re.match(r"--pto-backend=(\w+)$", a)
@@ -216,6 +227,7 @@ class Result:
     ptoas_own: bool | None = None  # ptoas with the file's own A3 RUN flags accepts it (None: not run)
     ptoas_error: str = ""  # ptoas's first error line when it rejects
     own_backend: str | None = None  # the back end of the rejecting RUN flags
+    own_level: str = "level2"  # the --pto-level of the rejecting RUN flags
     own_verified: bool | None = None  # the checker's verdict with that back end (None: ptoas did not reject)
 
 
@@ -235,7 +247,7 @@ def cause_of(stage: str, message: str) -> str:
     return f"{stage}: {msg[:110]}"
 
 
-def check_one(path: str, simulate: bool, backend: str | None = None) -> Result:
+def check_one(path: str, simulate: bool, backend: str | None = None, level: str | None = None) -> Result:
     from ptofa.ir.textio import PtoCheckError, parse_pto, verify_module
 
     res = Result(path)
@@ -243,7 +255,7 @@ def check_one(path: str, simulate: bool, backend: str | None = None) -> Result:
     try:
         parsed = parse_pto(text, path)
         res.parsed = True
-        verify_module(parsed, launch_rules=False, backend=backend)
+        verify_module(parsed, launch_rules=False, backend=backend, level=level)
         res.verified = True
     except PtoCheckError as exc:
         line, msg = exc.errors[0]
@@ -332,7 +344,7 @@ def two_way(job: tuple[str, bool, str]) -> Result:
     """Check a file, and compile it with ptoas both ways (A3 flags; its own A3 RUN flags)."""
     path, simulate, ptoas = job
     text = Path(path).read_text(errors="replace")
-    res = check_one(path, simulate)
+    res = check_one(path, simulate, level="level2")  # what A3_FLAGS (ptoas's default level) compile
     res.kind = classify(text, path)
     res.ptoas_a3, err = run_ptoas(ptoas, [*A3_FLAGS, path])
     runs = [r for r in ptoas_runs(text, path) if r.reads_file and r.arch in (None, "a3")]
@@ -344,11 +356,12 @@ def two_way(job: tuple[str, bool, str]) -> Result:
         for run in runs:
             ok, err = run_ptoas(ptoas, _lit_args(run, path, tmp))
             if not ok:
-                res.ptoas_own, res.ptoas_error, res.own_backend = False, err, run.backend
+                res.ptoas_own, res.ptoas_error, res.own_backend, res.own_level = False, err, run.backend, run.level
                 break
             res.ptoas_own = True
     if res.ptoas_own is False:
-        res.own_verified = (check_one(path, False, backend=res.own_backend) if res.own_backend else res).verified
+        own_flags = res.own_backend or res.own_level != "level2"
+        res.own_verified = (check_one(path, False, backend=res.own_backend, level=res.own_level) if own_flags else res).verified
     return res
 
 

@@ -495,3 +495,50 @@ def test_real_ptoas_compiles_random_switch_sets(summary: str, emit, tmp_path: Pa
     done = subprocess.run([tools.ptoas, *PTOAS_FLAGS, str(pto_path), "-o", str(tmp_path / "k.cpp")],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"{summary}\n{done.stderr}"
+
+
+LEVEL3_KERNEL = """\
+module {
+  func.func @k() attributes {pto.kernel_kind = #pto.kernel_kind<vector>} {
+    %c0 = arith.constant 0 : i64
+    %a = pto.alloc_tile addr = %c0 : !pto.tile_buf<vec, 16x16xf32>
+    return
+  }
+  func.func @e() attributes {pto.entry} {
+    func.call @k() : () -> ()
+    return
+  }
+}
+"""
+
+
+def test_check_and_compile_take_ptoas_s_level(fake_tools: Tools, tmp_path: Path) -> None:
+    """An allocation with its own `addr` needs ptoas's --pto-level=level3: `run_fa check` refuses it
+    at ptoas's default level2 with ptoas's words, accepts it at level3, and `run_fa compile
+    --pto-level level3` passes the flag to ptoas."""
+    from ptofa.cli.main import main
+
+    pto = tmp_path / "l3.pto"
+    pto.write_text(LEVEL3_KERNEL)
+    refused = CliRunner().invoke(main, ["check", str(pto)])
+    assert refused.exit_code == 1 and "unexpected 'addr' operand: only supported when --pto-level=level3" in refused.output
+    assert CliRunner().invoke(main, ["check", "--pto-level", "level3", str(pto)]).exit_code == 0
+    result = CliRunner().invoke(compile_cmd, [str(pto), "-o", str(tmp_path / "b"), "--pto-level", "level3", "--dry-run"])
+    assert result.exit_code == 0 and "--pto-level=level3" in result.output.splitlines()[0]
+
+
+@pytest.mark.ptoas
+@pytest.mark.parametrize("level, compiles", [("level2", False), ("level3", True)])
+def test_real_ptoas_agrees_on_the_level(level: str, compiles: bool, tmp_path: Path) -> None:
+    from ptofa.ir.textio import PtoCheckError, check_text
+
+    pto = tmp_path / "l3.pto"
+    pto.write_text(LEVEL3_KERNEL)
+    done = subprocess.run(compile_commands(pto, tmp_path, level=level)[0], capture_output=True, text=True)
+    assert (done.returncode == 0) == compiles, done.stderr
+    try:
+        check_text(LEVEL3_KERNEL, level=level)
+        accepted = True
+    except PtoCheckError:
+        accepted = False
+    assert accepted == compiles

@@ -109,7 +109,10 @@ def build(head: int, tile_s1: int, qk_preload: int, dtype: str, out_dtype: str |
 @click.option("--pto-backend", "pto_backend", type=click.Choice(["emitc", "vpto"]), default=None,
               help="ptoas's back end, as its --pto-backend: emitc (ptoas's default, what `run_fa compile` uses) refuses the "
                    "ops it cannot lower; vpto leaves that rule out. Default: the module's pto.backend attribute, else emitc.")
-def check(paths: tuple[Path, ...], ptoas_only: bool, pto_backend: str | None) -> None:
+@click.option("--pto-level", "pto_level", type=click.Choice(["level1", "level2", "level3"]), default="level2",
+              show_default=True, help="ptoas's --pto-level: at level3 every allocation carries its 'addr' (no planner), "
+                                      "below it none may.")
+def check(paths: tuple[Path, ...], ptoas_only: bool, pto_backend: str | None, pto_level: str) -> None:
     """Parse and verify .pto files (a folder: every *.pto under it); report every error with its
     line number, and one summary line when there are several files.
 
@@ -132,7 +135,8 @@ def check(paths: tuple[Path, ...], ptoas_only: bool, pto_backend: str | None) ->
     failed = 0
     for pto_file in files:
         try:
-            parsed = check_text(read_pto(pto_file), str(pto_file), launch_rules=not ptoas_only, backend=pto_backend)
+            parsed = check_text(read_pto(pto_file), str(pto_file), launch_rules=not ptoas_only, backend=pto_backend,
+                                level=pto_level)
             functions = [f for f in parsed.module.walk() if isinstance(f, func.FuncOp)]
             if not functions:  # ptoas compiles an empty module to nothing
                 raise PtoCheckError([(1, "not a kernel: no function")], str(pto_file))

@@ -296,12 +296,14 @@ def print_pto(module: builtin.ModuleOp) -> str:
     return out.getvalue().rstrip("\n") + "\n"
 
 
-def verify_module(parsed: ParsedModule, launch_rules: bool = True, backend: str | None = None) -> None:
+def verify_module(parsed: ParsedModule, launch_rules: bool = True, backend: str | None = None,
+                  level: str | None = None) -> None:
     """Op verifiers + function rules (+ ptofa's own rules unless `launch_rules` is False: the
     launch rules and the C++-build rules, `d.BuildRuleError`, which ptoas does not check) +
     the back end's lowering (`ptofa.ir.dialect.lowering`: with ptoas's default EmitC back end, the
     ops it cannot lower; `backend` is ptoas's --pto-backend, None reads the module's
-    `pto.backend` attribute); raises PtoCheckError listing every error with its line."""
+    `pto.backend` attribute); `level` is ptoas's --pto-level (None: the level the module's
+    allocations imply, `_level_errors`); raises PtoCheckError listing every error with its line."""
     errors: list[tuple[int, str]] = []
     for op in parsed.module.walk():
         if op is parsed.module:
@@ -319,7 +321,7 @@ def verify_module(parsed: ParsedModule, launch_rules: bool = True, backend: str 
         for func_op in parsed.module.walk():
             if isinstance(func_op, func.FuncOp):
                 errors += [(parsed.line(op) if op else parsed.line(func_op), msg) for op, msg in function_errors(func_op)]
-        errors += [(parsed.line(op) if op else 1, msg) for op, msg in module_errors(parsed.module)]
+        errors += [(parsed.line(op) if op else 1, msg) for op, msg in module_errors(parsed.module, level)]
         errors += [(parsed.line(op) if op else 1, msg) for op, msg in lowering_errors(parsed.module, backend)]
         if launch_rules:
             errors += [(parsed.line(op) if op else 1, msg) for op, msg in launch_errors(parsed.module)]
@@ -544,7 +546,7 @@ def _constant_index(value) -> int | None:
     return None
 
 
-def module_errors(module: builtin.ModuleOp) -> list[tuple[Operation | None, str]]:
+def module_errors(module: builtin.ModuleOp, level: str | None = None) -> list[tuple[Operation | None, str]]:
     """Rules across functions: entry functions as ptoas has them, peers agree on pipe parameters and split.
 
     ptoas needs no entry at all (a module of helper or kernel functions compiles; it
@@ -560,7 +562,7 @@ def module_errors(module: builtin.ModuleOp) -> list[tuple[Operation | None, str]
             continue
         if entry.function_type.outputs.data:
             errors.append((entry, f"'func.func' entry: @{name} returns values; PTO entry functions must return void"))
-    errors += _level_errors(module)
+    errors += _level_errors(module, level)
     errors += _reserved_buffer_errors(funcs)
     cube_inits: dict[int, d._InitPipeOp] = {}
     vec_inits: dict[int, d._InitPipeOp] = {}
@@ -628,39 +630,42 @@ def _reserved_buffer_errors(funcs: list[func.FuncOp]) -> list[tuple[Operation | 
     return errors
 
 
-def _level_errors(module: builtin.ModuleOp) -> list[tuple[Operation | None, str]]:
-    """ptoas's build level is a command-line choice: at level1/level2 it plans local
-    addresses and an allocation takes no `addr`; at level3 every allocation needs one
-    (PTOAS tools/ptoas/ptoas.cpp). A module is one or the other: an `addr` anywhere makes
-    it a level3 program."""
+def _level_errors(module: builtin.ModuleOp, level: str | None = None) -> list[tuple[Operation | None, str]]:
+    """ptoas's build level is a command-line choice (--pto-level, default level2): at level1/level2
+    it plans local addresses and an allocation takes no `addr`; at level3 every allocation needs one
+    and every reserve_buffer an explicit base (PTOAS tools/ptoas/ptoas.cpp). `level` None takes the
+    level the module implies: an `addr` anywhere makes it a level3 program."""
     allocs = [op for op in module.walk() if isinstance(op, d.ALLOC_OPS)]
     with_addr = [op for op in allocs if op.addr is not None]
     reserves = [op for op in module.walk() if isinstance(op, d.ReserveBufferOp)]
-    errors: list[tuple[Operation | None, str]] = []
-    if with_addr:  # level3: every reserve_buffer is placed by hand
-        errors += [(op, f"'{op.name}' level3: requires 'auto = false' and an explicit 'base' when --pto-level=level3 "
-                        "(the module's alloc_tile ops carry explicit addresses)") for op in reserves if op.is_auto]
-    elif any(not op.is_auto for op in reserves):
+    level3 = bool(with_addr) if level is None else level == "level3"
+    if not level3:
+        errors = [(op, f"'{op.name}' level: unexpected 'addr' operand: only supported when --pto-level=level3 (ptoas's "
+                       f"words; checked at {level}, ptoas's default is level2: pass --pto-level level3 to both)")
+                  for op in with_addr]
         if allocs:
             errors += [(op, f"'{op.name}' level3: an explicit 'base' (auto = false) needs --pto-level=level3, where every "
                             "alloc_tile also needs an 'addr'; at level1/level2 write auto = true") for op in reserves if not op.is_auto]
-    if not with_addr or len(with_addr) == len(allocs):
         return errors
-    return errors + [(op, f"'{op.name}' level3: requires 'addr' operand when --pto-level=level3 (the module gives {len(with_addr)} "
-                 f"allocation(s) an explicit 'addr', which only level3 accepts; at level1/level2 remove every 'addr')")
-            for op in allocs if op.addr is None]
+    errors = [(op, f"'{op.name}' level3: requires 'auto = false' and an explicit 'base' when --pto-level=level3 "
+                   "(the module's alloc_tile ops carry explicit addresses)") for op in reserves if op.is_auto]
+    return errors + [(op, f"'{op.name}' level3: requires 'addr' operand when --pto-level=level3 (at level3 every "
+                          "allocation needs an explicit 'addr'; at level1/level2 remove every 'addr')")
+                     for op in allocs if op.addr is None]
 
 
-def check_text(text: str, path: str = "<pto>", launch_rules: bool = True, backend: str | None = None) -> ParsedModule:
+def check_text(text: str, path: str = "<pto>", launch_rules: bool = True, backend: str | None = None,
+               level: str | None = None) -> ParsedModule:
     """Parse and verify; raises PtoCheckError with every error and its line.
 
     By default: what ptoas compiles for A2/A3 with its default back end and ptofa can launch
     and build. `launch_rules=False` leaves out ptofa's own rules (the launch rules,
     `launch_errors`, and the C++-build rules, `d.BuildRuleError`): what `ptoas --pto-arch=a3`
     itself accepts. `backend="vpto"` (ptoas's --pto-backend) leaves out the EmitC lowering
-    rule too: what ptoas's parser and verifiers accept."""
+    rule too: what ptoas's parser and verifiers accept. `level`: ptoas's --pto-level (None: the
+    one the module's allocations imply)."""
     parsed = parse_pto(text, path)
-    verify_module(parsed, launch_rules, backend)
+    verify_module(parsed, launch_rules, backend, level)
     return parsed
 
 

@@ -201,13 +201,16 @@ def caller_for(pto_path: Path | str) -> tuple[Path, str]:
     return path, text
 
 
-def compile_commands(pto_path: Path | str, build_dir: Path | str, tools: Tools | None = None) -> list[list[str]]:
-    """The exact argv lists that turn `pto_path` into `build_dir/<entry>.so` (what compile.sh runs)."""
+def compile_commands(pto_path: Path | str, build_dir: Path | str, tools: Tools | None = None,
+                     level: str = "level2") -> list[list[str]]:
+    """The exact argv lists that turn `pto_path` into `build_dir/<entry>.so` (what compile.sh runs).
+    `level`: ptoas's --pto-level (level3: the allocations carry their own addresses)."""
     tools = tools or locate_tools()[0]
     build_dir = Path(build_dir).absolute()
     cpp_name, so_name = build_names(pto_path)
     kernel_cpp = build_dir / cpp_name
-    ptoas_argv = [tools.ptoas, *PTOAS_FLAGS, str(Path(pto_path).absolute()), "-o", str(kernel_cpp)]
+    level_flag = [] if level == "level2" else [f"--pto-level={level}"]
+    ptoas_argv = [tools.ptoas, *PTOAS_FLAGS, *level_flag, str(Path(pto_path).absolute()), "-o", str(kernel_cpp)]
     bisheng_argv = [
         tools.bisheng,
         f"-I{tools.pto_lib_path}/include",
@@ -292,9 +295,9 @@ def _run(argv: list[str], step: str) -> None:
         raise ToolchainError(f"{step} failed with exit code {done.returncode}: {shlex.join(argv)}\n{tail}")
 
 
-def _build(pto_path: Path, build_dir: Path, tools: Tools, key: dict[str, str]) -> list[list[str]]:
+def _build(pto_path: Path, build_dir: Path, tools: Tools, key: dict[str, str], level: str = "level2") -> list[list[str]]:
     build_dir.mkdir(parents=True, exist_ok=True)
-    commands = compile_commands(pto_path, build_dir, tools)
+    commands = compile_commands(pto_path, build_dir, tools, level)
     for argv, step in zip(commands, ("ptoas", "bisheng")):
         _run(argv, step)
     (build_dir / METADATA_NAME).write_text(metadata_text(key))
@@ -317,6 +320,7 @@ def compile_pto(
     dry_run: bool = False,
     config_summary: str | None = None,
     use_cache: bool = True,
+    level: str = "level2",
 ) -> CompileResult:
     """Build `pto_path` into `<entry>.so`, reusing a cached build when the key matches.
 
@@ -330,18 +334,19 @@ def compile_pto(
     if dry_run:
         tools, missing = locate_tools()
         build_dir = Path(out_dir) if out_dir is not None else cache_root() / "<key>"
-        return CompileResult(None, None, compile_commands(pto_path, build_dir, tools), missing_tools=missing)
+        return CompileResult(None, None, compile_commands(pto_path, build_dir, tools, level), missing_tools=missing)
 
     tools = find_tools()
     if not pto_path.is_file():
         raise ToolchainError(f"input: {pto_path} is not a file")
-    key = build_key(pto_path.read_bytes(), tools, config_summary, caller_for(pto_path)[1])
+    key = build_key(pto_path.read_bytes(), tools, f"{config_summary} {level}" if level != "level2" else config_summary,
+                    caller_for(pto_path)[1])
     artefacts = _artefacts(pto_path)
     cpp_name, so_name, _ = artefacts
     entry = cache_root() / _sha256(json.dumps(key, sort_keys=True).encode())[:20]
     if not use_cache:
         build_dir = Path(out_dir or tempfile.mkdtemp(prefix="ptofa-build-"))
-        commands = _build(pto_path, build_dir, tools, key)
+        commands = _build(pto_path, build_dir, tools, key, level)
         return CompileResult(build_dir / so_name, build_dir / cpp_name, commands)
 
     entry.parent.mkdir(parents=True, exist_ok=True)
@@ -353,17 +358,17 @@ def compile_pto(
             if out_dir is not None:
                 _copy_artefacts(entry, Path(out_dir), artefacts)
         elif out_dir is not None:
-            commands = _build(pto_path, Path(out_dir), tools, key)
+            commands = _build(pto_path, Path(out_dir), tools, key, level)
             _copy_artefacts(Path(out_dir), entry, artefacts)
         else:
-            commands = _build(pto_path, entry, tools, key)
+            commands = _build(pto_path, entry, tools, key, level)
     result_dir = Path(out_dir) if out_dir is not None else entry
     return CompileResult(
         result_dir / so_name, result_dir / cpp_name, commands, cache_hit=hit, cache_entry=entry
     )
 
 
-def emit_cpp(pto_path: Path | str, out_dir: Path | str) -> tuple[Path, Path]:
+def emit_cpp(pto_path: Path | str, out_dir: Path | str, level: str = "level2") -> tuple[Path, Path]:
     """The ptoas step alone (no bisheng, no pto-isa): `out_dir/<entry>.cpp` and the launcher source
     `out_dir/<entry>.caller.cpp`, for a kernel developer without CANN."""
     ptoas, missing = find_ptoas()
@@ -372,7 +377,7 @@ def emit_cpp(pto_path: Path | str, out_dir: Path | str) -> tuple[Path, Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tools = Tools(ptoas, "bisheng", "$PTO_LIB_PATH")
-    _run(compile_commands(pto_path, out_dir, tools)[0], "ptoas")
+    _run(compile_commands(pto_path, out_dir, tools, level)[0], "ptoas")
     cpp_name = build_names(pto_path)[0]
     launcher = out_dir / cpp_name.replace(".cpp", ".caller.cpp")
     launcher.write_text(caller_for(pto_path)[1])
@@ -387,13 +392,15 @@ def emit_cpp(pto_path: Path | str, out_dir: Path | str) -> tuple[Path, Path]:
 )  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Print the ptoas and bisheng command lines and run nothing.")
 @click.option("--no-cache", is_flag=True, help="Rebuild even if an identical build is cached, and do not store it.")
-def compile_cmd(pto_file: Path, out_dir: Path, dry_run: bool, no_cache: bool) -> None:
+@click.option("--pto-level", "pto_level", type=click.Choice(["level1", "level2", "level3"]), default="level2",
+              show_default=True, help="ptoas's --pto-level (level3: every allocation carries its 'addr').")
+def compile_cmd(pto_file: Path, out_dir: Path, dry_run: bool, no_cache: bool, pto_level: str) -> None:
     """Compile PTO_FILE with ptoas and bisheng into OUT_DIR/<entry>.so, with a launcher
     `call_<entry>` generated from the file's entry signature (same steps as compile.sh).
     With ptoas but no bisheng or pto-isa: OUT_DIR/<entry>.cpp and <entry>.caller.cpp, then exit 2
     naming what is missing."""
     if dry_run:
-        result = compile_pto(pto_file, out_dir, dry_run=True)
+        result = compile_pto(pto_file, out_dir, dry_run=True, level=pto_level)
         for argv in result.commands:
             click.echo(shlex.join(argv))
         for line in result.missing_tools:
@@ -402,13 +409,13 @@ def compile_cmd(pto_file: Path, out_dir: Path, dry_run: bool, no_cache: bool) ->
     if not pto_file.is_file():
         raise click.BadParameter(f"{pto_file} is not a file", param_hint="PTO_FILE")
     try:
-        result = compile_pto(pto_file, out_dir, use_cache=not no_cache)
+        result = compile_pto(pto_file, out_dir, use_cache=not no_cache, level=pto_level)
     except ToolNotFound as missing:
         for line in missing.missing:
             click.echo(f"error: {line}", err=True)
         if find_ptoas()[0] is not None:  # ptoas alone: the C++ and its launcher, then stop
             try:
-                cpp, launcher = emit_cpp(pto_file, out_dir)
+                cpp, launcher = emit_cpp(pto_file, out_dir, pto_level)
             except ToolchainError as failure:
                 raise click.ClickException(str(failure)) from failure
             click.echo(f"wrote {cpp} (kernel C++) and {launcher} (launcher); stopped before bisheng", err=True)
