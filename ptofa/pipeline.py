@@ -768,3 +768,11 @@ def workspace_bytes(c: FAConfig, shape: ProblemShape, block_dim: int, num_splits
         return slots
     return slots + 4 * sum(partial_elems(c, shape, num_splits))
 
+
+
+def lse_prescale(lse: bool) -> bool:
+    """The automatic configs' `prescale_q`: off when the kernel writes LSE. The LSE is the backward's
+    (it recomputes P = exp(scale Q K^T - LSE) from f32 scores of the unscaled inputs) and flash-attn's
+    (f32 scores); Q scaled and rounded to the input dtype shifts it by that dtype's rounding (~0.005 at
+    |scale s| ~ 2 in bf16), so a row with one visible key would get P != 1 and dV a sum of rounded terms."""
+    return not lse

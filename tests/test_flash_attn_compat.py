@@ -457,7 +457,7 @@ def test_varlen_paged_prefill_rules() -> None:
     table = torch.tensor([[0, 1]], dtype=torch.int32)
     with pytest.raises(ValueError, match=r"cu_seqlens_k: sequence 0 has 300 keys, .* \(2 pages of 128 = 256 keys\)"):
         ptofa.flash_attn_varlen_func(q, pages, pages, _cu([4]), _cu([300]), 4, 300, block_table=table, backend="sim")
-    with pytest.raises(ValueError, match=r"block_table\[0\] uses page 5"):
+    with pytest.raises(ValueError, match=r"block_table: row 0 uses page 5"):
         ptofa.flash_attn_varlen_func(q, pages, pages, _cu([4]), _cu([200]), 4, 200,
                                      block_table=torch.tensor([[0, 5]], dtype=torch.int32), backend="sim")
     with pytest.raises(ValueError, match=r"k, v \[pages, page_size, kv_heads, D\] with block_table"):

@@ -66,15 +66,16 @@ def test_serving_rules() -> None:
     with pytest.raises(Exception, match="cu_seqlens_k: must end at the packed length 5, ends at 4"):
         ptofa.flash_attn_varlen_func(q, k, k, cu, torch.tensor([0, 4], dtype=torch.int32), 5, 5, backend="sim")
     cache = _rand(1, 64, 2, 64)
-    with pytest.raises(Exception, match=r"kv cache: cache_seqlens\[0\] \+ S_new = 60 \+ 5 = 65 exceeds the capacity of 64"):
+    with pytest.raises(RuntimeError, match=r"k_cache: cache_seqlens\[0\] \+ S_new = 60 \+ 5 = 65 keys, more than the "
+                       r"k_cache / v_cache row holds \(S_cache = 64 keys\)"):
         ptofa.flash_attn_with_kvcache(_rand(1, 1, 2, 64), cache, cache.clone(), cache_seqlens=torch.tensor([60], dtype=torch.int32),
                                       k=_rand(1, 5, 2, 64), v=_rand(1, 5, 2, 64), backend="sim")
 
 
 @pytest.mark.parametrize("pages, page_size, table, message", [
     (4, 100, [[0, 1, 2]], "paged cache: page_size=100 must be a multiple of 128"),
-    (4, 128, [[0, 7, 2]], "kv cache: block_table[0] uses page 7 or 0, outside the cache's 4 pages"),
-    (4, 128, [[0, -1, 9]], "kv cache: block_table[0] uses page 0 or -1, outside the cache's 4 pages"),  # entry 2 unused
+    (4, 128, [[0, 7, 2]], "block_table: row 0 uses page 7 or 0, outside the cache's 4 pages (0..3)"),
+    (4, 128, [[0, -1, 9]], "block_table: row 0 uses page 0 or -1, outside the cache's 4 pages (0..3)"),  # entry 2 unused
 ])
 def test_kvcache_call_refuses_bad_paging_and_writes_nothing(pages, page_size, table, message) -> None:
     k_cache, v_cache = _rand(pages, page_size, 1, 64, seed=1), _rand(pages, page_size, 1, 64, seed=2)

@@ -13,7 +13,7 @@ a second call with the same config emits, parses and compiles nothing.
 
 Automatic config (`config=None`): the head dim and dtypes come from the tensors, the
 variant switches from the call (masked iff a window is given, key_padding iff a mask is
-given, lse iff asked for), TILE_S1 / QK_PRELOAD from the timing model's ranking of the
+given, lse iff asked for, and then no `prescale_q`: `pipeline.lse_prescale`), TILE_S1 / QK_PRELOAD from the timing model's ranking of the
 shape's bucket (`ptofa.launch.tune`). Should that prediction fail, a fixed rule (with a
 warning): 256 / 3 for S1 >= `LONG_S1` (the preload ring of three 256-key tiles fills),
 128 / 2 for shorter key sequences.
@@ -35,7 +35,7 @@ from ptofa.launch.splitkv import DenseSplit, plan_dense_split, tune_window
 from ptofa.launch.dispatch import BACKEND_NAMES, backend_soc, launch_on, resolve_backend  # noqa: F401 (re-exported)
 from ptofa.launch.kernel_cache import Kernel, clear_kernel_cache, get_kernel, kernel_cache_info
 from ptofa.launch.plan import plan_forward
-from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, kernel_head
+from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, kernel_head, lse_prescale
 from ptofa.sim.socspec import DEFAULT_SOC, SocSpec, get_soc
 
 # S1 from which the automatic config takes TILE_S1 = 256 with QK_PRELOAD = 3 (three tiles in flight).
@@ -75,7 +75,7 @@ def auto_config(head: int, in_dtype: str = "f16", *, s1: int, out_dtype: str | N
     for tile_s1, qk_preload in candidates:
         try:
             return FAConfig(head=head, tile_s1=tile_s1, qk_preload=qk_preload, in_dtype=in_dtype, out_dtype=out_dtype,
-                            masked=masked, key_padding=key_padding, lse=lse)
+                            masked=masked, key_padding=key_padding, lse=lse, prescale_q=lse_prescale(lse))
         except ConfigError as error:
             first_error = first_error or error
     assert first_error is not None

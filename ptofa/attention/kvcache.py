@@ -26,6 +26,13 @@ from ptofa.reference import Reference, reference_fa
 from ptofa.launch.varlen import table_of_sequences
 
 
+class CacheCapacityError(ConfigError, RuntimeError):
+    """A KV cache that cannot hold a sequence's keys (a block table too short or naming pages the cache
+    lacks, a contiguous cache row too short): ptofa's rule, so a `ConfigError`, and a `RuntimeError` as
+    flash-attn's `mha_fwd_kvcache` raises there (csrc/flash_attn/flash_api.cpp), which its callers catch.
+    Raised before anything is written."""
+
+
 @dataclass(frozen=True)
 class KVCache:
     """A contiguous ([B_cache, S_cache, KVN, D]) or paged ([pages, page_size, KVN, D] + block_table) cache pair.
@@ -64,7 +71,8 @@ class KVCache:
         return (b if self.batch_idx is None else self.batch_idx[b]) * int(self.k.shape[1])
 
     def check(self, batch: int, cache_seqlens: torch.Tensor, new: int = 0) -> list[int]:
-        """The key counts after appending `new` keys, or `ConfigError` (nothing is written)."""
+        """The key counts after appending `new` keys, or `ConfigError` (`CacheCapacityError` for a cache too
+        small); nothing is written."""
         if self.k.shape != self.v.shape or self.k.dim() != 4:
             raise ConfigError(f"kv cache: k {tuple(self.k.shape)} and v {tuple(self.v.shape)} must be equal 4-d tensors")
         lens = [int(x) for x in torch.as_tensor(cache_seqlens).reshape(-1)]
@@ -84,8 +92,8 @@ class KVCache:
             for b, n in enumerate(lens):
                 used = bt[b, : -(-(n + new) // self.page_size)]
                 if used.numel() and (int(used.min()) < 0 or int(used.max()) >= pages):
-                    raise ConfigError(f"kv cache: block_table[{b}] uses page {int(used.max())} or "
-                                      f"{int(used.min())}, outside the cache's {pages} pages")
+                    raise CacheCapacityError(f"block_table: row {b} uses page {int(used.max())} or {int(used.min())}, "
+                                             f"outside the cache's {pages} pages (0..{pages - 1})")
         elif self.batch_idx is None and int(self.k.shape[0]) < batch:
             raise ConfigError(f"kv cache: the cache holds {int(self.k.shape[0])} sequences, fewer than the batch of "
                               f"{batch} (pass cache_batch_idx to pick rows)")
@@ -96,8 +104,11 @@ class KVCache:
                                   f"{rows}, each in 0..{rows - 1}")
         for b, n in enumerate(lens):
             if n + new > self.capacity(b):
-                raise ConfigError(f"kv cache: cache_seqlens[{b}] + S_new = {n} + {new} = {n + new} exceeds the "
-                                  f"capacity of {self.capacity(b)} keys")
+                where = (f"block_table addresses (max_pages={self.block_table.shape[1]} pages of page_size="
+                         f"{self.page_size} = {self.capacity(b)} keys)") if self.paged else \
+                    f"the k_cache / v_cache row holds (S_cache = {self.capacity(b)} keys)"
+                raise CacheCapacityError(f"{'block_table' if self.paged else 'k_cache'}: cache_seqlens[{b}] + S_new = "
+                                         f"{n} + {new} = {n + new} keys, more than {where}")
         if self.leftpad is not None:
             if len(self.leftpad) != batch or any(not 0 <= p <= n + new for p, n in zip(self.leftpad, lens)):
                 raise ConfigError(f"cache_leftpad: {list(self.leftpad)} must hold {batch} values, each in "

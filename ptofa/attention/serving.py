@@ -24,9 +24,9 @@ import torch
 
 from ptofa.attention.core import (auto_config, check_alibi_slopes, check_softcap, check_window, dtype_name,
                                   flash_attn_returns, resolve_backend, unsupported_arguments, with_score_mods)
-from ptofa.attention.kvcache import (KVCache, apply_rotary, cache_shape, check_rotary, decode_config,  # noqa: F401
-                                    decode_lse, decode_shape, decode_units, pack_allowed, paged_tiles,  # (re-exported)
-                                    rotary_positions)
+from ptofa.attention.kvcache import (CacheCapacityError, KVCache, apply_rotary, cache_shape,  # noqa: F401
+                                    check_rotary, decode_config, decode_lse, decode_shape, decode_units,  # (re-exported)
+                                    pack_allowed, paged_tiles, rotary_positions)
 from ptofa.launch import dispatch
 from ptofa.launch.base import TORCH_DTYPES, pad_heads
 from ptofa.launch.splitkv import plan_serving  # noqa: F401 (re-exported)
@@ -127,8 +127,9 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sof
         if block_table.dim() == 2:
             for b, n in enumerate(k_lens):
                 if n > cache.capacity(b):
-                    raise ConfigError(f"cu_seqlens_k: sequence {b} has {n} keys, more than its block_table row holds "
-                                      f"({block_table.shape[1]} pages of {cache.page_size} = {cache.capacity(b)} keys)")
+                    raise CacheCapacityError(f"cu_seqlens_k: sequence {b} has {n} keys, more than its block_table row "
+                                             f"holds ({block_table.shape[1]} pages of {cache.page_size} = "
+                                             f"{cache.capacity(b)} keys)")
         cache.check(len(k_lens), torch.tensor(k_lens), 0)
         if cache.page_size % 128 != 0:
             raise ConfigError(f"paged cache: page_size={cache.page_size} must be a multiple of 128 (a KV tile lies "

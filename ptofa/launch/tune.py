@@ -6,8 +6,9 @@
 Candidates: every legal (TILE_S1, QK_PRELOAD) of `TILE_S1S` x `PRELOADS` with the
 call's head dim, dtypes and switches (QK_PRELOAD = 4 is left out: `FAConfig` warns of
 ptoas's event-id deadlock there; a config that breaks a legality rule or warns is
-skipped), with `prescale_q` on; then the fastest of them with `prescale_q` off (the
-scaled-Q pipe delays each block's first QK, which short units do not win back).
+skipped), with `prescale_q` on (off when the kernel writes LSE: `pipeline.lse_prescale`); then
+the fastest of them with `prescale_q` off (the scaled-Q pipe delays each block's first QK, which
+short units do not win back).
 
 Prediction, per candidate: the simulator runs probes of one head with the call's head
 dim, dtypes and switches, records their traces, and `ptofa.sim.timing.predict` replays
@@ -54,7 +55,7 @@ from ptofa.kernels import units as schedule
 from ptofa.launch.base import TORCH_DTYPES
 from ptofa.launch.calls import blocks_for, forward_plan
 from ptofa.launch.kernel_cache import atomic_write, builder_digest, cache_root, get_kernel
-from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, kernel_head
+from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, kernel_head, lse_prescale
 from ptofa.sim.options import RunOptions
 from ptofa.sim.socspec import SocSpec, get_soc
 from ptofa.sim.shared_limits import launch_floors_us, limiting
@@ -103,9 +104,11 @@ class TuneShape:
         return ProblemShape(self.batch, self.heads, self.s0, self.s1, kv_heads=self.kv_heads, window=self.window)
 
     def base_config(self) -> FAConfig:
-        """The kernel at the width the head dim runs on (`kernel_head`: other head dims are zero-padded to it)."""
+        """The kernel at the width the head dim runs on (`kernel_head`: other head dims are zero-padded to it);
+        `prescale_q` only without LSE (`lse_prescale`)."""
         return FAConfig(head=kernel_head(self.head), in_dtype=self.in_dtype, out_dtype=self.out_dtype,
-                        masked=self.window != (-1, -1), key_padding=self.key_padding, lse=self.lse)
+                        masked=self.window != (-1, -1), key_padding=self.key_padding, lse=self.lse,
+                        prescale_q=lse_prescale(self.lse))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,92 @@
+"""Gradients where the rounding is exact: rows that see one key (P = 1, so dV is a plain sum of dO rows),
+one query row, rows that see no key, sequences without keys. There the fp64 reference rounded to the
+input dtype and the input-dtype reference agree, and ptofa must give the same bits: f32 accumulation
+across all Q blocks (and the GQA group's heads) and one rounding, in every backward mode (deterministic
+and atomic dQ, dense and varlen, fp16 and bf16). The forward that feeds the backward must then write an
+LSE from f32 scores of the unscaled inputs (`pipeline.lse_prescale`): a Q prescaled in the input dtype
+shifted it by ~0.005 in bf16, so P = exp(scale S - LSE) was 0.995 and dV off by 1-2 ulps (flash-attn's
+test_flash_attn_varlen_output, bf16, seqlen_q 239, seqlen_k 1, causal, local, D = 96).
+
+dQ and dK are scale P (dP - D) terms: with one key dP = dO . V and D = rowsum(dO * O) are the same sum in
+f32 taken in two orders (cube and vectors), so they are checked to that noise, not bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import ptofa
+from ptofa.attention.backward import reference_backward, reference_varlen_backward
+
+DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
+# |dQ|, |dK| bound per summed term scale (dP - D) K where dP - D is the f32 rounding noise of dO . V
+# (|dO . V| up to ~50 here: f32 ulps of ~4e-6, times |K| up to ~4 and scale ~0.1 to 0.125)
+NOISE = 1e-5
+
+
+def _rand(gen: torch.Generator, dtype: torch.dtype, *shape) -> torch.Tensor:
+    return torch.randn(*shape, generator=gen).to(dtype).requires_grad_(True)
+
+
+def _cu(lens: list[int]) -> torch.Tensor:
+    return torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+
+
+def _check(out: torch.Tensor, ours: tuple[torch.Tensor, ...], exact: tuple[torch.Tensor, ...],
+           low: tuple[torch.Tensor, ...], dtype: torch.dtype, rows: int) -> None:
+    """dV bit for bit where the references agree; dQ (one key per row) and dK (`rows` query rows per key)
+    to f32 noise; exact zeros where nothing is seen."""
+    dq, dk, dv = ours
+    rounded = exact[2].to(dtype)
+    agree = rounded == low[2]
+    assert agree.float().mean() > 0.5, "the shape was meant to make the references agree"
+    wrong = (dv != rounded) & agree
+    assert not wrong.any(), (f"dV differs from the exactly rounded sum at {int(wrong.sum())} of {int(agree.sum())} "
+                             f"elements, by up to {(dv.double() - exact[2])[wrong].abs().max():.3g}")
+    for name, ours_g, exact_g, terms in (("dQ", dq, exact[0], 1), ("dK", dk, exact[1], rows)):
+        err = (ours_g.double() - exact_g).abs().max()
+        assert err <= NOISE * terms, f"{name}: {err:.3g} from the reference"
+    # Query rows that see no key (O = 0) and keys no row sees (dV = 0) get exact zeros.
+    assert not dq[(out.detach() == 0).all(-1)].any()
+    unseen = (exact[2] == 0).all(-1)
+    assert not dk[unseen].any() and not dv[unseen].any()
+
+
+@pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "atomic"])
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+@pytest.mark.parametrize("window", [(-1, -1), (5, 0)], ids=["every_row_sees_the_key", "local_causal"])
+def test_varlen_one_key_sequences(dt, deterministic, window) -> None:
+    """The issue's shape: 239 query rows against one key (every row sees it, or causal with a local
+    window: the last row only), beside a one-row sequence and a sequence without keys; GQA."""
+    dtype, gen = DTYPES[dt], torch.Generator().manual_seed(43)
+    q_lens, k_lens, heads, kv_heads, d = [239, 1, 3], [1, 1, 0], 4, 2, 96
+    q = _rand(gen, dtype, sum(q_lens), heads, d)
+    k, v = _rand(gen, dtype, sum(k_lens), kv_heads, d), _rand(gen, dtype, sum(k_lens), kv_heads, d)
+    dout = torch.randn(sum(q_lens), heads, d, generator=gen).to(dtype)
+    out = ptofa.flash_attn_varlen_func(q, k, v, _cu(q_lens), _cu(k_lens), max(q_lens), max(k_lens),
+                                       causal=window[1] == 0, window_size=window, deterministic=deterministic,
+                                       backend="sim")
+    out.backward(dout)
+    ref = reference_varlen_backward(q.detach(), k.detach(), v.detach(), dout, q_lens, k_lens, window=window)
+    _check(out, (q.grad, k.grad, v.grad), ref.exact, ref.low, dtype, max(q_lens) * heads // kv_heads)
+
+
+@pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "atomic"])
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+@pytest.mark.parametrize("s0, s1, window", [(130, 1, (-1, -1)), (70, 70, (0, 0)), (1, 1, (-1, -1))],
+                         ids=["one_key", "diagonal", "one_query_one_key"])
+def test_dense_one_visible_key(dt, deterministic, s0, s1, window) -> None:
+    """flash_attn_func: one key for 130 rows (two Q blocks), the diagonal window (0, 0) (each row its
+    own key, each key its own row), one query and one key."""
+    dtype, gen = DTYPES[dt], torch.Generator().manual_seed(44)
+    batch, heads, kv_heads, d = 2, 2, 1, 64
+    q = _rand(gen, dtype, batch, s0, heads, d)
+    k, v = _rand(gen, dtype, batch, s1, kv_heads, d), _rand(gen, dtype, batch, s1, kv_heads, d)
+    dout = torch.randn(batch, s0, heads, d, generator=gen).to(dtype)
+    out = ptofa.flash_attn_func(q, k, v, window_size=window, deterministic=deterministic, backend="sim")
+    out.backward(dout)
+    ref = reference_backward(q.detach(), k.detach(), v.detach(), dout, 1 / math.sqrt(d), window)
+    _check(out, (q.grad, k.grad, v.grad), ref.exact, ref.low, dtype, s0 * heads // kv_heads)
