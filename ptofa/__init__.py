@@ -44,10 +44,10 @@ _LAZY = {
     "run_kernel": "ptofa.launch.kernel",
     "ring_flash_attn_func": "ptofa.attention.ring",
     "ring_flash_attn_varlen_func": "ptofa.attention.ring",
-    "zigzag_shard": "ptofa.attention.ring",
-    "zigzag_unshard": "ptofa.attention.ring",
-    "zigzag_shard_varlen": "ptofa.attention.ring",
-    "zigzag_unshard_varlen": "ptofa.attention.ring",
+    "zigzag_shard": "ptofa.attention.zigzag",
+    "zigzag_unshard": "ptofa.attention.zigzag",
+    "zigzag_shard_varlen": "ptofa.attention.zigzag",
+    "zigzag_unshard_varlen": "ptofa.attention.zigzag",
     "ulysses_flash_attn_func": "ptofa.attention.ulysses",
 }
 

@@ -52,61 +52,15 @@ import torch.distributed as dist
 from ptofa.attention import backward  # noqa: F401 (registers the backward op's implementation)
 from ptofa.attention import core  # noqa: F401 (registers the forward op's implementation)
 from ptofa.attention.core import check_qkv, check_window, flash_attn_returns, unsupported_arguments, window_to_bounds
+from ptofa.attention.group import agree, check_shards, gather_ints, group_ranks, peer
 from ptofa.attention.ops import flash_attn_bwd, flash_attn_fwd
+from ptofa.attention.zigzag import seqlens_of_cu, zigzag_rows
 from ptofa.launch.calls import Workspace, plan_kernel, reduce_block_dim
 from ptofa.launch.dispatch import backend_soc, launch_on, resolve_backend
 from ptofa.launch.kernel_cache import reduce_kernel
 from ptofa.pipeline import REDUCE_TABLE, FAConfig, kernel_head
 
-_DTYPE_CODES = {torch.float16: 0, torch.bfloat16: 1}
 _DTYPE_NAMES = {torch.float16: "f16", torch.bfloat16: "bf16"}
-
-
-# --------------------------------------------------------------------------------------
-# The group
-# --------------------------------------------------------------------------------------
-
-
-def group_ranks(group) -> tuple[int, int]:
-    """(this rank in `group`, the group's size), or ValueError when torch.distributed has no
-    process group to run on (not initialized, or a group this process is not part of)."""
-    if not dist.is_available() or not dist.is_initialized():
-        raise ValueError("group: torch.distributed is not initialized; call torch.distributed.init_process_group("
-                         "backend='gloo') (CPU tensors, the simulator) or backend='hccl' (NPU) first")
-    try:
-        backend_name = dist.get_backend(group)
-    except (RuntimeError, ValueError) as error:
-        raise ValueError(f"group: {group!r} has no backend torch.distributed knows ({error})") from error
-    rank = dist.get_rank(group)
-    if rank < 0:
-        raise ValueError(f"group: this process is not a member of the {backend_name} group it was given")
-    return rank, dist.get_world_size(group)
-
-
-def gather_ints(values: Sequence[int], group, what: str) -> list[list[int]]:
-    """Every rank's `values` (one all_gather of an int64 tensor, on the group's device), in rank order;
-    ValueError naming `what` when the ranks gave different counts."""
-    count = torch.tensor([len(values)], dtype=torch.int64, device=_comm_device(group))
-    world = dist.get_world_size(group)
-    counts = [torch.empty_like(count) for _ in range(world)]
-    dist.all_gather(counts, count, group=group)
-    found = [int(c) for c in counts]
-    if len(set(found)) != 1:
-        raise ValueError(f"{what}: the ranks give {found} values (rank order); every rank must give as many")
-    mine = torch.tensor(list(values), dtype=torch.int64, device=count.device)
-    every = [torch.empty_like(mine) for _ in range(world)]
-    dist.all_gather(every, mine, group=group)
-    return [[int(x) for x in t.tolist()] for t in every]
-
-
-def _comm_device(group) -> torch.device:
-    """Where the group's backend takes tensors: the NPU for hccl, the CPU for gloo."""
-    return torch.device("npu") if dist.get_backend(group) == "hccl" else torch.device("cpu")
-
-
-def _peer(group, rank: int) -> int:
-    """The global rank of `rank` of `group` (P2POp takes global ranks)."""
-    return rank if group is None else dist.get_global_rank(group, rank)
 
 
 class _RingLink:
@@ -115,7 +69,7 @@ class _RingLink:
 
     def __init__(self, group, rank: int, world: int) -> None:
         self.group = group
-        self.next, self.prev = _peer(group, (rank + 1) % world), _peer(group, (rank - 1) % world)
+        self.next, self.prev = peer(group, (rank + 1) % world), peer(group, (rank - 1) % world)
 
     def post(self, send: Sequence[torch.Tensor], receive: Sequence[torch.Tensor]):
         ops = [dist.P2POp(dist.isend, t.contiguous(), self.next, self.group) for t in send]
@@ -128,98 +82,6 @@ class _RingLink:
         for work in works:
             work.wait()
         return list(receive)
-
-
-# --------------------------------------------------------------------------------------
-# Zigzag sharding
-# --------------------------------------------------------------------------------------
-
-
-def zigzag_chunks(length: int, world: int) -> list[int]:
-    """The lengths of the 2W chunks a sequence of `length` rows is cut into (the first length % 2W
-    chunks one row longer), in sequence order."""
-    base, extra = divmod(length, 2 * world)
-    return [base + (1 if c < extra else 0) for c in range(2 * world)]
-
-
-def zigzag_rows(length: int, world: int, rank: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    """((start, rows) of chunk `rank`, (start, rows) of chunk 2W-1-rank) of a sequence of `length` rows."""
-    sizes = zigzag_chunks(length, world)
-    starts = [sum(sizes[:c]) for c in range(2 * world)]
-    lo, hi = rank, 2 * world - 1 - rank
-    return (starts[lo], sizes[lo]), (starts[hi], sizes[hi])
-
-
-def _check_world(world: int, rank: int) -> None:
-    if isinstance(world, bool) or not isinstance(world, int) or world < 1 or not 0 <= rank < world:
-        raise ValueError(f"world, rank: {world!r}, {rank!r} must be ints with world >= 1 and 0 <= rank < world")
-
-
-def zigzag_shard(x: torch.Tensor, world: int, rank: int, dim: int = 1) -> torch.Tensor:
-    """Rank `rank`'s shard of `x` along `dim` (the sequence, dim 1 of [B, S, N, D]): chunks rank and
-    2W-1-rank of the 2W chunks of `zigzag_chunks`, concatenated (a contiguous copy)."""
-    _check_world(world, rank)
-    (lo, lo_n), (hi, hi_n) = zigzag_rows(x.shape[dim], world, rank)
-    return torch.cat([x.narrow(dim, lo, lo_n), x.narrow(dim, hi, hi_n)], dim).contiguous()
-
-
-def zigzag_unshard(shards: Sequence[torch.Tensor], dim: int = 1) -> torch.Tensor:
-    """The whole tensor of every rank's `zigzag_shard` (in rank order); ValueError when the shards'
-    lengths are not the zigzag split of their sum."""
-    world = len(shards)
-    length = sum(t.shape[dim] for t in shards)
-    pieces: list[tuple[int, torch.Tensor]] = []
-    for rank, shard in enumerate(shards):
-        (lo, lo_n), (hi, hi_n) = zigzag_rows(length, world, rank)
-        if shard.shape[dim] != lo_n + hi_n:
-            raise ValueError(f"zigzag_unshard: rank {rank}'s shard has {shard.shape[dim]} rows along dim {dim}, but "
-                             f"the zigzag split of {length} rows over {world} ranks gives it {lo_n} + {hi_n}")
-        pieces += [(lo, shard.narrow(dim, 0, lo_n)), (hi, shard.narrow(dim, lo_n, hi_n))]
-    return torch.cat([t for _, t in sorted(pieces, key=lambda p: p[0])], dim)
-
-
-def _seqlens(cu_seqlens, total: int, name: str) -> list[int]:
-    cu = torch.as_tensor(cu_seqlens).reshape(-1).tolist()
-    if len(cu) < 2 or cu[0] != 0 or any(b < a for a, b in zip(cu, cu[1:])) or cu[-1] != total:
-        raise ValueError(f"{name}: must be [0, ..., {total}] non-decreasing with at least two entries, got {cu}")
-    return [b - a for a, b in zip(cu, cu[1:])]
-
-
-def _cu(lengths: Sequence[int], device=None) -> torch.Tensor:
-    return torch.tensor([0, *torch.tensor(list(lengths), dtype=torch.int64).cumsum(0).tolist()], dtype=torch.int32,
-                        device=device)
-
-
-def zigzag_shard_varlen(x: torch.Tensor, cu_seqlens, world: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rank `rank`'s shard of packed sequences x [total, ...] (`cu_seqlens` int32 [B + 1]): every
-    sequence zigzag-sharded (`zigzag_shard`), packed in sequence order; returns (rows, local cu_seqlens)."""
-    _check_world(world, rank)
-    lengths = _seqlens(cu_seqlens, x.shape[0], "cu_seqlens")
-    starts = _cu(lengths).tolist()
-    rows, local = [], []
-    for start, length in zip(starts, lengths):
-        (lo, lo_n), (hi, hi_n) = zigzag_rows(length, world, rank)
-        rows += [x[start + lo:start + lo + lo_n], x[start + hi:start + hi + hi_n]]
-        local.append(lo_n + hi_n)
-    return torch.cat(rows).contiguous(), _cu(local, x.device)
-
-
-def zigzag_unshard_varlen(shards: Sequence[torch.Tensor], cu_seqlens) -> torch.Tensor:
-    """The packed batch [total, ...] of every rank's `zigzag_shard_varlen` (rank order); `cu_seqlens` the
-    whole batch's."""
-    world = len(shards)
-    lengths = _seqlens(cu_seqlens, sum(t.shape[0] for t in shards), "cu_seqlens")
-    offsets = [0] * world
-    sequences = []
-    for length in lengths:
-        parts = []
-        for rank, shard in enumerate(shards):
-            (lo, lo_n), (hi, hi_n) = zigzag_rows(length, world, rank)
-            parts += [(lo, shard[offsets[rank]:offsets[rank] + lo_n]),
-                      (hi, shard[offsets[rank] + lo_n:offsets[rank] + lo_n + hi_n])]
-            offsets[rank] += lo_n + hi_n
-        sequences += [t for _, t in sorted(parts, key=lambda p: p[0])]
-    return torch.cat(sequences)
 
 
 # --------------------------------------------------------------------------------------
@@ -236,10 +98,6 @@ class Runs:
     @property
     def lengths(self) -> tuple[int, ...]:
         return tuple(n for _, n in self.runs)
-
-    @property
-    def index(self) -> torch.Tensor:
-        return torch.cat([torch.arange(s, s + n) for s, n in self.runs]) if self.runs else torch.zeros(0, dtype=torch.long)
 
 
 @dataclass(frozen=True)
@@ -328,13 +186,14 @@ def _groups(q_runs: Runs, k_runs: Runs) -> dict[tuple[int, int], list[int]]:
     return found
 
 
+def _spans(runs: Runs, seqs: list[int]) -> list[slice]:
+    """The rows of each of `seqs` in the shard (one slice per sequence: runs are contiguous)."""
+    return [slice(runs.runs[s][0], runs.runs[s][0] + runs.runs[s][1]) for s in seqs]
+
+
 def _stack(x: torch.Tensor, runs: Runs, seqs: list[int]) -> torch.Tensor:
     """[len(seqs), rows, ...] of the sequences' runs (all of one length)."""
-    return torch.stack([x[runs.runs[s][0]:runs.runs[s][0] + runs.runs[s][1]] for s in seqs])
-
-
-def _rows_of(runs: Runs, seqs: list[int]) -> torch.Tensor:
-    return torch.cat([torch.arange(runs.runs[s][0], runs.runs[s][0] + runs.runs[s][1]) for s in seqs])
+    return torch.stack([x[rows] for rows in _spans(runs, seqs)])
 
 
 class _Partials:
@@ -360,12 +219,13 @@ class _Partials:
         start = split * self.per_split + self.o_elems
         return self.buffer[start:start + self.heads * self.rows].view(self.heads, self.rows)
 
-    def put(self, split: int, rows: torch.Tensor, o: torch.Tensor, lse: torch.Tensor) -> None:
-        """A step's O [rows, N, Dv] and LSE [N, rows] into `split`; the forward's +inf LSE of a row that saw
-        no key is the reduce's -inf (weight 0)."""
-        rows = rows.to(self.buffer.device)
-        self.o(split)[rows, :, :self.head_v] = o.float()
-        self.lse(split)[:, rows] = torch.where(torch.isposinf(lse), -math.inf, lse)
+    def put(self, split: int, spans: list[slice], o: torch.Tensor, lse: torch.Tensor) -> None:
+        """A step's O [sequences, rows, N, Dv] and LSE [sequences, N, rows] of the sequences at `spans` into
+        `split`; the forward's +inf LSE of a row that saw no key is the reduce's -inf (weight 0)."""
+        lse = torch.where(torch.isposinf(lse), -math.inf, lse)
+        for i, rows in enumerate(spans):
+            self.o(split)[rows, :, :self.head_v] = o[i]
+            self.lse(split)[:, rows] = lse[i]
 
     def merge(self, runs: Runs) -> None:
         """Split 1 merged into split 0 over `runs` by the reduce kernel (`kernels/fa_reduce.py`)."""
@@ -393,7 +253,7 @@ def _attend(q, k, v, q_runs: Runs, k_runs: Runs, causal: bool, call: RingCall, p
         o, lse = flash_attn_fwd(_stack(q, q_runs, seqs), _stack(k, k_runs, seqs), _stack(v, k_runs, seqs), call.scale,
                                 causal, left, right, None, torch.float32, call.backend, None, call.deterministic,
                                 call.softcap, None)
-        partials.put(split, _rows_of(q_runs, seqs), o.flatten(0, 1), lse.permute(1, 0, 2).flatten(1))
+        partials.put(split, _spans(q_runs, seqs), o, lse)
 
 
 def _attend_backward(q, k, v, out, lse, dout, q_runs: Runs, k_runs: Runs, causal: bool, call: RingCall,
@@ -401,20 +261,21 @@ def _attend_backward(q, k, v, out, lse, dout, q_runs: Runs, k_runs: Runs, causal
     """One step's gradients, ptofa's backward op per group, added into the fp32 dq and the travelling dk, dv."""
     for (m, n), seqs in _groups(q_runs, k_runs).items():
         left, right = window_to_bounds((-1, 0), m, n) if causal else (0, 0)
-        q_rows, k_rows = _rows_of(q_runs, seqs).to(q.device), _rows_of(k_runs, seqs).to(q.device)
-        lse_seqs = torch.stack([lse[:, q_runs.runs[s][0]:q_runs.runs[s][0] + m] for s in seqs])
+        lse_seqs = torch.stack([lse[:, rows] for rows in _spans(q_runs, seqs)])
         grads = flash_attn_bwd(_stack(q, q_runs, seqs), _stack(k, k_runs, seqs), _stack(v, k_runs, seqs),
                                _stack(out, q_runs, seqs), lse_seqs.contiguous(), _stack(dout, q_runs, seqs), call.scale,
                                causal, left, right, call.backend, call.deterministic, None, call.softcap, None)
-        for acc, rows, grad in ((dq, q_rows, grads[0]), (dk, k_rows, grads[1]), (dv, k_rows, grads[2])):
-            acc.index_add_(0, rows, grad.flatten(0, 1).float())
+        for acc, runs, grad in ((dq, q_runs, grads[0]), (dk, k_runs, grads[1]), (dv, k_runs, grads[2])):
+            for i, rows in enumerate(_spans(runs, seqs)):
+                acc[rows] += grad[i].float()
 
 
 def _empty_like_shard(x: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.empty((rows, *x.shape[1:]), dtype=x.dtype, device=x.device)
 
 
-def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: RingCall) -> tuple[torch.Tensor, torch.Tensor]:
+def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 call: RingCall) -> tuple[torch.Tensor, torch.Tensor]:
     """(out [T, N, Dv] in q's dtype, lse [N, T] fp32) of packed shards q [T, N, D], k/v [Tk, KVN, D*]."""
     layout = call.layout
     link = _RingLink(call.group, layout.rank, layout.world)
@@ -503,36 +364,9 @@ def _not_supported(window_size, alibi_slopes, key_padding_mask, config) -> None:
                                   "LSE for the merge); a config of its own is not supported")
 
 
-def _check_shards(q, k, v, names, group) -> None:
-    """ValueError on every rank when the ranks' heads, head dims or dtype differ."""
-    header = [q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1], _DTYPE_CODES[q.dtype]]
-    every = gather_ints(header, group, "shards")
-    if any(h != every[0] for h in every):
-        raise ValueError(f"shards: every rank needs the same ({names[0]} heads, {names[1]}/{names[2]} heads, head_dim, "
-                         f"head_dim_v, dtype); the ranks have {every} (dtype 0 = float16, 1 = bfloat16)")
-
-
-def agree(check, group):
-    """`check()`'s result when it passes on every rank of `group`; else the error on the ranks where it
-    failed and a ValueError naming them on the others, so that no rank is left waiting in a collective
-    the others never enter."""
-    group_ranks(group)
-    error: Exception | None = None
-    try:
-        result = check()
-    except (ValueError, NotImplementedError) as found:
-        error = found
-    failed = [r for r, (flag,) in enumerate(gather_ints([int(error is not None)], group, "checks")) if flag]
-    if error is not None:
-        raise error
-    if failed:
-        raise ValueError(f"ranks {failed} refused their arguments (their own error says why); no rank ran")
-    return result
-
-
 def _ring_call(q, k, v, q_lens, k_lens, softmax_scale, causal, softcap, deterministic, backend, group,
                what: str) -> RingCall:
-    _check_shards(q, k, v, ("q", "k", "v"), group)
+    check_shards(q, k, v, ("q", "k", "v"), group)
     layout = ring_layout(q_lens, k_lens, bool(causal), group, what)
     resolved = resolve_backend(backend)
     if resolved == "sim" and dist.get_backend(group) != "gloo":
@@ -629,8 +463,8 @@ def ring_flash_attn_varlen_func(
             raise ValueError(f"shapes: q [total_q, N, D], k and v [total_k, KVN, D] expected, got "
                              f"{[tuple(getattr(t, 'shape', ())) for t in (q, k, v)]}")
         check_qkv(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0))
-        q_lens = _seqlens(cu_seqlens_q, q.shape[0], "cu_seqlens_q")
-        k_lens = _seqlens(cu_seqlens_k, k.shape[0], "cu_seqlens_k")
+        q_lens = seqlens_of_cu(cu_seqlens_q, q.shape[0], "cu_seqlens_q")
+        k_lens = seqlens_of_cu(cu_seqlens_k, k.shape[0], "cu_seqlens_k")
         if len(q_lens) != len(k_lens):
             raise ValueError(f"cu_seqlens: {len(q_lens)} query sequences but {len(k_lens)} key sequences")
         if max(q_lens) > max_seqlen_q or max(k_lens) > max_seqlen_k:
@@ -645,6 +479,5 @@ def ring_flash_attn_varlen_func(
     return flash_attn_returns(out, lse, return_attn_probs, return_lse)
 
 
-__all__ = ["RingCall", "agree", "RingLayout", "Runs", "gather_ints", "group_ranks", "ring_backward", "ring_flash_attn_func",
-           "ring_flash_attn_varlen_func", "ring_forward", "ring_layout", "zigzag_chunks", "zigzag_rows", "zigzag_shard",
-           "zigzag_shard_varlen", "zigzag_unshard", "zigzag_unshard_varlen"]
+__all__ = ["RingCall", "RingLayout", "Runs", "ring_backward", "ring_flash_attn_func", "ring_flash_attn_varlen_func",
+           "ring_forward", "ring_layout"]
