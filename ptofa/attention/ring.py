@@ -245,15 +245,18 @@ class _Partials:
         lse.masked_fill_(torch.isposinf(lse), -math.inf)
 
 
-def _attend(q, k, v, q_runs: Runs, k_runs: Runs, causal: bool, call: RingCall, partials: _Partials, split: int) -> None:
+def _attend(q, k, v, q_runs: Runs, k_runs: Runs, causal: bool, call: RingCall, partials: _Partials,
+            split: int) -> Runs:
     """One step's local attention, ptofa's forward op (fp32 O, LSE) per group of equal-length sequences,
-    into `split` of the partials."""
-    for (m, n), seqs in _groups(q_runs, k_runs).items():
+    into `split` of the partials; returns the query rows it wrote (a sequence without keys here has none)."""
+    groups = _groups(q_runs, k_runs)
+    for (m, n), seqs in groups.items():
         left, right = window_to_bounds((-1, 0), m, n) if causal else (0, 0)
         o, lse = flash_attn_fwd(_stack(q, q_runs, seqs), _stack(k, k_runs, seqs), _stack(v, k_runs, seqs), call.scale,
                                 causal, left, right, None, torch.float32, call.backend, None, call.deterministic,
                                 call.softcap, None)
         partials.put(split, _spans(q_runs, seqs), o, lse)
+    return Runs(tuple(q_runs.runs[seq] for seqs in groups.values() for seq in seqs))
 
 
 def _attend_backward(q, k, v, out, lse, dout, q_runs: Runs, k_runs: Runs, causal: bool, call: RingCall,
@@ -282,14 +285,14 @@ def ring_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     partials = _Partials(q.shape[0], q.shape[1], v.shape[2], q.dtype, q.device, call)
     kv = [k, v]
     for step in range(layout.world):
-        src, q_runs, k_runs, causal = layout.step(step)
+        _, q_runs, k_runs, causal = layout.step(step)
         posted = None
         if step + 1 < layout.world:
             rows = sum(layout.k_lens[(layout.rank - step - 1) % layout.world])
             posted = link.post(kv, [_empty_like_shard(t, rows) for t in kv])
-        _attend(q, *kv, q_runs, k_runs, causal, call, partials, 0 if step == 0 else 1)
+        written = _attend(q, *kv, q_runs, k_runs, causal, call, partials, 0 if step == 0 else 1)
         if step:
-            partials.merge(q_runs)
+            partials.merge(written)
         if posted is not None:
             kv = link.wait(posted)
     lse = partials.lse(0).clone()
@@ -306,7 +309,7 @@ def ring_backward(q, k, v, out, lse, dout, call: RingCall) -> tuple[torch.Tensor
     dkv = None  # the travelling fp32 dK, dV of the K/V shard held in this step
     dkv_posted = None
     for step in range(layout.world):
-        src, q_runs, k_runs, causal = layout.step(step)
+        _, q_runs, k_runs, causal = layout.step(step)
         kv_posted = None
         if step + 1 < layout.world:
             rows = sum(layout.k_lens[(layout.rank - step - 1) % layout.world])
