@@ -20,7 +20,7 @@ import torch.distributed as dist
 class Case:
     """One call: `kind` "ring", "ring_varlen" or "ulysses"; the whole problem's sizes (`seqlens`: the
     packed sequences of a varlen case); `bad` a way to make the call wrong ("lengths": a rank drops
-    its last row; "window": a sliding window)."""
+    its last row; "window": a sliding window; "group": no process group)."""
 
     name: str
     kind: str
@@ -70,6 +70,8 @@ def run_case(case: Case, world: int, rank: int) -> dict:
     if case.bad == "lengths" and rank == world - 1:  # a dense shard one row short of its zigzag length
         ql, kl, vl, dl = (t[:, :-1] for t in (ql, kl, vl, dl))
     leaves = [t.clone().requires_grad_(True) for t in (ql, kl, vl)]
+    if case.bad == "group":  # something that is no process group
+        return ptofa.ring_flash_attn_func(*leaves, causal=case.causal, backend="sim", group="not a group")
     window = (2, 0) if case.bad == "window" else (-1, -1)
     if case.kind == "ring_varlen":
         local = cu_seqlens(lengths)

@@ -5,8 +5,10 @@ missing process group raise on every rank. Tiny shapes: each rank is a process r
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -149,6 +151,30 @@ def test_predicted_ring_steps() -> None:
     assert "predicted" in describe(fast)
 
 
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ring_attention.py"
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("ring_attention_example", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_example_predicts(capsys) -> None:
+    assert _example().main(["--predict", "--world", "2", "--seqlen", "512", "--heads", "2", "--kv-heads", "1",
+                            "--causal"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("step 0: kernel 256 x 256 causal predicted") and "send 64 KiB" in lines[0]
+    assert "nothing to send" in lines[1] and lines[2].startswith("ring forward predicted")
+
+
+@pytest.mark.slow
+def test_example_runs_and_checks(capsys) -> None:
+    assert _example().main(["--world", "2", "--seqlen", "24", "--heads", "2", "--kv-heads", "1", "--causal"]) == 0
+    assert capsys.readouterr().out.count("PASS") == 4
+
+
 # --------------------------------------------------------------------------------------
 # On process groups
 # --------------------------------------------------------------------------------------
@@ -161,6 +187,7 @@ TWO_RANKS = [
     Case("ulysses_causal_f16_gqa", "ulysses", F16, True, heads=4, kv_heads=2, seqlen=15),
     Case("bad_lengths", "ring", F16, True, bad="lengths"),
     Case("bad_window", "ring", F16, True, bad="window"),
+    Case("bad_group", "ring", F16, True, bad="group"),
 ]
 # One case: each rank parses every kernel it runs (seconds each on the simulator), W of them on 2 cores.
 FOUR_RANKS = [Case("varlen_causal_bf16_gqa", "ring_varlen", BF16, True, heads=4, kv_heads=2, seqlens=(11, 20))]
@@ -176,6 +203,7 @@ def test_two_ranks() -> None:
     assert "ValueError: ring_flash_attn_func: causal ring attention needs zigzag shards" in lengths[0], lengths
     assert lengths[0] == lengths[1]  # every rank raised, none waits
     assert all("NotImplementedError: window_size: (2, 0)" in r["bad_window"]["error"] for r in results)
+    assert all(r["bad_group"]["error"].startswith("ValueError: group: 'not a group' has no backend") for r in results)
 
 
 def test_four_ranks() -> None:

@@ -105,9 +105,12 @@ def describe(steps: list[RingStep]) -> str:
     lines = []
     for s in steps:
         (rows, keys, masked), = s.kernels
+        kernel = f"step {s.step}: kernel {rows} x {keys}{' causal' if masked else ''} predicted {s.compute_us:.1f} us"
+        if not s.sent_bytes:
+            lines.append(f"{kernel}, nothing to send -> {s.step_us:.1f} us")
+            continue
         verdict = "comm hidden" if s.hidden else "comm-bound"
-        lines.append(f"step {s.step}: kernel {rows} x {keys}{' causal' if masked else ''} predicted "
-                     f"{s.compute_us:.1f} us, send {s.sent_bytes / 2**20:.2f} MiB predicted {s.comm_us:.1f} us -> "
+        lines.append(f"{kernel}, send {s.sent_bytes / 1024:.0f} KiB predicted {s.comm_us:.1f} us -> "
                      f"{s.step_us:.1f} us ({verdict})")
     lines.append(f"ring forward predicted {sum(s.step_us for s in steps):.1f} us over {len(steps)} steps "
                  f"(merges and link latency not counted)")
