@@ -6,17 +6,18 @@
 
 Each rank holds its shard of Q, K and V. In step s of W (the group's size) a rank attends its Q to
 the K/V shard of rank (rank - s) mod W while that shard travels on to the next rank
-(`torch.distributed.batch_isend_irecv`, posted before the local kernel runs, waited after it), the
-way ring attention (Liu et al. 2023, arXiv:2310.01889) and Llama 3's context parallelism
-(arXiv:2407.21783, 3.3.2) rotate K/V. The local attention of a step is ptofa's forward custom op
-(`ptofa.attention.ops.flash_attn_fwd`, the op `flash_attn_func` calls) with an fp32 O and its LSE;
-the partials of the steps are merged by ptofa's split-KV reduce kernel (`kernels/fa_reduce.py`), the
-same launch that combines a split-KV forward's partials: the running result is split 0 of a
-two-split partials buffer, the step's partial split 1, and the reduce writes the merge back into
-split 0. On the CPU every kernel runs on the simulator, on an NPU on the device (gloo or hccl).
+(`torch.distributed.batch_isend_irecv`, posted before the local kernel runs, waited after it), as
+ring attention does (Liu et al. 2023, arXiv:2310.01889). The local attention of a step is ptofa's
+forward custom op (`ptofa.attention.ops.flash_attn_fwd`, the op `flash_attn_func` calls) with an
+fp32 O and its LSE, one launch per group of sequences with equal lengths (one for the dense form);
+the steps' partials are merged by ptofa's split-KV reduce kernel (`kernels/fa_reduce.py`), the
+launch that combines a split-KV forward's partials: the running result is split 0 of a two-split
+partials buffer, the step's partial split 1, and the reduce writes the merge back into split 0.
+With a gloo group and CPU tensors every kernel runs on the simulator; with an hccl group and NPU
+tensors on the NPU.
 
-Causal attention is balanced by zigzag sharding (`zigzag_shard`, as the ring-flash-attention
-package and Megatron's context parallelism lay it out): the sequence is cut into 2W chunks and
+Causal attention is balanced by zigzag sharding (`ptofa.attention.zigzag`, as the
+ring-flash-attention package and Megatron-Core's context parallelism lay it out): the sequence is cut into 2W chunks and
 rank r holds chunks r and 2W-1-r, so in every step after the first each rank has the same work,
 half its rows against a whole shard or all its rows against half a shard:
 
@@ -72,16 +73,19 @@ class _RingLink:
         self.next, self.prev = peer(group, (rank + 1) % world), peer(group, (rank - 1) % world)
 
     def post(self, send: Sequence[torch.Tensor], receive: Sequence[torch.Tensor]):
-        ops = [dist.P2POp(dist.isend, t.contiguous(), self.next, self.group) for t in send]
+        """Post the sends and receives; `wait` on what this returns (it keeps the sent tensors alive until then)."""
+        sent = [t.contiguous() for t in send]
+        ops = [dist.P2POp(dist.isend, t, self.next, self.group) for t in sent]
         ops += [dist.P2POp(dist.irecv, t, self.prev, self.group) for t in receive]
-        return receive, dist.batch_isend_irecv(ops)
+        return sent, list(receive), dist.batch_isend_irecv(ops)
 
     @staticmethod
     def wait(posted) -> list[torch.Tensor]:
-        receive, works = posted
+        """The received tensors, once every send and receive of `posted` completed."""
+        _, receive, works = posted
         for work in works:
             work.wait()
-        return list(receive)
+        return receive
 
 
 # --------------------------------------------------------------------------------------
