@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -175,9 +177,12 @@ def test_example_predicts(capsys) -> None:
 
 
 @pytest.mark.slow
-def test_example_runs_and_checks(capsys) -> None:
-    assert _example().main(["--world", "2", "--seqlen", "24", "--heads", "2", "--kv-heads", "1", "--causal"]) == 0
-    assert capsys.readouterr().out.count("PASS") == 4
+def test_example_runs_and_checks() -> None:
+    """The whole example in its own process (its ranks are spawned from its own __main__)."""
+    done = subprocess.run([sys.executable, str(EXAMPLE), "--world", "2", "--seqlen", "24", "--heads", "2",
+                           "--kv-heads", "1", "--causal"], capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("PASS") == 4
 
 
 # --------------------------------------------------------------------------------------
