@@ -10,7 +10,7 @@ Layers, bottom first (each imports only the ones below; docs/architecture.md has
   launch/      launch plans and the one launch per backend (simulator, NPU), split-KV and
                varlen planning, toolchain, kernel cache, tuning
   attention/   `attend`, the seven flash-attn calls (flash-attn 2.x's signatures), SDPA, the custom
-               ops, backward, InfiniOp
+               ops, backward, InfiniOp; ring and Ulysses attention over torch.distributed
   runner, cli/ `run_case` and the `run_fa` command
 
 The attention calls are imported on first use, so `import ptofa` stays light:
@@ -42,6 +42,13 @@ _LAZY = {
     "flash_attn_with_kvcache": "ptofa.attention.serving",
     "attention_backward": "ptofa.attention.backward",
     "run_kernel": "ptofa.launch.kernel",
+    "ring_flash_attn_func": "ptofa.attention.ring",
+    "ring_flash_attn_varlen_func": "ptofa.attention.ring",
+    "zigzag_shard": "ptofa.attention.zigzag",
+    "zigzag_unshard": "ptofa.attention.zigzag",
+    "zigzag_shard_varlen": "ptofa.attention.zigzag",
+    "zigzag_unshard_varlen": "ptofa.attention.zigzag",
+    "ulysses_flash_attn_func": "ptofa.attention.ulysses",
 }
 
 __all__ = ["__version__", *_LAZY]
