@@ -42,6 +42,8 @@ _LAZY = {
     "flash_attn_with_kvcache": "ptofa.attention.serving",
     "attention_backward": "ptofa.attention.backward",
     "run_kernel": "ptofa.launch.kernel",
+    "flex_attention": "ptofa.attention.flex",
+    "create_block_mask": "ptofa.attention.flex",
 }
 
 __all__ = ["__version__", *_LAZY]

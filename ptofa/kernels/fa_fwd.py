@@ -61,6 +61,7 @@ from ptofa.api import F16, F32, I32, KernelModule, parse_ir_type, pto, scalar, t
 from ptofa.kernels.scoremods import AlibiRows, alibi_bias, softcap_scores
 from ptofa.kernels.common import (HALF_NEG, NEG_INIT, SPLIT, alloc, clamp, entry_type, fused, init_pipes, pipelined,
                                   ring_select, row_offset, snake_rank)
+from ptofa.kernels.mods import RANGE_FIELDS, Site, apply_forward, mod_params
 from ptofa.kernels.window import TileRange
 from ptofa.pipeline import (DTYPE_BYTES, KEY_MASK_TILES, ROWSUM_COLS, UNIT_FIELDS, UNIT_TABLE, FAConfig, buffer_names,
                              chunk_names, cube_buffer_name, cube_buffer_names, tile_plan)
@@ -130,6 +131,7 @@ class _Unit:
     tiles: TileRange
     window: tuple[SSAValue, SSAValue] | None = None  # (left, right) bounds of a masked kernel
     split: tuple[SSAValue, SSAValue] | None = None  # split-KV: (this split, splits of the unit)
+    full: tuple[SSAValue, SSAValue] | None = None  # block ranges: the tiles no mask entry hides
 
 
 def _common(config: FAConfig, args: dict[str, SSAValue]) -> _Common:
@@ -218,11 +220,17 @@ def _unit(c: _Common, unit: SSAValue) -> _Unit:
     else:
         lo = scalar.const(0)
         hi = scalar.ceildiv(s1, cfg.tile_s1, name="t_hi")
+    full = None
+    if cfg.block_ranges:  # the host's per-unit tile ranges (unit order: (b, h, Q block), kernels/mods.py)
+        rec = scalar.mul(unit, len(RANGE_FIELDS), name="range_rec")
+        lo, hi, *full = (scalar.index_cast(pto.load_scalar(c.args["tile_ranges"], scalar.add(rec, i)), name=f"t_{name}")
+                         for i, name in enumerate(RANGE_FIELDS))
     split = None
     if cfg.split_kv:
         split = (field["split"], field["splits"])
         lo, hi = _split_range(lo, hi, *split)
-    return _Unit(b, h, g, q0, q_rows, s0, s1, q_row, k_row, seq, lse_row, TileRange(lo, hi), window, split)
+    return _Unit(b, h, g, q0, q_rows, s0, s1, q_row, k_row, seq, lse_row, TileRange(lo, hi), window, split,
+                 tuple(full) if full else None)
 
 
 def _split_range(lo: SSAValue, hi: SSAValue, split: SSAValue, splits: SSAValue) -> tuple[SSAValue, SSAValue]:
@@ -565,6 +573,11 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
         i0 = scalar.add(scalar.add(s.u.q0, s.row_base), r0)
         start = scalar.sub(scalar.mul(t, cfg.tile_s1), scalar.add(i0, scalar.sub(s.u.s1, s.u.s0)), name="alibi_start")
         alibi_bias(s_tile, tl["red_tmp"], tl["alibi_i32"], tl["alibi_f32"], s.alibi_rows, start, keys, s.slope, exp_tmp)
+    if cfg.mods:
+        i0 = scalar.add(scalar.add(s.u.q0, s.row_base), r0, name="mod_q0")
+        apply_forward(cfg.mods, Site(s_tile, tl["red_tmp"], exp_tmp, tl, s.c.args, s.u.b, s.u.h, i0,
+                                     scalar.mul(t, cfg.tile_s1, name="mod_k0"), keys, vs0, cfg.tile_s1, t, s.u.full,
+                                     mask_constants(cfg)[1]))
     if cfg.masked:
         _mask_bounds(s, t, r0, keys, s_tile)
     if cfg.key_padding:
@@ -793,10 +806,10 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
 # ======================================================================================
 
 _CUBE_ARGS = ("slots", "slots_h", "q", "k", "v", "units", "block_table", "batch", "heads", "kv_heads", "s0", "s1",
-              "num_units", "max_pages", "win_left", "win_right")
+              "num_units", "max_pages", "win_left", "win_right", "tile_ranges")
 _VECTOR_ARGS = ("slots", "slots_h", "q", "o", "lse", "partials", "key_mask", "units", "batch", "heads", "kv_heads", "s0", "s1",
                 "num_units", "scale", "win_left", "win_right", "key_mask_stride", "softcap", "softcap_rcp2",
-                "alibi_slopes", "alibi_stride")
+                "alibi_slopes", "alibi_stride", "tile_ranges")
 
 
 def build_fa(config: FAConfig) -> builtin.ModuleOp:
@@ -806,6 +819,7 @@ def build_fa(config: FAConfig) -> builtin.ModuleOp:
     vector_reads_q = config.prescale_q  # the vectors scale Q; the cube reads it from the Q pipe
     cube_args = [n for n in _CUBE_ARGS if n in entry_types and (n != "q" or not vector_reads_q)]
     vector_args = [n for n in _VECTOR_ARGS if n in entry_types and (n != "q" or vector_reads_q)]
+    vector_args += [p.name for p in mod_params(config.mods)]
     with km.function(argspec.ENTRY_NAME, list(entry_types.items()), entry=True) as args:
         pto.set_ffts(args["ffts"])
         pto.call(argspec.CUBE_FUNC_NAME, [args[n] for n in cube_args])

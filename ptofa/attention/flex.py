@@ -1,0 +1,131 @@
+"""FlexAttention on ptofa's kernel: torch's `flex_attention` signature, the mods compiled into the kernel.
+
+    out = ptofa.flex_attention(q, k, v, score_mod=rel_bias, block_mask=ptofa.create_block_mask(causal, B, H, S, S))
+
+q [B, H, S0, D], k / v [B, KVH, S1, D] (fp16 / bf16; KVH < H with enable_gqa=True), as torch's
+`torch.nn.attention.flex_attention.flex_attention`. The score_mod and the block mask's mask_mod are
+traced (`kernels/flexmods.py`) into `mods.Mod` objects of the forward kernel's config; the tensors
+they capture are kernel arguments. The mask_mod also decides which KV tiles each work unit visits
+(`tile_ranges`): a Q block's tiles [lo, hi) span the ones where some entry is visible, and the tiles
+where every entry is visible skip the mask's IR. Rows that see no key give 0 and LSE -inf, as torch's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from ptofa.attention.core import auto_config, check_qkv, dtype_name
+from ptofa.launch.base import TORCH_DTYPES, pad_heads
+from ptofa.launch.dispatch import backend_soc, launch_on, resolve_backend
+from ptofa.launch.plan import plan_forward
+from ptofa.kernels.flexmods import captured_args, trace_mod
+from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, kernel_head
+
+
+def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu", BLOCK_SIZE=128, _compile=False):
+    """torch's `create_block_mask` (a torch `BlockMask`, which `flex_attention` takes); B / H None broadcast."""
+    from torch.nn.attention.flex_attention import create_block_mask as torch_create_block_mask
+
+    return torch_create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device=device, BLOCK_SIZE=BLOCK_SIZE)
+
+
+def _mask_of(block_mask):
+    """The mask_mod of a BlockMask (None for torch's no-op mask, which hides nothing)."""
+    if block_mask is None:
+        return None
+    from torch.nn.attention.flex_attention import noop_mask
+
+    mask_mod = block_mask.mask_mod
+    return None if mask_mod is None or mask_mod is noop_mask else mask_mod
+
+
+def tile_ranges(mask_mod, batch: int, heads: int, s0: int, s1: int, rows: int, cols: int) -> torch.Tensor:
+    """[B * H * ceil(S0 / rows), 4] i32 (`mods.RANGE_FIELDS`): per unit (b, h, Q block of `rows`), the
+    KV tiles of `cols` keys [lo, hi) spanning the visible entries and [full_lo, full_hi), the first run
+    of tiles whose entries are all visible (the mask_mod evaluated on the host, one Q block at a time)."""
+    q_blocks, k_tiles = -(-s0 // rows), -(-s1 // cols)
+    table = torch.zeros(batch, heads, q_blocks, 4, dtype=torch.int32)
+    if mask_mod is None:
+        table[..., 1] = table[..., 3] = k_tiles
+        return table.reshape(-1, 4)
+    b = torch.arange(batch, dtype=torch.int32).view(-1, 1, 1, 1)
+    h = torch.arange(heads, dtype=torch.int32).view(1, -1, 1, 1)
+    kv = torch.arange(s1, dtype=torch.int32).view(1, 1, 1, -1)
+    pad = k_tiles * cols - s1
+    for qb in range(q_blocks):
+        q = torch.arange(qb * rows, min(s0, (qb + 1) * rows), dtype=torch.int32).view(1, 1, -1, 1)
+        seen = torch.as_tensor(mask_mod(b, h, q, kv)).bool().expand(batch, heads, q.shape[2], s1)
+        tiles_any = torch.nn.functional.pad(seen, (0, pad), value=False).view(batch, heads, -1, k_tiles, cols)
+        tiles_all = torch.nn.functional.pad(seen, (0, pad), value=True).view(batch, heads, -1, k_tiles, cols)
+        some, every = tiles_any.any(-1).any(2), tiles_all.all(-1).all(2)  # [B, H, k_tiles]
+        index = torch.arange(k_tiles)
+        lo = torch.where(some, index, k_tiles).min(-1).values
+        hi = torch.where(some, index + 1, 0).max(-1).values
+        full_lo = torch.where(every & some, index, k_tiles).min(-1).values
+        # the first run of full tiles: up to the first tile after full_lo that is not full
+        after = (~every) & (index >= full_lo.unsqueeze(-1))
+        full_hi = torch.where(after, index, k_tiles).min(-1).values.minimum(hi)
+        empty = hi == 0
+        table[:, :, qb, 0] = torch.where(empty, 0, lo).int()
+        table[:, :, qb, 1] = hi.int()
+        table[:, :, qb, 2] = torch.where(full_lo < full_hi, full_lo, 0).int()
+        table[:, :, qb, 3] = torch.where(full_lo < full_hi, full_hi, 0).int()
+    return table.reshape(-1, 4)
+
+
+def flex_config(head: int, in_dtype: str, s1: int, mods: tuple, block_ranges: bool) -> FAConfig:
+    """The automatic config with the mods: an f32 softmax; when the mods' scratch does not fit the UB,
+    128-key tiles and two row-slice buffers (smaller slices)."""
+    base = auto_config(head, in_dtype, s1=s1, lse=True)
+    first = None
+    for changes in ({}, dict(tile_s1=128, qk_preload=2), dict(tile_s1=128, qk_preload=2, slice_buffers=2)):
+        try:
+            return dataclasses.replace(base, softmax_dtype="f32", cube_rowsum=None, exp_f16=None, mods=mods,
+                                       block_ranges=block_ranges, **changes)
+        except ConfigError as error:
+            first = first or error
+    raise first
+
+
+def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
+                   return_lse=False, kernel_options=None, *, backend: str = "auto"):
+    """torch's `flex_attention` on ptofa's kernel (forward); returns out [B, H, S0, Dv], and LSE
+    [B, H, S0] f32 (natural log) with return_lse=True."""
+    if kernel_options:
+        raise NotImplementedError(f"kernel_options: {kernel_options!r} are torch's Triton options; ptofa takes none")
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise ValueError(f"{name}: must be a 4-D [B, H, S, D] tensor, got {getattr(t, 'shape', type(t).__name__)}")
+    if query.shape[1] != key.shape[1] and not enable_gqa:
+        raise ValueError(f"heads: query has {query.shape[1]} heads and key {key.shape[1]}; grouped heads need "
+                         f"enable_gqa=True")
+    q, k, v = (t.transpose(1, 2) for t in (query, key, value))
+    batch, s0, heads, head, s1, kv_heads = check_qkv(q, k, v, ("query", "key", "value"))
+    mask_mod = _mask_of(block_mask)
+    if block_mask is not None and tuple(block_mask.seq_lengths) != (s0, s1):
+        raise ValueError(f"block_mask: made for (Q_LEN, KV_LEN) = {tuple(block_mask.seq_lengths)}, but the call has "
+                         f"({s0}, {s1})")
+    backend = resolve_backend(backend)
+    width = kernel_head(head, v.shape[3])
+    q, k, v = pad_heads(width, *(t.detach() for t in (q, k, v)))
+    scale = 1.0 / math.sqrt(head) if scale is None else float(scale)
+    traced = [trace_mod(fn, mask) for fn, mask in ((score_mod, False), (mask_mod, True)) if fn is not None]
+    config = flex_config(width, dtype_name(q.dtype, "query"), s1, tuple(m for m, _ in traced), mask_mod is not None)
+    tensors = {}
+    for i, (mod, captured) in enumerate(traced):
+        tensors.update(captured_args(mod, captured, f"mod{i}_", max(config.vec_s0, config.tile_s1)))
+    shape = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads)
+    shape.check(config)
+    plan = plan_forward(config, shape, backend_soc(backend), scale=scale)
+    o = torch.full((batch, s0, heads, config.head), math.nan, dtype=TORCH_DTYPES[config.out_dtype])
+    lse = torch.full((batch, heads, s0), math.nan)
+    ranges = tile_ranges(mask_mod, batch, heads, s0, s1, config.cube_s0, config.tile_s1)
+    launch_on(backend, plan, {"q": q.contiguous(), "k": k.contiguous(), "v": v.contiguous(), "o": o, "lse": lse,
+                              "tile_ranges": ranges, **tensors})
+    out = o[..., :value.shape[-1]].transpose(1, 2).contiguous()
+    if not return_lse:
+        return out
+    return out, lse.masked_fill(torch.isinf(lse), -math.inf)  # torch's LSE of a row without keys is -inf

@@ -1,0 +1,89 @@
+"""Score and mask modifications as objects: the one hook of the forward kernel's softmax stage.
+
+A modification is one object (`Mod`), not a switch threaded through the layers: it brings
+
+* `tiles(config, prefix)`: its scratch tiles (`pipeline.TileSpec`, names starting with `prefix`);
+  `pipeline.tile_plan` adds them, so the UB budget counts them;
+* `params(prefix)`: its kernel arguments (`argspec.HostParam`); `argspec` adds them to the entry, the
+  vector function receives them, and the caller passes their values by name at launch;
+* `emit_forward(site, prefix)`: its IR on one row slice of scaled f32 scores (`Site`), called by
+  `fa_fwd._softmax_slice` after the built-in modifications and before the window mask;
+* `reference(scores, b, h, q_idx, kv_idx)`: the same modification in torch (broadcast index tensors),
+  which the tests and the dense reference apply.
+
+`FAConfig.mods` is a tuple of them, in the order they apply; each must be a frozen dataclass of plain
+fields (the kernel cache hashes and serialises the config). `kernels/flexmods.py` makes them from
+FlexAttention's Python callables.
+
+Block sparsity (`FAConfig.block_ranges`): a [units, RANGE_FIELDS] i32 table, one row per work unit
+(b, h, Q block) in unit order, gives the KV tiles [lo, hi) the unit visits and the tiles
+[full_lo, full_hi) in which no mask hides an entry: both kernels loop over [lo, hi) only, and a
+`Mod` with `mask=True` skips its IR on the full tiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.ir import SSAValue
+
+from ptofa.api import pto, scalar
+
+RANGE_FIELDS = ("lo", "hi", "full_lo", "full_hi")
+
+
+@dataclass
+class Site:
+    """What a modification sees at the hook: one row slice of one KV tile."""
+
+    scores: SSAValue  # [rows, keys valid] f32 scaled scores, modified in place
+    tmp: SSAValue  # a free tile of the scores' shape (the softmax's reduction scratch)
+    row_tmp: SSAValue  # scratch of the row-broadcast ops (the slice's exp scratch, free here)
+    tiles: dict[str, SSAValue]  # every vector tile by name (a mod's own under its prefix)
+    args: dict[str, SSAValue]  # the vector function's arguments by name
+    b: SSAValue  # batch (index)
+    h: SSAValue  # query head (index)
+    q0: SSAValue  # query position of the slice's first row (index)
+    k0: SSAValue  # key position of the tile's first column (index)
+    keys: SSAValue  # valid columns (index)
+    rows: int  # rows of the slice (vec_s0)
+    cols: int  # columns of a tile (tile_s1)
+    t: SSAValue  # the KV tile (index)
+    full: tuple[SSAValue, SSAValue] | None = None  # the unit's unmasked tiles [full_lo, full_hi)
+    mask_value: float = -3.0e38  # additive mask value of the softmax
+
+
+class Mod:
+    """The interface (see the module docstring); subclasses are frozen dataclasses."""
+
+    name: str = "mod"
+    mask: bool = False  # a mask: its IR is skipped on tiles the block ranges call full
+    tci_ops: int = 0  # `tci` ops per row slice (each has a hidden ptoas scratch the UB budget counts)
+
+    def tiles(self, config, prefix: str) -> list:
+        return []
+
+    def params(self, prefix: str) -> list:
+        return []
+
+    def emit_forward(self, site: Site, prefix: str) -> None:
+        raise NotImplementedError(f"{type(self).__name__}.emit_forward")
+
+    def reference(self, scores, b, h, q_idx, kv_idx):
+        raise NotImplementedError(f"{type(self).__name__}.reference")
+
+
+def apply_forward(mods: tuple, site: Site) -> None:
+    """The hook: each mod's IR in order; a mask's only on tiles outside the unit's full range."""
+    for i, mod in enumerate(mods):
+        if mod.mask and site.full is not None:
+            lo, hi = site.full
+            with pto.if_(scalar.or_(scalar.lt(site.t, lo), scalar.ge(site.t, hi))):
+                mod.emit_forward(site, f"mod{i}_")
+        else:
+            mod.emit_forward(site, f"mod{i}_")
+
+
+def mod_params(mods: tuple) -> list:
+    """Every mod's kernel arguments, in mod order."""
+    return [p for i, mod in enumerate(mods) for p in mod.params(f"mod{i}_")]

@@ -1,0 +1,94 @@
+"""ptofa.flex_attention against torch's own FlexAttention (eager on the CPU, forward only), with the
+FlashAttention accuracy rule: score mods, masks and captured tensors traced into the kernel."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.nn.attention.flex_attention import flex_attention as torch_flex
+
+import ptofa
+from ptofa.attention.flex import tile_ranges
+from ptofa.reference import check_accuracy
+
+H = 2
+
+
+def _inputs(batch, s0, s1, dtype, heads=H, kv_heads=H, d=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, heads, s0, d, generator=g).to(dtype)
+    k = torch.randn(batch, kv_heads, s1, d, generator=g).to(dtype)
+    v = torch.randn(batch, kv_heads, s1, d, generator=g).to(dtype)
+    return q, k, v
+
+
+def _check(q, k, v, score_mod=None, mask_mod=None, gqa=False):
+    batch, s0, s1 = q.shape[0], q.shape[2], k.shape[2]
+    bm = None if mask_mod is None else ptofa.create_block_mask(mask_mod, batch, q.shape[1], s0, s1)
+    out, lse = ptofa.flex_attention(q, k, v, score_mod=score_mod, block_mask=bm, enable_gqa=gqa, return_lse=True,
+                                    backend="sim")
+    ref32, lse32 = torch_flex(q.float(), k.float(), v.float(), score_mod=score_mod, block_mask=bm, enable_gqa=gqa,
+                              return_lse=True)
+    ref16, lse16 = torch_flex(q, k, v, score_mod=score_mod, block_mask=bm, enable_gqa=gqa, return_lse=True)
+    acc = check_accuracy(out, ref32, ref16)
+    assert acc.passed, acc
+    finite = torch.isfinite(lse32)
+    assert torch.equal(torch.isfinite(lse), finite)
+    # the accuracy rule on LSE: within twice the low-precision reference's error (plus 1e-4)
+    low_err = (lse16.float()[finite] - lse32[finite]).abs().max()
+    assert (lse[finite] - lse32[finite]).abs().max() <= 2 * low_err + 1e-4
+
+
+def causal(b, h, q, kv):
+    return q >= kv
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_relative_bias_causal(dtype):
+    q, k, v = _inputs(1, 200, 200, dtype)
+    _check(q, k, v, score_mod=lambda s, b, h, qi, kv: s + (qi - kv) * 0.01, mask_mod=causal)
+
+
+def test_softcap_tanh_bf16():
+    q, k, v = _inputs(1, 130, 300, torch.bfloat16)
+    _check(q, k, v, score_mod=lambda s, b, h, qi, kv: torch.tanh(s / 5.0) * 5.0)
+
+
+def test_alibi_captured_slopes_sliding_window():
+    slopes = torch.tensor([0.5, 0.125])
+    q, k, v = _inputs(1, 260, 260, torch.float16, seed=1)
+    _check(q, k, v, score_mod=lambda s, b, h, qi, kv: s - slopes[h] * (qi - kv).abs(),
+           mask_mod=lambda b, h, qi, kv: (qi >= kv) & (qi - kv <= 64))
+
+
+def test_document_mask_captured_ids():
+    doc = torch.tensor([0] * 70 + [1] * 150 + [2] * 100)
+    q, k, v = _inputs(2, 320, 320, torch.bfloat16, seed=2)
+    _check(q, k, v, mask_mod=lambda b, h, qi, kv: (doc[qi] == doc[kv]) & (qi >= kv))
+
+
+def test_prefix_lm_gqa_where_mod():
+    bias = torch.tensor([0.3, -0.2, 0.1, 0.0])
+    q, k, v = _inputs(1, 200, 200, torch.float16, heads=4, kv_heads=2, seed=3)
+    _check(q, k, v, score_mod=lambda s, b, h, qi, kv: torch.where(qi >= kv, s + bias[h], s),
+           mask_mod=lambda b, h, qi, kv: (kv < 40) | (qi >= kv), gqa=True)
+
+
+def test_unsupported_op_names_it():
+    q, k, v = _inputs(1, 64, 64, torch.float16)
+    with pytest.raises(NotImplementedError, match="sin"):
+        ptofa.flex_attention(q, k, v, score_mod=lambda s, b, h, qi, kv: torch.sin(s), backend="sim")
+    with pytest.raises(NotImplementedError, match="computed"):
+        table = torch.randn(128)
+        ptofa.flex_attention(q, k, v, score_mod=lambda s, b, h, qi, kv: s + table[qi - kv + 64], backend="sim")
+
+
+def test_document_mask_visits_fewer_tiles():
+    """Block sparsity: a document mask's units visit only the tiles of their document."""
+    doc = torch.arange(1024) // 256
+    ranges = tile_ranges(lambda b, h, qi, kv: doc[qi] == doc[kv], 1, 1, 1024, 1024, 128, 128)
+    visited = int((ranges[:, 1] - ranges[:, 0]).sum())
+    assert visited == 8 * 2 and int((ranges[:, 3] - ranges[:, 2]).sum()) == visited
+    assert math.isclose(visited / (8 * 8), 0.25)
