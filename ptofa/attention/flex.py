@@ -78,10 +78,13 @@ def tile_ranges(mask_mod, batch: int, heads: int, s0: int, s1: int, rows: int, c
 
 def flex_config(head: int, in_dtype: str, s1: int, mods: tuple, block_ranges: bool) -> FAConfig:
     """The automatic config with the mods: an f32 softmax; when the mods' scratch does not fit the UB,
-    128-key tiles and two row-slice buffers (smaller slices)."""
+    128-key tiles, then two row-slice buffers (half-height slices), then the per-tile scaling pass instead of
+    the scaled Q's tiles (`prescale_q=False`)."""
     base = auto_config(head, in_dtype, s1=s1, lse=True)
     first = None
-    for changes in ({}, dict(tile_s1=128, qk_preload=2), dict(tile_s1=128, qk_preload=2, slice_buffers=2)):
+    small = dict(tile_s1=128, qk_preload=2)
+    for changes in ({}, small, dict(small, slice_buffers=2), dict(small, prescale_q=False),
+                    dict(small, slice_buffers=2, prescale_q=False)):
         try:
             return dataclasses.replace(base, softmax_dtype="f32", cube_rowsum=None, exp_f16=None, mods=mods,
                                        block_ranges=block_ranges, **changes)

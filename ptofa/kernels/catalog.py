@@ -114,10 +114,10 @@ def flex_configs() -> list[FAConfig]:
     for (score_mod, mask_mod), (head, tile_s1, dtype) in zip(mods, ((64, 128, "f16"), (64, 128, "bf16"),
                                                                      (64, 128, "f16"))):
         traced = tuple(trace_mod(fn, mask)[0] for fn, mask in ((score_mod, False), (mask_mod, True)) if fn)
-        for buffers in (0, 1, 2):
+        for buffers, prescale in ((0, True), (2, True), (0, False), (2, False)):  # as attention.flex.flex_config
             try:
                 configs.append(FAConfig(head=head, tile_s1=tile_s1, qk_preload=2, in_dtype=dtype, lse=True,
-                                        mods=traced, block_ranges=True, slice_buffers=buffers))
+                                        mods=traced, block_ranges=True, slice_buffers=buffers, prescale_q=prescale))
                 break
             except ConfigError:
                 continue

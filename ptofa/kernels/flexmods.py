@@ -542,16 +542,19 @@ class _Lowering:
             bias = self.affine(cond, self.neg, 0.0)
             self.temporary(bias)
             return self.binary("add", b, bias, node)
-        cond_dying = cond.value in self.dying  # cond is read twice: kept until both reads are done
-        self.dying.discard(cond.value)
+        # on = cond * a, then cond -> 1 - cond and off = (1 - cond) * b in cond's tile when this is its
+        # last use, out = on + off in on's: exact (cond is 0 or 1), two tiles at most
+        cond_dying = cond.value in self.dying
+        self.dying.discard(cond.value)  # read again below: not overwritten by `on`
         on = self.binary("mul", cond, a, node)
-        not_cond = self.affine(cond, -1, 1)
-        off = self.binary("mul", not_cond, b, node)
-        out = self.binary("add", on, off, node, a.is_int and b.is_int)
-        for v in (on, not_cond, off):
-            self.temporary(v)
+        self.temporary(on)
         if cond_dying:
             self.dying.add(cond.value)
+        not_cond = self.affine(cond, -1, 1)
+        self.temporary(not_cond)
+        off = self.binary("mul", not_cond, b, node)
+        self.temporary(off)
+        out = self.binary("add", on, off, node, a.is_int and b.is_int)
         return out
 
     def finish(self, v: _Value) -> None:
