@@ -93,10 +93,18 @@ def flex_config(head: int, in_dtype: str, s1: int, mods: tuple, block_ranges: bo
     raise first
 
 
-def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
-                   return_lse=False, kernel_options=None, *, backend: str = "auto"):
-    """torch's `flex_attention` on ptofa's kernel (forward); returns out [B, H, S0, Dv], and LSE
-    [B, H, S0] f32 (natural log) with return_lse=True."""
+@dataclasses.dataclass
+class FlexLaunch:
+    """One flex_attention call, planned: the launch plan and its tensors (O and LSE in BSND / [B, H, S0])."""
+
+    plan: object
+    tensors: dict
+    head_v: int
+
+
+def plan_flex(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
+              kernel_options=None, backend: str = "auto") -> FlexLaunch:
+    """Check a flex_attention call, trace its mods, choose the config and plan the launch."""
     if kernel_options:
         raise NotImplementedError(f"kernel_options: {kernel_options!r} are torch's Triton options; ptofa takes none")
     for name, t in (("query", query), ("key", key), ("value", value)):
@@ -111,7 +119,6 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     if block_mask is not None and tuple(block_mask.seq_lengths) != (s0, s1):
         raise ValueError(f"block_mask: made for (Q_LEN, KV_LEN) = {tuple(block_mask.seq_lengths)}, but the call has "
                          f"({s0}, {s1})")
-    backend = resolve_backend(backend)
     width = kernel_head(head, v.shape[3])
     q, k, v = pad_heads(width, *(t.detach() for t in (q, k, v)))
     scale = 1.0 / math.sqrt(head) if scale is None else float(scale)
@@ -126,9 +133,19 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     o = torch.full((batch, s0, heads, config.head), math.nan, dtype=TORCH_DTYPES[config.out_dtype])
     lse = torch.full((batch, heads, s0), math.nan)
     ranges = tile_ranges(mask_mod, batch, heads, s0, s1, config.cube_s0, config.tile_s1)
-    launch_on(backend, plan, {"q": q.contiguous(), "k": k.contiguous(), "v": v.contiguous(), "o": o, "lse": lse,
-                              "tile_ranges": ranges, **tensors})
-    out = o[..., :value.shape[-1]].transpose(1, 2).contiguous()
+    tensors.update(q=q.contiguous(), k=k.contiguous(), v=v.contiguous(), o=o, lse=lse, tile_ranges=ranges)
+    return FlexLaunch(plan, tensors, value.shape[-1])
+
+
+def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
+                   return_lse=False, kernel_options=None, *, backend: str = "auto"):
+    """torch's `flex_attention` on ptofa's kernel (forward); returns out [B, H, S0, Dv], and LSE
+    [B, H, S0] f32 (natural log) with return_lse=True."""
+    backend = resolve_backend(backend)
+    call = plan_flex(query, key, value, score_mod, block_mask, scale, enable_gqa, kernel_options, backend)
+    launch_on(backend, call.plan, call.tensors)
+    out = call.tensors["o"][..., :call.head_v].transpose(1, 2).contiguous()
     if not return_lse:
         return out
+    lse = call.tensors["lse"]
     return out, lse.masked_fill(torch.isinf(lse), -math.inf)  # torch's LSE of a row without keys is -inf

@@ -92,8 +92,9 @@ def _trace(fn, mask: bool) -> torch.fx.GraphModule:
     from torch.fx.experimental.proxy_tensor import make_fx
 
     idx = [torch.zeros(1, dtype=torch.int32) for _ in range(4)]
-    args = idx if mask else [torch.zeros(1), *idx]
-    return make_fx(fn)(*args)
+    if mask:  # (a wrapper of the exact arity: make_fx reads the signature, defaults included)
+        return make_fx(lambda b, h, q_idx, kv_idx: fn(b, h, q_idx, kv_idx))(*idx)
+    return make_fx(lambda score, b, h, q_idx, kv_idx: fn(score, b, h, q_idx, kv_idx))(torch.zeros(1), *idx)
 
 
 def _captured(gm: torch.fx.GraphModule) -> list[tuple[str, torch.Tensor]]:
