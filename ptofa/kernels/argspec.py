@@ -108,16 +108,14 @@ def host_params(config=None) -> tuple[HostParam, ...]:
         ]
     if c.key_padding:
         params.append(HostParam("key_mask_stride", "int64_t", ctypes.c_int64, "elements between batches of the key mask (0: shared)"))
-    if c.softcap:
-        params += [HostParam("softcap", "float", ctypes.c_float, "softcap: scores = softcap * tanh(scores / softcap)"),
-                   HostParam("softcap_rcp2", "float", ctypes.c_float, "2 / softcap")]
+    from ptofa.kernels.mods import builtin_mods, mod_params
+
+    params += [p for mod in builtin_mods(c) for p in mod.params("")]
     if c.alibi:
         params.append(HostParam("alibi_stride", "int64_t", ctypes.c_int64, "elements between batches of the slopes (0: [N])"))
     if c.block_ranges:
         params.append(HostParam("tile_ranges", ptr, ctypes.c_void_p, "each unit's KV tile ranges [units, 4] i32 "
                                                                      "(kernels/mods.py)"))
-    from ptofa.kernels.mods import mod_params
-
     return tuple(params + mod_params(c.mods))
 
 

@@ -58,7 +58,7 @@ from xdsl.ir import SSAValue
 
 from ptofa.kernels import argspec
 from ptofa.api import F16, F32, I32, KernelModule, parse_ir_type, pto, scalar, tile
-from ptofa.kernels.scoremods import AlibiRows, alibi_bias, softcap_scores
+from ptofa.kernels.scoremods import AlibiRows, alibi_bias
 from ptofa.kernels.common import (HALF_NEG, NEG_INIT, SPLIT, alloc, clamp, entry_type, fused, init_pipes, pipelined,
                                   ring_select, row_offset, snake_rank)
 from ptofa.kernels.mods import RANGE_FIELDS, Site, apply_forward, mod_params
@@ -567,17 +567,15 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
     pto.load(pto.slice_view(qk_entry, [r0, 0], [vs0, keys], name="qk_rows"), s_tile)
     if not cfg.prescale_q:
         tile.muls(s_tile, s.scale, out=s_tile)
-    if cfg.softcap:
-        softcap_scores(s_tile, tl["red_tmp"], s.c.args["softcap"], s.c.args["softcap_rcp2"])
+    if cfg.softcap or cfg.mods:  # (positions only for the config's mods: softcap reads none)
+        i0 = scalar.add(scalar.add(s.u.q0, s.row_base), r0, name="mod_q0") if cfg.mods else None
+        k0 = scalar.mul(t, cfg.tile_s1, name="mod_k0") if cfg.mods else None
+        apply_forward(cfg, Site(s_tile, tl["red_tmp"], exp_tmp, tl, s.c.args, s.u.b, s.u.h, i0, k0, keys, vs0,
+                                cfg.tile_s1, t, s.u.full, mask_constants(cfg)[1]))
     if cfg.alibi:  # column c, row r: key t * TILE_S1 + c, query q0 + row_base + r0 + r
         i0 = scalar.add(scalar.add(s.u.q0, s.row_base), r0)
         start = scalar.sub(scalar.mul(t, cfg.tile_s1), scalar.add(i0, scalar.sub(s.u.s1, s.u.s0)), name="alibi_start")
         alibi_bias(s_tile, tl["red_tmp"], tl["alibi_i32"], tl["alibi_f32"], s.alibi_rows, start, keys, s.slope, exp_tmp)
-    if cfg.mods:
-        i0 = scalar.add(scalar.add(s.u.q0, s.row_base), r0, name="mod_q0")
-        apply_forward(cfg.mods, Site(s_tile, tl["red_tmp"], exp_tmp, tl, s.c.args, s.u.b, s.u.h, i0,
-                                     scalar.mul(t, cfg.tile_s1, name="mod_k0"), keys, vs0, cfg.tile_s1, t, s.u.full,
-                                     mask_constants(cfg)[1]))
     if cfg.masked:
         _mask_bounds(s, t, r0, keys, s_tile)
     if cfg.key_padding:

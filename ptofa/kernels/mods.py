@@ -43,8 +43,8 @@ class Site:
     args: dict[str, SSAValue]  # the vector function's arguments by name
     b: SSAValue  # batch (index)
     h: SSAValue  # query head (index)
-    q0: SSAValue  # query position of the slice's first row (index)
-    k0: SSAValue  # key position of the tile's first column (index)
+    q0: SSAValue | None  # query position of the slice's first row (index; None without `config.mods`)
+    k0: SSAValue | None  # key position of the tile's first column (index; None without `config.mods`)
     keys: SSAValue  # valid columns (index)
     rows: int  # rows of the slice (vec_s0)
     cols: int  # columns of a tile (tile_s1)
@@ -69,13 +69,25 @@ class Mod:
     def emit_forward(self, site: Site, prefix: str) -> None:
         raise NotImplementedError(f"{type(self).__name__}.emit_forward")
 
-    def reference(self, scores, b, h, q_idx, kv_idx):
+    def reference(self, scores, b, h, q_idx, kv_idx, values=None):
+        """The modified scores; `values` the call's runtime arguments by name (a mod's scalars)."""
         raise NotImplementedError(f"{type(self).__name__}.reference")
 
 
-def apply_forward(mods: tuple, site: Site) -> None:
-    """The hook: each mod's IR in order; a mask's only on tiles outside the unit's full range."""
-    for i, mod in enumerate(mods):
+def builtin_mods(config) -> tuple:
+    """The mod objects of the config's built-in switches (their arguments unprefixed, flash-attn's names):
+    softcap (`scoremods.Softcap`). ALiBi, the window and key padding are still switches of their own."""
+    from ptofa.kernels.scoremods import Softcap
+
+    return (Softcap(),) if config.softcap else ()
+
+
+def apply_forward(config, site: Site) -> None:
+    """The hook: the built-in mods, then `config.mods` in order; a mask's IR only on tiles outside the
+    unit's full range."""
+    for mod in builtin_mods(config):
+        mod.emit_forward(site, "")
+    for i, mod in enumerate(config.mods):
         if mod.mask and site.full is not None:
             lo, hi = site.full
             with pto.if_(scalar.or_(scalar.lt(site.t, lo), scalar.ge(site.t, hi))):
