@@ -186,6 +186,7 @@ class FAConfig:
     block_ranges: bool = False
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "mods", tuple(self.mods))  # (a JSON round trip gives a list)
         if self.exp_ring is None:
             object.__setattr__(self, "exp_ring", self.qk_preload)
         if self.out_dtype is None:

@@ -91,3 +91,46 @@ def test_document_mask_visits_fewer_tiles():
     visited = int((ranges[:, 1] - ranges[:, 0]).sum())
     assert visited == 8 * 2 and int((ranges[:, 3] - ranges[:, 2]).sum()) == visited
     assert math.isclose(visited / (8 * 8), 0.25)
+
+
+def _dense_reference(q, k, v, score_mod=None, mask_mod=None, sinks=None):
+    """fp32 attention on [B, H, S, D] with the mods applied densely and the sinks in the denominator."""
+    q, k, v = q.float(), k.float(), v.float()
+    batch, heads, s0, d = q.shape
+    s1 = k.shape[2]
+    k, v = (t.repeat_interleave(heads // t.shape[1], dim=1) for t in (k, v))
+    s = q @ k.transpose(-1, -2) / math.sqrt(d)
+    b, h, qi, kv = torch.meshgrid(torch.arange(batch), torch.arange(heads), torch.arange(s0), torch.arange(s1),
+                                  indexing="ij")
+    if score_mod is not None:
+        s = score_mod(s, b, h, qi, kv)
+    if mask_mod is not None:
+        s = s.masked_fill(~mask_mod(b, h, qi, kv), -math.inf)
+    if sinks is not None:
+        s = torch.cat([s, sinks.float().view(1, -1, 1, 1).expand(batch, heads, s0, 1)], dim=-1)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse.unsqueeze(-1))[..., :s1]
+    return p @ v, lse
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_sinks_forward(dtype):
+    sinks = torch.tensor([0.5, 3.0])
+    q, k, v = _inputs(1, 150, 220, dtype, seed=4)
+    out, lse = ptofa.flex_attention(q, k, v, block_mask=ptofa.create_block_mask(causal, 1, H, 150, 220),
+                                    sinks=sinks, return_lse=True, backend="sim")
+    ref32, lse32 = _dense_reference(q, k, v, mask_mod=causal, sinks=sinks)
+    ref_low, _ = _dense_reference(q.float().to(dtype), k.to(dtype), v.to(dtype), mask_mod=causal, sinks=sinks)
+    acc = check_accuracy(out, ref32, ref_low.to(dtype))
+    assert acc.passed, acc
+    assert (lse - lse32).abs().max() <= torch.finfo(dtype).eps
+    # without the sinks the output differs: the sinks took part
+    plain = ptofa.flex_attention(q, k, v, block_mask=ptofa.create_block_mask(causal, 1, H, 150, 220), backend="sim")
+    assert (plain.float() - out.float()).abs().max() > 10 * acc.err
+
+
+def test_backward_not_implemented_names_it():
+    q, k, v = _inputs(1, 64, 64, torch.float16)
+    q.requires_grad_(True)
+    with pytest.raises(NotImplementedError, match="backward"):
+        ptofa.flex_attention(q, k, v, score_mod=lambda s, b, h, qi, kv: s * 2.0, backend="sim")

@@ -22,6 +22,7 @@ from ptofa.launch.base import TORCH_DTYPES, pad_heads
 from ptofa.launch.dispatch import backend_soc, launch_on, resolve_backend
 from ptofa.launch.plan import plan_forward
 from ptofa.kernels.flexmods import captured_args, trace_mod
+from ptofa.kernels.mods import Sinks
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, kernel_head
 
 
@@ -103,8 +104,12 @@ class FlexLaunch:
 
 
 def plan_flex(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
-              kernel_options=None, backend: str = "auto") -> FlexLaunch:
+              kernel_options=None, backend: str = "auto", sinks=None) -> FlexLaunch:
     """Check a flex_attention call, trace its mods, choose the config and plan the launch."""
+    if any(isinstance(t, torch.Tensor) and t.requires_grad for t in (query, key, value, sinks)) and \
+            torch.is_grad_enabled():
+        raise NotImplementedError("flex_attention: the backward through score_mod / mask_mod / sinks is not "
+                                  "implemented; call it on tensors that do not require grad (or under torch.no_grad())")
     if kernel_options:
         raise NotImplementedError(f"kernel_options: {kernel_options!r} are torch's Triton options; ptofa takes none")
     for name, t in (("query", query), ("key", key), ("value", value)):
@@ -123,10 +128,18 @@ def plan_flex(query, key, value, score_mod=None, block_mask=None, scale=None, en
     q, k, v = pad_heads(width, *(t.detach() for t in (q, k, v)))
     scale = 1.0 / math.sqrt(head) if scale is None else float(scale)
     traced = [trace_mod(fn, mask) for fn, mask in ((score_mod, False), (mask_mod, True)) if fn is not None]
-    config = flex_config(width, dtype_name(q.dtype, "query"), s1, tuple(m for m, _ in traced), mask_mod is not None)
+    mods = tuple(m for m, _ in traced)
+    if sinks is not None:
+        if not isinstance(sinks, torch.Tensor) or tuple(sinks.shape) != (heads,) or not sinks.dtype.is_floating_point:
+            raise ValueError(f"sinks: must be a float tensor of shape [{heads}] (one logit per query head), got "
+                             f"{getattr(sinks, 'shape', type(sinks).__name__)}")
+        mods += (Sinks(),)
+    config = flex_config(width, dtype_name(q.dtype, "query"), s1, mods, mask_mod is not None)
     tensors = {}
     for i, (mod, captured) in enumerate(traced):
         tensors.update(captured_args(mod, captured, f"mod{i}_", max(config.vec_s0, config.tile_s1)))
+    if sinks is not None:
+        tensors[f"mod{len(traced)}_sinks"] = sinks.detach().float().contiguous()
     shape = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads)
     shape.check(config)
     plan = plan_forward(config, shape, backend_soc(backend), scale=scale)
@@ -138,11 +151,12 @@ def plan_flex(query, key, value, score_mod=None, block_mask=None, scale=None, en
 
 
 def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
-                   return_lse=False, kernel_options=None, *, backend: str = "auto"):
+                   return_lse=False, kernel_options=None, *, sinks=None, backend: str = "auto"):
     """torch's `flex_attention` on ptofa's kernel (forward); returns out [B, H, S0, Dv], and LSE
-    [B, H, S0] f32 (natural log) with return_lse=True."""
+    [B, H, S0] f32 (natural log) with return_lse=True. `sinks` (ptofa's, gpt-oss's attention sinks):
+    a float [H] logit per head that joins each row's softmax denominator (and the LSE)."""
     backend = resolve_backend(backend)
-    call = plan_flex(query, key, value, score_mod, block_mask, scale, enable_gqa, kernel_options, backend)
+    call = plan_flex(query, key, value, score_mod, block_mask, scale, enable_gqa, kernel_options, backend, sinks)
     launch_on(backend, call.plan, call.tensors)
     out = call.tensors["o"][..., :call.head_v].transpose(1, 2).contiguous()
     if not return_lse:

@@ -100,8 +100,9 @@ SWITCH_BASES = ((64, 128), (128, 256), (256, 256))
 def flex_configs() -> list[FAConfig]:
     """Traced FlexAttention mods (kernels/flexmods.py) with block ranges: a relative bias under a causal
     mask, ALiBi from a captured slope table with softcapping by tanh under a sliding window, and a
-    document mask from captured document ids (row and column loads)."""
+    document mask from captured document ids (row and column loads) with attention sinks."""
     from ptofa.kernels.flexmods import trace_mod
+    from ptofa.kernels.mods import Sinks
 
     slopes, doc = torch.ones(8), torch.zeros(4096, dtype=torch.int32)
     mods = (
@@ -114,6 +115,7 @@ def flex_configs() -> list[FAConfig]:
     for (score_mod, mask_mod), (head, tile_s1, dtype) in zip(mods, ((64, 128, "f16"), (64, 128, "bf16"),
                                                                      (64, 128, "f16"))):
         traced = tuple(trace_mod(fn, mask)[0] for fn, mask in ((score_mod, False), (mask_mod, True)) if fn)
+        traced += (Sinks(),) if score_mod is None else ()  # attention sinks at the finish hook
         for buffers, prescale in ((0, True), (2, True), (0, False), (2, False)):  # as attention.flex.flex_config
             try:
                 configs.append(FAConfig(head=head, tile_s1=tile_s1, qk_preload=2, in_dtype=dtype, lse=True,
@@ -134,7 +136,7 @@ def _name(c: FAConfig) -> str:
         parts.append(f"page{c.page_size}")
     if c.mods:
         parts.append("flex_" + "_".join(m.name for m in c.mods) + "_" + hashlib.sha256(
-            "".join(m.key for m in c.mods).encode()).hexdigest()[:8])
+            "".join(map(repr, c.mods)).encode()).hexdigest()[:8])
     if not c.prescale_q:
         parts.append("no_prescale_q")
     if c.softmax_dtype != "f32":

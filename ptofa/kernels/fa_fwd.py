@@ -61,7 +61,7 @@ from ptofa.api import F16, F32, I32, KernelModule, parse_ir_type, pto, scalar, t
 from ptofa.kernels.scoremods import AlibiRows, alibi_bias
 from ptofa.kernels.common import (HALF_NEG, NEG_INIT, SPLIT, alloc, clamp, entry_type, fused, init_pipes, pipelined,
                                   ring_select, row_offset, snake_rank)
-from ptofa.kernels.mods import RANGE_FIELDS, Site, apply_forward, mod_params
+from ptofa.kernels.mods import RANGE_FIELDS, FinishSite, Site, apply_finish, apply_forward, mod_params
 from ptofa.kernels.window import TileRange
 from ptofa.pipeline import (DTYPE_BYTES, KEY_MASK_TILES, ROWSUM_COLS, UNIT_FIELDS, UNIT_TABLE, FAConfig, buffer_names,
                              chunk_names, cube_buffer_name, cube_buffer_names, tile_plan)
@@ -636,6 +636,8 @@ def _finish(s: _VecState, l_col: SSAValue) -> None:
     them exp(-inf) = 0; a unit of one split stores its result as the unsplit kernel does."""
     cfg, tl, rows = s.c.config, s.tiles, s.rows
     k = s.consts
+    if cfg.mods:
+        apply_finish(cfg, FinishSite(rows["m_all"], rows["l_all"], tl, s.c.args, s.u.b, s.u.h, cfg.vec_rows))
     if cfg.needs_row_fix:
         # row_ok = 1 where m is a real score, 0 where it is still -3e38 (no visible key).
         tile.adds(rows["m_all"], k["half_pos"], out=tl["row_ok"])

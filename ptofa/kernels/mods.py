@@ -7,7 +7,8 @@ A modification is one object (`Mod`), not a switch threaded through the layers: 
 * `params(prefix)`: its kernel arguments (`argspec.HostParam`); `argspec` adds them to the entry, the
   vector function receives them, and the caller passes their values by name at launch;
 * `emit_forward(site, prefix)`: its IR on one row slice of scaled f32 scores (`Site`), called by
-  `fa_fwd._softmax_slice` after the built-in modifications and before the window mask;
+  `fa_fwd._softmax_slice` before ALiBi and the window mask; `emit_finish(site, prefix)`: its IR on the
+  row statistics (`FinishSite`) before the kernel divides O by the row sums (attention sinks);
 * `reference(scores, b, h, q_idx, kv_idx)`: the same modification in torch (broadcast index tensors),
   which the tests and the dense reference apply.
 
@@ -53,6 +54,19 @@ class Site:
     mask_value: float = -3.0e38  # additive mask value of the softmax
 
 
+@dataclass
+class FinishSite:
+    """What a modification sees at the finish hook: this core's row statistics of one unit."""
+
+    m: SSAValue  # [1, rows] f32 running max (the mask value for a row that saw no key)
+    l: SSAValue  # [1, rows] f32 row sums of exp(s - m), modified in place
+    tiles: dict[str, SSAValue]
+    args: dict[str, SSAValue]
+    b: SSAValue
+    h: SSAValue
+    rows: int
+
+
 class Mod:
     """The interface (see the module docstring); subclasses are frozen dataclasses."""
 
@@ -67,7 +81,10 @@ class Mod:
         return []
 
     def emit_forward(self, site: Site, prefix: str) -> None:
-        raise NotImplementedError(f"{type(self).__name__}.emit_forward")
+        """IR on the scores of one row slice (nothing by default)."""
+
+    def emit_finish(self, site: FinishSite, prefix: str) -> None:
+        """IR on the row statistics before O = O / l and LSE = m + ln(l) (nothing by default)."""
 
     def reference(self, scores, b, h, q_idx, kv_idx, values=None):
         """The modified scores; `values` the call's runtime arguments by name (a mod's scalars)."""
@@ -99,3 +116,46 @@ def apply_forward(config, site: Site) -> None:
 def mod_params(mods: tuple) -> list:
     """Every mod's kernel arguments, in mod order."""
     return [p for i, mod in enumerate(mods) for p in mod.params(f"mod{i}_")]
+
+
+def apply_finish(config, site: FinishSite) -> None:
+    """The finish hook: each of `config.mods` in order."""
+    for i, mod in enumerate(config.mods):
+        mod.emit_finish(site, f"mod{i}_")
+
+
+# exp(sink - m) is taken at most at e^SINK_CLAMP (finite in f32): a sink that far above every score
+# leaves P / l below e^-80 for each key, so O rounds to 0 in any output dtype either way.
+SINK_CLAMP = 80.0
+
+
+@dataclass(frozen=True)
+class Sinks(Mod):
+    """Attention sinks (gpt-oss): a per-head logit that joins each row's softmax denominator,
+    l += exp(sink[h] - m), so O = sum_j exp(s_j - m) v_j / l and LSE = m + ln(l) include it. The
+    sinks are an f32 [H] argument (`<prefix>sinks`)."""
+
+    name: str = "sinks"
+
+    def tiles(self, config, prefix: str) -> list:
+        from ptofa.pipeline import TileSpec
+
+        return [TileSpec(f"{prefix}sink_row", "vector", "gu", "vec", 1, config.vec_rows, "f32")]
+
+    def params(self, prefix: str) -> list:
+        import ctypes
+
+        from ptofa.kernels.argspec import HostParam
+
+        return [HostParam(f"{prefix}sinks", "uint8_t*", ctypes.c_void_p, "attention sinks [H], f32")]
+
+    def emit_finish(self, site: FinishSite, prefix: str) -> None:
+        from ptofa.api import F32, tile
+
+        sink = pto.load_scalar(site.args[f"{prefix}sinks"], site.h, name="sink")
+        row = site.tiles[f"{prefix}sink_row"]
+        tile.muls(site.m, scalar.const(-1.0, F32, name="minus_one"), out=row)
+        tile.adds(row, sink, out=row)  # sink - m
+        tile.mins(row, scalar.const(SINK_CLAMP, F32, name="sink_clamp"), out=row)
+        tile.exp(row, out=row)
+        tile.add(site.l, row, out=site.l)
