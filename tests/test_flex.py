@@ -134,3 +134,29 @@ def test_backward_not_implemented_names_it():
     q.requires_grad_(True)
     with pytest.raises(NotImplementedError, match="backward"):
         ptofa.flex_attention(q, k, v, score_mod=lambda s, b, h, qi, kv: s * 2.0, backend="sim")
+
+
+def test_flash_attn_func_score_mod_mask_mod_sinks():
+    """flash_attn_func's BSND call with a score_mod, a mask_mod and-ed with causal (bottom-right) and sinks."""
+    doc = torch.tensor([0] * 90 + [1] * 110)
+    sinks = torch.tensor([1.0, -0.5])
+    q, k, v = (t.transpose(1, 2) for t in _inputs(1, 200, 200, torch.bfloat16, seed=5))
+
+    def score_mod(s, b, h, qi, kv):
+        return s + (kv - qi) * 0.02
+
+    def same_doc(b, h, qi, kv):
+        return doc[qi] == doc[kv]
+
+    out, lse = ptofa.flash_attn_func(q, k, v, causal=True, score_mod=score_mod, mask_mod=same_doc, sinks=sinks,
+                                     return_lse=True, backend="sim")
+
+    def both(b, h, qi, kv):
+        return same_doc(b, h, qi, kv) & (qi >= kv)
+
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+    ref32, lse32 = _dense_reference(qt, kt, vt, score_mod, both, sinks)
+    ref_low, _ = _dense_reference(qt.to(torch.bfloat16), kt, vt, score_mod, both, sinks)
+    acc = check_accuracy(out, ref32.transpose(1, 2), ref_low.to(torch.bfloat16).transpose(1, 2))
+    assert acc.passed, acc
+    assert (lse - lse32).abs().max() <= torch.finfo(torch.bfloat16).eps

@@ -104,8 +104,9 @@ class FlexLaunch:
 
 
 def plan_flex(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
-              kernel_options=None, backend: str = "auto", sinks=None) -> FlexLaunch:
-    """Check a flex_attention call, trace its mods, choose the config and plan the launch."""
+              kernel_options=None, backend: str = "auto", sinks=None, mask_mod=None) -> FlexLaunch:
+    """Check a flex_attention call, trace its mods, choose the config and plan the launch (`mask_mod`:
+    a mask without a BlockMask, as the flash-attn calls give it)."""
     if any(isinstance(t, torch.Tensor) and t.requires_grad for t in (query, key, value, sinks)) and \
             torch.is_grad_enabled():
         raise NotImplementedError("flex_attention: the backward through score_mod / mask_mod / sinks is not "
@@ -120,7 +121,7 @@ def plan_flex(query, key, value, score_mod=None, block_mask=None, scale=None, en
                          f"enable_gqa=True")
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))
     batch, s0, heads, head, s1, kv_heads = check_qkv(q, k, v, ("query", "key", "value"))
-    mask_mod = _mask_of(block_mask)
+    mask_mod = _mask_of(block_mask) if mask_mod is None else mask_mod
     if block_mask is not None and tuple(block_mask.seq_lengths) != (s0, s1):
         raise ValueError(f"block_mask: made for (Q_LEN, KV_LEN) = {tuple(block_mask.seq_lengths)}, but the call has "
                          f"({s0}, {s1})")
@@ -163,3 +164,40 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
         return out
     lse = call.tensors["lse"]
     return out, lse.masked_fill(torch.isinf(lse), -math.inf)  # torch's LSE of a row without keys is -inf
+
+
+def window_mask_mod(window: tuple[int, int], s0: int, s1: int, mask_mod=None):
+    """flash-attn's bottom-right window (left, right; -1 unbounded) as a mask_mod, and-ed with `mask_mod`;
+    None for no window and no mask_mod."""
+    if tuple(window) == (-1, -1):
+        return mask_mod
+    left, right = (s0 + s1 if w < 0 else w for w in window)
+    lo, hi = s1 - s0 - left, s1 - s0 + right  # query i sees keys i + lo .. i + hi
+
+    def windowed(b, h, q_idx, kv_idx):
+        seen = (kv_idx >= q_idx + lo) & (kv_idx <= q_idx + hi)
+        return seen if mask_mod is None else seen & mask_mod(b, h, q_idx, kv_idx)
+
+    return windowed
+
+
+def flash_attn_with_mods(q, k, v, *, softmax_scale, causal, window_size, score_mod, mask_mod, sinks, softcap,
+                         alibi_slopes, key_padding_mask, out_dtype, config, backend):
+    """flash_attn_func's (out [B, S0, H, Dv], lse [B, H, S0], +inf for a row without keys) with a
+    score_mod / mask_mod (FlexAttention's callables on sequence positions) or sinks [H]: the flex kernel."""
+    from ptofa.attention.core import check_window
+
+    for name, given in (("softcap", softcap), ("alibi_slopes", alibi_slopes is not None),
+                        ("key_padding_mask", key_padding_mask is not None), ("out_dtype", out_dtype is not None),
+                        ("config", config is not None)):
+        if given:
+            raise NotImplementedError(f"{name}: not with score_mod / mask_mod / sinks (write it as a mod instead)")
+    window = check_window(window_size, "window_size")
+    if causal:
+        window = (window[0], 0)
+    mask = window_mask_mod(window, q.shape[1], k.shape[1], mask_mod)
+    backend = resolve_backend(backend)
+    call = plan_flex(*(t.transpose(1, 2) for t in (q, k, v)), score_mod, None, softmax_scale, True, None, backend,
+                     sinks, mask)
+    launch_on(backend, call.plan, call.tensors)
+    return call.tensors["o"][..., :call.head_v].contiguous(), call.tensors["lse"]
