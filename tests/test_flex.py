@@ -109,7 +109,7 @@ def _dense_reference(q, k, v, score_mod=None, mask_mod=None, sinks=None):
     if sinks is not None:
         s = torch.cat([s, sinks.float().view(1, -1, 1, 1).expand(batch, heads, s0, 1)], dim=-1)
     lse = torch.logsumexp(s, dim=-1)
-    p = torch.exp(s - lse.unsqueeze(-1))[..., :s1]
+    p = torch.exp(s - lse.unsqueeze(-1))[..., :s1].nan_to_num(0.0)  # a row without keys: 0
     return p @ v, lse
 
 
@@ -160,3 +160,43 @@ def test_flash_attn_func_score_mod_mask_mod_sinks():
     acc = check_accuracy(out, ref32.transpose(1, 2), ref_low.to(torch.bfloat16).transpose(1, 2))
     assert acc.passed, acc
     assert (lse - lse32).abs().max() <= torch.finfo(torch.bfloat16).eps
+
+
+def test_varlen_mods_per_sequence():
+    """flash_attn_varlen_func with a score_mod reading b (a per-sequence table), a mask_mod and causal: each
+    sequence against the dense reference of its own [1, H, len, D] problem."""
+    lens_q, lens_k = [70, 1, 150], [90, 40, 150]
+    seq_bias = torch.tensor([0.5, -1.0, 0.25])
+    g = torch.Generator().manual_seed(6)
+    q = torch.randn(sum(lens_q), H, 64, generator=g).half()
+    k = torch.randn(sum(lens_k), H, 64, generator=g).half()
+    v = torch.randn(sum(lens_k), H, 64, generator=g).half()
+    cu_q = torch.tensor([0, 70, 71, 221], dtype=torch.int32)
+    cu_k = torch.tensor([0, 90, 130, 280], dtype=torch.int32)
+
+    def score_mod(s, b, h, qi, kv):
+        return s + seq_bias[b] * (qi - kv) * 0.01
+
+    def not_first(b, h, qi, kv):
+        return kv > 0
+
+    out, lse = ptofa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 150, 150, causal=True, score_mod=score_mod,
+                                            mask_mod=not_first, return_lse=True, backend="sim")
+    for b in range(3):
+        qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+        diag = lens_k[b] - lens_q[b]
+
+        def mod(s, bb, h, qi, kv, b=b):
+            return score_mod(s, torch.full_like(bb, b), h, qi, kv)
+
+        def mask(bb, h, qi, kv, diag=diag):
+            return (kv <= qi + diag) & (kv > 0)
+
+        qt, kt, vt = (t[sl].unsqueeze(0).transpose(1, 2) for t, sl in ((q, qs), (k, ks), (v, ks)))
+        ref32, lse32 = _dense_reference(qt, kt, vt, mod, mask)
+        ref_low, _ = _dense_reference(qt.float().half(), kt, vt, mod, mask)
+        acc = check_accuracy(out[qs], ref32[0].transpose(0, 1), ref_low[0].half().transpose(0, 1))
+        assert acc.passed, (b, acc)
+        finite = torch.isfinite(lse32[0])
+        assert torch.equal(lse[:, qs][~finite], torch.full_like(lse32[0][~finite], math.inf))  # flash-attn's +inf
+        assert (lse[:, qs][finite] - lse32[0][finite]).abs().max() <= torch.finfo(torch.float16).eps

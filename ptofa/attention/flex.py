@@ -201,3 +201,43 @@ def flash_attn_with_mods(q, k, v, *, softmax_scale, causal, window_size, score_m
                      sinks, mask)
     launch_on(backend, call.plan, call.tensors)
     return call.tensors["o"][..., :call.head_v].contiguous(), call.tensors["lse"]
+
+
+def flash_attn_varlen_with_mods(q, k, v, cu_seqlens_q, cu_seqlens_k, *, softmax_scale, causal, window_size, score_mod,
+                                mask_mod, sinks, backend):
+    """flash_attn_varlen_func's (out [total_q, H, Dv], lse [H, total_q]) with mods: the packed sequences
+    zero-padded to a [B, max_len] batch whose mask hides the padding and applies each sequence's own
+    bottom-right window (the lengths are captured tensors read per b), so b is the sequence and q_idx /
+    kv_idx are positions in it; the block ranges skip the padding's tiles."""
+    from ptofa.attention.core import check_window
+
+    cu_q, cu_k = (torch.as_tensor(c).long().cpu() for c in (cu_seqlens_q, cu_seqlens_k))
+    len_q, len_k = cu_q.diff(), cu_k.diff()
+    batch, max_q, max_k = len(len_q), int(len_q.max()), int(len_k.max())
+    window = check_window(window_size, "window_size")
+    if causal:
+        window = (window[0], 0)
+    left, right = window
+
+    def padded(b, h, q_idx, kv_idx):
+        seen = (q_idx < len_q[b]) & (kv_idx < len_k[b])
+        shift = kv_idx - q_idx - len_k[b] + len_q[b]  # key minus the query's diagonal key
+        if left >= 0:
+            seen = seen & (shift >= -left)
+        if right >= 0:
+            seen = seen & (shift <= right)
+        return seen if mask_mod is None else seen & mask_mod(b, h, q_idx, kv_idx)
+
+    def dense(t, cu, lens, length):
+        out = t.new_zeros(batch, length, *t.shape[1:])
+        for b in range(batch):
+            out[b, :int(lens[b])] = t[int(cu[b]):int(cu[b + 1])]
+        return out.transpose(1, 2)
+
+    backend = resolve_backend(backend)
+    call = plan_flex(dense(q, cu_q, len_q, max_q), dense(k, cu_k, len_k, max_k), dense(v, cu_k, len_k, max_k),
+                     score_mod, None, softmax_scale, True, None, backend, sinks, padded)
+    launch_on(backend, call.plan, call.tensors)
+    o, lse = call.tensors["o"][..., :call.head_v], call.tensors["lse"]
+    out = torch.cat([o[b, :int(len_q[b])] for b in range(batch)])
+    return out, torch.cat([lse[b, :, :int(len_q[b])] for b in range(batch)], dim=1)

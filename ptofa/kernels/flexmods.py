@@ -142,6 +142,7 @@ class _Value:
     kind: str
     value: object  # Python number, SSA value, tile name, or ("tensor", j)
     is_int: bool = False
+    index: bool = False  # a scalar held as an index (b, h and integer arithmetic on them), not an f32 load
 
 
 class _Null:
@@ -218,7 +219,7 @@ class _Lowering:
 
         if v.kind == "const":
             return self.scalar.const(float(v.value), F32)
-        if v.is_int and self.site is not None:
+        if v.index and self.site is not None:
             return self.scalar.to_float(self.scalar.index_cast(v.value, I64))
         return v.value
 
@@ -312,7 +313,7 @@ class _Lowering:
         if which == "score":
             return _Value("full", "score")
         if which in ("b", "h"):
-            return _Value("scalar", None if s is None else (s.b if which == "b" else s.h), True)
+            return _Value("scalar", None if s is None else (s.b if which == "b" else s.h), True, index=True)
         kind = "row" if which == "q_idx" else "col"
         name = self.alloc(kind)
         self.tci_ops += 1
@@ -336,7 +337,8 @@ class _Lowering:
             raise NotImplementedError(f"flex mod: {node.target} must index every dim of captured tensor {j} "
                                       f"{list(value.shape)} with b, h, q_idx or kv_idx")
         *lead, last = indices
-        if any(i.kind != "scalar" for i in lead) or last.kind not in ("scalar", "row", "col"):
+        if any(i.kind != "scalar" or not i.index for i in lead) or last.kind not in ("scalar", "row", "col") or \
+                (last.kind == "scalar" and not last.index):
             raise NotImplementedError(f"flex mod: {node.target}: captured tensor {j} indexed by a computed value; "
                                       f"its leading indices must be b or h and its last b, h, q_idx or kv_idx")
         is_int = not value.dtype.is_floating_point
@@ -380,13 +382,15 @@ class _Lowering:
                   "max": max, "min": min}[op]
             return _Value("const", fn(a.value, b.value), is_int)
         if a.kind in ("const", "scalar") and b.kind in ("const", "scalar"):
-            if not (a.is_int and b.is_int) or op not in ("add", "sub", "mul"):
+            if any(v.kind == "scalar" and not v.index for v in (a, b)) or not (a.is_int and b.is_int) or \
+                    op not in ("add", "sub", "mul"):
                 raise NotImplementedError(f"flex mod: {node.target} on two per-(b, h) values is lowered for integer "
-                                          f"add / sub / mul only")
+                                          f"add / sub / mul of b, h and constants only (apply a loaded value to the "
+                                          f"scores or an index one at a time)")
             fn = {"add": self.scalar.add, "sub": self.scalar.sub, "mul": self.scalar.mul}[op]
             av = a.value if a.kind == "scalar" else int(a.value)
             bv = b.value if b.kind == "scalar" else int(b.value)
-            return _Value("scalar", fn(av, bv), True)
+            return _Value("scalar", fn(av, bv), True, index=True)
         if a.kind in ("const", "scalar"):  # scalar op tile
             if op in ("add", "mul", "max", "min"):
                 return self.binary(op, b, a, node, is_int)
