@@ -14,6 +14,8 @@ from ptofa.attention.flex import tile_ranges
 from ptofa.reference import check_accuracy
 
 H = 2
+# torch's eager FlexAttention warns that it is not compiled and that return_lse is deprecated
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 
 
 def _inputs(batch, s0, s1, dtype, heads=H, kv_heads=H, d=64, seed=0):
@@ -200,3 +202,19 @@ def test_varlen_mods_per_sequence():
         finite = torch.isfinite(lse32[0])
         assert torch.equal(lse[:, qs][~finite], torch.full_like(lse32[0][~finite], math.inf))  # flash-attn's +inf
         assert (lse[:, qs][finite] - lse32[0][finite]).abs().max() <= torch.finfo(torch.float16).eps
+
+
+def test_catalog_flex_kernels_verify():
+    """The catalog's flex kernels (traced score / mask mods, block ranges, sinks) pass the checker
+    (`tests/test_toolchain.py` compiles every catalog kernel with ptoas where it is installed)."""
+    from ptofa.ir.textio import check_text
+    from ptofa.kernels import catalog
+    from ptofa.kernels.fa_fwd import emit_fa
+    from ptofa.kernels.mods import Sinks
+
+    flex = catalog.flex_configs()
+    assert len(flex) == 3 and all(c.block_ranges for c in flex)
+    assert any(isinstance(m, Sinks) for c in flex for m in c.mods)
+    assert set(flex) <= set(catalog.forward_configs())
+    for c in flex:
+        check_text(emit_fa(c), "flex.pto")
