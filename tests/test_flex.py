@@ -81,6 +81,11 @@ def test_unsupported_op_names_it():
     q, k, v = _inputs(1, 64, 64, torch.float16)
     with pytest.raises(NotImplementedError, match="sin"):
         ptofa.flex_attention(q, k, v, score_mod=lambda s, b, h, qi, kv: torch.sin(s), backend="sim")
+    with pytest.raises(NotImplementedError, match="floor_divide"):
+        ptofa.flex_attention(q, k, v, score_mod=lambda s, b, h, qi, kv: s + (qi - kv) // 2, backend="sim")
+    with pytest.raises(NotImplementedError, match="rounding_mode"):
+        ptofa.flex_attention(q, k, v, score_mod=lambda s, b, h, qi, kv: s + torch.div(qi, 2, rounding_mode="trunc"),
+                             backend="sim")
     with pytest.raises(NotImplementedError, match="computed"):
         table = torch.randn(128)
         ptofa.flex_attention(q, k, v, score_mod=lambda s, b, h, qi, kv: s + table[qi - kv + 64], backend="sim")
@@ -218,3 +223,18 @@ def test_catalog_flex_kernels_verify():
     assert set(flex) <= set(catalog.forward_configs())
     for c in flex:
         check_text(emit_fa(c), "flex.pto")
+
+
+def test_docs_example_runs_and_matches_torch():
+    """docs/writing-a-mod.md's example runs as written and agrees with torch's flex_attention."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "writing-a-mod.md").read_text()
+    code = text.split("```python\n")[1].split("```")[0]
+    space: dict = {}
+    exec(compile(code, "writing-a-mod.md", "exec"), space)  # noqa: S102 (the page's own example)
+    q, k, v, mask = (space[n] for n in ("q", "k", "v", "mask"))
+    ref32 = torch_flex(q.float(), k.float(), v.float(), score_mod=space["alibi"], block_mask=mask)
+    ref16 = torch_flex(q, k, v, score_mod=space["alibi"], block_mask=mask)
+    acc = check_accuracy(space["out"], ref32, ref16)
+    assert acc.passed, acc

@@ -34,7 +34,6 @@ import torch
 
 from ptofa.kernels.mods import Mod, Site
 
-KINDS = ("const", "scalar", "row", "col", "full")
 _GRAPHS: dict[str, torch.fx.GraphModule] = {}  # a traced mod's key -> its graph (mods hold plain fields)
 
 
@@ -269,11 +268,14 @@ class _Lowering:
         args = [arg(a) for a in node.args if not isinstance(a, (list, tuple, torch.dtype, torch.device))]
         if name in PASS:
             src = args[0]
-            if src.is_int != is_int and not is_int and src.kind != "const":
-                return _Value(src.kind, src.value, False)  # int -> float: the f32 value already is
-            if src.is_int != is_int:
+            if src.is_int and not is_int:  # int -> float: the f32 value already is one
+                return _Value(src.kind, src.value, False, src.index)
+            if is_int and not src.is_int:
                 raise NotImplementedError(f"flex mod: {target} from float to an integer type (no rounding op lowered)")
             return src
+        if node.kwargs.get("rounding_mode") is not None:
+            raise NotImplementedError(f"flex mod: {target} with rounding_mode={node.kwargs['rounding_mode']!r} (no "
+                                      f"rounding op lowered)")
         if name == "scalar_tensor":
             return _Value("const", node.args[0], is_int)
         if name == "index":
@@ -343,7 +345,7 @@ class _Lowering:
                                       f"its leading indices must be b or h and its last b, h, q_idx or kv_idx")
         is_int = not value.dtype.is_floating_point
         s = self.site
-        if last.kind in ("row", "col") and not _is_leaf_row(last, node):
+        if last.kind in ("row", "col") and node.args[1][-1].op != "placeholder":
             raise NotImplementedError(f"flex mod: {node.target}: captured tensor {j} indexed by an expression of "
                                       f"q_idx / kv_idx (only q_idx or kv_idx itself is a row load)")
         if s is None:
@@ -598,12 +600,6 @@ class _Lowering:
             return
         if s is not None:
             tile.adds(self.t(v.value), self.f32(_Value("const", 0.0)), out=s.scores)
-
-
-def _is_leaf_row(v: _Value, node) -> bool:
-    """Whether an index value is q_idx / kv_idx itself (checked on the graph: the index node's input)."""
-    index_arg = node.args[1][-1]
-    return index_arg.op == "placeholder"
 
 
 def _pad(site: Site) -> int:
