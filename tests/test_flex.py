@@ -238,3 +238,14 @@ def test_docs_example_runs_and_matches_torch():
     ref16 = torch_flex(q, k, v, score_mod=space["alibi"], block_mask=mask)
     acc = check_accuracy(space["out"], ref32, ref16)
     assert acc.passed, acc
+
+
+def test_block_mask_sparser_than_its_mask_mod_is_refused():
+    """A hand-made BlockMask that leaves out a block its mask_mod keeps would run differently: refused."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    q, k, v = _inputs(1, 256, 256, torch.float16)
+    only_diagonal = BlockMask.from_kv_blocks(torch.ones(1, 1, 2, dtype=torch.int32),
+                                             torch.tensor([[[[0, 1], [1, 0]]]], dtype=torch.int32), mask_mod=causal)
+    with pytest.raises(NotImplementedError, match="block_mask: 2 block"):
+        ptofa.flex_attention(q, k, v, block_mask=only_diagonal, backend="sim")

@@ -43,37 +43,64 @@ def _mask_of(block_mask):
     return None if mask_mod is None or mask_mod is noop_mask else mask_mod
 
 
+def block_maps(mask_mod, batch: int, heads: int, s0: int, s1: int, rows: int, cols: int):
+    """([B, H, ceil(S0 / rows), ceil(S1 / cols)] bool) x 2: whether some / every real entry of each block is
+    visible (the mask_mod evaluated on the host, one block row at a time)."""
+    b = torch.arange(batch, dtype=torch.int32).view(-1, 1, 1, 1)
+    h = torch.arange(heads, dtype=torch.int32).view(1, -1, 1, 1)
+    kv = torch.arange(s1, dtype=torch.int32).view(1, 1, 1, -1)
+    k_blocks = -(-s1 // cols)
+    some, every = [], []
+    for r0 in range(0, s0, rows):
+        q = torch.arange(r0, min(s0, r0 + rows), dtype=torch.int32).view(1, 1, -1, 1)
+        seen = torch.as_tensor(mask_mod(b, h, q, kv)).bool().expand(batch, heads, q.shape[2], s1)
+        for out, pad in ((some, False), (every, True)):  # padding keys: neither visible nor hidden
+            blocks = torch.nn.functional.pad(seen, (0, k_blocks * cols - s1), value=pad).view(
+                batch, heads, -1, k_blocks, cols)
+            out.append(blocks.any(-1).any(2) if pad is False else blocks.all(-1).all(2))
+    return torch.stack(some, dim=2), torch.stack(every, dim=2)
+
+
+def check_block_mask(block_mask, mask_mod, batch: int, heads: int, s0: int, s1: int) -> None:
+    """NotImplementedError unless the BlockMask's blocks are its mask_mod's: ptofa derives the visited tiles
+    from the mask_mod, so a BlockMask that drops a block where the mask_mod keeps an entry, or calls a block
+    full where the mask_mod hides one (torch then skips the mask_mod there), would give another result."""
+    rows, cols = block_mask.BLOCK_SIZE
+    dense = block_mask.to_dense().bool().expand(batch, heads, -1, -1)
+    wanted, every = block_maps(mask_mod, batch, heads, s0, s1, rows, cols)
+    dropped = int((wanted & ~dense).sum())
+    full = 0
+    if block_mask.full_kv_num_blocks is not None:
+        from torch.nn.attention.flex_attention import BlockMask
+
+        full_map = BlockMask.from_kv_blocks(block_mask.full_kv_num_blocks, block_mask.full_kv_indices,
+                                            BLOCK_SIZE=block_mask.BLOCK_SIZE, seq_lengths=(s0, s1)).to_dense().bool()
+        full = int((full_map.expand(batch, heads, -1, -1) & ~every).sum())
+    if dropped or full:
+        raise NotImplementedError(f"block_mask: {dropped} block(s) left out where its mask_mod keeps entries and "
+                                  f"{full} full block(s) where it hides some; ptofa runs the mask_mod itself, so "
+                                  f"block_mask must be its mask_mod's (as create_block_mask makes it)")
+
+
 def tile_ranges(mask_mod, batch: int, heads: int, s0: int, s1: int, rows: int, cols: int) -> torch.Tensor:
     """[B * H * ceil(S0 / rows), 4] i32 (`mods.RANGE_FIELDS`): per unit (b, h, Q block of `rows`), the
     KV tiles of `cols` keys [lo, hi) spanning the visible entries and [full_lo, full_hi), the first run
-    of tiles whose entries are all visible (the mask_mod evaluated on the host, one Q block at a time)."""
+    of tiles whose entries are all visible within it."""
     q_blocks, k_tiles = -(-s0 // rows), -(-s1 // cols)
     table = torch.zeros(batch, heads, q_blocks, 4, dtype=torch.int32)
     if mask_mod is None:
         table[..., 1] = table[..., 3] = k_tiles
         return table.reshape(-1, 4)
-    b = torch.arange(batch, dtype=torch.int32).view(-1, 1, 1, 1)
-    h = torch.arange(heads, dtype=torch.int32).view(1, -1, 1, 1)
-    kv = torch.arange(s1, dtype=torch.int32).view(1, 1, 1, -1)
-    pad = k_tiles * cols - s1
-    for qb in range(q_blocks):
-        q = torch.arange(qb * rows, min(s0, (qb + 1) * rows), dtype=torch.int32).view(1, 1, -1, 1)
-        seen = torch.as_tensor(mask_mod(b, h, q, kv)).bool().expand(batch, heads, q.shape[2], s1)
-        tiles_any = torch.nn.functional.pad(seen, (0, pad), value=False).view(batch, heads, -1, k_tiles, cols)
-        tiles_all = torch.nn.functional.pad(seen, (0, pad), value=True).view(batch, heads, -1, k_tiles, cols)
-        some, every = tiles_any.any(-1).any(2), tiles_all.all(-1).all(2)  # [B, H, k_tiles]
-        index = torch.arange(k_tiles)
-        lo = torch.where(some, index, k_tiles).min(-1).values
-        hi = torch.where(some, index + 1, 0).max(-1).values
-        full_lo = torch.where(every & some, index, k_tiles).min(-1).values
-        # the first run of full tiles: up to the first tile after full_lo that is not full
-        after = (~every) & (index >= full_lo.unsqueeze(-1))
-        full_hi = torch.where(after, index, k_tiles).min(-1).values.minimum(hi)
-        empty = hi == 0
-        table[:, :, qb, 0] = torch.where(empty, 0, lo).int()
-        table[:, :, qb, 1] = hi.int()
-        table[:, :, qb, 2] = torch.where(full_lo < full_hi, full_lo, 0).int()
-        table[:, :, qb, 3] = torch.where(full_lo < full_hi, full_hi, 0).int()
+    some, every = block_maps(mask_mod, batch, heads, s0, s1, rows, cols)  # [B, H, q_blocks, k_tiles]
+    index = torch.arange(k_tiles)
+    hi = torch.where(some, index + 1, 0).max(-1).values
+    lo = torch.where(some, index, k_tiles).min(-1).values.minimum(hi)  # (an empty unit: lo = hi = 0)
+    full_lo = torch.where(every & some, index, k_tiles).min(-1).values
+    after = (~every) & (index >= full_lo.unsqueeze(-1))  # the first tile past full_lo that is not full
+    full_hi = torch.where(after, index, k_tiles).min(-1).values.minimum(hi)
+    has_full = full_lo < full_hi
+    table[..., 0], table[..., 1] = lo, hi
+    table[..., 2], table[..., 3] = torch.where(has_full, full_lo, 0), torch.where(has_full, full_hi, 0)
     return table.reshape(-1, 4)
 
 
@@ -125,6 +152,8 @@ def plan_flex(query, key, value, score_mod=None, block_mask=None, scale=None, en
     if block_mask is not None and tuple(block_mask.seq_lengths) != (s0, s1):
         raise ValueError(f"block_mask: made for (Q_LEN, KV_LEN) = {tuple(block_mask.seq_lengths)}, but the call has "
                          f"({s0}, {s1})")
+    if block_mask is not None and mask_mod is not None:
+        check_block_mask(block_mask, mask_mod, batch, heads, s0, s1)
     width = kernel_head(head, v.shape[3])
     q, k, v = pad_heads(width, *(t.detach() for t in (q, k, v)))
     scale = 1.0 / math.sqrt(head) if scale is None else float(scale)
