@@ -249,3 +249,41 @@ def test_block_mask_sparser_than_its_mask_mod_is_refused():
                                              torch.tensor([[[[0, 1], [1, 0]]]], dtype=torch.int32), mask_mod=causal)
     with pytest.raises(NotImplementedError, match="block_mask: 2 block"):
         ptofa.flex_attention(q, k, v, block_mask=only_diagonal, backend="sim")
+
+
+# The lowering table's other forms: where with finite branches, sigmoid / exp / relu / reciprocal, maximum and
+# minimum against q- and kv-dependent values, division by them, and the boolean ops.
+DOC = torch.tensor([0] * 60 + [1] * 90)
+TABLE_MODS = {
+    "where": (lambda s, b, h, q, kv: torch.where(q >= kv, s * 2.0, s - 1.0), None),
+    "unary": (lambda s, b, h, q, kv: torch.sigmoid(s) + torch.exp(-s.abs()) + torch.relu(s), None),
+    "max_min": (lambda s, b, h, q, kv: torch.minimum(torch.maximum(s, q * 0.01), kv * 0.5), None),
+    "div": (lambda s, b, h, q, kv: s / (q + 1.0) + (kv + 1.0) / s.abs().clamp(min=1.0) - 2.0 / (kv + 1.0), None),
+    "logic": (None, lambda b, h, q, kv: ((q - kv < 64) ^ (kv > 9)) | ~(q != kv) & (DOC[kv] <= DOC[q])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TABLE_MODS))
+def test_lowering_table_against_torch(name):
+    score_mod, mask_mod = TABLE_MODS[name]
+    q, k, v = _inputs(1, 150, 150, torch.float16, seed=7)
+    _check(q, k, v, score_mod=score_mod, mask_mod=mask_mod)
+
+
+@pytest.mark.ptoas
+@pytest.mark.parametrize("name", sorted(TABLE_MODS))
+def test_lowering_table_compiles_with_ptoas(name, tmp_path):
+    import subprocess
+
+    from ptofa.attention.flex import flex_config
+    from ptofa.kernels.fa_fwd import emit_fa
+    from ptofa.kernels.flexmods import trace_mod
+    from ptofa.launch.toolchain import PTOAS_FLAGS, locate_tools
+
+    score_mod, mask_mod = TABLE_MODS[name]
+    mods = tuple(trace_mod(fn, mask)[0] for fn, mask in ((score_mod, False), (mask_mod, True)) if fn)
+    path = tmp_path / f"{name}.pto"
+    path.write_text(emit_fa(flex_config(64, "f16", 1024, mods, mask_mod is not None)))
+    done = subprocess.run([locate_tools()[0].ptoas, *PTOAS_FLAGS, str(path), "-o", str(tmp_path / "k.cpp")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr

@@ -110,12 +110,11 @@ def flex_config(head: int, in_dtype: str, s1: int, mods: tuple, block_ranges: bo
     the scaled Q's tiles (`prescale_q=False`)."""
     base = auto_config(head, in_dtype, s1=s1, lse=True)
     first = None
-    small = dict(tile_s1=128, qk_preload=2)
-    for changes in ({}, small, dict(small, slice_buffers=2), dict(small, prescale_q=False),
+    tuned, small = dict(tile_s1=base.tile_s1, qk_preload=base.qk_preload), dict(tile_s1=128, qk_preload=2)
+    for changes in (tuned, small, dict(small, slice_buffers=2), dict(small, prescale_q=False),
                     dict(small, slice_buffers=2, prescale_q=False)):
-        try:
-            return dataclasses.replace(base, softmax_dtype="f32", cube_rowsum=None, exp_f16=None, mods=mods,
-                                       block_ranges=block_ranges, **changes)
+        try:  # a new config (not dataclasses.replace, which would keep the automatic fields of the old one)
+            return FAConfig(head=head, in_dtype=in_dtype, lse=True, mods=mods, block_ranges=block_ranges, **changes)
         except ConfigError as error:
             first = first or error
     raise first

@@ -154,7 +154,7 @@ class _Null:
 # aten op packet name -> how it lowers (`_Lowering.op_<kind>`); a name outside this table raises.
 BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "max", "minimum": "min", "rsub": "rsub"}
 COMPARE = ("ge", "gt", "le", "lt", "eq", "ne")
-UNARY = ("neg", "abs", "exp", "tanh", "sigmoid", "logical_not", "bitwise_not", "relu")
+UNARY = ("neg", "abs", "exp", "tanh", "sigmoid", "logical_not", "bitwise_not", "relu", "reciprocal")
 LOGICAL = {"bitwise_and": "mul", "logical_and": "mul", "bitwise_or": "max", "logical_or": "max"}
 PASS = ("lift_fresh_copy", "clone", "alias", "detach", "_to_copy", "to", "type_as")
 LOWERING = (*BINARY, *COMPARE, *UNARY, *LOGICAL, *PASS, "where", "index", "scalar_tensor", "clamp", "bitwise_xor",
@@ -502,7 +502,7 @@ class _Lowering:
         if v.kind == "const":
             x = v.value
             fn = {"neg": lambda: -x, "abs": lambda: abs(x), "exp": lambda: math.exp(x), "tanh": lambda: math.tanh(x),
-                  "sigmoid": lambda: 1 / (1 + math.exp(-x)), "relu": lambda: max(x, 0)}[name]
+                  "sigmoid": lambda: 1 / (1 + math.exp(-x)), "relu": lambda: max(x, 0), "reciprocal": lambda: 1 / x}[name]
             return _Value("const", fn(), v.is_int)
         if v.kind == "scalar":
             raise NotImplementedError(f"flex mod: {node.target} of a per-(b, h) value is not lowered")
@@ -517,6 +517,8 @@ class _Lowering:
             tile.exp(src, out=dst)
         elif name == "relu":
             tile.maxs(src, c(0.0), out=dst)
+        elif name == "reciprocal":
+            tile.rdivs(c(1.0), src, out=dst)
         elif name == "sigmoid":  # 1 / (1 + exp(-x))
             tile.muls(src, c(-1.0), out=dst)
             tile.exp(dst, out=dst)
