@@ -45,6 +45,9 @@ The kernel family (switches of `FAConfig`, one builder):
 * `prescale_q` (default): the vectors scale each unit's Q rows once and push them to the
   cube through a fourth (V2C) pipe, one unit ahead of the cube's pop, so S arrives scaled
   and compute_p makes no scaling pass per tile.
+* `mods` (`kernels/mods.py`): modification objects at one hook of the softmax (on each row slice's
+  scores) and one of `_finish` (on the row statistics); `block_ranges`: each unit's KV tile range
+  (and the range no mask entry hides) from a host table, so FlexAttention's block sparsity skips tiles.
 
 `build_fa(config)` returns the module; `emit_fa(config)` its text.
 """
