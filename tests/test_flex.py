@@ -287,3 +287,16 @@ def test_lowering_table_compiles_with_ptoas(name, tmp_path):
     done = subprocess.run([locate_tools()[0].ptoas, *PTOAS_FLAGS, str(path), "-o", str(tmp_path / "k.cpp")],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
+
+
+def test_return_aux_lse():
+    """torch's newer LSE request, return_aux=AuxRequest(lse=True), gives the same LSE as return_lse=True."""
+    from torch.nn.attention.flex_attention import AuxRequest
+
+    q, k, v = _inputs(1, 100, 100, torch.float16, seed=8)
+    bm = ptofa.create_block_mask(causal, 1, H, 100, 100)
+    out, aux = ptofa.flex_attention(q, k, v, block_mask=bm, return_aux=AuxRequest(lse=True), backend="sim")
+    out2, lse = ptofa.flex_attention(q, k, v, block_mask=bm, return_lse=True, backend="sim")
+    assert torch.equal(out, out2) and torch.equal(aux.lse, lse)
+    with pytest.raises(NotImplementedError, match="max_scores"):
+        ptofa.flex_attention(q, k, v, return_aux=AuxRequest(max_scores=True), backend="sim")

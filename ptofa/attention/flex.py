@@ -180,18 +180,26 @@ def plan_flex(query, key, value, score_mod=None, block_mask=None, scale=None, en
 
 
 def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
-                   return_lse=False, kernel_options=None, *, sinks=None, backend: str = "auto"):
+                   return_lse=False, kernel_options=None, *, return_aux=None, sinks=None, backend: str = "auto"):
     """torch's `flex_attention` on ptofa's kernel (forward); returns out [B, H, S0, Dv], and LSE
-    [B, H, S0] f32 (natural log) with return_lse=True. `sinks` (ptofa's, gpt-oss's attention sinks):
-    a float [H] logit per head that joins each row's softmax denominator (and the LSE)."""
+    [B, H, S0] f32 (natural log) with return_lse=True, or torch's `AuxOutput` with return_aux=AuxRequest(lse=True)
+    (max_scores=True raises NotImplementedError). `sinks` (ptofa's, gpt-oss's attention sinks): a float [H]
+    logit per head that joins each row's softmax denominator (and the LSE)."""
+    if return_aux is not None and getattr(return_aux, "max_scores", False):
+        raise NotImplementedError("return_aux: max_scores=True (the kernel returns no row maxima)")
+    if return_aux is not None and return_lse:
+        raise ValueError("return_lse and return_aux: pass one (torch's rule)")
     backend = resolve_backend(backend)
     call = plan_flex(query, key, value, score_mod, block_mask, scale, enable_gqa, kernel_options, backend, sinks)
     launch_on(backend, call.plan, call.tensors)
     out = call.tensors["o"][..., :call.head_v].transpose(1, 2).contiguous()
-    if not return_lse:
-        return out
     lse = call.tensors["lse"]
-    return out, lse.masked_fill(torch.isinf(lse), -math.inf)  # torch's LSE of a row without keys is -inf
+    lse = lse.masked_fill(torch.isinf(lse), -math.inf)  # torch's LSE of a row without keys is -inf
+    if return_aux is not None:
+        from torch.nn.attention.flex_attention import AuxOutput
+
+        return out, AuxOutput(lse=lse if return_aux.lse else None)
+    return (out, lse) if return_lse else out
 
 
 def window_mask_mod(window: tuple[int, int], s0: int, s1: int, mask_mod=None):
