@@ -8,7 +8,6 @@ causal call against ptofa's plain causal kernel.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 import torch
 
