@@ -61,8 +61,10 @@ class TracedMod(Mod):
         vs0, ts1, dyn = config.vec_s0, config.tile_s1, dict(dynamic=True)
         specs = [TileSpec(f"{prefix}full{k}", "vector", "p", "vec", vs0, ts1, "f32", **dyn)
                  for k in range(1, self.full_tiles)]
-        specs += [TileSpec(f"{prefix}row{k}", "vector", "p", "vec", 1, vs0, "f32", **dyn) for k in range(self.row_tiles)]
-        specs += [TileSpec(f"{prefix}col{k}", "vector", "p", "vec", 1, ts1, "f32", **dyn) for k in range(self.col_tiles)]
+        specs += [TileSpec(f"{prefix}row{k}", "vector", "p", "vec", 1, vs0, "f32", **dyn)
+                  for k in range(self.row_tiles)]
+        specs += [TileSpec(f"{prefix}col{k}", "vector", "p", "vec", 1, ts1, "f32", **dyn)
+                  for k in range(self.col_tiles)]
         specs += [TileSpec(f"{prefix}qi32", "vector", "p", "vec", 1, vs0, "i32", **dyn),
                   TileSpec(f"{prefix}ki32", "vector", "p", "vec", 1, ts1, "i32", **dyn)]
         return specs
@@ -255,7 +257,8 @@ class _Lowering:
             j = [n for n, _ in _captured(self.gm)].index(node.target)
             return _Value("tensor", ("tensor", j, value), not value.dtype.is_floating_point)
         target = node.target
-        name = getattr(getattr(target, "overloadpacket", None), "__name__", None) or getattr(target, "__name__", str(target))
+        packet = getattr(target, "overloadpacket", None)  # aten.add.Tensor -> "add"
+        name = getattr(packet, "__name__", None) or getattr(target, "__name__", str(target))
         if name not in LOWERING:
             raise NotImplementedError(f"flex mod: the op {target} has no lowering to the kernel's vector ops "
                                       f"(lowered: {', '.join(sorted(LOWERING))})")
@@ -502,7 +505,8 @@ class _Lowering:
         if v.kind == "const":
             x = v.value
             fn = {"neg": lambda: -x, "abs": lambda: abs(x), "exp": lambda: math.exp(x), "tanh": lambda: math.tanh(x),
-                  "sigmoid": lambda: 1 / (1 + math.exp(-x)), "relu": lambda: max(x, 0), "reciprocal": lambda: 1 / x}[name]
+                  "sigmoid": lambda: 1 / (1 + math.exp(-x)), "relu": lambda: max(x, 0),
+                  "reciprocal": lambda: 1 / x}[name]
             return _Value("const", fn(), v.is_int)
         if v.kind == "scalar":
             raise NotImplementedError(f"flex mod: {node.target} of a per-(b, h) value is not lowered")
