@@ -49,6 +49,8 @@ _LAZY = {
     "zigzag_shard_varlen": "ptofa.attention.zigzag",
     "zigzag_unshard_varlen": "ptofa.attention.zigzag",
     "ulysses_flash_attn_func": "ptofa.attention.ulysses",
+    "flex_attention": "ptofa.attention.flex",
+    "create_block_mask": "ptofa.attention.flex",
 }
 
 __all__ = ["__version__", *_LAZY]

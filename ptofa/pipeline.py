@@ -181,8 +181,15 @@ class FAConfig:
     # `alibi`: s -= slope * |i + S1 - S0 - j|, the slopes an f32 [N] or [B, N] argument.
     softcap: bool = False
     alibi: bool = False
+    # Score and mask modifications as objects (`kernels/mods.py`): each brings its IR at the softmax
+    # stage's hook, its scratch tiles and its kernel arguments (f32 softmax, uniform batches).
+    mods: tuple = ()
+    # A [units, 4] i32 table (`kernels/mods.py`, RANGE_FIELDS) gives each unit its visible KV tiles
+    # [lo, hi) and the tiles [full_lo, full_hi) no mask entry hides: block sparsity.
+    block_ranges: bool = False
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "mods", tuple(self.mods))  # (a JSON round trip gives a list)
         if self.exp_ring is None:
             object.__setattr__(self, "exp_ring", self.qk_preload)
         if self.out_dtype is None:
@@ -209,7 +216,7 @@ class FAConfig:
         # The config as JSON (the custom op's `config` argument), made once here so that a model
         # under torch.compile only reads an attribute: dynamo cannot pass a frozen dataclass to a
         # function it runs at trace time on every torch version (2.11 fails on it).
-        object.__setattr__(self, "json_text", json.dumps(asdict(self), sort_keys=True))
+        object.__setattr__(self, "json_text", json.dumps(asdict(self), sort_keys=True, default=repr))
         if self.qk_preload == 4:
             warnings.warn(
                 "qk_preload=4 risks the ptoas --enable-insert-sync event-id deadlock "
@@ -328,7 +335,7 @@ class FAConfig:
     @property
     def needs_row_fix(self) -> bool:
         """A query row may see no key at all (mask or key padding): O = 0, LSE = +inf there."""
-        return self.masked or self.key_padding or self.varlen
+        return self.masked or self.key_padding or self.varlen or bool(self.mods) or self.block_ranges
 
     @property
     def gm_slot_bytes_per_block(self) -> int:
@@ -347,7 +354,9 @@ class FAConfig:
                                        ("split_kv", self.split_kv), ("gqa_pack", self.gqa_pack),
                                        ("no_prescale_q", not self.prescale_q),
                                        ("softmax_f16", self.softmax_dtype == "f16"),
-                                       ("softcap", self.softcap), ("alibi", self.alibi)) if on]
+                                       ("softcap", self.softcap), ("alibi", self.alibi),
+                                       ("mods=" + "+".join(m.name for m in self.mods), self.mods),
+                                       ("block_ranges", self.block_ranges)) if on]
         return " ".join(parts)
 
     def summary(self) -> str:
@@ -413,6 +422,10 @@ def _check_config(c: FAConfig) -> None:
     if (c.softcap or c.alibi) and c.softmax_dtype != "f32":
         fail("score modification", f"softcap={c.softcap}, alibi={c.alibi} are computed on f32 scores: they need "
                                    f"softmax_dtype='f32', got {c.softmax_dtype!r}")
+    if (c.mods or c.block_ranges) and (c.softmax_dtype != "f32" or c.varlen or c.masked):
+        fail("modification objects", f"mods / block_ranges are built for an f32 softmax over uniform batches without a "
+                                     f"window (the mods mask), got softmax_dtype={c.softmax_dtype!r}, "
+                                     f"varlen={c.varlen}, masked={c.masked}")
     if c.alibi and c.gqa_pack:
         fail("ALiBi", "alibi=True needs gqa_pack=False: a packed unit's rows are different heads, each with its own slope")
     vec_s0, stat_bytes = c.vec_s0, DTYPE_BYTES[c.softmax_dtype]
@@ -485,6 +498,8 @@ def tile_plan(c: FAConfig) -> list[TileSpec]:
     block), a sub-tile's keys (a ragged last KV tile), the rows a vector core stores.
     """
     tiles = _main_plan(c)
+    for i, mod in enumerate(c.mods):
+        tiles += mod.tiles(c, f"mod{i}_")
     if c.prescale_q:
         tiles += _prescale_tiles(c, c.prescale_rows)
     return tiles
@@ -611,7 +626,7 @@ def _space_items(c: FAConfig, tiles: list[TileSpec], space: str, hidden: bool) -
     items = [(t.name, _align(t.nbytes, ALIGNMENT[space])) for t in tiles if t.loc == space]
     if hidden:
         items += [(f"hidden_rowexpand_tmp{i}", HIDDEN_ROWEXPAND_TMP_BYTES) for i in range(c.rowexpand_ops)]
-        items += [(f"hidden_tci_tmp{i}", HIDDEN_TCI_TMP[32][1]) for i in range(2 if c.alibi else 0)]
+        items += [(f"hidden_tci_tmp{i}", HIDDEN_TCI_TMP[32][1]) for i in range((2 if c.alibi else 0) + c.vec_buffers * sum(m.tci_ops for m in c.mods))]
     return items
 
 

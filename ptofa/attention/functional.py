@@ -76,6 +76,9 @@ def flash_attn_func(
     out_dtype: torch.dtype | None = None,
     backend: str = "auto",
     config: FAConfig | None = None,
+    score_mod=None,
+    mask_mod=None,
+    sinks: torch.Tensor | None = None,
 ):
     """FlashAttention forward with flash-attn 2.x's signature and conventions.
 
@@ -119,12 +122,27 @@ def flash_attn_func(
     config:       (keyword) a `ptofa.pipeline.FAConfig` to run instead of the automatic choice (tile
                   sizes, preload depth); ConfigError when it cannot run this call.
 
+    score_mod, mask_mod: (keyword) FlexAttention's callables, score_mod(score, b, h, q_idx, kv_idx) and
+                  mask_mod(b, h, q_idx, kv_idx) on sequence positions, compiled into the kernel
+                  (`ptofa.flex_attention`); the mask is and-ed with causal / window_size. Forward only.
+    sinks:        (keyword) float [nheads]: gpt-oss's attention sinks, one logit per head joining each row's
+                  softmax denominator. Forward only.
+
     Returns out [batch, seqlen_q, nheads, headdim_v], (out, lse, None) with return_attn_probs=True,
     or (out, lse) with return_lse=True. Bad arguments raise ValueError / ConfigError with one
     line naming the rule and the numbers; backend="npu" without an NPU raises BackendUnavailable.
     Differentiable in q, k, v (the backward kernels, on the same backend, with the same mask);
     lse is not. Runs as the custom op torch.ops.ptofa.flash_attn_fwd (torch.compile traces it).
     """
+    if score_mod is not None or mask_mod is not None or sinks is not None:
+        from ptofa.attention.flex import flash_attn_with_mods
+
+        unsupported_arguments(dropout_p, softcap, alibi_slopes)
+        out, lse = flash_attn_with_mods(q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+                                        score_mod=score_mod, mask_mod=mask_mod, sinks=sinks, softcap=softcap,
+                                        alibi_slopes=alibi_slopes, key_padding_mask=key_padding_mask,
+                                        out_dtype=out_dtype, config=config, backend=backend)
+        return flash_attn_returns(out, lse, return_attn_probs, return_lse)
     return _flash_attn(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                        return_attn_probs, key_padding_mask, return_lse, out_dtype, backend, config)
 

@@ -235,6 +235,9 @@ def flash_attn_varlen_func(
     return_lse: bool = False,
     num_splits: int = 0,
     backend: str = "auto",
+    score_mod=None,
+    mask_mod=None,
+    sinks: torch.Tensor | None = None,
 ):
     """Packed variable-length attention with flash-attn 2.x's signature.
 
@@ -255,11 +258,26 @@ def flash_attn_varlen_func(
     return_lse:   (keyword) return (out, softmax_lse).
     num_splits:   (keyword) split-KV: 0 chosen per unit by the timing model, 1 none, up to 16.
     backend:      (keyword) "auto", "sim" or "npu".
+    score_mod, mask_mod, sinks: (keyword) as `flash_attn_func`, b the sequence and q_idx / kv_idx positions in
+                  it (the batch runs zero-padded to the longest sequence, the padding's tiles skipped);
+                  forward only, not with block_table, num_splits, softcap or alibi_slopes.
 
     Returns out [total_q, nheads, headdim] in q's dtype. Differentiable in q, k, v (not paged): the
     backward runs the varlen backward kernels once for the whole batch (`attention.backward.varlen_backward`,
     every head dim of the forward, `deterministic` choosing the mode); with block_table a backward
     through out raises NotImplementedError."""
+    if score_mod is not None or mask_mod is not None or sinks is not None:
+        from ptofa.attention.flex import flash_attn_varlen_with_mods
+
+        unsupported_arguments(dropout_p, softcap, alibi_slopes)
+        for name, given in (("softcap", softcap), ("alibi_slopes", alibi_slopes is not None),
+                            ("block_table", block_table is not None), ("num_splits", num_splits not in (0, 1))):
+            if given:
+                raise NotImplementedError(f"{name}: not with score_mod / mask_mod / sinks")
+        out, lse = flash_attn_varlen_with_mods(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale=softmax_scale,
+                                               causal=causal, window_size=window_size, score_mod=score_mod,
+                                               mask_mod=mask_mod, sinks=sinks, backend=backend)
+        return flash_attn_returns(out, lse, return_attn_probs, return_lse)
     return _varlen_call("flash_attn_varlen_func", q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                         return_attn_probs, block_table, return_lse, num_splits, backend)

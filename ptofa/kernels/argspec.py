@@ -108,19 +108,23 @@ def host_params(config=None) -> tuple[HostParam, ...]:
         ]
     if c.key_padding:
         params.append(HostParam("key_mask_stride", "int64_t", ctypes.c_int64, "elements between batches of the key mask (0: shared)"))
-    if c.softcap:
-        params += [HostParam("softcap", "float", ctypes.c_float, "softcap: scores = softcap * tanh(scores / softcap)"),
-                   HostParam("softcap_rcp2", "float", ctypes.c_float, "2 / softcap")]
+    from ptofa.kernels.mods import builtin_mods, mod_params
+
+    params += [p for mod in builtin_mods(c) for p in mod.params("")]
     if c.alibi:
         params.append(HostParam("alibi_stride", "int64_t", ctypes.c_int64, "elements between batches of the slopes (0: [N])"))
-    return tuple(params)
+    if c.block_ranges:
+        params.append(HostParam("tile_ranges", ptr, ctypes.c_void_p, "each unit's KV tile ranges [units, 4] i32 "
+                                                                     "(kernels/mods.py)"))
+    return tuple(params + mod_params(c.mods))
 
 
 def entry_args(config=None) -> tuple[EntryArg, ...]:
     """The `pto.entry` function's arguments for the kernel of `config`."""
     c = config or _default_config()
     elem = {"q": c.in_dtype, "k": c.in_dtype, "v": c.in_dtype, "o": c.out_dtype, "lse": "f32", "key_mask": "i8", "units": "i32",
-            "block_table": "i32", "partials": "f32", "alibi_slopes": "f32"}
+            "block_table": "i32", "partials": "f32", "alibi_slopes": "f32",
+            "tile_ranges": "i32"}
     args = [
         EntryArg("ffts", "!pto.ptr<i64>", "ffts", "(__gm__ int64_t*)"),
         EntryArg("slots", "!pto.ptr<f32>", "slots", "(__gm__ float*)"),
@@ -128,7 +132,7 @@ def entry_args(config=None) -> tuple[EntryArg, ...]:
     ]
     for param in host_params(c)[1:]:
         if param.c_type.endswith("*"):
-            dt = elem[param.name]
+            dt = elem.get(param.name) or param.doc.split()[-1]  # a mod's pointer names its element type last
             args.append(EntryArg(param.name, f"!pto.ptr<{dt}>", param.name, f"(__gm__ {_C_ELEM[dt]}*)"))
         else:
             args.append(EntryArg(param.name, "f32" if param.c_type == "float" else "i64", param.name, ""))

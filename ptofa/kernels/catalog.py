@@ -13,6 +13,7 @@ test compiles each unedited, and a CPU test parses and verifies each.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import sys
 import warnings
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import click
+import torch
 
 from ptofa.kernels.bwd_pipeline import TUNED_HEADS, BwdConfig, default_config
 from ptofa.pipeline import SUPPORTED_HEAD, SUPPORTED_TILE_S1, ConfigError, FAConfig
@@ -92,7 +94,36 @@ SWITCHES: tuple[dict, ...] = (
     dict(softcap=True, alibi=True, varlen=True, page_size=256),
     dict(softcap=True, varlen=True, split_kv=True, gqa_pack=True, page_size=256),
 )
-SWITCH_BASES = ((64, 128), (128, 256), (256, 256))  # (head, tile_s1): small, default, D split in two
+SWITCH_BASES = ((64, 128), (128, 256), (256, 256))
+
+
+def flex_configs() -> list[FAConfig]:
+    """Traced FlexAttention mods (kernels/flexmods.py) with block ranges: a relative bias under a causal
+    mask, ALiBi from a captured slope table with softcapping by tanh under a sliding window, and a
+    document mask from captured document ids (row and column loads) with attention sinks."""
+    from ptofa.kernels.flexmods import trace_mod
+    from ptofa.kernels.mods import Sinks
+
+    slopes, doc = torch.ones(8), torch.zeros(4096, dtype=torch.int32)
+    mods = (
+        (lambda s, b, h, q, kv: s + (q - kv) * 0.01, lambda b, h, q, kv: q >= kv),
+        (lambda s, b, h, q, kv: torch.tanh((s - slopes[h] * (q - kv).abs()) / 30.0) * 30.0,
+         lambda b, h, q, kv: (q >= kv) & (q - kv <= 256)),
+        (None, lambda b, h, q, kv: (doc[q] == doc[kv]) & (q >= kv)),
+    )
+    configs = []
+    for (score_mod, mask_mod), (head, tile_s1, dtype) in zip(mods, ((64, 128, "f16"), (64, 128, "bf16"),
+                                                                     (64, 128, "f16"))):
+        traced = tuple(trace_mod(fn, mask)[0] for fn, mask in ((score_mod, False), (mask_mod, True)) if fn)
+        traced += (Sinks(),) if score_mod is None else ()  # attention sinks at the finish hook
+        for buffers, prescale in ((0, True), (2, True), (0, False), (2, False)):  # as attention.flex.flex_config
+            try:
+                configs.append(FAConfig(head=head, tile_s1=tile_s1, qk_preload=2, in_dtype=dtype, lse=True,
+                                        mods=traced, block_ranges=True, slice_buffers=buffers, prescale_q=prescale))
+                break
+            except ConfigError:
+                continue
+    return configs  # (head, tile_s1): small, default, D split in two
 
 
 def _name(c: FAConfig) -> str:
@@ -103,6 +134,9 @@ def _name(c: FAConfig) -> str:
     parts += [flag for flag in ("softcap", "alibi") if getattr(c, flag)]
     if c.page_size:
         parts.append(f"page{c.page_size}")
+    if c.mods:
+        parts.append("flex_" + "_".join(m.name for m in c.mods) + "_" + hashlib.sha256(
+            "".join(map(repr, c.mods)).encode()).hexdigest()[:8])
     if not c.prescale_q:
         parts.append("no_prescale_q")
     if c.softmax_dtype != "f32":
@@ -123,6 +157,7 @@ def forward_configs() -> list[FAConfig]:
     for (head, tile_s1), switches in itertools.product(SWITCH_BASES, SWITCHES):
         configs.append(FAConfig(head=head, tile_s1=tile_s1, **switches))
     configs += [FAConfig(head=head, **switches) for head, switches in itertools.product(WIDTH_HEADS, WIDTH_SWITCHES)]
+    configs += flex_configs()
     return list(dict.fromkeys(configs))
 
 

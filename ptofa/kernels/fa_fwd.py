@@ -45,6 +45,9 @@ The kernel family (switches of `FAConfig`, one builder):
 * `prescale_q` (default): the vectors scale each unit's Q rows once and push them to the
   cube through a fourth (V2C) pipe, one unit ahead of the cube's pop, so S arrives scaled
   and compute_p makes no scaling pass per tile.
+* `mods` (`kernels/mods.py`): modification objects at one hook of the softmax (on each row slice's
+  scores) and one of `_finish` (on the row statistics); `block_ranges`: each unit's KV tile range
+  (and the range no mask entry hides) from a host table, so FlexAttention's block sparsity skips tiles.
 
 `build_fa(config)` returns the module; `emit_fa(config)` its text.
 """
@@ -58,9 +61,10 @@ from xdsl.ir import SSAValue
 
 from ptofa.kernels import argspec
 from ptofa.api import F16, F32, I32, KernelModule, parse_ir_type, pto, scalar, tile
-from ptofa.kernels.scoremods import AlibiRows, alibi_bias, softcap_scores
+from ptofa.kernels.scoremods import AlibiRows, alibi_bias
 from ptofa.kernels.common import (HALF_NEG, NEG_INIT, SPLIT, alloc, clamp, entry_type, fused, init_pipes, pipelined,
                                   ring_select, row_offset, snake_rank)
+from ptofa.kernels.mods import RANGE_FIELDS, FinishSite, Site, apply_finish, apply_forward, mod_params
 from ptofa.kernels.window import TileRange
 from ptofa.pipeline import (DTYPE_BYTES, KEY_MASK_TILES, ROWSUM_COLS, UNIT_FIELDS, UNIT_TABLE, FAConfig, buffer_names,
                              chunk_names, cube_buffer_name, cube_buffer_names, tile_plan)
@@ -130,6 +134,7 @@ class _Unit:
     tiles: TileRange
     window: tuple[SSAValue, SSAValue] | None = None  # (left, right) bounds of a masked kernel
     split: tuple[SSAValue, SSAValue] | None = None  # split-KV: (this split, splits of the unit)
+    full: tuple[SSAValue, SSAValue] | None = None  # block ranges: the tiles no mask entry hides
 
 
 def _common(config: FAConfig, args: dict[str, SSAValue]) -> _Common:
@@ -218,11 +223,17 @@ def _unit(c: _Common, unit: SSAValue) -> _Unit:
     else:
         lo = scalar.const(0)
         hi = scalar.ceildiv(s1, cfg.tile_s1, name="t_hi")
+    full = None
+    if cfg.block_ranges:  # the host's per-unit tile ranges (unit order: (b, h, Q block), kernels/mods.py)
+        rec = scalar.mul(unit, len(RANGE_FIELDS), name="range_rec")
+        lo, hi, *full = (scalar.index_cast(pto.load_scalar(c.args["tile_ranges"], scalar.add(rec, i)), name=f"t_{name}")
+                         for i, name in enumerate(RANGE_FIELDS))
     split = None
     if cfg.split_kv:
         split = (field["split"], field["splits"])
         lo, hi = _split_range(lo, hi, *split)
-    return _Unit(b, h, g, q0, q_rows, s0, s1, q_row, k_row, seq, lse_row, TileRange(lo, hi), window, split)
+    return _Unit(b, h, g, q0, q_rows, s0, s1, q_row, k_row, seq, lse_row, TileRange(lo, hi), window, split,
+                 tuple(full) if full else None)
 
 
 def _split_range(lo: SSAValue, hi: SSAValue, split: SSAValue, splits: SSAValue) -> tuple[SSAValue, SSAValue]:
@@ -559,8 +570,11 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
     pto.load(pto.slice_view(qk_entry, [r0, 0], [vs0, keys], name="qk_rows"), s_tile)
     if not cfg.prescale_q:
         tile.muls(s_tile, s.scale, out=s_tile)
-    if cfg.softcap:
-        softcap_scores(s_tile, tl["red_tmp"], s.c.args["softcap"], s.c.args["softcap_rcp2"])
+    if cfg.softcap or cfg.mods:  # (positions only for the config's mods: softcap reads none)
+        i0 = scalar.add(scalar.add(s.u.q0, s.row_base), r0, name="mod_q0") if cfg.mods else None
+        k0 = scalar.mul(t, cfg.tile_s1, name="mod_k0") if cfg.mods else None
+        apply_forward(cfg, Site(s_tile, tl["red_tmp"], exp_tmp, tl, s.c.args, s.u.b, s.u.h, i0, k0, keys, vs0,
+                                cfg.tile_s1, t, s.u.full, mask_constants(cfg)[1]))
     if cfg.alibi:  # column c, row r: key t * TILE_S1 + c, query q0 + row_base + r0 + r
         i0 = scalar.add(scalar.add(s.u.q0, s.row_base), r0)
         start = scalar.sub(scalar.mul(t, cfg.tile_s1), scalar.add(i0, scalar.sub(s.u.s1, s.u.s0)), name="alibi_start")
@@ -625,6 +639,8 @@ def _finish(s: _VecState, l_col: SSAValue) -> None:
     them exp(-inf) = 0; a unit of one split stores its result as the unsplit kernel does."""
     cfg, tl, rows = s.c.config, s.tiles, s.rows
     k = s.consts
+    if cfg.mods:
+        apply_finish(cfg, FinishSite(rows["m_all"], rows["l_all"], tl, s.c.args, s.u.b, s.u.h, cfg.vec_rows))
     if cfg.needs_row_fix:
         # row_ok = 1 where m is a real score, 0 where it is still -3e38 (no visible key).
         tile.adds(rows["m_all"], k["half_pos"], out=tl["row_ok"])
@@ -793,10 +809,10 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
 # ======================================================================================
 
 _CUBE_ARGS = ("slots", "slots_h", "q", "k", "v", "units", "block_table", "batch", "heads", "kv_heads", "s0", "s1",
-              "num_units", "max_pages", "win_left", "win_right")
+              "num_units", "max_pages", "win_left", "win_right", "tile_ranges")
 _VECTOR_ARGS = ("slots", "slots_h", "q", "o", "lse", "partials", "key_mask", "units", "batch", "heads", "kv_heads", "s0", "s1",
                 "num_units", "scale", "win_left", "win_right", "key_mask_stride", "softcap", "softcap_rcp2",
-                "alibi_slopes", "alibi_stride")
+                "alibi_slopes", "alibi_stride", "tile_ranges")
 
 
 def build_fa(config: FAConfig) -> builtin.ModuleOp:
@@ -806,6 +822,7 @@ def build_fa(config: FAConfig) -> builtin.ModuleOp:
     vector_reads_q = config.prescale_q  # the vectors scale Q; the cube reads it from the Q pipe
     cube_args = [n for n in _CUBE_ARGS if n in entry_types and (n != "q" or not vector_reads_q)]
     vector_args = [n for n in _VECTOR_ARGS if n in entry_types and (n != "q" or vector_reads_q)]
+    vector_args += [p.name for p in mod_params(config.mods)]
     with km.function(argspec.ENTRY_NAME, list(entry_types.items()), entry=True) as args:
         pto.set_ffts(args["ffts"])
         pto.call(argspec.CUBE_FUNC_NAME, [args[n] for n in cube_args])

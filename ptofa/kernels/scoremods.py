@@ -34,9 +34,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from xdsl.ir import SSAValue
 
 from ptofa.api import F32, I32, pto, scalar, tile
+from ptofa.kernels.mods import Mod, Site
 
 # Largest x = 2 s / softcap the tanh's exp sees (exp(30) = 1.07e13 is finite in f32; tanh(15) is 1 in f32).
 SOFTCAP_CLAMP = 30.0
@@ -52,6 +55,29 @@ def softcap_scores(scores: SSAValue, tmp: SSAValue, softcap: SSAValue, rcp2: SSA
     tile.rdivs(scalar.const(-2.0, F32, name="minus_two"), tmp, out=tmp)  # t - 1 = -2 / (exp(x) + 1)
     tile.muls(tmp, softcap, out=scores)
     tile.adds(scores, softcap, out=scores)  # c (t - 1) + c = c t
+
+
+@dataclass(frozen=True)
+class Softcap(Mod):
+    """Softcapping as a `mods.Mod`: the forward kernel's `FAConfig.softcap` switch applies this object
+    (`mods.builtin_mods`); its arguments keep flash-attn's names, softcap and 2 / softcap."""
+
+    name: str = "softcap"
+
+    def params(self, prefix: str) -> list:
+        import ctypes
+
+        from ptofa.kernels.argspec import HostParam
+
+        return [HostParam("softcap", "float", ctypes.c_float, "softcap: scores = softcap * tanh(scores / softcap)"),
+                HostParam("softcap_rcp2", "float", ctypes.c_float, "2 / softcap")]
+
+    def emit_forward(self, site: Site, prefix: str) -> None:
+        softcap_scores(site.scores, site.tmp, site.args["softcap"], site.args["softcap_rcp2"])
+
+    def reference(self, scores, b, h, q_idx, kv_idx, values=None):
+        cap = values["softcap"]
+        return torch.tanh(scores / cap) * cap
 
 
 def softcap_grad(grad: SSAValue, tmp: SSAValue) -> None:

@@ -1,0 +1,161 @@
+"""Score and mask modifications as objects: the one hook of the forward kernel's softmax stage.
+
+A modification is one object (`Mod`), not a switch threaded through the layers: it brings
+
+* `tiles(config, prefix)`: its scratch tiles (`pipeline.TileSpec`, names starting with `prefix`);
+  `pipeline.tile_plan` adds them, so the UB budget counts them;
+* `params(prefix)`: its kernel arguments (`argspec.HostParam`); `argspec` adds them to the entry, the
+  vector function receives them, and the caller passes their values by name at launch;
+* `emit_forward(site, prefix)`: its IR on one row slice of scaled f32 scores (`Site`), called by
+  `fa_fwd._softmax_slice` before ALiBi and the window mask; `emit_finish(site, prefix)`: its IR on the
+  row statistics (`FinishSite`) before the kernel divides O by the row sums (attention sinks);
+* `reference(scores, b, h, q_idx, kv_idx)`: the same modification in torch (broadcast index tensors),
+  which the tests and the dense reference apply.
+
+`FAConfig.mods` is a tuple of them, in the order they apply; each must be a frozen dataclass of plain
+fields (the kernel cache hashes and serialises the config). `kernels/flexmods.py` makes them from
+FlexAttention's Python callables.
+
+Block sparsity (`FAConfig.block_ranges`): a [units, RANGE_FIELDS] i32 table, one row per work unit
+(b, h, Q block) in unit order, gives the KV tiles [lo, hi) the unit visits and the tiles
+[full_lo, full_hi) in which no mask hides an entry: both kernels loop over [lo, hi) only, and a
+`Mod` with `mask=True` skips its IR on the full tiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.ir import SSAValue
+
+from ptofa.api import pto, scalar
+
+RANGE_FIELDS = ("lo", "hi", "full_lo", "full_hi")
+
+
+@dataclass
+class Site:
+    """What a modification sees at the hook: one row slice of one KV tile."""
+
+    scores: SSAValue  # [rows, keys valid] f32 scaled scores, modified in place
+    tmp: SSAValue  # a free tile of the scores' shape (the softmax's reduction scratch)
+    row_tmp: SSAValue  # scratch of the row-broadcast ops (the slice's exp scratch, free here)
+    tiles: dict[str, SSAValue]  # every vector tile by name (a mod's own under its prefix)
+    args: dict[str, SSAValue]  # the vector function's arguments by name
+    b: SSAValue  # batch (index)
+    h: SSAValue  # query head (index)
+    q0: SSAValue | None  # query position of the slice's first row (index; None without `config.mods`)
+    k0: SSAValue | None  # key position of the tile's first column (index; None without `config.mods`)
+    keys: SSAValue  # valid columns (index)
+    rows: int  # rows of the slice (vec_s0)
+    cols: int  # columns of a tile (tile_s1)
+    t: SSAValue  # the KV tile (index)
+    full: tuple[SSAValue, SSAValue] | None = None  # the unit's unmasked tiles [full_lo, full_hi)
+    mask_value: float = -3.0e38  # additive mask value of the softmax
+
+
+@dataclass
+class FinishSite:
+    """What a modification sees at the finish hook: this core's row statistics of one unit."""
+
+    m: SSAValue  # [1, rows] f32 running max (the mask value for a row that saw no key)
+    l: SSAValue  # [1, rows] f32 row sums of exp(s - m), modified in place
+    tiles: dict[str, SSAValue]
+    args: dict[str, SSAValue]
+    b: SSAValue
+    h: SSAValue
+    rows: int
+
+
+class Mod:
+    """The interface (see the module docstring); subclasses are frozen dataclasses."""
+
+    name: str = "mod"
+    mask: bool = False  # a mask: its IR is skipped on tiles the block ranges call full
+    tci_ops: int = 0  # `tci` ops per row slice (each has a hidden ptoas scratch the UB budget counts)
+
+    def tiles(self, config, prefix: str) -> list:
+        return []
+
+    def params(self, prefix: str) -> list:
+        return []
+
+    def emit_forward(self, site: Site, prefix: str) -> None:
+        """IR on the scores of one row slice (nothing by default)."""
+
+    def emit_finish(self, site: FinishSite, prefix: str) -> None:
+        """IR on the row statistics before O = O / l and LSE = m + ln(l) (nothing by default)."""
+
+    def reference(self, scores, b, h, q_idx, kv_idx, values=None):
+        """The modified scores; `values` the call's runtime arguments by name (a mod's scalars)."""
+        raise NotImplementedError(f"{type(self).__name__}.reference")
+
+
+def builtin_mods(config) -> tuple:
+    """The mod objects of the config's built-in switches (their arguments unprefixed, flash-attn's names):
+    softcap (`scoremods.Softcap`). ALiBi, the window and key padding are still switches of their own."""
+    from ptofa.kernels.scoremods import Softcap
+
+    return (Softcap(),) if config.softcap else ()
+
+
+def apply_forward(config, site: Site) -> None:
+    """The hook: the built-in mods, then `config.mods` in order; a mask's IR only on tiles outside the
+    unit's full range."""
+    for mod in builtin_mods(config):
+        mod.emit_forward(site, "")
+    for i, mod in enumerate(config.mods):
+        if mod.mask and site.full is not None:
+            lo, hi = site.full
+            with pto.if_(scalar.or_(scalar.lt(site.t, lo), scalar.ge(site.t, hi))):
+                mod.emit_forward(site, f"mod{i}_")
+        else:
+            mod.emit_forward(site, f"mod{i}_")
+
+
+def mod_params(mods: tuple) -> list:
+    """Every mod's kernel arguments, in mod order."""
+    return [p for i, mod in enumerate(mods) for p in mod.params(f"mod{i}_")]
+
+
+def apply_finish(config, site: FinishSite) -> None:
+    """The finish hook: each of `config.mods` in order."""
+    for i, mod in enumerate(config.mods):
+        mod.emit_finish(site, f"mod{i}_")
+
+
+# exp(sink - m) is taken at most at e^SINK_CLAMP (finite in f32): a sink that far above every score
+# leaves P / l below e^-80 for each key, so O rounds to 0 in any output dtype either way.
+SINK_CLAMP = 80.0
+
+
+@dataclass(frozen=True)
+class Sinks(Mod):
+    """Attention sinks (gpt-oss): a per-head logit that joins each row's softmax denominator,
+    l += exp(sink[h] - m), so O = sum_j exp(s_j - m) v_j / l and LSE = m + ln(l) include it. The
+    sinks are an f32 [H] argument (`<prefix>sinks`)."""
+
+    name: str = "sinks"
+
+    def tiles(self, config, prefix: str) -> list:
+        from ptofa.pipeline import TileSpec
+
+        return [TileSpec(f"{prefix}sink_row", "vector", "gu", "vec", 1, config.vec_rows, "f32")]
+
+    def params(self, prefix: str) -> list:
+        import ctypes
+
+        from ptofa.kernels.argspec import HostParam
+
+        return [HostParam(f"{prefix}sinks", "uint8_t*", ctypes.c_void_p, "attention sinks [H], f32")]
+
+    def emit_finish(self, site: FinishSite, prefix: str) -> None:
+        from ptofa.api import F32, tile
+
+        sink = pto.load_scalar(site.args[f"{prefix}sinks"], site.h, name="sink")
+        row = site.tiles[f"{prefix}sink_row"]
+        tile.muls(site.m, scalar.const(-1.0, F32, name="minus_one"), out=row)
+        tile.adds(row, sink, out=row)  # sink - m
+        tile.mins(row, scalar.const(SINK_CLAMP, F32, name="sink_clamp"), out=row)
+        tile.exp(row, out=row)
+        tile.add(site.l, row, out=site.l)
