@@ -189,10 +189,10 @@ def test_example_runs_and_checks() -> None:
 # On process groups
 # --------------------------------------------------------------------------------------
 
+# The default run's cases (CI's time): causal and not, fp16 and bf16 (the 4-rank case), GQA, uneven
+# lengths; `test_two_ranks_more` (slow) and the slow grid hold the rest.
 TWO_RANKS = [
     Case("dense_causal_f16_gqa", "ring", F16, True, heads=4, kv_heads=2, batch=2, seqlen=16),
-    Case("dense_full_bf16", "ring", BF16, False, heads=2, kv_heads=1, seqlen=12),
-    Case("varlen_causal_bf16", "ring_varlen", BF16, True, seqlens=(10, 3, 16)),
     Case("varlen_full_f16", "ring_varlen", F16, False, heads=4, kv_heads=2, seqlens=(9, 1, 14)),  # rank 1: 0 rows
     Case("ulysses_causal_f16_gqa", "ulysses", F16, True, heads=4, kv_heads=2, seqlen=15),
     Case("bad_lengths", "ring", F16, True, bad="lengths"),
@@ -214,6 +214,19 @@ def test_two_ranks() -> None:
     assert lengths[0] == lengths[1]  # every rank raised, none waits
     assert all("NotImplementedError: window_size: (2, 0)" in r["bad_window"]["error"] for r in results)
     assert all(r["bad_group"]["error"].startswith("ValueError: group: 'not a group' has no backend") for r in results)
+
+
+TWO_RANKS_MORE = [
+    Case("dense_full_bf16", "ring", BF16, False, heads=2, kv_heads=1, seqlen=12),
+    Case("varlen_causal_bf16", "ring_varlen", BF16, True, seqlens=(10, 3, 16)),
+]
+
+
+@pytest.mark.slow
+def test_two_ranks_more() -> None:
+    results = run_ranks(2, TWO_RANKS_MORE)
+    for case in TWO_RANKS_MORE:
+        check_case(case, results)
 
 
 def test_four_ranks() -> None:
