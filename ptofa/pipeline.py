@@ -178,6 +178,9 @@ class FAConfig:
     # `alibi`: s -= slope * |i + S1 - S0 - j|, the slopes an f32 [N] or [B, N] argument.
     softcap: bool = False
     alibi: bool = False
+    # Dropout on P (`kernels/dropout.py`): the keep mask from an in-kernel generator of runtime
+    # seed / offset; f32 softmax with the vectors' row sums (the cube's would be of dropped P).
+    dropout: bool = False
 
     def __post_init__(self) -> None:
         if self.exp_ring is None:
@@ -190,7 +193,7 @@ class FAConfig:
             narrow = self.qk_preload == 1 or (self.head > SPLIT_HEAD and self.tile_s1 < 512)
             object.__setattr__(self, "cube_s1", 128 if narrow else 64)
         if self.cube_rowsum is None:
-            object.__setattr__(self, "cube_rowsum", self.softmax_dtype == "f32" and self.d_split == 1
+            object.__setattr__(self, "cube_rowsum", self.softmax_dtype == "f32" and self.d_split == 1 and not self.dropout
                                and _fits(self, cube_rowsum=True))
         if self.exp_f16 is None:
             object.__setattr__(self, "exp_f16", bool(self.cube_rowsum) and self.in_dtype == "f16"
@@ -284,6 +287,8 @@ class FAConfig:
         `target.EXPDIF_TMP_BYTES`. With `cube_rowsum` compute_gu's two trowexpandmul take the
         first `exp_tmp` too, which makes room for the row-sum tiles.) A test counts them in the
         emitted IR, and one checks the simulator's UB peak."""
+        if self.dropout:  # compute_gu's and the final trowexpand* take the first `exp_tmp`: room for the generator
+            return 0
         return 1 if self.cube_rowsum else 2
 
     @property
@@ -344,7 +349,8 @@ class FAConfig:
                                        ("split_kv", self.split_kv), ("gqa_pack", self.gqa_pack),
                                        ("no_prescale_q", not self.prescale_q),
                                        ("softmax_f16", self.softmax_dtype == "f16"),
-                                       ("softcap", self.softcap), ("alibi", self.alibi)) if on]
+                                       ("softcap", self.softcap), ("alibi", self.alibi),
+                                       ("dropout", self.dropout)) if on]
         return " ".join(parts)
 
     def summary(self) -> str:
@@ -410,6 +416,10 @@ def _check_config(c: FAConfig) -> None:
     if (c.softcap or c.alibi) and c.softmax_dtype != "f32":
         fail("score modification", f"softcap={c.softcap}, alibi={c.alibi} are computed on f32 scores: they need "
                                    f"softmax_dtype='f32', got {c.softmax_dtype!r}")
+    if c.dropout and (c.softmax_dtype != "f32" or c.cube_rowsum or c.split_kv):
+        fail("dropout", f"dropout=True drops P after its row sums on f32 scores: it needs softmax_dtype='f32', "
+                        f"cube_rowsum=False and split_kv=False, got softmax_dtype={c.softmax_dtype!r}, "
+                        f"cube_rowsum={c.cube_rowsum}, split_kv={c.split_kv}")
     if c.alibi and c.gqa_pack:
         fail("ALiBi", "alibi=True needs gqa_pack=False: a packed unit's rows are different heads, each with its own slope")
     vec_s0, stat_bytes = c.vec_s0, DTYPE_BYTES[c.softmax_dtype]
@@ -564,6 +574,12 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
                   TileSpec("alibi_rows", "vector", "p", "vec", 1, vs0, "f32", **dyn),
                   TileSpec("alibi_pos", "vector", "p", "vec", 1, vs0, "f32"),
                   TileSpec("alibi_neg", "vector", "p", "vec", 1, vs0, "f32")]
+    if c.dropout:  # the generator's i32 tiles (`kernels/dropout.py`; its keep factor goes to red_tmp, its key
+        # row to ALiBi's key positions when there are: ALiBi is done with them by then)
+        tiles += [TileSpec("drop_bits", "vector", "p", "vec", vs0, ts1, "i32", **dyn),
+                  *([] if c.alibi else [TileSpec("drop_cols", "vector", "p", "vec", 1, ts1, "i32", **dyn)]),
+                  TileSpec("drop_rows", "vector", "p", "vec", 1, vs0, "i32", **dyn),
+                  TileSpec("drop_rows_tmp", "vector", "p", "vec", 1, vs0, "i32", **dyn)]
     return tiles
 
 
@@ -608,7 +624,7 @@ def _space_items(c: FAConfig, tiles: list[TileSpec], space: str, hidden: bool) -
     items = [(t.name, _align(t.nbytes, ALIGNMENT[space])) for t in tiles if t.loc == space]
     if hidden:
         items += [(f"hidden_rowexpand_tmp{i}", HIDDEN_ROWEXPAND_TMP_BYTES) for i in range(c.rowexpand_ops)]
-        items += [(f"hidden_tci_tmp{i}", HIDDEN_TCI_TMP[32][1]) for i in range(2 if c.alibi else 0)]
+        items += [(f"hidden_tci_tmp{i}", HIDDEN_TCI_TMP[32][1]) for i in range(2 * c.alibi + 2 * c.dropout)]
     return items
 
 

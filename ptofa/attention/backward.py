@@ -395,8 +395,11 @@ def check_gradients(dq, dk, dv, ref: GradReference) -> dict[str, Accuracy]:
 
 @flash_attn_bwd.register_kernel(None)
 def _flash_attn_bwd(q, k, v, out, lse, dout, scale, masked, win_left, win_right, backend, deterministic=True,
-                    key_padding_mask=None, softcap=0.0, alibi_slopes=None):
+                    key_padding_mask=None, softcap=0.0, alibi_slopes=None, dropout_p=0.0, dropout_seed=0, dropout_offset=0):
     """`ptofa::flash_attn_bwd` (`ptofa.attention.ops`): `attention_backward` with out and dO in q's dtype."""
+    if dropout_p:
+        raise NotImplementedError(f"dropout_p: {dropout_p}: the backward kernels have no dropout yet (the forward "
+                                  f"has); run the forward without grad, or with dropout_p=0.0")
     bounds = (win_left, win_right) if masked else None
     return attention_backward(q, k, v, out.to(q.dtype), lse, dout.to(q.dtype), softmax_scale=scale, bounds=bounds,
                               backend=backend, deterministic=deterministic, key_padding_mask=key_padding_mask,

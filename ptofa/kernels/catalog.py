@@ -91,6 +91,11 @@ SWITCHES: tuple[dict, ...] = (
     dict(softcap=True, alibi=True, varlen=True, split_kv=True, masked=True, lse=True),
     dict(softcap=True, alibi=True, varlen=True, page_size=256),
     dict(softcap=True, varlen=True, split_kv=True, gqa_pack=True, page_size=256),
+    # dropout (kernels/dropout.py): the dense and varlen calls' kernels, with the score modifications
+    dict(dropout=True),
+    dict(dropout=True, masked=True, lse=True, in_dtype="bf16"),
+    dict(dropout=True, varlen=True, masked=True, lse=True),
+    dict(dropout=True, softcap=True, alibi=True, masked=True, lse=True),
 )
 SWITCH_BASES = ((64, 128), (128, 256), (256, 256))  # (head, tile_s1): small, default, D split in two
 
@@ -100,7 +105,7 @@ def _name(c: FAConfig) -> str:
     if c.out_dtype != c.in_dtype:
         parts.append(f"o{c.out_dtype}")
     parts += [flag for flag in ("masked", "key_padding", "lse", "varlen", "split_kv", "gqa_pack") if getattr(c, flag)]
-    parts += [flag for flag in ("softcap", "alibi") if getattr(c, flag)]
+    parts += [flag for flag in ("softcap", "alibi", "dropout") if getattr(c, flag)]
     if c.page_size:
         parts.append(f"page{c.page_size}")
     if not c.prescale_q:

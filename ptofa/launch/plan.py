@@ -49,12 +49,13 @@ from ptofa.sim.socspec import SocSpec
 def plan_forward(config: FAConfig, shape: ProblemShape, soc: str | SocSpec, *, scale: float,
                  bounds: tuple[int, int] | None = None, key_mask: torch.Tensor | None = None,
                  block_dim: int | None = None, units: torch.Tensor | None = None, max_pages: int = 0,
-                 kernel=None, softcap: float = 0.0, alibi: torch.Tensor | None = None) -> LaunchPlan:
+                 kernel=None, softcap: float = 0.0, alibi: torch.Tensor | None = None,
+                 dropout: tuple[float, int, int] | None = None) -> LaunchPlan:
     """One launch of the forward kernel of `config` (a varlen kernel reads `units`); `kernel` the
     built kernel when the caller has it (default: the kernel cache's)."""
     return forward_plan(kernel or get_kernel(config), config, shape, soc, scale=scale, bounds=bounds,
                         key_mask=key_mask, block_dim=block_dim, units=units, max_pages=max_pages, softcap=softcap,
-                        alibi=alibi)
+                        alibi=alibi, dropout=dropout)
 
 
 def plan_split(split, shape: ProblemShape, soc: str | SocSpec, *, scale: float, max_pages: int = 0,
