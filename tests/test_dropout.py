@@ -1,7 +1,8 @@
 """Dropout in the kernels (`ptofa/kernels/dropout.py`): the generator's statistics on the host
-replica, the kernel's mask equal to the replica's bit for bit (the output against the reference
-built from it), the 1 / (1 - p) scaling and keep rate measured on the kernel's own output, and
-torch.manual_seed reproducing a call."""
+replica, the forward kernel's mask equal to the replica's (the output against the reference built
+from it), the 1 / (1 - p) scaling and keep rate measured on the kernel's own output,
+torch.manual_seed reproducing a call, and the backward kernels regenerating the forward's mask
+(gradients against torch autograd with the replica's mask)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 import ptofa
+from ptofa.attention.backward import check_gradients, reference_backward
 from ptofa.attention.core import run_attention, window_to_bounds
 from ptofa.kernels.dropout import cut, keep_mask, keep_probability
 from ptofa.launch.dispatch import launch_on
@@ -135,8 +137,25 @@ def test_dropout_arguments_are_checked() -> None:
         FAConfig(dropout=True, cube_rowsum=True)
 
 
-def test_backward_with_dropout_is_refused_not_wrong() -> None:
-    q = _rand(1, 32, 1, 64, seed=9).requires_grad_()
-    out = ptofa.flash_attn_func(q, q.detach(), q.detach(), 0.1, backend="sim")
-    with pytest.raises(NotImplementedError, match="dropout_p"):
-        out.sum().backward()
+@pytest.mark.parametrize("dtype, causal, deterministic", [(torch.float16, True, True), (torch.bfloat16, False, False),
+                                                         (torch.bfloat16, True, True)])
+def test_backward_regenerates_the_forward_mask(dtype: torch.dtype, causal: bool, deterministic: bool) -> None:
+    """Autograd through flash_attn_func with dropout: the backward kernels (dq + dkdv, or atomic dQ)
+    regenerate the forward's mask, so dq, dk, dv match torch autograd through attention with the
+    replica's mask (and fail against another mask)."""
+    b, s0, s1, heads, kv_heads, d, p = 1, 100, 140, 2, 1, 64, 0.3
+    q = _rand(b, s0, heads, d, seed=10, dtype=dtype).requires_grad_()
+    k = _rand(b, s1, kv_heads, d, seed=11, dtype=dtype).requires_grad_()
+    v = _rand(b, s1, kv_heads, d, seed=12, dtype=dtype).requires_grad_()
+    dout = _rand(b, s0, heads, d, seed=13, dtype=dtype)
+    torch.manual_seed(3)
+    ptofa.flash_attn_func(q, k, v, p, causal=causal, deterministic=deterministic, backend="sim").backward(dout)
+    torch.manual_seed(3)
+    seed, offset = torch.randint(-2**31, 2**31, (2,), dtype=torch.int64).tolist()  # what the call drew
+    window = (-1, 0) if causal else (-1, -1)
+    keep = keep_mask(seed, offset, b, heads, s0, s1, p)
+    acc = check_gradients(q.grad, k.grad, v.grad, reference_backward(q, k, v, dout, window=window, dropout=(keep, p)))
+    assert all(a.passed for a in acc.values()), {n: a.summary() for n, a in acc.items()}
+    other = keep_mask(seed, offset + 1, b, heads, s0, s1, p)
+    wrong = check_gradients(q.grad, k.grad, v.grad, reference_backward(q, k, v, dout, window=window, dropout=(other, p)))
+    assert not any(a.passed for a in wrong.values())

@@ -39,6 +39,7 @@ from xdsl.ir import SSAValue
 
 from ptofa.api import F32, I32, pto, scalar, tile, tile_type
 from ptofa.ir import dialect as d
+from ptofa.ir.target import HIDDEN_ROWEXPAND_TMP_BYTES
 
 # Odd multipliers and shifts of the mixing rounds (the multipliers of C. Wellons' "lowbias32"
 # integer hash and the golden-ratio constant); entries use the first ELEMENT_ROUNDS of them.
@@ -98,9 +99,9 @@ def keep_mask(seed: int, offset: int, batch: int, heads: int, s0: int, s1: int, 
 @dataclass
 class DropoutTiles:
     """The vector tiles the generator works in: `bits` [rows, cols] i32, `work` the i32 view of a
-    [rows, cols] f32 scratch free at that point (it ends up holding the keep factor), one key
-    row [1, cols] i32 and two row-key rows [1, rows] i32 (the second a shift's destination:
-    ptoas wants the shifts out of place)."""
+    [rows, cols] f32 scratch free at that point (it ends up holding the keep factor), a [1, cols]
+    and a [1, rows] i32 line (the row keys of the queries and the keys' j * G, one on each side)
+    and a line as long as the queries' for the mixing's shifts (ptoas wants them out of place)."""
 
     bits: SSAValue
     work: SSAValue  # i32 view of `keep`
@@ -109,6 +110,7 @@ class DropoutTiles:
     rows_i32: SSAValue
     rows_tmp: SSAValue
     rows_col: SSAValue  # rows_i32 as a [rows, 1] column
+    expand_tmp: SSAValue | None  # the trowexpandadd's scratch: `bits` when it holds ptoas's 8 KiB, else hidden
 
     @classmethod
     def make(cls, bits: SSAValue, keep: SSAValue, cols_i32: SSAValue, rows_i32: SSAValue, rows_tmp: SSAValue,
@@ -116,7 +118,13 @@ class DropoutTiles:
         work = d.TReshapeOp(keep, tile_type("vec", rows, cols, "i32", valid="dynamic")).result
         work.name_hint = "drop_work"
         rows_col = tile.reshape(rows_i32, rows, 1, name="drop_rows_col", blayout="col_major")
-        return cls(bits, work, keep, cols_i32, rows_i32, rows_tmp, rows_col)
+        return cls(bits, work, keep, cols_i32, rows_i32, rows_tmp, rows_col, None if needs_hidden_tmp(rows, cols) else bits)
+
+
+def needs_hidden_tmp(rows: int, cols: int) -> bool:
+    """Whether the generator's trowexpandadd takes ptoas's hidden scratch: `bits` ([rows, cols] i32) is
+    smaller than the broadcast's 8 KiB."""
+    return rows * cols * 4 < HIDDEN_ROWEXPAND_TMP_BYTES
 
 
 def _mix(x: SSAValue, tmp: SSAValue, rounds: int = len(MIX)) -> None:
@@ -129,23 +137,25 @@ def _mix(x: SSAValue, tmp: SSAValue, rounds: int = len(MIX)) -> None:
 
 
 def keep_factor(t: DropoutTiles, seed: SSAValue, offset: SSAValue, bh: SSAValue, i0: SSAValue, j0: SSAValue,
-                rows: int, cols: SSAValue, cut_plus: SSAValue) -> SSAValue:
-    """`t.keep` = 1.0 where entry (i0 + r, j0 + c) is kept, 0.0 where dropped, on [rows, cols]
-    (`cols` valid). seed / offset / bh: i32 scalars; `cut_plus` = 1 - CUT (f32)."""
-    r = t.rows_i32
-    tile.set_valid(r, 1, rows)
-    tile.set_valid(t.rows_tmp, 1, rows)
-    tile.ci(scalar.index_cast(i0, I32), out=r)
+                rows: int, cols: SSAValue, cut_plus: SSAValue, transposed: bool = False) -> SSAValue:
+    """`t.keep` = 1.0 where entry (query i0 + r, key j0 + c) is kept, 0.0 where dropped, on
+    [rows, cols] (`cols` valid); `transposed`: rows are keys j0 + r, columns queries i0 + c (the
+    dkdv kernel's P^T). seed / offset / bh: i32 scalars; `cut_plus` = 1 - CUT (f32)."""
+    queries, keys = (t.cols_i32, t.rows_i32) if transposed else (t.rows_i32, t.cols_i32)
+    n_queries, n_keys = (cols, rows) if transposed else (rows, cols)
+    tile.set_valid(queries, 1, n_queries)
+    tile.set_valid(t.rows_tmp, 1, n_queries)
+    tile.ci(scalar.index_cast(i0, I32), out=queries)
     for key in (seed, bh, offset):
-        tile.adds(r, key, out=r)
-        _mix(r, t.rows_tmp)
-    tile.set_valid(t.cols_i32, 1, cols)
-    tile.ci(scalar.index_cast(j0, I32), out=t.cols_i32)
-    tile.muls(t.cols_i32, scalar.const(G, I32), out=t.cols_i32)
+        tile.adds(queries, key, out=queries)
+        _mix(queries, t.rows_tmp)
+    tile.set_valid(keys, 1, n_keys)
+    tile.ci(scalar.index_cast(j0, I32), out=keys)
+    tile.muls(keys, scalar.const(G, I32), out=keys)
     for x in (t.bits, t.work, t.keep):
         tile.set_valid(x, rows, cols)
     tile.col_expand(t.cols_i32, out=t.work)
-    tile.row_expand_add(t.work, t.rows_col, out=t.work, tmp=t.bits)
+    tile.row_expand_add(t.work, t.rows_col, out=t.work, tmp=t.expand_tmp)
     _mix(t.work, t.bits, ELEMENT_ROUNDS)
     tile.shrs(t.work, scalar.const(32 - BITS, I32), out=t.bits)
     tile.cvt(t.bits, out=t.keep)

@@ -284,7 +284,8 @@ def backward_plan(kernels: Mapping[str, object], config: BwdConfig, shape: Probl
                   scale: float,
                   bounds: tuple[int, int] | None = None, key_mask: torch.Tensor | None = None,
                   block_dim: int | None = None, softcap: float = 0.0, alibi: torch.Tensor | None = None,
-                  tables: Mapping[str, torch.Tensor] | None = None) -> LaunchPlan:
+                  tables: Mapping[str, torch.Tensor] | None = None,
+                  dropout: tuple[float, int, int] | None = None) -> LaunchPlan:
     """`config.kernels` in order (dq, dkdv; or prep, dkdv, post; built: `kernels` by name), each with its
     own region of slot rings in the workspace (the vector-only prep and post have none).
 
@@ -292,7 +293,8 @@ def backward_plan(kernels: Mapping[str, object], config: BwdConfig, shape: Probl
     S0 = total_q query and S1 = total_k key rows: the dq and dkdv kernels walk `tables`, their unit
     tables by kernel name (`varlen.backward_tables`), and the row-wise prep and post run over all rows."""
     soc = get_soc(soc)
-    scalars = runtime_values(shape, scale, bounds=bounds, key_mask=key_mask, softcap=softcap, alibi=alibi)
+    scalars = runtime_values(shape, scale, bounds=bounds, key_mask=key_mask, softcap=softcap, alibi=alibi,
+                             dropout=dropout)
     if config.varlen:
         missing = [kernel for kernel in config.kernels if kernel in ("dq", "dkdv") and kernel not in (tables or {})]
         if missing:
