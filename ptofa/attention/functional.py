@@ -5,9 +5,9 @@
 
 The flash-attn calls (`flash_attn_func`, `flash_attn_qkvpacked_func`, `flash_attn_kvpacked_func`)
 take flash-attn 2.x's parameters in its order with its defaults, ptofa's extras keyword-only after
-them; softcap and ALiBi run in the kernels (forward and backward), dropout in the forward kernel
-(`ptofa.kernels.dropout`; its backward, the varlen calls' dropout and the dropped probabilities
-of return_attn_probs raise NotImplementedError, `unsupported_arguments`). All of them check their arguments, then call the custom op `torch.ops.ptofa.flash_attn_fwd`
+them; softcap, ALiBi and dropout run in the kernels, forward and backward (`ptofa.kernels.dropout`;
+the varlen calls' dropout and the dropped probabilities of return_attn_probs raise
+NotImplementedError, `unsupported_arguments`). All of them check their arguments, then call the custom op `torch.ops.ptofa.flash_attn_fwd`
 (`ptofa.attention.ops`), which runs `ptofa.attention.core.run_attention` (the simulator on CPU tensors,
 or an Ascend NPU) and which `torch.compile` traces without a graph break. When an input
 requires grad, the backward runs the backward kernels (`torch.ops.ptofa.flash_attn_bwd`,
@@ -101,8 +101,8 @@ def flash_attn_func(
     dropout_p:    in [0, 1): P's entries are dropped with probability dropout_p and the kept ones
                   scaled by 1 / (1 - dropout_p), in the kernel, by a counter-based generator whose
                   seed and offset are drawn from torch's default generator (torch.manual_seed
-                  reproduces a call; `ptofa.kernels.dropout.keep_mask` is its mask). The backward
-                  of a dropout call is not implemented yet (NotImplementedError).
+                  reproduces a call; `ptofa.kernels.dropout.keep_mask` is its mask); the backward
+                  kernels regenerate the same mask.
     softmax_scale: scale of Q K^T before the softmax; default 1 / sqrt(headdim).
     causal:       causal mask aligned to the bottom-right corner of the attention matrix (as
                   flash-attn >= 2.1): query i sees key j iff j <= i + seqlen_k - seqlen_q.
