@@ -27,7 +27,15 @@ function in torch on the host, for the tests: it must stay the kernel's definiti
 (`tests/test_dropout.py` holds the kernel to it and measures its statistics).
 
 The keep factor is applied in f32 to P after its row sums (`keep = clamp(bits - CUT + 1, 0, 1)`,
-exact: integers in f32), and 1 / (1 - p) once to O at the end of the row.
+exact: integers in f32), and 1 / (1 - p) once to O at the end of the row. The backward kernels
+regenerate it on their tiles (the dkdv kernel's are transposed: rows are keys) and multiply
+dP (and, for dV, P) by keep / (1 - p).
+
+Cost, predicted by the timing model (910B2, fp16, D = 128, p = 0.1; the vector unit bounds
+every case): the forward's block over one 128-row unit of 4096 keys takes 187 us against 33 us
+for the default kernel and 46 us for the vector-row-sum kernel dropout needs (its row sums must
+be of the undropped P, and the generator's tiles halve the softmax slices to 16 rows); the
+backward at B = N = 1, S = 512 takes dq 17.7 us + dkdv 14.4 us against 4.8 + 5.5 us.
 """
 
 from __future__ import annotations
