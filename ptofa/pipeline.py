@@ -187,6 +187,9 @@ class FAConfig:
     # A [units, 4] i32 table (`kernels/mods.py`, RANGE_FIELDS) gives each unit its visible KV tiles
     # [lo, hi) and the tiles [full_lo, full_hi) no mask entry hides: block sparsity.
     block_ranges: bool = False
+    # Dropout on P (`kernels/dropout.py`): the keep mask from an in-kernel generator of runtime
+    # seed / offset; f32 softmax with the vectors' row sums (the cube's would be of dropped P).
+    dropout: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mods", tuple(self.mods))  # (a JSON round trip gives a list)
@@ -201,7 +204,7 @@ class FAConfig:
             object.__setattr__(self, "cube_s1", 128 if narrow else 64)
         if self.cube_rowsum is None:
             object.__setattr__(self, "cube_rowsum", self.softmax_dtype == "f32" and self.d_split == 1
-                               and not self.lse and _fits(self, cube_rowsum=True))
+                               and not self.lse and not self.dropout and _fits(self, cube_rowsum=True))
         if self.exp_f16 is None:
             object.__setattr__(self, "exp_f16", bool(self.cube_rowsum) and self.in_dtype == "f16"
                                and self.softmax_dtype == "f32")
@@ -294,6 +297,8 @@ class FAConfig:
         `target.EXPDIF_TMP_BYTES`. With `cube_rowsum` compute_gu's two trowexpandmul take the
         first `exp_tmp` too, which makes room for the row-sum tiles.) A test counts them in the
         emitted IR, and one checks the simulator's UB peak."""
+        if self.dropout:  # compute_gu's and the final trowexpand* take the first `exp_tmp`: room for the generator
+            return 0
         return 1 if self.cube_rowsum else 2
 
     @property
@@ -356,7 +361,8 @@ class FAConfig:
                                        ("softmax_f16", self.softmax_dtype == "f16"),
                                        ("softcap", self.softcap), ("alibi", self.alibi),
                                        ("mods=" + "+".join(m.name for m in self.mods), self.mods),
-                                       ("block_ranges", self.block_ranges)) if on]
+                                       ("block_ranges", self.block_ranges),
+                                       ("dropout", self.dropout)) if on]
         return " ".join(parts)
 
     def summary(self) -> str:
@@ -426,6 +432,13 @@ def _check_config(c: FAConfig) -> None:
         fail("modification objects", f"mods / block_ranges are built for an f32 softmax over uniform batches without a "
                                      f"window (the mods mask), got softmax_dtype={c.softmax_dtype!r}, "
                                      f"varlen={c.varlen}, masked={c.masked}")
+    if c.dropout and (c.softmax_dtype != "f32" or c.cube_rowsum or c.split_kv):
+        fail("dropout", f"dropout=True drops P after its row sums on f32 scores: it needs softmax_dtype='f32', "
+                        f"cube_rowsum=False and split_kv=False, got softmax_dtype={c.softmax_dtype!r}, "
+                        f"cube_rowsum={c.cube_rowsum}, split_kv={c.split_kv}")
+    if c.dropout and (c.mods or c.block_ranges):
+        fail("dropout", "dropout=True with modification objects (mods / block_ranges) is not built: their scores and "
+                        "masks are not dropped, got mods=" + "+".join(m.name for m in c.mods))
     if c.alibi and c.gqa_pack:
         fail("ALiBi", "alibi=True needs gqa_pack=False: a packed unit's rows are different heads, each with its own slope")
     vec_s0, stat_bytes = c.vec_s0, DTYPE_BYTES[c.softmax_dtype]
@@ -582,6 +595,12 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
                   TileSpec("alibi_rows", "vector", "p", "vec", 1, vs0, "f32", **dyn),
                   TileSpec("alibi_pos", "vector", "p", "vec", 1, vs0, "f32"),
                   TileSpec("alibi_neg", "vector", "p", "vec", 1, vs0, "f32")]
+    if c.dropout:  # the generator's i32 tiles (`kernels/dropout.py`; its keep factor goes to red_tmp, its key
+        # row to ALiBi's key positions when there are: ALiBi is done with them by then)
+        tiles += [TileSpec("drop_bits", "vector", "p", "vec", vs0, ts1, "i32", **dyn),
+                  *([] if c.alibi else [TileSpec("drop_cols", "vector", "p", "vec", 1, ts1, "i32", **dyn)]),
+                  TileSpec("drop_rows", "vector", "p", "vec", 1, vs0, "i32", **dyn),
+                  TileSpec("drop_rows_tmp", "vector", "p", "vec", 1, vs0, "i32", **dyn)]
     return tiles
 
 
@@ -626,7 +645,8 @@ def _space_items(c: FAConfig, tiles: list[TileSpec], space: str, hidden: bool) -
     items = [(t.name, _align(t.nbytes, ALIGNMENT[space])) for t in tiles if t.loc == space]
     if hidden:
         items += [(f"hidden_rowexpand_tmp{i}", HIDDEN_ROWEXPAND_TMP_BYTES) for i in range(c.rowexpand_ops)]
-        items += [(f"hidden_tci_tmp{i}", HIDDEN_TCI_TMP[32][1]) for i in range((2 if c.alibi else 0) + c.vec_buffers * sum(m.tci_ops for m in c.mods))]
+        items += [(f"hidden_tci_tmp{i}", HIDDEN_TCI_TMP[32][1])
+                  for i in range(2 * c.alibi + 2 * c.dropout + c.vec_buffers * sum(m.tci_ops for m in c.mods))]
     return items
 
 

@@ -136,6 +136,7 @@ def reference_fa(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: tuple[int, int] = (-1, -1),
     key_padding_mask: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
     softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None,
+    dropout: tuple[torch.Tensor, float] | None = None,
 ) -> Reference:
     """Masked, grouped-query attention on BSND inputs: q [B,S0,H,D], k [B,S1,KVH,D], v [B,S1,KVH,Dv],
     H % KVH == 0; O is [B,S0,H,Dv].
@@ -143,6 +144,8 @@ def reference_fa(
     q head h reads kv head h // (H / KVH). S0 is processed in chunks so that memory stays
     bounded for long sequences. `softcap` > 0 caps the scaled scores (softcap * tanh(s / softcap)),
     `alibi_slopes` ([H] or [B, H]) adds ALiBi's bias (`alibi_bias`), both before the mask.
+    `dropout` = (keep [B, H, S0, S1] bool, p): flash-attn's dropout, P's dropped entries zeroed and
+    the kept ones scaled by 1 / (1 - p) after the softmax (LSE is the undropped one's).
     """
     if (q.dim() != 4 or k.dim() != 4 or k.shape[:3] != v.shape[:3] or q.shape[0] != k.shape[0]
             or q.shape[3] != k.shape[3]):
@@ -185,6 +188,8 @@ def reference_fa(
             scores = scores.masked_fill(~vis, -math.inf)
             row_lse = torch.logsumexp(scores.float(), dim=-1)
             p = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # rows with no visible key: all zero
+            if dropout is not None:
+                p = p * dropout[0][:, :, rows].to(p.dtype) * torch.tensor(1.0 / (1.0 - dropout[1]), dtype=p.dtype)
             o = torch.matmul(p, v32) if matmul is None else matmul(p, v_bnsd).float()
             out[:, :, rows] = o
             lse[:, :, rows] = torch.where(torch.isneginf(row_lse), math.inf, row_lse)

@@ -88,6 +88,7 @@ def attention_backward(
     key_padding_mask: torch.Tensor | None = None,
     softcap: float = 0.0,
     alibi_slopes: torch.Tensor | None = None,
+    dropout: tuple[float, int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) of attention, flash-attn's conventions, run by the backward kernels.
 
@@ -115,6 +116,7 @@ def attention_backward(
              mask: padding keys get no probability, so their dk, dv are 0).
     softcap, alibi_slopes: the forward's (`ptofa.flash_attn_func`): softcap > 0 caps the scores,
              alibi_slopes (fp32 [N] or [B, N]) adds ALiBi's bias; the slopes get no gradient.
+    dropout: the forward's (p, seed, offset) (`ptofa.kernels.dropout`): the kernels regenerate its mask.
     Returns dq, dk, dv in q's dtype and the shapes of q, k and v.
     """
     _check_inputs(q, k, v, out, lse, dout)
@@ -137,16 +139,16 @@ def attention_backward(
     padded = key_mask is not None
     softcap = check_softcap(softcap)
     slopes = check_alibi_slopes(alibi_slopes, b, n)
-    mods = dict(softcap=softcap > 0, alibi=slopes is not None)
+    mods = dict(softcap=softcap > 0, alibi=slopes is not None, dropout=dropout is not None)
     cfg = config or default_config(width, dtype, masked=masked, atomic_dq=atomic, key_padding=padded, **mods)
     if (cfg.head != width or cfg.in_dtype != dtype or cfg.masked != masked or cfg.atomic_dq != atomic or cfg.key_padding != padded
-            or cfg.softcap != mods["softcap"] or cfg.alibi != mods["alibi"]):
+            or cfg.softcap != mods["softcap"] or cfg.alibi != mods["alibi"] or cfg.dropout != mods["dropout"]):
         raise ConfigError(f"attention_backward: config (head={cfg.head}, in_dtype={cfg.in_dtype}, masked={cfg.masked}, "
                           f"atomic_dq={cfg.atomic_dq}, key_padding={cfg.key_padding}, softcap={cfg.softcap}, "
                           f"alibi={cfg.alibi}) does not match the inputs (kernel width kernel_head(D={d}, Dv={d_v}) = "
                           f"{width}, {dtype}, window={win}, deterministic="
                           f"{deterministic}, key_padding_mask given: {padded}, softcap={softcap}, alibi_slopes given: "
-                          f"{slopes is not None})")
+                          f"{slopes is not None}, dropout={dropout is not None})")
     if s0 < 1 or s1 < 1 or min(win) < -1:
         raise ValueError(f"attention_backward: S0={s0}, S1={s1} must be >= 1 and window={win} entries >= -1")
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
@@ -155,11 +157,11 @@ def attention_backward(
     if backend == "npu":
         _check_buffers(cfg, grads, key_mask)
         plan = plan_backward(cfg, shape, backend_soc(backend), scale=scale, bounds=bounds, key_mask=key_mask,
-                             block_dim=block_dim, softcap=softcap, alibi=slopes)
+                             block_dim=block_dim, softcap=softcap, alibi=slopes, dropout=dropout)
         launch_on(backend, plan, _tensors(q, k, v, out, lse, dout, grads, key_mask, slopes))
     else:
         run_backward(cfg, shape, q, k, v, out, lse, dout, grads, scale, block_dim=block_dim, bounds=bounds,
-                     key_mask=key_mask, softcap=softcap, alibi_slopes=slopes)
+                     key_mask=key_mask, softcap=softcap, alibi_slopes=slopes, dropout=dropout)
     if width == d and width == d_v:
         return grads.dq, grads.dk, grads.dv
     return grads.dq[..., :d].contiguous(), grads.dk[..., :d].contiguous(), grads.dv[..., :d_v].contiguous()
@@ -202,7 +204,8 @@ def run_backward(config: BwdConfig, shape: ProblemShape, q, k, v, out, lse, dout
                  *, block_dim: int | None = None, trace: bool = False, bounds: tuple[int, int] | None = None,
                  key_mask: torch.Tensor | None = None, soc: str | SocSpec = DEFAULT_SOC, softcap: float = 0.0,
                  alibi_slopes: torch.Tensor | None = None,
-                 tables: dict[str, torch.Tensor] | None = None) -> dict[str, SimResult]:
+                 tables: dict[str, torch.Tensor] | None = None,
+                 dropout: tuple[float, int, int] | None = None) -> dict[str, SimResult]:
     """Launch `config.kernels` (dq, dkdv; or prep, dkdv, post) on the simulator; `grads` is written in place
     (a varlen config: packed sequences as one batch, with the unit `tables` of `varlen.backward_tables`).
 
@@ -212,7 +215,7 @@ def run_backward(config: BwdConfig, shape: ProblemShape, q, k, v, out, lse, dout
     if config.alibi and alibi_slopes is None:
         raise ValueError("run_backward: an alibi config needs alibi_slopes (fp32 [N] or [B, N])")
     plan = plan_backward(config, shape, soc, scale=scale, bounds=bounds, key_mask=key_mask, block_dim=block_dim,
-                         softcap=softcap, alibi=alibi_slopes, tables=tables)
+                         softcap=softcap, alibi=alibi_slopes, tables=tables, dropout=dropout)
     options = {}
     for call in plan.calls:
         units = work_units(config, call.name, shape.batch, shape.heads, shape.kv_heads, shape.s0, shape.s1)
@@ -331,9 +334,10 @@ class GradReference:
 
 
 def _attention(q, k, v, scale: float, window: tuple[int, int], key_padding_mask=None, softcap: float = 0.0,
-               alibi_slopes=None) -> torch.Tensor:
+               alibi_slopes=None, dropout=None) -> torch.Tensor:
     """softmax(scale Q K^T) V in q's dtype, with rows that see no key giving 0 (and zero gradients);
-    softcap and ALiBi as `reference.modify_scores`."""
+    softcap and ALiBi as `reference.modify_scores`; `dropout` = (keep [B, N, S0, S1] bool, p) drops
+    P's entries and scales the kept ones by 1 / (1 - p)."""
     b, s0, n, _ = q.shape
     s1, kvn = k.shape[1], k.shape[2]
     group = n // kvn
@@ -346,19 +350,23 @@ def _attention(q, k, v, scale: float, window: tuple[int, int], key_padding_mask=
     scores = modify_scores(scores, softcap, bias)
     scores = scores.masked_fill(~vis, -1e4 if q.dtype != torch.float64 else -1e300)
     p = torch.softmax(scores, dim=-1) * vis.to(q.dtype)
+    if dropout is not None:
+        p = p * dropout[0].to(q.dtype) / (1.0 - dropout[1])
     return (p @ vh).transpose(1, 2)
 
 
 def reference_backward(q, k, v, dout, scale: float | None = None, window: tuple[int, int] = (-1, -1),
                        key_padding_mask: torch.Tensor | None = None, softcap: float = 0.0,
-                       alibi_slopes: torch.Tensor | None = None) -> GradReference:
+                       alibi_slopes: torch.Tensor | None = None,
+                       dropout: tuple[torch.Tensor, float] | None = None) -> GradReference:
     """torch autograd through attention in fp64 and in the input dtype, with the same dO (and key mask,
-    softcap, ALiBi slopes)."""
+    softcap, ALiBi slopes, dropout mask and p)."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
 
     def grads(dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
         leaves = [x.detach().to(dtype).requires_grad_(True) for x in (q, k, v)]
-        _attention(*leaves, scale, tuple(window), key_padding_mask, softcap, alibi_slopes).backward(dout.to(dtype))
+        _attention(*leaves, scale, tuple(window), key_padding_mask, softcap, alibi_slopes,
+                   dropout).backward(dout.to(dtype))
         return tuple(x.grad for x in leaves)
 
     return GradReference(grads(torch.float64), grads(q.dtype))
@@ -395,12 +403,13 @@ def check_gradients(dq, dk, dv, ref: GradReference) -> dict[str, Accuracy]:
 
 @flash_attn_bwd.register_kernel(None)
 def _flash_attn_bwd(q, k, v, out, lse, dout, scale, masked, win_left, win_right, backend, deterministic=True,
-                    key_padding_mask=None, softcap=0.0, alibi_slopes=None):
+                    key_padding_mask=None, softcap=0.0, alibi_slopes=None, dropout_p=0.0, dropout_seed=0, dropout_offset=0):
     """`ptofa::flash_attn_bwd` (`ptofa.attention.ops`): `attention_backward` with out and dO in q's dtype."""
     bounds = (win_left, win_right) if masked else None
     return attention_backward(q, k, v, out.to(q.dtype), lse, dout.to(q.dtype), softmax_scale=scale, bounds=bounds,
                               backend=backend, deterministic=deterministic, key_padding_mask=key_padding_mask,
-                              softcap=softcap, alibi_slopes=alibi_slopes)
+                              softcap=softcap, alibi_slopes=alibi_slopes,
+                              dropout=(dropout_p, dropout_seed, dropout_offset) if dropout_p else None)
 
 
 __all__ = ["BackwardBuffers", "GradReference", "attention_backward", "check_gradients",

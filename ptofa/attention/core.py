@@ -82,18 +82,20 @@ def auto_config(head: int, in_dtype: str = "f16", *, s1: int, out_dtype: str | N
     raise first_error
 
 
-def with_score_mods(config: FAConfig, *, softcap: bool, alibi: bool) -> FAConfig:
-    """`config` with the softcap / ALiBi switches a call needs: an f32 softmax (the switches compute
-    on f32 scores; `cube_rowsum` and `exp_f16` chosen again for it), or the config unchanged."""
-    if not softcap and not alibi:
+def with_score_mods(config: FAConfig, *, softcap: bool, alibi: bool, dropout: bool = False) -> FAConfig:
+    """`config` with the softcap / ALiBi / dropout switches a call needs: an f32 softmax (the switches
+    compute on f32 scores; `cube_rowsum` and `exp_f16` chosen again for it: dropout needs the vectors'
+    row sums), or the config unchanged."""
+    if not softcap and not alibi and not dropout:
         return config
-    if config.softmax_dtype == "f32":
+    if config.softmax_dtype == "f32" and not dropout:
         return dataclasses.replace(config, softcap=softcap, alibi=alibi)
-    return dataclasses.replace(config, softmax_dtype="f32", cube_rowsum=None, exp_f16=None, softcap=softcap, alibi=alibi)
+    return dataclasses.replace(config, softmax_dtype="f32", cube_rowsum=None, exp_f16=None, softcap=softcap, alibi=alibi,
+                               dropout=dropout)
 
 
 def check_config(config: FAConfig, *, head: int, in_dtype: str, out_dtype: str | None, masked: bool,
-                 key_padding: bool, lse: bool, softcap: bool = False, alibi: bool = False) -> None:
+                 key_padding: bool, lse: bool, softcap: bool = False, alibi: bool = False, dropout: bool = False) -> None:
     """`ConfigError` unless `config` can run this call: same head dim and input dtype, the
     output dtype asked for, and every switch the call needs (a masked kernel also runs an
     unmasked call, a key-padding kernel one without a mask, an LSE kernel one without LSE)."""
@@ -111,7 +113,8 @@ def check_config(config: FAConfig, *, head: int, in_dtype: str, out_dtype: str |
         if needed and not getattr(config, name):
             why = {"masked": "a window / causal mask", "key_padding": "a key_padding_mask", "lse": "return_lse=True"}[name]
             raise ConfigError(f"config: {why} needs {name}=True, the given config has {name}=False")
-    for name, needed, why in (("softcap", softcap, "softcap > 0"), ("alibi", alibi, "alibi_slopes")):
+    for name, needed, why in (("softcap", softcap, "softcap > 0"), ("alibi", alibi, "alibi_slopes"),
+                              ("dropout", dropout, "dropout_p > 0")):
         if needed != getattr(config, name):  # a switched-on kernel always applies its modification
             raise ConfigError(f"config: {name}={getattr(config, name)}, but the call has "
                               f"{why if needed else 'no ' + why}: they must agree")
@@ -269,11 +272,13 @@ def run_attention(
     names: tuple[str, str, str] = ("q", "k", "v"),
     softcap: float = 0.0,
     alibi_slopes: torch.Tensor | None = None,
+    dropout: tuple[float, int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`attend` with the kernel's window bounds given directly (`bounds` = (win_left, win_right),
     the right one may be negative; None = no window), and for `ptofa.attention.infiniop`: an `out`
     tensor to write, a `workspace` used as the slot rings, a `stream` (NPU); `softcap` (> 0: scores
-    capped) and `alibi_slopes` (fp32 [N] or [B, N]) as flash-attn's.
+    capped) and `alibi_slopes` (fp32 [N] or [B, N]) as flash-attn's; `dropout` = (p, seed, offset)
+    of the kernel's generator (`ptofa.kernels.dropout`; None: no dropout).
 
     Head dims: the kernel of width `kernel_head(D, Dv)` runs on q/k/v zero-padded to it
     (`ptofa.launch.base.pad_heads`); out is O's first Dv columns."""
@@ -298,14 +303,14 @@ def run_attention(
     alibi = check_alibi_slopes(alibi_slopes, batch, heads)
     if alibi is not None and alibi.device != q.device:
         raise ValueError(f"alibi_slopes: on {alibi.device}, but {names[0]} is on {q.device}")
-    mods = dict(softcap=softcap > 0, alibi=alibi is not None)
+    mods = dict(softcap=softcap > 0, alibi=alibi is not None, dropout=dropout is not None)
     soc = backend_soc(backend)
     if config is None:
         tuned = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads, window=tune_window(bounds, s0, s1))
         config = auto_config(width, in_dtype, s1=s1, out_dtype=wanted_out, masked=masked,
                              key_padding=key_mask is not None, lse=return_lse, shape=tuned, soc=soc)
         config = with_score_mods(config, **mods)
-        if key_mask is None and out is None and workspace is None and block_dim is None:
+        if key_mask is None and out is None and workspace is None and block_dim is None and dropout is None:
             split = dense_split(config, q, k, v, scale=float(scale), bounds=bounds, return_lse=return_lse,
                                 backend=backend, soc=soc, softcap=softcap, alibi=alibi)
             if split is not None:
@@ -320,7 +325,7 @@ def run_attention(
     if block_dim is not None and (isinstance(block_dim, bool) or not isinstance(block_dim, int) or block_dim < 1):
         raise ValueError(f"block_dim: {block_dim!r} must be an int >= 1")
     plan = plan_forward(config, shape, soc, scale=float(scale), bounds=bounds, key_mask=key_mask, block_dim=block_dim,
-                        softcap=softcap, alibi=alibi)
+                        softcap=softcap, alibi=alibi, dropout=dropout)
     o = out if out is not None and width == head_v else torch.full(
         (batch, s0, heads, config.head), math.nan, dtype=TORCH_DTYPES[config.out_dtype], device=q.device)
     lse = torch.full((batch, heads, s0), math.nan, device=q.device) if config.lse else None
@@ -341,12 +346,13 @@ def _true_head(o: torch.Tensor, head_v: int) -> torch.Tensor:
 
 @flash_attn_fwd.register_kernel(None)
 def _flash_attn_fwd(q, k, v, scale, masked, win_left, win_right, key_padding_mask, out_dtype, backend, config,
-                    deterministic=True, softcap=0.0, alibi_slopes=None):
+                    deterministic=True, softcap=0.0, alibi_slopes=None, dropout_p=0.0, dropout_seed=0, dropout_offset=0):
     """`ptofa::flash_attn_fwd` (`ptofa.attention.ops`): `run_attention` with LSE (`deterministic` is the backward's)."""
     bounds = (win_left, win_right) if masked else None
     return run_attention(q, k, v, scale=scale, bounds=bounds, key_padding_mask=key_padding_mask, return_lse=True,
                          out_dtype=out_dtype, backend=backend, config=config_from_json(config), softcap=softcap,
-                         alibi_slopes=alibi_slopes)
+                         alibi_slopes=alibi_slopes,
+                         dropout=(dropout_p, dropout_seed, dropout_offset) if dropout_p else None)
 
 
 def run_dense_split(split: DenseSplit, q, k, v, *, return_lse: bool, backend: str, out=None,
@@ -397,14 +403,28 @@ __all__ = [
 ]
 
 
-def unsupported_arguments(dropout_p, softcap, alibi_slopes) -> None:
-    """`NotImplementedError` for dropout (ptofa's kernels have none), `ValueError` for a softcap that
-    is not a float >= 0 or ALiBi slopes that are not an fp32 tensor (their shape is checked with the
-    tensors'); every flash-attn call checks its arguments here first."""
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
-        raise ValueError(f"dropout_p: {dropout_p!r} must be a float")
-    if dropout_p != 0.0:
-        raise NotImplementedError(f"dropout_p: {dropout_p} is not supported, ptofa's kernels have no dropout "
+def check_dropout(dropout_p) -> float:
+    """flash-attn's `dropout_p` as a float in [0, 1); ValueError otherwise."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p: {dropout_p!r} must be a float in [0, 1)")
+    return float(dropout_p)
+
+
+def dropout_seed_offset() -> tuple[int, int]:
+    """(seed, offset) of one dropout call: two int32 values drawn from torch's default generator, so
+    `torch.manual_seed(s)` reproduces a call (and its mask) and consecutive calls differ."""
+    seed, offset = torch.randint(-2**31, 2**31, (2,), dtype=torch.int64).tolist()
+    return seed, offset
+
+
+def unsupported_arguments(dropout_p, softcap, alibi_slopes, dropout: bool = False) -> None:
+    """`NotImplementedError` for dropout where the call's kernels have none (`dropout` False),
+    `ValueError` for a dropout_p outside [0, 1), a softcap that is not a float >= 0 or ALiBi slopes
+    that are not an fp32 tensor (their shape is checked with the tensors'); every flash-attn call
+    checks its arguments here first."""
+    check_dropout(dropout_p)
+    if dropout_p != 0.0 and not dropout:
+        raise NotImplementedError(f"dropout_p: {dropout_p} is not supported by this call's kernels "
                                   f"(pass dropout_p=0.0, as flash-attn's callers do for evaluation)")
     check_softcap(softcap)
     if alibi_slopes is not None and (not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dtype != torch.float32):

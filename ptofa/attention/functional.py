@@ -5,9 +5,9 @@
 
 The flash-attn calls (`flash_attn_func`, `flash_attn_qkvpacked_func`, `flash_attn_kvpacked_func`)
 take flash-attn 2.x's parameters in its order with its defaults, ptofa's extras keyword-only after
-them; softcap and ALiBi run in the kernels (forward and backward), dropout (which the kernels do
-not implement) raises NotImplementedError (`unsupported_arguments`, which the varlen and KV-cache
-calls share). All of them check their arguments, then call the custom op `torch.ops.ptofa.flash_attn_fwd`
+them; softcap, ALiBi and dropout run in the kernels, forward and backward (`ptofa.kernels.dropout`;
+the varlen calls' dropout and the dropped probabilities of return_attn_probs raise
+NotImplementedError, `unsupported_arguments`). All of them check their arguments, then call the custom op `torch.ops.ptofa.flash_attn_fwd`
 (`ptofa.attention.ops`), which runs `ptofa.attention.core.run_attention` (the simulator on CPU tensors,
 or an Ascend NPU) and which `torch.compile` traces without a graph break. When an input
 requires grad, the backward runs the backward kernels (`torch.ops.ptofa.flash_attn_bwd`,
@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ptofa.attention.core import (check_alibi_slopes, check_qkv, check_softcap, check_window,  # noqa: F401
-                                  flash_attn_returns, out_dtype_name, unsupported_arguments,  # (re-exported)
+                                  dropout_seed_offset, flash_attn_returns, out_dtype_name, unsupported_arguments,  # (re-exported)
                                   window_to_bounds)
 from ptofa.launch.base import TORCH_DTYPES
 from ptofa.attention import backward  # noqa: F401 (registers the backward op's implementation)
@@ -28,7 +28,8 @@ from ptofa.pipeline import FAConfig
 
 
 def _call_op(q, k, v, scale, bounds, key_padding_mask, out_dtype, backend: str, config: FAConfig | None,
-             name: str = "q", deterministic: bool = True, softcap: float = 0.0, alibi_slopes=None):
+             name: str = "q", deterministic: bool = True, softcap: float = 0.0, alibi_slopes=None,
+             dropout_p: float = 0.0):
     """(out, lse) of the custom op on checked BSND q/k/v. A device other than CPU or NPU is
     refused here: the op would hand it (a meta tensor, say) to its fake implementation."""
     if q.device.type not in ("cpu", "npu"):
@@ -39,13 +40,17 @@ def _call_op(q, k, v, scale, bounds, key_padding_mask, out_dtype, backend: str, 
     left, right = bounds if bounds is not None else (0, 0)
     return flash_attn_fwd(q, k, v, scale, bounds is not None, left, right, mask,
                           None if wanted is None else TORCH_DTYPES[wanted], backend, config_to_json(config),
-                          deterministic, float(softcap), alibi_slopes)
+                          deterministic, float(softcap), alibi_slopes, dropout_p,
+                          *(dropout_seed_offset() if dropout_p else (0, 0)))
 
 
 def _flash_attn(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                 return_attn_probs, key_padding_mask, return_lse, out_dtype, backend, config, names=("q", "k", "v")):
     """The dense flash-attn calls after their tensors are split: checks, then the custom op."""
-    unsupported_arguments(dropout_p, softcap, alibi_slopes)
+    unsupported_arguments(dropout_p, softcap, alibi_slopes, dropout=True)
+    if dropout_p and return_attn_probs:
+        raise NotImplementedError("return_attn_probs: the dropped probabilities (S_dmask) of a dropout_p > 0 call "
+                                  "are not returned yet")
     window = check_window(window_size, "window_size")
     if causal:
         window = (window[0], 0)
@@ -54,7 +59,8 @@ def _flash_attn(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
     if alibi_slopes is not None:
         check_alibi_slopes(alibi_slopes, q.shape[0], q.shape[2])
     out, lse = _call_op(q, k, v, softmax_scale, bounds, key_padding_mask, out_dtype, backend, config, names[0],
-                        deterministic=bool(deterministic), softcap=softcap, alibi_slopes=alibi_slopes)
+                        deterministic=bool(deterministic), softcap=softcap, alibi_slopes=alibi_slopes,
+                        dropout_p=float(dropout_p))
     return flash_attn_returns(out, lse, return_attn_probs, return_lse)
 
 
@@ -95,7 +101,11 @@ def flash_attn_func(
                   (stride 1, else ValueError); other strides are free (e.g. q = qkv[:, :, 0] of
                   a packed [batch, seqlen, 3, nheads, headdim] tensor): the kernel takes dense
                   BSND tensors, so such an input is copied once to a contiguous one.
-    dropout_p:    must be 0.0: ptofa has no dropout (NotImplementedError otherwise).
+    dropout_p:    in [0, 1): P's entries are dropped with probability dropout_p and the kept ones
+                  scaled by 1 / (1 - dropout_p), in the kernel, by a counter-based generator whose
+                  seed and offset are drawn from torch's default generator (torch.manual_seed
+                  reproduces a call; `ptofa.kernels.dropout.keep_mask` is its mask); the backward
+                  kernels regenerate the same mask.
     softmax_scale: scale of Q K^T before the softmax; default 1 / sqrt(headdim).
     causal:       causal mask aligned to the bottom-right corner of the attention matrix (as
                   flash-attn >= 2.1): query i sees key j iff j <= i + seqlen_k - seqlen_q.
@@ -111,7 +121,8 @@ def flash_attn_func(
                   False accumulates dQ with atomic-add stores (one kernel fewer; dQ's last bits may
                   vary on an NPU); True runs dQ without atomics, bit-identical across runs.
     return_attn_probs: return (out, softmax_lse, S_dmask) as flash-attn does; S_dmask is None
-                  (flash-attn returns probabilities only with dropout, which ptofa does not have).
+                  without dropout (as flash-attn's); with dropout_p > 0 not implemented yet
+                  (NotImplementedError).
     key_padding_mask: (keyword) optional [batch, seqlen_k] (or [seqlen_k], shared by the batch) bool
                   or integer mask, True / nonzero = the key takes part (padding keys are False).
                   A query row that sees no key gets 0 in out and +inf in lse.

@@ -71,17 +71,21 @@ def flash_attn_fwd(
     deterministic: bool = True,
     softcap: float = 0.0,
     alibi_slopes: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    dropout_seed: int = 0,
+    dropout_offset: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out [B, S0, N, Dv], lse [B, N, S0] fp32) of BSND q/k/v (v's head dim Dv); window bounds in the kernel's
     convention (`ptofa.attention.core.window_to_bounds`), used when `masked`. `deterministic`
-    only chooses the backward's mode (False: atomic-add dQ). `softcap`, `alibi_slopes` as flash-attn's.
+    only chooses the backward's mode (False: atomic-add dQ). `softcap`, `alibi_slopes` as flash-attn's;
+    `dropout_p` > 0 drops P with the kernel's generator at (`dropout_seed`, `dropout_offset`).
     Implemented by `ptofa.attention.core.run_attention` (registered there)."""
     raise _unregistered("flash_attn_fwd", "ptofa.attention.core")
 
 
 @flash_attn_fwd.register_fake
 def _(q, k, v, scale, masked, win_left, win_right, key_padding_mask, out_dtype, backend, config, deterministic=True,
-      softcap=0.0, alibi_slopes=None):
+      softcap=0.0, alibi_slopes=None, dropout_p=0.0, dropout_seed=0, dropout_offset=0):
     batch, s0, heads, _ = q.shape
     out = q.new_empty((batch, s0, heads, v.shape[3]), dtype=out_dtype or q.dtype)
     return out, q.new_empty((batch, heads, s0), dtype=torch.float32)
@@ -89,7 +93,8 @@ def _(q, k, v, scale, masked, win_left, win_right, key_padding_mask, out_dtype, 
 
 def _setup_context(ctx, inputs, output) -> None:
     (q, k, v, scale, masked, win_left, win_right, key_padding_mask, _out_dtype, backend, _config, deterministic,
-     softcap, alibi_slopes) = inputs
+     softcap, alibi_slopes, dropout_p, dropout_seed, dropout_offset) = inputs
+    ctx.dropout = (dropout_p, dropout_seed, dropout_offset)
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, key_padding_mask, alibi_slopes)
     ctx.softcap = softcap
@@ -117,6 +122,9 @@ def flash_attn_bwd(
     key_padding_mask: torch.Tensor | None = None,
     softcap: float = 0.0,
     alibi_slopes: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    dropout_seed: int = 0,
+    dropout_offset: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of `flash_attn_fwd` from its saved q, k, v, out, lse (and key mask) and the
     output's gradient, by the backward kernels (`ptofa.attention.backward.attention_backward`, registered
@@ -126,7 +134,7 @@ def flash_attn_bwd(
 
 @flash_attn_bwd.register_fake
 def _(q, k, v, out, lse, dout, scale, masked, win_left, win_right, backend, deterministic=True, key_padding_mask=None,
-      softcap=0.0, alibi_slopes=None):
+      softcap=0.0, alibi_slopes=None, dropout_p=0.0, dropout_seed=0, dropout_offset=0):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -136,8 +144,9 @@ def _backward(ctx, grad_out, grad_lse):
     q, k, v, out, lse, key_padding_mask, alibi_slopes = ctx.saved_tensors
     left, right = ctx.bounds if ctx.bounds is not None else (0, 0)
     dq, dk, dv = flash_attn_bwd(q, k, v, out, lse, grad_out.contiguous(), ctx.scale, ctx.bounds is not None, left,
-                                right, ctx.backend, ctx.deterministic, key_padding_mask, ctx.softcap, alibi_slopes)
-    return (dq, dk, dv) + (None,) * 11
+                                right, ctx.backend, ctx.deterministic, key_padding_mask, ctx.softcap, alibi_slopes,
+                                *ctx.dropout)
+    return (dq, dk, dv) + (None,) * 14
 
 
 flash_attn_fwd.register_autograd(_backward, setup_context=_setup_context)

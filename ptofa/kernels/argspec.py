@@ -111,6 +111,11 @@ def host_params(config=None) -> tuple[HostParam, ...]:
     from ptofa.kernels.mods import builtin_mods, mod_params
 
     params += [p for mod in builtin_mods(c) for p in mod.params("")]
+    if c.dropout:
+        params += [HostParam("drop_seed", "int64_t", ctypes.c_int64, "dropout generator seed (int32 range)"),
+                   HostParam("drop_offset", "int64_t", ctypes.c_int64, "dropout generator offset (int32 range)"),
+                   HostParam("drop_cut", "float", ctypes.c_float, "1 - the generator's keep threshold (dropout.cut)"),
+                   HostParam("drop_scale", "float", ctypes.c_float, "1 / (1 - dropout_p)")]
     if c.alibi:
         params.append(HostParam("alibi_stride", "int64_t", ctypes.c_int64, "elements between batches of the slopes (0: [N])"))
     if c.block_ranges:

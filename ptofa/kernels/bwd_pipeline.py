@@ -77,6 +77,7 @@ from ptofa.pipeline import (
     PipeSpec,
     TileSpec,
 )
+from ptofa.kernels.dropout import needs_hidden_tmp as dropout_needs_hidden_tmp
 from ptofa.ir.target import ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES, VEC_ROW_BYTES
 from ptofa.ir.target import align as _align
 from ptofa.ir.target import HIDDEN_TCI_TMP
@@ -96,13 +97,19 @@ ROWEXPAND_OPS = {"dq": 1, "dkdv": 0, "prep": 0, "post": 0}
 def rowexpand_ops(c: BwdConfig, kernel: str) -> int:
     """trowexpand* ops (each with ptoas's hidden UB scratch) in `kernel`'s vector function (ALiBi's
     take explicit scratch: `exp_tmp` in dq, `alibi_tmp` in dkdv)."""
-    return ROWEXPAND_OPS[kernel] + int(kernel == "dkdv" and c.key_padding) * c.dkdv_passes
+    steps = c.dkdv_passes if kernel == "dkdv" else 1  # passes over the steps
+    vr, cols = c.vec_rows(kernel), c.block_q if kernel == "dkdv" else c.dq_block_kv
+    drop = steps if c.dropout and kernel in ("dq", "dkdv") and dropout_needs_hidden_tmp(vr, cols) else 0
+    return ROWEXPAND_OPS[kernel] + int(kernel == "dkdv" and c.key_padding) * c.dkdv_passes + drop
 
 
 def tci_ops(c: BwdConfig, kernel: str) -> int:
     """tci ops (each with ptoas's hidden UB scratch) in `kernel`'s vector function: ALiBi's row index
     once, and its column positions once per pass over the steps."""
-    return (1 + (c.dkdv_passes if kernel == "dkdv" else 1)) if c.alibi and kernel in ("dq", "dkdv") else 0
+    steps = c.dkdv_passes if kernel == "dkdv" else 1  # passes over the steps
+    alibi = (1 + steps) if c.alibi else 0
+    dropout = 2 * steps if c.dropout else 0  # the generator's query and key lines
+    return alibi + dropout if kernel in ("dq", "dkdv") else 0
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,7 @@ class BwdConfig:
     softcap: bool = False  # scores = softcap * tanh(scores / softcap) (`kernels/scoremods.py`), dS times 1 - tanh^2
     alibi: bool = False  # scores -= slope * |i + S1 - S0 - j|, slopes f32 [N] or [B, N]
     varlen: bool = False  # packed sequences: the dq and dkdv kernels walk a host-built unit table (`backward_tables`)
+    dropout: bool = False  # the forward's dropout mask regenerated (`kernels/dropout.py`): dP and (dV) P dropped
 
     def __post_init__(self) -> None:
         _check(self)
@@ -183,7 +191,7 @@ class BwdConfig:
                 f"slot_num={self.slot_num}" + (" masked" if self.masked else "") + (" atomic_dq" if self.atomic_dq else "")
                 + (" key_padding" if self.key_padding else "") + (" dkdv_passes=2" if self.dkdv_passes == 2 else "")
                 + (" softcap" if self.softcap else "") + (" alibi" if self.alibi else "")
-                + (" varlen" if self.varlen else ""))
+                + (" varlen" if self.varlen else "") + (" dropout" if self.dropout else ""))
 
 
 # (block_kv, block_q, dkdv_passes) of the dkdv kernel and dq_block_kv of the dq kernel per
@@ -202,7 +210,7 @@ TUNED_HEADS = tuple(sorted({head for head, _ in DEFAULT_BLOCKS}))  # the widths 
 
 def default_config(head: int, in_dtype: str = "f16", *, masked: bool = False, atomic_dq: bool = False,
                    key_padding: bool = False, target: str = "a3", softcap: bool = False,
-                   alibi: bool = False, varlen: bool = False) -> BwdConfig:
+                   alibi: bool = False, varlen: bool = False, dropout: bool = False) -> BwdConfig:
     """The backward kernels for a head dim and switches, with the block sizes and dkdv passes of
     `DEFAULT_BLOCKS` (a width between its entries takes the next entry up's, whose tiles are at least
     as large; `ConfigError` for a head dim the backward does not support)."""
@@ -213,7 +221,7 @@ def default_config(head: int, in_dtype: str = "f16", *, masked: bool = False, at
     block_kv, block_q, passes, dq_block_kv = DEFAULT_BLOCKS[(tuned, atomic_dq)]
     return BwdConfig(head=head, in_dtype=in_dtype, masked=masked, atomic_dq=atomic_dq, key_padding=key_padding,
                      target=target, block_kv=block_kv, block_q=block_q, dkdv_passes=passes, dq_block_kv=dq_block_kv,
-                     softcap=softcap, alibi=alibi, varlen=varlen)
+                     softcap=softcap, alibi=alibi, varlen=varlen, dropout=dropout)
 
 
 def _check(c: BwdConfig) -> None:
@@ -243,6 +251,8 @@ def _check(c: BwdConfig) -> None:
     if c.atomic_dq and c.block_q != c.block_kv:
         fail("atomic dQ tiles", f"atomic_dq needs block_q == block_kv (dS [block_q, block_kv] reuses the dS^T "
                                 f"[block_kv, block_q] mat and left tiles), got block_q={c.block_q}, block_kv={c.block_kv}")
+    if c.dropout and c.varlen:
+        fail("dropout", "dropout=True with varlen=True is not implemented (the packed units' sequence index)")
     if c.varlen and c.key_padding:
         fail("varlen key padding", "varlen=True with key_padding=True: packed sequences have no padding keys "
                                    "(a sequence's keys are its cu_seqlens range)")
@@ -421,6 +431,13 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
                    TileSpec("alibi_neg", "vector", "p", "vec", 1, vr, "f32")]
         if kernel == "dkdv":  # the trowexpandsub's explicit scratch (the dq kernel's takes exp_tmp)
             vector.append(TileSpec("alibi_tmp", "vector", "p", "vec", 1, EXPDIF_TMP_BYTES // DTYPE_BYTES["f32"], "f32"))
+    if c.dropout:  # the generator's tiles (`kernels/dropout.py`): i32 bits, the lines, and in dkdv the keep
+        # factor (held from dP^T to P^T across the score modifications; the dq kernel's is mask_tmp)
+        vector += [TileSpec("drop_bits", "vector", "p", "vec", vr, cols, "i32", **dyn),
+                   *([TileSpec("drop_keep", "vector", "p", "vec", vr, cols, "f32", **dyn)] if kernel == "dkdv" else []),
+                   TileSpec("drop_rows", "vector", "p", "vec", 1, vr, "i32", **dyn),
+                   TileSpec("drop_cols", "vector", "p", "vec", 1, cols, "i32", **dyn),
+                   TileSpec("drop_tmp", "vector", "p", "vec", 1, max(vr, cols), "i32", **dyn)]
     vector += [
         TileSpec("s_tile", "vector", "p", "vec", vr, cols, "f32", **dyn),
         TileSpec("dp_tile", "vector", "p", "vec", vr, cols, "f32", **dyn),
@@ -506,6 +523,8 @@ def entry_args(c: BwdConfig, kernel: str) -> tuple[tuple[str, str], ...]:
     if c.alibi:
         args.insert(args.index(("batch", "i64")), ("alibi_slopes", "!pto.ptr<f32>"))
         args.append(("alibi_stride", "i64"))
+    if c.dropout and kernel in ("dq", "dkdv"):  # the forward kernel's names and values
+        args += [("drop_seed", "i64"), ("drop_offset", "i64"), ("drop_cut", "f32"), ("drop_scale", "f32")]
     if c.varlen:  # the forward varlen kernel's names: the unit table and its length
         args.insert(args.index(("batch", "i64")), ("units", "!pto.ptr<i32>"))
         args.insert(args.index(("scale", "f32")), ("num_units", "i64"))

@@ -93,6 +93,11 @@ SWITCHES: tuple[dict, ...] = (
     dict(softcap=True, alibi=True, varlen=True, split_kv=True, masked=True, lse=True),
     dict(softcap=True, alibi=True, varlen=True, page_size=256),
     dict(softcap=True, varlen=True, split_kv=True, gqa_pack=True, page_size=256),
+    # dropout (kernels/dropout.py): the dense and varlen calls' kernels, with the score modifications
+    dict(dropout=True),
+    dict(dropout=True, masked=True, lse=True, in_dtype="bf16"),
+    dict(dropout=True, varlen=True, masked=True, lse=True),
+    dict(dropout=True, softcap=True, alibi=True, masked=True, lse=True),
 )
 SWITCH_BASES = ((64, 128), (128, 256), (256, 256))
 
@@ -131,7 +136,7 @@ def _name(c: FAConfig) -> str:
     if c.out_dtype != c.in_dtype:
         parts.append(f"o{c.out_dtype}")
     parts += [flag for flag in ("masked", "key_padding", "lse", "varlen", "split_kv", "gqa_pack") if getattr(c, flag)]
-    parts += [flag for flag in ("softcap", "alibi") if getattr(c, flag)]
+    parts += [flag for flag in ("softcap", "alibi", "dropout") if getattr(c, flag)]
     if c.page_size:
         parts.append(f"page{c.page_size}")
     if c.mods:
@@ -183,13 +188,20 @@ def backward_configs() -> list[BwdConfig]:
             + [default_config(head, dtype, masked=masked, atomic_dq=atomic)
                for head, (dtype, masked, atomic) in itertools.product(WIDTH_HEADS, (("f16", False, False),
                                                                                   ("bf16", True, True)))]
-            + varlen)
+            + varlen
+            # dropout (kernels/dropout.py): both modes of every grid head dim, the masked bf16 and the
+            # score modifications' forms on a key mask
+            + [default_config(head, dtype, masked=masked, atomic_dq=atomic, dropout=True)
+               for atomic, head, (dtype, masked) in itertools.product((False, True), GRID_HEADS,
+                                                                      (("f16", False), ("bf16", True)))]
+            + [default_config(128, masked=True, key_padding=True, softcap=True, alibi=True, atomic_dq=atomic, dropout=True)
+               for atomic in (False, True)])
 
 
 def backward_kernels(b: BwdConfig) -> tuple[str, ...]:
-    """The kernels of `b` the catalog lists: all of them, but of a varlen config only the dq and dkdv
-    kernels (its row-wise prep and post are the uniform config's, the same text)."""
-    return tuple(k for k in b.kernels if not b.varlen or k in ("dq", "dkdv"))
+    """The kernels of `b` the catalog lists: all of them, but of a varlen or dropout config only the dq
+    and dkdv kernels (its row-wise prep and post are the plain config's, the same text)."""
+    return tuple(k for k in b.kernels if not (b.varlen or b.dropout) or k in ("dq", "dkdv"))
 
 
 def kernels() -> list[Kernel]:
@@ -211,9 +223,9 @@ def kernels() -> list[Kernel]:
             name = (f"fa_bwd_{kernel}_d{b.head}_{b.in_dtype}" + ("_masked" if b.masked else "")
                     + ("_atomic" if b.atomic_dq else "") + ("_key_padding" if b.key_padding else "")
                     + ("_softcap" if b.softcap else "") + ("_alibi" if b.alibi else "")
-                    + ("_varlen" if b.varlen else ""))
+                    + ("_varlen" if b.varlen else "") + ("_dropout" if b.dropout else ""))
             mods = ((" softcap" if b.softcap else "") + (" alibi" if b.alibi else "")
-                    + (" varlen=True" if b.varlen else ""))
+                    + (" varlen=True" if b.varlen else "") + (" dropout" if b.dropout else ""))
             out.append(Kernel(name, f"backward {kernel}: head={b.head} {b.in_dtype} masked={b.masked} "
                                     f"atomic_dq={b.atomic_dq} key_padding={b.key_padding}{mods}",
                               lambda b=b, k=kernel: emit_bwd(b, k)))

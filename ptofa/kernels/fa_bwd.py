@@ -49,7 +49,7 @@ from xdsl.dialects import builtin
 from xdsl.ir import SSAValue
 
 from ptofa.kernels.argspec import BWD_ENTRY_NAMES
-from ptofa.api import F32, KernelModule, parse_ir_type, pto, scalar, tile, view_type
+from ptofa.api import F32, I32, KernelModule, parse_ir_type, pto, scalar, tile, view_type
 from ptofa.kernels.bwd_pipeline import (
     BwdConfig,
     chunk_names,
@@ -62,6 +62,7 @@ from ptofa.kernels.bwd_pipeline import (
 )
 from ptofa.kernels.bwd_varlen import packed_key, packed_row, sequence_window, stat, stat_view, table_unit, table_units
 from ptofa.kernels.common import SPLIT, alloc, clamp, init_pipes, pipelined, row_offset, snake_rank
+from ptofa.kernels import dropout
 from ptofa.kernels.scoremods import AlibiRows, alibi_bias, softcap_grad, softcap_scores
 from ptofa.kernels.window import TileRange, Window, keys_seen, mask_tile, queries_seeing
 from ptofa.pipeline import VEC_CORES, PipeSpec
@@ -186,13 +187,14 @@ class _Vec:
     consts: dict[str, SSAValue]
     row_base: SSAValue  # first row of this core's half of the slot
     alibi_rows: AlibiRows | None = None  # `alibi`: the row side of the bias (this core's rows)
+    drop: dropout.DropoutTiles | None = None  # `dropout`: the generator's tiles
 
 
-def _store_half(v: _Vec, entry: SSAValue, col0: int, cols: SSAValue) -> None:
-    """s_tile (f32) -> out_half (input dtype) -> columns [col0, col0 + cols) of this core's pds rows."""
+def _store_half(v: _Vec, entry: SSAValue, col0: int, cols: SSAValue, src: str = "s_tile") -> None:
+    """`src` (f32) -> out_half (input dtype) -> columns [col0, col0 + cols) of this core's pds rows."""
     tl, vr = v.tiles, v.c.config.vec_rows(v.c.kernel)
     tile.set_valid(tl["out_half"], vr, cols)
-    tile.cvt(tl["s_tile"], out=tl["out_half"])
+    tile.cvt(tl[src], out=tl["out_half"])
     pto.store(tl["out_half"], pto.slice_view(entry, [0, col0], [vr, cols], name="pds_rows"))
 
 
@@ -205,6 +207,20 @@ def _load_scores(v: _Vec, entry: SSAValue, cols: SSAValue, width: int, with_dp: 
     if with_dp:
         pto.load(pto.slice_view(entry, [0, width], [vr, cols], name="dp_rows"), tl["dp_tile"])
     tile.muls(tl["s_tile"], v.consts["scale"], out=tl["s_tile"])
+
+
+def _drop_dp(v: _Vec, b: SSAValue, h: SSAValue, i0: SSAValue, j0: SSAValue, cols: SSAValue, transposed: bool,
+             with_dp: bool = True) -> None:
+    """drop_keep = the forward's keep factor times 1 / (1 - p) on this step's tile (`kernels/dropout.py`;
+    `transposed`: rows are keys), and dP (dP^T) times it: dS = P (dP dropped - D)."""
+    c, tl = v.c, v.tiles
+    vr = c.config.vec_rows(c.kernel)
+    bh = scalar.index_cast(scalar.add(scalar.mul(b, c.heads), h), I32, name="drop_bh")
+    keys = [scalar.index_cast(scalar.index_cast(c.args[n]), I32, name=n) for n in ("drop_seed", "drop_offset")]
+    keep = dropout.keep_factor(v.drop, keys[0], keys[1], bh, i0, j0, vr, cols, c.args["drop_cut"], transposed)
+    tile.muls(keep, c.args["drop_scale"], out=keep)
+    if with_dp:
+        tile.mul(tl["dp_tile"], keep, out=tl["dp_tile"])
 
 
 def _key_bias(c: _Common, tl: dict[str, SSAValue], consts: dict[str, SSAValue], b: SSAValue, key0: SSAValue,
@@ -363,6 +379,7 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     dsum_row = tile.reshape(tl["dsum_col"], 1, vr, name="dsum_row")
     rows = _Rows(c.args, c.heads, c.s0, c.q_stride, d, vr)
     alibi_rows = _alibi_rows(tl, vr) if config.alibi else None
+    v.drop = _drop_tiles(config, tl, vr, config.dq_block_kv)
     with pto.range(c.block_idx, _dq_units(c), c.block_num, name="unit") as unit:
         u = _q_unit(c, unit)
         n = clamp(scalar.sub(u.q_rows, v.row_base), 0, vr)
@@ -383,6 +400,8 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             entry = pto.tpop("vector", sdp.pipe_id, _entry(sdp, "vector"), SPLIT, name="sdp_entry")
             out = pto.talloc("vector", pds.pipe_id, _entry(pds, "vector"), SPLIT, name="pds_entry")
             _load_scores(v, entry, cols, bkv)
+            if config.dropout:  # (before the softcap's dP - D)
+                _drop_dp(v, u.b, u.h, row0, scalar.mul(t, bkv), cols, transposed=False)
             if config.softcap:  # dP - D now, times 1 - tanh^2 while mask_tmp holds tanh - 1
                 softcap_scores(tl["s_tile"], tl["mask_tmp"], c.args["softcap"], c.args["softcap_rcp2"])
                 tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
@@ -619,6 +638,7 @@ def _dkdv_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     v = _Vec(c, tl, consts, scalar.mul(pto.get_subblock_idx(), vr, name="row_base"))
     kbias_col = tile.reshape(tl["kbias_row"], vr, 1, name="kbias_col", blayout="col_major") if config.key_padding else None
     v.alibi_rows = _alibi_rows(tl, vr) if config.alibi else None
+    v.drop = _drop_tiles(config, tl, vr, config.block_q)
     with pto.range(c.block_idx, _kv_units(c), c.block_num, name="unit") as unit:
         u = _kv_unit(c, unit)
         if config.key_padding:
@@ -637,6 +657,8 @@ def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: t
         entry = pto.tpop("vector", sdp.pipe_id, _entry(sdp, "vector"), SPLIT, name="sdp_entry")
         out = pto.talloc("vector", pds.pipe_id, _entry(pds, "vector"), SPLIT, name="pds_entry")
         _load_scores(v, entry, n, bq, with_dp="dk" in grads)
+        if config.dropout:  # rows are keys k0 + row_base + r, columns queries q0 + c (before the softcap's dP - D)
+            _drop_dp(v, u.b, h, q0, scalar.add(u.k0, v.row_base), n, transposed=True, with_dp="dk" in grads)
         for name in ("stat_row", "nlse_row"):
             tile.set_valid(tl[name], 1, n)
         if config.softcap:  # dP^T - D now, times 1 - tanh^2 while mask_tmp holds tanh - 1
@@ -659,7 +681,10 @@ def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: t
             tile.row_expand_add(tl["s_tile"], kbias_col, out=tl["s_tile"])
         tile.col_expand_add(tl["s_tile"], tl["nlse_row"], out=tl["s_tile"])
         tile.exp(tl["s_tile"], out=tl["s_tile"])  # P^T = exp(scale S^T - LSE)
-        if "dv" in grads:
+        if "dv" in grads and config.dropout:  # dV takes the dropped P^T; dS^T the undropped one
+            tile.mul(tl["drop_keep"], tl["s_tile"], out=tl["drop_keep"])
+            _store_half(v, out, 0, n, src="drop_keep")
+        elif "dv" in grads:
             _store_half(v, out, 0, n)
         if "dk" in grads:
             if not config.softcap:
@@ -679,6 +704,13 @@ def _minus_dsum(v: _Vec, u: _KvUnit, h: SSAValue, q0: SSAValue, n: SSAValue) -> 
     pto.load(stat(c, u, "dsum", h, q0, n), tl["stat_row"])
     tile.muls(tl["stat_row"], v.consts["minus_one"], out=tl["stat_row"])
     tile.col_expand_add(tl["dp_tile"], tl["stat_row"], out=tl["dp_tile"])
+
+
+def _drop_tiles(config: BwdConfig, tl: dict[str, SSAValue], rows: int, cols: int) -> dropout.DropoutTiles | None:
+    if not config.dropout:
+        return None
+    keep = tl["drop_keep" if "drop_keep" in tl else "mask_tmp"]  # dq: dP is dropped before mask_tmp's other uses
+    return dropout.DropoutTiles.make(tl["drop_bits"], keep, tl["drop_cols"], tl["drop_rows"], tl["drop_tmp"], rows, cols)
 
 
 def _alibi_rows(tl: dict[str, SSAValue], rows: int) -> AlibiRows:

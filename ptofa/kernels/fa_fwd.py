@@ -61,6 +61,7 @@ from xdsl.ir import SSAValue
 
 from ptofa.kernels import argspec
 from ptofa.api import F16, F32, I32, KernelModule, parse_ir_type, pto, scalar, tile
+from ptofa.kernels import dropout
 from ptofa.kernels.scoremods import AlibiRows, alibi_bias
 from ptofa.kernels.common import (HALF_NEG, NEG_INIT, SPLIT, alloc, clamp, entry_type, fused, init_pipes, pipelined,
                                   ring_select, row_offset, snake_rank)
@@ -474,6 +475,8 @@ class _VecState:
     row_base: SSAValue  # first row of this vector core within the Q block
     slope: SSAValue | None = None  # `alibi`: the unit's head's slope
     alibi_rows: AlibiRows | None = None  # `alibi`: the row side of the bias (vec_s0 rows)
+    drop: dropout.DropoutTiles | None = None  # `dropout`: the generator's tiles
+    drop_keys: tuple[SSAValue, SSAValue] | None = None  # `dropout`: seed and offset as i32
 
 
 def _mask_bounds(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_tile: SSAValue) -> None:
@@ -595,6 +598,8 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
             tile.row_expand_expdif(s_tile, tl["m_slice"], out=s_tile, tmp=exp_tmp)  # P = exp(S - m_new)
         if l_new is not None:  # (else the cube sums the rows of P in its PV matmul)
             tile.row_sum(s_tile, out=tl["l_slice"], tmp=tl["red_tmp"])
+        if cfg.dropout:  # (P's row sums are taken: they are of the undropped P, as flash-attn's)
+            _drop(s, t, r0, keys, s_tile)
         if not cfg.exp_f16:
             tile.cvt(s_tile, out=p_half)
         if l_new is not None:
@@ -612,6 +617,15 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
     pto.store(p_half, pto.slice_view(p_entry, [r0, 0], [vs0, keys], name="p_rows"))
 
 
+def _drop(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, p_tile: SSAValue) -> None:
+    """P of rows r0 .. r0 + vec_s0 of tile t times the dropout keep factor (`kernels/dropout.py`)."""
+    cfg, c = s.c.config, s.c
+    i0 = scalar.add(scalar.add(s.u.q0, s.row_base), r0, name="drop_i0")
+    j0 = scalar.mul(t, cfg.tile_s1, name="drop_j0")
+    bh = scalar.index_cast(scalar.add(scalar.mul(s.u.seq, c.heads), s.u.h), I32, name="drop_bh")
+    dropout.apply(p_tile, s.drop, s.drop_keys[0], s.drop_keys[1], bh, i0, j0, cfg.vec_s0, keys, c.args["drop_cut"])
+
+
 def compute_gu(s: _VecState, t: SSAValue) -> None:
     """O = alpha_t * O + PV(t) on this core's rows."""
     cfg, tl = s.c.config, s.tiles
@@ -623,7 +637,7 @@ def compute_gu(s: _VecState, t: SSAValue) -> None:
     pto.tfree("vector", pv.pipe_id, pv_entry, SPLIT)
     ring_select(s.ring, t, lambda ring_tile: tile.mov(ring_tile, s.rows["alpha_cur"]))
     # (with the cube's row sums, no hidden scratch: the broadcast goes to compute_p's exp_tmp)
-    tmp = tl[buffer_names(cfg, "exp_tmp")[0]] if cfg.cube_rowsum else None
+    tmp = tl[buffer_names(cfg, "exp_tmp")[0]] if cfg.cube_rowsum or cfg.dropout else None
     tile.row_expand_mul(tl["o_tile"], tl["alpha_cur"], out=tl["o_tile"], tmp=tmp)
     tile.add(tl["o_tile"], tl["pv_tile"], out=tl["o_tile"])
     if cfg.cube_rowsum:  # l = alpha_t * l + rowsum(P_t), in each of the ROWSUM_COLS equal columns
@@ -648,7 +662,10 @@ def _finish(s: _VecState, l_col: SSAValue) -> None:
         tile.mins(tl["row_ok"], k["one"], out=tl["row_ok"])
         tile.maxs(rows["l_all"], k["one"], out=tl["l_fix"])  # l >= 1 wherever a key was seen
         tile.div(tl["l_fix"], tl["row_ok"], out=tl["l_fix"])  # +inf for empty rows: O / inf = 0
-    tile.row_expand_div(tl["o_tile"], l_col, out=tl["o_tile"])
+    if cfg.dropout:  # kept entries weigh 1 / (1 - p); the broadcast's scratch is exp_tmp (`rowexpand_ops`)
+        tile.muls(tl["o_tile"], s.c.args["drop_scale"], out=tl["o_tile"])
+    tmp = tl[buffer_names(cfg, "exp_tmp")[0]] if cfg.dropout else None
+    tile.row_expand_div(tl["o_tile"], l_col, out=tl["o_tile"], tmp=tmp)
     if cfg.lse or cfg.split_kv:
         lse = tl["lse_row"]
         tile.set_valid(lse, 1, cfg.vec_rows)
@@ -774,6 +791,12 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
     if config.alibi:
         alibi_rows = AlibiRows.make(tiles["alibi_rows_i32"], tiles["alibi_rows"], tiles["alibi_pos"], tiles["alibi_neg"],
                                     config.vec_s0)
+    drop = drop_keys = None
+    if config.dropout:  # the generator works in red_tmp (free once a slice's row sums are taken)
+        drop = dropout.DropoutTiles.make(tiles["drop_bits"], tiles["red_tmp"], tiles["alibi_i32" if config.alibi else "drop_cols"],
+                                         tiles["drop_rows"],
+                                         tiles["drop_rows_tmp"], config.vec_s0, config.tile_s1)
+        drop_keys = tuple(scalar.index_cast(scalar.index_cast(args[n]), I32, name=n) for n in ("drop_seed", "drop_offset"))
     preload = config.qk_preload
     if config.prescale_q:
         with pto.if_(scalar.lt(c.block_idx, c.units)):
@@ -785,6 +808,7 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
                 _push_scaled_q(c, tiles, args["scale"], row_base, following)
         u = _unit(c, unit)
         s = _VecState(c, u, tiles, rows, args["scale"], consts, ring, row_base)
+        s.drop, s.drop_keys = drop, drop_keys
         if config.alibi:  # slopes [N] (stride 0) or [B, N]: this unit's sequence and head
             batch_off = scalar.mul(u.seq, scalar.index_cast(args["alibi_stride"]))
             s.slope = pto.load_scalar(args["alibi_slopes"], scalar.add(batch_off, u.h), name="slope")
@@ -812,7 +836,7 @@ _CUBE_ARGS = ("slots", "slots_h", "q", "k", "v", "units", "block_table", "batch"
               "num_units", "max_pages", "win_left", "win_right", "tile_ranges")
 _VECTOR_ARGS = ("slots", "slots_h", "q", "o", "lse", "partials", "key_mask", "units", "batch", "heads", "kv_heads", "s0", "s1",
                 "num_units", "scale", "win_left", "win_right", "key_mask_stride", "softcap", "softcap_rcp2",
-                "alibi_slopes", "alibi_stride", "tile_ranges")
+                "alibi_slopes", "alibi_stride", "tile_ranges", "drop_seed", "drop_offset", "drop_cut", "drop_scale")
 
 
 def build_fa(config: FAConfig) -> builtin.ModuleOp:

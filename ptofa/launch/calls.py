@@ -33,6 +33,7 @@ import torch
 
 from ptofa.ir.textio import ParsedModule, check_text
 from ptofa.kernels import argspec
+from ptofa.kernels.dropout import cut as dropout_cut
 from ptofa.kernels.bwd_pipeline import BwdConfig, work_units
 from ptofa.launch.varlen import reduce_table, unit_table, varlen_shape
 from ptofa.pipeline import UNIT_TABLE, ConfigError, FAConfig, ProblemShape, workspace_bytes
@@ -151,7 +152,8 @@ def alibi_stride(slopes: torch.Tensor | None) -> int:
 
 def runtime_values(shape: ProblemShape, scale: float, *, bounds: tuple[int, int] | None = None,
                    key_mask: torch.Tensor | None = None, units: torch.Tensor | None = None,
-                   max_pages: int = 0, softcap: float = 0.0, alibi: torch.Tensor | None = None) -> dict[str, object]:
+                   max_pages: int = 0, softcap: float = 0.0, alibi: torch.Tensor | None = None,
+                   dropout: tuple[float, int, int] | None = None) -> dict[str, object]:
     """The scalar arguments every FlashAttention entry takes its values from (an entry reads the
     ones it declares): sizes, scale, window bounds (`shape.window_bounds()` unless `bounds`, whose
     right bound may be negative: torch's top-left causal), key-mask stride, unit count, pages,
@@ -162,7 +164,14 @@ def runtime_values(shape: ProblemShape, scale: float, *, bounds: tuple[int, int]
             "key_mask_stride": key_mask_stride(key_mask, shape.s1),
             "num_units": 0 if units is None else int(units.shape[0]), "max_pages": max_pages,
             "softcap": float(softcap), "softcap_rcp2": 2.0 / softcap if softcap else 0.0,
-            "alibi_stride": alibi_stride(alibi)}
+            "alibi_stride": alibi_stride(alibi), **dropout_values(dropout)}
+
+
+def dropout_values(dropout: tuple[float, int, int] | None) -> dict[str, object]:
+    """The dropout kernel's scalars for (p, seed, offset) (`kernels/dropout.py`; None: off)."""
+    p, seed, offset = dropout or (0.0, 0, 0)
+    return {"drop_seed": seed, "drop_offset": offset, "drop_cut": float(1 - dropout_cut(p)),
+            "drop_scale": 1.0 / (1.0 - p)}
 
 
 def bind(call: KernelCall, tensors: Mapping[str, object]) -> dict[str, object]:
@@ -196,13 +205,15 @@ def blocks_for(units: int, soc: SocSpec, block_dim: int | None = None) -> int:
 def forward_plan(kernel, config: FAConfig, shape: ProblemShape, soc: str | SocSpec, *, scale: float,
                  bounds: tuple[int, int] | None = None, key_mask: torch.Tensor | None = None,
                  block_dim: int | None = None, units: torch.Tensor | None = None, max_pages: int = 0,
-                 softcap: float = 0.0, alibi: torch.Tensor | None = None) -> LaunchPlan:
-    """One launch of `kernel`, the forward kernel of `config` (a varlen kernel reads `units`)."""
+                 softcap: float = 0.0, alibi: torch.Tensor | None = None,
+                 dropout: tuple[float, int, int] | None = None) -> LaunchPlan:
+    """One launch of `kernel`, the forward kernel of `config` (a varlen kernel reads `units`;
+    `dropout`: (p, seed, offset) of a dropout kernel)."""
     soc = get_soc(soc)
     count = shape.work_units(config) if units is None else int(units.shape[0])
     blocks = blocks_for(count, soc, block_dim)
     values = {**runtime_values(shape, scale, bounds=bounds, key_mask=key_mask, units=units, max_pages=max_pages,
-                               softcap=softcap, alibi=alibi),
+                               softcap=softcap, alibi=alibi, dropout=dropout),
               "slots": Workspace(0), "units": units, "partials": None}
     call = KernelCall(kernel, blocks, values)
     return LaunchPlan((call,), soc, workspace_bytes(config, shape, blocks), config=config, shape=shape,
@@ -273,7 +284,8 @@ def backward_plan(kernels: Mapping[str, object], config: BwdConfig, shape: Probl
                   scale: float,
                   bounds: tuple[int, int] | None = None, key_mask: torch.Tensor | None = None,
                   block_dim: int | None = None, softcap: float = 0.0, alibi: torch.Tensor | None = None,
-                  tables: Mapping[str, torch.Tensor] | None = None) -> LaunchPlan:
+                  tables: Mapping[str, torch.Tensor] | None = None,
+                  dropout: tuple[float, int, int] | None = None) -> LaunchPlan:
     """`config.kernels` in order (dq, dkdv; or prep, dkdv, post; built: `kernels` by name), each with its
     own region of slot rings in the workspace (the vector-only prep and post have none).
 
@@ -281,7 +293,8 @@ def backward_plan(kernels: Mapping[str, object], config: BwdConfig, shape: Probl
     S0 = total_q query and S1 = total_k key rows: the dq and dkdv kernels walk `tables`, their unit
     tables by kernel name (`varlen.backward_tables`), and the row-wise prep and post run over all rows."""
     soc = get_soc(soc)
-    scalars = runtime_values(shape, scale, bounds=bounds, key_mask=key_mask, softcap=softcap, alibi=alibi)
+    scalars = runtime_values(shape, scale, bounds=bounds, key_mask=key_mask, softcap=softcap, alibi=alibi,
+                             dropout=dropout)
     if config.varlen:
         missing = [kernel for kernel in config.kernels if kernel in ("dq", "dkdv") and kernel not in (tables or {})]
         if missing:

@@ -49,12 +49,13 @@ from ptofa.sim.socspec import SocSpec
 def plan_forward(config: FAConfig, shape: ProblemShape, soc: str | SocSpec, *, scale: float,
                  bounds: tuple[int, int] | None = None, key_mask: torch.Tensor | None = None,
                  block_dim: int | None = None, units: torch.Tensor | None = None, max_pages: int = 0,
-                 kernel=None, softcap: float = 0.0, alibi: torch.Tensor | None = None) -> LaunchPlan:
+                 kernel=None, softcap: float = 0.0, alibi: torch.Tensor | None = None,
+                 dropout: tuple[float, int, int] | None = None) -> LaunchPlan:
     """One launch of the forward kernel of `config` (a varlen kernel reads `units`); `kernel` the
     built kernel when the caller has it (default: the kernel cache's)."""
     return forward_plan(kernel or get_kernel(config), config, shape, soc, scale=scale, bounds=bounds,
                         key_mask=key_mask, block_dim=block_dim, units=units, max_pages=max_pages, softcap=softcap,
-                        alibi=alibi)
+                        alibi=alibi, dropout=dropout)
 
 
 def plan_split(split, shape: ProblemShape, soc: str | SocSpec, *, scale: float, max_pages: int = 0,
@@ -69,11 +70,12 @@ def plan_split(split, shape: ProblemShape, soc: str | SocSpec, *, scale: float, 
 def plan_backward(config: BwdConfig, shape: ProblemShape, soc: str | SocSpec, *, scale: float,
                   bounds: tuple[int, int] | None = None, key_mask: torch.Tensor | None = None,
                   block_dim: int | None = None, softcap: float = 0.0, alibi: torch.Tensor | None = None,
-                  tables: Mapping[str, torch.Tensor] | None = None) -> LaunchPlan:
+                  tables: Mapping[str, torch.Tensor] | None = None,
+                  dropout: tuple[float, int, int] | None = None) -> LaunchPlan:
     """The backward kernels of `config` in launch order (`calls.backward_plan`; a varlen config walks
     `tables`, its unit tables by kernel name, `varlen.backward_tables`)."""
     return backward_plan(backward_kernels(config), config, shape, soc, scale=scale, bounds=bounds, key_mask=key_mask,
-                         block_dim=block_dim, softcap=softcap, alibi=alibi, tables=tables)
+                         block_dim=block_dim, softcap=softcap, alibi=alibi, tables=tables, dropout=dropout)
 
 
 __all__ = ["BuiltKernel", "KernelCall", "LaunchPlan", "Workspace", "backward_kernel", "bind", "dense_as_varlen",

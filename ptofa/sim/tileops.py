@@ -259,6 +259,7 @@ def treshape(op: d.TReshapeOp, slot: Slot) -> Fn:
     fortran = not rt.is_row_major and not rt.is_boxed
     space = rt.space
     name = op.result.name_hint or ""
+    elem = np_dtype(rt.dtype)
 
     def fn(vals):
         t = vals[src]
@@ -267,6 +268,8 @@ def treshape(op: d.TReshapeOp, slot: Slot) -> Fn:
         if not (data.flags.c_contiguous or data.flags.f_contiguous):
             raise SimError(f"treshape of a non-contiguous view of %{t.name} ({data.shape} window): no flat storage to alias")
         flat = data.reshape(-1, order="F" if src_f else "C")
+        if flat.dtype != elem:  # a view in another element type of the same bytes (f32 scratch as i32)
+            flat = flat.view(elem)
         new = flat.reshape(shape, order="F" if fortran else "C")
         if not np.shares_memory(new, data):
             raise SimError("treshape could not alias the source storage")
