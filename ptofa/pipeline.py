@@ -175,6 +175,17 @@ class FAConfig:
     # the PV matmul in either case. fp16 inputs only (P is the exp's tile, and A2/A3 have no bf16
     # exp). None: with `cube_rowsum` for fp16 inputs.
     exp_f16: bool | None = None
+    # The dtype of S in the QK slot (the GM pipe between the cube's QK and the vectors' softmax):
+    # "f32", or the input dtype, in which the cube's FIX pipe rounds the accumulator on its store
+    # and the vectors convert each row slice back to f32 (through the P tile) before an f32
+    # softmax. An input-dtype S halves the slot's bytes, the largest share of a unit's GM traffic
+    # and so of the shared L2's (sim/shared_limits.py); it rounds S as torch's input-dtype
+    # attention does (its matmul output is in the input dtype), which the accuracy rule compares
+    # against (tests/test_qk_dtype.py). An f16 softmax stores f16 S. None: the input dtype, or f32
+    # when LSE is asked for: with the vectors' f32 exp and row sums (the LSE form) rounded S
+    # misses the O rule on tied scores at a large scale (fp16: err 1.03e-4 against a tolerance of
+    # 8.9e-5), where the f16 exp of the form without LSE rounds S - m to f16 anyway.
+    qk_dtype: str | None = None
     target: str = "a3"
     # Score modifications before the masks (`kernels/scoremods.py`), f32 softmax only:
     # `softcap`: s = softcap * tanh(s / softcap), softcap and 2 / softcap are runtime arguments;
@@ -205,6 +216,8 @@ class FAConfig:
         if self.cube_rowsum is None:
             object.__setattr__(self, "cube_rowsum", self.softmax_dtype == "f32" and self.d_split == 1
                                and not self.lse and not self.dropout and _fits(self, cube_rowsum=True))
+        if self.qk_dtype is None:  # S in the input dtype where its accuracy was measured (no LSE, dropout or mods)
+            object.__setattr__(self, "qk_dtype", "f32" if self.lse or self.dropout or self.mods else self.in_dtype)
         if self.exp_f16 is None:
             object.__setattr__(self, "exp_f16", bool(self.cube_rowsum) and self.in_dtype == "f16"
                                and self.softmax_dtype == "f32")
@@ -320,7 +333,7 @@ class FAConfig:
     def pipes(self) -> tuple[PipeSpec, ...]:
         """QK (C2V), P (V2C), PV (C2V), and with `prescale_q` the scaled Q block (V2C)."""
         pipes = (
-            PipeSpec("qk", 0, 1, self.cube_s0, self.tile_s1, self.softmax_dtype),
+            PipeSpec("qk", 0, 1, self.cube_s0, self.tile_s1, self.qk_dtype),
             PipeSpec("p", 1, 2, self.cube_s0, self.tile_s1, self.in_dtype),
             PipeSpec("pv", 2, 1, self.cube_s0, self.pv_cols, "f32"),
         )
@@ -359,6 +372,7 @@ class FAConfig:
                                        ("split_kv", self.split_kv), ("gqa_pack", self.gqa_pack),
                                        ("no_prescale_q", not self.prescale_q),
                                        ("softmax_f16", self.softmax_dtype == "f16"),
+                                       ("qk_f32", self.qk_dtype == "f32"),
                                        ("softcap", self.softcap), ("alibi", self.alibi),
                                        ("mods=" + "+".join(m.name for m in self.mods), self.mods),
                                        ("block_ranges", self.block_ranges),
@@ -425,6 +439,9 @@ def _check_config(c: FAConfig) -> None:
         # scales its O and its weight alike, so the combined O has the unsplit kernel's error.
         fail("softmax dtype", f"softmax_dtype='f16' is built for fp16 inputs without LSE, got "
                               f"in_dtype={c.in_dtype!r}, lse={c.lse}; use 'f32'")
+    if c.qk_dtype not in ("f32", c.in_dtype) or (c.softmax_dtype == "f16" and c.qk_dtype != "f16"):
+        fail("QK slot dtype", f"qk_dtype={c.qk_dtype!r} must be 'f32' or the input dtype {c.in_dtype!r} ('f16' with "
+                              f"softmax_dtype='f16', whose scores are f16 tiles)")
     if (c.softcap or c.alibi) and c.softmax_dtype != "f32":
         fail("score modification", f"softcap={c.softcap}, alibi={c.alibi} are computed on f32 scores: they need "
                                    f"softmax_dtype='f32', got {c.softmax_dtype!r}")

@@ -453,9 +453,10 @@ def test_fault_injection_builds() -> None:
     pipe ids are caught statically when the QK and PV slots differ in shape."""
     check_text(_faulty("drop_tfree"))
     check_text(_faulty("extra_tpop"))
-    check_text(_faulty("swap_pipe_ids", head=128, tile_s1=128, qk_preload=2, cube_rowsum=False))  # same 128x128 f32 slots
+    same_slots = dict(head=128, tile_s1=128, qk_preload=2, cube_rowsum=False, qk_dtype="f32")  # QK and PV: 128x128 f32
+    check_text(_faulty("swap_pipe_ids", **same_slots))
     with pytest.raises(PtoCheckError, match="pipe id 0: slot_size differs between cube \\(131072\\) and vector \\(65536\\)"):
-        check_text(_faulty("swap_pipe_ids", head=128, tile_s1=256, cube_rowsum=False))
+        check_text(_faulty("swap_pipe_ids", head=128, tile_s1=256, cube_rowsum=False, qk_dtype="f32"))
 
 
 # --------------------------------------------------------------------------------------

@@ -130,7 +130,7 @@ def test_unknown_softmax_dtype_and_short_slices_are_refused() -> None:
 
 
 def test_plan_and_pipes_hold_f16_scores() -> None:
-    fast, precise = FAConfig(**F16), FAConfig()
+    fast, precise = FAConfig(**F16), FAConfig(qk_dtype="f32")  # (the f32 softmax's f32 slot)
     qk = fast.pipes[0]
     assert (qk.name, qk.dtype, qk.slot_bytes) == ("qk", "f16", precise.pipes[0].slot_bytes // 2)
     # (the f32 softmax's PV slot also carries the cube's row sums: ROWSUM_COLS more f32 columns)

@@ -570,7 +570,12 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
     else:  # the f16 running max (m_all_h) and the tile's f16 row sums (l_tile_h), see below
         m_run = tile.subview(rows["m_all_h"], 0, r0, 1, vs0, name="m_run")
         l_new = tile.subview(rows["l_tile_h"], 0, r0, 1, vs0, name="l_new")
-    pto.load(pto.slice_view(qk_entry, [r0, 0], [vs0, keys], name="qk_rows"), s_tile)
+    qk_rows = pto.slice_view(qk_entry, [r0, 0], [vs0, keys], name="qk_rows")
+    if cfg.qk_dtype == cfg.softmax_dtype:
+        pto.load(qk_rows, s_tile)
+    else:  # input-dtype S into the P tile (free until P), widened to the f32 softmax's tile
+        pto.load(qk_rows, p_half)
+        tile.cvt(p_half, out=s_tile)
     if not cfg.prescale_q:
         tile.muls(s_tile, s.scale, out=s_tile)
     if cfg.softcap or cfg.mods:  # (positions only for the config's mods: softcap reads none)
