@@ -215,7 +215,7 @@ def test_catalog_flex_kernels_verify():
     from ptofa.ir.textio import check_text
     from ptofa.kernels import catalog
     from ptofa.kernels.fa_fwd import emit_fa
-    from ptofa.kernels.mods import Sinks
+    from ptofa.kernels.scoremods import Sinks
 
     flex = catalog.flex_configs()
     assert len(flex) == 3 and all(c.block_ranges for c in flex)

@@ -17,12 +17,12 @@ import math
 
 import torch
 
-from ptofa.attention.core import auto_config, check_qkv, dtype_name
+from ptofa.attention.inputs import check_qkv, check_window, dtype_name, fixed_config
 from ptofa.launch.base import TORCH_DTYPES, pad_heads
 from ptofa.launch.dispatch import backend_soc, launch_on, resolve_backend
 from ptofa.launch.plan import plan_forward
 from ptofa.kernels.flexmods import captured_args, trace_mod
-from ptofa.kernels.mods import Sinks
+from ptofa.kernels.scoremods import Sinks
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, kernel_head
 
 
@@ -108,7 +108,7 @@ def flex_config(head: int, in_dtype: str, s1: int, mods: tuple, block_ranges: bo
     """The automatic config with the mods: an f32 softmax; when the mods' scratch does not fit the UB,
     128-key tiles, then two row-slice buffers (half-height slices), then the per-tile scaling pass instead of
     the scaled Q's tiles (`prescale_q=False`)."""
-    base = auto_config(head, in_dtype, s1=s1, lse=True)
+    base = fixed_config(head, in_dtype, s1=s1, lse=True)
     first = None
     tuned, small = dict(tile_s1=base.tile_s1, qk_preload=base.qk_preload), dict(tile_s1=128, qk_preload=2)
     for changes in (tuned, small, dict(small, slice_buffers=2), dict(small, prescale_q=False),
@@ -221,8 +221,6 @@ def flash_attn_with_mods(q, k, v, *, softmax_scale, causal, window_size, score_m
                          alibi_slopes, key_padding_mask, out_dtype, config, backend):
     """flash_attn_func's (out [B, S0, H, Dv], lse [B, H, S0], +inf for a row without keys) with a
     score_mod / mask_mod (FlexAttention's callables on sequence positions) or sinks [H]: the flex kernel."""
-    from ptofa.attention.core import check_window
-
     for name, given in (("softcap", softcap), ("alibi_slopes", alibi_slopes is not None),
                         ("key_padding_mask", key_padding_mask is not None), ("out_dtype", out_dtype is not None),
                         ("config", config is not None)):
@@ -245,8 +243,6 @@ def flash_attn_varlen_with_mods(q, k, v, cu_seqlens_q, cu_seqlens_k, *, softmax_
     zero-padded to a [B, max_len] batch whose mask hides the padding and applies each sequence's own
     bottom-right window (the lengths are captured tensors read per b), so b is the sequence and q_idx /
     kv_idx are positions in it; the block ranges skip the padding's tiles."""
-    from ptofa.attention.core import check_window
-
     cu_q, cu_k = (torch.as_tensor(c).long().cpu() for c in (cu_seqlens_q, cu_seqlens_k))
     len_q, len_k = cu_q.diff(), cu_k.diff()
     batch, max_q, max_k = len(len_q), int(len_q.max()), int(len_k.max())

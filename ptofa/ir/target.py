@@ -41,6 +41,12 @@ HIDDEN_ROWEXPAND_TMP_BYTES = 8 * KIB
 EXPDIF_TMP_BYTES = HIDDEN_ROWEXPAND_TMP_BYTES
 
 
+def serves_as_rowexpand_tmp(nbytes: int) -> bool:
+    """Whether a tile of `nbytes` can be a trowexpand op's explicit tmp in place of ptoas's hidden
+    8 KiB scratch (else the op is written without one and ptoas makes its own)."""
+    return nbytes >= HIDDEN_ROWEXPAND_TMP_BYTES
+
+
 def rowexpand_tmp_min_bytes(rows: int) -> int:
     """Bytes a row-broadcast op's tmp receives: vbrcb writes one 32-byte block per row, 8 rows
     (256 bytes) per repeat (TRowExpandBinaryInstr, rows < 256)."""

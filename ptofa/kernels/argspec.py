@@ -19,6 +19,8 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
+from ptofa.kernels.hostparam import SOFTCAP_PARAMS, HostParam, mod_params
+
 ENTRY_NAME = "fa_fwd"
 CUBE_FUNC_NAME = "fa_cube"
 VECTOR_FUNC_NAME = "fa_vec"
@@ -27,16 +29,6 @@ REDUCE_ENTRY_NAME = "fa_reduce"
 REDUCE_FUNC_NAME = "fa_reduce_vec"
 BWD_ENTRY_NAMES = {kernel: f"fa_bwd_{kernel}" for kernel in ("dq", "prep", "dkdv", "post")}  # -> its entry (kernels/fa_bwd.py)
 LAUNCHERS = {entry: f"call_{entry}" for entry in (ENTRY_NAME, REDUCE_ENTRY_NAME, *BWD_ENTRY_NAMES.values())}  # ptofa's entries -> launcher
-
-
-@dataclass(frozen=True)
-class HostParam:
-    """One parameter of the `extern "C"` launcher after `block_dim` and `stream`."""
-
-    name: str
-    c_type: str  # C type in caller.cpp
-    ctype: type  # ctypes type for argtypes
-    doc: str
 
 
 @dataclass(frozen=True)
@@ -108,9 +100,8 @@ def host_params(config=None) -> tuple[HostParam, ...]:
         ]
     if c.key_padding:
         params.append(HostParam("key_mask_stride", "int64_t", ctypes.c_int64, "elements between batches of the key mask (0: shared)"))
-    from ptofa.kernels.mods import builtin_mods, mod_params
-
-    params += [p for mod in builtin_mods(c) for p in mod.params("")]
+    if c.softcap:  # the built-in mods' arguments (`scoremods.builtin_mods`), unprefixed
+        params += SOFTCAP_PARAMS
     if c.dropout:
         params += [HostParam("drop_seed", "int64_t", ctypes.c_int64, "dropout generator seed (int32 range)"),
                    HostParam("drop_offset", "int64_t", ctypes.c_int64, "dropout generator offset (int32 range)"),

@@ -77,8 +77,8 @@ from ptofa.pipeline import (
     PipeSpec,
     TileSpec,
 )
-from ptofa.kernels.dropout import needs_hidden_tmp as dropout_needs_hidden_tmp
-from ptofa.ir.target import ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES, VEC_ROW_BYTES
+from ptofa.ir.target import (ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES, VEC_ROW_BYTES,
+                              serves_as_rowexpand_tmp)
 from ptofa.ir.target import align as _align
 from ptofa.ir.target import HIDDEN_TCI_TMP
 
@@ -99,7 +99,9 @@ def rowexpand_ops(c: BwdConfig, kernel: str) -> int:
     take explicit scratch: `exp_tmp` in dq, `alibi_tmp` in dkdv)."""
     steps = c.dkdv_passes if kernel == "dkdv" else 1  # passes over the steps
     vr, cols = c.vec_rows(kernel), c.block_q if kernel == "dkdv" else c.dq_block_kv
-    drop = steps if c.dropout and kernel in ("dq", "dkdv") and dropout_needs_hidden_tmp(vr, cols) else 0
+    # dropout's trowexpandadd on its [vr, cols] i32 bits (dropout.needs_hidden_tmp)
+    drop_bits = vr * cols * DTYPE_BYTES["i32"]
+    drop = steps if c.dropout and kernel in ("dq", "dkdv") and not serves_as_rowexpand_tmp(drop_bits) else 0
     return ROWEXPAND_OPS[kernel] + int(kernel == "dkdv" and c.key_padding) * c.dkdv_passes + drop
 
 

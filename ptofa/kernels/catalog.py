@@ -107,7 +107,7 @@ def flex_configs() -> list[FAConfig]:
     mask, ALiBi from a captured slope table with softcapping by tanh under a sliding window, and a
     document mask from captured document ids (row and column loads) with attention sinks."""
     from ptofa.kernels.flexmods import trace_mod
-    from ptofa.kernels.mods import Sinks
+    from ptofa.kernels.scoremods import Sinks
 
     slopes, doc = torch.ones(8), torch.zeros(4096, dtype=torch.int32)
     mods = (

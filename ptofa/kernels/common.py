@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from xdsl.ir import SSAValue
 
 from ptofa.ir import dialect as d
-from ptofa.api import pto, scalar, tile_type, view_type
-from ptofa.pipeline import PipeSpec, TileSpec
+from ptofa.api import pto, scalar, tile, tile_type, view_type
+from ptofa.pipeline import FAConfig, PipeSpec, TileSpec
 
 if TYPE_CHECKING:
     from ptofa.kernels.window import TileRange
@@ -116,3 +116,28 @@ def ring_select(ring: Sequence[SSAValue], t: SSAValue, use: Callable[[SSAValue],
     for r, ring_tile in enumerate(ring):
         with pto.if_(scalar.eq(slot, r)):
             use(ring_tile)
+
+
+def push_scaled_q(config: FAConfig, tiles: dict[str, SSAValue], scale: SSAValue, row_base: SSAValue,
+                  q_rows: SSAValue, q_view: SSAValue) -> None:
+    """The prescale-Q stage of the forward kernel (`FAConfig.prescale_q`): Q' = scale * Q of a unit (`q_rows` rows in `q_view`), this core's rows from `row_base`, into
+    the next entry of the Q pipe: the cube's left operand of QK.
+
+    `prescale_rows` rows at a time through f32, so Q' is the exact product rounded once to the
+    input dtype. The vectors push one unit ahead of the cube's pop, so the cube waits for Q' only
+    at the block's first unit."""
+    qp, step = config.pipes[3], config.prescale_rows
+    entry = pto.talloc("vector", qp.pipe_id, entry_type(qp, "vector"), SPLIT, name="q_entry")
+    valid = clamp(scalar.sub(q_rows, row_base), 0, config.vec_rows)
+    q_in, q_f32, q_out = tiles["q_in"], tiles["q_f32"], tiles["q_out"]
+    with pto.range(0, scalar.ceildiv(valid, step), name="q_step") as i:
+        r0 = scalar.mul(i, step, name="q_step_row")
+        n = scalar.min(scalar.sub(valid, r0), step, name="q_step_rows")
+        for t in (q_in, q_f32, q_out):
+            tile.set_valid(t, n, config.head)
+        pto.load(pto.slice_view(q_view, [scalar.add(row_base, r0), 0], [n, config.head], name="q_rows"), q_in)
+        tile.cvt(q_in, out=q_f32)
+        tile.muls(q_f32, scale, out=q_f32)
+        tile.cvt(q_f32, out=q_out)
+        pto.store(q_out, pto.slice_view(entry, [r0, 0], [n, config.head], name="q_scaled_rows"))
+    pto.tpush("vector", qp.pipe_id, entry, SPLIT)

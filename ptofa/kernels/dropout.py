@@ -47,7 +47,7 @@ from xdsl.ir import SSAValue
 
 from ptofa.api import F32, I32, pto, scalar, tile, tile_type
 from ptofa.ir import dialect as d
-from ptofa.ir.target import HIDDEN_ROWEXPAND_TMP_BYTES
+from ptofa.ir.target import serves_as_rowexpand_tmp
 
 # Odd multipliers and shifts of the mixing rounds (the multipliers of C. Wellons' "lowbias32"
 # integer hash and the golden-ratio constant); entries use the first ELEMENT_ROUNDS of them.
@@ -132,7 +132,7 @@ class DropoutTiles:
 def needs_hidden_tmp(rows: int, cols: int) -> bool:
     """Whether the generator's trowexpandadd takes ptoas's hidden scratch: `bits` ([rows, cols] i32) is
     smaller than the broadcast's 8 KiB."""
-    return rows * cols * 4 < HIDDEN_ROWEXPAND_TMP_BYTES
+    return not serves_as_rowexpand_tmp(rows * cols * 4)
 
 
 def _mix(x: SSAValue, tmp: SSAValue, rounds: int = len(MIX)) -> None:

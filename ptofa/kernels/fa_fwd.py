@@ -62,10 +62,11 @@ from xdsl.ir import SSAValue
 from ptofa.kernels import argspec
 from ptofa.api import F16, F32, I32, KernelModule, parse_ir_type, pto, scalar, tile
 from ptofa.kernels import dropout
-from ptofa.kernels.scoremods import AlibiRows, alibi_bias
+from ptofa.kernels.scoremods import AlibiRows, alibi_bias, apply_finish, apply_forward
 from ptofa.kernels.common import (HALF_NEG, NEG_INIT, SPLIT, alloc, clamp, entry_type, fused, init_pipes, pipelined,
-                                  ring_select, row_offset, snake_rank)
-from ptofa.kernels.mods import RANGE_FIELDS, FinishSite, Site, apply_finish, apply_forward, mod_params
+                                  push_scaled_q, ring_select, row_offset, snake_rank)
+from ptofa.kernels.hostparam import mod_params
+from ptofa.kernels.mods import RANGE_FIELDS, FinishSite, Site
 from ptofa.kernels.window import TileRange
 from ptofa.pipeline import (DTYPE_BYTES, KEY_MASK_TILES, ROWSUM_COLS, UNIT_FIELDS, UNIT_TABLE, FAConfig, buffer_names,
                              chunk_names, cube_buffer_name, cube_buffer_names, tile_plan)
@@ -730,34 +731,6 @@ def _out_bases(s: _VecState) -> tuple[SSAValue, SSAValue]:
     return o_base, pto.add_ptr(o_base, o_per_split, name="part_lse")
 
 
-def _push_scaled_q(c: _Common, tiles: dict[str, SSAValue], scale: SSAValue, row_base: SSAValue,
-                   unit: SSAValue) -> None:
-    """Q' = scale * Q of `unit`, this core's rows, into the next entry of the Q pipe: the cube's
-    left operand of QK, so that compute_p has no per-tile scaling pass (`prescale_q`).
-
-    `prescale_rows` rows at a time through f32, so Q' is the exact product rounded once to
-    the input dtype. The vectors push one unit ahead of the cube's pop, so the cube waits for
-    Q' only at the block's first unit."""
-    cfg = c.config
-    qp, step = cfg.pipes[3], cfg.prescale_rows
-    u = _unit(c, unit)
-    q_view = _q_view(c, u)
-    entry = pto.talloc("vector", qp.pipe_id, entry_type(qp, "vector"), SPLIT, name="q_entry")
-    valid = clamp(scalar.sub(u.q_rows, row_base), 0, cfg.vec_rows)
-    q_in, q_f32, q_out = tiles["q_in"], tiles["q_f32"], tiles["q_out"]
-    with pto.range(0, scalar.ceildiv(valid, step), name="q_step") as i:
-        r0 = scalar.mul(i, step, name="q_step_row")
-        n = scalar.min(scalar.sub(valid, r0), step, name="q_step_rows")
-        for t in (q_in, q_f32, q_out):
-            tile.set_valid(t, n, cfg.head)
-        pto.load(pto.slice_view(q_view, [scalar.add(row_base, r0), 0], [n, cfg.head], name="q_rows"), q_in)
-        tile.cvt(q_in, out=q_f32)
-        tile.muls(q_f32, scale, out=q_f32)
-        tile.cvt(q_f32, out=q_out)
-        pto.store(q_out, pto.slice_view(entry, [r0, 0], [n, cfg.head], name="q_scaled_rows"))
-    pto.tpush("vector", qp.pipe_id, entry, SPLIT)
-
-
 def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
     c = _common(config, args)
     init_pipes(config.pipes, c.slot_bases, "vector", config.slot_num)
@@ -805,12 +778,14 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
     preload = config.qk_preload
     if config.prescale_q:
         with pto.if_(scalar.lt(c.block_idx, c.units)):
-            _push_scaled_q(c, tiles, args["scale"], row_base, c.block_idx)
+            u_q = _unit(c, c.block_idx)
+            push_scaled_q(c.config, tiles, args["scale"], row_base, u_q.q_rows, _q_view(c, u_q))
     with pto.range(c.block_idx, c.units, c.block_num, name="unit") as unit:
         if config.prescale_q:
             following = scalar.add(unit, c.block_num, name="next_unit")
             with pto.if_(scalar.lt(following, c.units)):
-                _push_scaled_q(c, tiles, args["scale"], row_base, following)
+                u_q = _unit(c, following)
+                push_scaled_q(c.config, tiles, args["scale"], row_base, u_q.q_rows, _q_view(c, u_q))
         u = _unit(c, unit)
         s = _VecState(c, u, tiles, rows, args["scale"], consts, ring, row_base)
         s.drop, s.drop_keys = drop, drop_keys

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ptofa.kernels.hostparam import HostParam
 from ptofa.kernels.mods import Mod, Site
 
 _GRAPHS: dict[str, torch.fx.GraphModule] = {}  # a traced mod's key -> its graph (mods hold plain fields)
@@ -71,8 +72,6 @@ class TracedMod(Mod):
 
     def params(self, prefix: str) -> list:
         import ctypes
-
-        from ptofa.kernels.argspec import HostParam
 
         return [HostParam(f"{prefix}c{j}", "uint8_t*", ctypes.c_void_p, f"captured tensor {list(shape)} of a flex "
                                                                            f"mod, padded, f32")

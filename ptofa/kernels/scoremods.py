@@ -39,7 +39,8 @@ import torch
 from xdsl.ir import SSAValue
 
 from ptofa.api import F32, I32, pto, scalar, tile
-from ptofa.kernels.mods import Mod, Site
+from ptofa.kernels.hostparam import SOFTCAP_PARAMS, HostParam
+from ptofa.kernels.mods import FinishSite, Mod, Site
 
 # Largest x = 2 s / softcap the tanh's exp sees (exp(30) = 1.07e13 is finite in f32; tanh(15) is 1 in f32).
 SOFTCAP_CLAMP = 30.0
@@ -60,17 +61,12 @@ def softcap_scores(scores: SSAValue, tmp: SSAValue, softcap: SSAValue, rcp2: SSA
 @dataclass(frozen=True)
 class Softcap(Mod):
     """Softcapping as a `mods.Mod`: the forward kernel's `FAConfig.softcap` switch applies this object
-    (`mods.builtin_mods`); its arguments keep flash-attn's names, softcap and 2 / softcap."""
+    (`builtin_mods`); its arguments keep flash-attn's names, softcap and 2 / softcap."""
 
     name: str = "softcap"
 
     def params(self, prefix: str) -> list:
-        import ctypes
-
-        from ptofa.kernels.argspec import HostParam
-
-        return [HostParam("softcap", "float", ctypes.c_float, "softcap: scores = softcap * tanh(scores / softcap)"),
-                HostParam("softcap_rcp2", "float", ctypes.c_float, "2 / softcap")]
+        return list(SOFTCAP_PARAMS)
 
     def emit_forward(self, site: Site, prefix: str) -> None:
         softcap_scores(site.scores, site.tmp, site.args["softcap"], site.args["softcap_rcp2"])
@@ -153,3 +149,67 @@ def alibi_bias(scores: SSAValue, bias: SSAValue, index_i32: SSAValue, index_f32:
         tile.abs(bias, out=bias)
         tile.muls(bias, slope, out=bias)
         tile.sub(scores, bias, out=scores)
+
+
+# exp(sink - m) is taken at most at e^SINK_CLAMP (finite in f32): a sink that far above every score
+# leaves P / l below e^-80 for each key, so O rounds to 0 in any output dtype either way.
+SINK_CLAMP = 80.0
+
+
+@dataclass(frozen=True)
+class Sinks(Mod):
+    """Attention sinks (gpt-oss): a per-head logit that joins each row's softmax denominator,
+    l += exp(sink[h] - m), so O = sum_j exp(s_j - m) v_j / l and LSE = m + ln(l) include it. The
+    sinks are an f32 [H] argument (`<prefix>sinks`)."""
+
+    name: str = "sinks"
+
+    def tiles(self, config, prefix: str) -> list:
+        from ptofa.pipeline import TileSpec
+
+        return [TileSpec(f"{prefix}sink_row", "vector", "gu", "vec", 1, config.vec_rows, "f32")]
+
+    def params(self, prefix: str) -> list:
+        import ctypes
+
+        return [HostParam(f"{prefix}sinks", "uint8_t*", ctypes.c_void_p, "attention sinks [H], f32")]
+
+    def emit_finish(self, site: FinishSite, prefix: str) -> None:
+        from ptofa.api import F32, tile
+
+        sink = pto.load_scalar(site.args[f"{prefix}sinks"], site.h, name="sink")
+        row = site.tiles[f"{prefix}sink_row"]
+        tile.muls(site.m, scalar.const(-1.0, F32, name="minus_one"), out=row)
+        tile.adds(row, sink, out=row)  # sink - m
+        tile.mins(row, scalar.const(SINK_CLAMP, F32, name="sink_clamp"), out=row)
+        tile.exp(row, out=row)
+        tile.add(site.l, row, out=site.l)
+
+
+# The forward kernel's hooks: where its mods apply.
+
+
+def builtin_mods(config) -> tuple:
+    """The mod objects of the config's built-in switches (their arguments unprefixed, flash-attn's names):
+    softcap (`scoremods.Softcap`). ALiBi, the window and key padding are still switches of their own."""
+    return (Softcap(),) if config.softcap else ()
+
+
+def apply_forward(config, site: Site) -> None:
+    """The hook: the built-in mods, then `config.mods` in order; a mask's IR only on tiles outside the
+    unit's full range."""
+    for mod in builtin_mods(config):
+        mod.emit_forward(site, "")
+    for i, mod in enumerate(config.mods):
+        if mod.mask and site.full is not None:
+            lo, hi = site.full
+            with pto.if_(scalar.or_(scalar.lt(site.t, lo), scalar.ge(site.t, hi))):
+                mod.emit_forward(site, f"mod{i}_")
+        else:
+            mod.emit_forward(site, f"mod{i}_")
+
+
+def apply_finish(config, site: FinishSite) -> None:
+    """The finish hook: each of `config.mods` in order."""
+    for i, mod in enumerate(config.mods):
+        mod.emit_finish(site, f"mod{i}_")
