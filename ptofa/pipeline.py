@@ -15,7 +15,7 @@ import json
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from ptofa.ir.target import (ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES, KIB,  # noqa: F401 (re-exported)
                           SPACE_NAMES)
@@ -118,6 +118,10 @@ class PipeSpec:
         return self.rows // VEC_CORES
 
 
+# FAConfig's fields that None resolves from the others (`FAConfig.__post_init__`).
+AUTO_FIELDS = ("exp_ring", "out_dtype", "cube_s0", "cube_s1", "cube_rowsum", "qk_dtype", "exp_f16")
+
+
 @dataclass(frozen=True)
 class FAConfig:
     """Compile-time knobs of the FlashAttention kernel, validated on creation."""
@@ -201,9 +205,18 @@ class FAConfig:
     # Dropout on P (`kernels/dropout.py`): the keep mask from an in-kernel generator of runtime
     # seed / offset; f32 softmax with the vectors' row sums (the cube's would be of dropped P).
     dropout: bool = False
+    # The automatic fields this config resolved and the values they got. `dataclasses.replace`
+    # carries them over: a field still at its resolved value is automatic again and re-resolved for
+    # the new switches (replace(config, lse=True) gets the LSE form's qk_dtype, cube_rowsum, ...);
+    # one the caller changed is kept. Not compared, not in the JSON.
+    auto: tuple = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mods", tuple(self.mods))  # (a JSON round trip gives a list)
+        for name, resolved in self.auto:
+            if getattr(self, name) == resolved:
+                object.__setattr__(self, name, None)
+        automatic = tuple(name for name in AUTO_FIELDS if getattr(self, name) is None)
         if self.exp_ring is None:
             object.__setattr__(self, "exp_ring", self.qk_preload)
         if self.out_dtype is None:
@@ -217,7 +230,8 @@ class FAConfig:
             object.__setattr__(self, "cube_rowsum", self.softmax_dtype == "f32" and self.d_split == 1
                                and not self.lse and not self.dropout and _fits(self, cube_rowsum=True))
         if self.qk_dtype is None:  # S in the input dtype where its accuracy was measured (no LSE, dropout or mods)
-            object.__setattr__(self, "qk_dtype", "f32" if self.lse or self.dropout or self.mods else self.in_dtype)
+            exact = (self.lse or self.dropout or self.mods) and self.softmax_dtype == "f32"
+            object.__setattr__(self, "qk_dtype", "f32" if exact else self.in_dtype)
         if self.exp_f16 is None:
             object.__setattr__(self, "exp_f16", bool(self.cube_rowsum) and self.in_dtype == "f16"
                                and self.softmax_dtype == "f32")
@@ -232,7 +246,9 @@ class FAConfig:
         # The config as JSON (the custom op's `config` argument), made once here so that a model
         # under torch.compile only reads an attribute: dynamo cannot pass a frozen dataclass to a
         # function it runs at trace time on every torch version (2.11 fails on it).
-        object.__setattr__(self, "json_text", json.dumps(asdict(self), sort_keys=True, default=repr))
+        object.__setattr__(self, "auto", tuple((name, getattr(self, name)) for name in automatic))
+        object.__setattr__(self, "json_text", json.dumps({k: v for k, v in asdict(self).items() if k != "auto"},
+                                                         sort_keys=True, default=repr))
         if self.qk_preload == 4:
             warnings.warn(
                 "qk_preload=4 risks the ptoas --enable-insert-sync event-id deadlock "

@@ -121,8 +121,9 @@ def test_runtime_scale_and_wrong_reference(monkeypatch):
     ],
 )
 def test_fault_injection_reports(fault, tile_s1, expected):
-    # without cube_rowsum, whose PV slots (D + 16 row-sum columns) never equal the QK slots
-    config = dataclasses.replace(_config(128, tile_s1, 2), cube_rowsum=False, exp_f16=False)
+    # without cube_rowsum, whose PV slots (D + 16 row-sum columns) never equal the QK slots, and with
+    # S in f32 as P·V's output is (an f16 QK slot differs from the PV slot in its element type)
+    config = dataclasses.replace(_config(128, tile_s1, 2), cube_rowsum=False, exp_f16=False, qk_dtype="f32")
     result = run_case(config, ProblemShape(1, 1, 128, 4096), backend="sim", options=RunOptions(fault=fault))
     assert result.status in ("deadlock", "error")
     assert expected in result.message

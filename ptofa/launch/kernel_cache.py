@@ -80,7 +80,7 @@ def kernel_key(config: FAConfig) -> str:
         "format": FORMAT_VERSION,
         "ptofa": ptofa.__version__,
         "builder": builder_digest(),
-        "config": dataclasses.asdict(config),
+        "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "auto"},
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
