@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import torch
 from xdsl.ir import SSAValue
 
-from ptofa.api import F32, I32, pto, scalar, tile, tile_type
+from ptofa.api import F32, I32, scalar, tile, tile_type
 from ptofa.ir import dialect as d
 from ptofa.ir.target import serves_as_rowexpand_tmp
 

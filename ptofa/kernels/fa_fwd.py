@@ -482,7 +482,7 @@ class _VecState:
 
 def _mask_bounds(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_tile: SSAValue) -> None:
     """Add -3e38 where the window hides a key from a row of this slice (only if any does)."""
-    cfg, tl, c = s.c.config, s.tiles, s.c
+    cfg, tl = s.c.config, s.tiles
     i0 = scalar.add(scalar.add(s.u.q0, s.row_base), r0, name="slice_q")  # first query row of the slice
     j0 = scalar.mul(t, cfg.tile_s1, name="tile_k")
     diag = scalar.sub(s.u.s1, s.u.s0)
