@@ -91,6 +91,17 @@ def pipelined(tiles: TileRange, preload: int, prologue: Callable[[SSAValue], Non
         epilogue(t)
 
 
+def produce_ahead(steps: TileRange, preload: int, produce: Callable[[SSAValue], None],
+                  consume: Callable[[SSAValue], None]) -> None:
+    """`pipelined` with one producer and one consumer: produce(t) `preload` steps ahead of consume(t)
+    (the backward cube's scores ahead of its gradient matmuls)."""
+    def steady(t: SSAValue) -> None:
+        produce(scalar.add(t, preload, name="ahead"))
+        consume(t)
+
+    pipelined(steps, preload, prologue=produce, steady=steady, epilogue=consume)
+
+
 def fused(tiles: TileRange, preload: int, consume: Callable[[SSAValue], None], produce: Callable[[SSAValue], None]) -> None:
     """The consumer's side of the same schedule in one loop, each stage emitted once:
 

@@ -49,75 +49,18 @@ from xdsl.dialects import builtin
 from xdsl.ir import SSAValue
 
 from ptofa.kernels.argspec import BWD_ENTRY_NAMES
-from ptofa.api import F32, I32, KernelModule, parse_ir_type, pto, scalar, tile, view_type
-from ptofa.kernels.bwd_pipeline import (
-    BwdConfig,
-    chunk_names,
-    dkdv_passes,
-    entry_args,
-    grad_accs,
-    operand_tiles,
-    resident_roles,
-    tile_plan,
-)
+from ptofa.api import F32, I32, KernelModule, parse_ir_type, pto, scalar, tile
+from ptofa.kernels.bwd_pipeline import BwdConfig, chunk_names, dkdv_passes, entry_args, grad_accs, tile_plan
 from ptofa.kernels.bwd_varlen import packed_key, packed_row, sequence_window, stat, stat_view, table_unit, table_units
-from ptofa.kernels.common import SPLIT, alloc, clamp, init_pipes, pipelined, row_offset, snake_rank
+from ptofa.kernels.bwd_tiles import Operands, key_bias, load_chunks, matmul_first_or_acc, pipe_entry, store_chunks
+from ptofa.kernels.common import SPLIT, alloc, clamp, init_pipes, produce_ahead, row_offset, snake_rank
 from ptofa.kernels import dropout
 from ptofa.kernels.scoremods import AlibiRows, alibi_bias, softcap_grad, softcap_scores
 from ptofa.kernels.window import TileRange, Window, keys_seen, mask_tile, queries_seeing
-from ptofa.pipeline import VEC_CORES, PipeSpec
+from ptofa.pipeline import VEC_CORES
 from ptofa.ir.textio import print_pto
 
 NEG = -3.0e38  # additive mask value: finite, exp gives exactly 0
-
-
-def _entry(pipe: PipeSpec, core: str):
-    return view_type([pipe.rows if core == "cube" else pipe.half_rows, pipe.cols], pipe.dtype)
-
-
-class _Operands:
-    """The cube's L0A / L0B operands (`bwd_pipeline.operand_tiles`): `unit` moves the unit-level ones that
-    have a tile of their own into L0 once per work unit; `use` returns a role's tile, first moving the
-    operand in from its L1 tile unless it stayed there for the unit."""
-
-    def __init__(self, config: BwdConfig, kernel: str, tiles: dict[str, SSAValue]) -> None:
-        self.names, self.resident, self.tiles = operand_tiles(config, kernel), resident_roles(config, kernel), tiles
-
-    def unit(self, role: str, mat: SSAValue, rows: SSAValue | int, cols: SSAValue | int) -> None:
-        if role in self.resident:
-            self._move(role, mat, rows, cols)
-
-    def use(self, role: str, mat: SSAValue, rows: SSAValue | int, cols: SSAValue | int) -> SSAValue:
-        if role in self.resident:
-            return self.tiles[self.names[role]]
-        return self._move(role, mat, rows, cols)
-
-    def _move(self, role: str, mat: SSAValue, rows: SSAValue | int, cols: SSAValue | int) -> SSAValue:
-        dst = self.tiles[self.names[role]]
-        tile.set_valid(dst, rows, cols)
-        tile.mov(mat, dst)
-        return dst
-
-
-def _load_chunks(tl: dict[str, SSAValue], names: list[str], view: SSAValue, rows: SSAValue, dc: int,
-                 ops: _Operands | None = None, roles: list[str] | None = None) -> None:
-    """Columns [j dc, (j + 1) dc) of `view`'s first `rows` rows -> L1 tile names[j] (and, unit-level, to L0)."""
-    for j, name in enumerate(names):
-        tile.set_valid(tl[name], rows, dc)
-        pto.load(pto.slice_view(view, [0, j * dc], [rows, dc], name=f"{name}_part"), tl[name])
-        if ops is not None:
-            ops.unit(roles[j], tl[name], rows, dc)
-
-
-def _store_chunks(tl: dict[str, SSAValue], names: list[str], view: SSAValue, rows: SSAValue, dc: int,
-                  atomic: str | None = None) -> None:
-    """L0C tiles names[j] -> columns [j dc, (j + 1) dc) of `view`'s first `rows` rows."""
-    for j, name in enumerate(names):
-        part = pto.slice_view(view, [0, j * dc], [rows, dc], name=f"{name}_part")
-        if atomic:
-            pto.store(tl[name], part, atomic=atomic)
-        else:
-            pto.store(tl[name], part)
 
 
 @dataclass
@@ -223,30 +166,6 @@ def _drop_dp(v: _Vec, b: SSAValue, h: SSAValue, i0: SSAValue, j0: SSAValue, cols
         tile.mul(tl["dp_tile"], keep, out=tl["dp_tile"])
 
 
-def _key_bias(c: _Common, tl: dict[str, SSAValue], consts: dict[str, SSAValue], b: SSAValue, key0: SSAValue,
-              n: SSAValue) -> None:
-    """kpm_f32 = the key mask of keys [key0, key0 + n) of batch b as an additive bias: 0 for a key
-    that takes part, -3e38 for a padding key (the forward kernel's bias, so P is exactly 0 there)."""
-    for name in ("kpm_i8", "kpm_f16", "kpm_f32"):
-        tile.set_valid(tl[name], 1, n)
-    off = scalar.add(scalar.mul(b, scalar.index_cast(c.args["key_mask_stride"])), key0)
-    view = pto.as_tensor(pto.add_ptr(c.args["key_mask"], off), [1, n], [n, 1], name="kpm_view")
-    pto.load(pto.slice_view(view, [0, 0], [1, n], name="kpm_part"), tl["kpm_i8"])
-    tile.cvt(tl["kpm_i8"], out=tl["kpm_f16"])
-    tile.cvt(tl["kpm_f16"], out=tl["kpm_f32"])
-    tile.muls(tl["kpm_f32"], consts["pos"], out=tl["kpm_f32"])  # 1 -> 3e38, 0 -> 0
-    tile.adds(tl["kpm_f32"], consts["neg"], out=tl["kpm_f32"])  # -> 0 / -3e38
-
-
-def _schedule(steps: TileRange, preload: int, produce, consume) -> None:
-    """The cube's software pipeline: scores `preload` steps ahead of the gradient matmuls."""
-    def steady(t: SSAValue) -> None:
-        produce(scalar.add(t, preload, name="ahead"))
-        consume(t)
-
-    pipelined(steps, preload, prologue=produce, steady=steady, epilogue=consume)
-
-
 # ======================================================================================
 # dq kernel
 # ======================================================================================
@@ -304,7 +223,7 @@ def _dq_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     sdp, pds = config.pipes("dq")
     init_pipes((sdp, pds), c.bases, "cube", config.slot_num)
     tl = {spec.name: alloc(spec) for spec in tile_plan(config, "dq") if spec.core == "cube"}
-    ops = _Operands(config, "dq", tl)
+    ops = Operands(config, "dq", tl)
     d, dc, bkv = config.head, config.d_chunk, config.dq_block_kv
     with pto.range(c.block_idx, _dq_units(c), c.block_num, name="unit") as unit:
         u = _q_unit(c, unit)
@@ -312,7 +231,7 @@ def _dq_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
         kv_off = row_offset(packed_key(c, u), u.g, c.kv_heads, d)
         for name in ("q", "do"):
             view = pto.as_tensor(pto.add_ptr(args[name], q_off), [u.q_rows, d], [c.q_stride, 1], name=f"{name}_view")
-            _load_chunks(tl, chunk_names(config, f"{name}_mat"), view, u.q_rows, dc, ops, chunk_names(config, name))
+            load_chunks(tl, chunk_names(config, f"{name}_mat"), view, u.q_rows, dc, ops, chunk_names(config, name))
         kt = pto.as_tensor(pto.add_ptr(args["k"], kv_off), [d, u.s1], [1, c.kv_stride], layout="dn", name="kT_view")
         vt = pto.as_tensor(pto.add_ptr(args["v"], kv_off), [d, u.s1], [1, c.kv_stride], layout="dn", name="vT_view")
         k_view = pto.as_tensor(pto.add_ptr(args["k"], kv_off), [u.s1, d], [c.kv_stride, 1], name="k_view")
@@ -322,7 +241,7 @@ def _dq_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
 
         def produce(t: SSAValue) -> None:
             n, j0 = keys(t), scalar.mul(t, bkv, name="j0")
-            entry = pto.talloc("cube", sdp.pipe_id, _entry(sdp, "cube"), SPLIT, name="sdp_entry")
+            entry = pto.talloc("cube", sdp.pipe_id, pipe_entry(sdp, "cube"), SPLIT, name="sdp_entry")
             for left, view, mat, right, acc, col in (("q", kt, "kt_mat", "kt", "s_acc", 0),
                                                      ("do", vt, "vt_mat", "vt", "dp_acc", bkv)):
                 tile.set_valid(tl[acc], u.q_rows, n)
@@ -338,7 +257,7 @@ def _dq_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
 
         def consume(t: SSAValue) -> None:
             n = keys(t)
-            entry = pto.tpop("cube", pds.pipe_id, _entry(pds, "cube"), SPLIT, name="pds_entry")
+            entry = pto.tpop("cube", pds.pipe_id, pipe_entry(pds, "cube"), SPLIT, name="pds_entry")
             tile.set_valid(tl["ds_mat"], u.q_rows, n)
             pto.load(pto.slice_view(entry, [0, 0], [u.q_rows, n], name="ds_band"), tl["ds_mat"])
             ds = ops.use("ds", tl["ds_mat"], u.q_rows, n)
@@ -348,21 +267,13 @@ def _dq_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
                 pto.load(pto.slice_view(k_view, [scalar.mul(t, bkv), j * dc], [n, dc], name="k_part"), tl[m])
                 rt = ops.use(r, tl[m], n, dc)
                 tile.set_valid(tl[acc], u.q_rows, dc)
-                _matmul_first_or_acc(t, u.tiles.lo, ds, rt, tl[acc])
+                matmul_first_or_acc(t, u.tiles.lo, ds, rt, tl[acc])
             pto.tfree("cube", pds.pipe_id, entry, SPLIT)
 
-        _schedule(u.tiles, config.preload, produce, consume)
+        produce_ahead(u.tiles, config.preload, produce, consume)
         with pto.if_(scalar.gt(u.tiles.hi, u.tiles.lo)):
             dq_view = pto.as_tensor(pto.add_ptr(args["dq"], q_off), [u.q_rows, d], [c.q_stride, 1], name="dq_view")
-            _store_chunks(tl, chunk_names(config, "dq_acc"), dq_view, u.q_rows, dc)
-
-
-def _matmul_first_or_acc(step: SSAValue, first: SSAValue, a: SSAValue, b: SSAValue, acc: SSAValue) -> None:
-    """acc = a b on a unit's first step, acc += a b after it (L0C accumulators are not zero-filled)."""
-    with pto.if_(scalar.eq(step, first)):
-        tile.matmul(a, b, out=acc)
-    with pto.if_(scalar.ne(step, first)):
-        tile.matmul(a, b, out=acc, accumulate=True)
+            store_chunks(tl, chunk_names(config, "dq_acc"), dq_view, u.q_rows, dc)
 
 
 def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
@@ -397,8 +308,8 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
         tile.adds(tl["stat_row"], consts["zero"], out=tl["lse_all"])
         with pto.range(u.tiles.lo, u.tiles.hi, name="t") as t:
             cols = scalar.min(scalar.sub(u.s1, scalar.mul(t, bkv)), bkv, name="keys")
-            entry = pto.tpop("vector", sdp.pipe_id, _entry(sdp, "vector"), SPLIT, name="sdp_entry")
-            out = pto.talloc("vector", pds.pipe_id, _entry(pds, "vector"), SPLIT, name="pds_entry")
+            entry = pto.tpop("vector", sdp.pipe_id, pipe_entry(sdp, "vector"), SPLIT, name="sdp_entry")
+            out = pto.talloc("vector", pds.pipe_id, pipe_entry(pds, "vector"), SPLIT, name="pds_entry")
             _load_scores(v, entry, cols, bkv)
             if config.dropout:  # (before the softcap's dP - D)
                 _drop_dp(v, u.b, u.h, row0, scalar.mul(t, bkv), cols, transposed=False)
@@ -414,7 +325,7 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
                 mask_tile(u.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], row0, scalar.mul(t, bkv), vr, cols,
                           transposed=False)
             if config.key_padding:
-                _key_bias(c, tl, consts, u.b, scalar.mul(t, bkv), cols)
+                key_bias(c.args, tl, consts, u.b, scalar.mul(t, bkv), cols)
                 tile.col_expand_add(tl["s_tile"], tl["kpm_f32"], out=tl["s_tile"])
             tile.row_expand_expdif(tl["s_tile"], lse_col, out=tl["s_tile"], tmp=tl["exp_tmp"])  # P = exp(scale S - LSE)
             if not config.softcap:
@@ -513,14 +424,14 @@ def _dkdv_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     sdp, pds, *_ = config.pipes("dkdv")
     init_pipes(config.pipes("dkdv"), c.bases, "cube", config.slot_num)
     tl = {spec.name: alloc(spec) for spec in tile_plan(config, "dkdv") if spec.core == "cube"}
-    ops = _Operands(config, "dkdv", tl)
+    ops = Operands(config, "dkdv", tl)
     d, dc, bq = config.head, config.d_chunk, config.block_q
     with pto.range(c.block_idx, _kv_units(c), c.block_num, name="unit") as unit:
         u = _kv_unit(c, unit)
         kv_off = row_offset(packed_key(c, u, u.k0), u.g, c.kv_heads, d)
         for name in ("k", "v"):
             view = pto.as_tensor(pto.add_ptr(args[name], kv_off), [u.k_rows, d], [c.kv_stride, 1], name=f"{name}_view")
-            _load_chunks(tl, chunk_names(config, f"{name}_mat"), view, u.k_rows, dc, ops, chunk_names(config, name))
+            load_chunks(tl, chunk_names(config, f"{name}_mat"), view, u.k_rows, dc, ops, chunk_names(config, name))
         keys = _key_pieces(c, u, tl, kv_off) if config.atomic_dq else []
 
         def head_views(h: SSAValue, transposed: bool) -> dict[str, SSAValue]:
@@ -535,7 +446,7 @@ def _dkdv_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             def produce(s: SSAValue) -> None:
                 h, q0, n = _step(c, u, s)
                 views = head_views(h, transposed=True)
-                entry = pto.talloc("cube", sdp.pipe_id, _entry(sdp, "cube"), SPLIT, name="sdp_entry")
+                entry = pto.talloc("cube", sdp.pipe_id, pipe_entry(sdp, "cube"), SPLIT, name="sdp_entry")
                 stages = (("k", "q", "qt_mat", "qt", "st_acc", 0), ("v", "do", "dot_mat", "dot", "dpt_acc", bq))
                 for left, src, mat, right, acc, col in stages[:2 if with_dp else 1]:
                     tile.set_valid(tl[acc], u.k_rows, n)
@@ -554,7 +465,7 @@ def _dkdv_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             def consume(s: SSAValue) -> None:
                 h, q0, n = _step(c, u, s)
                 views = head_views(h, transposed=False)
-                entry = pto.tpop("cube", pds.pipe_id, _entry(pds, "cube"), SPLIT, name="pds_entry")
+                entry = pto.tpop("cube", pds.pipe_id, pipe_entry(pds, "cube"), SPLIT, name="pds_entry")
                 stages = {"dv": ("pt_mat", "pt", 0, "do"), "dk": ("dst_mat", "dst", bq, "q")}
                 for grad in grads:
                     mat, left, col, src = stages[grad]
@@ -567,7 +478,7 @@ def _dkdv_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
                         pto.load(pto.slice_view(views[src], [q0, j * dc], [n, dc], name="g_part"), tl[m])
                         rt = ops.use(r, tl[m], n, dc)
                         tile.set_valid(tl[a], u.k_rows, dc)
-                        _matmul_first_or_acc(s, u.steps.lo, lt, rt, tl[a])
+                        matmul_first_or_acc(s, u.steps.lo, lt, rt, tl[a])
                 pto.tfree("cube", pds.pipe_id, entry, SPLIT)
                 if config.atomic_dq and "dk" in grads:
                     _dq_atomic(c, u, tl, ops, keys, h, q0, n)
@@ -575,13 +486,13 @@ def _dkdv_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
 
         accs = grad_accs(config)
         for grads in dkdv_passes(config):
-            _schedule(u.steps, config.preload, producer("dk" in grads), consumer(grads))
+            produce_ahead(u.steps, config.preload, producer("dk" in grads), consumer(grads))
             with pto.if_(scalar.gt(u.steps.hi, 0)):
                 for name in ("dk", "dv"):
                     if name in grads:
                         view = pto.as_tensor(pto.add_ptr(args[name], kv_off), [u.k_rows, d], [c.kv_stride, 1],
                                              name=f"{name}_view")
-                        _store_chunks(tl, accs[name], view, u.k_rows, dc)
+                        store_chunks(tl, accs[name], view, u.k_rows, dc)
 
 
 def _key_pieces(c: _Common, u: _KvUnit, tl: dict[str, SSAValue], kv_off: SSAValue) -> list[SSAValue]:
@@ -601,14 +512,14 @@ def _key_pieces(c: _Common, u: _KvUnit, tl: dict[str, SSAValue], kv_off: SSAValu
     return counts
 
 
-def _dq_atomic(c: _Common, u: _KvUnit, tl: dict[str, SSAValue], ops: _Operands, keys: list[SSAValue], h: SSAValue,
+def _dq_atomic(c: _Common, u: _KvUnit, tl: dict[str, SSAValue], ops: Operands, keys: list[SSAValue], h: SSAValue,
                q0: SSAValue, n: SSAValue) -> None:
     """dQ[q0:q0+n] += dS K_unit, atomically: dS arrives as the two vector cores' pieces
     [n, keys of core i] (stacked in the dsq slot); piece i meets kp{i}_mat (per D chunk). The dS^T
     mat / left tiles and the Q right tiles are free again after dK's matmuls."""
     cfg, d, dc = c.config, c.config.head, c.config.d_chunk
     dsq = cfg.pipes("dkdv")[2]
-    entry = pto.tpop("cube", dsq.pipe_id, _entry(dsq, "cube"), SPLIT, name="dsq_entry")
+    entry = pto.tpop("cube", dsq.pipe_id, pipe_entry(dsq, "cube"), SPLIT, name="dsq_entry")
     accs = chunk_names(cfg, "dqp_acc")
     for name in accs:
         tile.set_valid(tl[name], n, dc)
@@ -623,7 +534,7 @@ def _dq_atomic(c: _Common, u: _KvUnit, tl: dict[str, SSAValue], ops: _Operands, 
     pto.tfree("cube", dsq.pipe_id, entry, SPLIT)
     off = row_offset(packed_row(c, u, q0), h, c.heads, d)
     view = pto.as_tensor(pto.add_ptr(c.args["dq_acc"], off), [n, d], [c.q_stride, 1], name="dq_acc_view")
-    _store_chunks(tl, accs, view, n, dc, atomic="add")
+    store_chunks(tl, accs, view, n, dc, atomic="add")
 
 
 def _dkdv_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
@@ -654,8 +565,8 @@ def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: t
     vr, bq = config.vec_rows("dkdv"), config.block_q
     with pto.range(u.steps.lo, u.steps.hi, name="s") as s:
         h, q0, n = _step(c, u, s)
-        entry = pto.tpop("vector", sdp.pipe_id, _entry(sdp, "vector"), SPLIT, name="sdp_entry")
-        out = pto.talloc("vector", pds.pipe_id, _entry(pds, "vector"), SPLIT, name="pds_entry")
+        entry = pto.tpop("vector", sdp.pipe_id, pipe_entry(sdp, "vector"), SPLIT, name="sdp_entry")
+        out = pto.talloc("vector", pds.pipe_id, pipe_entry(pds, "vector"), SPLIT, name="pds_entry")
         _load_scores(v, entry, n, bq, with_dp="dk" in grads)
         if config.dropout:  # rows are keys k0 + row_base + r, columns queries q0 + c (before the softcap's dP - D)
             _drop_dp(v, u.b, h, q0, scalar.add(u.k0, v.row_base), n, transposed=True, with_dp="dk" in grads)
@@ -730,7 +641,7 @@ def _unit_key_bias(v: _Vec, u: _KvUnit) -> None:
     c, tl, vr = v.c, v.tiles, v.c.config.vec_rows("dkdv")
     keys = clamp(scalar.sub(u.k_rows, v.row_base), 0, vr)
     with pto.if_(scalar.gt(keys, 0)):
-        _key_bias(c, tl, v.consts, u.b, scalar.add(u.k0, v.row_base), keys)
+        key_bias(c.args, tl, v.consts, u.b, scalar.add(u.k0, v.row_base), keys)
         tile.set_valid(tl["kpm_f32"], 1, vr)
         tile.adds(tl["kpm_f32"], v.consts["zero"], out=tl["kbias_row"])
 
@@ -738,7 +649,7 @@ def _unit_key_bias(v: _Vec, u: _KvUnit) -> None:
 def _push_ds_piece(v: _Vec, n: SSAValue) -> None:
     """This core's dS^T rows (out_half, input dtype) transposed to its dS piece [n, keys] -> dsq slot."""
     tl, vr, dsq = v.tiles, v.c.config.vec_rows("dkdv"), v.c.config.pipes("dkdv")[2]
-    entry = pto.talloc("vector", dsq.pipe_id, _entry(dsq, "vector"), SPLIT, name="dsq_entry")
+    entry = pto.talloc("vector", dsq.pipe_id, pipe_entry(dsq, "vector"), SPLIT, name="dsq_entry")
     tile.set_valid(tl["ds_piece"], n, vr)
     tile.trans(tl["out_half"], tl["ds_piece"], tmp=tl["trans_tmp"])
     pto.store(tl["ds_piece"], pto.slice_view(entry, [0, 0], [n, vr], name="ds_rows"))
