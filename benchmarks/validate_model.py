@@ -88,10 +88,12 @@ SRC_JIT = "pto-isa demos/torch_jit/flash/README.md"
 
 # How a source timed its kernel, and what the prediction is compared as.
 TIMINGS = {
-    # Repeated calls after a warm-up, averaged: the JIT demo (50 warm-up and 200 measured iterations,
-    # its README), the manual kernel's multi-core comparison (its README's host benchmark against
-    # torch_npu), pto-dsl's `do_bench` (device events around each call; huawei-csl/pto-dsl
-    # `ptodsl/utils/bench.py` @ 710a552b7901079f1fe9309567f67fcd10d678c3). Compared as the kernel's time.
+    # Calls after warm-up calls, averaged: the JIT demo (50 warm-up and 200 measured iterations, its
+    # README), pto-dsl's 140tflops run.py (`ptodsl.bench.do_bench`: device events around each call,
+    # the L2 overwritten before each one; huawei-csl/pto-dsl `ptodsl/bench.py` @
+    # 27a7f87ed20d88569f9ad59ed158d91762d77b43); and the manual kernel's multi-core comparison, a
+    # kernel time published beside torch_npu's whose method its README does not give. Compared as the
+    # kernel's time.
     "warm": "the kernel's time",
     # Each call timed on the host from its launch to a torch.npu.synchronize(): pto-isa's DSL port
     # (`kernels/python/flash_atten/run.py` `_sync_bench` @ 28fac0e135ea187f8932d80d9894a402cc444211;
@@ -105,7 +107,7 @@ TIMINGS = {
     # `kernels/manual/common/flash_atten/main.cpp` @ 3924948d1cbc75e9f09c238dae2b9ae049990239). The
     # first launch's cold costs (instruction fetch, fresh allocations' first touch) have no public
     # figure: compared as the kernel's time.
-    "cold": "the kernel's time (cold costs unknown)",
+    "cold": "the kernel's time; its cold costs have no public figure",
 }
 
 
