@@ -180,6 +180,13 @@ class SocSpec:
         """The chip's L2 bandwidth, reads and writes together: every AI core's share."""
         return self.l2_shared_bytes * self.cube_cores * self.clock_hz
 
+    def host_synchronised_us(self, kernel_us: float) -> float:
+        """What a host clock reads around one call that launches the kernel and then synchronises:
+        the host's enqueue (`host_launch_us`), which the device waits for when nothing is queued
+        ahead of the launch, then the kernel. The synchronize's own return to the host has no public
+        figure and is not added, so this is a lower bound of such a reading."""
+        return self.host_launch_us + kernel_us
+
     def cycles_to_us(self, cycles: float) -> float:
         return cycles / self.clock_mhz
 
