@@ -88,10 +88,11 @@ def rows(s: int, heads: int, d: int) -> list[tuple[str, str, FAConfig, ProblemSh
          {**tensors, "alibi_slopes": slopes}, dict(alibi=slopes)),
     ]
     for what, how, kwargs in (
-            ("sinks", "sinks= (Sinks mod)", dict(sinks=torch.zeros(heads))),
+            ("sinks", "sinks= (Sinks mod, no LSE)", dict(sinks=torch.zeros(heads))),
             ("causal as a mask_mod", "mask_mod (traced, tile ranges)", dict(mask_mod=lambda b, h, qi, kv: qi >= kv)),
             ("document mask, 4 documents", "mask_mod (traced, tile ranges)", dict(mask_mod=document_mask(s, 4))),
-            ("relative-position bias", "score_mod (traced)", dict(score_mod=lambda sc, b, h, qi, kv: sc + (qi - kv) * 0.01)),
+            ("relative-position bias", "score_mod (traced)",
+             dict(score_mod=lambda sc, b, h, qi, kv: sc + (qi - kv) * 0.01)),
             ("head bias (captured [H])", "score_mod (traced)", dict(score_mod=lambda sc, b, h, qi, kv: sc + bias[h])),
             ("softcap 30 by tanh", "score_mod (traced)",
              dict(score_mod=lambda sc, b, h, qi, kv: torch.tanh(sc / 30.0) * 30.0))):
@@ -104,7 +105,8 @@ def rows(s: int, heads: int, d: int) -> list[tuple[str, str, FAConfig, ProblemSh
 
 
 def form(config: FAConfig) -> str:
-    return f"{config.tile_s1}/{config.qk_preload}, QK {config.qk_dtype}" + ("" if config.prescale_q else ", no prescale")
+    prescale = "" if config.prescale_q else ", no prescale"
+    return f"{config.tile_s1}/{config.qk_preload}, QK {config.qk_dtype}{prescale}"
 
 
 def main() -> None:

@@ -229,8 +229,8 @@ class FAConfig:
         if self.cube_rowsum is None:
             object.__setattr__(self, "cube_rowsum", self.softmax_dtype == "f32" and self.d_split == 1
                                and not self.lse and not self.dropout and _fits(self, cube_rowsum=True))
-        if self.qk_dtype is None:  # S in the input dtype where its accuracy was measured (no LSE, dropout or mods)
-            exact = (self.lse or self.dropout or self.mods) and self.softmax_dtype == "f32"
+        if self.qk_dtype is None:  # S in the input dtype where its accuracy was measured (no LSE, dropout, score mods)
+            exact = (self.lse or self.dropout or any(m.scores for m in self.mods)) and self.softmax_dtype == "f32"
             object.__setattr__(self, "qk_dtype", "f32" if exact else self.in_dtype)
         if self.exp_f16 is None:
             object.__setattr__(self, "exp_f16", bool(self.cube_rowsum) and self.in_dtype == "f16"

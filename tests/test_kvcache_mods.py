@@ -64,8 +64,8 @@ def _attend(q, k, v, scale, window, softcap, slopes, score_mod, mask_mod, sinks,
 
 def run(dtype, *, paged=False, heads=4, kv_heads=2, s0=1, new=0, rotary=False, causal=False, window=(-1, -1),
         softcap=0.0, alibi=False, leftpad=False, batch_idx=False, score_mod=None, mask_mod=None, sinks=None,
-        num_splits=0, seed=0, capacity=400):
-    """One call and its check; returns (out, lse, reference fp32 out) for further asserts."""
+        num_splits=0, seed=0, capacity=400, lse=True):
+    """One call and its check; returns (out, lse or None, reference fp32 out) for further asserts."""
     gen = torch.Generator().manual_seed(seed)
     batch = 2
     q = _rand(gen, dtype, batch, s0, heads, HEAD)
@@ -91,12 +91,13 @@ def run(dtype, *, paged=False, heads=4, kv_heads=2, s0=1, new=0, rotary=False, c
     pads = torch.tensor([7, 30]) if leftpad else None
     slopes = torch.rand(batch, heads, generator=gen) * 0.3 if alibi else None
     scale = 1 / math.sqrt(HEAD)
-    out, lse = ptofa.flash_attn_with_kvcache(
+    result = ptofa.flash_attn_with_kvcache(
         q, k_cache, v_cache, k_new, v_new, rotary_cos=cos, rotary_sin=sin, cache_seqlens=lens.to(torch.int32),
         cache_batch_idx=rows.to(torch.int32) if batch_idx else None,
         cache_leftpad=None if pads is None else pads.to(torch.int32), block_table=block_table, causal=causal,
-        window_size=window, softcap=softcap, alibi_slopes=slopes, num_splits=num_splits, return_softmax_lse=True,
+        window_size=window, softcap=softcap, alibi_slopes=slopes, num_splits=num_splits, return_softmax_lse=lse,
         score_mod=score_mod, mask_mod=mask_mod, sinks=sinks, backend="sim")
+    out, lse = result if lse else (result, None)
     # the caches after the call hold the (rotated) new keys; q rotated as flash-attn does (tests/test_kvcache_grid.py)
     local = causal or tuple(window) != (-1, -1)
     q_ro = _rotate(q, cos, sin, _positions(lens, s0, local), True) if rotary else q
@@ -114,6 +115,8 @@ def run(dtype, *, paged=False, heads=4, kv_heads=2, s0=1, new=0, rotary=False, c
     ref32, ref_low, lse32 = torch.stack(ref32), torch.stack(ref_low), torch.stack(lse32)
     acc = check_accuracy(out.float(), ref32, ref_low)
     assert acc.passed, acc.summary()
+    if lse is None:
+        return out, None, ref32
     finite = torch.isfinite(lse32)
     # LSE within the input dtype's epsilon: P is rounded to it before its row sums (tests/test_flex.py)
     assert (lse[finite] - lse32[finite]).abs().max() <= torch.finfo(dtype).eps
@@ -135,6 +138,12 @@ def test_sinks_contiguous_append_rotary_causal_gqa_softcap(dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_sinks_paged_local_window_alibi_mqa(dtype):
     run(dtype, paged=True, kv_heads=1, s0=2, new=1, window=(24, 3), alibi=True, sinks=SINKS, seed=1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sinks_without_lse_scores_in_the_input_dtype(dtype):
+    """Without LSE the sinks keep the plain kernel's QK slot in the input dtype (`Sinks.scores` is False)."""
+    run(dtype, s0=2, new=1, causal=True, sinks=SINKS, lse=False, seed=8)
 
 
 def test_sinks_leftpad_batch_idx_decode_gqa():
@@ -208,9 +217,12 @@ def test_bad_sinks_shape_and_backward():
         out.float().sum().backward()
 
 
-def test_config_rule_mods_not_with_gqa_packing():
+def test_config_rules_of_the_sinks():
     from ptofa.kernels.scoremods import Sinks
     from ptofa.pipeline import ConfigError, FAConfig
 
     with pytest.raises(ConfigError, match="gqa_pack=True"):
         FAConfig(head=64, varlen=True, gqa_pack=True, lse=True, mods=(Sinks(),))
+    # the sinks change no score: S stays in the input dtype as in the plain kernel (not with LSE)
+    assert FAConfig(head=64, varlen=True, mods=(Sinks(),)).qk_dtype == "f16"
+    assert FAConfig(head=64, varlen=True, lse=True, mods=(Sinks(),)).qk_dtype == "f32"

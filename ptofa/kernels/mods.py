@@ -75,6 +75,7 @@ class Mod:
     name: str = "mod"
     mask: bool = False  # a mask: its IR is skipped on tiles the block ranges call full
     tci_ops: int = 0  # `tci` ops per row slice (each has a hidden ptoas scratch the UB budget counts)
+    scores: bool = True  # it changes or masks scores (False: S may stay in the input dtype, `FAConfig.qk_dtype`)
 
     def tiles(self, config, prefix: str) -> list:
         return []

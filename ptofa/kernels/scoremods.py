@@ -164,6 +164,7 @@ class Sinks(Mod):
     takes the sink (its partial LSE carries it into the reduce's weights), so it counts once."""
 
     name: str = "sinks"
+    scores = False  # (a class attribute: the scores are the plain kernel's, S may be rounded as there)
 
     def tiles(self, config, prefix: str) -> list:
         from ptofa.pipeline import TileSpec
