@@ -226,3 +226,22 @@ def test_config_rules_of_the_sinks():
     # the sinks change no score: S stays in the input dtype as in the plain kernel (not with LSE)
     assert FAConfig(head=64, varlen=True, mods=(Sinks(),)).qk_dtype == "f16"
     assert FAConfig(head=64, varlen=True, lse=True, mods=(Sinks(),)).qk_dtype == "f32"
+
+
+def test_num_splits_zero_splits_with_mods(monkeypatch):
+    """num_splits=0 with sinks and a score_mod: the split planner (pricing the kernel without its mods) splits
+    the 4 long units over the cores, and split 0 of each takes the sink."""
+    from ptofa.launch import splitkv
+
+    chosen = []
+    plan_varlen = splitkv.plan_varlen
+
+    def spy(*args, **kwargs):
+        split = plan_varlen(*args, **kwargs)
+        chosen.append(split.num_splits)
+        return split
+
+    monkeypatch.setattr(splitkv, "plan_varlen", spy)
+    run(torch.float16, heads=2, kv_heads=1, capacity=2000, causal=True, sinks=SINKS[:2], seed=9,
+        score_mod=lambda s, b, h, qi, kv: s + (kv - qi) * 0.001)
+    assert chosen and chosen[0] > 1

@@ -434,8 +434,8 @@ def flash_attn_with_kvcache(
                  with causal / window_size. They turn GQA packing off.
     sinks:       (keyword) gpt-oss's attention sinks, a float [heads] logit per q head that joins each row's
                  softmax denominator (and softmax_lse; a row that sees no key gives 0 and the sink).
-                 With any of the three, num_splits=0 runs unsplit (the split planner's probes take no mod
-                 arguments; num_splits > 1 splits) and GQA packing is off.
+                 With any of the three GQA packing is off, and num_splits=0 prices the kernel without
+                 them (`splitkv.split_costs`).
 
     Returns out [B, S0, heads, D] (and softmax_lse). No backward (as flash-attn): a backward through
     out raises NotImplementedError."""
@@ -498,7 +498,6 @@ def flash_attn_with_kvcache(
             raise NotImplementedError(f"pack_gqa: not with {modded} (a packed unit's rows are different heads at one "
                                       f"position); pass pack_gqa=None or False")
         mods, traced = call_mods(score_mod, mask_mod, sinks, heads)
-        num_splits = 1 if num_splits == 0 else num_splits  # (the split planner's probes take no mod arguments)
     pack = _pack_gqa(pack_gqa, s0, heads, int(k_cache.shape[2]), window) and alibi is None and not mods
     if k is not None:
         cache.append(lens, k.detach(), v.detach())
