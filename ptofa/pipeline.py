@@ -229,8 +229,8 @@ class FAConfig:
         if self.cube_rowsum is None:
             object.__setattr__(self, "cube_rowsum", self.softmax_dtype == "f32" and self.d_split == 1
                                and not self.lse and not self.dropout and _fits(self, cube_rowsum=True))
-        if self.qk_dtype is None:  # S in the input dtype where its accuracy was measured (no LSE, dropout or mods)
-            exact = (self.lse or self.dropout or self.mods) and self.softmax_dtype == "f32"
+        if self.qk_dtype is None:  # S in the input dtype where its accuracy was measured (no LSE, dropout, score mods)
+            exact = (self.lse or self.dropout or any(m.scores for m in self.mods)) and self.softmax_dtype == "f32"
             object.__setattr__(self, "qk_dtype", "f32" if exact else self.in_dtype)
         if self.exp_f16 is None:
             object.__setattr__(self, "exp_f16", bool(self.cube_rowsum) and self.in_dtype == "f16"
@@ -461,10 +461,13 @@ def _check_config(c: FAConfig) -> None:
     if (c.softcap or c.alibi) and c.softmax_dtype != "f32":
         fail("score modification", f"softcap={c.softcap}, alibi={c.alibi} are computed on f32 scores: they need "
                                    f"softmax_dtype='f32', got {c.softmax_dtype!r}")
-    if (c.mods or c.block_ranges) and (c.softmax_dtype != "f32" or c.varlen or c.masked):
-        fail("modification objects", f"mods / block_ranges are built for an f32 softmax over uniform batches without a "
-                                     f"window (the mods mask), got softmax_dtype={c.softmax_dtype!r}, "
-                                     f"varlen={c.varlen}, masked={c.masked}")
+    if c.mods and (c.softmax_dtype != "f32" or c.gqa_pack):  # (a packed unit's rows: heads at one position)
+        fail("modification objects", f"mods need softmax_dtype='f32' and gqa_pack=False, got "
+                                     f"softmax_dtype={c.softmax_dtype!r}, gqa_pack={c.gqa_pack}")
+    if c.block_ranges and (c.softmax_dtype != "f32" or c.varlen or c.masked):
+        fail("block ranges", f"block_ranges=True is built for an f32 softmax over uniform batches without a window "
+                             f"(the mods mask; the table is in the uniform unit order), got "
+                             f"softmax_dtype={c.softmax_dtype!r}, varlen={c.varlen}, masked={c.masked}")
     if c.dropout and (c.softmax_dtype != "f32" or c.cube_rowsum or c.split_kv):
         fail("dropout", f"dropout=True drops P after its row sums on f32 scores: it needs softmax_dtype='f32', "
                         f"cube_rowsum=False and split_kv=False, got softmax_dtype={c.softmax_dtype!r}, "

@@ -120,6 +120,43 @@ def flex_config(head: int, in_dtype: str, s1: int, mods: tuple, block_ranges: bo
     raise first
 
 
+def call_mods(score_mod, mask_mod, sinks, heads: int) -> tuple[tuple, list]:
+    """The mods of a call in the order they apply (the traced score_mod, the traced mask_mod, `Sinks` for
+    `sinks`) and the traced ones with the tensors they capture; ValueError for sinks that are not [heads]."""
+    traced = [trace_mod(fn, mask) for fn, mask in ((score_mod, False), (mask_mod, True)) if fn is not None]
+    mods = tuple(m for m, _ in traced)
+    if sinks is not None:
+        if not isinstance(sinks, torch.Tensor) or tuple(sinks.shape) != (heads,) or not sinks.dtype.is_floating_point:
+            raise ValueError(f"sinks: must be a float tensor of shape [{heads}] (one logit per query head), got "
+                             f"{getattr(sinks, 'shape', type(sinks).__name__)}")
+        mods += (Sinks(),)
+    return mods, traced
+
+
+def mod_arguments(config: FAConfig, traced: list, sinks) -> dict[str, torch.Tensor]:
+    """The kernel arguments of `call_mods`' mods by name: the captured tensors, the sinks in f32."""
+    tensors = {}
+    for i, (mod, captured) in enumerate(traced):
+        tensors.update(captured_args(mod, captured, f"mod{i}_", max(config.vec_s0, config.tile_s1)))
+    if sinks is not None:
+        tensors[f"mod{len(traced)}_sinks"] = sinks.detach().float().contiguous()
+    return tensors
+
+
+def with_mods(config: FAConfig, mods: tuple) -> FAConfig:
+    """`config` (any kernel: varlen, paged, windowed) with the mods and an f32 softmax; when their scratch
+    does not fit the UB, the fallbacks of `flex_config` (128-key tiles, half-height slices, no prescaled Q)."""
+    small = dict(tile_s1=128, qk_preload=min(2, config.qk_preload), exp_ring=None, cube_s1=None)
+    first = None
+    for changes in ({}, small, dict(small, slice_buffers=2), dict(small, prescale_q=False),
+                    dict(small, slice_buffers=2, prescale_q=False)):
+        try:  # (replace re-resolves the automatic fields for the f32 softmax: FAConfig.auto)
+            return dataclasses.replace(config, mods=mods, softmax_dtype="f32", **changes)
+        except ConfigError as error:
+            first = first or error
+    raise first
+
+
 @dataclasses.dataclass
 class FlexLaunch:
     """One flex_attention call, planned: the launch plan and its tensors (O and LSE in BSND / [B, H, S0])."""
@@ -156,19 +193,9 @@ def plan_flex(query, key, value, score_mod=None, block_mask=None, scale=None, en
     width = kernel_head(head, v.shape[3])
     q, k, v = pad_heads(width, *(t.detach() for t in (q, k, v)))
     scale = 1.0 / math.sqrt(head) if scale is None else float(scale)
-    traced = [trace_mod(fn, mask) for fn, mask in ((score_mod, False), (mask_mod, True)) if fn is not None]
-    mods = tuple(m for m, _ in traced)
-    if sinks is not None:
-        if not isinstance(sinks, torch.Tensor) or tuple(sinks.shape) != (heads,) or not sinks.dtype.is_floating_point:
-            raise ValueError(f"sinks: must be a float tensor of shape [{heads}] (one logit per query head), got "
-                             f"{getattr(sinks, 'shape', type(sinks).__name__)}")
-        mods += (Sinks(),)
+    mods, traced = call_mods(score_mod, mask_mod, sinks, heads)
     config = flex_config(width, dtype_name(q.dtype, "query"), s1, mods, mask_mod is not None)
-    tensors = {}
-    for i, (mod, captured) in enumerate(traced):
-        tensors.update(captured_args(mod, captured, f"mod{i}_", max(config.vec_s0, config.tile_s1)))
-    if sinks is not None:
-        tensors[f"mod{len(traced)}_sinks"] = sinks.detach().float().contiguous()
+    tensors = mod_arguments(config, traced, sinks)
     shape = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads)
     shape.check(config)
     plan = plan_forward(config, shape, backend_soc(backend), scale=scale)

@@ -40,13 +40,15 @@ def _splits(num_splits: int) -> None:
 
 
 def _launch(backend: str, config: FAConfig, shape: ProblemShape, table_of, q, k, v, out, scale: float,
-            num_splits: int | Sequence[int], *, lse=None, block_table=None, softcap: float = 0.0, alibi=None) -> None:
-    """Plan the serving call for `backend`'s chip ("sim" or "npu", resolved) and launch it."""
+            num_splits: int | Sequence[int], *, lse=None, block_table=None, softcap: float = 0.0, alibi=None,
+            mod_args=None) -> None:
+    """Plan the serving call for `backend`'s chip ("sim" or "npu", resolved) and launch it (`mod_args`: the
+    config's mods' kernel arguments by name)."""
     plan = plan_serving(config, shape, table_of, num_splits, dispatch.backend_soc(backend), scale=scale,
                         block_table=block_table, softcap=softcap, alibi=alibi)
     if plan is not None:
         dispatch.launch_on(backend, plan, {"q": q, "k": k, "v": v, "o": out, "lse": lse, "block_table": block_table,
-                                           "alibi_slopes": alibi})
+                                           "alibi_slopes": alibi, **(mod_args or {})})
 
 
 def _window(causal: bool, window_size) -> tuple[int, int]:
@@ -396,6 +398,9 @@ def flash_attn_with_kvcache(
     return_lse: bool = False,
     pack_gqa: bool | None = None,
     backend: str = "auto",
+    score_mod=None,
+    mask_mod=None,
+    sinks: torch.Tensor | None = None,
 ):
     """Attention against a KV cache, with flash-attn 2.x's signature (positional order included).
 
@@ -423,6 +428,14 @@ def flash_attn_with_kvcache(
                  rows of one work unit, so K and V are read once per KV head: one query row per sequence
                  (S0 = 1) and a window that hides no key from it (none, or causal).
     backend:     (keyword) "auto", "sim" or "npu".
+    score_mod, mask_mod: (keyword) FlexAttention's callables (`flash_attn_func`'s), compiled into the kernel:
+                 b is the sequence, h the q head, q_idx the row of q (0 .. S0 - 1), kv_idx the key's position
+                 in its sequence's cache (from cache_leftpad); after softcap, before ALiBi; the mask and-ed
+                 with causal / window_size. They turn GQA packing off.
+    sinks:       (keyword) gpt-oss's attention sinks, a float [heads] logit per q head that joins each row's
+                 softmax denominator (and softmax_lse; a row that sees no key gives 0 and the sink).
+                 With any of the three GQA packing is off, and num_splits=0 prices the kernel without
+                 them (`splitkv.split_costs`).
 
     Returns out [B, S0, heads, D] (and softmax_lse). No backward (as flash-attn): a backward through
     out raises NotImplementedError."""
@@ -475,7 +488,17 @@ def flash_attn_with_kvcache(
     if pack_gqa and alibi is not None:
         raise NotImplementedError("alibi_slopes: not supported with pack_gqa=True (a packed unit's rows are different "
                                   "heads, each with its own slope); pass pack_gqa=None or False")
-    pack = _pack_gqa(pack_gqa, s0, heads, int(k_cache.shape[2]), window) and alibi is None
+    mods, traced = (), []
+    if score_mod is not None or mask_mod is not None or sinks is not None:
+        from ptofa.attention.flex import call_mods
+
+        modded = ", ".join(n for n, f in (("score_mod", score_mod), ("mask_mod", mask_mod), ("sinks", sinks))
+                           if f is not None)
+        if pack_gqa:
+            raise NotImplementedError(f"pack_gqa: not with {modded} (a packed unit's rows are different heads at one "
+                                      f"position); pass pack_gqa=None or False")
+        mods, traced = call_mods(score_mod, mask_mod, sinks, heads)
+    pack = _pack_gqa(pack_gqa, s0, heads, int(k_cache.shape[2]), window) and alibi is None and not mods
     if k is not None:
         cache.append(lens, k.detach(), v.detach())
     lse_wanted = return_softmax_lse or return_lse
@@ -487,6 +510,12 @@ def flash_attn_with_kvcache(
                                        masked=window != (-1, -1), lse=lse_wanted), softcap=softcap > 0,
                            alibi=alibi is not None)
     config = dataclasses.replace(decode_config(paged_tiles(base, cache.page_size), cache), gqa_pack=pack)
+    mod_args = None
+    if mods:
+        from ptofa.attention.flex import mod_arguments, with_mods
+
+        config = with_mods(config, mods)
+        mod_args = mod_arguments(config, traced, sinks)
     shape = decode_shape(cache, batch, s0, k_lens, heads, window)
     shape.check(config)
     out = torch.empty(q.shape, dtype=TORCH_DTYPES[config.out_dtype], device=q.device)
@@ -494,9 +523,9 @@ def flash_attn_with_kvcache(
     lse = torch.full(lse_shape, math.inf, device=q.device) if lse_wanted else None
     _launch(backend, config, shape, lambda c, n: decode_units(c, cache, batch, s0, k_lens, heads, window, n),
             q.detach().contiguous(), cache.k, cache.v, out, _scale(softmax_scale, head), num_splits, lse=lse,
-            block_table=cache.block_table, softcap=softcap, alibi=alibi)
+            block_table=cache.block_table, softcap=softcap, alibi=alibi, mod_args=mod_args)
     out = _forward_only("flash_attn_with_kvcache", out if width == head else out[..., :head].contiguous(), q_in,
-                        k_cache, v_cache, *(t for t in (k, v) if t is not None))
+                        k_cache, v_cache, *(t for t in (k, v, sinks) if t is not None))
     if lse_wanted:
         return out, decode_lse(lse, batch, s0, pack)
     return out

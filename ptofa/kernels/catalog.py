@@ -131,6 +131,30 @@ def flex_configs() -> list[FAConfig]:
     return configs  # (head, tile_s1): small, default, D split in two
 
 
+def kvcache_mod_configs() -> list[FAConfig]:
+    """`flash_attn_with_kvcache`'s mods on the varlen kernel: a paged, windowed, split-KV decode with a
+    score_mod reading the sequence (b) from a captured table and a mask_mod, with attention sinks (split 0
+    takes them); a contiguous, windowed one with softcap, ALiBi and sinks, without LSE (S in the input dtype)."""
+    from ptofa.kernels.flexmods import trace_mod
+    from ptofa.kernels.scoremods import Sinks
+
+    seq_bias = torch.ones(8)
+    score = trace_mod(lambda s, b, h, q, kv: s + seq_bias[b] * (kv - q) * 0.01, False)[0]
+    mask = trace_mod(lambda b, h, q, kv: kv >= 16, True)[0]
+    forms = (dict(in_dtype="f16", lse=True, page_size=256, split_kv=True, mods=(score, mask, Sinks())),
+             dict(in_dtype="bf16", softcap=True, alibi=True, mods=(Sinks(),)))
+    configs = []
+    for form in forms:
+        for buffers, prescale in ((0, True), (2, True), (0, False), (2, False)):  # as attention.flex.with_mods
+            try:
+                configs.append(FAConfig(head=128, tile_s1=128, qk_preload=2, varlen=True, masked=True,
+                                        slice_buffers=buffers, prescale_q=prescale, **form))
+                break
+            except ConfigError:
+                continue
+    return configs
+
+
 def _name(c: FAConfig) -> str:
     parts = [f"fa_d{c.head}_t{c.tile_s1}_p{c.qk_preload}_{c.in_dtype}"]
     if c.out_dtype != c.in_dtype:
@@ -162,7 +186,7 @@ def forward_configs() -> list[FAConfig]:
     for (head, tile_s1), switches in itertools.product(SWITCH_BASES, SWITCHES):
         configs.append(FAConfig(head=head, tile_s1=tile_s1, **switches))
     configs += [FAConfig(head=head, **switches) for head, switches in itertools.product(WIDTH_HEADS, WIDTH_SWITCHES)]
-    configs += flex_configs()
+    configs += flex_configs() + kvcache_mod_configs()
     return list(dict.fromkeys(configs))
 
 

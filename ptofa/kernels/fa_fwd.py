@@ -582,7 +582,7 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
     if cfg.softcap or cfg.mods:  # (positions only for the config's mods: softcap reads none)
         i0 = scalar.add(scalar.add(s.u.q0, s.row_base), r0, name="mod_q0") if cfg.mods else None
         k0 = scalar.mul(t, cfg.tile_s1, name="mod_k0") if cfg.mods else None
-        apply_forward(cfg, Site(s_tile, tl["red_tmp"], exp_tmp, tl, s.c.args, s.u.b, s.u.h, i0, k0, keys, vs0,
+        apply_forward(cfg, Site(s_tile, tl["red_tmp"], exp_tmp, tl, s.c.args, s.u.seq, s.u.h, i0, k0, keys, vs0,
                                 cfg.tile_s1, t, s.u.full, mask_constants(cfg)[1]))
     if cfg.alibi:  # column c, row r: key t * TILE_S1 + c, query q0 + row_base + r0 + r
         i0 = scalar.add(scalar.add(s.u.q0, s.row_base), r0)
@@ -659,8 +659,10 @@ def _finish(s: _VecState, l_col: SSAValue) -> None:
     them exp(-inf) = 0; a unit of one split stores its result as the unsplit kernel does."""
     cfg, tl, rows = s.c.config, s.tiles, s.rows
     k = s.consts
-    if cfg.mods:
-        apply_finish(cfg, FinishSite(rows["m_all"], rows["l_all"], tl, s.c.args, s.u.b, s.u.h, cfg.vec_rows))
+    if cfg.mods:  # (compute_p's first exp_tmp, free here, is the row-broadcast scratch: no hidden one)
+        apply_finish(cfg, FinishSite(rows["m_all"], rows["l_all"], tl["o_tile"], tl, s.c.args, s.u.seq, s.u.h,
+                                     cfg.vec_rows, tl[buffer_names(cfg, "exp_tmp")[0]],
+                                     s.u.split[0] if cfg.split_kv else None))
     if cfg.needs_row_fix:
         # row_ok = 1 where m is a real score, 0 where it is still -3e38 (no visible key).
         tile.adds(rows["m_all"], k["half_pos"], out=tl["row_ok"])

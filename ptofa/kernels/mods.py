@@ -8,7 +8,7 @@ A modification is one object (`Mod`), not a switch threaded through the layers: 
   vector function receives them, and the caller passes their values by name at launch;
 * `emit_forward(site, prefix)`: its IR on one row slice of scaled f32 scores (`Site`), called by
   `fa_fwd._softmax_slice` before ALiBi and the window mask; `emit_finish(site, prefix)`: its IR on the
-  row statistics (`FinishSite`) before the kernel divides O by the row sums (attention sinks);
+  row statistics and O (`FinishSite`) before the kernel divides O by the row sums (attention sinks);
 * `reference(scores, b, h, q_idx, kv_idx)`: the same modification in torch (broadcast index tensors),
   which the tests and the dense reference apply.
 
@@ -41,7 +41,7 @@ class Site:
     row_tmp: SSAValue  # scratch of the row-broadcast ops (the slice's exp scratch, free here)
     tiles: dict[str, SSAValue]  # every vector tile by name (a mod's own under its prefix)
     args: dict[str, SSAValue]  # the vector function's arguments by name
-    b: SSAValue  # batch (index)
+    b: SSAValue  # batch, or (varlen and KV-cache kernels) the unit's sequence (index)
     h: SSAValue  # query head (index)
     q0: SSAValue | None  # query position of the slice's first row (index; None without `config.mods`)
     k0: SSAValue | None  # key position of the tile's first column (index; None without `config.mods`)
@@ -57,13 +57,16 @@ class Site:
 class FinishSite:
     """What a modification sees at the finish hook: this core's row statistics of one unit."""
 
-    m: SSAValue  # [1, rows] f32 running max (the mask value for a row that saw no key)
+    m: SSAValue  # [1, rows] f32 running max (the mask value for a row that saw no key), modified in place
     l: SSAValue  # [1, rows] f32 row sums of exp(s - m), modified in place
+    o: SSAValue  # [rows, D] f32 sum of exp(s - m) v, modified in place (O = o / l follows)
     tiles: dict[str, SSAValue]
     args: dict[str, SSAValue]
     b: SSAValue
     h: SSAValue
     rows: int
+    row_tmp: SSAValue  # the explicit scratch of a row-broadcast op on `o` (the UB budget counts no hidden one)
+    split: SSAValue | None  # split-KV: the unit's split (index; None without split-KV)
 
 
 class Mod:
@@ -72,6 +75,7 @@ class Mod:
     name: str = "mod"
     mask: bool = False  # a mask: its IR is skipped on tiles the block ranges call full
     tci_ops: int = 0  # `tci` ops per row slice (each has a hidden ptoas scratch the UB budget counts)
+    scores: bool = True  # it changes or masks scores (False: S may stay in the input dtype, `FAConfig.qk_dtype`)
 
     def tiles(self, config, prefix: str) -> list:
         return []

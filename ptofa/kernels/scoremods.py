@@ -151,23 +151,26 @@ def alibi_bias(scores: SSAValue, bias: SSAValue, index_i32: SSAValue, index_f32:
         tile.sub(scores, bias, out=scores)
 
 
-# exp(sink - m) is taken at most at e^SINK_CLAMP (finite in f32): a sink that far above every score
-# leaves P / l below e^-80 for each key, so O rounds to 0 in any output dtype either way.
-SINK_CLAMP = 80.0
-
-
 @dataclass(frozen=True)
 class Sinks(Mod):
-    """Attention sinks (gpt-oss): a per-head logit that joins each row's softmax denominator,
-    l += exp(sink[h] - m), so O = sum_j exp(s_j - m) v_j / l and LSE = m + ln(l) include it. The
-    sinks are an f32 [H] argument (`<prefix>sinks`)."""
+    """Attention sinks (gpt-oss): a per-head logit that joins each row's softmax denominator, so that
+    O = sum_j exp(s_j) v_j / (exp(sink[h]) + sum_j exp(s_j)) and LSE = ln(exp(sink[h]) + sum_j exp(s_j)).
+    The sinks are an f32 [H] argument (`<prefix>sinks`).
+
+    At the finish hook the sink is one more key without a value, merged as the online softmax merges a
+    tile: m' = max(m, sink), alpha = exp(m - m'), l = alpha * l + exp(sink - m'), O = alpha * O, m = m'.
+    Every exp is of a value <= 0, so any sink is exact; a row that saw no key (m the mask value) gets
+    alpha = 0, l = 1, O = 0 and LSE = sink, the limit of the formula. Split-KV: only split 0 of a unit
+    takes the sink (its partial LSE carries it into the reduce's weights), so it counts once."""
 
     name: str = "sinks"
+    scores = False  # (a class attribute: the scores are the plain kernel's, S may be rounded as there)
 
     def tiles(self, config, prefix: str) -> list:
         from ptofa.pipeline import TileSpec
 
-        return [TileSpec(f"{prefix}sink_row", "vector", "gu", "vec", 1, config.vec_rows, "f32")]
+        return [TileSpec(f"{prefix}{name}", "vector", "gu", "vec", 1, config.vec_rows, "f32")
+                for name in ("sink_row", "sink_alpha")]
 
     def params(self, prefix: str) -> list:
         import ctypes
@@ -175,15 +178,27 @@ class Sinks(Mod):
         return [HostParam(f"{prefix}sinks", "uint8_t*", ctypes.c_void_p, "attention sinks [H], f32")]
 
     def emit_finish(self, site: FinishSite, prefix: str) -> None:
-        from ptofa.api import F32, tile
+        if site.split is None:
+            self._merge(site, prefix)
+            return
+        with pto.if_(scalar.eq(site.split, 0, name="sink_split")):
+            self._merge(site, prefix)
 
+    @staticmethod
+    def _merge(site: FinishSite, prefix: str) -> None:
         sink = pto.load_scalar(site.args[f"{prefix}sinks"], site.h, name="sink")
-        row = site.tiles[f"{prefix}sink_row"]
-        tile.muls(site.m, scalar.const(-1.0, F32, name="minus_one"), out=row)
-        tile.adds(row, sink, out=row)  # sink - m
-        tile.mins(row, scalar.const(SINK_CLAMP, F32, name="sink_clamp"), out=row)
-        tile.exp(row, out=row)
+        row, alpha = site.tiles[f"{prefix}sink_row"], site.tiles[f"{prefix}sink_alpha"]
+        tile.maxs(site.m, sink, out=row)  # m'
+        tile.sub(site.m, row, out=alpha)
+        tile.exp(alpha, out=alpha)  # exp(m - m')
+        tile.mul(site.l, alpha, out=site.l)
+        tile.mov(row, site.m)
+        tile.muls(row, scalar.const(-1.0, F32, name="minus_one"), out=row)
+        tile.adds(row, sink, out=row)
+        tile.exp(row, out=row)  # exp(sink - m')
         tile.add(site.l, row, out=site.l)
+        alpha_col = tile.reshape(alpha, site.rows, 1, name="sink_alpha_col", blayout="col_major")
+        tile.row_expand_mul(site.o, alpha_col, out=site.o, tmp=site.row_tmp)
 
 
 # The forward kernel's hooks: where its mods apply.

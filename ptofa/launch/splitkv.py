@@ -114,8 +114,9 @@ def _one_block_us(config: FAConfig, q_len: int, tiles: int, num_splits: int, red
 def split_costs(config: FAConfig, q_len: int, soc: str = DEFAULT_SOC) -> SplitCosts:
     """Costs from the timing model on chip `soc` (a name: one block's costs do not depend on the core
     count): one block with one unit of 1 and of 4 tiles (slope = per tile), and the reduce of 2 and 4
-    splits (slope = per split; a unit of one split is not reduced). A split_kv, non-paged config."""
-    base = dataclasses.replace(config, page_size=0, split_kv=True, varlen=True)
+    splits (slope = per split; a unit of one split is not reduced). A split_kv, non-paged config, priced
+    without its mod objects (their arguments are the caller's tensors): a mod's per-tile ops are left out."""
+    base = dataclasses.replace(config, page_size=0, split_kv=True, varlen=True, mods=())
     one, four = (_one_block_us(base, q_len, n, 1, False, soc) for n in (1, 4))
     r2, r4 = (_one_block_us(base, q_len, 4, s, True, soc) for s in (2, 4))
     tile_us = (four - one) / 3
