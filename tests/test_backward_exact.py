@@ -19,7 +19,8 @@ import pytest
 import torch
 
 import ptofa
-from ptofa.attention.backward import reference_backward, reference_varlen_backward
+from ptofa.attention.backward import attention_backward, reference_backward, reference_varlen_backward
+from ptofa.kernels.bwd_pipeline import default_config
 
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 # |dQ|, |dK| bound per summed term scale (dP - D) K where dP - D is the f32 rounding noise of dO . V
@@ -90,3 +91,25 @@ def test_dense_one_visible_key(dt, deterministic, s0, s1, window) -> None:
     out.backward(dout)
     ref = reference_backward(q.detach(), k.detach(), v.detach(), dout, 1 / math.sqrt(d), window)
     _check(out, (q.grad, k.grad, v.grad), ref.exact, ref.low, dtype, s0 * heads // kv_heads)
+
+
+@pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "atomic"])
+def test_f32_gradients_are_the_unrounded_accumulators(deterministic) -> None:
+    """`grads_f32` (ring attention's steps) stores dQ, dK, dV as their f32 accumulators: rounded to the
+    input dtype they are the default outputs bit for bit (the store's rounding is the only one), and
+    they hold bits the input dtype does not (a caller adding them rounds the sum once). The atomic mode
+    runs no post kernel: its f32 dQ accumulator is the output."""
+    dtype, gen = torch.bfloat16, torch.Generator().manual_seed(45)
+    q = _rand(gen, dtype, 1, 70, 4, 64)
+    k, v = _rand(gen, dtype, 1, 50, 2, 64), _rand(gen, dtype, 1, 50, 2, 64)
+    dout = torch.randn(1, 70, 4, 64, generator=gen).to(dtype)
+    out, lse = ptofa.flash_attn_func(q, k, v, causal=True, return_lse=True, backend="sim")
+    args = (q.detach(), k.detach(), v.detach(), out.detach(), lse, dout)
+    rounded = attention_backward(*args, window=(-1, 0), deterministic=deterministic, backend="sim")
+    wide = attention_backward(*args, window=(-1, 0), deterministic=deterministic, backend="sim", grads_f32=True)
+    for name, low, f32 in zip(("dq", "dk", "dv"), rounded, wide):
+        assert f32.dtype == torch.float32, name
+        assert torch.equal(f32.to(dtype), low), f"{name}: the f32 output rounds to other values than the default's"
+        assert (f32 != low.float()).any(), f"{name}: the f32 output was rounded already"
+    kernels = default_config(64, "bf16", masked=True, atomic_dq=not deterministic, grads_f32=True).kernels
+    assert kernels == (("dq", "dkdv") if deterministic else ("prep", "dkdv"))
