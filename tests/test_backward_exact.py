@@ -7,8 +7,14 @@ LSE from f32 scores of the unscaled inputs (`pipeline.lse_prescale`): a Q presca
 shifted it by ~0.005 in bf16, so P = exp(scale S - LSE) was 0.995 and dV off by 1-2 ulps (flash-attn's
 test_flash_attn_varlen_output, bf16, seqlen_q 239, seqlen_k 1, causal, local, D = 96).
 
-dQ and dK are scale P (dP - D) terms: with one key dP = dO . V and D = rowsum(dO * O) are the same sum in
-f32 taken in two orders (cube and vectors), so they are checked to that noise, not bit for bit.
+dQ and dK are sums of scale P (dP - D) terms. With one visible key both references give exactly 0
+(torch's softmax backward subtracts sum_j P dP = dP from dP itself), but the kernels, as flash-attn's,
+take D = rowsum(dO * O) on the vectors and dP = dO . V on the cube: the same exact products (O = V
+there) summed in f32 in two orders, so dP - D is f32 rounding noise, not 0. flash-attn's own rule for
+its one-key shape (tests/test_flash_attn.py at 0251105a2fb19d2957484b7f023cd8c115286ced,
+test_flash_attn_varlen_causal with swap_sq_sk: seqlen_q 239, seqlen_k 1) is err <= 2 x the reference's
+err + 1e-5, i.e. 1e-5 where the references agree; these tests bound each dQ / dK element by 1e-5 per
+summed term (one for dQ, the query rows x heads that see a key for dK).
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ import pytest
 import torch
 
 import ptofa
-from ptofa.attention.backward import reference_backward, reference_varlen_backward
+from ptofa.attention.backward import attention_backward, reference_backward, reference_varlen_backward
+from ptofa.kernels.bwd_pipeline import default_config
 
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 # |dQ|, |dK| bound per summed term scale (dP - D) K where dP - D is the f32 rounding noise of dO . V
@@ -36,9 +43,9 @@ def _cu(lens: list[int]) -> torch.Tensor:
 
 
 def _check(out: torch.Tensor, ours: tuple[torch.Tensor, ...], exact: tuple[torch.Tensor, ...],
-           low: tuple[torch.Tensor, ...], dtype: torch.dtype, rows: int) -> None:
-    """dV bit for bit where the references agree; dQ (one key per row) and dK (`rows` query rows per key)
-    to f32 noise; exact zeros where nothing is seen."""
+           low: tuple[torch.Tensor, ...], dtype: torch.dtype, terms: int) -> None:
+    """dV bit for bit where the references agree; dQ (one key per row) and dK (at most `terms` query rows
+    x heads per key) to f32 noise; exact zeros where nothing is seen."""
     dq, dk, dv = ours
     rounded = exact[2].to(dtype)
     agree = rounded == low[2]
@@ -46,9 +53,9 @@ def _check(out: torch.Tensor, ours: tuple[torch.Tensor, ...], exact: tuple[torch
     wrong = (dv != rounded) & agree
     assert not wrong.any(), (f"dV differs from the exactly rounded sum at {int(wrong.sum())} of {int(agree.sum())} "
                              f"elements, by up to {(dv.double() - exact[2])[wrong].abs().max():.3g}")
-    for name, ours_g, exact_g, terms in (("dQ", dq, exact[0], 1), ("dK", dk, exact[1], rows)):
+    for name, ours_g, exact_g, count in (("dQ", dq, exact[0], 1), ("dK", dk, exact[1], terms)):
         err = (ours_g.double() - exact_g).abs().max()
-        assert err <= NOISE * terms, f"{name}: {err:.3g} from the reference"
+        assert err <= NOISE * count, f"{name}: {err:.3g} from the reference"
     # Query rows that see no key (O = 0) and keys no row sees (dV = 0) get exact zeros.
     assert not dq[(out.detach() == 0).all(-1)].any()
     unseen = (exact[2] == 0).all(-1)
@@ -71,7 +78,8 @@ def test_varlen_one_key_sequences(dt, deterministic, window) -> None:
                                        backend="sim")
     out.backward(dout)
     ref = reference_varlen_backward(q.detach(), k.detach(), v.detach(), dout, q_lens, k_lens, window=window)
-    _check(out, (q.grad, k.grad, v.grad), ref.exact, ref.low, dtype, max(q_lens) * heads // kv_heads)
+    rows = 1 if window[1] == 0 else max(q_lens)  # causal: only the last row sees the one key
+    _check(out, (q.grad, k.grad, v.grad), ref.exact, ref.low, dtype, rows * heads // kv_heads)
 
 
 @pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "atomic"])
@@ -89,4 +97,27 @@ def test_dense_one_visible_key(dt, deterministic, s0, s1, window) -> None:
     out = ptofa.flash_attn_func(q, k, v, window_size=window, deterministic=deterministic, backend="sim")
     out.backward(dout)
     ref = reference_backward(q.detach(), k.detach(), v.detach(), dout, 1 / math.sqrt(d), window)
-    _check(out, (q.grad, k.grad, v.grad), ref.exact, ref.low, dtype, s0 * heads // kv_heads)
+    rows = s0 if window == (-1, -1) else 1  # the diagonal window: each key its own row
+    _check(out, (q.grad, k.grad, v.grad), ref.exact, ref.low, dtype, rows * heads // kv_heads)
+
+
+@pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "atomic"])
+def test_f32_gradients_are_the_unrounded_accumulators(deterministic) -> None:
+    """`grads_f32` (ring attention's steps) stores dQ, dK, dV as their f32 accumulators: rounded to the
+    input dtype they are the default outputs bit for bit (the store's rounding is the only one), and
+    they hold bits the input dtype does not (a caller adding them rounds the sum once). The atomic mode
+    runs no post kernel: its f32 dQ accumulator is the output."""
+    dtype, gen = torch.bfloat16, torch.Generator().manual_seed(45)
+    q = _rand(gen, dtype, 1, 70, 4, 64)
+    k, v = _rand(gen, dtype, 1, 50, 2, 64), _rand(gen, dtype, 1, 50, 2, 64)
+    dout = torch.randn(1, 70, 4, 64, generator=gen).to(dtype)
+    out, lse = ptofa.flash_attn_func(q, k, v, causal=True, return_lse=True, backend="sim")
+    args = (q.detach(), k.detach(), v.detach(), out.detach(), lse, dout)
+    rounded = attention_backward(*args, window=(-1, 0), deterministic=deterministic, backend="sim")
+    wide = attention_backward(*args, window=(-1, 0), deterministic=deterministic, backend="sim", grads_f32=True)
+    for name, low, f32 in zip(("dq", "dk", "dv"), rounded, wide):
+        assert f32.dtype == torch.float32, name
+        assert torch.equal(f32.to(dtype), low), f"{name}: the f32 output rounds to other values than the default's"
+        assert (f32 != low.float()).any(), f"{name}: the f32 output was rounded already"
+    kernels = default_config(64, "bf16", masked=True, atomic_dq=not deterministic, grads_f32=True).kernels
+    assert kernels == (("dq", "dkdv") if deterministic else ("prep", "dkdv"))

@@ -39,6 +39,9 @@ def test_catalog_covers_every_switch_and_kernel_kind() -> None:
                                                               for b in catalog.backward_configs())
     assert any(n.startswith("fa_bwd_dkdv") and n.endswith("_atomic_varlen") for n in names)
     assert any(b.atomic_dq for b in catalog.backward_configs()) and any(n.startswith("fa_bwd_post") for n in names)
+    for kernel in ("dq", "dkdv"):  # the f32 gradient outputs ring attention's steps use, in both modes
+        assert any(n.startswith(f"fa_bwd_{kernel}") and n.endswith("_grads_f32") for n in names)
+    assert any(n.endswith("_atomic_grads_f32") for n in names)
 
 
 def test_run_fa_catalog_writes_the_files(tmp_path, monkeypatch) -> None:

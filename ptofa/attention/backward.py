@@ -89,6 +89,7 @@ def attention_backward(
     softcap: float = 0.0,
     alibi_slopes: torch.Tensor | None = None,
     dropout: tuple[float, int, int] | None = None,
+    grads_f32: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) of attention, flash-attn's conventions, run by the backward kernels.
 
@@ -117,7 +118,9 @@ def attention_backward(
     softcap, alibi_slopes: the forward's (`ptofa.flash_attn_func`): softcap > 0 caps the scores,
              alibi_slopes (fp32 [N] or [B, N]) adds ALiBi's bias; the slopes get no gradient.
     dropout: the forward's (p, seed, offset) (`ptofa.kernels.dropout`): the kernels regenerate its mask.
-    Returns dq, dk, dv in q's dtype and the shapes of q, k and v.
+    grads_f32: return the kernels' f32 accumulators unrounded (`BwdConfig.grads_f32`), for a caller
+             that adds several backwards' gradients and rounds the sum once (ring attention).
+    Returns dq, dk, dv in q's dtype (float32 with `grads_f32`) and the shapes of q, k and v.
     """
     _check_inputs(q, k, v, out, lse, dout)
     d, d_v = q.shape[3], v.shape[3]
@@ -139,20 +142,21 @@ def attention_backward(
     padded = key_mask is not None
     softcap = check_softcap(softcap)
     slopes = check_alibi_slopes(alibi_slopes, b, n)
-    mods = dict(softcap=softcap > 0, alibi=slopes is not None, dropout=dropout is not None)
+    mods = dict(softcap=softcap > 0, alibi=slopes is not None, dropout=dropout is not None, grads_f32=grads_f32)
     cfg = config or default_config(width, dtype, masked=masked, atomic_dq=atomic, key_padding=padded, **mods)
     if (cfg.head != width or cfg.in_dtype != dtype or cfg.masked != masked or cfg.atomic_dq != atomic or cfg.key_padding != padded
-            or cfg.softcap != mods["softcap"] or cfg.alibi != mods["alibi"] or cfg.dropout != mods["dropout"]):
+            or cfg.softcap != mods["softcap"] or cfg.alibi != mods["alibi"] or cfg.dropout != mods["dropout"]
+            or cfg.grads_f32 != grads_f32):
         raise ConfigError(f"attention_backward: config (head={cfg.head}, in_dtype={cfg.in_dtype}, masked={cfg.masked}, "
                           f"atomic_dq={cfg.atomic_dq}, key_padding={cfg.key_padding}, softcap={cfg.softcap}, "
-                          f"alibi={cfg.alibi}) does not match the inputs (kernel width kernel_head(D={d}, Dv={d_v}) = "
-                          f"{width}, {dtype}, window={win}, deterministic="
+                          f"alibi={cfg.alibi}, grads_f32={cfg.grads_f32}) does not match the inputs (kernel width "
+                          f"kernel_head(D={d}, Dv={d_v}) = {width}, {dtype}, window={win}, deterministic="
                           f"{deterministic}, key_padding_mask given: {padded}, softcap={softcap}, alibi_slopes given: "
-                          f"{slopes is not None}, dropout={dropout is not None})")
+                          f"{slopes is not None}, dropout={dropout is not None}, grads_f32={grads_f32})")
     if s0 < 1 or s1 < 1 or min(win) < -1:
         raise ValueError(f"attention_backward: S0={s0}, S1={s1} must be >= 1 and window={win} entries >= -1")
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
-    grads = BackwardBuffers.zeros(q, k, atomic=atomic)
+    grads = BackwardBuffers.zeros(q, k, atomic=atomic, grads_f32=grads_f32)
     backend = resolve_backend(backend)
     if backend == "npu":
         _check_buffers(cfg, grads, key_mask)
@@ -171,7 +175,8 @@ def attention_backward(
 class BackwardBuffers:
     """The kernels' outputs: dq, dk, dv (zeroed: a unit that sees nothing stores nothing), D,
     and in atomic mode the f32 dQ accumulator (NaN-filled: the prep kernel zeroes it before the
-    dkdv kernel adds into it, so a row it missed shows up as NaN)."""
+    dkdv kernel adds into it, so a row it missed shows up as NaN). With `grads_f32` (the config's)
+    dq, dk, dv are f32, and in atomic mode dq is the accumulator itself (no post kernel)."""
 
     dq: torch.Tensor
     dk: torch.Tensor
@@ -180,16 +185,21 @@ class BackwardBuffers:
     dq_acc: torch.Tensor | None = None  # [B, S0, N, D] f32, atomic mode only
 
     @classmethod
-    def zeros(cls, q: torch.Tensor, k: torch.Tensor, atomic: bool = False) -> BackwardBuffers:
+    def zeros(cls, q: torch.Tensor, k: torch.Tensor, atomic: bool = False, grads_f32: bool = False) -> BackwardBuffers:
         b, s0, n, _ = q.shape
         acc = torch.full(q.shape, math.nan, dtype=torch.float32) if atomic else None
-        return cls(torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(k), torch.full((b, n, s0), math.nan), acc)
+        dtype = torch.float32 if grads_f32 else q.dtype
+        dq = acc if acc is not None and grads_f32 else torch.zeros(q.shape, dtype=dtype, device=q.device)
+        return cls(dq, torch.zeros(k.shape, dtype=dtype, device=k.device), torch.zeros(k.shape, dtype=dtype, device=k.device),
+                   torch.full((b, n, s0), math.nan), acc)
 
 
 def _tensors(q, k, v, out, lse, dout, grads: BackwardBuffers, key_mask=None,
              alibi_slopes=None) -> dict[str, torch.Tensor | None]:
-    """The backward kernels' tensors by entry-argument name."""
-    return {"q": q, "k": k, "v": v, "o": out, "do": dout, "lse": lse, "dq": grads.dq, "dk": grads.dk, "dv": grads.dv,
+    """The backward kernels' tensors by entry-argument name (no dq where it is the f32 accumulator dq_acc:
+    one tensor under two names would be two device copies, the unwritten one copied back too)."""
+    dq = None if grads.dq is grads.dq_acc else grads.dq
+    return {"q": q, "k": k, "v": v, "o": out, "do": dout, "lse": lse, "dq": dq, "dk": grads.dk, "dv": grads.dv,
             "dsum": grads.dsum, "dq_acc": grads.dq_acc, "key_mask": key_mask, "alibi_slopes": alibi_slopes}
 
 

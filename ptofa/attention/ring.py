@@ -30,9 +30,11 @@ half its rows against a whole shard or all its rows against half a shard:
 Non-causal attention takes any sharding (shards of any lengths, K/V shards unlike Q's). The
 varlen form shards every sequence of a packed batch the same way (`zigzag_shard_varlen`).
 
-The backward runs the backward custom op (`ptofa.attention.ops.flash_attn_bwd`) per step with the
-merged O and LSE; dQ stays on the rank, the fp32 dK and dV of a K/V shard travel with it around
-the ring, each rank adding its part, and arrive back at their owner after the last step.
+The backward runs the backward kernels (`ptofa.attention.backward.attention_backward`, the backward
+op's implementation) per step with the merged O and LSE, their gradients as the f32 accumulators
+(`grads_f32`); dQ stays on the rank, the fp32 dK and dV of a K/V shard travel with it around the
+ring, each rank adding its part, and arrive back at their owner after the last step, where they are
+rounded to the input dtype once.
 
 Arguments ptofa's kernels support but whose global positions a shard cannot see (a sliding
 window, ALiBi) and the key-padding mask raise NotImplementedError naming them; so do dropout and
@@ -50,11 +52,11 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ptofa.attention import backward  # noqa: F401 (registers the backward op's implementation)
+from ptofa.attention import backward
 from ptofa.attention import core  # noqa: F401 (registers the forward op's implementation)
 from ptofa.attention.core import check_qkv, check_window, flash_attn_returns, unsupported_arguments, window_to_bounds
 from ptofa.attention.group import agree, check_shards, gather_ints, group_ranks, peer
-from ptofa.attention.ops import flash_attn_bwd, flash_attn_fwd
+from ptofa.attention.ops import flash_attn_fwd
 from ptofa.attention.zigzag import seqlens_of_cu, zigzag_rows
 from ptofa.launch.calls import Workspace, plan_kernel, reduce_block_dim
 from ptofa.launch.dispatch import backend_soc, launch_on, resolve_backend
@@ -265,16 +267,19 @@ def _attend(q, k, v, q_runs: Runs, k_runs: Runs, causal: bool, call: RingCall, p
 
 def _attend_backward(q, k, v, out, lse, dout, q_runs: Runs, k_runs: Runs, causal: bool, call: RingCall,
                      dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor) -> None:
-    """One step's gradients, ptofa's backward op per group, added into the fp32 dq and the travelling dk, dv."""
+    """One step's gradients, the backward kernels per group (the backward op's `attention_backward`) with
+    their f32 accumulators as outputs, added into the fp32 dq and the travelling dk, dv: every gradient
+    is rounded once, after the last step, as on one device."""
     for (m, n), seqs in _groups(q_runs, k_runs).items():
-        left, right = window_to_bounds((-1, 0), m, n) if causal else (0, 0)
+        bounds = window_to_bounds((-1, 0), m, n) if causal else None
         lse_seqs = torch.stack([lse[:, rows] for rows in _spans(q_runs, seqs)])
-        grads = flash_attn_bwd(_stack(q, q_runs, seqs), _stack(k, k_runs, seqs), _stack(v, k_runs, seqs),
-                               _stack(out, q_runs, seqs), lse_seqs.contiguous(), _stack(dout, q_runs, seqs), call.scale,
-                               causal, left, right, call.backend, call.deterministic, None, call.softcap, None)
+        grads = backward.attention_backward(
+            _stack(q, q_runs, seqs), _stack(k, k_runs, seqs), _stack(v, k_runs, seqs), _stack(out, q_runs, seqs),
+            lse_seqs.contiguous(), _stack(dout, q_runs, seqs), softmax_scale=call.scale, bounds=bounds,
+            deterministic=call.deterministic, backend=call.backend, softcap=call.softcap, grads_f32=True)
         for acc, runs, grad in ((dq, q_runs, grads[0]), (dk, k_runs, grads[1]), (dv, k_runs, grads[2])):
             for i, rows in enumerate(_spans(runs, seqs)):
-                acc[rows] += grad[i].float()
+                acc[rows] += grad[i]
 
 
 def _empty_like_shard(x: torch.Tensor, rows: int) -> torch.Tensor:

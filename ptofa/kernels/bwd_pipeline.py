@@ -30,6 +30,11 @@ With `atomic_dq` the backward is instead three kernels, and the dq kernel is not
          this mode needs block_q == block_kv.
 * `post` vector-only: dQ f32 -> input dtype.
 
+In either mode dQ, dK and dV accumulate in f32 (L0C, or the atomic mode's GM accumulator) and are
+rounded to the input dtype once, when stored. `grads_f32` stores the f32 accumulators unrounded
+instead (the atomic mode then has no post kernel: its accumulator is dQ), for callers that add
+several backwards' gradients and round the sum once (ring attention adds one per ring step).
+
 Every kernel width of the forward (`SUPPORTED_HEAD`, 16..256). Above 128 the cube's operands are
 split in two D chunks (`d_chunk` = 80, 96, 112 or 128, as the forward's): S = Q K^T and dP = dO V^T
 accumulate over the chunks, and dQ, dK, dV have one L0C accumulator per chunk. The L0A / L0B
@@ -135,6 +140,7 @@ class BwdConfig:
     alibi: bool = False  # scores -= slope * |i + S1 - S0 - j|, slopes f32 [N] or [B, N]
     varlen: bool = False  # packed sequences: the dq and dkdv kernels walk a host-built unit table (`backward_tables`)
     dropout: bool = False  # the forward's dropout mask regenerated (`kernels/dropout.py`): dP and (dV) P dropped
+    grads_f32: bool = False  # dQ, dK, dV stored as their f32 accumulators, unrounded (see `grad_dtype`)
 
     def __post_init__(self) -> None:
         _check(self)
@@ -146,8 +152,18 @@ class BwdConfig:
 
     @property
     def kernels(self) -> tuple[str, ...]:
-        """The kernels one backward launches, in order."""
-        return ATOMIC_KERNELS if self.atomic_dq else KERNELS
+        """The kernels one backward launches, in order (atomic with `grads_f32`: no post, the f32
+        accumulator dq_acc is the dQ output)."""
+        if self.atomic_dq:
+            return ATOMIC_KERNELS[:-1] if self.grads_f32 else ATOMIC_KERNELS
+        return KERNELS
+
+    @property
+    def grad_dtype(self) -> str:
+        """dQ, dK and dV in GM: the input dtype (each rounded once from its f32 accumulator), or with
+        `grads_f32` the accumulators themselves, for a caller that adds the gradients of several
+        backwards and rounds the sum once (ring attention: one backward per ring step)."""
+        return "f32" if self.grads_f32 else self.in_dtype
 
     @property
     def d_split(self) -> int:
@@ -193,7 +209,8 @@ class BwdConfig:
                 f"slot_num={self.slot_num}" + (" masked" if self.masked else "") + (" atomic_dq" if self.atomic_dq else "")
                 + (" key_padding" if self.key_padding else "") + (" dkdv_passes=2" if self.dkdv_passes == 2 else "")
                 + (" softcap" if self.softcap else "") + (" alibi" if self.alibi else "")
-                + (" varlen" if self.varlen else "") + (" dropout" if self.dropout else ""))
+                + (" varlen" if self.varlen else "") + (" dropout" if self.dropout else "")
+                + (" grads_f32" if self.grads_f32 else ""))
 
 
 # (block_kv, block_q, dkdv_passes) of the dkdv kernel and dq_block_kv of the dq kernel per
@@ -212,7 +229,8 @@ TUNED_HEADS = tuple(sorted({head for head, _ in DEFAULT_BLOCKS}))  # the widths 
 
 def default_config(head: int, in_dtype: str = "f16", *, masked: bool = False, atomic_dq: bool = False,
                    key_padding: bool = False, target: str = "a3", softcap: bool = False,
-                   alibi: bool = False, varlen: bool = False, dropout: bool = False) -> BwdConfig:
+                   alibi: bool = False, varlen: bool = False, dropout: bool = False,
+                   grads_f32: bool = False) -> BwdConfig:
     """The backward kernels for a head dim and switches, with the block sizes and dkdv passes of
     `DEFAULT_BLOCKS` (a width between its entries takes the next entry up's, whose tiles are at least
     as large; `ConfigError` for a head dim the backward does not support)."""
@@ -223,7 +241,7 @@ def default_config(head: int, in_dtype: str = "f16", *, masked: bool = False, at
     block_kv, block_q, passes, dq_block_kv = DEFAULT_BLOCKS[(tuned, atomic_dq)]
     return BwdConfig(head=head, in_dtype=in_dtype, masked=masked, atomic_dq=atomic_dq, key_padding=key_padding,
                      target=target, block_kv=block_kv, block_q=block_q, dkdv_passes=passes, dq_block_kv=dq_block_kv,
-                     softcap=softcap, alibi=alibi, varlen=varlen, dropout=dropout)
+                     softcap=softcap, alibi=alibi, varlen=varlen, dropout=dropout, grads_f32=grads_f32)
 
 
 def _check(c: BwdConfig) -> None:
@@ -506,7 +524,7 @@ def entry_args(c: BwdConfig, kernel: str) -> tuple[tuple[str, str], ...]:
             "prep": ("o", "do", "dsum", "dq_acc"), "post": ("dq_acc", "dq")}[kernel]
     if kernel == "dkdv" and c.atomic_dq:
         ptrs += ("dq_acc",)
-    elem = {"lse": "f32", "dsum": "f32", "dq_acc": "f32"}
+    elem = {"lse": "f32", "dsum": "f32", "dq_acc": "f32", **{g: c.grad_dtype for g in ("dq", "dk", "dv")}}
     args = [("ffts", "!pto.ptr<i64>")]
     if kernel in ("prep", "post"):
         return tuple(args + [(n, f"!pto.ptr<{elem.get(n, dt)}>") for n in ptrs]

@@ -219,13 +219,17 @@ def backward_configs() -> list[BwdConfig]:
                for atomic, head, (dtype, masked) in itertools.product((False, True), GRID_HEADS,
                                                                       (("f16", False), ("bf16", True)))]
             + [default_config(128, masked=True, key_padding=True, softcap=True, alibi=True, atomic_dq=atomic, dropout=True)
-               for atomic in (False, True)])
+               for atomic in (False, True)]
+            # f32 gradient outputs (ring attention's steps): both modes of every grid head dim, f16 and masked bf16
+            + [default_config(head, dtype, masked=masked, atomic_dq=atomic, grads_f32=True)
+               for atomic, head, (dtype, masked) in itertools.product((False, True), GRID_HEADS,
+                                                                      (("f16", False), ("bf16", True)))])
 
 
 def backward_kernels(b: BwdConfig) -> tuple[str, ...]:
-    """The kernels of `b` the catalog lists: all of them, but of a varlen or dropout config only the dq
-    and dkdv kernels (its row-wise prep and post are the plain config's, the same text)."""
-    return tuple(k for k in b.kernels if not (b.varlen or b.dropout) or k in ("dq", "dkdv"))
+    """The kernels of `b` the catalog lists: all of them, but of a varlen, dropout or f32-gradient config
+    only the dq and dkdv kernels (its row-wise prep and post are the plain config's, the same text)."""
+    return tuple(k for k in b.kernels if not (b.varlen or b.dropout or b.grads_f32) or k in ("dq", "dkdv"))
 
 
 def kernels() -> list[Kernel]:
@@ -247,9 +251,11 @@ def kernels() -> list[Kernel]:
             name = (f"fa_bwd_{kernel}_d{b.head}_{b.in_dtype}" + ("_masked" if b.masked else "")
                     + ("_atomic" if b.atomic_dq else "") + ("_key_padding" if b.key_padding else "")
                     + ("_softcap" if b.softcap else "") + ("_alibi" if b.alibi else "")
-                    + ("_varlen" if b.varlen else "") + ("_dropout" if b.dropout else ""))
+                    + ("_varlen" if b.varlen else "") + ("_dropout" if b.dropout else "")
+                    + ("_grads_f32" if b.grads_f32 else ""))
             mods = ((" softcap" if b.softcap else "") + (" alibi" if b.alibi else "")
-                    + (" varlen=True" if b.varlen else "") + (" dropout" if b.dropout else ""))
+                    + (" varlen=True" if b.varlen else "") + (" dropout" if b.dropout else "")
+                    + (" grads_f32" if b.grads_f32 else ""))
             out.append(Kernel(name, f"backward {kernel}: head={b.head} {b.in_dtype} masked={b.masked} "
                                     f"atomic_dq={b.atomic_dq} key_padding={b.key_padding}{mods}",
                               lambda b=b, k=kernel: emit_bwd(b, k)))
