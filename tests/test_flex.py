@@ -136,13 +136,6 @@ def test_sinks_forward(dtype):
     assert (plain.float() - out.float()).abs().max() > 10 * acc.err
 
 
-def test_backward_not_implemented_names_it():
-    q, k, v = _inputs(1, 64, 64, torch.float16)
-    q.requires_grad_(True)
-    with pytest.raises(NotImplementedError, match="backward"):
-        ptofa.flex_attention(q, k, v, score_mod=lambda s, b, h, qi, kv: s * 2.0, backend="sim")
-
-
 def test_flash_attn_func_score_mod_mask_mod_sinks():
     """flash_attn_func's BSND call with a score_mod, a mask_mod and-ed with causal (bottom-right) and sinks."""
     doc = torch.tensor([0] * 90 + [1] * 110)

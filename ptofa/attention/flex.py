@@ -8,6 +8,17 @@ traced (`kernels/flexmods.py`) into `mods.Mod` objects of the forward kernel's c
 they capture are kernel arguments. The mask_mod also decides which KV tiles each work unit visits
 (`tile_ranges`): a Q block's tiles [lo, hi) span the ones where some entry is visible, and the tiles
 where every entry is visible skip the mask's IR. Rows that see no key give 0 and LSE -inf, as torch's.
+
+The calls are differentiable in query, key, value and sinks (`_FlexFunction`): the backward kernels
+(`kernels/fa_bwd.py` with `BwdConfig.mods`) recompute the modified scores, multiply dP - D by the score
+mod's derivative and visit only the tiles the mask_mod leaves visible (`tile_ranges` at the dq kernel's
+blocks, `kv_block_ranges` for the dkdv kernel's KV blocks), skipping the mask's IR on full ones. The sinks' gradient is taken on the
+host from the kernels' LSE and D = rowsum(dO * O): with P_ij = exp(s_ij - LSE_i), LSE_i = log(sum_j
+exp(s_ij) + exp(sink_h)), dP_ij / dsink_h = -P_ij exp(sink_h - LSE_i), so
+dL / dsink_h = -sum_{b, i} exp(sink_h - LSE_{b,h,i}) sum_j P_ij dO_i . v_j
+             = -sum_{b, i} exp(sink_h - LSE_{b,h,i}) D_{b,h,i}.
+A captured tensor that requires grad (a learnable bias table) raises NotImplementedError naming it, as
+does a backward through the returned LSE.
 """
 
 from __future__ import annotations
@@ -20,7 +31,8 @@ import torch
 from ptofa.attention.inputs import check_qkv, check_window, dtype_name, fixed_config
 from ptofa.launch.base import TORCH_DTYPES, pad_heads
 from ptofa.launch.dispatch import backend_soc, launch_on, resolve_backend
-from ptofa.launch.plan import plan_forward
+from ptofa.launch.plan import plan_backward, plan_forward
+from ptofa.kernels.bwd_pipeline import default_config as backward_config
 from ptofa.kernels.flexmods import captured_args, trace_mod
 from ptofa.kernels.scoremods import Sinks
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, kernel_head
@@ -91,7 +103,24 @@ def tile_ranges(mask_mod, batch: int, heads: int, s0: int, s1: int, rows: int, c
     if mask_mod is None:
         table[..., 1] = table[..., 3] = k_tiles
         return table.reshape(-1, 4)
+    return _ranges(*block_maps(mask_mod, batch, heads, s0, s1, rows, cols))  # [B, H, q_blocks, k_tiles]
+
+
+def kv_block_ranges(mask_mod, batch: int, heads: int, kv_heads: int, s0: int, s1: int, rows: int,
+                    cols: int) -> torch.Tensor:
+    """[B * KVH * ceil(S1 / cols), 4] i32 (`mods.RANGE_FIELDS`): per backward dkdv unit (b, kv head, KV block
+    of `cols` keys), the Q blocks of `rows` queries [lo, hi) where some q head of the group sees a key of
+    the block, and [full_lo, full_hi), the first run of Q blocks every head of the group sees entirely."""
     some, every = block_maps(mask_mod, batch, heads, s0, s1, rows, cols)  # [B, H, q_blocks, k_tiles]
+    group = heads // kv_heads
+    some, every = (m.view(batch, kv_heads, group, *m.shape[2:]) for m in (some, every))
+    return _ranges(some.any(2).transpose(-1, -2), every.all(2).transpose(-1, -2))
+
+
+def _ranges(some: torch.Tensor, every: torch.Tensor) -> torch.Tensor:
+    """The `tile_ranges` rows of [..., n] maps of blocks where some / every entry is visible."""
+    k_tiles = some.shape[-1]
+    table = torch.zeros(*some.shape[:-1], 4, dtype=torch.int32)
     index = torch.arange(k_tiles)
     hi = torch.where(some, index + 1, 0).max(-1).values
     lo = torch.where(some, index, k_tiles).min(-1).values.minimum(hi)  # (an empty unit: lo = hi = 0)
@@ -137,7 +166,7 @@ def mod_arguments(config: FAConfig, traced: list, sinks) -> dict[str, torch.Tens
     """The kernel arguments of `call_mods`' mods by name: the captured tensors, the sinks in f32."""
     tensors = {}
     for i, (mod, captured) in enumerate(traced):
-        tensors.update(captured_args(mod, captured, f"mod{i}_", max(config.vec_s0, config.tile_s1)))
+        tensors.update(captured_args(mod, captured, f"mod{i}_"))
     if sinks is not None:
         tensors[f"mod{len(traced)}_sinks"] = sinks.detach().float().contiguous()
     return tensors
@@ -164,16 +193,17 @@ class FlexLaunch:
     plan: object
     tensors: dict
     head_v: int
+    config: FAConfig
+    shape: ProblemShape
+    scale: float
+    mask_mod: object  # (its block ranges for the backward's blocks)
 
 
 def plan_flex(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
-              kernel_options=None, backend: str = "auto", sinks=None, mask_mod=None) -> FlexLaunch:
+              kernel_options=None, backend: str = "auto", sinks=None, mask_mod=None, grad_enabled=False) -> FlexLaunch:
     """Check a flex_attention call, trace its mods, choose the config and plan the launch (`mask_mod`:
-    a mask without a BlockMask, as the flash-attn calls give it)."""
-    if any(isinstance(t, torch.Tensor) and t.requires_grad for t in (query, key, value, sinks)) and \
-            torch.is_grad_enabled():
-        raise NotImplementedError("flex_attention: the backward through score_mod / mask_mod / sinks is not "
-                                  "implemented; call it on tensors that do not require grad (or under torch.no_grad())")
+    a mask without a BlockMask, as the flash-attn calls give it; `grad_enabled`: the caller's grad mode,
+    under which a captured tensor that requires grad raises)."""
     if kernel_options:
         raise NotImplementedError(f"kernel_options: {kernel_options!r} are torch's Triton options; ptofa takes none")
     for name, t in (("query", query), ("key", key), ("value", value)):
@@ -194,6 +224,11 @@ def plan_flex(query, key, value, score_mod=None, block_mask=None, scale=None, en
     q, k, v = pad_heads(width, *(t.detach() for t in (q, k, v)))
     scale = 1.0 / math.sqrt(head) if scale is None else float(scale)
     mods, traced = call_mods(score_mod, mask_mod, sinks, heads)
+    for mod, captured in traced:
+        for j, t in enumerate(captured):
+            if t.requires_grad and grad_enabled:
+                raise NotImplementedError(f"{mod.name}: captured tensor {j} {list(t.shape)} requires grad; its "
+                                          f"gradient is not implemented (detach it, or pass it without requires_grad)")
     config = flex_config(width, dtype_name(q.dtype, "query"), s1, mods, mask_mod is not None)
     tensors = mod_arguments(config, traced, sinks)
     shape = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads)
@@ -203,24 +238,90 @@ def plan_flex(query, key, value, score_mod=None, block_mask=None, scale=None, en
     lse = torch.full((batch, heads, s0), math.nan)
     ranges = tile_ranges(mask_mod, batch, heads, s0, s1, config.cube_s0, config.tile_s1)
     tensors.update(q=q.contiguous(), k=k.contiguous(), v=v.contiguous(), o=o, lse=lse, tile_ranges=ranges)
-    return FlexLaunch(plan, tensors, value.shape[-1])
+    return FlexLaunch(plan, tensors, value.shape[-1], config, shape, scale, mask_mod)
+
+
+class _FlexFunction(torch.autograd.Function):
+    """One flex call as an autograd node: (query, key, value [B, H, S, D], sinks [H] or None) ->
+    (out [B, S0, H, Dv], the kernel's LSE [B, H, S0], +inf for a row without keys)."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, sinks, call_args: dict):
+        args = dict(call_args)
+        ctx.deterministic = args.pop("deterministic")
+        call = plan_flex(query, key, value, sinks=sinks, **args)
+        launch_on(args["backend"], call.plan, call.tensors)
+        ctx.call, ctx.backend, ctx.head = call, args["backend"], query.shape[-1]
+        ctx.sinks_dtype = None if sinks is None else sinks.dtype
+        return call.tensors["o"][..., :call.head_v].contiguous(), call.tensors["lse"]
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        if dlse is not None and bool(torch.any(dlse != 0)):
+            raise NotImplementedError("flex_attention: a gradient through the returned LSE is not implemented")
+        call = ctx.call
+        dq, dk, dv, dsinks = flex_backward(call, dout, ctx.backend, ctx.deterministic)
+        d = ctx.head
+        dsinks = None if dsinks is None else dsinks.to(ctx.sinks_dtype)
+        return (dq[..., :d].transpose(1, 2), dk[..., :d].transpose(1, 2), dv[..., :call.head_v].transpose(1, 2),
+                dsinks, None)
+
+
+def _flex_call(query, key, value, sinks, deterministic: bool = True, **call_args):
+    """(out [B, S0, H, Dv], LSE [B, H, S0] f32, +inf for a row without keys) of a flex call on
+    [B, H, S, D] tensors, differentiable (`_FlexFunction`)."""
+    call_args.update(deterministic=deterministic, grad_enabled=torch.is_grad_enabled())
+    return _FlexFunction.apply(query, key, value, sinks, call_args)
+
+
+def flex_backward(call: FlexLaunch, dout: torch.Tensor, backend: str, deterministic: bool = True):
+    """(dq [B, S0, H, W], dk, dv [B, S1, KVH, W], dsinks [H] or None) of a launched flex call, at the
+    kernel width W (zero-padded columns), for dO [B, S0, H, Dv]: the backward kernels with the call's mods
+    that have IR on the scores (Sinks has none: the LSE includes the sink), the sinks' gradient from the
+    kernels' LSE and D (module docstring)."""
+    cfg, t = call.config, call.tensors
+    q, k, v, o, lse = (t[n] for n in ("q", "k", "v", "o", "lse"))
+    do = pad_heads(cfg.head, dout.detach().to(q.dtype))[0].contiguous()
+    mods = tuple(m for m in cfg.mods if not isinstance(m, Sinks))
+    ranged = call.mask_mod is not None
+    bcfg = backward_config(cfg.head, cfg.in_dtype, atomic_dq=not deterministic, mods=mods, block_ranges=ranged)
+    grads = dict(dq=torch.zeros_like(q), dk=torch.zeros_like(k), dv=torch.zeros_like(v),
+                 dsum=torch.full(lse.shape, math.nan),
+                 dq_acc=None if deterministic else torch.full(q.shape, math.nan))
+    tensors = dict(q=q, k=k, v=v, o=o.to(q.dtype), do=do, lse=lse, **grads)
+    tensors.update({name: value for name, value in t.items() if name.startswith("mod")})
+    if ranged:  # the tiles the backward's units visit, and those they need not mask
+        sh = call.shape
+        tensors["q_tile_ranges"] = tile_ranges(call.mask_mod, sh.batch, sh.heads, sh.s0, sh.s1, bcfg.dq_block_q,
+                                               bcfg.dq_block_kv)
+        tensors["kv_tile_ranges"] = kv_block_ranges(call.mask_mod, sh.batch, sh.heads, sh.kv_heads, sh.s0, sh.s1,
+                                                    bcfg.block_q, bcfg.block_kv)
+    plan = plan_backward(bcfg, call.shape, backend_soc(backend), scale=call.scale)
+    launch_on(backend, plan, tensors)
+    dsinks = None
+    sink_name = f"mod{len(mods)}_sinks"
+    if sink_name in t:
+        p_sink = torch.exp(t[sink_name].view(1, -1, 1) - lse)  # exp(sink_h - LSE_{b,h,i})
+        dsinks = -(p_sink * grads["dsum"]).sum(dim=(0, 2))
+    return grads["dq"], grads["dk"], grads["dv"], dsinks
 
 
 def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False,
-                   return_lse=False, kernel_options=None, *, return_aux=None, sinks=None, backend: str = "auto"):
-    """torch's `flex_attention` on ptofa's kernel (forward); returns out [B, H, S0, Dv], and LSE
+                   return_lse=False, kernel_options=None, *, return_aux=None, sinks=None, backend: str = "auto",
+                   deterministic: bool = True):
+    """torch's `flex_attention` on ptofa's kernel; returns out [B, H, S0, Dv], and LSE
     [B, H, S0] f32 (natural log) with return_lse=True, or torch's `AuxOutput` with return_aux=AuxRequest(lse=True)
     (max_scores=True raises NotImplementedError). `sinks` (ptofa's, gpt-oss's attention sinks): a float [H]
-    logit per head that joins each row's softmax denominator (and the LSE)."""
+    logit per head that joins each row's softmax denominator (and the LSE). Differentiable in query, key,
+    value and sinks (`deterministic=False`: the backward's atomic-dQ mode)."""
     if return_aux is not None and getattr(return_aux, "max_scores", False):
         raise NotImplementedError("return_aux: max_scores=True (the kernel returns no row maxima)")
     if return_aux is not None and return_lse:
         raise ValueError("return_lse and return_aux: pass one (torch's rule)")
     backend = resolve_backend(backend)
-    call = plan_flex(query, key, value, score_mod, block_mask, scale, enable_gqa, kernel_options, backend, sinks)
-    launch_on(backend, call.plan, call.tensors)
-    out = call.tensors["o"][..., :call.head_v].transpose(1, 2).contiguous()
-    lse = call.tensors["lse"]
+    out, lse = _flex_call(query, key, value, sinks, deterministic, score_mod=score_mod, block_mask=block_mask,
+                          scale=scale, enable_gqa=enable_gqa, kernel_options=kernel_options, backend=backend)
+    out = out.transpose(1, 2)
     lse = lse.masked_fill(torch.isinf(lse), -math.inf)  # torch's LSE of a row without keys is -inf
     if return_aux is not None:
         from torch.nn.attention.flex_attention import AuxOutput
@@ -245,7 +346,7 @@ def window_mask_mod(window: tuple[int, int], s0: int, s1: int, mask_mod=None):
 
 
 def flash_attn_with_mods(q, k, v, *, softmax_scale, causal, window_size, score_mod, mask_mod, sinks, softcap,
-                         alibi_slopes, key_padding_mask, out_dtype, config, backend):
+                         alibi_slopes, key_padding_mask, out_dtype, config, backend, deterministic=True):
     """flash_attn_func's (out [B, S0, H, Dv], lse [B, H, S0], +inf for a row without keys) with a
     score_mod / mask_mod (FlexAttention's callables on sequence positions) or sinks [H]: the flex kernel."""
     for name, given in (("softcap", softcap), ("alibi_slopes", alibi_slopes is not None),
@@ -258,14 +359,12 @@ def flash_attn_with_mods(q, k, v, *, softmax_scale, causal, window_size, score_m
         window = (window[0], 0)
     mask = window_mask_mod(window, q.shape[1], k.shape[1], mask_mod)
     backend = resolve_backend(backend)
-    call = plan_flex(*(t.transpose(1, 2) for t in (q, k, v)), score_mod, None, softmax_scale, True, None, backend,
-                     sinks, mask)
-    launch_on(backend, call.plan, call.tensors)
-    return call.tensors["o"][..., :call.head_v].contiguous(), call.tensors["lse"]
+    return _flex_call(*(t.transpose(1, 2) for t in (q, k, v)), sinks, deterministic, score_mod=score_mod,
+                      scale=softmax_scale, enable_gqa=True, backend=backend, mask_mod=mask)
 
 
 def flash_attn_varlen_with_mods(q, k, v, cu_seqlens_q, cu_seqlens_k, *, softmax_scale, causal, window_size, score_mod,
-                                mask_mod, sinks, backend):
+                                mask_mod, sinks, backend, deterministic=True):
     """flash_attn_varlen_func's (out [total_q, H, Dv], lse [H, total_q]) with mods: the packed sequences
     zero-padded to a [B, max_len] batch whose mask hides the padding and applies each sequence's own
     bottom-right window (the lengths are captured tensors read per b), so b is the sequence and q_idx /
@@ -294,9 +393,8 @@ def flash_attn_varlen_with_mods(q, k, v, cu_seqlens_q, cu_seqlens_k, *, softmax_
         return out.transpose(1, 2)
 
     backend = resolve_backend(backend)
-    call = plan_flex(dense(q, cu_q, len_q, max_q), dense(k, cu_k, len_k, max_k), dense(v, cu_k, len_k, max_k),
-                     score_mod, None, softmax_scale, True, None, backend, sinks, padded)
-    launch_on(backend, call.plan, call.tensors)
-    o, lse = call.tensors["o"][..., :call.head_v], call.tensors["lse"]
+    o, lse = _flex_call(dense(q, cu_q, len_q, max_q), dense(k, cu_k, len_k, max_k), dense(v, cu_k, len_k, max_k),
+                        sinks, deterministic, score_mod=score_mod, scale=softmax_scale, enable_gqa=True,
+                        backend=backend, mask_mod=padded)
     out = torch.cat([o[b, :int(len_q[b])] for b in range(batch)])
     return out, torch.cat([lse[b, :, :int(len_q[b])] for b in range(batch)], dim=1)

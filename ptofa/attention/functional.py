@@ -135,9 +135,10 @@ def flash_attn_func(
 
     score_mod, mask_mod: (keyword) FlexAttention's callables, score_mod(score, b, h, q_idx, kv_idx) and
                   mask_mod(b, h, q_idx, kv_idx) on sequence positions, compiled into the kernel
-                  (`ptofa.flex_attention`); the mask is and-ed with causal / window_size. Forward only.
+                  (`ptofa.flex_attention`); the mask is and-ed with causal / window_size.
+                  Differentiable (not in the tensors they capture).
     sinks:        (keyword) float [nheads]: gpt-oss's attention sinks, one logit per head joining each row's
-                  softmax denominator. Forward only.
+                  softmax denominator. Differentiable: dsinks too.
 
     Returns out [batch, seqlen_q, nheads, headdim_v], (out, lse, None) with return_attn_probs=True,
     or (out, lse) with return_lse=True. Bad arguments raise ValueError / ConfigError with one
@@ -152,7 +153,8 @@ def flash_attn_func(
         out, lse = flash_attn_with_mods(q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                                         score_mod=score_mod, mask_mod=mask_mod, sinks=sinks, softcap=softcap,
                                         alibi_slopes=alibi_slopes, key_padding_mask=key_padding_mask,
-                                        out_dtype=out_dtype, config=config, backend=backend)
+                                        out_dtype=out_dtype, config=config, backend=backend,
+                                        deterministic=deterministic)
         return flash_attn_returns(out, lse, return_attn_probs, return_lse)
     return _flash_attn(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                        return_attn_probs, key_padding_mask, return_lse, out_dtype, backend, config)

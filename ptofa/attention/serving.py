@@ -262,7 +262,7 @@ def flash_attn_varlen_func(
     backend:      (keyword) "auto", "sim" or "npu".
     score_mod, mask_mod, sinks: (keyword) as `flash_attn_func`, b the sequence and q_idx / kv_idx positions in
                   it (the batch runs zero-padded to the longest sequence, the padding's tiles skipped);
-                  forward only, not with block_table, num_splits, softcap or alibi_slopes.
+                  differentiable in q, k, v and sinks, not with block_table, num_splits, softcap or alibi_slopes.
 
     Returns out [total_q, nheads, headdim] in q's dtype. Differentiable in q, k, v (not paged): the
     backward runs the varlen backward kernels once for the whole batch (`attention.backward.varlen_backward`,
@@ -278,7 +278,8 @@ def flash_attn_varlen_func(
                 raise NotImplementedError(f"{name}: not with score_mod / mask_mod / sinks")
         out, lse = flash_attn_varlen_with_mods(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale=softmax_scale,
                                                causal=causal, window_size=window_size, score_mod=score_mod,
-                                               mask_mod=mask_mod, sinks=sinks, backend=backend)
+                                               mask_mod=mask_mod, sinks=sinks, backend=backend,
+                                               deterministic=deterministic)
         return flash_attn_returns(out, lse, return_attn_probs, return_lse)
     return _varlen_call("flash_attn_varlen_func", q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,

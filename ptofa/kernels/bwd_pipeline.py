@@ -55,6 +55,13 @@ KV head and `q_block` the KV block) instead of decoding them from the unit index
 sequence's rows through its own starts, lengths and diagonal (window and ALiBi; ALiBi's slopes
 [B, N] by the table's `seq`); prep and post are row-wise and the same as the uniform ones.
 
+`mods` (`kernels/mods.py` objects, as `FAConfig.mods`; uniform batches without the built-in switches)
+apply each modification's forward IR to the recomputed scores of both kernels and multiply dP - D by
+its derivative (`Mod.emit_backward`); with `block_ranges` each unit's tile range and unmasked tiles come
+from a host table (`q_tile_ranges`: per dq unit its KV tiles, `kv_tile_ranges`: per dkdv unit its Q
+blocks, in `mods.RANGE_FIELDS`), as the forward's `FAConfig.block_ranges`; their scratch
+(`Mod.grad_tiles`, on the kernel's [rows, cols] tiles, transposed in dkdv) and kernel arguments (`Mod.params`) join the plan and the entry.
+
 `key_padding` adds the forward kernel's i8 key mask (and its batch stride) to the dq and dkdv
 kernels' arguments; their vectors turn it into an additive bias on the scores.
 
@@ -86,6 +93,7 @@ from ptofa.ir.target import (ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEX
                               serves_as_rowexpand_tmp)
 from ptofa.ir.target import align as _align
 from ptofa.ir.target import HIDDEN_TCI_TMP
+from ptofa.kernels.hostparam import mod_params
 
 KERNELS = ("dq", "dkdv")
 ATOMIC_KERNELS = ("prep", "dkdv", "post")
@@ -116,7 +124,8 @@ def tci_ops(c: BwdConfig, kernel: str) -> int:
     steps = c.dkdv_passes if kernel == "dkdv" else 1  # passes over the steps
     alibi = (1 + steps) if c.alibi else 0
     dropout = 2 * steps if c.dropout else 0  # the generator's query and key lines
-    return alibi + dropout if kernel in ("dq", "dkdv") else 0
+    mods = steps * sum(m.grad_tci_ops for m in c.mods)  # the mods' index leaves
+    return alibi + dropout + mods if kernel in ("dq", "dkdv") else 0
 
 
 @dataclass(frozen=True)
@@ -141,8 +150,11 @@ class BwdConfig:
     varlen: bool = False  # packed sequences: the dq and dkdv kernels walk a host-built unit table (`backward_tables`)
     dropout: bool = False  # the forward's dropout mask regenerated (`kernels/dropout.py`): dP and (dV) P dropped
     grads_f32: bool = False  # dQ, dK, dV stored as their f32 accumulators, unrounded (see `grad_dtype`)
+    mods: tuple = ()  # `mods.Mod` objects with IR on the scores (`scoremods.apply_backward`)
+    block_ranges: bool = False  # each unit's tiles / Q blocks [lo, hi) and unmasked ones from a host table
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "mods", tuple(self.mods))  # (a JSON round trip gives a list)
         _check(self)
         for kernel in self.kernels:
             over = [row for row in budget(self, kernel).rows if row.used > row.capacity]
@@ -210,7 +222,9 @@ class BwdConfig:
                 + (" key_padding" if self.key_padding else "") + (" dkdv_passes=2" if self.dkdv_passes == 2 else "")
                 + (" softcap" if self.softcap else "") + (" alibi" if self.alibi else "")
                 + (" varlen" if self.varlen else "") + (" dropout" if self.dropout else "")
-                + (" grads_f32" if self.grads_f32 else ""))
+                + (" grads_f32" if self.grads_f32 else "")
+                + (" mods=" + "+".join(m.name for m in self.mods) if self.mods else "")
+                + (" block_ranges" if self.block_ranges else ""))
 
 
 # (block_kv, block_q, dkdv_passes) of the dkdv kernel and dq_block_kv of the dq kernel per
@@ -229,8 +243,8 @@ TUNED_HEADS = tuple(sorted({head for head, _ in DEFAULT_BLOCKS}))  # the widths 
 
 def default_config(head: int, in_dtype: str = "f16", *, masked: bool = False, atomic_dq: bool = False,
                    key_padding: bool = False, target: str = "a3", softcap: bool = False,
-                   alibi: bool = False, varlen: bool = False, dropout: bool = False,
-                   grads_f32: bool = False) -> BwdConfig:
+                   alibi: bool = False, varlen: bool = False, dropout: bool = False, grads_f32: bool = False,
+                   mods: tuple = (), block_ranges: bool = False) -> BwdConfig:
     """The backward kernels for a head dim and switches, with the block sizes and dkdv passes of
     `DEFAULT_BLOCKS` (a width between its entries takes the next entry up's, whose tiles are at least
     as large; `ConfigError` for a head dim the backward does not support)."""
@@ -241,7 +255,8 @@ def default_config(head: int, in_dtype: str = "f16", *, masked: bool = False, at
     block_kv, block_q, passes, dq_block_kv = DEFAULT_BLOCKS[(tuned, atomic_dq)]
     return BwdConfig(head=head, in_dtype=in_dtype, masked=masked, atomic_dq=atomic_dq, key_padding=key_padding,
                      target=target, block_kv=block_kv, block_q=block_q, dkdv_passes=passes, dq_block_kv=dq_block_kv,
-                     softcap=softcap, alibi=alibi, varlen=varlen, dropout=dropout, grads_f32=grads_f32)
+                     softcap=softcap, alibi=alibi, varlen=varlen, dropout=dropout, grads_f32=grads_f32, mods=mods,
+                     block_ranges=block_ranges)
 
 
 def _check(c: BwdConfig) -> None:
@@ -271,6 +286,10 @@ def _check(c: BwdConfig) -> None:
     if c.atomic_dq and c.block_q != c.block_kv:
         fail("atomic dQ tiles", f"atomic_dq needs block_q == block_kv (dS [block_q, block_kv] reuses the dS^T "
                                 f"[block_kv, block_q] mat and left tiles), got block_q={c.block_q}, block_kv={c.block_kv}")
+    if (c.mods or c.block_ranges) and (c.masked or c.key_padding or c.softcap or c.alibi or c.varlen or c.dropout):
+        fail("modification objects", "mods are built for uniform batches without the built-in switches (masked, "
+                                     "key_padding, softcap, alibi, varlen, dropout: write them as mods), got "
+                                     + c.summary())
     if c.dropout and c.varlen:
         fail("dropout", "dropout=True with varlen=True is not implemented (the packed units' sequence index)")
     if c.varlen and c.key_padding:
@@ -458,6 +477,10 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
                    TileSpec("drop_rows", "vector", "p", "vec", 1, vr, "i32", **dyn),
                    TileSpec("drop_cols", "vector", "p", "vec", 1, cols, "i32", **dyn),
                    TileSpec("drop_tmp", "vector", "p", "vec", 1, max(vr, cols), "i32", **dyn)]
+    for i, mod in enumerate(c.mods):  # (the first full scratch is mask_tmp)
+        vector += mod.grad_tiles(vr, cols, f"mod{i}_")
+    if c.mods and kernel == "dkdv":  # the mods' row-broadcast scratch (the dq kernel's is exp_tmp)
+        vector.append(TileSpec("mods_row_tmp", "vector", "p", "vec", 1, EXPDIF_TMP_BYTES // DTYPE_BYTES["f32"], "f32"))
     vector += [
         TileSpec("s_tile", "vector", "p", "vec", vr, cols, "f32", **dyn),
         TileSpec("dp_tile", "vector", "p", "vec", vr, cols, "f32", **dyn),
@@ -548,5 +571,10 @@ def entry_args(c: BwdConfig, kernel: str) -> tuple[tuple[str, str], ...]:
     if c.varlen:  # the forward varlen kernel's names: the unit table and its length
         args.insert(args.index(("batch", "i64")), ("units", "!pto.ptr<i32>"))
         args.insert(args.index(("scale", "f32")), ("num_units", "i64"))
+    if c.block_ranges and kernel in ("dq", "dkdv"):
+        args.insert(args.index(("batch", "i64")), (f"{'q' if kernel == 'dq' else 'kv'}_tile_ranges", "!pto.ptr<i32>"))
+    for p in mod_params(c.mods):  # the forward kernel's names (a pointer's doc names its element type last)
+        args.append((p.name, f"!pto.ptr<{p.doc.split()[-1]}>" if p.c_type.endswith("*")
+                     else {"float": "f32", "int64_t": "i64"}[p.c_type]))
     return tuple(args)
 

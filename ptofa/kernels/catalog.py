@@ -102,12 +102,12 @@ SWITCHES: tuple[dict, ...] = (
 SWITCH_BASES = ((64, 128), (128, 256), (256, 256))
 
 
-def flex_configs() -> list[FAConfig]:
-    """Traced FlexAttention mods (kernels/flexmods.py) with block ranges: a relative bias under a causal
-    mask, ALiBi from a captured slope table with softcapping by tanh under a sliding window, and a
-    document mask from captured document ids (row and column loads) with attention sinks."""
+def _flex_mods() -> list[tuple]:
+    """Traced FlexAttention mods (kernels/flexmods.py): a relative bias under a causal mask, ALiBi from a
+    captured slope table with softcapping by tanh under a sliding window, a document mask from
+    captured document ids (row and column loads), and (the backward's only) a smooth score mod through
+    the quotient, sigmoid, exp and reciprocal rules under a prefix-LM mask."""
     from ptofa.kernels.flexmods import trace_mod
-    from ptofa.kernels.scoremods import Sinks
 
     slopes, doc = torch.ones(8), torch.zeros(4096, dtype=torch.int32)
     mods = (
@@ -115,12 +115,21 @@ def flex_configs() -> list[FAConfig]:
         (lambda s, b, h, q, kv: torch.tanh((s - slopes[h] * (q - kv).abs()) / 30.0) * 30.0,
          lambda b, h, q, kv: (q >= kv) & (q - kv <= 256)),
         (None, lambda b, h, q, kv: (doc[q] == doc[kv]) & (q >= kv)),
+        (lambda s, b, h, q, kv: s / (2.0 + torch.sigmoid(s)) + torch.exp(s * 0.1) - 1.0 / (3.0 + s * s * 0.01),
+         lambda b, h, q, kv: (kv < 24) | (q >= kv)),
     )
+    return [tuple(trace_mod(fn, mask)[0] for fn, mask in ((score_mod, False), (mask_mod, True)) if fn)
+            for score_mod, mask_mod in mods]
+
+
+def flex_configs() -> list[FAConfig]:
+    """The `_flex_mods` with block ranges, the document mask with attention sinks."""
+    from ptofa.kernels.scoremods import Sinks
+
     configs = []
-    for (score_mod, mask_mod), (head, tile_s1, dtype) in zip(mods, ((64, 128, "f16"), (64, 128, "bf16"),
-                                                                     (64, 128, "f16"))):
-        traced = tuple(trace_mod(fn, mask)[0] for fn, mask in ((score_mod, False), (mask_mod, True)) if fn)
-        traced += (Sinks(),) if score_mod is None else ()  # attention sinks at the finish hook
+    shapes = ((64, 128, "f16"), (64, 128, "bf16"), (64, 128, "f16"))
+    for traced, (head, tile_s1, dtype) in zip(_flex_mods()[:3], shapes):  # (the fourth is the backward's)
+        traced += (Sinks(),) if not any(not m.mask for m in traced) else ()  # attention sinks at the finish hook
         for buffers, prescale in ((0, True), (2, True), (0, False), (2, False)):  # as attention.flex.flex_config
             try:
                 configs.append(FAConfig(head=head, tile_s1=tile_s1, qk_preload=2, in_dtype=dtype, lse=True,
@@ -155,6 +164,11 @@ def kvcache_mod_configs() -> list[FAConfig]:
     return configs
 
 
+def _flex_name(mods: tuple) -> str:
+    digest = hashlib.sha256("".join(map(repr, mods)).encode()).hexdigest()[:8]
+    return "_flex_" + "_".join(m.name for m in mods) + "_" + digest
+
+
 def _name(c: FAConfig) -> str:
     parts = [f"fa_d{c.head}_t{c.tile_s1}_p{c.qk_preload}_{c.in_dtype}"]
     if c.out_dtype != c.in_dtype:
@@ -164,8 +178,7 @@ def _name(c: FAConfig) -> str:
     if c.page_size:
         parts.append(f"page{c.page_size}")
     if c.mods:
-        parts.append("flex_" + "_".join(m.name for m in c.mods) + "_" + hashlib.sha256(
-            "".join(map(repr, c.mods)).encode()).hexdigest()[:8])
+        parts.append(_flex_name(c.mods)[1:])
     if not c.prescale_q:
         parts.append("no_prescale_q")
     if c.softmax_dtype != "f32":
@@ -223,7 +236,12 @@ def backward_configs() -> list[BwdConfig]:
             # f32 gradient outputs (ring attention's steps): both modes of every grid head dim, f16 and masked bf16
             + [default_config(head, dtype, masked=masked, atomic_dq=atomic, grads_f32=True)
                for atomic, head, (dtype, masked) in itertools.product((False, True), GRID_HEADS,
-                                                                      (("f16", False), ("bf16", True)))])
+                                                                      (("f16", False), ("bf16", True)))]
+            # the forward's flex mods (kernels/flexmods.py: their forward IR and derivative) with block ranges,
+            # both modes, the D split in two once
+            + [default_config(head, dtype, atomic_dq=atomic, mods=mods, block_ranges=True)
+               for mods, (head, dtype) in zip(_flex_mods(), ((64, "f16"), (64, "bf16"), (256, "f16"), (128, "bf16")))
+               for atomic in (False, True)])
 
 
 def backward_kernels(b: BwdConfig) -> tuple[str, ...]:
@@ -252,10 +270,13 @@ def kernels() -> list[Kernel]:
                     + ("_atomic" if b.atomic_dq else "") + ("_key_padding" if b.key_padding else "")
                     + ("_softcap" if b.softcap else "") + ("_alibi" if b.alibi else "")
                     + ("_varlen" if b.varlen else "") + ("_dropout" if b.dropout else "")
-                    + ("_grads_f32" if b.grads_f32 else ""))
+                    + ("_grads_f32" if b.grads_f32 else "")
+                    + (_flex_name(b.mods) if b.mods else "") + ("_ranges" if b.block_ranges else ""))
             mods = ((" softcap" if b.softcap else "") + (" alibi" if b.alibi else "")
                     + (" varlen=True" if b.varlen else "") + (" dropout" if b.dropout else "")
-                    + (" grads_f32" if b.grads_f32 else ""))
+                    + (" grads_f32" if b.grads_f32 else "")
+                    + (" mods=" + "+".join(m.name for m in b.mods) if b.mods else "")
+                    + (" block_ranges" if b.block_ranges else ""))
             out.append(Kernel(name, f"backward {kernel}: head={b.head} {b.in_dtype} masked={b.masked} "
                                     f"atomic_dq={b.atomic_dq} key_padding={b.key_padding}{mods}",
                               lambda b=b, k=kernel: emit_bwd(b, k)))

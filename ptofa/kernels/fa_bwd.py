@@ -55,7 +55,8 @@ from ptofa.kernels.bwd_varlen import packed_key, packed_row, sequence_window, st
 from ptofa.kernels.bwd_tiles import Operands, key_bias, load_chunks, matmul_first_or_acc, pipe_entry, store_chunks
 from ptofa.kernels.common import SPLIT, alloc, clamp, init_pipes, produce_ahead, row_offset, snake_rank
 from ptofa.kernels import dropout
-from ptofa.kernels.scoremods import AlibiRows, alibi_bias, softcap_grad, softcap_scores
+from ptofa.kernels.mods import RANGE_FIELDS, Site
+from ptofa.kernels.scoremods import AlibiRows, alibi_bias, apply_backward, softcap_grad, softcap_scores
 from ptofa.kernels.window import TileRange, Window, keys_seen, mask_tile, queries_seeing
 from ptofa.pipeline import VEC_CORES
 from ptofa.ir.textio import print_pto
@@ -185,6 +186,15 @@ class _QUnit:
     q_start: SSAValue | None = None  # packed sequences: the sequence's first query and key row
     k_start: SSAValue | None = None
     seq: SSAValue | None = None  # packed sequences with ALiBi: the sequence's index (its slopes' row)
+    full: tuple[SSAValue, SSAValue] | None = None  # block ranges: the tiles no mask entry hides
+
+
+def _unit_ranges(c: _Common, unit: SSAValue, name: str) -> tuple[TileRange, tuple[SSAValue, SSAValue]]:
+    """A unit's [lo, hi) and unmasked [full_lo, full_hi) from the host's table `name` (`mods.RANGE_FIELDS`)."""
+    rec = scalar.mul(unit, len(RANGE_FIELDS), name="range_rec")
+    lo, hi, *full = (scalar.index_cast(pto.load_scalar(c.args[name], scalar.add(rec, i)), name=f"r_{field}")
+                     for i, field in enumerate(RANGE_FIELDS))
+    return TileRange(lo, hi), tuple(full)
 
 
 def _table_entry(c: _Common, unit: SSAValue) -> dict[str, SSAValue]:
@@ -208,8 +218,10 @@ def _q_unit(c: _Common, unit: SSAValue) -> _QUnit:
     b, h = scalar.div(bh, c.heads, name="b"), scalar.rem(bh, c.heads, name="h")
     q0 = scalar.mul(q_block, cfg.dq_block_q, name="q0")
     q_rows = scalar.min(scalar.sub(c.s0, q0), cfg.dq_block_q, name="q_rows")
-    return _QUnit(b, h, scalar.div(h, c.group, name="g"), q0, q_rows, keys_seen(c.window, q0, q_rows, c.s1, cfg.dq_block_kv),
-                  c.s0, c.s1, c.window)
+    g = scalar.div(h, c.group, name="g")
+    tiles, full = _unit_ranges(c, unit, "q_tile_ranges") if cfg.block_ranges else (
+        keys_seen(c.window, q0, q_rows, c.s1, cfg.dq_block_kv), None)
+    return _QUnit(b, h, g, q0, q_rows, tiles, c.s0, c.s1, c.window, full=full)
 
 
 def _dq_units(c: _Common) -> SSAValue:
@@ -317,6 +329,11 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
                 softcap_scores(tl["s_tile"], tl["mask_tmp"], c.args["softcap"], c.args["softcap_rcp2"])
                 tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
                 softcap_grad(tl["dp_tile"], tl["mask_tmp"])
+            if config.mods:  # dP - D now, times the mods' derivative
+                tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
+                site = Site(tl["s_tile"], tl["mask_tmp"], tl["exp_tmp"], tl, c.args, u.b, u.h, row0, scalar.mul(t, bkv),
+                            cols, vr, bkv, t, u.full, NEG)
+                apply_backward(config.mods, site, tl["dp_tile"])
             if config.alibi:  # row r, column c: query row0 + r, key t * bkv + c
                 start = scalar.sub(scalar.mul(t, bkv), scalar.add(row0, scalar.sub(u.s1, u.s0)), name="alibi_start")
                 alibi_bias(tl["s_tile"], tl["mask_tmp"], tl["alibi_i32"], tl["alibi_f32"], alibi_rows, start, cols, slope,
@@ -328,7 +345,7 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
                 key_bias(c.args, tl, consts, u.b, scalar.mul(t, bkv), cols)
                 tile.col_expand_add(tl["s_tile"], tl["kpm_f32"], out=tl["s_tile"])
             tile.row_expand_expdif(tl["s_tile"], lse_col, out=tl["s_tile"], tmp=tl["exp_tmp"])  # P = exp(scale S - LSE)
-            if not config.softcap:
+            if not (config.softcap or config.mods):
                 tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
             tile.mul(tl["s_tile"], tl["dp_tile"], out=tl["s_tile"])
             tile.muls(tl["s_tile"], consts["scale"], out=tl["s_tile"])  # dS, with the softmax scale folded in
@@ -380,6 +397,7 @@ class _KvUnit:
     q_start: SSAValue | None = None  # packed sequences: the sequence's first query and key row
     k_start: SSAValue | None = None
     seq: SSAValue | None = None  # packed sequences with ALiBi: the sequence's index (its slopes' row)
+    full: tuple[SSAValue, SSAValue] | None = None  # block ranges: the Q blocks no mask entry hides
 
 
 def _kv_units(c: _Common) -> SSAValue:
@@ -405,10 +423,12 @@ def _kv_unit(c: _Common, unit: SSAValue) -> _KvUnit:
     bg = scalar.div(unit, kv_blocks, name="bg")
     k0 = scalar.mul(kv_block, cfg.block_kv, name="k0")
     k_rows = scalar.min(scalar.sub(c.s1, k0), cfg.block_kv, name="k_rows")
-    blocks = queries_seeing(c.window, k0, k_rows, c.s0, cfg.block_q)
+    blocks, full = _unit_ranges(c, unit, "kv_tile_ranges") if cfg.block_ranges else (
+        queries_seeing(c.window, k0, k_rows, c.s0, cfg.block_q), None)
     per_head = scalar.sub(blocks.hi, blocks.lo, name="q_steps")
     return _KvUnit(scalar.div(bg, c.kv_heads, name="b"), scalar.rem(bg, c.kv_heads, name="g"), k0, k_rows, blocks,
-                   TileRange(scalar.const(0), scalar.mul(per_head, c.group, name="steps")), c.s0, c.s1, c.window)
+                   TileRange(scalar.const(0), scalar.mul(per_head, c.group, name="steps")), c.s0, c.s1, c.window,
+                   full=full)
 
 
 def _step(c: _Common, u: _KvUnit, s: SSAValue) -> tuple[SSAValue, SSAValue, SSAValue]:
@@ -577,6 +597,13 @@ def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: t
             if "dk" in grads:
                 _minus_dsum(v, u, h, q0, n)
                 softcap_grad(tl["dp_tile"], tl["mask_tmp"])
+        if config.mods:  # dP^T - D now, times the mods' derivative; rows are keys, columns queries
+            if "dk" in grads:
+                _minus_dsum(v, u, h, q0, n)
+            site = Site(tl["s_tile"], tl["mask_tmp"], tl["mods_row_tmp"], tl, c.args, u.b, h, q0,
+                        scalar.add(u.k0, v.row_base), n, vr, bq, scalar.div(q0, bq, name="q_block"), u.full, NEG,
+                        transposed=True)
+            apply_backward(config.mods, site, tl["dp_tile"] if "dk" in grads else None)
         pto.load(stat(c, u, "lse", h, q0, n), tl["stat_row"])
         tile.muls(tl["stat_row"], consts["minus_one"], out=tl["nlse_row"])
         if config.alibi:  # row r, column c: key k0 + row_base + r, query q0 + c
@@ -598,7 +625,7 @@ def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: t
         elif "dv" in grads:
             _store_half(v, out, 0, n)
         if "dk" in grads:
-            if not config.softcap:
+            if not (config.softcap or config.mods):
                 _minus_dsum(v, u, h, q0, n)
             tile.mul(tl["s_tile"], tl["dp_tile"], out=tl["s_tile"])
             tile.muls(tl["s_tile"], consts["scale"], out=tl["s_tile"])  # dS^T, with the softmax scale folded in

@@ -21,7 +21,17 @@ a float comparison), raises NotImplementedError naming it.
 
 Tensors a mod captures become f32 kernel arguments (`<prefix>c<j>`), read with `load_scalar`
 (indexed by b / h) or as one row (the last index q_idx or kv_idx, the others b / h); the host pads
-their last dim (`captured_args`) so a slice's row load never leaves the tensor.
+their last dim by `CAPTURE_PAD` (`captured_args`) so a slice's row load never leaves the tensor.
+
+The backward kernels (`emit_backward`) run the same walk on their recomputed scores and carry beside
+each value its tangent, d(value) / d(score) (forward-mode differentiation through the graph, one rule
+per op: sum, product and quotient rules, exp' = exp, tanh' = 1 - tanh^2, sigmoid' = s (1 - s),
+(1 / x)' = -1 / x^2, `where` picks its branch's tangent); the tangent of the result multiplies dP - D.
+The tangents are values of the same kinds (most are the constant 1 or a scalar: no tile), so the
+derivative of `score + bias[h]` costs nothing and a softcap's costs a few passes. An op whose derivative
+needs a float comparison (maximum, minimum, clamp, relu, abs of a score) raises NotImplementedError
+naming it when the backward kernel is built. In the dkdv kernel's transposed tiles (`Site.transposed`)
+q_idx varies along the columns and kv_idx along the rows: the kinds of the index leaves swap.
 """
 
 from __future__ import annotations
@@ -34,6 +44,10 @@ import torch
 
 from ptofa.kernels.hostparam import HostParam
 from ptofa.kernels.mods import Mod, Site
+
+# The padding of a captured tensor's last dim: the longest row load past a sequence's end, a forward
+# KV tile (`pipeline.SUPPORTED_TILE_S1`) or a backward block.
+CAPTURE_PAD = 512
 
 _GRAPHS: dict[str, torch.fx.GraphModule] = {}  # a traced mod's key -> its graph (mods hold plain fields)
 
@@ -51,24 +65,21 @@ class TracedMod(Mod):
     tci_ops: int  # index leaves (each tci has a hidden ptoas scratch)
     mask: bool = False
     name: str = "flex"
+    grad_counts: tuple[int, int, int] = (1, 0, 0)  # full, row, col scratch of the backward walk (either layout)
+    grad_tci_ops: int = 0
+    grad_error: str = ""  # why the backward walk cannot be lowered (raised when a backward kernel is built)
 
     @property
     def graph(self) -> torch.fx.GraphModule:
         return _GRAPHS[self.key]
 
     def tiles(self, config, prefix: str) -> list:
-        from ptofa.pipeline import TileSpec
+        return _tile_specs(config.vec_s0, config.tile_s1, prefix, self.full_tiles, self.row_tiles, self.col_tiles)
 
-        vs0, ts1, dyn = config.vec_s0, config.tile_s1, dict(dynamic=True)
-        specs = [TileSpec(f"{prefix}full{k}", "vector", "p", "vec", vs0, ts1, "f32", **dyn)
-                 for k in range(1, self.full_tiles)]
-        specs += [TileSpec(f"{prefix}row{k}", "vector", "p", "vec", 1, vs0, "f32", **dyn)
-                  for k in range(self.row_tiles)]
-        specs += [TileSpec(f"{prefix}col{k}", "vector", "p", "vec", 1, ts1, "f32", **dyn)
-                  for k in range(self.col_tiles)]
-        specs += [TileSpec(f"{prefix}qi32", "vector", "p", "vec", 1, vs0, "i32", **dyn),
-                  TileSpec(f"{prefix}ki32", "vector", "p", "vec", 1, ts1, "i32", **dyn)]
-        return specs
+    def grad_tiles(self, rows: int, cols: int, prefix: str) -> list:
+        if self.grad_error:
+            raise NotImplementedError(self.grad_error)
+        return _tile_specs(rows, cols, prefix, *self.grad_counts)
 
     def params(self, prefix: str) -> list:
         import ctypes
@@ -80,12 +91,28 @@ class TracedMod(Mod):
     def emit_forward(self, site: Site, prefix: str) -> None:
         _Lowering(self.graph, self.mask, prefix, site).run()
 
+    def emit_backward(self, site: Site, prefix: str, grad) -> None:
+        _Lowering(self.graph, self.mask, prefix, site, grad=None if self.mask else grad).run()
+
     def reference(self, scores, b, h, q_idx, kv_idx):
         args = (b, h, q_idx, kv_idx) if self.mask else (scores, b, h, q_idx, kv_idx)
         out = self.graph(*args)
         if self.mask:
             return scores.masked_fill(~out.bool(), -math.inf)
         return out
+
+
+def _tile_specs(rows: int, cols: int, prefix: str, full: int, row: int, col: int) -> list:
+    """A walk's scratch on [rows, cols] score tiles: full tiles past the site's `tmp`, [1, rows] row and
+    [1, cols] column tiles, and one i32 line of each for the index leaves' `tci`."""
+    from ptofa.pipeline import TileSpec
+
+    dyn = dict(dynamic=True)
+    specs = [TileSpec(f"{prefix}full{k}", "vector", "p", "vec", rows, cols, "f32", **dyn) for k in range(1, full)]
+    specs += [TileSpec(f"{prefix}row{k}", "vector", "p", "vec", 1, rows, "f32", **dyn) for k in range(row)]
+    specs += [TileSpec(f"{prefix}col{k}", "vector", "p", "vec", 1, cols, "f32", **dyn) for k in range(col)]
+    return specs + [TileSpec(f"{prefix}rowi32", "vector", "p", "vec", 1, rows, "i32", **dyn),
+                    TileSpec(f"{prefix}coli32", "vector", "p", "vec", 1, cols, "i32", **dyn)]
 
 
 def _trace(fn, mask: bool) -> torch.fx.GraphModule:
@@ -119,13 +146,20 @@ def trace_mod(fn, mask: bool, *, rows: int = 64) -> tuple[TracedMod, list[torch.
         f"{tuple(t.shape)}{t.dtype}" for _, t in captured)
     _GRAPHS[key] = gm
     counts = _Lowering(gm, mask, "", None).run()  # a dry run: checks every op, counts the scratch
+    grad, error = (1, 0, 0, 0), ""
+    try:  # the backward's walk in both layouts (dq and the transposed dkdv tiles), with tangents
+        walks = [_Lowering(gm, mask, "", None, grad=not mask, transposed=t).run() for t in (False, True)]
+        grad = tuple(max(w[k] for w in walks) for k in range(4))
+    except NotImplementedError as exc:  # the forward still runs; the backward names the op
+        error = f"flex score_mod backward: {exc}"
     mod = TracedMod(key, tuple(tuple(t.shape) for _, t in captured), *counts, mask=mask,
-                    name="mask_mod" if mask else "score_mod")
+                    name="mask_mod" if mask else "score_mod", grad_counts=grad[:3], grad_tci_ops=grad[3],
+                    grad_error=error)
     return mod, [t for _, t in captured]
 
 
-def captured_args(mod: TracedMod, tensors: list[torch.Tensor], prefix: str, pad: int) -> dict[str, torch.Tensor]:
-    """The kernel arguments of a mod's captured tensors: f32, the last dim padded by `pad` zeros
+def captured_args(mod: TracedMod, tensors: list[torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """The kernel arguments of a mod's captured tensors: f32, the last dim padded by `CAPTURE_PAD` zeros
     (a slice's row load may run past the sequence's end); ValueError for integers f32 cannot hold."""
     out = {}
     for j, t in enumerate(tensors):
@@ -133,7 +167,7 @@ def captured_args(mod: TracedMod, tensors: list[torch.Tensor], prefix: str, pad:
             raise ValueError(f"captured tensor {j} of a mod: integer values up to {int(t.abs().max())}; the kernel "
                              f"holds them in f32, exact below 2^24")
         flat = t.detach().to(torch.float32).cpu()
-        out[f"{prefix}c{j}"] = torch.nn.functional.pad(flat, (0, pad)).contiguous()
+        out[f"{prefix}c{j}"] = torch.nn.functional.pad(flat, (0, CAPTURE_PAD)).contiguous()
     return out
 
 
@@ -164,10 +198,14 @@ LOWERING = (*BINARY, *COMPARE, *UNARY, *LOGICAL, *PASS, "where", "index", "scala
 
 class _Lowering:
     """One walk of a traced graph: with a `Site` it emits the IR, without one it checks the ops and
-    counts the scratch tiles (full, row, col) the emitting walk will use."""
+    counts the scratch tiles (full, row, col) the emitting walk will use. With `grad` (the backward's
+    dP - D tile; True in a dry run) it carries each value's tangent and multiplies `grad` by the result's."""
 
-    def __init__(self, gm: torch.fx.GraphModule, mask: bool, prefix: str, site: Site | None):
-        self.gm, self.mask, self.prefix, self.site = gm, mask, prefix, site
+    def __init__(self, gm: torch.fx.GraphModule, mask: bool, prefix: str, site: Site | None, grad=None,
+                 transposed: bool = False):
+        self.gm, self.mask, self.prefix, self.site, self.grad = gm, mask, prefix, site, grad
+        self.tangents = bool(grad is not None and grad is not False)
+        self.transposed = site.transposed if site is not None else transposed
         if site is None:
             self.tile = self.scalar = self.pto = _Null()
         else:
@@ -177,6 +215,7 @@ class _Lowering:
         self.free = {"full": ["red_tmp"], "row": [], "col": []}
         self.made = {"full": 1, "row": 0, "col": 0}
         self.dying: set[str] = set()  # tiles of operands whose last use is the current node
+        self.protected: set[str] = set()  # a tangent rule's operand tiles (never overwritten by the rule)
         self.tci_ops = 0
         self.neg = site.mask_value if site else -3.0e38
 
@@ -186,7 +225,8 @@ class _Lowering:
         """The SSA tile of a buffer name ('score' is the site's score tile)."""
         if self.site is None:
             return None
-        return self.site.scores if name == "score" else self.site.tiles[name]
+        special = {"score": self.site.scores, "red_tmp": self.site.tmp, "grad": self.grad}
+        return special[name] if name in special else self.site.tiles[name]
 
     def alloc(self, kind: str) -> str:
         if self.free[kind]:
@@ -200,7 +240,7 @@ class _Lowering:
         return name
 
     def kind_of(self, name: str) -> str:
-        return "full" if name in ("score", "red_tmp") else name[len(self.prefix):].rstrip("0123456789")
+        return "full" if name in ("score", "red_tmp", "grad") else name[len(self.prefix):].rstrip("0123456789")
 
     def temporary(self, v: _Value) -> None:
         """A value only this node reads: its tile may be overwritten in place and is freed after the node."""
@@ -232,19 +272,149 @@ class _Lowering:
             for arg in node.all_input_nodes:
                 last[arg] = i
         env: dict = {}
+        tan: dict = {}  # node -> its tangent (None: 0), with `grad`
         for i, node in enumerate(nodes):
             if node.op == "output":
-                self.finish(env[node.args[0]])
+                self.finish(env[node.args[0]], tan.get(node.args[0]))
                 break
-            tiles = {arg: env[arg] for arg in node.all_input_nodes
-                     if last.get(arg) == i and env[arg].kind in ("row", "col", "full")}
-            self.dying = {v.value for v in tiles.values()}
-            env[node] = self.node(node, env)
-            # operands whose last use this was give their tiles back, unless the result took one over
-            result = env[node].value if env[node].kind in ("row", "col", "full") else None
-            for name in self.dying - {result}:
+            # the tiles of operands whose last use this is, unless a value still alive shares one (a tangent
+            # may be another value's tile)
+            alive = {_tile(v) for a in env if last.get(a, -1) > i for v in (env[a], tan.get(a))}
+            self.dying = {_tile(v) for a in node.all_input_nodes if last.get(a) == i
+                          for v in (env[a], tan.get(a))} - alive - {None}
+            env[node], tan[node] = self.step(node, env, tan)
+            # operands whose last use this was give their tiles back, unless a result took one over
+            for name in self.dying - {_tile(env[node]), _tile(tan[node])}:
                 self.free[self.kind_of(name)].append(name)
         return self.made["full"], self.made["row"], self.made["col"], self.tci_ops
+
+    # ---- tangents ----
+
+    AFTER = ("exp", "tanh", "sigmoid", "reciprocal")  # ops whose derivative is taken from their result
+
+    def step(self, node, env, tan) -> tuple[_Value, _Value | None]:
+        """A node's value and tangent. The tangent comes before the value (whose op may overwrite its
+        operands in place), except for the ops in AFTER, whose rule reads the result instead."""
+        if not self.tangents:
+            return self.node(node, env), None
+        if node.op == "placeholder":
+            v = self.node(node, env)
+            return v, (_Value("const", 1.0) if v.value == "score" else None)
+        operands = node.all_input_nodes
+        if all(tan.get(a) is None for a in operands):
+            return self.node(node, env), None
+        name = _op_name(node.target)
+        dying = set(self.dying)
+        ptiles = {_tile(env[a]) for a in operands} - {None}
+        ttiles = {_tile(tan[a]) for a in operands if tan.get(a) is not None} - {None}
+        self.protected = ptiles | ttiles
+        if name in self.AFTER:
+            self.dying = dying - ttiles
+            v = self.node(node, env)
+            self.dying = (self.dying | (dying & ttiles)) - {_tile(v)}
+            t = self.tangent_after(name, v, tan.get(operands[0]), node)
+        else:
+            self.dying = dying - ptiles
+            t = self.tangent_before(name, node, env, tan)
+            self.dying = (self.dying | (dying & ptiles)) - {_tile(t)}
+            v = self.node(node, env)
+        self.dying -= {_tile(t)}
+        return v, t
+
+    def fresh(self, v: _Value | None) -> _Value | None:
+        """An intermediate of a tangent rule: free after the node (never an operand's tile)."""
+        if _tile(v) is not None and v.value not in self.protected:
+            self.dying.add(v.value)
+        return v
+
+    def tadd(self, x: _Value | None, y: _Value | None, node, sub: bool = False) -> _Value | None:
+        if y is None:
+            return x
+        if x is None:
+            return self.tmul(y, _Value("const", -1.0), node) if sub else y
+        if x.kind == "const" and y.kind == "const":
+            return _Value("const", x.value - y.value if sub else x.value + y.value)
+        return self.binary("sub" if sub else "add", x, y, node)
+
+    def tmul(self, t: _Value | None, v: _Value, node) -> _Value | None:
+        """t * v (a tangent times a value), with the constant 0 and 1 folded."""
+        if t is None or (v.kind == "const" and v.value == 0):
+            return None
+        if t.kind == "const" and v.kind == "const":
+            return _Value("const", t.value * v.value)
+        if t.kind == "const" and t.value == 1:
+            return _Value(v.kind, v.value, False, v.index)
+        if v.kind == "const" and v.value == 1:
+            return t
+        return self.binary("mul", t, v, node)
+
+    def tangent_before(self, name: str, node, env, tan) -> _Value | None:
+        def arg(a):
+            return (env[a], tan.get(a)) if isinstance(a, torch.fx.Node) else (_Value("const", a), None)
+
+        args = [arg(a) for a in node.args if not isinstance(a, (list, tuple, torch.dtype, torch.device))]
+        if name in PASS:
+            return args[0][1]
+        if name == "where":
+            cond, (a, ta), (b, tb) = args[0][0], args[1], args[2]
+            if a.kind == "const" and math.isinf(a.value):
+                return tb
+            if b.kind == "const" and math.isinf(b.value):
+                return ta
+            zero = _Value("const", 0.0)
+            return self.where(cond, ta or zero, tb or zero, node)
+        if name == "neg":
+            return self.tmul(args[0][1], _Value("const", -1.0), node)
+        if name not in BINARY or BINARY[name] in ("max", "min"):
+            raise NotImplementedError(f"the derivative of {node.target} w.r.t. the score is not lowered (it needs a "
+                                      f"float comparison, or the op has none)")
+        (a, ta), (b, tb) = args[:2]
+        alpha = node.kwargs.get("alpha", 1)
+        if alpha != 1:  # (add / sub only: b's value is not read below)
+            tb = self.fresh(self.tmul(tb, _Value("const", alpha), node))
+        op = BINARY[name]
+        if op == "rsub":
+            (a, ta), (b, tb), op = (b, tb), (a, ta), "sub"
+        if op in ("add", "sub"):
+            return self.tadd(ta, tb, node, sub=op == "sub")
+        if op == "mul":
+            return self.tadd(self.fresh(self.tmul(ta, b, node)), self.fresh(self.tmul(tb, a, node)), node)
+        # (a / b)' = ta / b - a tb / b^2
+        first = None if ta is None else self.fresh(self.binary("div", ta, b, node))
+        if tb is None:
+            return first
+        second = self.fresh(self.tmul(tb, a, node))
+        for _ in range(2):
+            second = self.fresh(self.binary("div", second, b, node))
+        return self.tadd(first, second, node, sub=True)
+
+    def tangent_after(self, name: str, r: _Value, ta: _Value, node) -> _Value | None:
+        one = _Value("const", 1.0)
+        if name == "exp":  # exp' = exp
+            return self.tmul(ta, r, node)
+        if name == "tanh":  # 1 - r^2
+            d = self.fresh(self.binary("mul", r, r, node))
+            d = self.fresh(self.binary("sub", one, d, node))
+        elif name == "sigmoid":  # r (1 - r)
+            d = self.fresh(self.binary("sub", one, r, node))
+            d = self.fresh(self.binary("mul", d, r, node))
+        else:  # reciprocal: -r^2
+            d = self.fresh(self.binary("mul", r, r, node))
+            d = self.fresh(self.binary("mul", d, _Value("const", -1.0), node))
+        return self.tmul(ta, d, node)
+
+    def apply_grad(self, t: _Value | None) -> None:
+        """grad *= the result's tangent."""
+        from ptofa.api import F32
+
+        if t is not None and t.kind == "const" and t.value == 1:
+            return
+        if t is None or t.kind == "const":
+            self.tile.muls(self.t("grad"), self.scalar.const(0.0 if t is None else float(t.value), F32),
+                           out=self.t("grad"))
+            return
+        self.dying.add("grad")
+        self.binary("mul", _Value("full", "grad"), t, None)
 
     def node(self, node, env) -> _Value:
         if node.op == "placeholder":
@@ -256,8 +426,7 @@ class _Lowering:
             j = [n for n, _ in _captured(self.gm)].index(node.target)
             return _Value("tensor", ("tensor", j, value), not value.dtype.is_floating_point)
         target = node.target
-        packet = getattr(target, "overloadpacket", None)  # aten.add.Tensor -> "add"
-        name = getattr(packet, "__name__", None) or getattr(target, "__name__", str(target))
+        name = _op_name(target)
         if name not in LOWERING:
             raise NotImplementedError(f"flex mod: the op {target} has no lowering to the kernel's vector ops "
                                       f"(lowered: {', '.join(sorted(LOWERING))})")
@@ -310,23 +479,26 @@ class _Lowering:
             return self.where(*args[:3], node)
         raise AssertionError(name)
 
-    def leaf(self, node) -> _Value:
+    def leaf_name(self, node) -> str:
         names = ["b", "h", "q_idx", "kv_idx"] if self.mask else ["score", "b", "h", "q_idx", "kv_idx"]
-        which = names[[n for n in self.gm.graph.nodes if n.op == "placeholder"].index(node)]
+        return names[[n for n in self.gm.graph.nodes if n.op == "placeholder"].index(node)]
+
+    def leaf(self, node) -> _Value:
+        which = self.leaf_name(node)
         s = self.site
         if which == "score":
             return _Value("full", "score")
         if which in ("b", "h"):
             return _Value("scalar", None if s is None else (s.b if which == "b" else s.h), True, index=True)
-        kind = "row" if which == "q_idx" else "col"
+        kind = "row" if (which == "q_idx") != self.transposed else "col"
         name = self.alloc(kind)
         self.tci_ops += 1
         if s is not None:
             from ptofa.api import I32
 
-            i32 = s.tiles[f"{self.prefix}{'qi32' if kind == 'row' else 'ki32'}"]
+            i32 = s.tiles[f"{self.prefix}{kind}i32"]
             self.tile.set_valid(i32, 1, s.rows if kind == "row" else s.keys)
-            self.tile.ci(self.scalar.index_cast(s.q0 if kind == "row" else s.k0, I32), out=i32)
+            self.tile.ci(self.scalar.index_cast(s.q0 if which == "q_idx" else s.k0, I32), out=i32)
             self.tile.cvt(i32, out=self.t(name))
         return _Value(kind, name, True)
 
@@ -354,7 +526,7 @@ class _Lowering:
             return _Value("scalar" if last.kind == "scalar" else last.kind,
                           None if last.kind == "scalar" else self.alloc(last.kind), is_int)
         ptr = s.args[f"{self.prefix}c{j}"]
-        row_len = value.shape[-1] + _pad(s)
+        row_len = value.shape[-1] + CAPTURE_PAD
         offset = self.scalar.const(0)
         for d, i in enumerate(lead):
             stride = row_len * math.prod(value.shape[d + 1:-1])
@@ -363,7 +535,8 @@ class _Lowering:
             return _Value("scalar", self.pto.load_scalar(ptr, self.scalar.add(offset, last.value)), is_int)
         kind = last.kind
         n = s.rows if kind == "row" else s.keys
-        start = self.scalar.add(offset, s.q0 if kind == "row" else s.k0)
+        which = self.leaf_name(node.args[1][-1])
+        start = self.scalar.add(offset, s.q0 if which == "q_idx" else s.k0)
         name = self.alloc(kind)
         view = self.pto.as_tensor(self.pto.add_ptr(ptr, start), [1, n], [n, 1])
         self.pto.load(self.pto.slice_view(view, [0, 0], [1, n]), self.t(name))
@@ -569,9 +742,12 @@ class _Lowering:
         out = self.binary("add", on, off, node, a.is_int and b.is_int)
         return out
 
-    def finish(self, v: _Value) -> None:
-        """Score mod: the result into the score tile. Mask mod: the mask value added where it is 0."""
+    def finish(self, v: _Value, tangent: _Value | None = None) -> None:
+        """Score mod: the result into the score tile (with `grad`: first grad times the result's tangent,
+        which may be in the score tile). Mask mod: the mask value added where it is 0."""
         s, tile = self.site, self.tile
+        if self.tangents:
+            self.apply_grad(tangent)
         if self.mask:
             if v.kind == "const":
                 if not v.value:
@@ -607,6 +783,11 @@ class _Lowering:
             tile.adds(self.t(v.value), self.f32(_Value("const", 0.0)), out=s.scores)
 
 
-def _pad(site: Site) -> int:
-    """The padding of a captured tensor's last dim (`captured_args`): a slice or a tile past the end."""
-    return max(site.rows, site.cols)
+def _tile(v: _Value | None) -> str | None:
+    """The tile name of a value held in a tile, else None."""
+    return v.value if v is not None and v.kind in ("row", "col", "full") else None
+
+
+def _op_name(target) -> str:
+    packet = getattr(target, "overloadpacket", None)  # aten.add.Tensor -> "add"
+    return getattr(packet, "__name__", None) or getattr(target, "__name__", str(target))

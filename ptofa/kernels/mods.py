@@ -9,6 +9,9 @@ A modification is one object (`Mod`), not a switch threaded through the layers: 
 * `emit_forward(site, prefix)`: its IR on one row slice of scaled f32 scores (`Site`), called by
   `fa_fwd._softmax_slice` before ALiBi and the window mask; `emit_finish(site, prefix)`: its IR on the
   row statistics and O (`FinishSite`) before the kernel divides O by the row sums (attention sinks);
+* `grad_tiles(rows, cols, prefix)` and `emit_backward(site, prefix, grad)`: the backward kernels' side
+  (`kernels/fa_bwd.py`): the forward IR on the recomputed scores, and `grad` (dP - D) multiplied by
+  d(modified score) / d(score); the default is the forward IR alone, a derivative of 1 (masks, biases);
 * `reference(scores, b, h, q_idx, kv_idx)`: the same modification in torch (broadcast index tensors),
   which the tests and the dense reference apply.
 
@@ -45,12 +48,13 @@ class Site:
     h: SSAValue  # query head (index)
     q0: SSAValue | None  # query position of the slice's first row (index; None without `config.mods`)
     k0: SSAValue | None  # key position of the tile's first column (index; None without `config.mods`)
-    keys: SSAValue  # valid columns (index)
-    rows: int  # rows of the slice (vec_s0)
-    cols: int  # columns of a tile (tile_s1)
+    keys: SSAValue  # valid columns (index; queries of a transposed tile)
+    rows: int  # rows of the slice (vec_s0; a vector core's rows of a backward tile)
+    cols: int  # columns of a tile (tile_s1; a backward tile's)
     t: SSAValue  # the KV tile (index)
     full: tuple[SSAValue, SSAValue] | None = None  # the unit's unmasked tiles [full_lo, full_hi)
     mask_value: float = -3.0e38  # additive mask value of the softmax
+    transposed: bool = False  # the backward's dkdv tiles: rows are keys (from k0), columns queries (from q0)
 
 
 @dataclass
@@ -76,6 +80,7 @@ class Mod:
     mask: bool = False  # a mask: its IR is skipped on tiles the block ranges call full
     tci_ops: int = 0  # `tci` ops per row slice (each has a hidden ptoas scratch the UB budget counts)
     scores: bool = True  # it changes or masks scores (False: S may stay in the input dtype, `FAConfig.qk_dtype`)
+    grad_tci_ops: int = 0  # the same per backward score tile (`emit_backward`)
 
     def tiles(self, config, prefix: str) -> list:
         return []
@@ -88,6 +93,15 @@ class Mod:
 
     def emit_finish(self, site: FinishSite, prefix: str) -> None:
         """IR on the row statistics before O = O / l and LSE = m + ln(l) (nothing by default)."""
+
+    def grad_tiles(self, rows: int, cols: int, prefix: str) -> list:
+        """Scratch tiles of `emit_backward` on a backward kernel's [rows, cols] score tiles (per vector core)."""
+        return []
+
+    def emit_backward(self, site: Site, prefix: str, grad: SSAValue) -> None:
+        """The backward kernels' hook: the forward IR on the recomputed scores, and `grad` ([rows, cols]
+        f32, dP - D) times d(modified score) / d(score); by default the forward IR alone (a derivative of 1)."""
+        self.emit_forward(site, prefix)
 
     def reference(self, scores, b, h, q_idx, kv_idx, values=None):
         """The modified scores; `values` the call's runtime arguments by name (a mod's scalars)."""

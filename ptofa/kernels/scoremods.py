@@ -210,18 +210,34 @@ def builtin_mods(config) -> tuple:
     return (Softcap(),) if config.softcap else ()
 
 
+def _each_mod(mods: tuple, site: Site, emit) -> None:
+    """emit(mod, prefix) for each mod in order; a mask's only on tiles outside the unit's full range."""
+    for i, mod in enumerate(mods):
+        if mod.mask and site.full is not None:
+            lo, hi = site.full
+            with pto.if_(scalar.or_(scalar.lt(site.t, lo), scalar.ge(site.t, hi))):
+                emit(mod, f"mod{i}_")
+        else:
+            emit(mod, f"mod{i}_")
+
+
 def apply_forward(config, site: Site) -> None:
     """The hook: the built-in mods, then `config.mods` in order; a mask's IR only on tiles outside the
     unit's full range."""
     for mod in builtin_mods(config):
         mod.emit_forward(site, "")
-    for i, mod in enumerate(config.mods):
-        if mod.mask and site.full is not None:
-            lo, hi = site.full
-            with pto.if_(scalar.or_(scalar.lt(site.t, lo), scalar.ge(site.t, hi))):
-                mod.emit_forward(site, f"mod{i}_")
-        else:
-            mod.emit_forward(site, f"mod{i}_")
+    _each_mod(config.mods, site, lambda mod, prefix: mod.emit_forward(site, prefix))
+
+
+def apply_backward(mods: tuple, site: Site, grad: SSAValue | None) -> None:
+    """The backward kernels' hook (`BwdConfig.mods`, the forward config's mods with IR on the scores):
+    each mod's forward IR on the recomputed scores in order and, with `grad` (dP - D), its derivative
+    multiplied in, so grad ends as dP - D times the chain's derivative; without `grad` (the dkdv
+    kernel's dV-only pass) the forward IR alone. A mask's IR only on tiles outside the unit's full range."""
+    if grad is None:
+        _each_mod(mods, site, lambda mod, prefix: mod.emit_forward(site, prefix))
+    else:
+        _each_mod(mods, site, lambda mod, prefix: mod.emit_backward(site, prefix, grad))
 
 
 def apply_finish(config, site: FinishSite) -> None:
