@@ -253,8 +253,6 @@ def _check(c: BwdConfig) -> None:
     if c.atomic_dq and c.block_q != c.block_kv:
         fail("atomic dQ tiles", f"atomic_dq needs block_q == block_kv (dS [block_q, block_kv] reuses the dS^T "
                                 f"[block_kv, block_q] mat and left tiles), got block_q={c.block_q}, block_kv={c.block_kv}")
-    if c.dropout and c.varlen:
-        fail("dropout", "dropout=True with varlen=True is not implemented (the packed units' sequence index)")
     if c.varlen and c.key_padding:
         fail("varlen key padding", "varlen=True with key_padding=True: packed sequences have no padding keys "
                                    "(a sequence's keys are its cu_seqlens range)")
