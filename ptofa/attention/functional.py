@@ -142,7 +142,7 @@ def flash_attn_func(
     sinks:        (keyword) float [nheads]: gpt-oss's attention sinks, one logit per head joining each row's
                   softmax denominator. Forward only.
 
-    Returns out [batch, seqlen_q, nheads, headdim_v], (out, lse, None) with return_attn_probs=True,
+    Returns out [batch, seqlen_q, nheads, headdim_v], (out, lse, S_dmask) with return_attn_probs=True,
     or (out, lse) with return_lse=True. Bad arguments raise ValueError / ConfigError with one
     line naming the rule and the numbers; backend="npu" without an NPU raises BackendUnavailable.
     Differentiable in q, k, v (the backward kernels, on the same backend, with the same mask);
