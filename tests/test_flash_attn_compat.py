@@ -201,12 +201,12 @@ def _calls():
     }
 
 
-def test_dropout_raises_not_implemented() -> None:
+def test_dropout_with_splits_raises_not_implemented() -> None:
     for name, call in _calls().items():
         if not name.startswith("flash_attn_varlen"):
-            continue  # the dense calls run dropout (tests/test_dropout.py); the KV-cache call has no dropout_p
-        with pytest.raises(NotImplementedError, match="^dropout_p: "):
-            call(dropout_p=0.1)
+            continue  # every call runs dropout (tests/test_dropout*.py); a varlen one unsplit only
+        with pytest.raises(NotImplementedError, match="^num_splits: 2 with dropout_p > 0"):
+            call(dropout_p=0.1, num_splits=2)
 
 
 @pytest.mark.parametrize("argument, value", [("softcap", -1.0), ("softcap", math.inf), ("softcap", "30"),

@@ -239,7 +239,8 @@ def varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torc
                     dout: torch.Tensor, q_lens: list[int], k_lens: list[int], *, softmax_scale: float | None = None,
                     window: tuple[int, int] = (-1, -1), deterministic: bool = True, backend: str = "auto",
                     block_dim: int | None = None, soc: str | SocSpec = DEFAULT_SOC, softcap: float = 0.0,
-                    alibi_slopes: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+                    alibi_slopes: torch.Tensor | None = None,
+                    dropout: tuple[float, int, int] | None = None) -> tuple[torch.Tensor, ...]:
     """Gradients (dq, dk, dv) of packed variable-length attention (`flash_attn_varlen_func`), in one
     launch of each backward kernel for the whole batch: the dq and dkdv kernels walk the unit tables
     of `varlen.backward_tables` (ragged lengths, sequences of length 0, the window per sequence,
@@ -248,12 +249,13 @@ def varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torc
     q: [total_q, N, D]; k: [total_k, KVN, D]; v: [total_k, KVN, Dv]; out, dout: [total_q, N, Dv];
     lse: [N, total_q] float32 (the varlen forward's, +inf for a row that sees no key); q_lens, k_lens:
     the sequences' lengths (sum to total_q, total_k). softcap, alibi_slopes (fp32 [N] or [B, N], B the
-    number of sequences; each sequence's bias with its own lengths): the forward's. The kernels run at
+    number of sequences; each sequence's bias with its own lengths), dropout (p, seed, offset; each sequence's
+    mask at its own positions, `ptofa.kernels.dropout.packed_keep_masks`): the forward's. The kernels run at
     kernel_head(D, Dv) on zero-padded copies, as `attention_backward`. The other arguments as
     `attention_backward` (`soc` the simulated chip). Returns dq, dk, dv in q's dtype and shapes."""
     return run_varlen_backward(q, k, v, out, lse, dout, q_lens, k_lens, softmax_scale=softmax_scale, window=window,
                                deterministic=deterministic, backend=backend, block_dim=block_dim, soc=soc,
-                               softcap=softcap, alibi_slopes=alibi_slopes).grads
+                               softcap=softcap, alibi_slopes=alibi_slopes, dropout=dropout).grads
 
 
 @dataclass
@@ -272,7 +274,8 @@ def run_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
                         dout: torch.Tensor, q_lens: list[int], k_lens: list[int], *, softmax_scale: float | None = None,
                         window: tuple[int, int] = (-1, -1), deterministic: bool = True, backend: str = "auto",
                         block_dim: int | None = None, soc: str | SocSpec = DEFAULT_SOC, softcap: float = 0.0,
-                        alibi_slopes: torch.Tensor | None = None, trace: bool = False) -> VarlenBackward:
+                        alibi_slopes: torch.Tensor | None = None, trace: bool = False,
+                        dropout: tuple[float, int, int] | None = None) -> VarlenBackward:
     """`varlen_backward`, returning what it launched too; `trace`: the simulator records the blocks the
     timing model needs (`ptofa.sim.bwd_timing.predict_backward(results, config, shape, tables=tables)`)."""
     if q.dim() != 3 or k.dim() != 3 or v.dim() != 3 or k.shape[:2] != v.shape[:2]:
@@ -301,7 +304,7 @@ def run_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
     q4, k4, v4, out4, lse4, dout4 = (x.detach().contiguous() for x in (*pad_heads(width, q4, k4, v4, out4), lse4,
                                                                        *pad_heads(width, dout4)))
     cfg = default_config(width, _DTYPE_NAMES[q.dtype], masked=window != (-1, -1), atomic_dq=atomic, varlen=True,
-                         softcap=softcap > 0, alibi=slopes is not None)
+                         softcap=softcap > 0, alibi=slopes is not None, dropout=dropout is not None)
     shape = varlen_shape(list(q_lens), list(k_lens), heads, kv_heads, window)
     tables = backward_tables(cfg, list(q_lens), list(k_lens), heads, kv_heads, window)
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
@@ -309,12 +312,12 @@ def run_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
     backend = resolve_backend(backend)
     if backend == "npu":
         plan = plan_backward(cfg, shape, backend_soc(backend), scale=scale, block_dim=block_dim, softcap=softcap,
-                             alibi=slopes, tables=tables)
+                             alibi=slopes, tables=tables, dropout=dropout)
         launch_on(backend, plan, _tensors(q4, k4, v4, out4, lse4, dout4, grads, alibi_slopes=slopes))
         results = None
     else:
         results = run_backward(cfg, shape, q4, k4, v4, out4, lse4, dout4, grads, scale, block_dim=block_dim, soc=soc,
-                               softcap=softcap, alibi_slopes=slopes, tables=tables, trace=trace)
+                               softcap=softcap, alibi_slopes=slopes, tables=tables, trace=trace, dropout=dropout)
     return VarlenBackward((grads.dq[0, ..., :d].contiguous(), grads.dk[0, ..., :d].contiguous(),
                            grads.dv[0, ..., :d_v].contiguous()), cfg, shape, tables, results)
 
@@ -384,10 +387,12 @@ def reference_backward(q, k, v, dout, scale: float | None = None, window: tuple[
 
 def reference_varlen_backward(q, k, v, dout, q_lens: list[int], k_lens: list[int], scale: float | None = None,
                               window: tuple[int, int] = (-1, -1), softcap: float = 0.0,
-                              alibi_slopes: torch.Tensor | None = None) -> GradReference:
+                              alibi_slopes: torch.Tensor | None = None,
+                              dropout: tuple[list[torch.Tensor], float] | None = None) -> GradReference:
     """`reference_backward` of each packed sequence on its own rows (bottom-right window and ALiBi
     bias per sequence; slopes [N] or [B, N]), packed as q [total_q, N, D], k [total_k, KVN, D] and
-    v [total_k, KVN, Dv]; a sequence without queries or keys gets 0."""
+    v [total_k, KVN, Dv]; a sequence without queries or keys gets 0. `dropout` = (keep masks, one
+    [N, q_len, k_len] per sequence, p)."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     exact = [torch.zeros(x.shape, dtype=torch.float64) for x in (q, k, v)]
     low = [torch.zeros_like(x) for x in (q, k, v)]
@@ -398,8 +403,9 @@ def reference_varlen_backward(q, k, v, dout, q_lens: list[int], k_lens: list[int
         if q_len and k_len:
             slopes = None if alibi_slopes is None else (alibi_slopes if alibi_slopes.dim() == 1
                                                         else alibi_slopes[index:index + 1])
+            drop = None if dropout is None else (dropout[0][index][None], dropout[1])
             ref = reference_backward(q[rows][None], k[keys][None], v[keys][None], dout[rows][None], scale, window,
-                                     softcap=softcap, alibi_slopes=slopes)
+                                     softcap=softcap, alibi_slopes=slopes, dropout=drop)
             for grads, found in ((exact, ref.exact), (low, ref.low)):
                 grads[0][rows], grads[1][keys], grads[2][keys] = (g[0] for g in found)
     return GradReference(tuple(exact), tuple(low))

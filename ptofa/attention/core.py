@@ -359,12 +359,12 @@ def unsupported_arguments(dropout_p, softcap, alibi_slopes, dropout: bool = Fals
                          f"{getattr(alibi_slopes, 'dtype', type(alibi_slopes).__name__)}")
 
 
-def flash_attn_returns(out, lse, return_attn_probs: bool, return_lse: bool):
+def flash_attn_returns(out, lse, return_attn_probs: bool, return_lse: bool, s_dmask=None):
     """flash-attn's return convention: out; (out, softmax_lse, S_dmask) with return_attn_probs
-    (S_dmask is None: there is no dropout); ptofa's return_lse gives (out, lse)."""
+    (S_dmask None without dropout, `ptofa.attention.attn_probs`' with); ptofa's return_lse gives (out, lse)."""
     if return_attn_probs and return_lse:
         raise ValueError("return_attn_probs and return_lse: pass one; return_attn_probs=True already returns "
-                         "(out, softmax_lse, None)")
+                         "(out, softmax_lse, S_dmask)")
     if return_attn_probs:
-        return out, lse, None
+        return out, lse, s_dmask
     return (out, lse) if return_lse else out

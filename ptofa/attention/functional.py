@@ -5,9 +5,8 @@
 
 The flash-attn calls (`flash_attn_func`, `flash_attn_qkvpacked_func`, `flash_attn_kvpacked_func`)
 take flash-attn 2.x's parameters in its order with its defaults, ptofa's extras keyword-only after
-them; softcap, ALiBi and dropout run in the kernels, forward and backward (`ptofa.kernels.dropout`;
-the varlen calls' dropout and the dropped probabilities of return_attn_probs raise
-NotImplementedError, `unsupported_arguments`). All of them check their arguments, then call the custom op `torch.ops.ptofa.flash_attn_fwd`
+them; softcap, ALiBi and dropout run in the kernels, forward and backward (`ptofa.kernels.dropout`; with
+return_attn_probs, flash-attn's S_dmask, `ptofa.attention.attn_probs`). All of them check their arguments, then call the custom op `torch.ops.ptofa.flash_attn_fwd`
 (`ptofa.attention.ops`), which runs `ptofa.attention.core.run_attention` (the simulator on CPU tensors,
 or an Ascend NPU) and which `torch.compile` traces without a graph break. When an input
 requires grad, the backward runs the backward kernels (`torch.ops.ptofa.flash_attn_bwd`,
@@ -18,8 +17,9 @@ from __future__ import annotations
 
 import torch
 
-from ptofa.attention.core import (check_alibi_slopes, check_qkv, check_softcap, check_window,  # noqa: F401
-                                  dropout_seed_offset, flash_attn_returns, out_dtype_name, unsupported_arguments,  # (re-exported)
+from ptofa.attention.attn_probs import dense_probs
+from ptofa.attention.core import (check_alibi_slopes, check_dropout, check_qkv, check_softcap,  # noqa: F401
+                                  check_window, dropout_seed_offset, flash_attn_returns, out_dtype_name, unsupported_arguments,  # (re-exported)
                                   window_to_bounds)
 from ptofa.launch.base import TORCH_DTYPES
 from ptofa.attention import backward  # noqa: F401 (registers the backward op's implementation)
@@ -29,8 +29,9 @@ from ptofa.pipeline import FAConfig
 
 def _call_op(q, k, v, scale, bounds, key_padding_mask, out_dtype, backend: str, config: FAConfig | None,
              name: str = "q", deterministic: bool = True, softcap: float = 0.0, alibi_slopes=None,
-             dropout_p: float = 0.0):
-    """(out, lse) of the custom op on checked BSND q/k/v. A device other than CPU or NPU is
+             dropout: tuple[float, int, int] | None = None):
+    """(out, lse) of the custom op on checked BSND q/k/v (`dropout`: (p, seed, offset) of the kernel's
+    generator, `dropout_seed_offset`). A device other than CPU or NPU is
     refused here: the op would hand it (a meta tensor, say) to its fake implementation."""
     if q.device.type not in ("cpu", "npu"):
         raise ValueError(f"device: {name} is on {q.device}; ptofa runs CPU tensors on the simulator and NPU "
@@ -40,17 +41,13 @@ def _call_op(q, k, v, scale, bounds, key_padding_mask, out_dtype, backend: str, 
     left, right = bounds if bounds is not None else (0, 0)
     return flash_attn_fwd(q, k, v, scale, bounds is not None, left, right, mask,
                           None if wanted is None else TORCH_DTYPES[wanted], backend, config_to_json(config),
-                          deterministic, float(softcap), alibi_slopes, dropout_p,
-                          *(dropout_seed_offset() if dropout_p else (0, 0)))
+                          deterministic, float(softcap), alibi_slopes, *(dropout or (0.0, 0, 0)))
 
 
 def _flash_attn(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                 return_attn_probs, key_padding_mask, return_lse, out_dtype, backend, config, names=("q", "k", "v")):
     """The dense flash-attn calls after their tensors are split: checks, then the custom op."""
     unsupported_arguments(dropout_p, softcap, alibi_slopes, dropout=True)
-    if dropout_p and return_attn_probs:
-        raise NotImplementedError("return_attn_probs: the dropped probabilities (S_dmask) of a dropout_p > 0 call "
-                                  "are not returned yet")
     window = check_window(window_size, "window_size")
     if causal:
         window = (window[0], 0)
@@ -58,10 +55,14 @@ def _flash_attn(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
     bounds = window_to_bounds(window, q.shape[1], k.shape[1])
     if alibi_slopes is not None:
         check_alibi_slopes(alibi_slopes, q.shape[0], q.shape[2])
+    dropout = (float(dropout_p), *dropout_seed_offset()) if dropout_p else None
     out, lse = _call_op(q, k, v, softmax_scale, bounds, key_padding_mask, out_dtype, backend, config, names[0],
                         deterministic=bool(deterministic), softcap=softcap, alibi_slopes=alibi_slopes,
-                        dropout_p=float(dropout_p))
-    return flash_attn_returns(out, lse, return_attn_probs, return_lse)
+                        dropout=dropout)
+    s_dmask = None
+    if dropout is not None and return_attn_probs:
+        s_dmask = dense_probs(q, k, dropout, softmax_scale, window, softcap, alibi_slopes, key_padding_mask)
+    return flash_attn_returns(out, lse, return_attn_probs, return_lse, s_dmask)
 
 
 def flash_attn_func(
@@ -121,8 +122,10 @@ def flash_attn_func(
                   False accumulates dQ with atomic-add stores (one kernel fewer; dQ's last bits may
                   vary on an NPU); True runs dQ without atomics, bit-identical across runs.
     return_attn_probs: return (out, softmax_lse, S_dmask) as flash-attn does; S_dmask is None
-                  without dropout (as flash-attn's); with dropout_p > 0 not implemented yet
-                  (NotImplementedError).
+                  without dropout; with dropout_p > 0 flash-attn's S_dmask [batch, nheads, seqlen_q
+                  rounded up to 128, seqlen_k rounded up to 128] in q's dtype: the probabilities,
+                  unnormalized as flash-attn's kernel has them, negative where the entry was dropped
+                  (`ptofa.attention.attn_probs`; built on the host from the kernel's mask).
     key_padding_mask: (keyword) optional [batch, seqlen_k] (or [seqlen_k], shared by the batch) bool
                   or integer mask, True / nonzero = the key takes part (padding keys are False).
                   A query row that sees no key gets 0 in out and +inf in lse.
@@ -140,7 +143,7 @@ def flash_attn_func(
     sinks:        (keyword) float [nheads]: gpt-oss's attention sinks, one logit per head joining each row's
                   softmax denominator. Differentiable: dsinks too.
 
-    Returns out [batch, seqlen_q, nheads, headdim_v], (out, lse, None) with return_attn_probs=True,
+    Returns out [batch, seqlen_q, nheads, headdim_v], (out, lse, S_dmask) with return_attn_probs=True,
     or (out, lse) with return_lse=True. Bad arguments raise ValueError / ConfigError with one
     line naming the rule and the numbers; backend="npu" without an NPU raises BackendUnavailable.
     Differentiable in q, k, v (the backward kernels, on the same backend, with the same mask);
@@ -262,7 +265,9 @@ def scaled_dot_product_attention(
                takes part, torch's bool convention); other masks (per query row, per head,
                additive float) raise ValueError saying so. A query row that sees no key
                gives 0 (torch gives 0 too for a fully masked bool row).
-    dropout_p: must be 0.0 (the kernel has no dropout); kept at torch's position.
+    dropout_p: in [0, 1): torch's dropout on the attention weights (kept ones scaled by 1 / (1 -
+               dropout_p)), in the kernel as `flash_attn_func`'s (`ptofa.kernels.dropout`: seed and
+               offset from torch's default generator; batch b, head h, positions i, j).
     is_causal: torch's causal mask, aligned to the TOP-LEFT corner: query i sees key j iff
                j <= i (flash_attn_func's causal is bottom-right). It runs as the window
                right bound S - L of the kernel's bottom-right convention (negative when
@@ -280,8 +285,7 @@ def scaled_dot_product_attention(
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
             got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
             raise ValueError(f"rank: query, key and value must be 4-D [B, H, S, E]; got {name} {got}")
-    if dropout_p != 0.0:
-        raise ValueError(f"dropout_p: {dropout_p} is not supported; the kernel has no dropout (pass 0.0)")
+    check_dropout(dropout_p)
     batch, heads, s0, _ = query.shape
     kv_heads, s1 = key.shape[1], key.shape[2]
     if key.shape[:3] != value.shape[:3]:
@@ -300,7 +304,8 @@ def scaled_dot_product_attention(
 
     q, k, v = (t.transpose(1, 2) for t in tensors)  # BNSD -> BSND views
     check_qkv(q, k, v, names)
-    out, _ = _call_op(q, k, v, scale, bounds, key_mask, None, backend, None, names[0])
+    dropout = (float(dropout_p), *dropout_seed_offset()) if dropout_p else None
+    out, _ = _call_op(q, k, v, scale, bounds, key_mask, None, backend, None, names[0], dropout=dropout)
     return out.transpose(1, 2)
 
 

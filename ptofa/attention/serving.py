@@ -22,8 +22,10 @@ from collections.abc import Sequence
 
 import torch
 
-from ptofa.attention.core import (auto_config, check_alibi_slopes, check_softcap, check_window, dtype_name,
-                                  flash_attn_returns, resolve_backend, unsupported_arguments, with_score_mods)
+from ptofa.attention.attn_probs import varlen_probs
+from ptofa.attention.core import (auto_config, check_alibi_slopes, check_softcap, check_window, dropout_seed_offset,
+                                  dtype_name, flash_attn_returns, resolve_backend, unsupported_arguments,
+                                  with_score_mods)
 from ptofa.attention.kvcache import (CacheCapacityError, KVCache, apply_rotary, cache_shape,  # noqa: F401
                                     check_rotary, decode_config, decode_lse, decode_shape, decode_units,  # (re-exported)
                                     pack_allowed, paged_tiles, rotary_positions)
@@ -41,11 +43,11 @@ def _splits(num_splits: int) -> None:
 
 def _launch(backend: str, config: FAConfig, shape: ProblemShape, table_of, q, k, v, out, scale: float,
             num_splits: int | Sequence[int], *, lse=None, block_table=None, softcap: float = 0.0, alibi=None,
-            mod_args=None) -> None:
+            mod_args=None, dropout: tuple[float, int, int] | None = None) -> None:
     """Plan the serving call for `backend`'s chip ("sim" or "npu", resolved) and launch it (`mod_args`: the
     config's mods' kernel arguments by name)."""
     plan = plan_serving(config, shape, table_of, num_splits, dispatch.backend_soc(backend), scale=scale,
-                        block_table=block_table, softcap=softcap, alibi=alibi)
+                        block_table=block_table, softcap=softcap, alibi=alibi, dropout=dropout)
     if plan is not None:
         dispatch.launch_on(backend, plan, {"q": q, "k": k, "v": v, "o": out, "lse": lse, "block_table": block_table,
                                            "alibi_slopes": alibi, **(mod_args or {})})
@@ -83,13 +85,19 @@ def _forward_only(what: str, out: torch.Tensor, *inputs: torch.Tensor) -> torch.
 
 def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size,
             block_table, lse_wanted: bool, num_splits: int, backend: str, names=("q", "k", "v"), softcap: float = 0.0,
-            alibi_slopes=None):
+            alibi_slopes=None, dropout: tuple[float, int, int] | None = None):
     """(out, lse or None) of packed sequences: K/V packed like Q, or paged ([pages, page_size, KVN, D]
     with `block_table` [B, max_pages]: sequence b's keys 0..cu_seqlens_k[b+1]-cu_seqlens_k[b]-1 are
     read through row b of the block table); softcap and ALiBi slopes ([heads] or [B, heads]) as flash-attn's,
-    each sequence with its own lengths."""
+    each sequence with its own lengths; `dropout` (p, seed, offset) of the kernel's generator, sequence b
+    at its own positions (`ptofa.kernels.dropout.packed_keep_masks`)."""
     backend = resolve_backend(backend)
     _splits(num_splits)
+    if dropout is not None:  # the split kernel has no dropout (its partials would need the mask's rescaling)
+        if num_splits > 1:
+            raise NotImplementedError(f"num_splits: {num_splits} with dropout_p > 0; a dropout call runs unsplit "
+                                      f"(pass num_splits=0 or 1)")
+        num_splits = 1
     qn, kn, vn = names
     paged = block_table is not None
     kv_dims = 4 if paged else 3
@@ -122,7 +130,8 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sof
     softcap = check_softcap(softcap)
     alibi = check_alibi_slopes(alibi_slopes, len(q_lens), heads)
     base = with_score_mods(auto_config(width, in_dtype, s1=max(1, max_seqlen_k), masked=window != (-1, -1),
-                                       lse=lse_wanted), softcap=softcap > 0, alibi=alibi is not None)
+                                       lse=lse_wanted), softcap=softcap > 0, alibi=alibi is not None,
+                           dropout=dropout is not None)
     lse = torch.full((heads, q.shape[0]), math.inf, device=q.device) if lse_wanted else None
     if paged:
         cache = KVCache(k, v, block_table)
@@ -148,7 +157,8 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sof
     shape.check(config)
     out = torch.empty(q.shape, dtype=TORCH_DTYPES[config.out_dtype], device=q.device)
     _launch(backend, config, shape, table_of, q.detach().contiguous(), k.detach(), v.detach(), out,
-            _scale(softmax_scale, head), num_splits, lse=lse, block_table=block_table, softcap=softcap, alibi=alibi)
+            _scale(softmax_scale, head), num_splits, lse=lse, block_table=block_table, softcap=softcap, alibi=alibi,
+            dropout=dropout)
     return (out if width == head_v else out[..., :head_v].contiguous()), lse
 
 
@@ -165,14 +175,14 @@ def native_cache(width: int, head: int, head_v: int, k_name: str = "k_cache", v_
 class _VarlenAttention(torch.autograd.Function):
     """Packed (unpaged) varlen attention on the autograd graph: the forward is `_varlen` with LSE on;
     the backward is `attention.backward.varlen_backward`, one launch of each backward kernel over the
-    whole batch (the unit tables of `varlen.backward_tables`), with the forward's window and scale."""
+    whole batch (the unit tables of `varlen.backward_tables`), with the forward's window, scale and dropout mask."""
 
     @staticmethod
     def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                window_size, num_splits, backend, deterministic, names, softcap, alibi_slopes):
+                window_size, num_splits, backend, deterministic, names, softcap, alibi_slopes, dropout):
         out, lse = _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                           window_size, None, True, num_splits, backend, names, softcap, alibi_slopes)
-        ctx.softcap, ctx.alibi = softcap, alibi_slopes
+                           window_size, None, True, num_splits, backend, names, softcap, alibi_slopes, dropout)
+        ctx.softcap, ctx.alibi, ctx.dropout = softcap, alibi_slopes, dropout
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.mark_non_differentiable(lse)
         ctx.q_lens = seqlens_of(cu_seqlens_q, q.shape[0], "cu_seqlens_q")
@@ -189,31 +199,48 @@ class _VarlenAttention(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = varlen_backward(q, k, v, out.to(q.dtype), lse, grad_out.to(q.dtype), ctx.q_lens, ctx.k_lens,
                                      softmax_scale=ctx.scale, window=ctx.window, deterministic=ctx.deterministic,
-                                     backend=ctx.backend, softcap=ctx.softcap, alibi_slopes=ctx.alibi)
-        return (dq, dk, dv) + (None,) * 13
+                                     backend=ctx.backend, softcap=ctx.softcap, alibi_slopes=ctx.alibi,
+                                     dropout=ctx.dropout)
+        return (dq, dk, dv) + (None,) * 14
 
 
 def _varlen_call(what, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
                  causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, block_table, return_lse,
                  num_splits, backend, names=("q", "k", "v")):
-    """A flash-attn varlen call: its unsupported arguments refused, the launch (on the autograd graph
-    when an input requires grad), flash-attn's returns."""
-    unsupported_arguments(dropout_p, softcap, alibi_slopes)
+    """A flash-attn varlen call: its arguments checked, the launch (on the autograd graph when an input
+    requires grad), flash-attn's returns (S_dmask: `ptofa.attention.attn_probs`)."""
+    unsupported_arguments(dropout_p, softcap, alibi_slopes, dropout=True)
+    dropout = (float(dropout_p), *dropout_seed_offset()) if dropout_p else None
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         if block_table is not None:
             out, lse = _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
                                window_size, block_table, return_attn_probs or return_lse, num_splits, backend, names,
-                               softcap, alibi_slopes)
+                               softcap, alibi_slopes, dropout)
             out = _forward_only(f"{what} with block_table", out, q, k, v)
         else:
             out, lse = _VarlenAttention.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                               softmax_scale, causal, window_size, num_splits, resolve_backend(backend),
-                                              deterministic, names, float(softcap), alibi_slopes)
+                                              deterministic, names, float(softcap), alibi_slopes, dropout)
     else:
         out, lse = _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
                            window_size, block_table, return_attn_probs or return_lse, num_splits, backend, names,
-                           softcap, alibi_slopes)
-    return flash_attn_returns(out, lse, return_attn_probs, return_lse)
+                           softcap, alibi_slopes, dropout)
+    s_dmask = None
+    if dropout is not None and return_attn_probs:
+        q_lens, k_lens = (torch.as_tensor(cu).diff().tolist() for cu in (cu_seqlens_q, cu_seqlens_k))
+        s_dmask = varlen_probs(q, _packed_keys(k, block_table, k_lens), q_lens, k_lens, max_seqlen_q, max_seqlen_k,
+                               dropout, softmax_scale, _window(causal, window_size), float(softcap), alibi_slopes)
+    return flash_attn_returns(out, lse, return_attn_probs, return_lse, s_dmask)
+
+
+def _packed_keys(k: torch.Tensor, block_table: torch.Tensor | None, k_lens: list[int]) -> torch.Tensor:
+    """K packed [total_k, KVN, D]: `k` itself, or each sequence's keys gathered from a paged cache
+    through its block table row."""
+    if block_table is None:
+        return k
+    page = k.shape[1]
+    return torch.cat([k[block_table[b, :-(-n // page)].long()].reshape(-1, *k.shape[2:])[:n]
+                      for b, n in enumerate(k_lens)])
 
 
 def flash_attn_varlen_func(
@@ -251,12 +278,16 @@ def flash_attn_varlen_func(
                   allowed (a sequence with queries but no keys gives 0 and LSE +inf). With block_table
                   cu_seqlens_k only gives the key counts (sequence b has cu_seqlens_k[b+1] - cu_seqlens_k[b]).
     max_seqlen_q, max_seqlen_k: at least the longest sequences.
-    dropout_p:   must be 0.0 (NotImplementedError otherwise: the kernels have no dropout).
+    dropout_p:   in [0, 1): as `flash_attn_func` (forward and backward), each sequence's mask that of
+                 batch b = its index at its own query and key positions (`ptofa.kernels.dropout`);
+                 the call runs unsplit (num_splits > 1: NotImplementedError).
     softcap, alibi_slopes: as `flash_attn_func`; ALiBi positions from each sequence's own lengths
                  (bottom-right aligned), slopes [nheads] or [batch, nheads].
     softmax_scale, causal, window_size: as `flash_attn_func`, per sequence (bottom-right aligned).
     deterministic: the backward's mode, as `flash_attn_func` (default False: atomic-add dQ).
-    return_attn_probs: return (out, softmax_lse [nheads, total_q] fp32, None).
+    return_attn_probs: return (out, softmax_lse [nheads, total_q] fp32, S_dmask): S_dmask None without
+                  dropout, else flash-attn's [batch, nheads, max_seqlen_q, max_seqlen_k] (each rounded up to
+                  128) of `flash_attn_func`, sequence b at [b, :, :its queries, :its keys].
     return_lse:   (keyword) return (out, softmax_lse).
     num_splits:   (keyword) split-KV: 0 chosen per unit by the timing model, 1 none, up to 16.
     backend:      (keyword) "auto", "sim" or "npu".

@@ -290,8 +290,6 @@ def _check(c: BwdConfig) -> None:
         fail("modification objects", "mods are built for uniform batches without the built-in switches (masked, "
                                      "key_padding, softcap, alibi, varlen, dropout: write them as mods), got "
                                      + c.summary())
-    if c.dropout and c.varlen:
-        fail("dropout", "dropout=True with varlen=True is not implemented (the packed units' sequence index)")
     if c.varlen and c.key_padding:
         fail("varlen key padding", "varlen=True with key_padding=True: packed sequences have no padding keys "
                                    "(a sequence's keys are its cu_seqlens range)")

@@ -40,7 +40,8 @@ def table_unit(c, rank: SSAValue) -> dict[str, SSAValue]:
     persistent loop's waves (`common.snake_rank` of the loop index; `ptofa.kernels.units.schedule`
     on the host)."""
     rec = scalar.mul(rank, UNIT_FIELDS, name="unit_rec")
-    names = _TABLE_FIELDS + (("seq",) if c.config.alibi else ())  # seq: the row of [B, N] ALiBi slopes
+    # seq: the row of [B, N] ALiBi slopes, and dropout's sequence index b (`kernels/dropout.py`)
+    names = _TABLE_FIELDS + (("seq",) if c.config.alibi or c.config.dropout else ())
     return {name: scalar.index_cast(pto.load_scalar(c.args["units"], scalar.add(rec, UNIT_TABLE.index(name))),
                                     name=name) for name in names}
 

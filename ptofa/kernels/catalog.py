@@ -97,6 +97,8 @@ SWITCHES: tuple[dict, ...] = (
     dict(dropout=True),
     dict(dropout=True, masked=True, lse=True, in_dtype="bf16"),
     dict(dropout=True, varlen=True, masked=True, lse=True),
+    dict(dropout=True, varlen=True),
+    dict(dropout=True, varlen=True, page_size=256),
     dict(dropout=True, softcap=True, alibi=True, masked=True, lse=True),
 )
 SWITCH_BASES = ((64, 128), (128, 256), (256, 256))
@@ -232,6 +234,12 @@ def backward_configs() -> list[BwdConfig]:
                for atomic, head, (dtype, masked) in itertools.product((False, True), GRID_HEADS,
                                                                       (("f16", False), ("bf16", True)))]
             + [default_config(128, masked=True, key_padding=True, softcap=True, alibi=True, atomic_dq=atomic, dropout=True)
+               for atomic in (False, True)]
+            # and its varlen form (each packed sequence's own positions), both modes of every grid head dim
+            + [default_config(head, dtype, masked=masked, atomic_dq=atomic, varlen=True, dropout=True)
+               for atomic, head, (dtype, masked) in itertools.product((False, True), GRID_HEADS,
+                                                                      (("f16", False), ("bf16", True)))]
+            + [default_config(128, masked=True, softcap=True, alibi=True, atomic_dq=atomic, varlen=True, dropout=True)
                for atomic in (False, True)]
             # f32 gradient outputs (ring attention's steps): both modes of every grid head dim, f16 and masked bf16
             + [default_config(head, dtype, masked=masked, atomic_dq=atomic, grads_f32=True)

@@ -26,6 +26,11 @@ broadcast, one row add, two rounds (10 ops) and the threshold (5). `keep_mask` i
 function in torch on the host, for the tests: it must stay the kernel's definition
 (`tests/test_dropout.py` holds the kernel to it and measures its statistics).
 
+Packed sequences (`flash_attn_varlen_func` & co.) use the same function with b the sequence's index
+in cu_seqlens and i, j the query and key positions within the sequence (`packed_keep_masks`): where
+a sequence lies in the packed tensors does not change its mask, and sequence b gets the mask batch b
+of a dense call would get.
+
 The keep factor is applied in f32 to P after its row sums (`keep = clamp(bits - CUT + 1, 0, 1)`,
 exact: integers in f32), and 1 / (1 - p) once to O at the end of the row. The backward kernels
 regenerate it on their tiles (the dkdv kernel's are transposed: rows are keys) and multiply
@@ -88,17 +93,31 @@ def _wrap(x: torch.Tensor) -> torch.Tensor:
     return ((x + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
 
 
-def keep_mask(seed: int, offset: int, batch: int, heads: int, s0: int, s1: int, p: float) -> torch.Tensor:
+def keep_mask(seed: int, offset: int, batch: int, heads: int, s0: int, s1: int, p: float,
+              batches: range | None = None) -> torch.Tensor:
     """The kernel's keep mask [batch, heads, s0, s1] (bool) for (seed, offset): the generator of
-    the module docstring evaluated in torch (int64 holding int32 values)."""
+    the module docstring evaluated in torch (int64 holding int32 values); `batches`: only those
+    batch entries ([len(batches), heads, s0, s1], the same values), to bound the memory."""
+    batches = range(batch) if batches is None else batches
     i = torch.arange(s0, dtype=torch.int64)
     j = torch.arange(s1, dtype=torch.int64)
-    bh = torch.arange(batch * heads, dtype=torch.int64).view(batch, heads, 1)
+    b = torch.arange(batches.start, batches.stop, batches.step, dtype=torch.int64).view(-1, 1, 1)
+    bh = b * heads + torch.arange(heads, dtype=torch.int64).view(1, heads, 1)
     row = _mix_host(_wrap(i + _i32(seed)).view(1, 1, s0))
     row = _mix_host(_wrap(row + bh))
     row = _mix_host(_wrap(row + _i32(offset)))
     bits = _mix_host(_wrap(row.unsqueeze(-1) + _wrap(j * G).view(1, 1, 1, s1)), ELEMENT_ROUNDS) >> (32 - BITS)
     return bits >= cut(p)
+
+
+def packed_keep_masks(seed: int, offset: int, q_lens: list[int], k_lens: list[int], heads: int,
+                      p: float) -> list[torch.Tensor]:
+    """The varlen kernels' keep masks, one [heads, q_len, k_len] per packed sequence: sequence b's
+    entries are those of `keep_mask` at batch b and its own query and key positions (rows and
+    columns from 0 at the sequence's first query and key), so sequence b of a packed batch gets the
+    mask of batch b of a dense call of the same (seed, offset) and heads."""
+    return [keep_mask(seed, offset, len(q_lens), heads, q_len, k_len, p, range(b, b + 1))[0]
+            for b, (q_len, k_len) in enumerate(zip(q_lens, k_lens))]
 
 
 # ---------------------------------------------------------------------------- kernel side

@@ -185,7 +185,7 @@ class _QUnit:
     window: Window | None
     q_start: SSAValue | None = None  # packed sequences: the sequence's first query and key row
     k_start: SSAValue | None = None
-    seq: SSAValue | None = None  # packed sequences with ALiBi: the sequence's index (its slopes' row)
+    seq: SSAValue | None = None  # packed sequences with ALiBi or dropout: the sequence's index
     full: tuple[SSAValue, SSAValue] | None = None  # block ranges: the tiles no mask entry hides
 
 
@@ -324,7 +324,7 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             out = pto.talloc("vector", pds.pipe_id, pipe_entry(pds, "vector"), SPLIT, name="pds_entry")
             _load_scores(v, entry, cols, bkv)
             if config.dropout:  # (before the softcap's dP - D)
-                _drop_dp(v, u.b, u.h, row0, scalar.mul(t, bkv), cols, transposed=False)
+                _drop_dp(v, _seq(u), u.h, row0, scalar.mul(t, bkv), cols, transposed=False)
             if config.softcap:  # dP - D now, times 1 - tanh^2 while mask_tmp holds tanh - 1
                 softcap_scores(tl["s_tile"], tl["mask_tmp"], c.args["softcap"], c.args["softcap_rcp2"])
                 tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
@@ -396,7 +396,7 @@ class _KvUnit:
     window: Window | None
     q_start: SSAValue | None = None  # packed sequences: the sequence's first query and key row
     k_start: SSAValue | None = None
-    seq: SSAValue | None = None  # packed sequences with ALiBi: the sequence's index (its slopes' row)
+    seq: SSAValue | None = None  # packed sequences with ALiBi or dropout: the sequence's index
     full: tuple[SSAValue, SSAValue] | None = None  # block ranges: the Q blocks no mask entry hides
 
 
@@ -589,7 +589,7 @@ def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: t
         out = pto.talloc("vector", pds.pipe_id, pipe_entry(pds, "vector"), SPLIT, name="pds_entry")
         _load_scores(v, entry, n, bq, with_dp="dk" in grads)
         if config.dropout:  # rows are keys k0 + row_base + r, columns queries q0 + c (before the softcap's dP - D)
-            _drop_dp(v, u.b, h, q0, scalar.add(u.k0, v.row_base), n, transposed=True, with_dp="dk" in grads)
+            _drop_dp(v, _seq(u), h, q0, scalar.add(u.k0, v.row_base), n, transposed=True, with_dp="dk" in grads)
         for name in ("stat_row", "nlse_row"):
             tile.set_valid(tl[name], 1, n)
         if config.softcap:  # dP^T - D now, times 1 - tanh^2 while mask_tmp holds tanh - 1
@@ -655,9 +655,14 @@ def _alibi_rows(tl: dict[str, SSAValue], rows: int) -> AlibiRows:
     return AlibiRows.make(tl["alibi_rows_i32"], tl["alibi_rows"], tl["alibi_pos"], tl["alibi_neg"], rows)
 
 
+def _seq(u: _QUnit | _KvUnit) -> SSAValue:
+    """The unit's batch, or its packed sequence's index."""
+    return u.b if u.b is not None else u.seq
+
+
 def _slope(c: _Common, u: _QUnit | _KvUnit, h: SSAValue) -> SSAValue:
     """The ALiBi slope of (the unit's batch or packed sequence, q head h): slopes [N] (stride 0) or [B, N]."""
-    off = scalar.add(scalar.mul(u.b if u.b is not None else u.seq, scalar.index_cast(c.args["alibi_stride"])), h)
+    off = scalar.add(scalar.mul(_seq(u), scalar.index_cast(c.args["alibi_stride"])), h)
     return pto.load_scalar(c.args["alibi_slopes"], off, name="slope")
 
 

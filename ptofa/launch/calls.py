@@ -232,7 +232,8 @@ def reduce_block_dim(reduce_units: int, cube_cores: int) -> int:
 
 
 def split_plan(kernel, reduce, split, shape: ProblemShape, soc: str | SocSpec, *, scale: float, max_pages: int = 0,
-               block_dim: int | None = None, softcap: float = 0.0, alibi: torch.Tensor | None = None) -> LaunchPlan:
+               block_dim: int | None = None, softcap: float = 0.0, alibi: torch.Tensor | None = None,
+               dropout: tuple[float, int, int] | None = None) -> LaunchPlan:
     """The launch of a varlen split decision (`splitkv.Plan`: config, unit table, split counts): the
     forward kernel `kernel`, and when a unit has more than one split, the reduce kernel `reduce`
     (`kernel_cache.reduce_kernel`; None when the config does not split) over the split units'
@@ -243,7 +244,8 @@ def split_plan(kernel, reduce, split, shape: ProblemShape, soc: str | SocSpec, *
     if most > split.num_splits:
         raise ConfigError(f"split-KV: a unit of the table has {most} splits, more than num_splits={split.num_splits}")
     blocks = block_dim or split.block_dim
-    values = {**runtime_values(shape, scale, units=table, max_pages=max_pages, softcap=softcap, alibi=alibi),
+    values = {**runtime_values(shape, scale, units=table, max_pages=max_pages, softcap=softcap, alibi=alibi,
+                               dropout=dropout),
               "slots": Workspace(0), "units": table}
     slot_bytes = config.gm_slot_bytes_per_block * blocks
     values["partials"] = Workspace(slot_bytes) if config.split_kv else None

@@ -236,15 +236,17 @@ def plan_varlen(config: FAConfig, shape: ProblemShape, table_of, num_splits: int
 
 
 def plan_serving(config: FAConfig, shape: ProblemShape, table_of, num_splits: int | Sequence[int], soc: SocSpec, *,
-                 scale: float, block_table=None, softcap: float = 0.0, alibi=None) -> LaunchPlan | None:
+                 scale: float, block_table=None, softcap: float = 0.0, alibi=None,
+                 dropout: tuple[float, int, int] | None = None) -> LaunchPlan | None:
     """The launch of a serving call on `soc`: split counts (`splitkv.plan_varlen`: `num_splits` 0 chosen
-    by the timing model, or per unit), the varlen kernel and the reduce; None for an empty unit table."""
+    by the timing model, or per unit), the varlen kernel and the reduce; None for an empty unit table
+    (`dropout`: (p, seed, offset) of a dropout kernel, which never splits)."""
     split = plan_varlen(config, shape, table_of, num_splits, soc)
     if split is None:
         return None
     max_pages = 0 if block_table is None else int(block_table.shape[-1])
     return split_plan(*split_kernels(split.config), split, shape, soc, scale=scale, max_pages=max_pages, softcap=softcap,
-                      alibi=alibi)
+                      alibi=alibi, dropout=dropout)
 
 
 def tune_window(bounds: tuple[int, int] | None, s0: int, s1: int) -> tuple[int, int]:

@@ -196,9 +196,11 @@ def make_varlen_inputs(shape: ProblemShape, c: FAConfig, seed: int) -> tuple[tor
 
 def reference_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_lens: list[int], k_lens: list[int],
                      scale: float, window: tuple[int, int] = (-1, -1), out_dtype: torch.dtype | None = None,
-                     softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None) -> Reference:
+                     softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None,
+                     dropout: tuple[list[torch.Tensor], float] | None = None) -> Reference:
     """Per sequence `reference_fa` on the gathered sequence; O packed [total_q, N, D], LSE [N, total_q]
-    (ALiBi slopes [N], or [B, N]: row b for sequence b)."""
+    (ALiBi slopes [N], or [B, N]: row b for sequence b; `dropout` = (keep masks, one [N, q_len, k_len]
+    per sequence, p))."""
     heads, head_dim = q.shape[1], q.shape[2]
     out32 = torch.zeros(q.shape[0], heads, head_dim)
     out_low = torch.zeros_like(out32)
@@ -210,7 +212,8 @@ def reference_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_lens: 
         if q_len and k_len:
             slopes = None if alibi_slopes is None else (alibi_slopes if alibi_slopes.dim() == 1 else alibi_slopes[b])
             ref = reference_fa(q[rows].unsqueeze(0), k[k_start:k_start + k_len].unsqueeze(0),
-                               v[k_start:k_start + k_len].unsqueeze(0), scale, window, None, out_dtype, softcap, slopes)
+                               v[k_start:k_start + k_len].unsqueeze(0), scale, window, None, out_dtype, softcap, slopes,
+                               None if dropout is None else (dropout[0][b][None], dropout[1]))
             out32[rows], out_low[rows] = ref.out32[0], ref.out_low[0]
             lse32[:, rows], lse_low[:, rows] = ref.lse32[0], ref.lse_low[0]
         q_start += q_len
