@@ -23,7 +23,7 @@ from ptofa.launch.calls import blocks_for
 from ptofa.launch.tune import TuneShape, busiest_block_us, launch_us
 from ptofa.pipeline import ConfigError, FAConfig
 
-CANDIDATES = ((256, 2), (256, 3), (512, 2), (512, 3))
+CANDIDATES = ((256, 2), (256, 3), (512, 2), (512, 3), (1024, 2), (1024, 3))
 SOFTMAX = ("f32", "f16")
 VARIANTS = (("l2_shared_bytes", 0.5), ("l2_shared_bytes", 2.0), ("hbm_shared_bytes", 0.5), ("hbm_shared_bytes", 2.0))
 

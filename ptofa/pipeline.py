@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 
 from ptofa.ir.target import (ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES, KIB,  # noqa: F401 (re-exported)
                           SPACE_NAMES)
 from ptofa.ir.target import align as _align
 from ptofa.ir.target import HIDDEN_TCI_TMP
+from ptofa.visibility import UNBOUNDED, kernel_bounds, visible_pairs  # noqa: F401 (re-exported)
 
 # The varlen kernel's unit table: UNIT_FIELDS int32 per work unit, in this order (ptofa.launch.varlen builds it).
 UNIT_TABLE = ("q_start", "q_len", "k_start", "k_len", "head", "q_block", "seq", "split", "splits")
@@ -40,7 +40,7 @@ PRESCALE_TILES = (("q_in", None), ("q_f32", "f32"), ("q_out", None))  # (name, d
 
 DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i8": 1, "i32": 4, "i64": 8}
 VEC_CORES = 2
-SUPPORTED_TILE_S1 = (128, 256, 512)
+SUPPORTED_TILE_S1 = (128, 256, 512, 1024)
 CUBE_S1_CHOICES = (64, 128)
 SPLIT_HEAD = 128  # head dims above this split the cube stages in two D chunks with 64-row Q blocks
 MAX_HEAD = 256  # the largest head dim (q/k and v); flash-attn's limit
@@ -92,6 +92,7 @@ class TileSpec:
     slayout: str = "none_box"
     fractal: int = 512
     dynamic: bool = False  # valid=?x?: the builder sets the valid shape per use (ragged tails)
+    valid_cols: int | None = None  # a static valid shape of all rows and these columns (None: all)
 
     @property
     def nbytes(self) -> int:
@@ -342,6 +343,16 @@ class FAConfig:
         return rows
 
     @property
+    def input_row_max(self) -> bool:
+        """An f32 softmax takes each slice's row max on its f16 scores as loaded (exact: a max of f16
+        values), before they are widened: half the vector repeats and column folds of the f32 max.
+        Where nothing changes the scores on the vectors (Q prescaled; no mask or score modification)
+        and red_tmp serves nothing else (the cube's row sums)."""
+        changed = self.masked or self.key_padding or self.softcap or self.alibi or self.mods or self.block_ranges
+        return (self.softmax_dtype == "f32" and self.qk_dtype == "f16" and bool(self.cube_rowsum) and self.prescale_q
+                and not changed)
+
+    @property
     def sync_period(self) -> int:
         return self.slot_num if self.slot_num <= 2 else self.slot_num // 2
 
@@ -434,7 +445,7 @@ def _check_config(c: FAConfig) -> None:
     if c.tile_s1 % c.cube_s1 != 0:
         fail("divisibility", f"cube_s1={c.cube_s1} must divide tile_s1={c.tile_s1}")
     if c.tile_s1 not in SUPPORTED_TILE_S1:
-        fail("tile_s1", f"tile_s1={c.tile_s1} must be one of {SUPPORTED_TILE_S1} (1024 needs a new schedule)")
+        fail("tile_s1", f"tile_s1={c.tile_s1} must be one of {SUPPORTED_TILE_S1}")
     k = c.slice_factor
     if c.cube_s0 % (VEC_CORES * k) != 0:
         fail("divisibility", f"cube_s0={c.cube_s0} must be a multiple of 2*slice_factor={2 * k}")
@@ -586,7 +597,7 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
         # vector: softmax working set for one row slice (red_tmp is also the mask tile), in the
         # softmax dtype; an f32 softmax converts P into p_half, an f16 one computes it in place.
         *[TileSpec(name, "vector", "p", "vec", vs0, ts1, sd, **dyn) for name in buffer_names(c, "s_tile")],
-        TileSpec("red_tmp", "vector", "p", "vec", vs0, ts1, sd, **dyn),
+        TileSpec("red_tmp", "vector", "p", "vec", vs0, ts1, "f16" if c.input_row_max else sd, **dyn),
         # trowexpandexpdif's explicit scratch, one per slice buffer (`target.EXPDIF_TMP_BYTES`)
         *[TileSpec(name, "vector", "p", "vec", 1, EXPDIF_TMP_BYTES // DTYPE_BYTES[sd], sd)
           for name in buffer_names(c, "exp_tmp")],
@@ -595,6 +606,12 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
         # a slice's row max and row sum (none with the cube's row sums), in the softmax dtype
         *[TileSpec(name, "vector", "p", "vec", vs0, 1, sd, **col)
           for name in (("m_slice",) if c.cube_rowsum else ("m_slice", "l_slice") if sd == "f32" else ("m_half", "l_half"))],
+        # input_row_max: the f16 max, an [R, 1] column, or where that is not 32 bytes (8 rows) an ND tile of
+        # one valid column, widened into an f32 one whose column m_slice takes (`_softmax_slice`)
+        *([TileSpec("m_half", "vector", "p", "vec", vs0, 1, "f16", **col)] if c.input_row_max and vs0 >= 16 else
+          [TileSpec(name, "vector", "p", "vec", vs0, 16, dt_, valid_cols=1) for name, dt_ in (("m_half", "f16"),
+                                                                                           ("m_wide", "f32"))]
+          if c.input_row_max else []),
         # an f16 softmax keeps an f16 copy of the running max (exact: a max of f16 scores) and
         # the tile's f16 row sums; compute_p converts them to the f32 statistics once per tile
         *([TileSpec(name, "vector", "p", "vec", 1, rows, sd) for name in ("m_all_h", "l_tile_h")]
@@ -688,46 +705,6 @@ def _space_items(c: FAConfig, tiles: list[TileSpec], space: str, hidden: bool) -
 
 def _vec_bytes(c: FAConfig, tiles: list[TileSpec], hidden: bool = True) -> int:
     return sum(b for _, b in _space_items(c, tiles, "vec", hidden))
-
-
-# The window (the host side of `ptofa.kernels.units`, which re-exports these): a bottom-right
-# aligned window (left, right) lets query i see key j iff i + d - left <= j <= i + d + right,
-# d = S1 - S0; -1 is unbounded, causal is (-1, 0).
-UNBOUNDED = -1
-
-
-def kernel_bounds(window: Sequence[int], s0: int, s1: int) -> tuple[int, int]:
-    """The kernel's (win_left, win_right) of a window: -1 (unbounded) becomes s0 + s1."""
-    left, right = (s0 + s1 if w < 0 else w for w in window)
-    return left, right
-
-
-def visible_pairs(s0: int, s1: int, window: Sequence[int]) -> int:
-    """(query, key) pairs of one (sequence, head) the window leaves visible, in closed form.
-
-    Row i sees keys [max(0, i + d - L), min(S1, i + d + R + 1)) (d = S1 - S0), i.e.
-    `units.row_keys`. Between the rows where a clip starts or the width reaches 0 the width is
-    linear in i, so each such piece sums as an arithmetic series."""
-    if tuple(window) == (UNBOUNDED, UNBOUNDED):
-        return s0 * s1
-    left, right = kernel_bounds(window, s0, s1)
-    diag = s1 - s0
-    # lo leaves 0 at i = L - d, hi reaches S1 at i = S1 - d - R - 1; the width is 0 up to
-    # i = -d - R - 1 and from i = S0 + L on.
-    cuts = sorted({0, s0, *(min(s0, max(0, x)) for x in (left - diag, s1 - diag - right - 1, -diag - right, s0 + left))})
-    total = 0
-    for a, b in zip(cuts, cuts[1:]):
-        first, last = _raw_width(a, diag, s1, left, right), _raw_width(b - 1, diag, s1, left, right)
-        if first >= 0 and last >= 0:
-            total += (first + last) * (b - a) // 2
-        elif first > 0 or last > 0:  # not reached: the width changes sign only at a cut
-            total += sum(max(0, _raw_width(i, diag, s1, left, right)) for i in range(a, b))
-    return total
-
-
-def _raw_width(i: int, diag: int, s1: int, left: int, right: int) -> int:
-    """min(S1, i + d + R + 1) - max(0, i + d - L): row i's visible keys, negative when none."""
-    return min(s1, i + diag + right + 1) - max(0, i + diag - left)
 
 
 def _fits(c: FAConfig, **changes) -> bool:

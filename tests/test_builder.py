@@ -117,9 +117,10 @@ def test_illegal_grid_point_is_the_only_one() -> None:
 ILLEGAL_CONFIGS = {
     "head_72": (dict(head=72), "head dim: head=72 is not a kernel width: a multiple of 16 up to 128 (one D chunk) or of 32 up to 256 (two D chunks of whole cube fractals), (16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256)"),
     "head_256_128_rows": (dict(head=256, cube_s0=128), "cube tile: cube_s0=128, cube_s1=128; head=256 is built with 64-row Q blocks"),
-    "tile_s1_1024": (dict(tile_s1=1024), "tile_s1: tile_s1=1024 must be one of (128, 256, 512)"),
+    "tile_s1_2048": (dict(tile_s1=2048), "tile_s1: tile_s1=2048 must be one of (128, 256, 512, 1024)"),
+    "tile_s1_1024_head_256": (dict(head=256, tile_s1=1024), "vector row slice: vec_s0=4 rows"),
     "tile_s1_not_multiple": (dict(tile_s1=192, cube_s1=128), "divisibility: cube_s1=128 must divide tile_s1=192"),
-    "tile_s1_unsupported": (dict(tile_s1=192), "tile_s1: tile_s1=192 must be one of (128, 256, 512)"),
+    "tile_s1_unsupported": (dict(tile_s1=192), "tile_s1: tile_s1=192 must be one of (128, 256, 512, 1024)"),
     "qk_preload_0": (dict(qk_preload=0), "qk_preload: qk_preload=0 must be >= 1"),
     "qk_preload_5": (dict(qk_preload=5), "preload vs slot ring: qk_preload=5 must be < slot_num - sync_period + 1 = 8 - 4 + 1 = 5"),
     "exp_ring": (dict(qk_preload=3, exp_ring=2), "exp ring: exp_ring=2 must equal qk_preload=3"),
@@ -546,7 +547,7 @@ def test_cli_check_takes_files_and_folders_with_one_summary(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("args, rule", [
     (["--head", "72"], "head dim: head=72 is not a kernel width"),
-    (["--tile-s1", "1024"], "tile_s1: tile_s1=1024"),
+    (["--tile-s1", "2048"], "tile_s1: tile_s1=2048"),
     (["--qk-preload", "0"], "qk_preload: qk_preload=0 must be >= 1"),
     (["--qk-preload", "5"], "preload vs slot ring: qk_preload=5"),
     (["--qk-preload", "1", "--tile-s1", "512"], "preload vs tile factor: qk_preload=1 needs k_tile_factor=1"),

@@ -189,7 +189,7 @@ def _cycle_in(graph: dict[str, set[str]], component: set[str]) -> list[str]:
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("ir",),
     ("api",),
-    ("pipeline", "kernels", "fa_builder", "reference", "optable"),
+    ("pipeline", "visibility", "kernels", "fa_builder", "reference", "optable"),
     ("sim",),
     ("launch",),
     ("attention",),

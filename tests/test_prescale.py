@@ -76,10 +76,11 @@ def _stage_ops(cfg) -> list[str]:
 
 @pytest.mark.parametrize("tile_s1", [128, 256, 512])
 def test_score_tile_passes_before_and_after(tile_s1: int) -> None:
-    """Vector passes over a score slice: 4 without prescale_q, 3 with it (the tmuls is gone); the row
-    sums come from the cube (cube_rowsum) and the exp runs on the f16 P after the tcvt (exp_f16)."""
-    passes = ["pto.trowmax", "pto.trowexpandsub", "pto.tcvt"]
-    for on, want in ((False, ["pto.tmuls", *passes]), (True, passes)):
+    """Vector passes over a score slice: 4 without prescale_q, 2 with it (the tmuls is gone, and the row
+    max is taken on the f16 scores before they are widened: `input_row_max`); the row sums come from
+    the cube (cube_rowsum) and the exp runs on the f16 P after the tcvt (exp_f16)."""
+    passes = ["pto.trowexpandsub", "pto.tcvt"]
+    for on, want in ((False, ["pto.tmuls", "pto.trowmax", *passes]), (True, passes)):
         cfg = config(tile_s1=tile_s1, qk_preload=2, prescale_q=on)
         assert _stage_ops(cfg) == want * cfg.vec_buffers  # the slice loop body handles one slice per buffer
 

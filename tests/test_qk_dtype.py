@@ -33,9 +33,11 @@ def _vector_func(config: FAConfig) -> str:
 
 
 def test_the_vectors_widen_each_slice_once() -> None:
-    """One tcvt more per row slice than the f32 slot (the load into the P tile, widened into S's)."""
+    """One tcvt more per row slice than the f32 slot (the load into the P tile, widened into S's), and
+    one for the row max the default takes on the f16 scores before (`FAConfig.input_row_max`)."""
     old, new = _vector_func(FAConfig(qk_dtype="f32")), _vector_func(FAConfig())
-    assert new.count("pto.tcvt") == old.count("pto.tcvt") + FAConfig().vec_buffers
+    assert FAConfig().input_row_max and not FAConfig(qk_dtype="f32").input_row_max
+    assert new.count("pto.tcvt") == old.count("pto.tcvt") + 2 * FAConfig().vec_buffers
 
 
 CASES = {  # head, shape, switches, scale (None: 1/sqrt(D)); scale 1.0 gives scores of magnitude ~ sqrt(D)

@@ -204,6 +204,7 @@ def test_timeline_written(tmp_path):
     (128, 256, 3, {}), (128, 512, 4, {}), (64, 128, 1, {}), (64, 512, 2, {}),
     (128, 512, 4, dict(masked=True, key_padding=True, lse=True)), (96, 256, 2, dict(in_dtype="bf16", out_dtype="f32", lse=True)),
     (192, 256, 3, dict(masked=True, lse=True)), (256, 512, 4, dict(key_padding=True, in_dtype="bf16")),
+    (128, 1024, 2, {}), (64, 1024, 3, dict(masked=True, lse=True)),
 ])
 def test_simulator_memory_peak_equals_the_budget(head, tile_s1, qk_preload, variant):
     """The budget (from tile_plan + hidden scratch) and the simulator's live-byte count agree exactly."""

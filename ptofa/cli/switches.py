@@ -128,7 +128,7 @@ def config_options(f):
     f = click.option("--qk-preload", type=int, default=3, show_default=True,
                      help="QK tiles computed ahead of PV (1..4; exp_max ring depth = this).")(f)
     f = click.option("--tile-s1", type=int, default=256, show_default=True,
-                     help="Logical S1 tile width per pipeline step (128, 256 or 512).")(f)
+                     help="Logical S1 tile width per pipeline step (128, 256, 512 or 1024).")(f)
     f = click.option("--head", "--head-dim", "head", type=int, default=128, show_default=True,
                      help=f"Head dimension D: a kernel width ({', '.join(map(str, SUPPORTED_HEAD))}); `run` takes "
                           f"any 1..{MAX_HEAD} (inputs zero-padded to the next width).")(f)

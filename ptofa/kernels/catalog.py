@@ -2,7 +2,8 @@
 
 The forward kernel's (head, tile_s1, qk_preload) grid at the head dims of `GRID_HEADS`, each
 switch of `FAConfig` on its own and in the combinations the calls use (`flash_attn_func`,
-varlen, paged decode, split-KV, GQA packing), the split-KV reduce kernel, and the backward
+varlen, paged decode, split-KV, GQA packing), those that fit 1024-key tiles (`WIDE_SWITCHES`), the
+split-KV reduce kernel, and the backward
 kernels of every `BwdConfig` the calls build; the other kernel widths (`WIDTH_HEADS`: any head
 dim and any (D, Dv) pair runs on one of them) with the default tiles and the switches of
 `WIDTH_SWITCHES`, forward and backward; then the reusable kernels of `ptofa.kernels.lib` (row
@@ -102,6 +103,17 @@ SWITCHES: tuple[dict, ...] = (
     dict(dropout=True, softcap=True, alibi=True, masked=True, lse=True),
 )
 SWITCH_BASES = ((64, 128), (128, 256), (256, 256))
+# TILE_S1 = 1024 (D <= 128, QK_PRELOAD = 2) with the calls' switches whose plans fit the UB beside
+# its 1024-key rows (the key mask's, dropout's and ALiBi's do not).
+WIDE_SWITCHES: tuple[dict, ...] = (
+    dict(masked=True),
+    dict(masked=True, lse=True, in_dtype="bf16"),
+    dict(varlen=True, split_kv=True, masked=True, lse=True),
+    dict(varlen=True, split_kv=True, gqa_pack=True),
+    dict(prescale_q=False, out_dtype="f32"),
+    dict(softmax_dtype="f16"),
+    dict(softmax_dtype="f16", varlen=True, masked=True),
+)
 
 
 def _flex_mods() -> list[tuple]:
@@ -200,6 +212,7 @@ def forward_configs() -> list[FAConfig]:
     configs = list(_grid())
     for (head, tile_s1), switches in itertools.product(SWITCH_BASES, SWITCHES):
         configs.append(FAConfig(head=head, tile_s1=tile_s1, **switches))
+    configs += [FAConfig(head=128, tile_s1=1024, qk_preload=2, **switches) for switches in WIDE_SWITCHES]
     configs += [FAConfig(head=head, **switches) for head, switches in itertools.product(WIDTH_HEADS, WIDTH_SWITCHES)]
     configs += flex_configs() + kvcache_mod_configs()
     return list(dict.fromkeys(configs))

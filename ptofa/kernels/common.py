@@ -26,8 +26,9 @@ HALF_NEG = 1.5e38  # m + HALF_NEG > 0 exactly for rows that saw a key (row fix)
 
 def alloc(spec: TileSpec) -> SSAValue:
     """The local tile of a tile-plan entry (a dynamic tile starts fully valid)."""
+    valid = "dynamic" if spec.dynamic else None if spec.valid_cols is None else (spec.rows, spec.valid_cols)
     t = tile_type(spec.loc, spec.rows, spec.cols, spec.dtype, blayout=spec.blayout, slayout=spec.slayout,
-                  fractal=spec.fractal, valid="dynamic" if spec.dynamic else None)
+                  fractal=spec.fractal, valid=valid)
     return pto.alloc_tile(t, spec.name)
 
 

@@ -593,7 +593,12 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
     if cfg.key_padding:
         tile.col_expand_add(s_tile, tl[KEY_MASK_TILES[cfg.softmax_dtype][-1]], out=s_tile)
     if cfg.softmax_dtype == "f32":
-        tile.row_max(s_tile, out=tl["m_slice"], tmp=tl["red_tmp"])
+        src, m_out = (p_half, tl["m_half"]) if cfg.input_row_max else (s_tile, tl["m_slice"])
+        tile.row_max(src, out=m_out, tmp=tl["red_tmp"])
+        if cfg.input_row_max:  # (the f16 scores' max: the same max on half the vector repeats), widened
+            tile.cvt(tl["m_half"], out=tl.get("m_wide", tl["m_slice"]))
+            if "m_wide" in tl:  # (8-row slices: its one valid column into m_slice)
+                tile.row_max(tl["m_wide"], out=tl["m_slice"], tmp=exp_tmp)
         tile.max(rows["m_slice"], m_old, out=rows["m_slice"])  # m_new (finite: m_old starts at -3e38)
         tile.adds(rows["m_slice"], s.consts["zero"], out=m_new)  # a tmov into a subview is rejected
         if cfg.exp_f16:  # x = S - m_new in f32, rounded to f16, P = exp(x) on the f16 tile

@@ -27,7 +27,8 @@ from collections.abc import Sequence
 
 # The window's normalisation and pair count live with `ProblemShape` (which every layer
 # imports); they are part of this module's arithmetic and re-exported here.
-from ptofa.pipeline import UNBOUNDED, UNIT_TABLE, kernel_bounds, visible_pairs  # noqa: F401 (re-exported)
+from ptofa.pipeline import UNIT_TABLE
+from ptofa.visibility import UNBOUNDED, kernel_bounds, visible_pairs  # noqa: F401 (re-exported)
 
 
 # ======================================================================================

@@ -62,7 +62,7 @@ from ptofa.sim.shared_limits import launch_floors_us, limiting
 from ptofa.sim.timing import predict
 from ptofa.launch.sim import launch
 
-TILE_S1S = (128, 256, 512)
+TILE_S1S = (128, 256, 512, 1024)
 PRELOADS = (1, 2, 3)
 PROBE_ROWS = 256
 MASKED_PROBE_ROWS = 1024
