@@ -64,6 +64,14 @@ def test_alibi_captured_slopes_sliding_window():
            mask_mod=lambda b, h, qi, kv: (qi >= kv) & (qi - kv <= 64))
 
 
+def test_one_element_tables_are_indexed():
+    """A captured table of one element (`bias[h]` with one head) is read as a table, not taken for a
+    constant; a one-element tensor that is not indexed is a constant of the mod."""
+    bias, scale = torch.tensor([0.75]), torch.tensor(1.5)
+    q, k, v = _inputs(1, 96, 160, torch.float16, heads=1, kv_heads=1, seed=2)
+    _check(q, k, v, score_mod=lambda s, b, h, qi, kv: s * scale + bias[h] * (qi - kv) * 0.01)
+
+
 def test_document_mask_captured_ids():
     doc = torch.tensor([0] * 70 + [1] * 150 + [2] * 100)
     q, k, v = _inputs(2, 320, 320, torch.bfloat16, seed=2)

@@ -124,14 +124,20 @@ def _trace(fn, mask: bool) -> torch.fx.GraphModule:
     return make_fx(lambda score, b, h, q_idx, kv_idx: fn(score, b, h, q_idx, kv_idx))(torch.zeros(1), *idx)
 
 
+def _is_table(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """A captured tensor the kernel reads as a table: more than one element, or indexed (`bias[h]` with
+    one head); any other one-element tensor is a constant of the mod."""
+    value = getattr(gm, node.target)
+    return isinstance(value, torch.Tensor) and (
+        value.numel() > 1 or any(_op_name(user.target) == "index" and user.args[0] is node for user in node.users))
+
+
 def _captured(gm: torch.fx.GraphModule) -> list[tuple[str, torch.Tensor]]:
-    """(attribute, tensor) of each captured tensor of more than one element, in graph order."""
+    """(attribute, tensor) of each captured table (`_is_table`), in graph order."""
     out = {}
     for node in gm.graph.nodes:
-        if node.op == "get_attr":
-            value = getattr(gm, node.target)
-            if isinstance(value, torch.Tensor) and value.numel() > 1:
-                out[node.target] = value
+        if node.op == "get_attr" and _is_table(gm, node):
+            out[node.target] = getattr(gm, node.target)
     return list(out.items())
 
 
@@ -141,7 +147,7 @@ def trace_mod(fn, mask: bool, *, rows: int = 64) -> tuple[TracedMod, list[torch.
     gm = _trace(fn, mask)
     captured = _captured(gm)
     consts = [repr(getattr(gm, n.target).item()) for n in gm.graph.nodes
-              if n.op == "get_attr" and getattr(gm, n.target).numel() == 1]
+              if n.op == "get_attr" and not _is_table(gm, n)]
     key = ("mask:" if mask else "score:") + gm.code + "|" + ",".join(consts) + "|" + ";".join(
         f"{tuple(t.shape)}{t.dtype}" for _, t in captured)
     _GRAPHS[key] = gm
@@ -421,7 +427,7 @@ class _Lowering:
             return self.leaf(node)
         if node.op == "get_attr":
             value = getattr(self.gm, node.target)
-            if value.numel() == 1:
+            if not _is_table(self.gm, node):
                 return _Value("const", value.item(), not value.dtype.is_floating_point)
             j = [n for n, _ in _captured(self.gm)].index(node.target)
             return _Value("tensor", ("tensor", j, value), not value.dtype.is_floating_point)
