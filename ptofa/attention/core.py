@@ -27,8 +27,8 @@ import warnings
 
 import torch
 
-from ptofa.attention.inputs import (_DTYPE_NAMES, LONG_S1, LONG_TILES, SHORT_TILES,  # noqa: F401 (re-exported)
-                                    check_qkv, check_window, dtype_name, fixed_config)
+from ptofa.attention.inputs import (_DTYPE_NAMES, check_qkv, check_window, dtype_name,  # noqa: F401 (re-exported)
+                                    fixed_config)
 from ptofa.attention.ops import config_from_json, flash_attn_fwd
 from ptofa.launch.base import (TORCH_DTYPES, BackendUnavailable, check_alibi_slopes, check_softcap,  # noqa: F401 (re-exported)
                                normalize_key_mask, pad_heads)

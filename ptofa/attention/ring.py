@@ -53,7 +53,6 @@ import torch
 import torch.distributed as dist
 
 from ptofa.attention import backward
-from ptofa.attention import core  # noqa: F401 (registers the forward op's implementation)
 from ptofa.attention.core import check_qkv, check_window, flash_attn_returns, unsupported_arguments, window_to_bounds
 from ptofa.attention.group import agree, check_shards, gather_ints, group_ranks, peer
 from ptofa.attention.ops import flash_attn_fwd

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ptofa.attention import backward  # noqa: F401 (registers the backward op's implementation)
+import ptofa.attention.backward  # noqa: F401 (registers the backward op's implementation)
 from ptofa.attention.core import (check_alibi_slopes, check_qkv, check_window, flash_attn_returns,
                                   unsupported_arguments, window_to_bounds)
 from ptofa.attention.ops import flash_attn_fwd
