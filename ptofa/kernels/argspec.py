@@ -100,8 +100,6 @@ def host_params(config=None) -> tuple[HostParam, ...]:
         ]
     if c.key_padding:
         params.append(HostParam("key_mask_stride", "int64_t", ctypes.c_int64, "elements between batches of the key mask (0: shared)"))
-    if c.softcap:  # the built-in mods' arguments (`scoremods.builtin_mods`), unprefixed
-        params += SOFTCAP_PARAMS
     if c.dropout:
         params += [HostParam("drop_seed", "int64_t", ctypes.c_int64, "dropout generator seed (int32 range)"),
                    HostParam("drop_offset", "int64_t", ctypes.c_int64, "dropout generator offset (int32 range)"),
@@ -112,6 +110,8 @@ def host_params(config=None) -> tuple[HostParam, ...]:
     if c.block_ranges:
         params.append(HostParam("tile_ranges", ptr, ctypes.c_void_p, "each unit's KV tile ranges [units, 4] i32 "
                                                                      "(kernels/mods.py)"))
+    if c.softcap:  # the built-in mods' arguments (`scoremods.builtin_mods`), unprefixed, before the others'
+        params += SOFTCAP_PARAMS
     return tuple(params + mod_params(c.mods))
 
 

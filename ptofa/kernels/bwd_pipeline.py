@@ -559,8 +559,6 @@ def entry_args(c: BwdConfig, kernel: str) -> tuple[tuple[str, str], ...]:
     if c.key_padding:  # the forward kernel's names: a [B, S1] mask has stride S1, a shared [S1] one 0
         args.insert(args.index(("batch", "i64")), ("key_mask", "!pto.ptr<i8>"))
         args.append(("key_mask_stride", "i64"))
-    if c.softcap:  # the forward kernel's names and values
-        args += [("softcap", "f32"), ("softcap_rcp2", "f32")]
     if c.alibi:
         args.insert(args.index(("batch", "i64")), ("alibi_slopes", "!pto.ptr<f32>"))
         args.append(("alibi_stride", "i64"))
@@ -571,6 +569,8 @@ def entry_args(c: BwdConfig, kernel: str) -> tuple[tuple[str, str], ...]:
         args.insert(args.index(("scale", "f32")), ("num_units", "i64"))
     if c.block_ranges and kernel in ("dq", "dkdv"):
         args.insert(args.index(("batch", "i64")), (f"{'q' if kernel == 'dq' else 'kv'}_tile_ranges", "!pto.ptr<i32>"))
+    if c.softcap:  # the forward kernel's names and values
+        args += [("softcap", "f32"), ("softcap_rcp2", "f32")]
     for p in mod_params(c.mods):  # the forward kernel's names (a pointer's doc names its element type last)
         args.append((p.name, f"!pto.ptr<{p.doc.split()[-1]}>" if p.c_type.endswith("*")
                      else {"float": "f32", "int64_t": "i64"}[p.c_type]))

@@ -326,8 +326,8 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             if config.dropout:  # (before the softcap's dP - D)
                 _drop_dp(v, _seq(u), u.h, row0, scalar.mul(t, bkv), cols, transposed=False)
             if config.softcap:  # dP - D now, times 1 - tanh^2 while mask_tmp holds tanh - 1
-                softcap_scores(tl["s_tile"], tl["mask_tmp"], c.args["softcap"], c.args["softcap_rcp2"])
                 tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
+                softcap_scores(tl["s_tile"], tl["mask_tmp"], c.args["softcap"], c.args["softcap_rcp2"])
                 softcap_grad(tl["dp_tile"], tl["mask_tmp"])
             if config.mods:  # dP - D now, times the mods' derivative
                 tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
@@ -593,9 +593,10 @@ def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: t
         for name in ("stat_row", "nlse_row"):
             tile.set_valid(tl[name], 1, n)
         if config.softcap:  # dP^T - D now, times 1 - tanh^2 while mask_tmp holds tanh - 1
-            softcap_scores(tl["s_tile"], tl["mask_tmp"], c.args["softcap"], c.args["softcap_rcp2"])
             if "dk" in grads:
                 _minus_dsum(v, u, h, q0, n)
+            softcap_scores(tl["s_tile"], tl["mask_tmp"], c.args["softcap"], c.args["softcap_rcp2"])
+            if "dk" in grads:
                 softcap_grad(tl["dp_tile"], tl["mask_tmp"])
         if config.mods:  # dP^T - D now, times the mods' derivative; rows are keys, columns queries
             if "dk" in grads:

@@ -822,7 +822,7 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
 _CUBE_ARGS = ("slots", "slots_h", "q", "k", "v", "units", "block_table", "batch", "heads", "kv_heads", "s0", "s1",
               "num_units", "max_pages", "win_left", "win_right", "tile_ranges")
 _VECTOR_ARGS = ("slots", "slots_h", "q", "o", "lse", "partials", "key_mask", "units", "batch", "heads", "kv_heads", "s0", "s1",
-                "num_units", "scale", "win_left", "win_right", "key_mask_stride", "softcap", "softcap_rcp2",
+                "num_units", "scale", "win_left", "win_right", "key_mask_stride",
                 "alibi_slopes", "alibi_stride", "tile_ranges", "drop_seed", "drop_offset", "drop_cut", "drop_scale")
 
 
@@ -833,7 +833,7 @@ def build_fa(config: FAConfig) -> builtin.ModuleOp:
     vector_reads_q = config.prescale_q  # the vectors scale Q; the cube reads it from the Q pipe
     cube_args = [n for n in _CUBE_ARGS if n in entry_types and (n != "q" or not vector_reads_q)]
     vector_args = [n for n in _VECTOR_ARGS if n in entry_types and (n != "q" or vector_reads_q)]
-    vector_args += [p.name for p in mod_params(config.mods)]
+    vector_args += (["softcap", "softcap_rcp2"] if config.softcap else []) + [p.name for p in mod_params(config.mods)]
     with km.function(argspec.ENTRY_NAME, list(entry_types.items()), entry=True) as args:
         pto.set_ffts(args["ffts"])
         pto.call(argspec.CUBE_FUNC_NAME, [args[n] for n in cube_args])
