@@ -11,6 +11,7 @@ against a config.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import warnings
@@ -192,13 +193,11 @@ class FAConfig:
     # 8.9e-5), where the f16 exp of the form without LSE rounds S - m to f16 anyway.
     qk_dtype: str | None = None
     target: str = "a3"
-    # Score modifications before the masks (`kernels/scoremods.py`), f32 softmax only:
-    # `softcap`: s = softcap * tanh(s / softcap), softcap and 2 / softcap are runtime arguments;
-    # `alibi`: s -= slope * |i + S1 - S0 - j|, the slopes an f32 [N] or [B, N] argument.
-    softcap: bool = False
+    # ALiBi after the mods, before the masks (`kernels/scoremods.py`), f32 softmax only:
+    # s -= slope * |i + S1 - S0 - j|, the slopes an f32 [N] or [B, N] argument.
     alibi: bool = False
-    # Score and mask modifications as objects (`kernels/mods.py`): each brings its IR at the softmax
-    # stage's hook, its scratch tiles and its kernel arguments (f32 softmax, uniform batches).
+    # Score and mask modifications as objects (`kernels/mods.py`, the built-in ones `kernels/builtin_mods/`): each
+    # brings its IR at the softmax stage's hook, its scratch tiles and its kernel arguments (f32 softmax).
     mods: tuple = ()
     # A [units, 4] i32 table (`kernels/mods.py`, RANGE_FIELDS) gives each unit its visible KV tiles
     # [lo, hi) and the tiles [full_lo, full_hi) no mask entry hides: block sparsity.
@@ -348,7 +347,7 @@ class FAConfig:
         values), before they are widened: half the vector repeats and column folds of the f32 max.
         Where nothing changes the scores on the vectors (Q prescaled; no mask or score modification)
         and red_tmp serves nothing else (the cube's row sums)."""
-        changed = self.masked or self.key_padding or self.softcap or self.alibi or self.mods or self.block_ranges
+        changed = self.masked or self.key_padding or self.alibi or self.mods or self.block_ranges
         return (self.softmax_dtype == "f32" and self.qk_dtype == "f16" and bool(self.cube_rowsum) and self.prescale_q
                 and not changed)
 
@@ -380,7 +379,7 @@ class FAConfig:
     @property
     def needs_row_fix(self) -> bool:
         """A query row may see no key at all (mask or key padding): O = 0, LSE = +inf there."""
-        return self.masked or self.key_padding or self.varlen or bool(self.mods) or self.block_ranges
+        return self.masked or self.key_padding or self.varlen or any(m.hides for m in self.mods) or self.block_ranges
 
     @property
     def gm_slot_bytes_per_block(self) -> int:
@@ -400,8 +399,9 @@ class FAConfig:
                                        ("no_prescale_q", not self.prescale_q),
                                        ("softmax_f16", self.softmax_dtype == "f16"),
                                        ("qk_f32", self.qk_dtype == "f32"),
-                                       ("softcap", self.softcap), ("alibi", self.alibi),
-                                       ("mods=" + "+".join(m.name for m in self.mods), self.mods),
+                                       *((m.name, True) for m in self.mods if m.builtin), ("alibi", self.alibi),
+                                       ("mods=" + "+".join(m.name for m in self.mods if not m.builtin),
+                                        not all(m.builtin for m in self.mods)),
                                        ("block_ranges", self.block_ranges),
                                        ("dropout", self.dropout)) if on]
         return " ".join(parts)
@@ -469,12 +469,12 @@ def _check_config(c: FAConfig) -> None:
     if c.qk_dtype not in ("f32", c.in_dtype) or (c.softmax_dtype == "f16" and c.qk_dtype != "f16"):
         fail("QK slot dtype", f"qk_dtype={c.qk_dtype!r} must be 'f32' or the input dtype {c.in_dtype!r} ('f16' with "
                               f"softmax_dtype='f16', whose scores are f16 tiles)")
-    if (c.softcap or c.alibi) and c.softmax_dtype != "f32":
-        fail("score modification", f"softcap={c.softcap}, alibi={c.alibi} are computed on f32 scores: they need "
-                                   f"softmax_dtype='f32', got {c.softmax_dtype!r}")
-    if c.mods and (c.softmax_dtype != "f32" or c.gqa_pack):  # (a packed unit's rows: heads at one position)
-        fail("modification objects", f"mods need softmax_dtype='f32' and gqa_pack=False, got "
-                                     f"softmax_dtype={c.softmax_dtype!r}, gqa_pack={c.gqa_pack}")
+    if (c.mods or c.alibi) and c.softmax_dtype != "f32":
+        fail("score modification", f"mods={'+'.join(m.name for m in c.mods) or '()'}, alibi={c.alibi} are computed "
+                                   f"on f32 scores: they need softmax_dtype='f32', got {c.softmax_dtype!r}")
+    if c.gqa_pack and any(m.indexed for m in c.mods):  # (a packed unit's rows: heads at one position)
+        fail("modification objects", "mods=" + "+".join(m.name for m in c.mods if m.indexed) + " read a row's head "
+                                     "or position: they need gqa_pack=False (a packed unit's rows are heads)")
     if c.block_ranges and (c.softmax_dtype != "f32" or c.varlen or c.masked):
         fail("block ranges", f"block_ranges=True is built for an f32 softmax over uniform batches without a window "
                              f"(the mods mask; the table is in the uniform unit order), got "
@@ -483,9 +483,9 @@ def _check_config(c: FAConfig) -> None:
         fail("dropout", f"dropout=True drops P after its row sums on f32 scores: it needs softmax_dtype='f32', "
                         f"cube_rowsum=False and split_kv=False, got softmax_dtype={c.softmax_dtype!r}, "
                         f"cube_rowsum={c.cube_rowsum}, split_kv={c.split_kv}")
-    if c.dropout and (c.mods or c.block_ranges):
-        fail("dropout", "dropout=True with modification objects (mods / block_ranges) is not built: their scores and "
-                        "masks are not dropped, got mods=" + "+".join(m.name for m in c.mods))
+    if c.dropout and (not all(m.builtin for m in c.mods) or c.block_ranges):
+        fail("dropout", "dropout=True with modification objects other than the built-in ones (mods / block_ranges) is not built: their "
+                        "scores and masks are not dropped, got mods=" + "+".join(m.name for m in c.mods if not m.builtin))
     if c.alibi and c.gqa_pack:
         fail("ALiBi", "alibi=True needs gqa_pack=False: a packed unit's rows are different heads, each with its own slope")
     vec_s0, stat_bytes = c.vec_s0, DTYPE_BYTES[c.softmax_dtype]
@@ -558,11 +558,18 @@ def tile_plan(c: FAConfig) -> list[TileSpec]:
     block), a sub-tile's keys (a ragged last KV tile), the rows a vector core stores.
     """
     tiles = _main_plan(c)
-    for i, mod in enumerate(c.mods):
-        tiles += mod.tiles(c, f"mod{i}_")
+    for mod, prefix in zip(c.mods, mod_prefixes(c.mods)):
+        tiles += mod.tiles(c, prefix)
     if c.prescale_q:
         tiles += _prescale_tiles(c, c.prescale_rows)
     return tiles
+
+
+def mod_prefixes(mods: tuple) -> list[str]:
+    """Each mod's name prefix (`kernels/mods.py`): `mod<i>_`, i counting the mods that are not built-in, so that
+    a built-in mod (flash-attn's names, none) leaves the names of the others as they were."""
+    numbers = itertools.accumulate(not m.builtin for m in mods)
+    return ["" if m.builtin else f"mod{n - 1}_" for m, n in zip(mods, numbers)]
 
 
 def _prescale_tiles(c: FAConfig, rows: int) -> list[TileSpec]:

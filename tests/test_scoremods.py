@@ -15,9 +15,12 @@ from ptofa.attention.backward import attention_backward, check_gradients, refere
 from ptofa.attention.core import run_attention
 from ptofa.kernels import argspec
 from ptofa.kernels.bwd_pipeline import BwdConfig, entry_args as bwd_entry_args
+from ptofa.kernels.builtin_mods.softcap import Softcap
 from ptofa.kernels.catalog import kernels
 from ptofa.pipeline import ConfigError, FAConfig
 from ptofa.reference import alibi_bias, check_accuracy, check_lse, reference_fa
+
+SOFTCAP = (Softcap(),)  # the mods of a softcapped call
 
 
 def _rand(*shape, seed=0, dtype=torch.float16):
@@ -59,7 +62,7 @@ def test_kernel_tanh_error_bound_over_a_dense_grid() -> None:
     k[0, 0, 0, 0] = 1.0
     v = _rand(1, 1, 1, d)
     _, lse = run_attention(q, k, v, scale=1.0, return_lse=True, backend="sim", softcap=1.0,
-                           config=_config(softcap=True))
+                           config=_config(mods=SOFTCAP))
     x = q[0, :, :, 0].double().T  # [heads, rows], as LSE is [B, N, S0]
     err = (lse[0].double() - torch.tanh(x)).abs()
     assert err.max().item() <= TANH_ABS_BOUND, f"max |tanh error| = {err.max().item():.3g} at x = {x.flatten()[err.argmax()]}"
@@ -90,7 +93,7 @@ def test_forward_against_reference(name: str, dtype: torch.dtype) -> None:
     slopes = _slopes(*case["alibi"]) if "alibi" in case else None
     softcap = case.get("softcap", 0.0)
     window = (-1, 0) if case.get("causal") else case.get("window", (-1, -1))
-    config = _config(dtype, softcap=softcap > 0, alibi=slopes is not None, masked=window != (-1, -1))
+    config = _config(dtype, mods=SOFTCAP * (softcap > 0), alibi=slopes is not None, masked=window != (-1, -1))
     out, lse = ptofa.flash_attn_func(q, k, v, softcap=softcap, alibi_slopes=slopes, causal=case.get("causal", False),
                                      window_size=case.get("window", (-1, -1)), return_lse=True, backend="sim",
                                      config=config)
@@ -182,7 +185,7 @@ def test_backward_against_reference(name: str, dtype: torch.dtype) -> None:
     softcap, window = case.get("softcap", 0.0), case.get("window", (-1, -1))
     mods = dict(softcap=softcap, alibi_slopes=slopes)
     masked = window != (-1, -1)
-    config = _config(dtype, softcap=softcap > 0, alibi=slopes is not None, masked=masked)
+    config = _config(dtype, mods=SOFTCAP * (softcap > 0), alibi=slopes is not None, masked=masked)
     out, lse = ptofa.flash_attn_func(q, k, v, window_size=window, return_lse=True, backend="sim", config=config, **mods)
     grads = attention_backward(q, k, v, out, lse, dout, window=window if masked else None, backend="sim",
                                deterministic=case.get("deterministic", True), **mods)
@@ -232,17 +235,17 @@ def test_varlen_backward_per_sequence_slopes() -> None:
 
 def test_switch_legality() -> None:
     with pytest.raises(ConfigError, match="^score modification: "):
-        FAConfig(softcap=True, softmax_dtype="f16")
+        FAConfig(mods=SOFTCAP, softmax_dtype="f16")
     with pytest.raises(ConfigError, match="^ALiBi: "):
         FAConfig(alibi=True, varlen=True, gqa_pack=True)
-    FAConfig(softcap=True, varlen=True, gqa_pack=True)  # softcap is per score: packing is fine
+    FAConfig(mods=SOFTCAP, varlen=True, gqa_pack=True)  # softcap is per score: packing is fine
 
 
 def test_arguments_come_from_argspec() -> None:
-    names = [p.name for p in argspec.host_params(FAConfig(softcap=True, alibi=True))]
+    names = [p.name for p in argspec.host_params(FAConfig(mods=SOFTCAP, alibi=True))]
     assert names[-3:] == ["alibi_stride", "softcap", "softcap_rcp2"] and "alibi_slopes" in names
     assert "softcap" not in [p.name for p in argspec.host_params(FAConfig())]
-    args = dict(bwd_entry_args(BwdConfig(softcap=True, alibi=True), "dkdv"))
+    args = dict(bwd_entry_args(BwdConfig(mods=SOFTCAP, alibi=True), "dkdv"))
     assert args["alibi_slopes"] == "!pto.ptr<f32>" and args["softcap_rcp2"] == "f32" and args["alibi_stride"] == "i64"
 
 

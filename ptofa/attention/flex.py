@@ -173,14 +173,15 @@ def mod_arguments(config: FAConfig, traced: list, sinks) -> dict[str, torch.Tens
 
 
 def with_mods(config: FAConfig, mods: tuple) -> FAConfig:
-    """`config` (any kernel: varlen, paged, windowed) with the mods and an f32 softmax; when their scratch
+    """`config` (any kernel: varlen, paged, windowed) with the mods after its built-in ones and an f32 softmax; when their scratch
     does not fit the UB, the fallbacks of `flex_config` (128-key tiles, half-height slices, no prescaled Q)."""
     small = dict(tile_s1=128, qk_preload=min(2, config.qk_preload), exp_ring=None, cube_s1=None)
+    builtin = tuple(m for m in config.mods if m.builtin)  # (the call's softcap, first)
     first = None
     for changes in ({}, small, dict(small, slice_buffers=2), dict(small, prescale_q=False),
                     dict(small, slice_buffers=2, prescale_q=False)):
         try:  # (replace re-resolves the automatic fields for the f32 softmax: FAConfig.auto)
-            return dataclasses.replace(config, mods=mods, softmax_dtype="f32", **changes)
+            return dataclasses.replace(config, mods=builtin + mods, softmax_dtype="f32", **changes)
         except ConfigError as error:
             first = first or error
     raise first

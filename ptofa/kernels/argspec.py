@@ -19,7 +19,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from ptofa.kernels.hostparam import SOFTCAP_PARAMS, HostParam, mod_params
+from ptofa.kernels.hostparam import HostParam, mod_params
 
 ENTRY_NAME = "fa_fwd"
 CUBE_FUNC_NAME = "fa_cube"
@@ -110,8 +110,6 @@ def host_params(config=None) -> tuple[HostParam, ...]:
     if c.block_ranges:
         params.append(HostParam("tile_ranges", ptr, ctypes.c_void_p, "each unit's KV tile ranges [units, 4] i32 "
                                                                      "(kernels/mods.py)"))
-    if c.softcap:  # the built-in mods' arguments (`scoremods.builtin_mods`), unprefixed, before the others'
-        params += SOFTCAP_PARAMS
     return tuple(params + mod_params(c.mods))
 
 

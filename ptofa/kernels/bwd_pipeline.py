@@ -55,7 +55,7 @@ KV head and `q_block` the KV block) instead of decoding them from the unit index
 sequence's rows through its own starts, lengths and diagonal (window and ALiBi; ALiBi's slopes
 [B, N] by the table's `seq`); prep and post are row-wise and the same as the uniform ones.
 
-`mods` (`kernels/mods.py` objects, as `FAConfig.mods`; uniform batches without the built-in switches)
+`mods` (`kernels/mods.py` objects, as `FAConfig.mods`; other than the built-in ones, uniform batches without the switches)
 apply each modification's forward IR to the recomputed scores of both kernels and multiply dP - D by
 its derivative (`Mod.emit_backward`); with `block_ranges` each unit's tile range and unmasked tiles come
 from a host table (`q_tile_ranges`: per dq unit its KV tiles, `kv_tile_ranges`: per dkdv unit its Q
@@ -88,12 +88,14 @@ from ptofa.pipeline import (
     ConfigError,
     PipeSpec,
     TileSpec,
+    mod_prefixes,
 )
 from ptofa.ir.target import (ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES, VEC_ROW_BYTES,
                               serves_as_rowexpand_tmp)
 from ptofa.ir.target import align as _align
 from ptofa.ir.target import HIDDEN_TCI_TMP
 from ptofa.kernels.hostparam import mod_params
+from ptofa.kernels.mods import other_mods
 
 KERNELS = ("dq", "dkdv")
 ATOMIC_KERNELS = ("prep", "dkdv", "post")
@@ -145,7 +147,6 @@ class BwdConfig:
     atomic_dq: bool = False  # prep + dkdv (with atomic dQ) + post instead of dq + dkdv
     key_padding: bool = False  # an i8 key mask ([B, S1] or [S1]) hides padding keys from every query
     dkdv_passes: int = 1  # 2: a dkdv unit runs its steps twice, dV first, then dK, through one L0C accumulator
-    softcap: bool = False  # scores = softcap * tanh(scores / softcap) (`kernels/scoremods.py`), dS times 1 - tanh^2
     alibi: bool = False  # scores -= slope * |i + S1 - S0 - j|, slopes f32 [N] or [B, N]
     varlen: bool = False  # packed sequences: the dq and dkdv kernels walk a host-built unit table (`backward_tables`)
     dropout: bool = False  # the forward's dropout mask regenerated (`kernels/dropout.py`): dP and (dV) P dropped
@@ -220,10 +221,10 @@ class BwdConfig:
                 f"dq_block_q={self.dq_block_q} dq_block_kv={self.dq_block_kv} preload={self.preload} "
                 f"slot_num={self.slot_num}" + (" masked" if self.masked else "") + (" atomic_dq" if self.atomic_dq else "")
                 + (" key_padding" if self.key_padding else "") + (" dkdv_passes=2" if self.dkdv_passes == 2 else "")
-                + (" softcap" if self.softcap else "") + (" alibi" if self.alibi else "")
+                + "".join(f" {m.name}" for m in self.mods if m.builtin) + (" alibi" if self.alibi else "")
                 + (" varlen" if self.varlen else "") + (" dropout" if self.dropout else "")
                 + (" grads_f32" if self.grads_f32 else "")
-                + (" mods=" + "+".join(m.name for m in self.mods) if self.mods else "")
+                + (" mods=" + "+".join(m.name for m in other_mods(self.mods)) if other_mods(self.mods) else "")
                 + (" block_ranges" if self.block_ranges else ""))
 
 
@@ -242,8 +243,7 @@ TUNED_HEADS = tuple(sorted({head for head, _ in DEFAULT_BLOCKS}))  # the widths 
 
 
 def default_config(head: int, in_dtype: str = "f16", *, masked: bool = False, atomic_dq: bool = False,
-                   key_padding: bool = False, target: str = "a3", softcap: bool = False,
-                   alibi: bool = False, varlen: bool = False, dropout: bool = False, grads_f32: bool = False,
+                   key_padding: bool = False, target: str = "a3", alibi: bool = False, varlen: bool = False, dropout: bool = False, grads_f32: bool = False,
                    mods: tuple = (), block_ranges: bool = False) -> BwdConfig:
     """The backward kernels for a head dim and switches, with the block sizes and dkdv passes of
     `DEFAULT_BLOCKS` (a width between its entries takes the next entry up's, whose tiles are at least
@@ -255,7 +255,7 @@ def default_config(head: int, in_dtype: str = "f16", *, masked: bool = False, at
     block_kv, block_q, passes, dq_block_kv = DEFAULT_BLOCKS[(tuned, atomic_dq)]
     return BwdConfig(head=head, in_dtype=in_dtype, masked=masked, atomic_dq=atomic_dq, key_padding=key_padding,
                      target=target, block_kv=block_kv, block_q=block_q, dkdv_passes=passes, dq_block_kv=dq_block_kv,
-                     softcap=softcap, alibi=alibi, varlen=varlen, dropout=dropout, grads_f32=grads_f32, mods=mods,
+                     alibi=alibi, varlen=varlen, dropout=dropout, grads_f32=grads_f32, mods=mods,
                      block_ranges=block_ranges)
 
 
@@ -286,9 +286,9 @@ def _check(c: BwdConfig) -> None:
     if c.atomic_dq and c.block_q != c.block_kv:
         fail("atomic dQ tiles", f"atomic_dq needs block_q == block_kv (dS [block_q, block_kv] reuses the dS^T "
                                 f"[block_kv, block_q] mat and left tiles), got block_q={c.block_q}, block_kv={c.block_kv}")
-    if (c.mods or c.block_ranges) and (c.masked or c.key_padding or c.softcap or c.alibi or c.varlen or c.dropout):
-        fail("modification objects", "mods are built for uniform batches without the built-in switches (masked, "
-                                     "key_padding, softcap, alibi, varlen, dropout: write them as mods), got "
+    if (other_mods(c.mods) or c.block_ranges) and (c.masked or c.key_padding or c.alibi or c.varlen or c.dropout):
+        fail("modification objects", "mods other than the built-in ones are built for uniform batches without the "
+                                     "switches (masked, key_padding, alibi, varlen, dropout: write them as mods), got "
                                      + c.summary())
     if c.varlen and c.key_padding:
         fail("varlen key padding", "varlen=True with key_padding=True: packed sequences have no padding keys "
@@ -475,9 +475,9 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
                    TileSpec("drop_rows", "vector", "p", "vec", 1, vr, "i32", **dyn),
                    TileSpec("drop_cols", "vector", "p", "vec", 1, cols, "i32", **dyn),
                    TileSpec("drop_tmp", "vector", "p", "vec", 1, max(vr, cols), "i32", **dyn)]
-    for i, mod in enumerate(c.mods):  # (the first full scratch is mask_tmp)
-        vector += mod.grad_tiles(vr, cols, f"mod{i}_")
-    if c.mods and kernel == "dkdv":  # the mods' row-broadcast scratch (the dq kernel's is exp_tmp)
+    for mod, prefix in zip(c.mods, mod_prefixes(c.mods)):  # (the first full scratch is mask_tmp)
+        vector += mod.grad_tiles(vr, cols, prefix)
+    if other_mods(c.mods) and kernel == "dkdv":  # the mods' row-broadcast scratch (the dq kernel's is exp_tmp)
         vector.append(TileSpec("mods_row_tmp", "vector", "p", "vec", 1, EXPDIF_TMP_BYTES // DTYPE_BYTES["f32"], "f32"))
     vector += [
         TileSpec("s_tile", "vector", "p", "vec", vr, cols, "f32", **dyn),
@@ -569,8 +569,6 @@ def entry_args(c: BwdConfig, kernel: str) -> tuple[tuple[str, str], ...]:
         args.insert(args.index(("scale", "f32")), ("num_units", "i64"))
     if c.block_ranges and kernel in ("dq", "dkdv"):
         args.insert(args.index(("batch", "i64")), (f"{'q' if kernel == 'dq' else 'kv'}_tile_ranges", "!pto.ptr<i32>"))
-    if c.softcap:  # the forward kernel's names and values
-        args += [("softcap", "f32"), ("softcap_rcp2", "f32")]
     for p in mod_params(c.mods):  # the forward kernel's names (a pointer's doc names its element type last)
         args.append((p.name, f"!pto.ptr<{p.doc.split()[-1]}>" if p.c_type.endswith("*")
                      else {"float": "f32", "int64_t": "i64"}[p.c_type]))

@@ -56,7 +56,7 @@ from ptofa.kernels.bwd_tiles import Operands, key_bias, load_chunks, matmul_firs
 from ptofa.kernels.common import SPLIT, alloc, clamp, init_pipes, produce_ahead, row_offset, snake_rank
 from ptofa.kernels import dropout
 from ptofa.kernels.mods import RANGE_FIELDS, Site
-from ptofa.kernels.scoremods import AlibiRows, alibi_bias, apply_backward, softcap_grad, softcap_scores
+from ptofa.kernels.scoremods import AlibiRows, alibi_bias, apply_backward
 from ptofa.kernels.window import TileRange, Window, keys_seen, mask_tile, queries_seeing
 from ptofa.pipeline import VEC_CORES
 from ptofa.ir.textio import print_pto
@@ -323,16 +323,13 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             entry = pto.tpop("vector", sdp.pipe_id, pipe_entry(sdp, "vector"), SPLIT, name="sdp_entry")
             out = pto.talloc("vector", pds.pipe_id, pipe_entry(pds, "vector"), SPLIT, name="pds_entry")
             _load_scores(v, entry, cols, bkv)
-            if config.dropout:  # (before the softcap's dP - D)
+            if config.dropout:  # (before the mods' dP - D)
                 _drop_dp(v, _seq(u), u.h, row0, scalar.mul(t, bkv), cols, transposed=False)
-            if config.softcap:  # dP - D now, times 1 - tanh^2 while mask_tmp holds tanh - 1
+            if config.mods:  # dP - D now, times the mods' derivative (key positions for mods that read them)
                 tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
-                softcap_scores(tl["s_tile"], tl["mask_tmp"], c.args["softcap"], c.args["softcap_rcp2"])
-                softcap_grad(tl["dp_tile"], tl["mask_tmp"])
-            if config.mods:  # dP - D now, times the mods' derivative
-                tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
-                site = Site(tl["s_tile"], tl["mask_tmp"], tl["exp_tmp"], tl, c.args, u.b, u.h, row0, scalar.mul(t, bkv),
-                            cols, vr, bkv, t, u.full, NEG)
+                k0 = scalar.mul(t, bkv) if any(m.indexed for m in config.mods) else None
+                site = Site(tl["s_tile"], tl["mask_tmp"], tl["exp_tmp"], tl, c.args, u.b, u.h, row0, k0, cols, vr, bkv, t,
+                            u.full, NEG)
                 apply_backward(config.mods, site, tl["dp_tile"])
             if config.alibi:  # row r, column c: query row0 + r, key t * bkv + c
                 start = scalar.sub(scalar.mul(t, bkv), scalar.add(row0, scalar.sub(u.s1, u.s0)), name="alibi_start")
@@ -345,7 +342,7 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
                 key_bias(c.args, tl, consts, u.b, scalar.mul(t, bkv), cols)
                 tile.col_expand_add(tl["s_tile"], tl["kpm_f32"], out=tl["s_tile"])
             tile.row_expand_expdif(tl["s_tile"], lse_col, out=tl["s_tile"], tmp=tl["exp_tmp"])  # P = exp(scale S - LSE)
-            if not (config.softcap or config.mods):
+            if not config.mods:
                 tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
             tile.mul(tl["s_tile"], tl["dp_tile"], out=tl["s_tile"])
             tile.muls(tl["s_tile"], consts["scale"], out=tl["s_tile"])  # dS, with the softmax scale folded in
@@ -588,22 +585,17 @@ def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: t
         entry = pto.tpop("vector", sdp.pipe_id, pipe_entry(sdp, "vector"), SPLIT, name="sdp_entry")
         out = pto.talloc("vector", pds.pipe_id, pipe_entry(pds, "vector"), SPLIT, name="pds_entry")
         _load_scores(v, entry, n, bq, with_dp="dk" in grads)
-        if config.dropout:  # rows are keys k0 + row_base + r, columns queries q0 + c (before the softcap's dP - D)
+        if config.dropout:  # rows are keys k0 + row_base + r, columns queries q0 + c (before the mods' dP - D)
             _drop_dp(v, _seq(u), h, q0, scalar.add(u.k0, v.row_base), n, transposed=True, with_dp="dk" in grads)
         for name in ("stat_row", "nlse_row"):
             tile.set_valid(tl[name], 1, n)
-        if config.softcap:  # dP^T - D now, times 1 - tanh^2 while mask_tmp holds tanh - 1
-            if "dk" in grads:
-                _minus_dsum(v, u, h, q0, n)
-            softcap_scores(tl["s_tile"], tl["mask_tmp"], c.args["softcap"], c.args["softcap_rcp2"])
-            if "dk" in grads:
-                softcap_grad(tl["dp_tile"], tl["mask_tmp"])
         if config.mods:  # dP^T - D now, times the mods' derivative; rows are keys, columns queries
             if "dk" in grads:
                 _minus_dsum(v, u, h, q0, n)
-            site = Site(tl["s_tile"], tl["mask_tmp"], tl["mods_row_tmp"], tl, c.args, u.b, h, q0,
-                        scalar.add(u.k0, v.row_base), n, vr, bq, scalar.div(q0, bq, name="q_block"), u.full, NEG,
-                        transposed=True)
+            k0, t = ((scalar.add(u.k0, v.row_base), scalar.div(q0, bq, name="q_block"))
+                     if any(m.indexed for m in config.mods) else (None, None))  # (positions for mods that read them)
+            site = Site(tl["s_tile"], tl["mask_tmp"], tl.get("mods_row_tmp"), tl, c.args, u.b, h, q0, k0, n, vr, bq, t,
+                        u.full, NEG, transposed=True)
             apply_backward(config.mods, site, tl["dp_tile"] if "dk" in grads else None)
         pto.load(stat(c, u, "lse", h, q0, n), tl["stat_row"])
         tile.muls(tl["stat_row"], consts["minus_one"], out=tl["nlse_row"])
@@ -626,7 +618,7 @@ def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: t
         elif "dv" in grads:
             _store_half(v, out, 0, n)
         if "dk" in grads:
-            if not (config.softcap or config.mods):
+            if not config.mods:
                 _minus_dsum(v, u, h, q0, n)
             tile.mul(tl["s_tile"], tl["dp_tile"], out=tl["s_tile"])
             tile.muls(tl["s_tile"], consts["scale"], out=tl["s_tile"])  # dS^T, with the softmax scale folded in

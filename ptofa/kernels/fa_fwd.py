@@ -579,9 +579,9 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
         tile.cvt(p_half, out=s_tile)
     if not cfg.prescale_q:
         tile.muls(s_tile, s.scale, out=s_tile)
-    if cfg.softcap or cfg.mods:  # (positions only for the config's mods: softcap reads none)
-        i0 = scalar.add(scalar.add(s.u.q0, s.row_base), r0, name="mod_q0") if cfg.mods else None
-        k0 = scalar.mul(t, cfg.tile_s1, name="mod_k0") if cfg.mods else None
+    if cfg.mods:  # (positions only for mods that read them)
+        i0, k0 = ((scalar.add(scalar.add(s.u.q0, s.row_base), r0, name="mod_q0"), scalar.mul(t, cfg.tile_s1, name="mod_k0"))
+                  if any(m.indexed for m in cfg.mods) else (None, None))
         apply_forward(cfg, Site(s_tile, tl["red_tmp"], exp_tmp, tl, s.c.args, s.u.seq, s.u.h, i0, k0, keys, vs0,
                                 cfg.tile_s1, t, s.u.full, mask_constants(cfg)[1]))
     if cfg.alibi:  # column c, row r: key t * TILE_S1 + c, query q0 + row_base + r0 + r
@@ -833,7 +833,7 @@ def build_fa(config: FAConfig) -> builtin.ModuleOp:
     vector_reads_q = config.prescale_q  # the vectors scale Q; the cube reads it from the Q pipe
     cube_args = [n for n in _CUBE_ARGS if n in entry_types and (n != "q" or not vector_reads_q)]
     vector_args = [n for n in _VECTOR_ARGS if n in entry_types and (n != "q" or vector_reads_q)]
-    vector_args += (["softcap", "softcap_rcp2"] if config.softcap else []) + [p.name for p in mod_params(config.mods)]
+    vector_args += [p.name for p in mod_params(config.mods)]
     with km.function(argspec.ENTRY_NAME, list(entry_types.items()), entry=True) as args:
         pto.set_ffts(args["ffts"])
         pto.call(argspec.CUBE_FUNC_NAME, [args[n] for n in cube_args])

@@ -15,8 +15,9 @@ A modification is one object (`Mod`), not a switch threaded through the layers: 
 * `reference(scores, b, h, q_idx, kv_idx)`: the same modification in torch (broadcast index tensors),
   which the tests and the dense reference apply.
 
-`FAConfig.mods` is a tuple of them, in the order they apply; each must be a frozen dataclass of plain
-fields (the kernel cache hashes and serialises the config). `kernels/flexmods.py` makes them from
+`FAConfig.mods` is a tuple of them, in the order they apply (`pipeline.mod_prefixes` prefixes their
+names); each must be a frozen dataclass of plain fields (the kernel cache hashes and serialises the
+config). `kernels/builtin_mods/` holds ptofa's own; `kernels/flexmods.py` makes them from
 FlexAttention's Python callables.
 
 Block sparsity (`FAConfig.block_ranges`): a [units, RANGE_FIELDS] i32 table, one row per work unit
@@ -81,6 +82,11 @@ class Mod:
     tci_ops: int = 0  # `tci` ops per row slice (each has a hidden ptoas scratch the UB budget counts)
     scores: bool = True  # it changes or masks scores (False: S may stay in the input dtype, `FAConfig.qk_dtype`)
     grad_tci_ops: int = 0  # the same per backward score tile (`emit_backward`)
+    # ptofa's own (`kernels/builtin_mods/`): its arguments and tiles keep flash-attn's names, unprefixed (one
+    # of each per config), it brings every scratch tile it uses, and the kernels build it with all their switches.
+    builtin: bool = False
+    indexed: bool = True  # it reads a row's batch, head or positions (not with gqa_pack, whose rows are heads)
+    hides: bool = True  # it may leave a query row no visible key (the kernels then fix O = 0, LSE = +inf)
 
     def tiles(self, config, prefix: str) -> list:
         return []
@@ -106,3 +112,14 @@ class Mod:
     def reference(self, scores, b, h, q_idx, kv_idx, values=None):
         """The modified scores; `values` the call's runtime arguments by name (a mod's scalars)."""
         raise NotImplementedError(f"{type(self).__name__}.reference")
+
+
+def has_mod(mods: tuple, name: str) -> bool:
+    """Whether `mods` holds the mod called `name` (a built-in one's: "softcap", "alibi")."""
+    return any(m.name == name for m in mods)
+
+
+def other_mods(mods: tuple) -> tuple:
+    """The mods that are not built-in (traced FlexAttention mods, attention sinks): the ones some switches
+    are not built with."""
+    return tuple(m for m in mods if not m.builtin)

@@ -1,25 +1,10 @@
-"""Score modifications shared by the forward and backward kernels: softcapping and ALiBi.
+"""ALiBi's arithmetic (still a switch: `FAConfig.alibi`), attention sinks (`Sinks`) and the kernels'
+hooks that apply `config.mods` (`apply_forward`, `apply_backward`, `apply_finish`).
 
-Both act on a tile of scaled scores s (f32) before the masks, in flash-attn's order:
+ALiBi acts on a tile of scaled scores s (f32) after the mods, before the masks, in flash-attn's order
+(softcapping, `builtin_mods/softcap.py`, first):
 
-    s = softcap * tanh(s / softcap)           (softcap > 0)
-    s = s - slope * |i + S1 - S0 - j|         (ALiBi; query i, key j, the slope of the row's head)
-
-A2/A3 have no tanh instruction. `softcap_scores` composes it from ops the verified forms
-list (`tmuls`, `tmins`, `texp`, `tadds`, `tdivs` with the scalar first):
-
-    x = min(s * (2 / softcap), SOFTCAP_CLAMP)     t - 1 = -2 / (exp(x) + 1)
-    s = softcap * (t - 1) + softcap
-
-exp(x) stays finite (x <= 30: exp(30) = 1.07e13), and tanh(15) rounds to 1 in f32 anyway
-(1 - tanh(15) = 1.9e-13), so the clamp changes nothing; for x -> -inf exp(x) -> 0 and
-t -> -1 exactly. The absolute error of t in f32 is a few ulp of 1 (the test measures
-max |t - torch.tanh| over a dense grid: `tests/test_scoremods.py`), so the capped score
-is within softcap * 4e-7 of the exact one; relative to t it is large only where |t| is
-small, where the absolute error is what reaches the softmax.
-
-The backward needs d(capped)/ds = 1 - tanh^2 = (1 - t)(1 + t); `softcap_grad` multiplies
-it into dP - D from the t - 1 that `softcap_scores` leaves in its tmp tile.
+    s = s - slope * |i + S1 - S0 - j|         (query i, key j, the slope of the row's head)
 
 ALiBi's bias of a score tile at (first row i0, first column j0) is a function of
 d = (j0 + c) - (i0 + r) - (S1 - S0): `alibi_bias` makes the column part with `tci` (one row,
@@ -34,54 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from xdsl.ir import SSAValue
 
 from ptofa.api import F32, I32, pto, scalar, tile
-from ptofa.kernels.hostparam import SOFTCAP_PARAMS, HostParam
+from ptofa.kernels.hostparam import HostParam
 from ptofa.kernels.mods import FinishSite, Mod, Site
-
-# Largest x = 2 s / softcap the tanh's exp sees (exp(30) = 1.07e13 is finite in f32; tanh(15) is 1 in f32).
-SOFTCAP_CLAMP = 30.0
-
-
-def softcap_scores(scores: SSAValue, tmp: SSAValue, softcap: SSAValue, rcp2: SSAValue) -> None:
-    """scores = softcap * tanh(scores / softcap) in place; tmp (same valid shape) is left holding
-    tanh - 1 (for `softcap_grad`). `rcp2` is 2 / softcap (a kernel argument, as is `softcap`)."""
-    tile.muls(scores, rcp2, out=tmp)  # x = 2 s / c
-    tile.mins(tmp, scalar.const(SOFTCAP_CLAMP, F32, name="softcap_clamp"), out=tmp)
-    tile.exp(tmp, out=tmp)
-    tile.adds(tmp, scalar.const(1.0, F32, name="one"), out=tmp)
-    tile.rdivs(scalar.const(-2.0, F32, name="minus_two"), tmp, out=tmp)  # t - 1 = -2 / (exp(x) + 1)
-    tile.muls(tmp, softcap, out=scores)
-    tile.adds(scores, softcap, out=scores)  # c (t - 1) + c = c t
-
-
-@dataclass(frozen=True)
-class Softcap(Mod):
-    """Softcapping as a `mods.Mod`: the forward kernel's `FAConfig.softcap` switch applies this object
-    (`builtin_mods`); its arguments keep flash-attn's names, softcap and 2 / softcap."""
-
-    name: str = "softcap"
-
-    def params(self, prefix: str) -> list:
-        return list(SOFTCAP_PARAMS)
-
-    def emit_forward(self, site: Site, prefix: str) -> None:
-        softcap_scores(site.scores, site.tmp, site.args["softcap"], site.args["softcap_rcp2"])
-
-    def reference(self, scores, b, h, q_idx, kv_idx, values=None):
-        cap = values["softcap"]
-        return torch.tanh(scores / cap) * cap
-
-
-def softcap_grad(grad: SSAValue, tmp: SSAValue) -> None:
-    """grad *= 1 - t^2 = (1 - t)(1 + t), with tmp = t - 1 from `softcap_scores` (tmp is changed)."""
-    tile.mul(grad, tmp, out=grad)  # (t - 1) g
-    tile.adds(tmp, scalar.const(2.0, F32, name="two"), out=tmp)  # t + 1
-    tile.mul(grad, tmp, out=grad)  # (t^2 - 1) g
-    tile.muls(grad, scalar.const(-1.0, F32, name="minus_one"), out=grad)
+from ptofa.pipeline import mod_prefixes
 
 
 @dataclass
@@ -204,28 +147,19 @@ class Sinks(Mod):
 # The forward kernel's hooks: where its mods apply.
 
 
-def builtin_mods(config) -> tuple:
-    """The mod objects of the config's built-in switches (their arguments unprefixed, flash-attn's names):
-    softcap (`scoremods.Softcap`). ALiBi, the window and key padding are still switches of their own."""
-    return (Softcap(),) if config.softcap else ()
-
-
 def _each_mod(mods: tuple, site: Site, emit) -> None:
     """emit(mod, prefix) for each mod in order; a mask's only on tiles outside the unit's full range."""
-    for i, mod in enumerate(mods):
+    for mod, prefix in zip(mods, mod_prefixes(mods)):
         if mod.mask and site.full is not None:
             lo, hi = site.full
             with pto.if_(scalar.or_(scalar.lt(site.t, lo), scalar.ge(site.t, hi))):
-                emit(mod, f"mod{i}_")
+                emit(mod, prefix)
         else:
-            emit(mod, f"mod{i}_")
+            emit(mod, prefix)
 
 
 def apply_forward(config, site: Site) -> None:
-    """The hook: the built-in mods, then `config.mods` in order; a mask's IR only on tiles outside the
-    unit's full range."""
-    for mod in builtin_mods(config):
-        mod.emit_forward(site, "")
+    """The hook: `config.mods` in order; a mask's IR only on tiles outside the unit's full range."""
     _each_mod(config.mods, site, lambda mod, prefix: mod.emit_forward(site, prefix))
 
 
@@ -242,5 +176,5 @@ def apply_backward(mods: tuple, site: Site, grad: SSAValue | None) -> None:
 
 def apply_finish(config, site: FinishSite) -> None:
     """The finish hook: each of `config.mods` in order."""
-    for i, mod in enumerate(config.mods):
-        mod.emit_finish(site, f"mod{i}_")
+    for mod, prefix in zip(config.mods, mod_prefixes(config.mods)):
+        mod.emit_finish(site, prefix)

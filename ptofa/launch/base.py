@@ -27,6 +27,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from ptofa.kernels.mods import has_mod
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
 from ptofa.reference import check_accuracy, check_lse, default_alibi_slopes, make_key_mask, reference_fa
 from ptofa.sim.options import RunOptions
@@ -202,8 +203,8 @@ def case_score_mods(config: FAConfig, shape: ProblemShape, softcap: float,
                     slopes: torch.Tensor | None) -> tuple[float, torch.Tensor | None]:
     """(softcap, ALiBi slopes) of a case: the given ones, ALiBi's usual slopes for a kernel with `alibi`
     and none given; `ConfigError` when the kernel's switches and the values disagree."""
-    if config.softcap != (softcap > 0):
-        raise ConfigError(f"softcap: {softcap} given, but the kernel was built with softcap={config.softcap}")
+    if has_mod(config.mods, "softcap") != (softcap > 0):
+        raise ConfigError(f"softcap: {softcap} given, but the kernel was built with mods={config.mods}")
     if not config.alibi:
         if slopes is not None:
             raise ConfigError("alibi slopes: given, but the kernel was built without alibi")
