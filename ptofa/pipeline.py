@@ -11,7 +11,6 @@ against a config.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import warnings
@@ -193,11 +192,9 @@ class FAConfig:
     # 8.9e-5), where the f16 exp of the form without LSE rounds S - m to f16 anyway.
     qk_dtype: str | None = None
     target: str = "a3"
-    # ALiBi after the mods, before the masks (`kernels/scoremods.py`), f32 softmax only:
-    # s -= slope * |i + S1 - S0 - j|, the slopes an f32 [N] or [B, N] argument.
+    # ALiBi after the mods, before the masks (`kernels/scoremods.py`): s -= slope * |i + S1 - S0 - j|, slopes [N] / [B, N].
     alibi: bool = False
-    # Score and mask modifications as objects (`kernels/mods.py`, the built-in ones `kernels/builtin_mods/`): each
-    # brings its IR at the softmax stage's hook, its scratch tiles and its kernel arguments (f32 softmax).
+    # Score / mask modifications as objects with their IR, tiles and arguments (`kernels/mods.py`, `builtin_mods/`).
     mods: tuple = ()
     # A [units, 4] i32 table (`kernels/mods.py`, RANGE_FIELDS) gives each unit its visible KV tiles
     # [lo, hi) and the tiles [full_lo, full_hi) no mask entry hides: block sparsity.
@@ -393,6 +390,7 @@ class FAConfig:
     @property
     def variant(self) -> str:
         """The kernel's switches in one word list (empty for the plain forward kernel)."""
+        others = not all(m.builtin for m in self.mods)
         parts = [name for name, on in (("masked", self.masked), ("key_padding", self.key_padding), ("lse", self.lse),
                                        ("varlen", self.varlen), (f"page_size={self.page_size}", self.page_size),
                                        ("split_kv", self.split_kv), ("gqa_pack", self.gqa_pack),
@@ -400,8 +398,7 @@ class FAConfig:
                                        ("softmax_f16", self.softmax_dtype == "f16"),
                                        ("qk_f32", self.qk_dtype == "f32"),
                                        *((m.name, True) for m in self.mods if m.builtin), ("alibi", self.alibi),
-                                       ("mods=" + "+".join(m.name for m in self.mods if not m.builtin),
-                                        not all(m.builtin for m in self.mods)),
+                                       ("mods=" + "+".join(m.name for m in self.mods if not m.builtin), others),
                                        ("block_ranges", self.block_ranges),
                                        ("dropout", self.dropout)) if on]
         return " ".join(parts)
@@ -472,9 +469,9 @@ def _check_config(c: FAConfig) -> None:
     if (c.mods or c.alibi) and c.softmax_dtype != "f32":
         fail("score modification", f"mods={'+'.join(m.name for m in c.mods) or '()'}, alibi={c.alibi} are computed "
                                    f"on f32 scores: they need softmax_dtype='f32', got {c.softmax_dtype!r}")
-    if c.gqa_pack and any(m.indexed for m in c.mods):  # (a packed unit's rows: heads at one position)
-        fail("modification objects", "mods=" + "+".join(m.name for m in c.mods if m.indexed) + " read a row's head "
-                                     "or position: they need gqa_pack=False (a packed unit's rows are heads)")
+    if c.gqa_pack and (c.alibi or any(m.indexed for m in c.mods)):  # (a packed unit's rows: heads at one position)
+        fail("modification objects", f"alibi={c.alibi}, mods={'+'.join(m.name for m in c.mods if m.indexed) or '()'} "
+                                     f"read a row's head or position (a packed unit's rows are heads), got gqa_pack=True")
     if c.block_ranges and (c.softmax_dtype != "f32" or c.varlen or c.masked):
         fail("block ranges", f"block_ranges=True is built for an f32 softmax over uniform batches without a window "
                              f"(the mods mask; the table is in the uniform unit order), got "
@@ -486,8 +483,6 @@ def _check_config(c: FAConfig) -> None:
     if c.dropout and (not all(m.builtin for m in c.mods) or c.block_ranges):
         fail("dropout", "dropout=True with modification objects other than the built-in ones (mods / block_ranges) is not built: their "
                         "scores and masks are not dropped, got mods=" + "+".join(m.name for m in c.mods if not m.builtin))
-    if c.alibi and c.gqa_pack:
-        fail("ALiBi", "alibi=True needs gqa_pack=False: a packed unit's rows are different heads, each with its own slope")
     vec_s0, stat_bytes = c.vec_s0, DTYPE_BYTES[c.softmax_dtype]
     if vec_s0 < MIN_VEC_S0 or (vec_s0 * 4) % 32 != 0 or (vec_s0 * stat_bytes) % 32 != 0:
         fail("vector row slice", f"vec_s0={vec_s0} rows: vec_s0*4 and vec_s0*{stat_bytes} bytes (softmax_dtype="
@@ -566,10 +561,9 @@ def tile_plan(c: FAConfig) -> list[TileSpec]:
 
 
 def mod_prefixes(mods: tuple) -> list[str]:
-    """Each mod's name prefix (`kernels/mods.py`): `mod<i>_`, i counting the mods that are not built-in, so that
-    a built-in mod (flash-attn's names, none) leaves the names of the others as they were."""
-    numbers = itertools.accumulate(not m.builtin for m in mods)
-    return ["" if m.builtin else f"mod{n - 1}_" for m, n in zip(mods, numbers)]
+    """Each mod's name prefix: `mod<i>_`, i counting the mods before it that are not built-in; a built-in one's
+    names are flash-attn's (no prefix), and it leaves the others' as they were."""
+    return ["" if m.builtin else f"mod{sum(not o.builtin for o in mods[:i])}_" for i, m in enumerate(mods)]
 
 
 def _prescale_tiles(c: FAConfig, rows: int) -> list[TileSpec]:
@@ -648,13 +642,10 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
         tiles += [TileSpec("row_ok", "vector", "gu", "vec", 1, rows, "f32"), TileSpec("l_fix", "vector", "gu", "vec", 1, rows, "f32")]
     if c.lse or c.split_kv:
         tiles.append(TileSpec("lse_row", "vector", "gu", "vec", 1, rows, "f32", **dyn))
-    if c.alibi:  # a tile's key positions (tci, i32 -> f32) and the row index 0 .. vec_s0 - 1 (i32 -> f32)
-        tiles += [TileSpec("alibi_i32", "vector", "p", "vec", 1, ts1, "i32", **dyn),
-                  TileSpec("alibi_f32", "vector", "p", "vec", 1, ts1, "f32", **dyn),
-                  TileSpec("alibi_rows_i32", "vector", "p", "vec", 1, vs0, "i32", **dyn),
-                  TileSpec("alibi_rows", "vector", "p", "vec", 1, vs0, "f32", **dyn),
-                  TileSpec("alibi_pos", "vector", "p", "vec", 1, vs0, "f32"),
-                  TileSpec("alibi_neg", "vector", "p", "vec", 1, vs0, "f32")]
+    if c.alibi:  # a tile's key positions (tci, i32 -> f32), the row index 0 .. vec_s0 - 1 (i32 -> f32), +-slope * it
+        tiles += [TileSpec(f"alibi_{name}", "vector", "p", "vec", 1, cols, dt_, dynamic=name not in ("pos", "neg"))
+                  for name, cols, dt_ in (("i32", ts1, "i32"), ("f32", ts1, "f32"), ("rows_i32", vs0, "i32"),
+                                          ("rows", vs0, "f32"), ("pos", vs0, "f32"), ("neg", vs0, "f32"))]
     if c.dropout:  # the generator's i32 tiles (`kernels/dropout.py`; its keep factor goes to red_tmp, its key
         # row to ALiBi's key positions when there are: ALiBi is done with them by then)
         tiles += [TileSpec("drop_bits", "vector", "p", "vec", vs0, ts1, "i32", **dyn),

@@ -772,10 +772,8 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
             made[key] = scalar.const(value, type_, name=name)
         consts[name] = made[key]
     row_base = scalar.mul(pto.get_subblock_idx(), config.vec_rows, name="row_base")
-    alibi_rows = None
-    if config.alibi:
-        alibi_rows = AlibiRows.make(tiles["alibi_rows_i32"], tiles["alibi_rows"], tiles["alibi_pos"], tiles["alibi_neg"],
-                                    config.vec_s0)
+    alibi_rows = (AlibiRows.make(*(tiles[f"alibi_{n}"] for n in ("rows_i32", "rows", "pos", "neg")), config.vec_s0)
+                  if config.alibi else None)
     drop = drop_keys = None
     if config.dropout:  # the generator works in red_tmp (free once a slice's row sums are taken)
         drop = dropout.DropoutTiles.make(tiles["drop_bits"], tiles["red_tmp"], tiles["alibi_i32" if config.alibi else "drop_cols"],
