@@ -642,16 +642,16 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
         tiles += [TileSpec("row_ok", "vector", "gu", "vec", 1, rows, "f32"), TileSpec("l_fix", "vector", "gu", "vec", 1, rows, "f32")]
     if c.lse or c.split_kv:
         tiles.append(TileSpec("lse_row", "vector", "gu", "vec", 1, rows, "f32", **dyn))
-    if c.alibi:  # a tile's key positions (tci, i32 -> f32), the row index 0 .. vec_s0 - 1 (i32 -> f32), +-slope * it
-        tiles += [TileSpec(f"alibi_{name}", "vector", "p", "vec", 1, cols, dt_, dynamic=name not in ("pos", "neg"))
-                  for name, cols, dt_ in (("i32", ts1, "i32"), ("f32", ts1, "f32"), ("rows_i32", vs0, "i32"),
-                                          ("rows", vs0, "f32"), ("pos", vs0, "f32"), ("neg", vs0, "f32"))]
     if c.dropout:  # the generator's i32 tiles (`kernels/dropout.py`; its keep factor goes to red_tmp, its key
         # row to ALiBi's key positions when there are: ALiBi is done with them by then)
         tiles += [TileSpec("drop_bits", "vector", "p", "vec", vs0, ts1, "i32", **dyn),
                   *([] if c.alibi else [TileSpec("drop_cols", "vector", "p", "vec", 1, ts1, "i32", **dyn)]),
                   TileSpec("drop_rows", "vector", "p", "vec", 1, vs0, "i32", **dyn),
                   TileSpec("drop_rows_tmp", "vector", "p", "vec", 1, vs0, "i32", **dyn)]
+    if c.alibi:  # a tile's key positions (tci, i32 -> f32), the row index 0 .. vec_s0 - 1 (i32 -> f32), +-slope * it
+        tiles += [TileSpec(f"alibi_{name}", "vector", "p", "vec", 1, cols, dt_, dynamic=name not in ("pos", "neg"))
+                  for name, cols, dt_ in (("i32", ts1, "i32"), ("f32", ts1, "f32"), ("rows_i32", vs0, "i32"),
+                                          ("rows", vs0, "f32"), ("pos", vs0, "f32"), ("neg", vs0, "f32"))]
     return tiles
 
 
@@ -697,7 +697,7 @@ def _space_items(c: FAConfig, tiles: list[TileSpec], space: str, hidden: bool) -
     if hidden:
         items += [(f"hidden_rowexpand_tmp{i}", HIDDEN_ROWEXPAND_TMP_BYTES) for i in range(c.rowexpand_ops)]
         items += [(f"hidden_tci_tmp{i}", HIDDEN_TCI_TMP[32][1])
-                  for i in range(2 * c.alibi + 2 * c.dropout + c.vec_buffers * sum(m.tci_ops for m in c.mods))]
+                  for i in range(c.alibi * (1 + c.vec_buffers) + 2 * c.dropout + c.vec_buffers * sum(m.tci_ops for m in c.mods))]
     return items
 
 

@@ -79,8 +79,6 @@ def host_params(config=None) -> tuple[HostParam, ...]:
     if c.split_kv:
         params.append(HostParam("partials", ptr, ctypes.c_void_p,
                                 "split-KV partial O [splits, total_q, N, D] then LSE [splits, N, total_q] f32"))
-    if c.alibi:
-        params.append(HostParam("alibi_slopes", ptr, ctypes.c_void_p, "ALiBi slopes [N] or [B, N] f32"))
     params += [
         HostParam("batch", "int64_t", ctypes.c_int64, "B (sequences)"),
         HostParam("heads", "int64_t", ctypes.c_int64, "N (query heads)"),
@@ -105,12 +103,12 @@ def host_params(config=None) -> tuple[HostParam, ...]:
                    HostParam("drop_offset", "int64_t", ctypes.c_int64, "dropout generator offset (int32 range)"),
                    HostParam("drop_cut", "float", ctypes.c_float, "1 - the generator's keep threshold (dropout.cut)"),
                    HostParam("drop_scale", "float", ctypes.c_float, "1 / (1 - dropout_p)")]
-    if c.alibi:
-        params.append(HostParam("alibi_stride", "int64_t", ctypes.c_int64, "elements between batches of the slopes (0: [N])"))
     if c.block_ranges:
         params.append(HostParam("tile_ranges", ptr, ctypes.c_void_p, "each unit's KV tile ranges [units, 4] i32 "
                                                                      "(kernels/mods.py)"))
-    return tuple(params + mod_params(c.mods))
+    alibi = [HostParam("alibi_slopes", ptr, ctypes.c_void_p, "ALiBi slopes [N] or [B, N] f32"),
+             HostParam("alibi_stride", "int64_t", ctypes.c_int64, "elements between batches of the slopes (0: [N])")]
+    return tuple(params + mod_params(c.mods) + alibi * c.alibi)  # (ALiBi's after the mods': it applies after them)
 
 
 def entry_args(config=None) -> tuple[EntryArg, ...]:

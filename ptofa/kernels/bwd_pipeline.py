@@ -459,6 +459,13 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
         if c.atomic_dq:  # dS^T rows (out_half) -> dS piece, through ttrans's scratch of out_half's size
             vector += [TileSpec("trans_tmp", "vector", "p", "vec", vr, cols, dt, **dyn),
                        TileSpec("ds_piece", "vector", "p", "vec", cols, vr, dt, **dyn)]
+    if c.dropout:  # the generator's tiles (`kernels/dropout.py`): i32 bits, the lines, and in dkdv the keep
+        # factor (held from dP^T to P^T across the score modifications; the dq kernel's is mask_tmp)
+        vector += [TileSpec("drop_bits", "vector", "p", "vec", vr, cols, "i32", **dyn),
+                   *([TileSpec("drop_keep", "vector", "p", "vec", vr, cols, "f32", **dyn)] if kernel == "dkdv" else []),
+                   TileSpec("drop_rows", "vector", "p", "vec", 1, vr, "i32", **dyn),
+                   TileSpec("drop_cols", "vector", "p", "vec", 1, cols, "i32", **dyn),
+                   TileSpec("drop_tmp", "vector", "p", "vec", 1, max(vr, cols), "i32", **dyn)]
     if c.alibi:  # a step's column positions (tci, i32 -> f32) and the row index 0 .. vr - 1 (i32 -> f32)
         vector += [TileSpec("alibi_i32", "vector", "p", "vec", 1, cols, "i32", **dyn),
                    TileSpec("alibi_f32", "vector", "p", "vec", 1, cols, "f32", **dyn),
@@ -467,14 +474,7 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
                    TileSpec("alibi_pos", "vector", "p", "vec", 1, vr, "f32"),
                    TileSpec("alibi_neg", "vector", "p", "vec", 1, vr, "f32")]
         if kernel == "dkdv":  # the trowexpandsub's explicit scratch (the dq kernel's takes exp_tmp)
-            vector.append(TileSpec("alibi_tmp", "vector", "p", "vec", 1, EXPDIF_TMP_BYTES // DTYPE_BYTES["f32"], "f32"))
-    if c.dropout:  # the generator's tiles (`kernels/dropout.py`): i32 bits, the lines, and in dkdv the keep
-        # factor (held from dP^T to P^T across the score modifications; the dq kernel's is mask_tmp)
-        vector += [TileSpec("drop_bits", "vector", "p", "vec", vr, cols, "i32", **dyn),
-                   *([TileSpec("drop_keep", "vector", "p", "vec", vr, cols, "f32", **dyn)] if kernel == "dkdv" else []),
-                   TileSpec("drop_rows", "vector", "p", "vec", 1, vr, "i32", **dyn),
-                   TileSpec("drop_cols", "vector", "p", "vec", 1, cols, "i32", **dyn),
-                   TileSpec("drop_tmp", "vector", "p", "vec", 1, max(vr, cols), "i32", **dyn)]
+            vector.append(TileSpec("mods_row_tmp", "vector", "p", "vec", 1, EXPDIF_TMP_BYTES // DTYPE_BYTES["f32"], "f32"))
     for mod, prefix in zip(c.mods, mod_prefixes(c.mods)):  # (the first full scratch is mask_tmp)
         vector += mod.grad_tiles(vr, cols, prefix)
     if other_mods(c.mods) and kernel == "dkdv":  # the mods' row-broadcast scratch (the dq kernel's is exp_tmp)
@@ -559,9 +559,6 @@ def entry_args(c: BwdConfig, kernel: str) -> tuple[tuple[str, str], ...]:
     if c.key_padding:  # the forward kernel's names: a [B, S1] mask has stride S1, a shared [S1] one 0
         args.insert(args.index(("batch", "i64")), ("key_mask", "!pto.ptr<i8>"))
         args.append(("key_mask_stride", "i64"))
-    if c.alibi:
-        args.insert(args.index(("batch", "i64")), ("alibi_slopes", "!pto.ptr<f32>"))
-        args.append(("alibi_stride", "i64"))
     if c.dropout and kernel in ("dq", "dkdv"):  # the forward kernel's names and values
         args += [("drop_seed", "i64"), ("drop_offset", "i64"), ("drop_cut", "f32"), ("drop_scale", "f32")]
     if c.varlen:  # the forward varlen kernel's names: the unit table and its length
@@ -572,5 +569,5 @@ def entry_args(c: BwdConfig, kernel: str) -> tuple[tuple[str, str], ...]:
     for p in mod_params(c.mods):  # the forward kernel's names (a pointer's doc names its element type last)
         args.append((p.name, f"!pto.ptr<{p.doc.split()[-1]}>" if p.c_type.endswith("*")
                      else {"float": "f32", "int64_t": "i64"}[p.c_type]))
-    return tuple(args)
+    return tuple(args + [("alibi_slopes", "!pto.ptr<f32>"), ("alibi_stride", "i64")] * c.alibi)
 

@@ -325,16 +325,17 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             _load_scores(v, entry, cols, bkv)
             if config.dropout:  # (before the mods' dP - D)
                 _drop_dp(v, _seq(u), u.h, row0, scalar.mul(t, bkv), cols, transposed=False)
-            if config.mods:  # dP - D now, times the mods' derivative (key positions for mods that read them)
+            if config.mods or config.alibi:  # dP - D now, times the mods' derivative (key positions for mods that read them)
                 tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
-                k0 = scalar.mul(t, bkv) if any(m.indexed for m in config.mods) else None
-                site = Site(tl["s_tile"], tl["mask_tmp"], tl["exp_tmp"], tl, c.args, u.b, u.h, row0, k0, cols, vr, bkv, t,
-                            u.full, NEG)
-                apply_backward(config.mods, site, tl["dp_tile"])
-            if config.alibi:  # row r, column c: query row0 + r, key t * bkv + c
-                start = scalar.sub(scalar.mul(t, bkv), scalar.add(row0, scalar.sub(u.s1, u.s0)), name="alibi_start")
-                alibi_bias(tl["s_tile"], tl["mask_tmp"], tl["alibi_i32"], tl["alibi_f32"], alibi_rows, start, cols, slope,
-                           tl["exp_tmp"])
+                k0 = scalar.mul(t, bkv) if config.alibi or any(m.indexed for m in config.mods) else None
+                if config.mods:
+                    site = Site(tl["s_tile"], tl["mask_tmp"], tl["exp_tmp"], tl, c.args, u.b, u.h, row0, k0, cols, vr, bkv,
+                                t, u.full, NEG)
+                    apply_backward(config.mods, site, tl["dp_tile"])
+                if config.alibi:  # row r, column c: query row0 + r, key t * bkv + c
+                    start = scalar.sub(k0, scalar.add(row0, scalar.sub(u.s1, u.s0)), name="alibi_start")
+                    alibi_bias(tl["s_tile"], tl["mask_tmp"], tl["alibi_i32"], tl["alibi_f32"], alibi_rows, start, cols,
+                               slope, tl["exp_tmp"])
             if config.masked:
                 mask_tile(u.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], row0, scalar.mul(t, bkv), vr, cols,
                           transposed=False)
@@ -342,7 +343,7 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
                 key_bias(c.args, tl, consts, u.b, scalar.mul(t, bkv), cols)
                 tile.col_expand_add(tl["s_tile"], tl["kpm_f32"], out=tl["s_tile"])
             tile.row_expand_expdif(tl["s_tile"], lse_col, out=tl["s_tile"], tmp=tl["exp_tmp"])  # P = exp(scale S - LSE)
-            if not config.mods:
+            if not (config.mods or config.alibi):
                 tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
             tile.mul(tl["s_tile"], tl["dp_tile"], out=tl["s_tile"])
             tile.muls(tl["s_tile"], consts["scale"], out=tl["s_tile"])  # dS, with the softmax scale folded in
@@ -589,22 +590,23 @@ def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: t
             _drop_dp(v, _seq(u), h, q0, scalar.add(u.k0, v.row_base), n, transposed=True, with_dp="dk" in grads)
         for name in ("stat_row", "nlse_row"):
             tile.set_valid(tl[name], 1, n)
-        if config.mods:  # dP^T - D now, times the mods' derivative; rows are keys, columns queries
+        if config.mods or config.alibi:  # dP^T - D now, times the mods' derivative; rows are keys, columns queries
             if "dk" in grads:
                 _minus_dsum(v, u, h, q0, n)
             k0, t = ((scalar.add(u.k0, v.row_base), scalar.div(q0, bq, name="q_block"))
-                     if any(m.indexed for m in config.mods) else (None, None))  # (positions for mods that read them)
-            site = Site(tl["s_tile"], tl["mask_tmp"], tl.get("mods_row_tmp"), tl, c.args, u.b, h, q0, k0, n, vr, bq, t,
-                        u.full, NEG, transposed=True)
-            apply_backward(config.mods, site, tl["dp_tile"] if "dk" in grads else None)
+                     if config.alibi or any(m.indexed for m in config.mods) else (None, None))  # (positions for mods that read them)
+            if config.mods:
+                site = Site(tl["s_tile"], tl["mask_tmp"], tl.get("mods_row_tmp"), tl, c.args, u.b, h, q0, k0, n, vr, bq, t,
+                            u.full, NEG, transposed=True)
+                apply_backward(config.mods, site, tl["dp_tile"] if "dk" in grads else None)
+            if config.alibi:  # row r, column c: key k0 + row_base + r, query q0 + c
+                start = scalar.sub(scalar.add(q0, scalar.sub(u.s1, u.s0)), k0, name="alibi_start")
+                slope = _slope(c, u, h)
+                v.alibi_rows.scale_rows(slope)
+                alibi_bias(tl["s_tile"], tl["mask_tmp"], tl["alibi_i32"], tl["alibi_f32"], v.alibi_rows, start, n, slope,
+                           tl["mods_row_tmp"])
         pto.load(stat(c, u, "lse", h, q0, n), tl["stat_row"])
         tile.muls(tl["stat_row"], consts["minus_one"], out=tl["nlse_row"])
-        if config.alibi:  # row r, column c: key k0 + row_base + r, query q0 + c
-            start = scalar.sub(scalar.add(q0, scalar.sub(u.s1, u.s0)), scalar.add(u.k0, v.row_base), name="alibi_start")
-            slope = _slope(c, u, h)
-            v.alibi_rows.scale_rows(slope)
-            alibi_bias(tl["s_tile"], tl["mask_tmp"], tl["alibi_i32"], tl["alibi_f32"], v.alibi_rows, start, n, slope,
-                       tl["alibi_tmp"])
         if config.masked:
             mask_tile(u.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], scalar.add(u.k0, v.row_base), q0, vr, n,
                       transposed=True)
@@ -618,7 +620,7 @@ def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: t
         elif "dv" in grads:
             _store_half(v, out, 0, n)
         if "dk" in grads:
-            if not config.mods:
+            if not (config.mods or config.alibi):
                 _minus_dsum(v, u, h, q0, n)
             tile.mul(tl["s_tile"], tl["dp_tile"], out=tl["s_tile"])
             tile.muls(tl["s_tile"], consts["scale"], out=tl["s_tile"])  # dS^T, with the softmax scale folded in

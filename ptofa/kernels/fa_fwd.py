@@ -579,15 +579,15 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
         tile.cvt(p_half, out=s_tile)
     if not cfg.prescale_q:
         tile.muls(s_tile, s.scale, out=s_tile)
-    if cfg.mods:  # (positions only for mods that read them)
+    if cfg.mods or cfg.alibi:  # (positions only for mods that read them)
         i0, k0 = ((scalar.add(scalar.add(s.u.q0, s.row_base), r0, name="mod_q0"), scalar.mul(t, cfg.tile_s1, name="mod_k0"))
-                  if any(m.indexed for m in cfg.mods) else (None, None))
-        apply_forward(cfg, Site(s_tile, tl["red_tmp"], exp_tmp, tl, s.c.args, s.u.seq, s.u.h, i0, k0, keys, vs0,
-                                cfg.tile_s1, t, s.u.full, mask_constants(cfg)[1]))
-    if cfg.alibi:  # column c, row r: key t * TILE_S1 + c, query q0 + row_base + r0 + r
-        i0 = scalar.add(scalar.add(s.u.q0, s.row_base), r0)
-        start = scalar.sub(scalar.mul(t, cfg.tile_s1), scalar.add(i0, scalar.sub(s.u.s1, s.u.s0)), name="alibi_start")
-        alibi_bias(s_tile, tl["red_tmp"], tl["alibi_i32"], tl["alibi_f32"], s.alibi_rows, start, keys, s.slope, exp_tmp)
+                  if cfg.alibi or any(m.indexed for m in cfg.mods) else (None, None))
+        if cfg.mods:
+            apply_forward(cfg, Site(s_tile, tl["red_tmp"], exp_tmp, tl, s.c.args, s.u.seq, s.u.h, i0, k0, keys, vs0,
+                                    cfg.tile_s1, t, s.u.full, mask_constants(cfg)[1]))
+        if cfg.alibi:  # column c, row r: key t * TILE_S1 + c, query q0 + row_base + r0 + r
+            start = scalar.sub(k0, scalar.add(i0, scalar.sub(s.u.s1, s.u.s0)), name="alibi_start")
+            alibi_bias(s_tile, tl["red_tmp"], tl["alibi_i32"], tl["alibi_f32"], s.alibi_rows, start, keys, s.slope, exp_tmp)
     if cfg.masked:
         _mask_bounds(s, t, r0, keys, s_tile)
     if cfg.key_padding:
@@ -820,8 +820,7 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
 _CUBE_ARGS = ("slots", "slots_h", "q", "k", "v", "units", "block_table", "batch", "heads", "kv_heads", "s0", "s1",
               "num_units", "max_pages", "win_left", "win_right", "tile_ranges")
 _VECTOR_ARGS = ("slots", "slots_h", "q", "o", "lse", "partials", "key_mask", "units", "batch", "heads", "kv_heads", "s0", "s1",
-                "num_units", "scale", "win_left", "win_right", "key_mask_stride",
-                "alibi_slopes", "alibi_stride", "tile_ranges", "drop_seed", "drop_offset", "drop_cut", "drop_scale")
+                "num_units", "scale", "win_left", "win_right", "key_mask_stride", "tile_ranges", "drop_seed", "drop_offset", "drop_cut", "drop_scale")
 
 
 def build_fa(config: FAConfig) -> builtin.ModuleOp:
@@ -831,7 +830,7 @@ def build_fa(config: FAConfig) -> builtin.ModuleOp:
     vector_reads_q = config.prescale_q  # the vectors scale Q; the cube reads it from the Q pipe
     cube_args = [n for n in _CUBE_ARGS if n in entry_types and (n != "q" or not vector_reads_q)]
     vector_args = [n for n in _VECTOR_ARGS if n in entry_types and (n != "q" or vector_reads_q)]
-    vector_args += [p.name for p in mod_params(config.mods)]
+    vector_args += [p.name for p in mod_params(config.mods)] + ["alibi_slopes", "alibi_stride"] * config.alibi
     with km.function(argspec.ENTRY_NAME, list(entry_types.items()), entry=True) as args:
         pto.set_ffts(args["ffts"])
         pto.call(argspec.CUBE_FUNC_NAME, [args[n] for n in cube_args])
