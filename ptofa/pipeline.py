@@ -192,8 +192,6 @@ class FAConfig:
     # 8.9e-5), where the f16 exp of the form without LSE rounds S - m to f16 anyway.
     qk_dtype: str | None = None
     target: str = "a3"
-    # ALiBi after the mods, before the masks (`kernels/scoremods.py`): s -= slope * |i + S1 - S0 - j|, slopes [N] / [B, N].
-    alibi: bool = False
     # Score / mask modifications as objects with their IR, tiles and arguments (`kernels/mods.py`, `builtin_mods/`).
     mods: tuple = ()
     # A [units, 4] i32 table (`kernels/mods.py`, RANGE_FIELDS) gives each unit its visible KV tiles
@@ -344,7 +342,7 @@ class FAConfig:
         values), before they are widened: half the vector repeats and column folds of the f32 max.
         Where nothing changes the scores on the vectors (Q prescaled; no mask or score modification)
         and red_tmp serves nothing else (the cube's row sums)."""
-        changed = self.masked or self.key_padding or self.alibi or self.mods or self.block_ranges
+        changed = self.masked or self.key_padding or self.mods or self.block_ranges
         return (self.softmax_dtype == "f32" and self.qk_dtype == "f16" and bool(self.cube_rowsum) and self.prescale_q
                 and not changed)
 
@@ -397,7 +395,7 @@ class FAConfig:
                                        ("no_prescale_q", not self.prescale_q),
                                        ("softmax_f16", self.softmax_dtype == "f16"),
                                        ("qk_f32", self.qk_dtype == "f32"),
-                                       *((m.name, True) for m in self.mods if m.builtin), ("alibi", self.alibi),
+                                       *((m.name, True) for m in self.mods if m.builtin),
                                        ("mods=" + "+".join(m.name for m in self.mods if not m.builtin), others),
                                        ("block_ranges", self.block_ranges),
                                        ("dropout", self.dropout)) if on]
@@ -466,12 +464,12 @@ def _check_config(c: FAConfig) -> None:
     if c.qk_dtype not in ("f32", c.in_dtype) or (c.softmax_dtype == "f16" and c.qk_dtype != "f16"):
         fail("QK slot dtype", f"qk_dtype={c.qk_dtype!r} must be 'f32' or the input dtype {c.in_dtype!r} ('f16' with "
                               f"softmax_dtype='f16', whose scores are f16 tiles)")
-    if (c.mods or c.alibi) and c.softmax_dtype != "f32":
-        fail("score modification", f"mods={'+'.join(m.name for m in c.mods) or '()'}, alibi={c.alibi} are computed "
-                                   f"on f32 scores: they need softmax_dtype='f32', got {c.softmax_dtype!r}")
-    if c.gqa_pack and (c.alibi or any(m.indexed for m in c.mods)):  # (a packed unit's rows: heads at one position)
-        fail("modification objects", f"alibi={c.alibi}, mods={'+'.join(m.name for m in c.mods if m.indexed) or '()'} "
-                                     f"read a row's head or position (a packed unit's rows are heads), got gqa_pack=True")
+    if c.mods and c.softmax_dtype != "f32":
+        fail("score modification", f"mods={'+'.join(m.name for m in c.mods)} are computed on f32 scores: they need "
+                                   f"softmax_dtype='f32', got {c.softmax_dtype!r}")
+    if c.gqa_pack and any(m.indexed for m in c.mods):  # (a packed unit's rows: heads at one position)
+        fail("modification objects", f"mods={'+'.join(m.name for m in c.mods if m.indexed)} read a row's head or "
+                                     f"position (a packed unit's rows are heads), got gqa_pack=True")
     if c.block_ranges and (c.softmax_dtype != "f32" or c.varlen or c.masked):
         fail("block ranges", f"block_ranges=True is built for an f32 softmax over uniform batches without a window "
                              f"(the mods mask; the table is in the uniform unit order), got "
@@ -554,7 +552,7 @@ def tile_plan(c: FAConfig) -> list[TileSpec]:
     """
     tiles = _main_plan(c)
     for mod, prefix in zip(c.mods, mod_prefixes(c.mods)):
-        tiles += mod.tiles(c, prefix)
+        tiles += [] if mod.builtin else mod.tiles(c, prefix)
     if c.prescale_q:
         tiles += _prescale_tiles(c, c.prescale_rows)
     return tiles
@@ -643,15 +641,14 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
     if c.lse or c.split_kv:
         tiles.append(TileSpec("lse_row", "vector", "gu", "vec", 1, rows, "f32", **dyn))
     if c.dropout:  # the generator's i32 tiles (`kernels/dropout.py`; its keep factor goes to red_tmp, its key
-        # row to ALiBi's key positions when there are: ALiBi is done with them by then)
+        # row to ALiBi's key positions `alibi_i32` when there are: ALiBi is done with them by then)
         tiles += [TileSpec("drop_bits", "vector", "p", "vec", vs0, ts1, "i32", **dyn),
-                  *([] if c.alibi else [TileSpec("drop_cols", "vector", "p", "vec", 1, ts1, "i32", **dyn)]),
+                  *([] if any(m.name == "alibi" for m in c.mods) else [TileSpec("drop_cols", "vector", "p", "vec", 1,
+                                                                                  ts1, "i32", **dyn)]),
                   TileSpec("drop_rows", "vector", "p", "vec", 1, vs0, "i32", **dyn),
                   TileSpec("drop_rows_tmp", "vector", "p", "vec", 1, vs0, "i32", **dyn)]
-    if c.alibi:  # a tile's key positions (tci, i32 -> f32), the row index 0 .. vec_s0 - 1 (i32 -> f32), +-slope * it
-        tiles += [TileSpec(f"alibi_{name}", "vector", "p", "vec", 1, cols, dt_, dynamic=name not in ("pos", "neg"))
-                  for name, cols, dt_ in (("i32", ts1, "i32"), ("f32", ts1, "f32"), ("rows_i32", vs0, "i32"),
-                                          ("rows", vs0, "f32"), ("pos", vs0, "f32"), ("neg", vs0, "f32"))]
+    for mod, prefix in zip(c.mods, mod_prefixes(c.mods)):  # (a built-in mod's count in choosing the slices and
+        tiles += mod.tiles(c, prefix) if mod.builtin else []  # prescale rows, as the kernel's own; the others' do not)
     return tiles
 
 
@@ -697,7 +694,7 @@ def _space_items(c: FAConfig, tiles: list[TileSpec], space: str, hidden: bool) -
     if hidden:
         items += [(f"hidden_rowexpand_tmp{i}", HIDDEN_ROWEXPAND_TMP_BYTES) for i in range(c.rowexpand_ops)]
         items += [(f"hidden_tci_tmp{i}", HIDDEN_TCI_TMP[32][1])
-                  for i in range(c.alibi * (1 + c.vec_buffers) + 2 * c.dropout + c.vec_buffers * sum(m.tci_ops for m in c.mods))]
+                  for i in range(2 * c.dropout + sum(m.setup_tci_ops + c.vec_buffers * m.tci_ops for m in c.mods))]
     return items
 
 

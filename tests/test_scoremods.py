@@ -15,12 +15,13 @@ from ptofa.attention.backward import attention_backward, check_gradients, refere
 from ptofa.attention.core import run_attention
 from ptofa.kernels import argspec
 from ptofa.kernels.bwd_pipeline import BwdConfig, entry_args as bwd_entry_args
+from ptofa.kernels.builtin_mods.alibi import Alibi
 from ptofa.kernels.builtin_mods.softcap import Softcap
 from ptofa.kernels.catalog import kernels
 from ptofa.pipeline import ConfigError, FAConfig
 from ptofa.reference import alibi_bias, check_accuracy, check_lse, reference_fa
 
-SOFTCAP = (Softcap(),)  # the mods of a softcapped call
+SOFTCAP, ALIBI = (Softcap(),), (Alibi(),)  # the built-in mods of a call (softcap first)
 
 
 def _rand(*shape, seed=0, dtype=torch.float16):
@@ -93,7 +94,7 @@ def test_forward_against_reference(name: str, dtype: torch.dtype) -> None:
     slopes = _slopes(*case["alibi"]) if "alibi" in case else None
     softcap = case.get("softcap", 0.0)
     window = (-1, 0) if case.get("causal") else case.get("window", (-1, -1))
-    config = _config(dtype, mods=SOFTCAP * (softcap > 0), alibi=slopes is not None, masked=window != (-1, -1))
+    config = _config(dtype, mods=SOFTCAP * (softcap > 0) + ALIBI * (slopes is not None), masked=window != (-1, -1))
     out, lse = ptofa.flash_attn_func(q, k, v, softcap=softcap, alibi_slopes=slopes, causal=case.get("causal", False),
                                      window_size=case.get("window", (-1, -1)), return_lse=True, backend="sim",
                                      config=config)
@@ -109,7 +110,7 @@ def test_alibi_batch_slopes_differ_per_sequence() -> None:
     """[B, N] slopes: each sequence its own; the result is not the one of sequence 0's slopes for all."""
     q, k, v = _rand(2, 64, 2, 64, seed=4), _rand(2, 96, 2, 64, seed=5), _rand(2, 96, 2, 64, seed=6)
     slopes = torch.tensor([[0.5, 0.25], [0.03, 0.9]])
-    out = ptofa.flash_attn_func(q, k, v, alibi_slopes=slopes, backend="sim", config=_config(alibi=True))
+    out = ptofa.flash_attn_func(q, k, v, alibi_slopes=slopes, backend="sim", config=_config(mods=ALIBI))
     ref = reference_fa(q, k, v, 1 / 8, alibi_slopes=slopes)
     assert check_accuracy(out.float(), ref.out32, ref.out_low).passed
     shared = reference_fa(q, k, v, 1 / 8, alibi_slopes=slopes[0])
@@ -185,7 +186,7 @@ def test_backward_against_reference(name: str, dtype: torch.dtype) -> None:
     softcap, window = case.get("softcap", 0.0), case.get("window", (-1, -1))
     mods = dict(softcap=softcap, alibi_slopes=slopes)
     masked = window != (-1, -1)
-    config = _config(dtype, mods=SOFTCAP * (softcap > 0), alibi=slopes is not None, masked=masked)
+    config = _config(dtype, mods=SOFTCAP * (softcap > 0) + ALIBI * (slopes is not None), masked=masked)
     out, lse = ptofa.flash_attn_func(q, k, v, window_size=window, return_lse=True, backend="sim", config=config, **mods)
     grads = attention_backward(q, k, v, out, lse, dout, window=window if masked else None, backend="sim",
                                deterministic=case.get("deterministic", True), **mods)
@@ -236,16 +237,16 @@ def test_varlen_backward_per_sequence_slopes() -> None:
 def test_switch_legality() -> None:
     with pytest.raises(ConfigError, match="^score modification: "):
         FAConfig(mods=SOFTCAP, softmax_dtype="f16")
-    with pytest.raises(ConfigError, match="^modification objects: alibi=True"):
-        FAConfig(alibi=True, varlen=True, gqa_pack=True)
+    with pytest.raises(ConfigError, match="^modification objects: mods=alibi read a row's head"):
+        FAConfig(mods=ALIBI, varlen=True, gqa_pack=True)
     FAConfig(mods=SOFTCAP, varlen=True, gqa_pack=True)  # softcap is per score: packing is fine
 
 
 def test_arguments_come_from_argspec() -> None:
-    names = [p.name for p in argspec.host_params(FAConfig(mods=SOFTCAP, alibi=True))]
-    assert names[-3:] == ["alibi_stride", "softcap", "softcap_rcp2"] and "alibi_slopes" in names
+    names = [p.name for p in argspec.host_params(FAConfig(mods=SOFTCAP + ALIBI))]
+    assert names[-4:] == ["softcap", "softcap_rcp2", "alibi_slopes", "alibi_stride"]  # (the mods' order)
     assert "softcap" not in [p.name for p in argspec.host_params(FAConfig())]
-    args = dict(bwd_entry_args(BwdConfig(mods=SOFTCAP, alibi=True), "dkdv"))
+    args = dict(bwd_entry_args(BwdConfig(mods=SOFTCAP + ALIBI), "dkdv"))
     assert args["alibi_slopes"] == "!pto.ptr<f32>" and args["softcap_rcp2"] == "f32" and args["alibi_stride"] == "i64"
 
 

@@ -77,11 +77,10 @@ def with_score_mods(config: FAConfig, *, softcap: bool, alibi: bool, dropout: bo
     row sums), or the config unchanged."""
     if not softcap and not alibi and not dropout:
         return config
-    mods = with_builtin_mods(config.mods, softcap=softcap)
+    mods = with_builtin_mods(config.mods, softcap=softcap, alibi=alibi)
     if config.softmax_dtype == "f32" and not dropout:
-        return dataclasses.replace(config, mods=mods, alibi=alibi)
-    return dataclasses.replace(config, softmax_dtype="f32", cube_rowsum=None, exp_f16=None, mods=mods, alibi=alibi,
-                               dropout=dropout)
+        return dataclasses.replace(config, mods=mods)
+    return dataclasses.replace(config, softmax_dtype="f32", cube_rowsum=None, exp_f16=None, mods=mods, dropout=dropout)
 
 
 def check_config(config: FAConfig, *, head: int, in_dtype: str, out_dtype: str | None, masked: bool,
@@ -103,7 +102,7 @@ def check_config(config: FAConfig, *, head: int, in_dtype: str, out_dtype: str |
         if needed and not getattr(config, name):
             why = {"masked": "a window / causal mask", "key_padding": "a key_padding_mask", "lse": "return_lse=True"}[name]
             raise ConfigError(f"config: {why} needs {name}=True, the given config has {name}=False")
-    have = {"softcap": has_mod(config.mods, "softcap"), "alibi": config.alibi, "dropout": config.dropout}
+    have = {"softcap": has_mod(config.mods, "softcap"), "alibi": has_mod(config.mods, "alibi"), "dropout": config.dropout}
     for name, needed, why in (("softcap", softcap, "softcap > 0"), ("alibi", alibi, "alibi_slopes"),
                               ("dropout", dropout, "dropout_p > 0")):
         if needed != have[name]:  # a switched-on kernel always applies its modification

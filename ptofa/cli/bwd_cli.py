@@ -31,7 +31,7 @@ def backward_config(config: FAConfig, atomic: bool = False) -> BwdConfig:
     try:
         return default_config(config.head, config.in_dtype, masked=config.masked, target=config.target,
                               atomic_dq=atomic, key_padding=config.key_padding, mods=config.mods,
-                              alibi=config.alibi, varlen=config.varlen)
+                              varlen=config.varlen)
     except ConfigError as exc:
         raise InputError(f"invalid backward config: {exc}") from None
 

@@ -137,7 +137,7 @@ def config_options(f):
 
 
 def score_mod_options(f):
-    """--softcap X and --alibi: the kernel's score modifications (the `builtin_mods.softcap.Softcap` mod, `.alibi`)."""
+    """--softcap X and --alibi: the kernel's score modifications (the built-in mods `Softcap`, `Alibi`)."""
     f = click.option("--alibi", is_flag=True,
                      help="ALiBi bias -slope * |i + S1 - S0 - j| in the kernel (run: ALiBi's usual slopes 2^(-8h/N)).")(f)
     f = click.option("--softcap", type=float, default=0.0, show_default=True,
@@ -152,7 +152,7 @@ def with_score_mods(config: FAConfig, softcap: float, alibi: bool) -> FAConfig:
     if softcap == 0 and not alibi:
         return config
     try:
-        return dataclasses.replace(config, mods=with_builtin_mods(config.mods, softcap=softcap > 0), alibi=alibi)
+        return dataclasses.replace(config, mods=with_builtin_mods(config.mods, softcap=softcap > 0, alibi=alibi))
     except ConfigError as exc:
         raise InputError(f"invalid config: {exc}") from None
 

@@ -106,16 +106,14 @@ def host_params(config=None) -> tuple[HostParam, ...]:
     if c.block_ranges:
         params.append(HostParam("tile_ranges", ptr, ctypes.c_void_p, "each unit's KV tile ranges [units, 4] i32 "
                                                                      "(kernels/mods.py)"))
-    alibi = [HostParam("alibi_slopes", ptr, ctypes.c_void_p, "ALiBi slopes [N] or [B, N] f32"),
-             HostParam("alibi_stride", "int64_t", ctypes.c_int64, "elements between batches of the slopes (0: [N])")]
-    return tuple(params + mod_params(c.mods) + alibi * c.alibi)  # (ALiBi's after the mods': it applies after them)
+    return tuple(params + mod_params(c.mods))
 
 
 def entry_args(config=None) -> tuple[EntryArg, ...]:
     """The `pto.entry` function's arguments for the kernel of `config`."""
     c = config or _default_config()
     elem = {"q": c.in_dtype, "k": c.in_dtype, "v": c.in_dtype, "o": c.out_dtype, "lse": "f32", "key_mask": "i8", "units": "i32",
-            "block_table": "i32", "partials": "f32", "alibi_slopes": "f32",
+            "block_table": "i32", "partials": "f32",
             "tile_ranges": "i32"}
     args = [
         EntryArg("ffts", "!pto.ptr<i64>", "ffts", "(__gm__ int64_t*)"),

@@ -25,6 +25,7 @@ from pathlib import Path
 import click
 import torch
 
+from ptofa.kernels.builtin_mods.alibi import Alibi
 from ptofa.kernels.builtin_mods.softcap import Softcap
 from ptofa.kernels.bwd_pipeline import TUNED_HEADS, BwdConfig, default_config
 from ptofa.kernels.mods import other_mods
@@ -59,7 +60,8 @@ def _grid() -> Iterator[FAConfig]:
                 continue
 
 
-SOFTCAP = (Softcap(),)  # the mods of a softcapped call
+SOFTCAP, ALIBI = (Softcap(),), (Alibi(),)  # the built-in mods of a call, in its order
+BOTH = SOFTCAP + ALIBI
 
 # Switch sets on top of a (head, tile_s1) base; every one must be legal (a test builds them all).
 SWITCHES: tuple[dict, ...] = (
@@ -91,13 +93,12 @@ SWITCHES: tuple[dict, ...] = (
     dict(cube_rowsum=False, exp_f16=False),
     dict(cube_rowsum=False, exp_f16=False, prescale_q=False, masked=True, lse=True),
     dict(exp_f16=False),
-    # softcapping (kernels/builtin_mods/softcap.py) and ALiBi (kernels/scoremods.py), alone and with the
-    # calls' other switches
+    # the built-in mods (kernels/builtin_mods/): softcapping and ALiBi, alone and with the calls' other switches
     dict(mods=SOFTCAP),
-    dict(alibi=True),
-    dict(mods=SOFTCAP, alibi=True, masked=True, lse=True, in_dtype="bf16"),
-    dict(mods=SOFTCAP, alibi=True, varlen=True, split_kv=True, masked=True, lse=True),
-    dict(mods=SOFTCAP, alibi=True, varlen=True, page_size=256),
+    dict(mods=ALIBI),
+    dict(mods=BOTH, masked=True, lse=True, in_dtype="bf16"),
+    dict(mods=BOTH, varlen=True, split_kv=True, masked=True, lse=True),
+    dict(mods=BOTH, varlen=True, page_size=256),
     dict(mods=SOFTCAP, varlen=True, split_kv=True, gqa_pack=True, page_size=256),
     # dropout (kernels/dropout.py): the dense and varlen calls' kernels, with the score modifications
     dict(dropout=True),
@@ -105,7 +106,7 @@ SWITCHES: tuple[dict, ...] = (
     dict(dropout=True, varlen=True, masked=True, lse=True),
     dict(dropout=True, varlen=True),
     dict(dropout=True, varlen=True, page_size=256),
-    dict(dropout=True, mods=SOFTCAP, alibi=True, masked=True, lse=True),
+    dict(dropout=True, mods=BOTH, masked=True, lse=True),
 )
 SWITCH_BASES = ((64, 128), (128, 256), (256, 256))
 # TILE_S1 = 1024 (D <= 128, QK_PRELOAD = 2) with the calls' switches whose plans fit the UB beside
@@ -170,7 +171,7 @@ def kvcache_mod_configs() -> list[FAConfig]:
     score = trace_mod(lambda s, b, h, q, kv: s + seq_bias[b] * (kv - q) * 0.01, False)[0]
     mask = trace_mod(lambda b, h, q, kv: kv >= 16, True)[0]
     forms = (dict(in_dtype="f16", lse=True, page_size=256, split_kv=True, mods=(score, mask, Sinks())),
-             dict(in_dtype="bf16", alibi=True, mods=(Softcap(), Sinks())))
+             dict(in_dtype="bf16", mods=(Softcap(), Sinks(), Alibi())))
     configs = []
     for form in forms:
         for buffers, prescale in ((0, True), (2, True), (0, False), (2, False)):  # as attention.flex.with_mods
@@ -193,7 +194,7 @@ def _name(c: FAConfig) -> str:
     if c.out_dtype != c.in_dtype:
         parts.append(f"o{c.out_dtype}")
     parts += [flag for flag in ("masked", "key_padding", "lse", "varlen", "split_kv", "gqa_pack") if getattr(c, flag)]
-    parts += [m.name for m in c.mods if m.builtin] + [flag for flag in ("alibi", "dropout") if getattr(c, flag)]
+    parts += [m.name for m in c.mods if m.builtin] + (["dropout"] if c.dropout else [])
     if c.page_size:
         parts.append(f"page{c.page_size}")
     if other_mods(c.mods):
@@ -232,15 +233,15 @@ def backward_configs() -> list[BwdConfig]:
     grid = [default_config(head, dtype, masked=masked, atomic_dq=atomic)
             for atomic, head, dtype, masked in itertools.product((False, True), GRID_HEADS, ("f16", "bf16"),
                                                                  (False, True))]
-    varlen = [default_config(head, dtype, masked=masked, atomic_dq=atomic, varlen=True, mods=SOFTCAP * mods, alibi=mods)
+    varlen = [default_config(head, dtype, masked=masked, atomic_dq=atomic, varlen=True, mods=BOTH * mods)
               for atomic, head, (dtype, masked, mods) in itertools.product(
                   (False, True), GRID_HEADS, (("f16", False, False), ("f16", True, False), ("bf16", True, False),
                                               ("f16", True, True)))]
     return (grid + [default_config(head, masked=True, key_padding=True, atomic_dq=atomic)
                     for atomic, head in itertools.product((False, True), GRID_HEADS)]
-            + [default_config(head, masked=True, mods=SOFTCAP, alibi=True, atomic_dq=atomic)
+            + [default_config(head, masked=True, mods=BOTH, atomic_dq=atomic)
                for atomic, head in itertools.product((False, True), GRID_HEADS)]
-            + [default_config(128, dtype, mods=SOFTCAP * softcap, alibi=not softcap)
+            + [default_config(128, dtype, mods=SOFTCAP if softcap else ALIBI)
                for dtype, softcap in itertools.product(("f16", "bf16"), (False, True))]
             + [default_config(head, dtype, masked=masked, atomic_dq=atomic)
                for head, (dtype, masked, atomic) in itertools.product(WIDTH_HEADS, (("f16", False, False),
@@ -251,13 +252,13 @@ def backward_configs() -> list[BwdConfig]:
             + [default_config(head, dtype, masked=masked, atomic_dq=atomic, dropout=True)
                for atomic, head, (dtype, masked) in itertools.product((False, True), GRID_HEADS,
                                                                       (("f16", False), ("bf16", True)))]
-            + [default_config(128, masked=True, key_padding=True, mods=SOFTCAP, alibi=True, atomic_dq=atomic, dropout=True)
+            + [default_config(128, masked=True, key_padding=True, mods=BOTH, atomic_dq=atomic, dropout=True)
                for atomic in (False, True)]
             # and its varlen form (each packed sequence's own positions), both modes of every grid head dim
             + [default_config(head, dtype, masked=masked, atomic_dq=atomic, varlen=True, dropout=True)
                for atomic, head, (dtype, masked) in itertools.product((False, True), GRID_HEADS,
                                                                       (("f16", False), ("bf16", True)))]
-            + [default_config(128, masked=True, mods=SOFTCAP, alibi=True, atomic_dq=atomic, varlen=True, dropout=True)
+            + [default_config(128, masked=True, mods=BOTH, atomic_dq=atomic, varlen=True, dropout=True)
                for atomic in (False, True)]
             # f32 gradient outputs (ring attention's steps): both modes of every grid head dim, f16 and masked bf16
             + [default_config(head, dtype, masked=masked, atomic_dq=atomic, grads_f32=True)
@@ -294,11 +295,11 @@ def kernels() -> list[Kernel]:
         for kernel in backward_kernels(b):
             name = (f"fa_bwd_{kernel}_d{b.head}_{b.in_dtype}" + ("_masked" if b.masked else "")
                     + ("_atomic" if b.atomic_dq else "") + ("_key_padding" if b.key_padding else "")
-                    + "".join(f"_{m.name}" for m in b.mods if m.builtin) + ("_alibi" if b.alibi else "")
+                    + "".join(f"_{m.name}" for m in b.mods if m.builtin)
                     + ("_varlen" if b.varlen else "") + ("_dropout" if b.dropout else "")
                     + ("_grads_f32" if b.grads_f32 else "")
                     + (_flex_name(other_mods(b.mods)) if other_mods(b.mods) else "") + ("_ranges" if b.block_ranges else ""))
-            mods = ("".join(f" {m.name}" for m in b.mods if m.builtin) + (" alibi" if b.alibi else "")
+            mods = ("".join(f" {m.name}" for m in b.mods if m.builtin)
                     + (" varlen=True" if b.varlen else "") + (" dropout" if b.dropout else "")
                     + (" grads_f32" if b.grads_f32 else "")
                     + (" mods=" + "+".join(m.name for m in other_mods(b.mods)) if other_mods(b.mods) else "")

@@ -111,7 +111,7 @@ class RunRequest:
     options: RunOptions = field(default_factory=RunOptions)
     key_mask: torch.Tensor | None = None  # [B, S1] or [S1]; None with config.key_padding: random ragged lengths
     softcap: float = 0.0  # > 0 with config.softcap
-    alibi_slopes: torch.Tensor | None = None  # [N] or [B, N] fp32; None with config.alibi: `default_alibi_slopes`
+    alibi_slopes: torch.Tensor | None = None  # [N] or [B, N] fp32; None with ALiBi: `default_alibi_slopes`
     timing: bool = False
     timeline: Path | None = None
     trace: Path | None = None
@@ -205,7 +205,7 @@ def case_score_mods(config: FAConfig, shape: ProblemShape, softcap: float,
     and none given; `ConfigError` when the kernel's switches and the values disagree."""
     if has_mod(config.mods, "softcap") != (softcap > 0):
         raise ConfigError(f"softcap: {softcap} given, but the kernel was built with mods={config.mods}")
-    if not config.alibi:
+    if not has_mod(config.mods, "alibi"):
         if slopes is not None:
             raise ConfigError("alibi slopes: given, but the kernel was built without alibi")
         return softcap, None

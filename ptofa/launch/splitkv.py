@@ -101,7 +101,7 @@ def _one_block_us(config: FAConfig, q_len: int, tiles: int, num_splits: int, red
     lse = torch.empty(1, q_len) if config.lse else None
     split = Plan(num_splits, config, unit_table(config, [q_len], [k_len], 1, num_splits=num_splits), 1)
     spec = get_soc(soc)
-    slopes = torch.full((1,), 0.5) if config.alibi else None  # (a softcap / ALiBi kernel: its ops are timed too)
+    slopes = torch.full((1,), 0.5) if has_mod(config.mods, "alibi") else None  # (a softcap / ALiBi kernel: its ops are timed too)
     plan = split_plan(*split_kernels(config), split, shape, spec, scale=1.0, softcap=float(has_mod(config.mods, "softcap")),
                       alibi=slopes)
     results = launch(plan, {"q": q, "k": k, "v": v, "o": o, "lse": lse, "block_table": None, "alibi_slopes": slopes},

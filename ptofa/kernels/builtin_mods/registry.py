@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from ptofa.kernels.builtin_mods.alibi import Alibi
 from ptofa.kernels.builtin_mods.softcap import Softcap
 
-BUILTIN_MODS = {mod.name: mod for mod in (Softcap,)}  # name -> class (a config's JSON names them)
+BUILTIN_MODS = {mod.name: mod for mod in (Softcap, Alibi)}  # name -> class (a config's JSON names them)
 
 
-def with_builtin_mods(mods: tuple, *, softcap: bool) -> tuple:
-    """`mods` with the built-in mods a call asks for (flash-attn's order: softcap before the others), and
-    without those it does not."""
+def with_builtin_mods(mods: tuple, *, softcap: bool, alibi: bool = False) -> tuple:
+    """`mods` with the built-in mods a call asks for, and without those it does not: softcap before the
+    others, ALiBi after them (flash-attn's order; a score_mod applies after softcap, before ALiBi)."""
     others = tuple(m for m in mods if not m.builtin)
-    return (Softcap(),) * softcap + others
+    return (Softcap(),) * softcap + others + (Alibi(),) * alibi
 
 
 def revive(mods: list) -> tuple:

@@ -63,6 +63,7 @@ class Softcap(Mod):
     builtin = True
     indexed = False  # (the same cap for every row: GQA packing keeps it)
     hides = False
+    row_scratch = False
     # S may reach it in the input dtype as it reaches the plain kernel (tests/test_scoremods.py measures it)
     scores = False
 
