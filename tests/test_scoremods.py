@@ -257,3 +257,18 @@ def test_catalog_has_the_switches_forward_and_backward() -> None:
         assert any(n.startswith("fa_bwd_dq") and word in n for n in names), word
         assert any(n.startswith("fa_bwd_dkdv") and word in n for n in names), word
     assert len(names) == len(set(names))
+
+
+def test_builtin_mods_come_back_from_json_and_leave_the_others_names() -> None:
+    """A config's JSON (the custom op's `config` argument, the kernel cache's key) brings the built-in mods
+    back as objects; their names are unprefixed and the other mods keep `mod<i>_` counting only themselves."""
+    from ptofa.attention.ops import config_from_json
+    from ptofa.kernels.builtin_mods.registry import revive
+    from ptofa.kernels.scoremods import Sinks
+    from ptofa.pipeline import mod_prefixes
+
+    config = FAConfig(mods=SOFTCAP + ALIBI, masked=True, lse=True, in_dtype="bf16")
+    assert config_from_json(config.json_text) == config and config_from_json(config.json_text).mods == SOFTCAP + ALIBI
+    assert mod_prefixes((Softcap(), Sinks(), Alibi(), Sinks())) == ["", "mod0_", "", "mod1_"]
+    with pytest.raises(NotImplementedError, match="do not come back from JSON"):
+        revive([{"name": "score_mod"}])

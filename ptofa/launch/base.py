@@ -110,7 +110,7 @@ class RunRequest:
     scale: float | None = None
     options: RunOptions = field(default_factory=RunOptions)
     key_mask: torch.Tensor | None = None  # [B, S1] or [S1]; None with config.key_padding: random ragged lengths
-    softcap: float = 0.0  # > 0 with config.softcap
+    softcap: float = 0.0  # > 0 with the Softcap mod in config.mods
     alibi_slopes: torch.Tensor | None = None  # [N] or [B, N] fp32; None with ALiBi: `default_alibi_slopes`
     timing: bool = False
     timeline: Path | None = None
