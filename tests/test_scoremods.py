@@ -19,7 +19,7 @@ from ptofa.kernels.builtin_mods.alibi import Alibi
 from ptofa.kernels.builtin_mods.softcap import Softcap
 from ptofa.kernels.catalog import kernels
 from ptofa.pipeline import ConfigError, FAConfig
-from ptofa.reference import alibi_bias, check_accuracy, check_lse, reference_fa
+from ptofa.reference import alibi_bias, check_accuracy, check_lse, modify_scores, reference_fa
 
 SOFTCAP, ALIBI = (Softcap(),), (Alibi(),)  # the built-in mods of a call (softcap first)
 
@@ -272,3 +272,18 @@ def test_builtin_mods_come_back_from_json_and_leave_the_others_names() -> None:
     assert mod_prefixes((Softcap(), Sinks(), Alibi(), Sinks())) == ["", "mod0_", "", "mod1_"]
     with pytest.raises(NotImplementedError, match="do not come back from JSON"):
         revive([{"name": "score_mod"}])
+
+
+def test_builtin_mods_reference_is_flash_attn_s_definition() -> None:
+    """Each built-in mod's torch reference (`Mod.reference`, broadcast index tensors) is the dense
+    reference's flash-attn definition (`reference.modify_scores`, `reference.alibi_bias`)."""
+    g = torch.Generator().manual_seed(3)
+    batch, heads, s0, s1 = 2, 3, 5, 7
+    scores = torch.randn(batch, heads, s0, s1, generator=g, dtype=torch.float64) * 4
+    b, h = torch.arange(batch)[:, None, None, None], torch.arange(heads)[None, :, None, None]
+    q_idx, kv_idx = torch.arange(s0)[None, None, :, None], torch.arange(s1)[None, None, None, :]
+    capped = Softcap().reference(scores, b, h, q_idx, kv_idx, {"softcap": 2.5})
+    assert torch.allclose(capped, modify_scores(scores, 2.5))
+    for slopes in (_slopes(heads).double(), _slopes(batch, heads).double()):
+        biased = Alibi().reference(scores, b, h, q_idx, kv_idx, {"alibi_slopes": slopes, "s0": s0, "s1": s1})
+        assert torch.allclose(biased, scores + alibi_bias(slopes, batch, heads, s0, s1, torch.float64))
