@@ -467,6 +467,8 @@ def _check_config(c: FAConfig) -> None:
     if c.mods and c.softmax_dtype != "f32":
         fail("score modification", f"mods={'+'.join(m.name for m in c.mods)} are computed on f32 scores: they need "
                                    f"softmax_dtype='f32', got {c.softmax_dtype!r}")
+    if len({m.name for m in c.mods if m.builtin}) < sum(m.builtin for m in c.mods):  # (their names: unprefixed)
+        fail("modification objects", "mods=" + "+".join(m.name for m in c.mods) + " holds a built-in mod twice")
     if c.gqa_pack and any(m.indexed for m in c.mods):  # (a packed unit's rows: heads at one position)
         fail("modification objects", f"mods={'+'.join(m.name for m in c.mods if m.indexed)} read a row's head or "
                                      f"position (a packed unit's rows are heads), got gqa_pack=True")

@@ -240,6 +240,8 @@ def test_switch_legality() -> None:
     with pytest.raises(ConfigError, match="^modification objects: mods=alibi read a row's head"):
         FAConfig(mods=ALIBI, varlen=True, gqa_pack=True)
     FAConfig(mods=SOFTCAP, varlen=True, gqa_pack=True)  # softcap is per score: packing is fine
+    with pytest.raises(ConfigError, match="holds a built-in mod twice"):
+        FAConfig(mods=SOFTCAP + SOFTCAP)
 
 
 def test_arguments_come_from_argspec() -> None:

@@ -26,6 +26,7 @@ from xdsl.ir import SSAValue
 from ptofa.api import F32, I32, pto, scalar, tile
 from ptofa.kernels.hostparam import HostParam
 from ptofa.kernels.mods import Mod, Site, UnitSite
+from ptofa.pipeline import TileSpec
 
 
 @dataclass
@@ -118,8 +119,6 @@ class Alibi(Mod):
 
     def grad_tiles(self, rows: int, cols: int, prefix: str) -> list:
         """A tile's key positions (tci, i32 -> f32), the row index 0 .. rows - 1 (i32 -> f32), +-slope * it."""
-        from ptofa.pipeline import TileSpec
-
         return [TileSpec(f"alibi_{name}", "vector", "p", "vec", 1, n, dtype, dynamic=name not in ("pos", "neg"))
                 for name, n, dtype in (("i32", cols, "i32"), ("f32", cols, "f32"), ("rows_i32", rows, "i32"),
                                        ("rows", rows, "f32"), ("pos", rows, "f32"), ("neg", rows, "f32"))]
