@@ -192,13 +192,7 @@ class FAConfig:
     # 8.9e-5), where the f16 exp of the form without LSE rounds S - m to f16 anyway.
     qk_dtype: str | None = None
     target: str = "a3"
-    # Score modifications before the masks (`kernels/scoremods.py`), f32 softmax only:
-    # `softcap`: s = softcap * tanh(s / softcap), softcap and 2 / softcap are runtime arguments;
-    # `alibi`: s -= slope * |i + S1 - S0 - j|, the slopes an f32 [N] or [B, N] argument.
-    softcap: bool = False
-    alibi: bool = False
-    # Score and mask modifications as objects (`kernels/mods.py`): each brings its IR at the softmax
-    # stage's hook, its scratch tiles and its kernel arguments (f32 softmax, uniform batches).
+    # Score / mask modifications as objects with their IR, tiles and arguments (`kernels/mods.py`, `builtin_mods/`).
     mods: tuple = ()
     # A [units, 4] i32 table (`kernels/mods.py`, RANGE_FIELDS) gives each unit its visible KV tiles
     # [lo, hi) and the tiles [full_lo, full_hi) no mask entry hides: block sparsity.
@@ -348,7 +342,7 @@ class FAConfig:
         values), before they are widened: half the vector repeats and column folds of the f32 max.
         Where nothing changes the scores on the vectors (Q prescaled; no mask or score modification)
         and red_tmp serves nothing else (the cube's row sums)."""
-        changed = self.masked or self.key_padding or self.softcap or self.alibi or self.mods or self.block_ranges
+        changed = self.masked or self.key_padding or self.mods or self.block_ranges
         return (self.softmax_dtype == "f32" and self.qk_dtype == "f16" and bool(self.cube_rowsum) and self.prescale_q
                 and not changed)
 
@@ -380,7 +374,7 @@ class FAConfig:
     @property
     def needs_row_fix(self) -> bool:
         """A query row may see no key at all (mask or key padding): O = 0, LSE = +inf there."""
-        return self.masked or self.key_padding or self.varlen or bool(self.mods) or self.block_ranges
+        return self.masked or self.key_padding or self.varlen or any(m.hides for m in self.mods) or self.block_ranges
 
     @property
     def gm_slot_bytes_per_block(self) -> int:
@@ -394,14 +388,15 @@ class FAConfig:
     @property
     def variant(self) -> str:
         """The kernel's switches in one word list (empty for the plain forward kernel)."""
+        others = not all(m.builtin for m in self.mods)
         parts = [name for name, on in (("masked", self.masked), ("key_padding", self.key_padding), ("lse", self.lse),
                                        ("varlen", self.varlen), (f"page_size={self.page_size}", self.page_size),
                                        ("split_kv", self.split_kv), ("gqa_pack", self.gqa_pack),
                                        ("no_prescale_q", not self.prescale_q),
                                        ("softmax_f16", self.softmax_dtype == "f16"),
                                        ("qk_f32", self.qk_dtype == "f32"),
-                                       ("softcap", self.softcap), ("alibi", self.alibi),
-                                       ("mods=" + "+".join(m.name for m in self.mods), self.mods),
+                                       *((m.name, True) for m in self.mods if m.builtin),
+                                       ("mods=" + "+".join(m.name for m in self.mods if not m.builtin), others),
                                        ("block_ranges", self.block_ranges),
                                        ("dropout", self.dropout)) if on]
         return " ".join(parts)
@@ -469,12 +464,14 @@ def _check_config(c: FAConfig) -> None:
     if c.qk_dtype not in ("f32", c.in_dtype) or (c.softmax_dtype == "f16" and c.qk_dtype != "f16"):
         fail("QK slot dtype", f"qk_dtype={c.qk_dtype!r} must be 'f32' or the input dtype {c.in_dtype!r} ('f16' with "
                               f"softmax_dtype='f16', whose scores are f16 tiles)")
-    if (c.softcap or c.alibi) and c.softmax_dtype != "f32":
-        fail("score modification", f"softcap={c.softcap}, alibi={c.alibi} are computed on f32 scores: they need "
+    if c.mods and c.softmax_dtype != "f32":
+        fail("score modification", f"mods={'+'.join(m.name for m in c.mods)} are computed on f32 scores: they need "
                                    f"softmax_dtype='f32', got {c.softmax_dtype!r}")
-    if c.mods and (c.softmax_dtype != "f32" or c.gqa_pack):  # (a packed unit's rows: heads at one position)
-        fail("modification objects", f"mods need softmax_dtype='f32' and gqa_pack=False, got "
-                                     f"softmax_dtype={c.softmax_dtype!r}, gqa_pack={c.gqa_pack}")
+    if len({m.name for m in c.mods if m.builtin}) < sum(m.builtin for m in c.mods):  # (their names: unprefixed)
+        fail("modification objects", "mods=" + "+".join(m.name for m in c.mods) + " holds a built-in mod twice")
+    if c.gqa_pack and any(m.indexed for m in c.mods):  # (a packed unit's rows: heads at one position)
+        fail("modification objects", f"mods={'+'.join(m.name for m in c.mods if m.indexed)} read a row's head or "
+                                     f"position (a packed unit's rows are heads), got gqa_pack=True")
     if c.block_ranges and (c.softmax_dtype != "f32" or c.varlen or c.masked):
         fail("block ranges", f"block_ranges=True is built for an f32 softmax over uniform batches without a window "
                              f"(the mods mask; the table is in the uniform unit order), got "
@@ -483,11 +480,9 @@ def _check_config(c: FAConfig) -> None:
         fail("dropout", f"dropout=True drops P after its row sums on f32 scores: it needs softmax_dtype='f32', "
                         f"cube_rowsum=False and split_kv=False, got softmax_dtype={c.softmax_dtype!r}, "
                         f"cube_rowsum={c.cube_rowsum}, split_kv={c.split_kv}")
-    if c.dropout and (c.mods or c.block_ranges):
-        fail("dropout", "dropout=True with modification objects (mods / block_ranges) is not built: their scores and "
-                        "masks are not dropped, got mods=" + "+".join(m.name for m in c.mods))
-    if c.alibi and c.gqa_pack:
-        fail("ALiBi", "alibi=True needs gqa_pack=False: a packed unit's rows are different heads, each with its own slope")
+    if c.dropout and (not all(m.builtin for m in c.mods) or c.block_ranges):
+        fail("dropout", "dropout=True with modification objects other than the built-in ones (mods / block_ranges) is not built: their "
+                        "scores and masks are not dropped, got mods=" + "+".join(m.name for m in c.mods if not m.builtin))
     vec_s0, stat_bytes = c.vec_s0, DTYPE_BYTES[c.softmax_dtype]
     if vec_s0 < MIN_VEC_S0 or (vec_s0 * 4) % 32 != 0 or (vec_s0 * stat_bytes) % 32 != 0:
         fail("vector row slice", f"vec_s0={vec_s0} rows: vec_s0*4 and vec_s0*{stat_bytes} bytes (softmax_dtype="
@@ -558,11 +553,17 @@ def tile_plan(c: FAConfig) -> list[TileSpec]:
     block), a sub-tile's keys (a ragged last KV tile), the rows a vector core stores.
     """
     tiles = _main_plan(c)
-    for i, mod in enumerate(c.mods):
-        tiles += mod.tiles(c, f"mod{i}_")
+    for mod, prefix in zip(c.mods, mod_prefixes(c.mods)):
+        tiles += [] if mod.builtin else mod.tiles(c, prefix)
     if c.prescale_q:
         tiles += _prescale_tiles(c, c.prescale_rows)
     return tiles
+
+
+def mod_prefixes(mods: tuple) -> list[str]:
+    """Each mod's name prefix: `mod<i>_`, i counting the mods before it that are not built-in; a built-in one's
+    names are flash-attn's (no prefix), and it leaves the others' as they were."""
+    return ["" if m.builtin else f"mod{sum(not o.builtin for o in mods[:i])}_" for i, m in enumerate(mods)]
 
 
 def _prescale_tiles(c: FAConfig, rows: int) -> list[TileSpec]:
@@ -641,19 +642,15 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
         tiles += [TileSpec("row_ok", "vector", "gu", "vec", 1, rows, "f32"), TileSpec("l_fix", "vector", "gu", "vec", 1, rows, "f32")]
     if c.lse or c.split_kv:
         tiles.append(TileSpec("lse_row", "vector", "gu", "vec", 1, rows, "f32", **dyn))
-    if c.alibi:  # a tile's key positions (tci, i32 -> f32) and the row index 0 .. vec_s0 - 1 (i32 -> f32)
-        tiles += [TileSpec("alibi_i32", "vector", "p", "vec", 1, ts1, "i32", **dyn),
-                  TileSpec("alibi_f32", "vector", "p", "vec", 1, ts1, "f32", **dyn),
-                  TileSpec("alibi_rows_i32", "vector", "p", "vec", 1, vs0, "i32", **dyn),
-                  TileSpec("alibi_rows", "vector", "p", "vec", 1, vs0, "f32", **dyn),
-                  TileSpec("alibi_pos", "vector", "p", "vec", 1, vs0, "f32"),
-                  TileSpec("alibi_neg", "vector", "p", "vec", 1, vs0, "f32")]
     if c.dropout:  # the generator's i32 tiles (`kernels/dropout.py`; its keep factor goes to red_tmp, its key
-        # row to ALiBi's key positions when there are: ALiBi is done with them by then)
+        # row to ALiBi's key positions `alibi_i32` when there are: ALiBi is done with them by then)
         tiles += [TileSpec("drop_bits", "vector", "p", "vec", vs0, ts1, "i32", **dyn),
-                  *([] if c.alibi else [TileSpec("drop_cols", "vector", "p", "vec", 1, ts1, "i32", **dyn)]),
+                  *([] if any(m.name == "alibi" for m in c.mods) else [TileSpec("drop_cols", "vector", "p", "vec", 1,
+                                                                                  ts1, "i32", **dyn)]),
                   TileSpec("drop_rows", "vector", "p", "vec", 1, vs0, "i32", **dyn),
                   TileSpec("drop_rows_tmp", "vector", "p", "vec", 1, vs0, "i32", **dyn)]
+    for mod, prefix in zip(c.mods, mod_prefixes(c.mods)):  # (a built-in mod's count in choosing the slices and
+        tiles += mod.tiles(c, prefix) if mod.builtin else []  # prescale rows, as the kernel's own; the others' do not)
     return tiles
 
 
@@ -699,7 +696,7 @@ def _space_items(c: FAConfig, tiles: list[TileSpec], space: str, hidden: bool) -
     if hidden:
         items += [(f"hidden_rowexpand_tmp{i}", HIDDEN_ROWEXPAND_TMP_BYTES) for i in range(c.rowexpand_ops)]
         items += [(f"hidden_tci_tmp{i}", HIDDEN_TCI_TMP[32][1])
-                  for i in range(2 * c.alibi + 2 * c.dropout + c.vec_buffers * sum(m.tci_ops for m in c.mods))]
+                  for i in range(2 * c.dropout + sum(m.setup_tci_ops + c.vec_buffers * m.tci_ops for m in c.mods))]
     return items
 
 

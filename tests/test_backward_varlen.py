@@ -14,6 +14,8 @@ import ptofa
 from ptofa.attention import backward
 from ptofa.attention.backward import check_gradients, reference_varlen_backward, varlen_backward
 from ptofa.kernels import argspec
+from ptofa.kernels.builtin_mods.alibi import Alibi
+from ptofa.kernels.builtin_mods.softcap import Softcap
 from ptofa.kernels.bwd_pipeline import BwdConfig, default_config
 from ptofa.kernels.fa_bwd import emit_bwd, entry_name
 from ptofa.kernels.units import kernel_bounds, queries_seeing, row_keys, visible_tiles
@@ -277,7 +279,7 @@ def test_varlen_alibi_trains_through_flash_attn_varlen_func(monkeypatch) -> None
     ref = reference_varlen_backward(q, k, v, dout, q_lens, k_lens, softcap=3.0, alibi_slopes=slopes)
     acc = check_gradients(*(x.grad for x in leaves), ref)
     assert all(a.passed for a in acc.values()), {name: str(a) for name, a in acc.items()}
-    assert [(c.varlen, c.softcap, c.alibi) for c in planned] == [(True, True, True)]
+    assert [(c.varlen, c.mods) for c in planned] == [(True, (Softcap(), Alibi()))]
 
 
 def test_varlen_backward_on_padded_head_dims() -> None:

@@ -15,9 +15,13 @@ from ptofa.attention.backward import attention_backward, check_gradients, refere
 from ptofa.attention.core import run_attention
 from ptofa.kernels import argspec
 from ptofa.kernels.bwd_pipeline import BwdConfig, entry_args as bwd_entry_args
+from ptofa.kernels.builtin_mods.alibi import Alibi
+from ptofa.kernels.builtin_mods.softcap import Softcap
 from ptofa.kernels.catalog import kernels
 from ptofa.pipeline import ConfigError, FAConfig
-from ptofa.reference import alibi_bias, check_accuracy, check_lse, reference_fa
+from ptofa.reference import alibi_bias, check_accuracy, check_lse, modify_scores, reference_fa
+
+SOFTCAP, ALIBI = (Softcap(),), (Alibi(),)  # the built-in mods of a call (softcap first)
 
 
 def _rand(*shape, seed=0, dtype=torch.float16):
@@ -59,7 +63,7 @@ def test_kernel_tanh_error_bound_over_a_dense_grid() -> None:
     k[0, 0, 0, 0] = 1.0
     v = _rand(1, 1, 1, d)
     _, lse = run_attention(q, k, v, scale=1.0, return_lse=True, backend="sim", softcap=1.0,
-                           config=_config(softcap=True))
+                           config=_config(mods=SOFTCAP))
     x = q[0, :, :, 0].double().T  # [heads, rows], as LSE is [B, N, S0]
     err = (lse[0].double() - torch.tanh(x)).abs()
     assert err.max().item() <= TANH_ABS_BOUND, f"max |tanh error| = {err.max().item():.3g} at x = {x.flatten()[err.argmax()]}"
@@ -90,7 +94,7 @@ def test_forward_against_reference(name: str, dtype: torch.dtype) -> None:
     slopes = _slopes(*case["alibi"]) if "alibi" in case else None
     softcap = case.get("softcap", 0.0)
     window = (-1, 0) if case.get("causal") else case.get("window", (-1, -1))
-    config = _config(dtype, softcap=softcap > 0, alibi=slopes is not None, masked=window != (-1, -1))
+    config = _config(dtype, mods=SOFTCAP * (softcap > 0) + ALIBI * (slopes is not None), masked=window != (-1, -1))
     out, lse = ptofa.flash_attn_func(q, k, v, softcap=softcap, alibi_slopes=slopes, causal=case.get("causal", False),
                                      window_size=case.get("window", (-1, -1)), return_lse=True, backend="sim",
                                      config=config)
@@ -106,7 +110,7 @@ def test_alibi_batch_slopes_differ_per_sequence() -> None:
     """[B, N] slopes: each sequence its own; the result is not the one of sequence 0's slopes for all."""
     q, k, v = _rand(2, 64, 2, 64, seed=4), _rand(2, 96, 2, 64, seed=5), _rand(2, 96, 2, 64, seed=6)
     slopes = torch.tensor([[0.5, 0.25], [0.03, 0.9]])
-    out = ptofa.flash_attn_func(q, k, v, alibi_slopes=slopes, backend="sim", config=_config(alibi=True))
+    out = ptofa.flash_attn_func(q, k, v, alibi_slopes=slopes, backend="sim", config=_config(mods=ALIBI))
     ref = reference_fa(q, k, v, 1 / 8, alibi_slopes=slopes)
     assert check_accuracy(out.float(), ref.out32, ref.out_low).passed
     shared = reference_fa(q, k, v, 1 / 8, alibi_slopes=slopes[0])
@@ -182,7 +186,7 @@ def test_backward_against_reference(name: str, dtype: torch.dtype) -> None:
     softcap, window = case.get("softcap", 0.0), case.get("window", (-1, -1))
     mods = dict(softcap=softcap, alibi_slopes=slopes)
     masked = window != (-1, -1)
-    config = _config(dtype, softcap=softcap > 0, alibi=slopes is not None, masked=masked)
+    config = _config(dtype, mods=SOFTCAP * (softcap > 0) + ALIBI * (slopes is not None), masked=masked)
     out, lse = ptofa.flash_attn_func(q, k, v, window_size=window, return_lse=True, backend="sim", config=config, **mods)
     grads = attention_backward(q, k, v, out, lse, dout, window=window if masked else None, backend="sim",
                                deterministic=case.get("deterministic", True), **mods)
@@ -232,17 +236,19 @@ def test_varlen_backward_per_sequence_slopes() -> None:
 
 def test_switch_legality() -> None:
     with pytest.raises(ConfigError, match="^score modification: "):
-        FAConfig(softcap=True, softmax_dtype="f16")
-    with pytest.raises(ConfigError, match="^ALiBi: "):
-        FAConfig(alibi=True, varlen=True, gqa_pack=True)
-    FAConfig(softcap=True, varlen=True, gqa_pack=True)  # softcap is per score: packing is fine
+        FAConfig(mods=SOFTCAP, softmax_dtype="f16")
+    with pytest.raises(ConfigError, match="^modification objects: mods=alibi read a row's head"):
+        FAConfig(mods=ALIBI, varlen=True, gqa_pack=True)
+    FAConfig(mods=SOFTCAP, varlen=True, gqa_pack=True)  # softcap is per score: packing is fine
+    with pytest.raises(ConfigError, match="holds a built-in mod twice"):
+        FAConfig(mods=SOFTCAP + SOFTCAP)
 
 
 def test_arguments_come_from_argspec() -> None:
-    names = [p.name for p in argspec.host_params(FAConfig(softcap=True, alibi=True))]
-    assert names[-3:] == ["softcap", "softcap_rcp2", "alibi_stride"] and "alibi_slopes" in names
+    names = [p.name for p in argspec.host_params(FAConfig(mods=SOFTCAP + ALIBI))]
+    assert names[-4:] == ["softcap", "softcap_rcp2", "alibi_slopes", "alibi_stride"]  # (the mods' order)
     assert "softcap" not in [p.name for p in argspec.host_params(FAConfig())]
-    args = dict(bwd_entry_args(BwdConfig(softcap=True, alibi=True), "dkdv"))
+    args = dict(bwd_entry_args(BwdConfig(mods=SOFTCAP + ALIBI), "dkdv"))
     assert args["alibi_slopes"] == "!pto.ptr<f32>" and args["softcap_rcp2"] == "f32" and args["alibi_stride"] == "i64"
 
 
@@ -253,3 +259,33 @@ def test_catalog_has_the_switches_forward_and_backward() -> None:
         assert any(n.startswith("fa_bwd_dq") and word in n for n in names), word
         assert any(n.startswith("fa_bwd_dkdv") and word in n for n in names), word
     assert len(names) == len(set(names))
+
+
+def test_builtin_mods_come_back_from_json_and_leave_the_others_names() -> None:
+    """A config's JSON (the custom op's `config` argument, the kernel cache's key) brings the built-in mods
+    back as objects; their names are unprefixed and the other mods keep `mod<i>_` counting only themselves."""
+    from ptofa.attention.ops import config_from_json
+    from ptofa.kernels.builtin_mods.registry import revive
+    from ptofa.kernels.scoremods import Sinks
+    from ptofa.pipeline import mod_prefixes
+
+    config = FAConfig(mods=SOFTCAP + ALIBI, masked=True, lse=True, in_dtype="bf16")
+    assert config_from_json(config.json_text) == config and config_from_json(config.json_text).mods == SOFTCAP + ALIBI
+    assert mod_prefixes((Softcap(), Sinks(), Alibi(), Sinks())) == ["", "mod0_", "", "mod1_"]
+    with pytest.raises(NotImplementedError, match="do not come back from JSON"):
+        revive([{"name": "score_mod"}])
+
+
+def test_builtin_mods_reference_is_flash_attn_s_definition() -> None:
+    """Each built-in mod's torch reference (`Mod.reference`, broadcast index tensors) is the dense
+    reference's flash-attn definition (`reference.modify_scores`, `reference.alibi_bias`)."""
+    g = torch.Generator().manual_seed(3)
+    batch, heads, s0, s1 = 2, 3, 5, 7
+    scores = torch.randn(batch, heads, s0, s1, generator=g, dtype=torch.float64) * 4
+    b, h = torch.arange(batch)[:, None, None, None], torch.arange(heads)[None, :, None, None]
+    q_idx, kv_idx = torch.arange(s0)[None, None, :, None], torch.arange(s1)[None, None, None, :]
+    capped = Softcap().reference(scores, b, h, q_idx, kv_idx, {"softcap": 2.5})
+    assert torch.allclose(capped, modify_scores(scores, 2.5))
+    for slopes in (_slopes(heads).double(), _slopes(batch, heads).double()):
+        biased = Alibi().reference(scores, b, h, q_idx, kv_idx, {"alibi_slopes": slopes, "s0": s0, "s1": s1})
+        assert torch.allclose(biased, scores + alibi_bias(slopes, batch, heads, s0, s1, torch.float64))

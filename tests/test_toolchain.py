@@ -454,6 +454,8 @@ def _random_switch_sets(count: int, seed: int = 20261127):
     import warnings
 
     from ptofa.fa_builder import emit_fa
+    from ptofa.kernels.builtin_mods.alibi import Alibi
+    from ptofa.kernels.builtin_mods.softcap import Softcap
     from ptofa.kernels.bwd_pipeline import BwdConfig
     from ptofa.kernels.fa_bwd import emit_bwd
     from ptofa.pipeline import SUPPORTED_HEAD, SUPPORTED_TILE_S1, ConfigError, FAConfig
@@ -469,7 +471,8 @@ def _random_switch_sets(count: int, seed: int = 20261127):
                               qk_preload=rng.randint(1, 4), in_dtype=rng.choice(["f16", "bf16"]),
                               out_dtype=rng.choice([None, "f32", "f16", "bf16"]), masked=coin() < .5,
                               key_padding=coin() < .3, lse=coin() < .4, varlen=coin() < .4, prescale_q=coin() < .7,
-                              softmax_dtype=rng.choice(["f32", "f32", "f16"]), softcap=coin() < .3, alibi=coin() < .3)
+                              softmax_dtype=rng.choice(["f32", "f32", "f16"]),
+                              mods=(Softcap(),) * (coin() < .3) + (Alibi(),) * (coin() < .3))
                     if kw["varlen"]:
                         kw.update(page_size=rng.choice([0, 256]), split_kv=coin() < .3, gqa_pack=coin() < .3)
                     config = FAConfig(**kw)
@@ -477,7 +480,8 @@ def _random_switch_sets(count: int, seed: int = 20261127):
                 else:
                     config = BwdConfig(head=rng.choice(SUPPORTED_HEAD), in_dtype=rng.choice(["f16", "bf16"]),
                                        masked=coin() < .5, atomic_dq=coin() < .4, key_padding=coin() < .3,
-                                       softcap=coin() < .3, alibi=coin() < .3, varlen=coin() < .3)
+                                       mods=(Softcap(),) * (coin() < .3) + (Alibi(),) * (coin() < .3),
+                                       varlen=coin() < .3)
                     kernel = rng.choice(["dq", "dkdv"])
                     found.append((f"bwd {kernel} {config}", lambda c=config, k=kernel: emit_bwd(c, k)))
         except (ConfigError, NotImplementedError):

@@ -7,6 +7,8 @@ import pytest
 
 from ptofa.fa_builder import emit_fa
 from ptofa.kernels import argspec
+from ptofa.kernels.builtin_mods.alibi import Alibi
+from ptofa.kernels.builtin_mods.softcap import Softcap
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, budget
 from ptofa.runner import run_case
 
@@ -52,8 +54,8 @@ def test_input_row_max_where_nothing_changes_the_scores() -> None:
     8-row slices of 1024-key tiles take the max into an ND tile (an f16 [8, 1] column is not 32 bytes)."""
     for on in (dict(), dict(tile_s1=512, qk_preload=2), dict(tile_s1=1024, qk_preload=2), dict(varlen=True)):
         assert FAConfig(**on).input_row_max, on
-    for off in (dict(masked=True), dict(key_padding=True), dict(prescale_q=False), dict(softcap=True),
-                dict(alibi=True), dict(qk_dtype="f32"), dict(lse=True), dict(in_dtype="bf16"),
+    for off in (dict(masked=True), dict(key_padding=True), dict(prescale_q=False), dict(mods=(Softcap(),)),
+                dict(mods=(Alibi(),)), dict(qk_dtype="f32"), dict(lse=True), dict(in_dtype="bf16"),
                 dict(cube_rowsum=False), dict(softmax_dtype="f16")):
         assert not FAConfig(**off).input_row_max, off
     on, off = _vector_func(FAConfig()), _vector_func(FAConfig(masked=True))

@@ -23,7 +23,9 @@ import torch
 
 from ptofa.attention.ops import flash_attn_bwd
 from ptofa.ir.textio import ParsedModule
+from ptofa.kernels.builtin_mods.registry import with_builtin_mods
 from ptofa.kernels.bwd_pipeline import BwdConfig, default_config, work_units
+from ptofa.kernels.mods import has_mod
 from ptofa.launch import sim
 from ptofa.launch.base import check_alibi_slopes, check_softcap, normalize_key_mask, pad_heads
 from ptofa.launch.dispatch import backend_soc, launch_on, resolve_backend
@@ -142,14 +144,15 @@ def attention_backward(
     padded = key_mask is not None
     softcap = check_softcap(softcap)
     slopes = check_alibi_slopes(alibi_slopes, b, n)
-    mods = dict(softcap=softcap > 0, alibi=slopes is not None, dropout=dropout is not None, grads_f32=grads_f32)
+    mods = dict(mods=with_builtin_mods((), softcap=softcap > 0, alibi=slopes is not None), dropout=dropout is not None,
+                grads_f32=grads_f32)
     cfg = config or default_config(width, dtype, masked=masked, atomic_dq=atomic, key_padding=padded, **mods)
     if (cfg.head != width or cfg.in_dtype != dtype or cfg.masked != masked or cfg.atomic_dq != atomic or cfg.key_padding != padded
-            or cfg.softcap != mods["softcap"] or cfg.alibi != mods["alibi"] or cfg.dropout != mods["dropout"]
+            or cfg.mods != mods["mods"] or cfg.dropout != mods["dropout"]
             or cfg.grads_f32 != grads_f32):
         raise ConfigError(f"attention_backward: config (head={cfg.head}, in_dtype={cfg.in_dtype}, masked={cfg.masked}, "
-                          f"atomic_dq={cfg.atomic_dq}, key_padding={cfg.key_padding}, softcap={cfg.softcap}, "
-                          f"alibi={cfg.alibi}, grads_f32={cfg.grads_f32}) does not match the inputs (kernel width "
+                          f"atomic_dq={cfg.atomic_dq}, key_padding={cfg.key_padding}, mods={cfg.mods}, "
+                          f"grads_f32={cfg.grads_f32}) does not match the inputs (kernel width "
                           f"kernel_head(D={d}, Dv={d_v}) = {width}, {dtype}, window={win}, deterministic="
                           f"{deterministic}, key_padding_mask given: {padded}, softcap={softcap}, alibi_slopes given: "
                           f"{slopes is not None}, dropout={dropout is not None}, grads_f32={grads_f32})")
@@ -222,7 +225,7 @@ def run_backward(config: BwdConfig, shape: ProblemShape, q, k, v, out, lse, dout
     With `trace`, each launch records the blocks the timing model needs (`ptofa.sim.bwd_timing`):
     one per distinct unit count, or every block when a window or packed sequences give units unequal work."""
     _check_buffers(config, grads, key_mask)
-    if config.alibi and alibi_slopes is None:
+    if has_mod(config.mods, "alibi") and alibi_slopes is None:
         raise ValueError("run_backward: an alibi config needs alibi_slopes (fp32 [N] or [B, N])")
     plan = plan_backward(config, shape, soc, scale=scale, bounds=bounds, key_mask=key_mask, block_dim=block_dim,
                          softcap=softcap, alibi=alibi_slopes, tables=tables, dropout=dropout)
@@ -304,7 +307,8 @@ def run_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
     q4, k4, v4, out4, lse4, dout4 = (x.detach().contiguous() for x in (*pad_heads(width, q4, k4, v4, out4), lse4,
                                                                        *pad_heads(width, dout4)))
     cfg = default_config(width, _DTYPE_NAMES[q.dtype], masked=window != (-1, -1), atomic_dq=atomic, varlen=True,
-                         softcap=softcap > 0, alibi=slopes is not None, dropout=dropout is not None)
+                         mods=with_builtin_mods((), softcap=softcap > 0, alibi=slopes is not None),
+                         dropout=dropout is not None)
     shape = varlen_shape(list(q_lens), list(k_lens), heads, kv_heads, window)
     tables = backward_tables(cfg, list(q_lens), list(k_lens), heads, kv_heads, window)
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)

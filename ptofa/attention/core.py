@@ -32,6 +32,8 @@ from ptofa.attention.inputs import (_DTYPE_NAMES, check_qkv, check_window, dtype
 from ptofa.attention.ops import config_from_json, flash_attn_fwd
 from ptofa.launch.base import (TORCH_DTYPES, BackendUnavailable, check_alibi_slopes, check_softcap,  # noqa: F401 (re-exported)
                                normalize_key_mask, pad_heads)
+from ptofa.kernels.builtin_mods.registry import with_builtin_mods
+from ptofa.kernels.mods import has_mod
 from ptofa.launch import dispatch
 from ptofa.launch.splitkv import DenseSplit, plan_dense_split, tune_window
 from ptofa.launch.dispatch import BACKEND_NAMES, backend_soc, launch_on, resolve_backend  # noqa: F401 (re-exported)
@@ -75,10 +77,10 @@ def with_score_mods(config: FAConfig, *, softcap: bool, alibi: bool, dropout: bo
     row sums), or the config unchanged."""
     if not softcap and not alibi and not dropout:
         return config
+    mods = with_builtin_mods(config.mods, softcap=softcap, alibi=alibi)
     if config.softmax_dtype == "f32" and not dropout:
-        return dataclasses.replace(config, softcap=softcap, alibi=alibi)
-    return dataclasses.replace(config, softmax_dtype="f32", cube_rowsum=None, exp_f16=None, softcap=softcap, alibi=alibi,
-                               dropout=dropout)
+        return dataclasses.replace(config, mods=mods)
+    return dataclasses.replace(config, softmax_dtype="f32", cube_rowsum=None, exp_f16=None, mods=mods, dropout=dropout)
 
 
 def check_config(config: FAConfig, *, head: int, in_dtype: str, out_dtype: str | None, masked: bool,
@@ -100,10 +102,11 @@ def check_config(config: FAConfig, *, head: int, in_dtype: str, out_dtype: str |
         if needed and not getattr(config, name):
             why = {"masked": "a window / causal mask", "key_padding": "a key_padding_mask", "lse": "return_lse=True"}[name]
             raise ConfigError(f"config: {why} needs {name}=True, the given config has {name}=False")
+    have = {"softcap": has_mod(config.mods, "softcap"), "alibi": has_mod(config.mods, "alibi"), "dropout": config.dropout}
     for name, needed, why in (("softcap", softcap, "softcap > 0"), ("alibi", alibi, "alibi_slopes"),
                               ("dropout", dropout, "dropout_p > 0")):
-        if needed != getattr(config, name):  # a switched-on kernel always applies its modification
-            raise ConfigError(f"config: {name}={getattr(config, name)}, but the call has "
+        if needed != have[name]:  # a switched-on kernel always applies its modification
+            raise ConfigError(f"config: {name}={have[name]}, but the call has "
                               f"{why if needed else 'no ' + why}: they must agree")
 
 

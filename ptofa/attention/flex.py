@@ -32,8 +32,10 @@ from ptofa.attention.inputs import check_qkv, check_window, dtype_name, fixed_co
 from ptofa.launch.base import TORCH_DTYPES, pad_heads
 from ptofa.launch.dispatch import backend_soc, launch_on, resolve_backend
 from ptofa.launch.plan import plan_backward, plan_forward
+from ptofa.kernels.builtin_mods.registry import with_builtin_mods
 from ptofa.kernels.bwd_pipeline import default_config as backward_config
 from ptofa.kernels.flexmods import captured_args, trace_mod
+from ptofa.kernels.mods import has_mod
 from ptofa.kernels.scoremods import Sinks
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, kernel_head
 
@@ -173,9 +175,10 @@ def mod_arguments(config: FAConfig, traced: list, sinks) -> dict[str, torch.Tens
 
 
 def with_mods(config: FAConfig, mods: tuple) -> FAConfig:
-    """`config` (any kernel: varlen, paged, windowed) with the mods and an f32 softmax; when their scratch
+    """`config` (any kernel: varlen, paged, windowed) with the mods among its built-in ones and an f32 softmax; when their scratch
     does not fit the UB, the fallbacks of `flex_config` (128-key tiles, half-height slices, no prescaled Q)."""
     small = dict(tile_s1=128, qk_preload=min(2, config.qk_preload), exp_ring=None, cube_s1=None)
+    mods = with_builtin_mods(mods, softcap=has_mod(config.mods, "softcap"), alibi=has_mod(config.mods, "alibi"))
     first = None
     for changes in ({}, small, dict(small, slice_buffers=2), dict(small, prescale_q=False),
                     dict(small, slice_buffers=2, prescale_q=False)):

@@ -29,6 +29,7 @@ import json
 
 import torch
 
+from ptofa.kernels.builtin_mods.registry import revive
 from ptofa.pipeline import ConfigError, FAConfig
 
 
@@ -48,7 +49,8 @@ def config_from_json(text: str | None) -> FAConfig | None:
     """The `FAConfig` of `config_to_json`, with LSE on (the op always returns it)."""
     if text is None:
         return None
-    config = FAConfig(**json.loads(text))
+    fields = json.loads(text)
+    config = FAConfig(**{**fields, "mods": revive(fields["mods"])})
     if config.softmax_dtype != "f32":
         raise ConfigError(f"config: softmax_dtype={config.softmax_dtype!r} computes no LSE, and this op always "
                           f"returns one (autograd needs it); ptofa.attention.core.attend runs it without LSE")

@@ -30,8 +30,8 @@ def backward_config(config: FAConfig, atomic: bool = False) -> BwdConfig:
                          f"input dtype {config.in_dtype}, not {config.out_dtype})")
     try:
         return default_config(config.head, config.in_dtype, masked=config.masked, target=config.target,
-                              atomic_dq=atomic, key_padding=config.key_padding, softcap=config.softcap,
-                              alibi=config.alibi, varlen=config.varlen)
+                              atomic_dq=atomic, key_padding=config.key_padding, mods=config.mods,
+                              varlen=config.varlen)
     except ConfigError as exc:
         raise InputError(f"invalid backward config: {exc}") from None
 

@@ -23,6 +23,7 @@ import torch
 
 from ptofa.cli.bwd_cli import MAX_CHECKED_SCORES, backward_config
 from ptofa.cli.kernel_run import parse_arg
+from ptofa.kernels.mods import has_mod
 from ptofa.cli.serving_cli import read_seqlens, serving_options
 from ptofa.cli.switches import (InputError, config_options, console, int_list, kv_heads_option, make_config,
                                 print_results, score_mod_options, window_of, with_score_mods)
@@ -120,7 +121,7 @@ def run(kernel_file: Path | None, kernel_args: tuple[str, ...], kernel_out: Path
         if backward:
             raise InputError("--backward: not with --decode / --num-splits (the backward kernels run prefill batches: "
                              "dense, or packed with --seqlens)")
-        if config.softcap or config.alibi:
+        if config.mods:
             raise InputError("--softcap / --alibi: not with --decode / --num-splits in run_fa (flash_attn_with_kvcache "
                              "and flash_attn_varlen_func take softcap and alibi_slopes)")
         from ptofa.cli.serving_run import run_serving
@@ -209,7 +210,7 @@ def run_backward_case(config: FAConfig, shape: ProblemShape, forward_us: float |
     dout = torch.randn(*q.shape[:3], head_v, generator=torch.Generator().manual_seed(seed + 1)).to(dtype)
     fwd = dataclasses.replace(config, lse=True)
     mask = case_key_mask(config, shape, None, seed)  # a random ragged one with --key-padding-mask
-    mods = dict(softcap=softcap, alibi_slopes=default_alibi_slopes(shape.heads) if config.alibi else None)
+    mods = dict(softcap=softcap, alibi_slopes=default_alibi_slopes(shape.heads) if has_mod(config.mods, "alibi") else None)
     out, lse = ptofa.flash_attn_func(q, k, v, window_size=shape.window, key_padding_mask=mask, return_lse=True,
                                      backend=backend, config=fwd, **mods)
     scale = shape.default_scale(head)
@@ -271,7 +272,7 @@ def run_varlen_backward_case(config: FAConfig, shape: ProblemShape, forward_us: 
     q, k, v = make_varlen_inputs(shape, config, seed)
     dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1)).to(q.dtype)
     cu_q, cu_k = (torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32) for lens in (q_lens, k_lens))
-    mods = dict(softcap=softcap, alibi_slopes=default_alibi_slopes(shape.heads) if config.alibi else None)
+    mods = dict(softcap=softcap, alibi_slopes=default_alibi_slopes(shape.heads) if has_mod(config.mods, "alibi") else None)
     out, lse = ptofa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(q_lens), max(k_lens), window_size=shape.window,
                                             return_lse=True, backend=backend, **mods)
     scale = shape.default_scale(config.head)

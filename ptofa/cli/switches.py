@@ -24,6 +24,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from ptofa.kernels.builtin_mods.registry import with_builtin_mods
 from ptofa.pipeline import MAX_HEAD, SUPPORTED_HEAD, ConfigError, FAConfig
 
 # --dtype / --out-dtype spelling -> FAConfig dtype name (None: O in the input dtype).
@@ -136,7 +137,7 @@ def config_options(f):
 
 
 def score_mod_options(f):
-    """--softcap X and --alibi: the kernel's score modifications (`FAConfig.softcap`, `.alibi`)."""
+    """--softcap X and --alibi: the kernel's score modifications (the built-in mods `Softcap`, `Alibi`)."""
     f = click.option("--alibi", is_flag=True,
                      help="ALiBi bias -slope * |i + S1 - S0 - j| in the kernel (run: ALiBi's usual slopes 2^(-8h/N)).")(f)
     f = click.option("--softcap", type=float, default=0.0, show_default=True,
@@ -151,7 +152,7 @@ def with_score_mods(config: FAConfig, softcap: float, alibi: bool) -> FAConfig:
     if softcap == 0 and not alibi:
         return config
     try:
-        return dataclasses.replace(config, softcap=softcap > 0, alibi=alibi)
+        return dataclasses.replace(config, mods=with_builtin_mods(config.mods, softcap=softcap > 0, alibi=alibi))
     except ConfigError as exc:
         raise InputError(f"invalid config: {exc}") from None
 

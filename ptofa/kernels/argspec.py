@@ -19,7 +19,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from ptofa.kernels.hostparam import SOFTCAP_PARAMS, HostParam, mod_params
+from ptofa.kernels.hostparam import HostParam, mod_params
 
 ENTRY_NAME = "fa_fwd"
 CUBE_FUNC_NAME = "fa_cube"
@@ -79,8 +79,6 @@ def host_params(config=None) -> tuple[HostParam, ...]:
     if c.split_kv:
         params.append(HostParam("partials", ptr, ctypes.c_void_p,
                                 "split-KV partial O [splits, total_q, N, D] then LSE [splits, N, total_q] f32"))
-    if c.alibi:
-        params.append(HostParam("alibi_slopes", ptr, ctypes.c_void_p, "ALiBi slopes [N] or [B, N] f32"))
     params += [
         HostParam("batch", "int64_t", ctypes.c_int64, "B (sequences)"),
         HostParam("heads", "int64_t", ctypes.c_int64, "N (query heads)"),
@@ -100,15 +98,11 @@ def host_params(config=None) -> tuple[HostParam, ...]:
         ]
     if c.key_padding:
         params.append(HostParam("key_mask_stride", "int64_t", ctypes.c_int64, "elements between batches of the key mask (0: shared)"))
-    if c.softcap:  # the built-in mods' arguments (`scoremods.builtin_mods`), unprefixed
-        params += SOFTCAP_PARAMS
     if c.dropout:
         params += [HostParam("drop_seed", "int64_t", ctypes.c_int64, "dropout generator seed (int32 range)"),
                    HostParam("drop_offset", "int64_t", ctypes.c_int64, "dropout generator offset (int32 range)"),
                    HostParam("drop_cut", "float", ctypes.c_float, "1 - the generator's keep threshold (dropout.cut)"),
                    HostParam("drop_scale", "float", ctypes.c_float, "1 / (1 - dropout_p)")]
-    if c.alibi:
-        params.append(HostParam("alibi_stride", "int64_t", ctypes.c_int64, "elements between batches of the slopes (0: [N])"))
     if c.block_ranges:
         params.append(HostParam("tile_ranges", ptr, ctypes.c_void_p, "each unit's KV tile ranges [units, 4] i32 "
                                                                      "(kernels/mods.py)"))
@@ -119,7 +113,7 @@ def entry_args(config=None) -> tuple[EntryArg, ...]:
     """The `pto.entry` function's arguments for the kernel of `config`."""
     c = config or _default_config()
     elem = {"q": c.in_dtype, "k": c.in_dtype, "v": c.in_dtype, "o": c.out_dtype, "lse": "f32", "key_mask": "i8", "units": "i32",
-            "block_table": "i32", "partials": "f32", "alibi_slopes": "f32",
+            "block_table": "i32", "partials": "f32",
             "tile_ranges": "i32"}
     args = [
         EntryArg("ffts", "!pto.ptr<i64>", "ffts", "(__gm__ int64_t*)"),

@@ -55,7 +55,7 @@ KV head and `q_block` the KV block) instead of decoding them from the unit index
 sequence's rows through its own starts, lengths and diagonal (window and ALiBi; ALiBi's slopes
 [B, N] by the table's `seq`); prep and post are row-wise and the same as the uniform ones.
 
-`mods` (`kernels/mods.py` objects, as `FAConfig.mods`; uniform batches without the built-in switches)
+`mods` (`kernels/mods.py` objects, as `FAConfig.mods`; other than the built-in ones, uniform batches without the switches)
 apply each modification's forward IR to the recomputed scores of both kernels and multiply dP - D by
 its derivative (`Mod.emit_backward`); with `block_ranges` each unit's tile range and unmasked tiles come
 from a host table (`q_tile_ranges`: per dq unit its KV tiles, `kv_tile_ranges`: per dkdv unit its Q
@@ -88,12 +88,14 @@ from ptofa.pipeline import (
     ConfigError,
     PipeSpec,
     TileSpec,
+    mod_prefixes,
 )
 from ptofa.ir.target import (ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES, VEC_ROW_BYTES,
                               serves_as_rowexpand_tmp)
 from ptofa.ir.target import align as _align
 from ptofa.ir.target import HIDDEN_TCI_TMP
 from ptofa.kernels.hostparam import mod_params
+from ptofa.kernels.mods import other_mods
 
 KERNELS = ("dq", "dkdv")
 ATOMIC_KERNELS = ("prep", "dkdv", "post")
@@ -108,8 +110,8 @@ ROWEXPAND_OPS = {"dq": 1, "dkdv": 0, "prep": 0, "post": 0}
 
 
 def rowexpand_ops(c: BwdConfig, kernel: str) -> int:
-    """trowexpand* ops (each with ptoas's hidden UB scratch) in `kernel`'s vector function (ALiBi's
-    take explicit scratch: `exp_tmp` in dq, `alibi_tmp` in dkdv)."""
+    """trowexpand* ops (each with ptoas's hidden UB scratch) in `kernel`'s vector function (the mods'
+    take explicit scratch: `exp_tmp` in dq, `mods_row_tmp` in dkdv)."""
     steps = c.dkdv_passes if kernel == "dkdv" else 1  # passes over the steps
     vr, cols = c.vec_rows(kernel), c.block_q if kernel == "dkdv" else c.dq_block_kv
     # dropout's trowexpandadd on its [vr, cols] i32 bits (dropout.needs_hidden_tmp)
@@ -122,10 +124,10 @@ def tci_ops(c: BwdConfig, kernel: str) -> int:
     """tci ops (each with ptoas's hidden UB scratch) in `kernel`'s vector function: ALiBi's row index
     once, and its column positions once per pass over the steps."""
     steps = c.dkdv_passes if kernel == "dkdv" else 1  # passes over the steps
-    alibi = (1 + steps) if c.alibi else 0
+    setup = sum(m.setup_tci_ops for m in c.mods)  # (ALiBi's row index)
     dropout = 2 * steps if c.dropout else 0  # the generator's query and key lines
     mods = steps * sum(m.grad_tci_ops for m in c.mods)  # the mods' index leaves
-    return alibi + dropout + mods if kernel in ("dq", "dkdv") else 0
+    return setup + dropout + mods if kernel in ("dq", "dkdv") else 0
 
 
 @dataclass(frozen=True)
@@ -145,8 +147,6 @@ class BwdConfig:
     atomic_dq: bool = False  # prep + dkdv (with atomic dQ) + post instead of dq + dkdv
     key_padding: bool = False  # an i8 key mask ([B, S1] or [S1]) hides padding keys from every query
     dkdv_passes: int = 1  # 2: a dkdv unit runs its steps twice, dV first, then dK, through one L0C accumulator
-    softcap: bool = False  # scores = softcap * tanh(scores / softcap) (`kernels/scoremods.py`), dS times 1 - tanh^2
-    alibi: bool = False  # scores -= slope * |i + S1 - S0 - j|, slopes f32 [N] or [B, N]
     varlen: bool = False  # packed sequences: the dq and dkdv kernels walk a host-built unit table (`backward_tables`)
     dropout: bool = False  # the forward's dropout mask regenerated (`kernels/dropout.py`): dP and (dV) P dropped
     grads_f32: bool = False  # dQ, dK, dV stored as their f32 accumulators, unrounded (see `grad_dtype`)
@@ -220,10 +220,10 @@ class BwdConfig:
                 f"dq_block_q={self.dq_block_q} dq_block_kv={self.dq_block_kv} preload={self.preload} "
                 f"slot_num={self.slot_num}" + (" masked" if self.masked else "") + (" atomic_dq" if self.atomic_dq else "")
                 + (" key_padding" if self.key_padding else "") + (" dkdv_passes=2" if self.dkdv_passes == 2 else "")
-                + (" softcap" if self.softcap else "") + (" alibi" if self.alibi else "")
+                + "".join(f" {m.name}" for m in self.mods if m.builtin)
                 + (" varlen" if self.varlen else "") + (" dropout" if self.dropout else "")
                 + (" grads_f32" if self.grads_f32 else "")
-                + (" mods=" + "+".join(m.name for m in self.mods) if self.mods else "")
+                + (" mods=" + "+".join(m.name for m in other_mods(self.mods)) if other_mods(self.mods) else "")
                 + (" block_ranges" if self.block_ranges else ""))
 
 
@@ -242,8 +242,7 @@ TUNED_HEADS = tuple(sorted({head for head, _ in DEFAULT_BLOCKS}))  # the widths 
 
 
 def default_config(head: int, in_dtype: str = "f16", *, masked: bool = False, atomic_dq: bool = False,
-                   key_padding: bool = False, target: str = "a3", softcap: bool = False,
-                   alibi: bool = False, varlen: bool = False, dropout: bool = False, grads_f32: bool = False,
+                   key_padding: bool = False, target: str = "a3", varlen: bool = False, dropout: bool = False, grads_f32: bool = False,
                    mods: tuple = (), block_ranges: bool = False) -> BwdConfig:
     """The backward kernels for a head dim and switches, with the block sizes and dkdv passes of
     `DEFAULT_BLOCKS` (a width between its entries takes the next entry up's, whose tiles are at least
@@ -255,7 +254,7 @@ def default_config(head: int, in_dtype: str = "f16", *, masked: bool = False, at
     block_kv, block_q, passes, dq_block_kv = DEFAULT_BLOCKS[(tuned, atomic_dq)]
     return BwdConfig(head=head, in_dtype=in_dtype, masked=masked, atomic_dq=atomic_dq, key_padding=key_padding,
                      target=target, block_kv=block_kv, block_q=block_q, dkdv_passes=passes, dq_block_kv=dq_block_kv,
-                     softcap=softcap, alibi=alibi, varlen=varlen, dropout=dropout, grads_f32=grads_f32, mods=mods,
+                     varlen=varlen, dropout=dropout, grads_f32=grads_f32, mods=mods,
                      block_ranges=block_ranges)
 
 
@@ -286,9 +285,9 @@ def _check(c: BwdConfig) -> None:
     if c.atomic_dq and c.block_q != c.block_kv:
         fail("atomic dQ tiles", f"atomic_dq needs block_q == block_kv (dS [block_q, block_kv] reuses the dS^T "
                                 f"[block_kv, block_q] mat and left tiles), got block_q={c.block_q}, block_kv={c.block_kv}")
-    if (c.mods or c.block_ranges) and (c.masked or c.key_padding or c.softcap or c.alibi or c.varlen or c.dropout):
-        fail("modification objects", "mods are built for uniform batches without the built-in switches (masked, "
-                                     "key_padding, softcap, alibi, varlen, dropout: write them as mods), got "
+    if (other_mods(c.mods) or c.block_ranges) and (c.masked or c.key_padding or c.varlen or c.dropout):
+        fail("modification objects", "mods other than the built-in ones are built for uniform batches without the "
+                                     "switches (masked, key_padding, varlen, dropout: write them as mods), got "
                                      + c.summary())
     if c.varlen and c.key_padding:
         fail("varlen key padding", "varlen=True with key_padding=True: packed sequences have no padding keys "
@@ -459,15 +458,6 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
         if c.atomic_dq:  # dS^T rows (out_half) -> dS piece, through ttrans's scratch of out_half's size
             vector += [TileSpec("trans_tmp", "vector", "p", "vec", vr, cols, dt, **dyn),
                        TileSpec("ds_piece", "vector", "p", "vec", cols, vr, dt, **dyn)]
-    if c.alibi:  # a step's column positions (tci, i32 -> f32) and the row index 0 .. vr - 1 (i32 -> f32)
-        vector += [TileSpec("alibi_i32", "vector", "p", "vec", 1, cols, "i32", **dyn),
-                   TileSpec("alibi_f32", "vector", "p", "vec", 1, cols, "f32", **dyn),
-                   TileSpec("alibi_rows_i32", "vector", "p", "vec", 1, vr, "i32", **dyn),
-                   TileSpec("alibi_rows", "vector", "p", "vec", 1, vr, "f32", **dyn),
-                   TileSpec("alibi_pos", "vector", "p", "vec", 1, vr, "f32"),
-                   TileSpec("alibi_neg", "vector", "p", "vec", 1, vr, "f32")]
-        if kernel == "dkdv":  # the trowexpandsub's explicit scratch (the dq kernel's takes exp_tmp)
-            vector.append(TileSpec("alibi_tmp", "vector", "p", "vec", 1, EXPDIF_TMP_BYTES // DTYPE_BYTES["f32"], "f32"))
     if c.dropout:  # the generator's tiles (`kernels/dropout.py`): i32 bits, the lines, and in dkdv the keep
         # factor (held from dP^T to P^T across the score modifications; the dq kernel's is mask_tmp)
         vector += [TileSpec("drop_bits", "vector", "p", "vec", vr, cols, "i32", **dyn),
@@ -475,9 +465,9 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
                    TileSpec("drop_rows", "vector", "p", "vec", 1, vr, "i32", **dyn),
                    TileSpec("drop_cols", "vector", "p", "vec", 1, cols, "i32", **dyn),
                    TileSpec("drop_tmp", "vector", "p", "vec", 1, max(vr, cols), "i32", **dyn)]
-    for i, mod in enumerate(c.mods):  # (the first full scratch is mask_tmp)
-        vector += mod.grad_tiles(vr, cols, f"mod{i}_")
-    if c.mods and kernel == "dkdv":  # the mods' row-broadcast scratch (the dq kernel's is exp_tmp)
+    for mod, prefix in zip(c.mods, mod_prefixes(c.mods)):  # (the first full scratch is mask_tmp)
+        vector += mod.grad_tiles(vr, cols, prefix)
+    if any(m.row_scratch for m in c.mods) and kernel == "dkdv":  # the mods' row-broadcast scratch (dq's: exp_tmp)
         vector.append(TileSpec("mods_row_tmp", "vector", "p", "vec", 1, EXPDIF_TMP_BYTES // DTYPE_BYTES["f32"], "f32"))
     vector += [
         TileSpec("s_tile", "vector", "p", "vec", vr, cols, "f32", **dyn),
@@ -559,11 +549,6 @@ def entry_args(c: BwdConfig, kernel: str) -> tuple[tuple[str, str], ...]:
     if c.key_padding:  # the forward kernel's names: a [B, S1] mask has stride S1, a shared [S1] one 0
         args.insert(args.index(("batch", "i64")), ("key_mask", "!pto.ptr<i8>"))
         args.append(("key_mask_stride", "i64"))
-    if c.softcap:  # the forward kernel's names and values
-        args += [("softcap", "f32"), ("softcap_rcp2", "f32")]
-    if c.alibi:
-        args.insert(args.index(("batch", "i64")), ("alibi_slopes", "!pto.ptr<f32>"))
-        args.append(("alibi_stride", "i64"))
     if c.dropout and kernel in ("dq", "dkdv"):  # the forward kernel's names and values
         args += [("drop_seed", "i64"), ("drop_offset", "i64"), ("drop_cut", "f32"), ("drop_scale", "f32")]
     if c.varlen:  # the forward varlen kernel's names: the unit table and its length

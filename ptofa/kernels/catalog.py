@@ -25,7 +25,10 @@ from pathlib import Path
 import click
 import torch
 
+from ptofa.kernels.builtin_mods.alibi import Alibi
+from ptofa.kernels.builtin_mods.softcap import Softcap
 from ptofa.kernels.bwd_pipeline import TUNED_HEADS, BwdConfig, default_config
+from ptofa.kernels.mods import other_mods
 from ptofa.pipeline import SUPPORTED_HEAD, SUPPORTED_TILE_S1, ConfigError, FAConfig
 
 # The head dims of the full tile grid and the switch sets (the tuned widths), and the other kernel
@@ -57,6 +60,9 @@ def _grid() -> Iterator[FAConfig]:
                 continue
 
 
+SOFTCAP, ALIBI = (Softcap(),), (Alibi(),)  # the built-in mods of a call, in its order
+BOTH = SOFTCAP + ALIBI
+
 # Switch sets on top of a (head, tile_s1) base; every one must be legal (a test builds them all).
 SWITCHES: tuple[dict, ...] = (
     dict(masked=True),
@@ -87,20 +93,20 @@ SWITCHES: tuple[dict, ...] = (
     dict(cube_rowsum=False, exp_f16=False),
     dict(cube_rowsum=False, exp_f16=False, prescale_q=False, masked=True, lse=True),
     dict(exp_f16=False),
-    # softcapping and ALiBi (kernels/scoremods.py), alone and with the calls' other switches
-    dict(softcap=True),
-    dict(alibi=True),
-    dict(softcap=True, alibi=True, masked=True, lse=True, in_dtype="bf16"),
-    dict(softcap=True, alibi=True, varlen=True, split_kv=True, masked=True, lse=True),
-    dict(softcap=True, alibi=True, varlen=True, page_size=256),
-    dict(softcap=True, varlen=True, split_kv=True, gqa_pack=True, page_size=256),
+    # the built-in mods (kernels/builtin_mods/): softcapping and ALiBi, alone and with the calls' other switches
+    dict(mods=SOFTCAP),
+    dict(mods=ALIBI),
+    dict(mods=BOTH, masked=True, lse=True, in_dtype="bf16"),
+    dict(mods=BOTH, varlen=True, split_kv=True, masked=True, lse=True),
+    dict(mods=BOTH, varlen=True, page_size=256),
+    dict(mods=SOFTCAP, varlen=True, split_kv=True, gqa_pack=True, page_size=256),
     # dropout (kernels/dropout.py): the dense and varlen calls' kernels, with the score modifications
     dict(dropout=True),
     dict(dropout=True, masked=True, lse=True, in_dtype="bf16"),
     dict(dropout=True, varlen=True, masked=True, lse=True),
     dict(dropout=True, varlen=True),
     dict(dropout=True, varlen=True, page_size=256),
-    dict(dropout=True, softcap=True, alibi=True, masked=True, lse=True),
+    dict(dropout=True, mods=BOTH, masked=True, lse=True),
 )
 SWITCH_BASES = ((64, 128), (128, 256), (256, 256))
 # TILE_S1 = 1024 (D <= 128, QK_PRELOAD = 2) with the calls' switches whose plans fit the UB beside
@@ -165,7 +171,7 @@ def kvcache_mod_configs() -> list[FAConfig]:
     score = trace_mod(lambda s, b, h, q, kv: s + seq_bias[b] * (kv - q) * 0.01, False)[0]
     mask = trace_mod(lambda b, h, q, kv: kv >= 16, True)[0]
     forms = (dict(in_dtype="f16", lse=True, page_size=256, split_kv=True, mods=(score, mask, Sinks())),
-             dict(in_dtype="bf16", softcap=True, alibi=True, mods=(Sinks(),)))
+             dict(in_dtype="bf16", mods=(Softcap(), Sinks(), Alibi())))
     configs = []
     for form in forms:
         for buffers, prescale in ((0, True), (2, True), (0, False), (2, False)):  # as attention.flex.with_mods
@@ -188,11 +194,11 @@ def _name(c: FAConfig) -> str:
     if c.out_dtype != c.in_dtype:
         parts.append(f"o{c.out_dtype}")
     parts += [flag for flag in ("masked", "key_padding", "lse", "varlen", "split_kv", "gqa_pack") if getattr(c, flag)]
-    parts += [flag for flag in ("softcap", "alibi", "dropout") if getattr(c, flag)]
+    parts += [m.name for m in c.mods if m.builtin] + (["dropout"] if c.dropout else [])
     if c.page_size:
         parts.append(f"page{c.page_size}")
-    if c.mods:
-        parts.append(_flex_name(c.mods)[1:])
+    if other_mods(c.mods):
+        parts.append(_flex_name(other_mods(c.mods))[1:])
     if not c.prescale_q:
         parts.append("no_prescale_q")
     if c.softmax_dtype != "f32":
@@ -227,15 +233,15 @@ def backward_configs() -> list[BwdConfig]:
     grid = [default_config(head, dtype, masked=masked, atomic_dq=atomic)
             for atomic, head, dtype, masked in itertools.product((False, True), GRID_HEADS, ("f16", "bf16"),
                                                                  (False, True))]
-    varlen = [default_config(head, dtype, masked=masked, atomic_dq=atomic, varlen=True, softcap=mods, alibi=mods)
+    varlen = [default_config(head, dtype, masked=masked, atomic_dq=atomic, varlen=True, mods=BOTH * mods)
               for atomic, head, (dtype, masked, mods) in itertools.product(
                   (False, True), GRID_HEADS, (("f16", False, False), ("f16", True, False), ("bf16", True, False),
                                               ("f16", True, True)))]
     return (grid + [default_config(head, masked=True, key_padding=True, atomic_dq=atomic)
                     for atomic, head in itertools.product((False, True), GRID_HEADS)]
-            + [default_config(head, masked=True, softcap=True, alibi=True, atomic_dq=atomic)
+            + [default_config(head, masked=True, mods=BOTH, atomic_dq=atomic)
                for atomic, head in itertools.product((False, True), GRID_HEADS)]
-            + [default_config(128, dtype, softcap=softcap, alibi=not softcap)
+            + [default_config(128, dtype, mods=SOFTCAP if softcap else ALIBI)
                for dtype, softcap in itertools.product(("f16", "bf16"), (False, True))]
             + [default_config(head, dtype, masked=masked, atomic_dq=atomic)
                for head, (dtype, masked, atomic) in itertools.product(WIDTH_HEADS, (("f16", False, False),
@@ -246,13 +252,13 @@ def backward_configs() -> list[BwdConfig]:
             + [default_config(head, dtype, masked=masked, atomic_dq=atomic, dropout=True)
                for atomic, head, (dtype, masked) in itertools.product((False, True), GRID_HEADS,
                                                                       (("f16", False), ("bf16", True)))]
-            + [default_config(128, masked=True, key_padding=True, softcap=True, alibi=True, atomic_dq=atomic, dropout=True)
+            + [default_config(128, masked=True, key_padding=True, mods=BOTH, atomic_dq=atomic, dropout=True)
                for atomic in (False, True)]
             # and its varlen form (each packed sequence's own positions), both modes of every grid head dim
             + [default_config(head, dtype, masked=masked, atomic_dq=atomic, varlen=True, dropout=True)
                for atomic, head, (dtype, masked) in itertools.product((False, True), GRID_HEADS,
                                                                       (("f16", False), ("bf16", True)))]
-            + [default_config(128, masked=True, softcap=True, alibi=True, atomic_dq=atomic, varlen=True, dropout=True)
+            + [default_config(128, masked=True, mods=BOTH, atomic_dq=atomic, varlen=True, dropout=True)
                for atomic in (False, True)]
             # f32 gradient outputs (ring attention's steps): both modes of every grid head dim, f16 and masked bf16
             + [default_config(head, dtype, masked=masked, atomic_dq=atomic, grads_f32=True)
@@ -289,14 +295,14 @@ def kernels() -> list[Kernel]:
         for kernel in backward_kernels(b):
             name = (f"fa_bwd_{kernel}_d{b.head}_{b.in_dtype}" + ("_masked" if b.masked else "")
                     + ("_atomic" if b.atomic_dq else "") + ("_key_padding" if b.key_padding else "")
-                    + ("_softcap" if b.softcap else "") + ("_alibi" if b.alibi else "")
+                    + "".join(f"_{m.name}" for m in b.mods if m.builtin)
                     + ("_varlen" if b.varlen else "") + ("_dropout" if b.dropout else "")
                     + ("_grads_f32" if b.grads_f32 else "")
-                    + (_flex_name(b.mods) if b.mods else "") + ("_ranges" if b.block_ranges else ""))
-            mods = ((" softcap" if b.softcap else "") + (" alibi" if b.alibi else "")
+                    + (_flex_name(other_mods(b.mods)) if other_mods(b.mods) else "") + ("_ranges" if b.block_ranges else ""))
+            mods = ("".join(f" {m.name}" for m in b.mods if m.builtin)
                     + (" varlen=True" if b.varlen else "") + (" dropout" if b.dropout else "")
                     + (" grads_f32" if b.grads_f32 else "")
-                    + (" mods=" + "+".join(m.name for m in b.mods) if b.mods else "")
+                    + (" mods=" + "+".join(m.name for m in other_mods(b.mods)) if other_mods(b.mods) else "")
                     + (" block_ranges" if b.block_ranges else ""))
             out.append(Kernel(name, f"backward {kernel}: head={b.head} {b.in_dtype} masked={b.masked} "
                                     f"atomic_dq={b.atomic_dq} key_padding={b.key_padding}{mods}",

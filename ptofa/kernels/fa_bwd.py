@@ -43,7 +43,7 @@ Atomic-dQ mode (`BwdConfig.atomic_dq`; the dq kernel is not run):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from xdsl.dialects import builtin
 from xdsl.ir import SSAValue
@@ -55,8 +55,8 @@ from ptofa.kernels.bwd_varlen import packed_key, packed_row, sequence_window, st
 from ptofa.kernels.bwd_tiles import Operands, key_bias, load_chunks, matmul_first_or_acc, pipe_entry, store_chunks
 from ptofa.kernels.common import SPLIT, alloc, clamp, init_pipes, produce_ahead, row_offset, snake_rank
 from ptofa.kernels import dropout
-from ptofa.kernels.mods import RANGE_FIELDS, Site
-from ptofa.kernels.scoremods import AlibiRows, alibi_bias, apply_backward, softcap_grad, softcap_scores
+from ptofa.kernels.mods import RANGE_FIELDS, Site, UnitSite
+from ptofa.kernels.scoremods import apply_backward, apply_setup, apply_unit
 from ptofa.kernels.window import TileRange, Window, keys_seen, mask_tile, queries_seeing
 from ptofa.pipeline import VEC_CORES
 from ptofa.ir.textio import print_pto
@@ -130,7 +130,7 @@ class _Vec:
     tiles: dict[str, SSAValue]
     consts: dict[str, SSAValue]
     row_base: SSAValue  # first row of this core's half of the slot
-    alibi_rows: AlibiRows | None = None  # `alibi`: the row side of the bias (this core's rows)
+    mod_state: dict = field(default_factory=dict)  # the mods' values from their setup and unit hooks (`mods.UnitSite`)
     drop: dropout.DropoutTiles | None = None  # `dropout`: the generator's tiles
 
 
@@ -301,15 +301,13 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     lse_col = tile.reshape(tl["lse_all"], vr, 1, name="lse_col", blayout="col_major")
     dsum_row = tile.reshape(tl["dsum_col"], 1, vr, name="dsum_row")
     rows = _Rows(c.args, c.heads, c.s0, c.q_stride, d, vr)
-    alibi_rows = _alibi_rows(tl, vr) if config.alibi else None
+    apply_setup(config.mods, UnitSite(tl, c.args, v.mod_state, vr))
     v.drop = _drop_tiles(config, tl, vr, config.dq_block_kv)
     with pto.range(c.block_idx, _dq_units(c), c.block_num, name="unit") as unit:
         u = _q_unit(c, unit)
         n = clamp(scalar.sub(u.q_rows, v.row_base), 0, vr)
         row0 = scalar.add(u.q0, v.row_base, name="core_q0")
-        slope = _slope(c, u, u.h) if config.alibi else None
-        if config.alibi:
-            alibi_rows.scale_rows(slope)
+        apply_unit(config.mods, UnitSite(tl, c.args, v.mod_state, vr, _seq(u), u.h))
         has_rows = scalar.gt(n, 0)
         packed0 = row0 if u.q_start is None else scalar.add(u.q_start, row0, name="packed_q0")
         _preprocess(rows, tl, consts["zero"], u.b, u.h, packed0, n, has_rows, dsum_row)
@@ -323,21 +321,14 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             entry = pto.tpop("vector", sdp.pipe_id, pipe_entry(sdp, "vector"), SPLIT, name="sdp_entry")
             out = pto.talloc("vector", pds.pipe_id, pipe_entry(pds, "vector"), SPLIT, name="pds_entry")
             _load_scores(v, entry, cols, bkv)
-            if config.dropout:  # (before the softcap's dP - D)
+            if config.dropout:  # (before the mods' dP - D)
                 _drop_dp(v, _seq(u), u.h, row0, scalar.mul(t, bkv), cols, transposed=False)
-            if config.softcap:  # dP - D now, times 1 - tanh^2 while mask_tmp holds tanh - 1
-                softcap_scores(tl["s_tile"], tl["mask_tmp"], c.args["softcap"], c.args["softcap_rcp2"])
+            if config.mods:  # dP - D now, times the mods' derivative (key positions for mods that read them)
                 tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
-                softcap_grad(tl["dp_tile"], tl["mask_tmp"])
-            if config.mods:  # dP - D now, times the mods' derivative
-                tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
-                site = Site(tl["s_tile"], tl["mask_tmp"], tl["exp_tmp"], tl, c.args, u.b, u.h, row0, scalar.mul(t, bkv),
-                            cols, vr, bkv, t, u.full, NEG)
+                k0 = scalar.mul(t, bkv) if any(m.indexed for m in config.mods) else None
+                site = Site(tl["s_tile"], tl["mask_tmp"], tl["exp_tmp"], tl, c.args, _seq(u), u.h, row0, k0, cols, vr, bkv, t,
+                            u.full, NEG, seq_lens=(u.s0, u.s1), state=v.mod_state)
                 apply_backward(config.mods, site, tl["dp_tile"])
-            if config.alibi:  # row r, column c: query row0 + r, key t * bkv + c
-                start = scalar.sub(scalar.mul(t, bkv), scalar.add(row0, scalar.sub(u.s1, u.s0)), name="alibi_start")
-                alibi_bias(tl["s_tile"], tl["mask_tmp"], tl["alibi_i32"], tl["alibi_f32"], alibi_rows, start, cols, slope,
-                           tl["exp_tmp"])
             if config.masked:
                 mask_tile(u.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], row0, scalar.mul(t, bkv), vr, cols,
                           transposed=False)
@@ -345,7 +336,7 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
                 key_bias(c.args, tl, consts, u.b, scalar.mul(t, bkv), cols)
                 tile.col_expand_add(tl["s_tile"], tl["kpm_f32"], out=tl["s_tile"])
             tile.row_expand_expdif(tl["s_tile"], lse_col, out=tl["s_tile"], tmp=tl["exp_tmp"])  # P = exp(scale S - LSE)
-            if not (config.softcap or config.mods):
+            if not config.mods:
                 tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
             tile.mul(tl["s_tile"], tl["dp_tile"], out=tl["s_tile"])
             tile.muls(tl["s_tile"], consts["scale"], out=tl["s_tile"])  # dS, with the softmax scale folded in
@@ -568,7 +559,7 @@ def _dkdv_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     vr = config.vec_rows("dkdv")
     v = _Vec(c, tl, consts, scalar.mul(pto.get_subblock_idx(), vr, name="row_base"))
     kbias_col = tile.reshape(tl["kbias_row"], vr, 1, name="kbias_col", blayout="col_major") if config.key_padding else None
-    v.alibi_rows = _alibi_rows(tl, vr) if config.alibi else None
+    apply_setup(config.mods, UnitSite(tl, c.args, v.mod_state, vr))
     v.drop = _drop_tiles(config, tl, vr, config.block_q)
     with pto.range(c.block_idx, _kv_units(c), c.block_num, name="unit") as unit:
         u = _kv_unit(c, unit)
@@ -588,30 +579,20 @@ def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: t
         entry = pto.tpop("vector", sdp.pipe_id, pipe_entry(sdp, "vector"), SPLIT, name="sdp_entry")
         out = pto.talloc("vector", pds.pipe_id, pipe_entry(pds, "vector"), SPLIT, name="pds_entry")
         _load_scores(v, entry, n, bq, with_dp="dk" in grads)
-        if config.dropout:  # rows are keys k0 + row_base + r, columns queries q0 + c (before the softcap's dP - D)
+        if config.dropout:  # rows are keys k0 + row_base + r, columns queries q0 + c (before the mods' dP - D)
             _drop_dp(v, _seq(u), h, q0, scalar.add(u.k0, v.row_base), n, transposed=True, with_dp="dk" in grads)
         for name in ("stat_row", "nlse_row"):
             tile.set_valid(tl[name], 1, n)
-        if config.softcap:  # dP^T - D now, times 1 - tanh^2 while mask_tmp holds tanh - 1
-            softcap_scores(tl["s_tile"], tl["mask_tmp"], c.args["softcap"], c.args["softcap_rcp2"])
-            if "dk" in grads:
-                _minus_dsum(v, u, h, q0, n)
-                softcap_grad(tl["dp_tile"], tl["mask_tmp"])
         if config.mods:  # dP^T - D now, times the mods' derivative; rows are keys, columns queries
             if "dk" in grads:
                 _minus_dsum(v, u, h, q0, n)
-            site = Site(tl["s_tile"], tl["mask_tmp"], tl["mods_row_tmp"], tl, c.args, u.b, h, q0,
-                        scalar.add(u.k0, v.row_base), n, vr, bq, scalar.div(q0, bq, name="q_block"), u.full, NEG,
-                        transposed=True)
+            k0, t = ((scalar.add(u.k0, v.row_base), scalar.div(q0, bq, name="q_block"))
+                     if any(m.indexed for m in config.mods) else (None, None))  # (positions for mods that read them)
+            site = Site(tl["s_tile"], tl["mask_tmp"], tl.get("mods_row_tmp"), tl, c.args, _seq(u), h, q0, k0, n, vr, bq, t,
+                        u.full, NEG, transposed=True, seq_lens=(u.s0, u.s1), state=v.mod_state)
             apply_backward(config.mods, site, tl["dp_tile"] if "dk" in grads else None)
         pto.load(stat(c, u, "lse", h, q0, n), tl["stat_row"])
         tile.muls(tl["stat_row"], consts["minus_one"], out=tl["nlse_row"])
-        if config.alibi:  # row r, column c: key k0 + row_base + r, query q0 + c
-            start = scalar.sub(scalar.add(q0, scalar.sub(u.s1, u.s0)), scalar.add(u.k0, v.row_base), name="alibi_start")
-            slope = _slope(c, u, h)
-            v.alibi_rows.scale_rows(slope)
-            alibi_bias(tl["s_tile"], tl["mask_tmp"], tl["alibi_i32"], tl["alibi_f32"], v.alibi_rows, start, n, slope,
-                       tl["alibi_tmp"])
         if config.masked:
             mask_tile(u.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], scalar.add(u.k0, v.row_base), q0, vr, n,
                       transposed=True)
@@ -625,7 +606,7 @@ def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: t
         elif "dv" in grads:
             _store_half(v, out, 0, n)
         if "dk" in grads:
-            if not (config.softcap or config.mods):
+            if not config.mods:
                 _minus_dsum(v, u, h, q0, n)
             tile.mul(tl["s_tile"], tl["dp_tile"], out=tl["s_tile"])
             tile.muls(tl["s_tile"], consts["scale"], out=tl["s_tile"])  # dS^T, with the softmax scale folded in
@@ -651,19 +632,9 @@ def _drop_tiles(config: BwdConfig, tl: dict[str, SSAValue], rows: int, cols: int
     return dropout.DropoutTiles.make(tl["drop_bits"], keep, tl["drop_cols"], tl["drop_rows"], tl["drop_tmp"], rows, cols)
 
 
-def _alibi_rows(tl: dict[str, SSAValue], rows: int) -> AlibiRows:
-    return AlibiRows.make(tl["alibi_rows_i32"], tl["alibi_rows"], tl["alibi_pos"], tl["alibi_neg"], rows)
-
-
 def _seq(u: _QUnit | _KvUnit) -> SSAValue:
     """The unit's batch, or its packed sequence's index."""
     return u.b if u.b is not None else u.seq
-
-
-def _slope(c: _Common, u: _QUnit | _KvUnit, h: SSAValue) -> SSAValue:
-    """The ALiBi slope of (the unit's batch or packed sequence, q head h): slopes [N] (stride 0) or [B, N]."""
-    off = scalar.add(scalar.mul(_seq(u), scalar.index_cast(c.args["alibi_stride"])), h)
-    return pto.load_scalar(c.args["alibi_slopes"], off, name="slope")
 
 
 def _unit_key_bias(v: _Vec, u: _KvUnit) -> None:

@@ -62,11 +62,11 @@ from xdsl.ir import SSAValue
 from ptofa.kernels import argspec
 from ptofa.api import F16, F32, I32, KernelModule, parse_ir_type, pto, scalar, tile
 from ptofa.kernels import dropout
-from ptofa.kernels.scoremods import AlibiRows, alibi_bias, apply_finish, apply_forward
+from ptofa.kernels.scoremods import apply_finish, apply_forward, apply_setup, apply_unit
 from ptofa.kernels.common import (HALF_NEG, NEG_INIT, SPLIT, alloc, clamp, entry_type, fused, init_pipes, pipelined,
                                   push_scaled_q, ring_select, row_offset, snake_rank)
 from ptofa.kernels.hostparam import mod_params
-from ptofa.kernels.mods import RANGE_FIELDS, FinishSite, Site
+from ptofa.kernels.mods import RANGE_FIELDS, FinishSite, Site, UnitSite
 from ptofa.kernels.window import TileRange
 from ptofa.pipeline import (DTYPE_BYTES, KEY_MASK_TILES, ROWSUM_COLS, UNIT_FIELDS, UNIT_TABLE, FAConfig, buffer_names,
                              chunk_names, cube_buffer_name, cube_buffer_names, tile_plan)
@@ -474,8 +474,7 @@ class _VecState:
     consts: dict[str, SSAValue]  # f32 constants
     ring: list[SSAValue]  # exp_max ring, as [1, R] row views
     row_base: SSAValue  # first row of this vector core within the Q block
-    slope: SSAValue | None = None  # `alibi`: the unit's head's slope
-    alibi_rows: AlibiRows | None = None  # `alibi`: the row side of the bias (vec_s0 rows)
+    mod_state: dict | None = None  # the mods' values from their setup and unit hooks (`mods.UnitSite.state`)
     drop: dropout.DropoutTiles | None = None  # `dropout`: the generator's tiles
     drop_keys: tuple[SSAValue, SSAValue] | None = None  # `dropout`: seed and offset as i32
 
@@ -579,15 +578,12 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
         tile.cvt(p_half, out=s_tile)
     if not cfg.prescale_q:
         tile.muls(s_tile, s.scale, out=s_tile)
-    if cfg.softcap or cfg.mods:  # (positions only for the config's mods: softcap reads none)
-        i0 = scalar.add(scalar.add(s.u.q0, s.row_base), r0, name="mod_q0") if cfg.mods else None
-        k0 = scalar.mul(t, cfg.tile_s1, name="mod_k0") if cfg.mods else None
+    if cfg.mods:  # (positions only for mods that read them)
+        i0, k0 = ((scalar.add(scalar.add(s.u.q0, s.row_base), r0, name="mod_q0"), scalar.mul(t, cfg.tile_s1, name="mod_k0"))
+                  if any(m.indexed for m in cfg.mods) else (None, None))
         apply_forward(cfg, Site(s_tile, tl["red_tmp"], exp_tmp, tl, s.c.args, s.u.seq, s.u.h, i0, k0, keys, vs0,
-                                cfg.tile_s1, t, s.u.full, mask_constants(cfg)[1]))
-    if cfg.alibi:  # column c, row r: key t * TILE_S1 + c, query q0 + row_base + r0 + r
-        i0 = scalar.add(scalar.add(s.u.q0, s.row_base), r0)
-        start = scalar.sub(scalar.mul(t, cfg.tile_s1), scalar.add(i0, scalar.sub(s.u.s1, s.u.s0)), name="alibi_start")
-        alibi_bias(s_tile, tl["red_tmp"], tl["alibi_i32"], tl["alibi_f32"], s.alibi_rows, start, keys, s.slope, exp_tmp)
+                                cfg.tile_s1, t, s.u.full, mask_constants(cfg)[1], seq_lens=(s.u.s0, s.u.s1),
+                                state=s.mod_state))
     if cfg.masked:
         _mask_bounds(s, t, r0, keys, s_tile)
     if cfg.key_padding:
@@ -772,13 +768,11 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
             made[key] = scalar.const(value, type_, name=name)
         consts[name] = made[key]
     row_base = scalar.mul(pto.get_subblock_idx(), config.vec_rows, name="row_base")
-    alibi_rows = None
-    if config.alibi:
-        alibi_rows = AlibiRows.make(tiles["alibi_rows_i32"], tiles["alibi_rows"], tiles["alibi_pos"], tiles["alibi_neg"],
-                                    config.vec_s0)
+    mod_state: dict = {}
+    apply_setup(config.mods, UnitSite(tiles, args, mod_state, config.vec_s0))
     drop = drop_keys = None
     if config.dropout:  # the generator works in red_tmp (free once a slice's row sums are taken)
-        drop = dropout.DropoutTiles.make(tiles["drop_bits"], tiles["red_tmp"], tiles["alibi_i32" if config.alibi else "drop_cols"],
+        drop = dropout.DropoutTiles.make(tiles["drop_bits"], tiles["red_tmp"], tiles["alibi_i32" if "alibi_i32" in tiles else "drop_cols"],
                                          tiles["drop_rows"],
                                          tiles["drop_rows_tmp"], config.vec_s0, config.tile_s1)
         drop_keys = tuple(scalar.index_cast(scalar.index_cast(args[n]), I32, name=n) for n in ("drop_seed", "drop_offset"))
@@ -794,13 +788,9 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
                 u_q = _unit(c, following)
                 push_scaled_q(c.config, tiles, args["scale"], row_base, u_q.q_rows, _q_view(c, u_q))
         u = _unit(c, unit)
-        s = _VecState(c, u, tiles, rows, args["scale"], consts, ring, row_base)
+        s = _VecState(c, u, tiles, rows, args["scale"], consts, ring, row_base, mod_state)
         s.drop, s.drop_keys = drop, drop_keys
-        if config.alibi:  # slopes [N] (stride 0) or [B, N]: this unit's sequence and head
-            batch_off = scalar.mul(u.seq, scalar.index_cast(args["alibi_stride"]))
-            s.slope = pto.load_scalar(args["alibi_slopes"], scalar.add(batch_off, u.h), name="slope")
-            s.alibi_rows = alibi_rows
-            alibi_rows.scale_rows(s.slope)
+        apply_unit(config.mods, UnitSite(tiles, args, mod_state, config.vec_s0, u.seq, u.h))
         tile.fill(consts["neg"], out=rows["m_all"])
         if config.softmax_dtype != "f32":
             tile.fill(consts["neg_h"], out=rows["m_all_h"])
@@ -822,8 +812,7 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
 _CUBE_ARGS = ("slots", "slots_h", "q", "k", "v", "units", "block_table", "batch", "heads", "kv_heads", "s0", "s1",
               "num_units", "max_pages", "win_left", "win_right", "tile_ranges")
 _VECTOR_ARGS = ("slots", "slots_h", "q", "o", "lse", "partials", "key_mask", "units", "batch", "heads", "kv_heads", "s0", "s1",
-                "num_units", "scale", "win_left", "win_right", "key_mask_stride", "softcap", "softcap_rcp2",
-                "alibi_slopes", "alibi_stride", "tile_ranges", "drop_seed", "drop_offset", "drop_cut", "drop_scale")
+                "num_units", "scale", "win_left", "win_right", "key_mask_stride", "tile_ranges", "drop_seed", "drop_offset", "drop_cut", "drop_scale")
 
 
 def build_fa(config: FAConfig) -> builtin.ModuleOp:

@@ -706,8 +706,8 @@ class _Lowering:
             tile.exp(dst, out=dst)
             tile.adds(dst, c(1.0), out=dst)
             tile.rdivs(c(1.0), dst, out=dst)
-        else:  # tanh(x) = 1 - 2 / (exp(2x) + 1), the argument clamped as `scoremods.softcap_scores` does
-            from ptofa.kernels.scoremods import SOFTCAP_CLAMP
+        else:  # tanh(x) = 1 - 2 / (exp(2x) + 1), the argument clamped as `builtin_mods.softcap.softcap_scores` does
+            from ptofa.kernels.builtin_mods.softcap import SOFTCAP_CLAMP
 
             tile.muls(src, c(2.0), out=dst)
             tile.mins(dst, c(SOFTCAP_CLAMP), out=dst)

@@ -1,11 +1,12 @@
 """One parameter of a kernel's host launcher: `argspec` lists a kernel's, and a modification object
-(`kernels/mods.py`) brings its own, so this sits below both. The parameters of the built-in mods live
-here too, so that `argspec` (host side, imported by the launch layer) reaches no IR-building module."""
+(`kernels/mods.py`) brings its own, so this sits below both."""
 
 from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
+
+from ptofa.pipeline import mod_prefixes
 
 
 @dataclass(frozen=True)
@@ -19,10 +20,5 @@ class HostParam:
 
 
 def mod_params(mods: tuple) -> list[HostParam]:
-    """Every mod's kernel arguments, in mod order (each under its `mod<i>_` prefix)."""
-    return [p for i, mod in enumerate(mods) for p in mod.params(f"mod{i}_")]
-
-
-# `scoremods.Softcap`'s arguments (flash-attn's names, no prefix).
-SOFTCAP_PARAMS = (HostParam("softcap", "float", ctypes.c_float, "softcap: scores = softcap * tanh(scores / softcap)"),
-                  HostParam("softcap_rcp2", "float", ctypes.c_float, "2 / softcap"))
+    """Every mod's kernel arguments, in mod order (each under its prefix, `pipeline.mod_prefixes`)."""
+    return [p for mod, prefix in zip(mods, mod_prefixes(mods)) for p in mod.params(prefix)]

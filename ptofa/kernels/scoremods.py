@@ -1,154 +1,17 @@
-"""Score modifications shared by the forward and backward kernels: softcapping and ALiBi.
-
-Both act on a tile of scaled scores s (f32) before the masks, in flash-attn's order:
-
-    s = softcap * tanh(s / softcap)           (softcap > 0)
-    s = s - slope * |i + S1 - S0 - j|         (ALiBi; query i, key j, the slope of the row's head)
-
-A2/A3 have no tanh instruction. `softcap_scores` composes it from ops the verified forms
-list (`tmuls`, `tmins`, `texp`, `tadds`, `tdivs` with the scalar first):
-
-    x = min(s * (2 / softcap), SOFTCAP_CLAMP)     t - 1 = -2 / (exp(x) + 1)
-    s = softcap * (t - 1) + softcap
-
-exp(x) stays finite (x <= 30: exp(30) = 1.07e13), and tanh(15) rounds to 1 in f32 anyway
-(1 - tanh(15) = 1.9e-13), so the clamp changes nothing; for x -> -inf exp(x) -> 0 and
-t -> -1 exactly. The absolute error of t in f32 is a few ulp of 1 (the test measures
-max |t - torch.tanh| over a dense grid: `tests/test_scoremods.py`), so the capped score
-is within softcap * 4e-7 of the exact one; relative to t it is large only where |t| is
-small, where the absolute error is what reaches the softmax.
-
-The backward needs d(capped)/ds = 1 - tanh^2 = (1 - t)(1 + t); `softcap_grad` multiplies
-it into dP - D from the t - 1 that `softcap_scores` leaves in its tmp tile.
-
-ALiBi's bias of a score tile at (first row i0, first column j0) is a function of
-d = (j0 + c) - (i0 + r) - (S1 - S0): `alibi_bias` makes the column part with `tci` (one row,
-start j0 - i0 - diag) converted to f32; the row part (r, slope * r, -slope * r) are one-row
-tiles viewed as columns (`AlibiRows`, r once per kernel, the slopes' multiples per unit). A
-tile on one side of the diagonal takes its bias in two passes (the bias is linear there), a
-tile the diagonal crosses in six (|d| built in a scratch tile). The dkdv kernel's transposed
-tiles (rows are keys) give the negated difference; |d| is the same.
+"""Attention sinks (`Sinks`) and the kernels' hooks that apply `config.mods` in order (`apply_setup`,
+`apply_unit`, `apply_forward`, `apply_backward`, `apply_finish`); the built-in mods are in `builtin_mods/`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from xdsl.ir import SSAValue
 
-from ptofa.api import F32, I32, pto, scalar, tile
-from ptofa.kernels.hostparam import SOFTCAP_PARAMS, HostParam
-from ptofa.kernels.mods import FinishSite, Mod, Site
-
-# Largest x = 2 s / softcap the tanh's exp sees (exp(30) = 1.07e13 is finite in f32; tanh(15) is 1 in f32).
-SOFTCAP_CLAMP = 30.0
-
-
-def softcap_scores(scores: SSAValue, tmp: SSAValue, softcap: SSAValue, rcp2: SSAValue) -> None:
-    """scores = softcap * tanh(scores / softcap) in place; tmp (same valid shape) is left holding
-    tanh - 1 (for `softcap_grad`). `rcp2` is 2 / softcap (a kernel argument, as is `softcap`)."""
-    tile.muls(scores, rcp2, out=tmp)  # x = 2 s / c
-    tile.mins(tmp, scalar.const(SOFTCAP_CLAMP, F32, name="softcap_clamp"), out=tmp)
-    tile.exp(tmp, out=tmp)
-    tile.adds(tmp, scalar.const(1.0, F32, name="one"), out=tmp)
-    tile.rdivs(scalar.const(-2.0, F32, name="minus_two"), tmp, out=tmp)  # t - 1 = -2 / (exp(x) + 1)
-    tile.muls(tmp, softcap, out=scores)
-    tile.adds(scores, softcap, out=scores)  # c (t - 1) + c = c t
-
-
-@dataclass(frozen=True)
-class Softcap(Mod):
-    """Softcapping as a `mods.Mod`: the forward kernel's `FAConfig.softcap` switch applies this object
-    (`builtin_mods`); its arguments keep flash-attn's names, softcap and 2 / softcap."""
-
-    name: str = "softcap"
-
-    def params(self, prefix: str) -> list:
-        return list(SOFTCAP_PARAMS)
-
-    def emit_forward(self, site: Site, prefix: str) -> None:
-        softcap_scores(site.scores, site.tmp, site.args["softcap"], site.args["softcap_rcp2"])
-
-    def reference(self, scores, b, h, q_idx, kv_idx, values=None):
-        cap = values["softcap"]
-        return torch.tanh(scores / cap) * cap
-
-
-def softcap_grad(grad: SSAValue, tmp: SSAValue) -> None:
-    """grad *= 1 - t^2 = (1 - t)(1 + t), with tmp = t - 1 from `softcap_scores` (tmp is changed)."""
-    tile.mul(grad, tmp, out=grad)  # (t - 1) g
-    tile.adds(tmp, scalar.const(2.0, F32, name="two"), out=tmp)  # t + 1
-    tile.mul(grad, tmp, out=grad)  # (t^2 - 1) g
-    tile.muls(grad, scalar.const(-1.0, F32, name="minus_one"), out=grad)
-
-
-@dataclass
-class AlibiRows:
-    """The row side of ALiBi's bias on a kernel's score tiles of `rows` rows: the row index
-    0 .. rows - 1 and, per work unit (`scale_rows`), slope * r and -slope * r, each a [rows, 1]
-    col-major view of a one-row f32 tile."""
-
-    rows: int
-    index: SSAValue  # [1, rows] f32 tile: r
-    pos: SSAValue  # [1, rows] f32 tile: slope * r
-    neg: SSAValue  # [1, rows] f32 tile: -slope * r
-    index_col: SSAValue
-    pos_col: SSAValue
-    neg_col: SSAValue
-
-    @classmethod
-    def make(cls, index_i32: SSAValue, index: SSAValue, pos: SSAValue, neg: SSAValue, rows: int) -> AlibiRows:
-        """Once per kernel: r by `tci` into `index_i32` (a [1, rows] i32 tile: ptoas's `tcvt` takes
-        a source of the destination's shape), converted to f32, and the column views."""
-        tile.set_valid(index_i32, 1, rows)
-        tile.ci(scalar.const(0, I32), out=index_i32)
-        tile.cvt(index_i32, out=index)
-        cols = [tile.reshape(t, rows, 1, name=f"alibi_{n}_col", blayout="col_major")
-                for t, n in ((index, "index"), (pos, "pos"), (neg, "neg"))]
-        return cls(rows, index, pos, neg, *cols)
-
-    def scale_rows(self, slope: SSAValue) -> None:
-        """slope * r and -slope * r for a work unit's slope."""
-        tile.muls(self.index, slope, out=self.pos)
-        tile.muls(self.pos, scalar.const(-1.0, F32, name="minus_one"), out=self.neg)
-
-
-def alibi_bias(scores: SSAValue, bias: SSAValue, index_i32: SSAValue, index_f32: SSAValue, rows: AlibiRows,
-               start: SSAValue, cols: SSAValue, slope: SSAValue, tmp: SSAValue | None) -> None:
-    """scores -= slope * |d|, d = start + c - r for row r, column c (`start` an index: the first
-    column's position minus the first row's, the diagonal S1 - S0 included; `cols` the valid columns).
-
-    A tile on one side of the diagonal (d >= 0, or d <= 0, everywhere in it) has a bias linear in
-    c and r: slope * (start + c) as one row added with `tcolexpandadd`, slope * r as one column
-    subtracted with `trowexpandsub`, with the signs of that side: two passes over the tile. A
-    tile the diagonal crosses builds |d| in `bias` (of the scores' valid shape): `texpands` 0,
-    `tcolexpandadd`, `trowexpandsub`, `tabs`, `tmuls`, `tsub`. `tmp`: the trowexpandsub's scratch
-    (None: ptoas's hidden one)."""
-    for t in (index_i32, index_f32):
-        tile.set_valid(t, 1, cols)
-    tile.ci(scalar.index_cast(start, I32), out=index_i32)
-    tile.cvt(index_i32, out=index_f32)  # start + c
-    d_min = scalar.sub(start, rows.rows - 1, name="alibi_d_min")
-    d_max = scalar.add(start, scalar.sub(cols, 1), name="alibi_d_max")
-    minus_one = scalar.const(-1.0, F32, name="minus_one")
-    with pto.if_(scalar.ge(d_min, 0)):  # |d| = d: scores += -slope (start + c) + slope r
-        tile.muls(index_f32, slope, out=index_f32)
-        tile.muls(index_f32, minus_one, out=index_f32)
-        tile.col_expand_add(scores, index_f32, out=scores)
-        tile.row_expand_sub(scores, rows.neg_col, out=scores, tmp=tmp)
-    with pto.if_(scalar.le(d_max, 0)):  # |d| = -d: scores += slope (start + c) - slope r
-        tile.muls(index_f32, slope, out=index_f32)
-        tile.col_expand_add(scores, index_f32, out=scores)
-        tile.row_expand_sub(scores, rows.pos_col, out=scores, tmp=tmp)
-    with pto.if_(scalar.and_(scalar.lt(d_min, 0), scalar.gt(d_max, 0))):  # the diagonal crosses the tile
-        tile.fill(scalar.const(0.0, F32, name="zero"), out=bias)
-        tile.col_expand_add(bias, index_f32, out=bias)
-        tile.row_expand_sub(bias, rows.index_col, out=bias, tmp=tmp)
-        tile.abs(bias, out=bias)
-        tile.muls(bias, slope, out=bias)
-        tile.sub(scores, bias, out=scores)
+from ptofa.api import F32, pto, scalar, tile
+from ptofa.kernels.hostparam import HostParam
+from ptofa.kernels.mods import FinishSite, Mod, Site, UnitSite
+from ptofa.pipeline import mod_prefixes
 
 
 @dataclass(frozen=True)
@@ -204,28 +67,19 @@ class Sinks(Mod):
 # The forward kernel's hooks: where its mods apply.
 
 
-def builtin_mods(config) -> tuple:
-    """The mod objects of the config's built-in switches (their arguments unprefixed, flash-attn's names):
-    softcap (`scoremods.Softcap`). ALiBi, the window and key padding are still switches of their own."""
-    return (Softcap(),) if config.softcap else ()
-
-
 def _each_mod(mods: tuple, site: Site, emit) -> None:
     """emit(mod, prefix) for each mod in order; a mask's only on tiles outside the unit's full range."""
-    for i, mod in enumerate(mods):
+    for mod, prefix in zip(mods, mod_prefixes(mods)):
         if mod.mask and site.full is not None:
             lo, hi = site.full
             with pto.if_(scalar.or_(scalar.lt(site.t, lo), scalar.ge(site.t, hi))):
-                emit(mod, f"mod{i}_")
+                emit(mod, prefix)
         else:
-            emit(mod, f"mod{i}_")
+            emit(mod, prefix)
 
 
 def apply_forward(config, site: Site) -> None:
-    """The hook: the built-in mods, then `config.mods` in order; a mask's IR only on tiles outside the
-    unit's full range."""
-    for mod in builtin_mods(config):
-        mod.emit_forward(site, "")
+    """The hook: `config.mods` in order; a mask's IR only on tiles outside the unit's full range."""
     _each_mod(config.mods, site, lambda mod, prefix: mod.emit_forward(site, prefix))
 
 
@@ -240,7 +94,19 @@ def apply_backward(mods: tuple, site: Site, grad: SSAValue | None) -> None:
         _each_mod(mods, site, lambda mod, prefix: mod.emit_backward(site, prefix, grad))
 
 
+def apply_setup(mods: tuple, site: UnitSite) -> None:
+    """Each mod's IR once per vector kernel (`Mod.emit_setup`)."""
+    for mod, prefix in zip(mods, mod_prefixes(mods)):
+        mod.emit_setup(site, prefix)
+
+
+def apply_unit(mods: tuple, site: UnitSite) -> None:
+    """Each mod's IR once per work unit (`Mod.emit_unit`)."""
+    for mod, prefix in zip(mods, mod_prefixes(mods)):
+        mod.emit_unit(site, prefix)
+
+
 def apply_finish(config, site: FinishSite) -> None:
     """The finish hook: each of `config.mods` in order."""
-    for i, mod in enumerate(config.mods):
-        mod.emit_finish(site, f"mod{i}_")
+    for mod, prefix in zip(config.mods, mod_prefixes(config.mods)):
+        mod.emit_finish(site, prefix)

@@ -27,6 +27,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from ptofa.kernels.mods import has_mod
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
 from ptofa.reference import check_accuracy, check_lse, default_alibi_slopes, make_key_mask, reference_fa
 from ptofa.sim.options import RunOptions
@@ -109,8 +110,8 @@ class RunRequest:
     scale: float | None = None
     options: RunOptions = field(default_factory=RunOptions)
     key_mask: torch.Tensor | None = None  # [B, S1] or [S1]; None with config.key_padding: random ragged lengths
-    softcap: float = 0.0  # > 0 with config.softcap
-    alibi_slopes: torch.Tensor | None = None  # [N] or [B, N] fp32; None with config.alibi: `default_alibi_slopes`
+    softcap: float = 0.0  # > 0 with the Softcap mod in config.mods
+    alibi_slopes: torch.Tensor | None = None  # [N] or [B, N] fp32; None with ALiBi: `default_alibi_slopes`
     timing: bool = False
     timeline: Path | None = None
     trace: Path | None = None
@@ -202,9 +203,9 @@ def case_score_mods(config: FAConfig, shape: ProblemShape, softcap: float,
                     slopes: torch.Tensor | None) -> tuple[float, torch.Tensor | None]:
     """(softcap, ALiBi slopes) of a case: the given ones, ALiBi's usual slopes for a kernel with `alibi`
     and none given; `ConfigError` when the kernel's switches and the values disagree."""
-    if config.softcap != (softcap > 0):
-        raise ConfigError(f"softcap: {softcap} given, but the kernel was built with softcap={config.softcap}")
-    if not config.alibi:
+    if has_mod(config.mods, "softcap") != (softcap > 0):
+        raise ConfigError(f"softcap: {softcap} given, but the kernel was built with mods={config.mods}")
+    if not has_mod(config.mods, "alibi"):
         if slopes is not None:
             raise ConfigError("alibi slopes: given, but the kernel was built without alibi")
         return softcap, None

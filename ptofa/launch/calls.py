@@ -33,6 +33,7 @@ import torch
 
 from ptofa.ir.textio import ParsedModule, check_text
 from ptofa.kernels import argspec
+from ptofa.kernels.builtin_mods.softcap import Softcap
 from ptofa.kernels.dropout import cut as dropout_cut
 from ptofa.kernels.bwd_pipeline import BwdConfig, work_units
 from ptofa.launch.varlen import reduce_table, unit_table, varlen_shape
@@ -157,14 +158,13 @@ def runtime_values(shape: ProblemShape, scale: float, *, bounds: tuple[int, int]
     """The scalar arguments every FlashAttention entry takes its values from (an entry reads the
     ones it declares): sizes, scale, window bounds (`shape.window_bounds()` unless `bounds`, whose
     right bound may be negative: torch's top-left causal), key-mask stride, unit count, pages,
-    softcap and 2 / softcap (0 when off), the ALiBi slopes' batch stride."""
+    the softcap mod's (none when off: a softcap kernel then finds no value), the ALiBi slopes' batch stride."""
     left, right = shape.window_bounds() if bounds is None else bounds
     return {"batch": shape.batch, "heads": shape.heads, "kv_heads": shape.kv_heads, "s0": shape.s0, "s1": shape.s1,
             "scale": float(scale), "win_left": left, "win_right": right,
             "key_mask_stride": key_mask_stride(key_mask, shape.s1),
             "num_units": 0 if units is None else int(units.shape[0]), "max_pages": max_pages,
-            "softcap": float(softcap), "softcap_rcp2": 2.0 / softcap if softcap else 0.0,
-            "alibi_stride": alibi_stride(alibi), **dropout_values(dropout)}
+            **(Softcap.values(softcap) if softcap else {}), "alibi_stride": alibi_stride(alibi), **dropout_values(dropout)}
 
 
 def dropout_values(dropout: tuple[float, int, int] | None) -> dict[str, object]:

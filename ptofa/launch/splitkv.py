@@ -29,6 +29,7 @@ from ptofa.launch.calls import LaunchPlan, dense_as_varlen, split_plan
 from ptofa.launch.kernel_cache import split_kernels
 from ptofa.launch.sim import launch
 from ptofa.launch.varlen import reduce_table, split_tiles, unit_table, unit_visible_tiles, varlen_shape
+from ptofa.kernels.mods import has_mod
 from ptofa.kernels.units import block_loads, window_of_bounds
 from ptofa.pipeline import DTYPE_BYTES, MAX_SPLITS, REDUCE_TABLE, ConfigError, FAConfig, ProblemShape
 from ptofa.sim.options import RunOptions
@@ -100,8 +101,8 @@ def _one_block_us(config: FAConfig, q_len: int, tiles: int, num_splits: int, red
     lse = torch.empty(1, q_len) if config.lse else None
     split = Plan(num_splits, config, unit_table(config, [q_len], [k_len], 1, num_splits=num_splits), 1)
     spec = get_soc(soc)
-    slopes = torch.full((1,), 0.5) if config.alibi else None  # (a softcap / ALiBi kernel: its ops are timed too)
-    plan = split_plan(*split_kernels(config), split, shape, spec, scale=1.0, softcap=1.0 if config.softcap else 0.0,
+    slopes = torch.full((1,), 0.5) if has_mod(config.mods, "alibi") else None  # (a softcap / ALiBi kernel: its ops are timed too)
+    plan = split_plan(*split_kernels(config), split, shape, spec, scale=1.0, softcap=float(has_mod(config.mods, "softcap")),
                       alibi=slopes)
     results = launch(plan, {"q": q, "k": k, "v": v, "o": o, "lse": lse, "block_table": None, "alibi_slopes": slopes},
                      options=RunOptions(trace=True))
