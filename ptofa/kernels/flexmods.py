@@ -289,8 +289,9 @@ class _Lowering:
             self.dying = {_tile(v) for a in node.all_input_nodes if last.get(a) == i
                           for v in (env[a], tan.get(a))} - alive - {None}
             env[node], tan[node] = self.step(node, env, tan)
-            # operands whose last use this was give their tiles back, unless a result took one over
-            for name in self.dying - {_tile(env[node]), _tile(tan[node])}:
+            # operands whose last use this was give their tiles back, unless a result took one over (in
+            # name order: a set's order follows the string hash, and the kernel text must not)
+            for name in sorted(self.dying - {_tile(env[node]), _tile(tan[node])}):
                 self.free[self.kind_of(name)].append(name)
         return self.made["full"], self.made["row"], self.made["col"], self.tci_ops
 
