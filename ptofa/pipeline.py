@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from ptofa.ir.target import (ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES, KIB,  # noqa: F401 (re-exported)
                           SPACE_NAMES)
@@ -206,6 +206,11 @@ class FAConfig:
     # Dropout on P (`kernels/dropout.py`): the keep mask from an in-kernel generator of runtime
     # seed / offset; f32 softmax with the vectors' row sums (the cube's would be of dropped P).
     dropout: bool = False
+    # A unit is two Q blocks of one (batch, head) (the last alone for an odd count): per KV tile the cube
+    # does QK and PV of the first, loading K and V into L1 whole (TILE_S1 <= 512), then of the second from
+    # L1, so K and V cross the shared L2 once per two blocks; the vectors keep each block's statistics and
+    # O, in half-height row slices (UB room). Dense forward only: no mask, LSE or score modification.
+    q_pair: bool = False
     # The automatic fields this config resolved and the values they got. `dataclasses.replace`
     # carries them over: a field still at its resolved value is automatic again and re-resolved for
     # the new switches (replace(config, lse=True) gets the LSE form's qk_dtype, cube_rowsum, ...);
@@ -267,8 +272,13 @@ class FAConfig:
     def slice_factor(self) -> int:
         """Row slices per vector core and score tile (per slice buffer): a slice holds as many
         bytes as 128 f32 keys of the core's rows, so it spans vec_rows / (TILE_S1 / 128) rows
-        of f32 scores, or twice as many (up to all the core's rows) of f16 scores."""
-        return max(1, self.tile_s1 // 128 * DTYPE_BYTES[self.softmax_dtype] // 4)
+        of f32 scores, or twice as many (up to all the core's rows) of f16 scores; half with `q_pair`."""
+        return max(1, self.tile_s1 // 128 * DTYPE_BYTES[self.softmax_dtype] // 4) * (2 if self.q_pair else 1)
+
+    @property
+    def unit_rows(self) -> int:
+        """Query rows of one work unit: a Q block, or two with `q_pair`."""
+        return self.cube_s0 * (2 if self.q_pair else 1)
 
     @property
     def cube_buffers(self) -> int:
@@ -327,8 +337,8 @@ class FAConfig:
         `target.EXPDIF_TMP_BYTES`. With `cube_rowsum` compute_gu's two trowexpandmul take the
         first `exp_tmp` too, which makes room for the row-sum tiles.) A test counts them in the
         emitted IR, and one checks the simulator's UB peak."""
-        if self.dropout:  # compute_gu's and the final trowexpand* take the first `exp_tmp`: room for the generator
-            return 0
+        if self.dropout or self.q_pair:  # compute_gu's and the final trowexpand* take the first `exp_tmp` (an f16
+            return 0  # softmax's pair: `bcast_tmp`): room for the generator, or for the second block's stages
         return 1 if self.cube_rowsum else 2
 
     @property
@@ -403,7 +413,7 @@ class FAConfig:
                                        ("softcap", self.softcap), ("alibi", self.alibi),
                                        ("mods=" + "+".join(m.name for m in self.mods), self.mods),
                                        ("block_ranges", self.block_ranges),
-                                       ("dropout", self.dropout)) if on]
+                                       ("dropout", self.dropout), ("q_pair", self.q_pair)) if on]
         return " ".join(parts)
 
     def summary(self) -> str:
@@ -486,6 +496,11 @@ def _check_config(c: FAConfig) -> None:
     if c.dropout and (c.mods or c.block_ranges):
         fail("dropout", "dropout=True with modification objects (mods / block_ranges) is not built: their scores and "
                         "masks are not dropped, got mods=" + "+".join(m.name for m in c.mods))
+    others = ("masked", "key_padding", "varlen", "lse", "softcap", "alibi", "mods", "block_ranges", "dropout")
+    if c.q_pair and (any(getattr(c, n) for n in others) or c.d_split != 1 or c.tile_s1 > 512):
+        fail("paired Q blocks", f"q_pair=True is built for the dense forward with head <= {SPLIT_HEAD} and tile_s1 <= 512 "
+                                f"(a whole K and V tile in L1), got head={c.head}, tile_s1={c.tile_s1}, "
+                                + ", ".join(f"{n}={getattr(c, n)!r}" for n in others))
     if c.alibi and c.gqa_pack:
         fail("ALiBi", "alibi=True needs gqa_pack=False: a packed unit's rows are different heads, each with its own slope")
     vec_s0, stat_bytes = c.vec_s0, DTYPE_BYTES[c.softmax_dtype]
@@ -531,12 +546,16 @@ def chunk_names(c: FAConfig, name: str) -> list[str]:
 
 
 QK_BUFFERED = ("k_right", "s_acc")  # cube tiles with `qk_buffers` buffers (the others: `cube_buffers`)
+PAIR_RESIDENT = ("k_mat", "v_mat")  # `q_pair`: L1 tiles holding the whole KV tile, one buffer per sub-tile
+# `q_pair`: the vector tiles (and the exp_max ring) each Q block has its own of, the second's named + PAIR_SUFFIX
+PAIR_STATE, PAIR_SUFFIX = ("m_all", "l_all", "m_all_h", "o_tile", "l_acc"), "_b"
 
 
 def cube_buffer_names(c: FAConfig, name: str) -> list[str]:
     """Names of a cube tile that sub-tiles alternate: an L1 staging tile, L0A/L0B operand or QK
     accumulator; two (sub-tile i uses buffer i % 2) with 64-key sub-tiles, else one."""
     n = c.qk_buffers if name in QK_BUFFERED else c.cube_buffers
+    n = c.tile_factor if c.q_pair and name in PAIR_RESIDENT else n  # (the whole KV tile: both blocks use it)
     return [f"{name}{i}" for i in range(n)] if n > 1 else [name]
 
 
@@ -648,6 +667,11 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
                   TileSpec("alibi_rows", "vector", "p", "vec", 1, vs0, "f32", **dyn),
                   TileSpec("alibi_pos", "vector", "p", "vec", 1, vs0, "f32"),
                   TileSpec("alibi_neg", "vector", "p", "vec", 1, vs0, "f32")]
+    if c.q_pair:  # the second block's Q in L1 (it takes turns with the first in L0A) and its own state
+        state = [t for t in tiles if t.name in PAIR_STATE or t.name.startswith("exp_ring")]
+        tiles += [replace(t, name=t.name + PAIR_SUFFIX) for t in tiles if t.name == "q_mat" or t in state]
+        if sd != "f32":  # the f32 broadcasts' scratch, which an f16 softmax's exp_tmp cannot be (`rowexpand_ops`)
+            tiles.append(TileSpec("bcast_tmp", "vector", "gu", "vec", 1, EXPDIF_TMP_BYTES // 4, "f32"))
     if c.dropout:  # the generator's i32 tiles (`kernels/dropout.py`; its keep factor goes to red_tmp, its key
         # row to ALiBi's key positions when there are: ALiBi is done with them by then)
         tiles += [TileSpec("drop_bits", "vector", "p", "vec", vs0, ts1, "i32", **dyn),
@@ -773,11 +797,11 @@ class ProblemShape:
         return -(-self.s0 // (c.cube_s0 if c is not None else 128))
 
     def work_units(self, c: FAConfig | None = None) -> int:
-        """(batch, head, Q block) units shared by the persistent blocks."""
+        """(batch, head, Q block) units shared by the persistent blocks (two Q blocks a unit with `q_pair`)."""
         rows = c.cube_s0 if c is not None else 128
         if self.seqlens is not None:
             return self.heads * sum(-(-q // rows) for q, _ in self.seqlens)
-        return self.batch * self.heads * self.q_blocks(c)
+        return self.batch * self.heads * (-(-self.q_blocks(c) // 2) if c is not None and c.q_pair else self.q_blocks(c))
 
     def window_bounds(self) -> tuple[int, int]:
         """The kernel's window arguments: -1 (unbounded) becomes s0 + s1, which no offset reaches."""

@@ -54,6 +54,7 @@ The kernel family (switches of `FAConfig`, one builder):
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from xdsl.dialects import builtin
@@ -65,11 +66,13 @@ from ptofa.kernels import dropout
 from ptofa.kernels.scoremods import AlibiRows, alibi_bias, apply_finish, apply_forward
 from ptofa.kernels.common import (HALF_NEG, NEG_INIT, SPLIT, alloc, clamp, entry_type, fused, init_pipes, pipelined,
                                   push_scaled_q, ring_select, row_offset, snake_rank)
+from ptofa.kernels.fwd_units import Common as _Common, Unit as _Unit, common_values as _common
+from ptofa.kernels.fwd_units import q_row_stride as _q_row_stride, split_range as _split_range, tile_keys as _tile_keys
 from ptofa.kernels.hostparam import mod_params
 from ptofa.kernels.mods import RANGE_FIELDS, FinishSite, Site
 from ptofa.kernels.window import TileRange
-from ptofa.pipeline import (DTYPE_BYTES, KEY_MASK_TILES, ROWSUM_COLS, UNIT_FIELDS, UNIT_TABLE, FAConfig, buffer_names,
-                             chunk_names, cube_buffer_name, cube_buffer_names, tile_plan)
+from ptofa.pipeline import (KEY_MASK_TILES, PAIR_STATE, PAIR_SUFFIX, ROWSUM_COLS, UNIT_FIELDS, UNIT_TABLE, FAConfig,
+                            buffer_names, chunk_names, cube_buffer_name, cube_buffer_names, tile_plan)
 from ptofa.ir.textio import print_pto
 
 # The f16 softmax's mask value: finite in f16 even when added to a score (or twice, window and key
@@ -95,81 +98,6 @@ def mask_constants(config: FAConfig) -> tuple[float, float, float]:
 # ======================================================================================
 # Work units and the visible tile range (the same arithmetic on both kernels)
 # ======================================================================================
-
-
-@dataclass
-class _Common:
-    """Per-function values both kernels derive the same way."""
-
-    config: FAConfig
-    args: dict[str, SSAValue]
-    block_idx: SSAValue
-    block_num: SSAValue
-    batch: SSAValue
-    heads: SSAValue
-    group: SSAValue  # heads / kv_heads
-    s0: SSAValue
-    s1: SSAValue
-    units: SSAValue  # B * N * ceil(S0 / 128)
-    q_blocks: SSAValue
-    q_stride: SSAValue  # N * D: elements between two query positions in BSND
-    kv_stride: SSAValue  # KVN * D
-    kv_heads: SSAValue
-    slot_bases: dict[str, SSAValue]  # per-pipe slot ring base pointer of this block
-
-
-@dataclass
-class _Unit:
-    """One work unit: a Q block of one (sequence, head) and the KV tiles it visits."""
-
-    b: SSAValue  # batch (0 for varlen: the tensors are packed)
-    h: SSAValue  # query head
-    g: SSAValue  # kv head
-    q0: SSAValue  # first query row of the block within its sequence
-    q_rows: SSAValue  # valid query rows of the block (<= cube_s0)
-    s0: SSAValue  # this sequence's query length
-    s1: SSAValue  # this sequence's key length
-    q_row: SSAValue  # the block's first row in the Q / O tensors ([B*S0] or packed rows)
-    k_row: SSAValue  # the sequence's first row in the K / V tensors (unpaged)
-    seq: SSAValue  # the sequence (its block-table row, paged caches)
-    lse_row: SSAValue  # the block's first element in LSE ([B, N, S0], or [N, total_q] for varlen)
-    tiles: TileRange
-    window: tuple[SSAValue, SSAValue] | None = None  # (left, right) bounds of a masked kernel
-    split: tuple[SSAValue, SSAValue] | None = None  # split-KV: (this split, splits of the unit)
-    full: tuple[SSAValue, SSAValue] | None = None  # block ranges: the tiles no mask entry hides
-
-
-def _common(config: FAConfig, args: dict[str, SSAValue]) -> _Common:
-    """Runtime sizes, unit count and this block's slot-ring bases (same on both kernels)."""
-    batch = scalar.index_cast(args["batch"], name="batch")
-    heads = scalar.index_cast(args["heads"], name="heads")
-    kv_heads = scalar.index_cast(args["kv_heads"], name="kv_heads")
-    s0 = scalar.index_cast(args["s0"], name="s0")
-    s1 = scalar.index_cast(args["s1"], name="s1")
-    group = scalar.div(heads, kv_heads, name="group")
-    q_blocks = scalar.ceildiv(s0, config.cube_s0, name="q_blocks")
-    if config.varlen:  # the host's unit table has this many entries
-        units = scalar.index_cast(args["num_units"], name="units")
-    else:
-        units = scalar.mul(scalar.mul(batch, heads), q_blocks, name="units")
-    q_stride = scalar.mul(heads, config.head, name="q_stride")
-    kv_stride = scalar.mul(kv_heads, config.head, name="kv_stride")
-    block_idx = pto.get_block_idx()
-    block_num = pto.get_block_num()
-    # Slot workspace per block: the rings of the QK, PV, P and (prescale_q) scaled-Q pipes, one
-    # after the other; `slots` addresses it in f32 elements, `slots_h` in the input dtype (the
-    # dtype of the P and Q rings, and of an f16 softmax's QK ring).
-    f32_off = scalar.mul(block_idx, config.gm_slot_f32_per_block, name="slot_f32_off")
-    h_off = scalar.mul(block_idx, 2 * config.gm_slot_f32_per_block, name="slot_h_off")
-    block_base = {"f32": pto.add_ptr(args["slots"], f32_off, name="slot_f32_block"),
-                  config.in_dtype: pto.add_ptr(args["slots_h"], h_off, name="slot_h_block")}
-    bases, offset = {}, 0
-    for pipe in (config.pipes[0], config.pipes[2], config.pipes[1], *config.pipes[3:]):
-        elem = DTYPE_BYTES[pipe.dtype]
-        bases[pipe.name] = pto.add_ptr(block_base[pipe.dtype], offset // elem, name=f"{pipe.name}_ring")
-        offset += pipe.slot_bytes * config.slot_num
-    return _Common(config, args, block_idx, block_num, batch, heads, group, s0, s1, units, q_blocks,
-                   q_stride, kv_stride, kv_heads, bases)
 
 
 def _unit(c: _Common, unit: SSAValue) -> _Unit:
@@ -238,35 +166,16 @@ def _unit(c: _Common, unit: SSAValue) -> _Unit:
                  tuple(full) if full else None)
 
 
-def _split_range(lo: SSAValue, hi: SSAValue, split: SSAValue, splits: SSAValue) -> tuple[SSAValue, SSAValue]:
-    """Split i of S covers visible tiles [lo + n*i // S, lo + n*(i+1) // S), n = hi - lo: contiguous,
-    disjoint, sizes within one of each other; a split gets none when S > n (`varlen.split_tiles`)."""
-    n = scalar.sub(hi, lo, name="visible")
-    first = scalar.add(lo, scalar.div(scalar.mul(n, split), splits), name="split_lo")
-    last = scalar.add(lo, scalar.div(scalar.mul(n, scalar.add(split, 1)), splits), name="split_hi")
-    return first, last
-
-
 def _snake(c: _Common, unit: SSAValue) -> SSAValue:
     """The rank (0 = longest) a block works on (`common.snake_rank`: the snake over the waves, so the
     blocks finish together)."""
     return snake_rank(unit, c.block_num, c.units)
 
 
-def _q_row_stride(c: _Common) -> SSAValue | int:
-    """Elements between two rows of a Q / O block: the next query row, or (GQA packing) the next head."""
-    return c.config.head if c.config.gqa_pack else c.q_stride
-
-
 def _q_view(c: _Common, u: _Unit) -> SSAValue:
     """The unit's Q block in GM: [q_rows, D]."""
     return pto.as_tensor(pto.add_ptr(c.args["q"], row_offset(u.q_row, u.h, c.heads, c.config.head)),
                          [u.q_rows, c.config.head], [_q_row_stride(c), 1], name="q_view")
-
-
-def _tile_keys(c: _Common, u: _Unit, t: SSAValue) -> SSAValue:
-    """Valid keys of KV tile t: TILE_S1, or fewer in the last tile."""
-    return scalar.min(scalar.sub(u.s1, scalar.mul(t, c.config.tile_s1)), c.config.tile_s1, name="tile_keys")
 
 
 def _for_sub(c: _Common, tile_keys: SSAValue, sub: int, body) -> None:
@@ -278,6 +187,24 @@ def _for_sub(c: _Common, tile_keys: SSAValue, sub: int, body) -> None:
     keys = clamp(scalar.sub(tile_keys, sub * c.config.cube_s1), 0, c.config.cube_s1)
     with pto.if_(scalar.gt(keys, 0)):
         body(keys)
+
+
+def _unit_blocks(c: _Common, unit: SSAValue) -> list[tuple[_Unit, SSAValue | None]]:
+    """The Q blocks work unit `unit` runs, each with the condition it exists under (None: always).
+    With `q_pair` unit (b, h, i) is Q blocks 2i and 2i + 1 of (b, h), decoded as the unpaired units
+    they would be; the second lies past S0 when S0 has an odd number of Q blocks and i is the last."""
+    if not c.config.q_pair:
+        return [(_unit(c, unit), None)]
+    pairs = scalar.ceildiv(c.q_blocks, 2, name="pairs")
+    second_block = scalar.add(scalar.mul(scalar.rem(unit, pairs), 2), 1, name="second_q_block")
+    first = scalar.add(scalar.mul(scalar.div(unit, pairs), c.q_blocks), scalar.sub(second_block, 1), name="first_unit")
+    has_second = scalar.lt(second_block, c.q_blocks, name="has_second")
+    return [(_unit(c, first), None), (_unit(c, scalar.add(first, 1, name="second_unit")), has_second)]
+
+
+def _within(condition: SSAValue | None):
+    """The context under which a block of `_unit_blocks` runs: its `scf.if`, or none."""
+    return nullcontext() if condition is None else pto.if_(condition)
 
 
 # ======================================================================================
@@ -331,8 +258,9 @@ def _sub_tiles(s: _CubeState, sub: int, *names: str) -> list[SSAValue]:
     return [s.tiles[cube_buffer_name(s.c.config, name, sub)] for name in names]
 
 
-def compute_qk(s: _CubeState, kt: _KVTile, sub: int, entry: SSAValue) -> None:
-    """S[:, sub] = Q K_sub^T for tile t (summed over the D chunks), stored into column band `sub` of the QK slot."""
+def compute_qk(s: _CubeState, kt: _KVTile, sub: int, entry: SSAValue, load: bool = True) -> None:
+    """S[:, sub] = Q K_sub^T for tile t (summed over the D chunks), stored into column band `sub` of the QK slot
+    (`load` False: K_sub is in L1 already, loaded for a unit's first Q block, `q_pair`)."""
     cfg, tl = s.c.config, s.tiles
     dc = cfg.d_chunk
     k_mat, k_right, s_acc = _sub_tiles(s, sub, "k_mat", "k_right", "s_acc")
@@ -342,7 +270,8 @@ def compute_qk(s: _CubeState, kt: _KVTile, sub: int, entry: SSAValue) -> None:
         tile.set_valid(s_acc, s.u.q_rows, keys)
         for chunk, q_left in enumerate(chunk_names(cfg, "q_left")):
             tile.set_valid(k_mat, dc, keys)
-            pto.load(pto.slice_view(kt.k_view, [chunk * dc, col0], [dc, keys], name="k_part"), k_mat)
+            if load:
+                pto.load(pto.slice_view(kt.k_view, [chunk * dc, col0], [dc, keys], name="k_part"), k_mat)
             tile.set_valid(k_right, dc, keys)
             tile.mov(k_mat, k_right)
             tile.matmul(tl[q_left], k_right, out=s_acc, accumulate=chunk > 0)
@@ -352,8 +281,8 @@ def compute_qk(s: _CubeState, kt: _KVTile, sub: int, entry: SSAValue) -> None:
     _for_sub(s.c, kt.keys, sub, body)
 
 
-def compute_pv(s: _CubeState, kt: _KVTile, sub: int, p_entry: SSAValue) -> None:
-    """O_acc (+)= P[:, sub] V_sub for tile t: the sub-tiles are the K dimension of P V."""
+def compute_pv(s: _CubeState, kt: _KVTile, sub: int, p_entry: SSAValue, load: bool = True) -> None:
+    """O_acc (+)= P[:, sub] V_sub for tile t: the sub-tiles are the K dimension of P V (`load` as compute_qk's)."""
     cfg, tl = s.c.config, s.tiles
     p_mat, p_left, v_mat, v_right = _sub_tiles(s, sub, "p_mat", "p_left", "v_mat", "v_right")
 
@@ -368,7 +297,8 @@ def compute_pv(s: _CubeState, kt: _KVTile, sub: int, p_entry: SSAValue) -> None:
         dc = cfg.d_chunk
         for chunk, o_acc in enumerate(chunk_names(cfg, "o_acc")):  # O[:, chunk] (+)= P V[:, chunk]
             tile.set_valid(v_mat, keys, dc)  # the load writes D columns; the ones after them stay
-            pto.load(pto.slice_view(kt.v_view, [row0, chunk * dc], [keys, dc], name="v_part"), v_mat)
+            if load:
+                pto.load(pto.slice_view(kt.v_view, [row0, chunk * dc], [keys, dc], name="v_part"), v_mat)
             if width != dc:
                 tile.set_valid(v_mat, keys, width)
             tile.set_valid(v_right, keys, width)
@@ -378,17 +308,17 @@ def compute_pv(s: _CubeState, kt: _KVTile, sub: int, p_entry: SSAValue) -> None:
     _for_sub(s.c, kt.keys, sub, body)
 
 
-def _qk_tile(s: _CubeState, t: SSAValue) -> None:
+def _qk_tile(s: _CubeState, t: SSAValue, load: bool = True) -> None:
     """QK for a whole logical tile (prologue)."""
     qk = s.c.config.pipes[0]
     entry = pto.talloc("cube", qk.pipe_id, entry_type(qk, "cube"), SPLIT, name="qk_entry")
     kt = _kv_tile(s, t)
     for sub in range(s.c.config.tile_factor):
-        compute_qk(s, kt, sub, entry)
+        compute_qk(s, kt, sub, entry, load)
     pto.tpush("cube", qk.pipe_id, entry, SPLIT)
 
 
-def _pv_tile(s: _CubeState, t: SSAValue, interleave_qk_tile: SSAValue | None) -> None:
+def _pv_tile(s: _CubeState, t: SSAValue, interleave_qk_tile: SSAValue | None, load: bool = True) -> None:
     """PV(t), with QK(interleave_qk_tile) interleaved sub-tile by sub-tile (steady state).
 
     QK's first sub-tile comes before the pop of P(t): the cube works while the vectors finish
@@ -399,13 +329,13 @@ def _pv_tile(s: _CubeState, t: SSAValue, interleave_qk_tile: SSAValue | None) ->
     if interleave_qk_tile is not None:
         qk_entry = pto.talloc("cube", qk.pipe_id, entry_type(qk, "cube"), SPLIT, name="qk_entry")
         qk_kt = _kv_tile(s, interleave_qk_tile)
-        compute_qk(s, qk_kt, 0, qk_entry)
+        compute_qk(s, qk_kt, 0, qk_entry, load)
     p_entry = pto.tpop("cube", p.pipe_id, entry_type(p, "cube"), SPLIT, name="p_entry")
     pv_kt = _kv_tile(s, t)
     for sub in range(cfg.tile_factor):
-        compute_pv(s, pv_kt, sub, p_entry)
+        compute_pv(s, pv_kt, sub, p_entry, load)
         if qk_kt is not None and sub + 1 < cfg.tile_factor:
-            compute_qk(s, qk_kt, sub + 1, qk_entry)
+            compute_qk(s, qk_kt, sub + 1, qk_entry, load)
     pto.tfree("cube", p.pipe_id, p_entry, SPLIT)
     if qk_entry is not None:
         pto.tpush("cube", qk.pipe_id, qk_entry, SPLIT)
@@ -434,7 +364,8 @@ def _cube_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
             tile.fill(one, out=tiles[name])
     preload = config.qk_preload
     with pto.range(c.block_idx, c.units, c.block_num, name="unit") as unit:
-        u = _unit(c, unit)
+        blocks = _unit_blocks(c, unit)
+        u = blocks[0][0]
         q_src = _scaled_q_entry(config) if config.prescale_q else _q_view(c, u)
         k_view = v_view = None
         if not config.page_size:
@@ -446,17 +377,38 @@ def _cube_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
         for chunk, (q_mat, q_left) in enumerate(zip(chunk_names(config, "q_mat"), chunk_names(config, "q_left"))):
             tile.set_valid(tiles[q_mat], u.q_rows, dc)
             pto.load(pto.slice_view(q_src, [0, chunk * dc], [u.q_rows, dc], name="q_part"), tiles[q_mat])
-            tile.set_valid(tiles[q_left], u.q_rows, dc)
-            tile.mov(tiles[q_mat], tiles[q_left])
+            if not config.q_pair:  # (paired blocks take turns in L0A: `_pair_step`)
+                tile.set_valid(tiles[q_left], u.q_rows, dc)
+                tile.mov(tiles[q_mat], tiles[q_left])
         if config.prescale_q:
             pto.tfree("cube", config.pipes[3].pipe_id, q_src, SPLIT)
-        s = _CubeState(c, u, tiles, k_view, v_view)
+        for u_b, has in blocks[1:]:  # q_pair: the second block's Q into L1 (one D chunk)
+            with _within(has):
+                q_src = _scaled_q_entry(config) if config.prescale_q else _q_view(c, u_b)
+                tile.set_valid(tiles["q_mat" + PAIR_SUFFIX], u_b.q_rows, dc)
+                pto.load(pto.slice_view(q_src, [0, 0], [u_b.q_rows, dc], name="q_part"), tiles["q_mat" + PAIR_SUFFIX])
+                if config.prescale_q:
+                    pto.tfree("cube", config.pipes[3].pipe_id, q_src, SPLIT)
+        states = [(_CubeState(c, u_b, tiles, k_view, v_view), has) for u_b, has in blocks]
         pipelined(
             u.tiles, preload,
-            prologue=lambda t: _qk_tile(s, t),
-            steady=lambda t: _pv_tile(s, t, scalar.add(t, preload, name="t_ahead")),
-            epilogue=lambda t: _pv_tile(s, t, None),
+            prologue=lambda t: _pair_step(states, lambda s, load: _qk_tile(s, t, load), qk=True),
+            steady=lambda t: _pair_step(states, lambda s, load: _pv_tile(s, t, scalar.add(t, preload, name="t_ahead"),
+                                                                         load), qk=True),
+            epilogue=lambda t: _pair_step(states, lambda s, load: _pv_tile(s, t, None, load), qk=False),
         )
+
+
+def _pair_step(states: list[tuple[_CubeState, SSAValue | None]], step, qk: bool) -> None:
+    """One step of the cube's schedule for each Q block of the unit, in turn: the first loads the KV
+    tile's sub-tiles from GM, the second (`q_pair`) finds them in L1 and, where the step computes QK,
+    first moves its Q into L0A, where the first block's Q was."""
+    for i, (s, has) in enumerate(states):
+        with _within(has):
+            if s.c.config.q_pair and qk:
+                tile.set_valid(s.tiles["q_left"], s.u.q_rows, s.c.config.head)
+                tile.mov(s.tiles["q_mat" + PAIR_SUFFIX * i], s.tiles["q_left"])
+            step(s, i == 0)
 
 
 # ======================================================================================
@@ -648,7 +600,7 @@ def compute_gu(s: _VecState, t: SSAValue) -> None:
     pto.tfree("vector", pv.pipe_id, pv_entry, SPLIT)
     ring_select(s.ring, t, lambda ring_tile: tile.mov(ring_tile, s.rows["alpha_cur"]))
     # (with the cube's row sums, no hidden scratch: the broadcast goes to compute_p's exp_tmp)
-    tmp = tl[buffer_names(cfg, "exp_tmp")[0]] if cfg.cube_rowsum or cfg.dropout else None
+    tmp = tl.get("bcast_tmp", tl[buffer_names(cfg, "exp_tmp")[0]]) if cfg.cube_rowsum or cfg.dropout or cfg.q_pair else None
     tile.row_expand_mul(tl["o_tile"], tl["alpha_cur"], out=tl["o_tile"], tmp=tmp)
     tile.add(tl["o_tile"], tl["pv_tile"], out=tl["o_tile"])
     if cfg.cube_rowsum:  # l = alpha_t * l + rowsum(P_t), in each of the ROWSUM_COLS equal columns
@@ -677,7 +629,7 @@ def _finish(s: _VecState, l_col: SSAValue) -> None:
         tile.div(tl["l_fix"], tl["row_ok"], out=tl["l_fix"])  # +inf for empty rows: O / inf = 0
     if cfg.dropout:  # kept entries weigh 1 / (1 - p); the broadcast's scratch is exp_tmp (`rowexpand_ops`)
         tile.muls(tl["o_tile"], s.c.args["drop_scale"], out=tl["o_tile"])
-    tmp = tl[buffer_names(cfg, "exp_tmp")[0]] if cfg.dropout else None
+    tmp = tl.get("bcast_tmp", tl[buffer_names(cfg, "exp_tmp")[0]]) if cfg.dropout or cfg.q_pair else None
     tile.row_expand_div(tl["o_tile"], l_col, out=tl["o_tile"], tmp=tmp)
     if cfg.lse or cfg.split_kv:
         lse = tl["lse_row"]
@@ -782,37 +734,59 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
                                          tiles["drop_rows"],
                                          tiles["drop_rows_tmp"], config.vec_s0, config.tile_s1)
         drop_keys = tuple(scalar.index_cast(scalar.index_cast(args[n]), I32, name=n) for n in ("drop_seed", "drop_offset"))
+    views = [(tiles, rows, ring, l_col, l_all_col)]
+    if config.q_pair:  # the second block's own state, under the names the stages use
+        own = [n for n in (*PAIR_STATE, *(f"exp_ring{r}" for r in range(config.exp_ring))) if n in tiles]
+        rows_b = {**rows, **{n: rows[n + PAIR_SUFFIX] for n in own if n in rows}}
+        l_col_b = tile.reshape(tiles["l_all" + PAIR_SUFFIX], config.vec_rows, 1, name="l_all_b_col", blayout="col_major")
+        views.append(({**tiles, **{n: tiles[n + PAIR_SUFFIX] for n in own}}, rows_b,
+                      [rows_b[f"exp_ring{r}"] for r in range(config.exp_ring)], l_col_b, l_col_b))
     preload = config.qk_preload
     if config.prescale_q:
         with pto.if_(scalar.lt(c.block_idx, c.units)):
-            u_q = _unit(c, c.block_idx)
-            push_scaled_q(c.config, tiles, args["scale"], row_base, u_q.q_rows, _q_view(c, u_q))
+            for u_q, has in _unit_blocks(c, c.block_idx):
+                with _within(has):
+                    push_scaled_q(c.config, tiles, args["scale"], row_base, u_q.q_rows, _q_view(c, u_q))
     with pto.range(c.block_idx, c.units, c.block_num, name="unit") as unit:
         if config.prescale_q:
             following = scalar.add(unit, c.block_num, name="next_unit")
             with pto.if_(scalar.lt(following, c.units)):
-                u_q = _unit(c, following)
-                push_scaled_q(c.config, tiles, args["scale"], row_base, u_q.q_rows, _q_view(c, u_q))
-        u = _unit(c, unit)
-        s = _VecState(c, u, tiles, rows, args["scale"], consts, ring, row_base)
-        s.drop, s.drop_keys = drop, drop_keys
-        if config.alibi:  # slopes [N] (stride 0) or [B, N]: this unit's sequence and head
-            batch_off = scalar.mul(u.seq, scalar.index_cast(args["alibi_stride"]))
-            s.slope = pto.load_scalar(args["alibi_slopes"], scalar.add(batch_off, u.h), name="slope")
-            s.alibi_rows = alibi_rows
-            alibi_rows.scale_rows(s.slope)
-        tile.fill(consts["neg"], out=rows["m_all"])
-        if config.softmax_dtype != "f32":
-            tile.fill(consts["neg_h"], out=rows["m_all_h"])
-        tile.fill(consts["zero"], out=rows["l_all"])
-        tile.set_valid(tiles["o_tile"], config.vec_rows, config.head)
-        tile.fill(consts["zero"], out=tiles["o_tile"])
-        if config.cube_rowsum:
-            tile.fill(consts["zero"], out=tiles["l_acc"])
-        fused(u.tiles, preload, consume=lambda t: compute_gu(s, t), produce=lambda t: compute_p(s, t))
-        if config.cube_rowsum:  # l: the accumulated row sums, ROWSUM_COLS equal columns -> one
-            tile.row_max(tiles["l_acc"], out=l_all_col, tmp=tiles["l_pv"])
-        _finish(s, l_col)
+                for u_q, has in _unit_blocks(c, following):
+                    with _within(has):
+                        push_scaled_q(c.config, tiles, args["scale"], row_base, u_q.q_rows, _q_view(c, u_q))
+        states = []
+        for (u, has), (tl, rw, rg, lc, lac) in zip(_unit_blocks(c, unit), views):
+            s = _VecState(c, u, tl, rw, args["scale"], consts, rg, row_base)
+            s.drop, s.drop_keys = drop, drop_keys
+            if config.alibi:  # slopes [N] (stride 0) or [B, N]: this unit's sequence and head
+                batch_off = scalar.mul(u.seq, scalar.index_cast(args["alibi_stride"]))
+                s.slope = pto.load_scalar(args["alibi_slopes"], scalar.add(batch_off, u.h), name="slope")
+                s.alibi_rows = alibi_rows
+                alibi_rows.scale_rows(s.slope)
+            with _within(has):
+                tile.fill(consts["neg"], out=rw["m_all"])
+                if config.softmax_dtype != "f32":
+                    tile.fill(consts["neg_h"], out=rw["m_all_h"])
+                tile.fill(consts["zero"], out=rw["l_all"])
+                tile.set_valid(tl["o_tile"], config.vec_rows, config.head)
+                tile.fill(consts["zero"], out=tl["o_tile"])
+                if config.cube_rowsum:
+                    tile.fill(consts["zero"], out=tl["l_acc"])
+            states.append((s, has, lc, lac))
+        fused(states[0][0].u.tiles, preload, consume=lambda t: _each(states, lambda s: compute_gu(s, t)),
+              produce=lambda t: _each(states, lambda s: compute_p(s, t)))
+        for s, has, lc, lac in states:
+            with _within(has):
+                if config.cube_rowsum:  # l: the accumulated row sums, ROWSUM_COLS equal columns -> one
+                    tile.row_max(s.tiles["l_acc"], out=lac, tmp=tiles["l_pv"])
+                _finish(s, lc)
+
+
+def _each(states: list, stage) -> None:
+    """A vector stage for each Q block of the unit, in the order the cube handles them (`_pair_step`)."""
+    for s, has, *_ in states:
+        with _within(has):
+            stage(s)
 
 
 # ======================================================================================
