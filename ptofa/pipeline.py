@@ -206,10 +206,7 @@ class FAConfig:
     # Dropout on P (`kernels/dropout.py`): the keep mask from an in-kernel generator of runtime
     # seed / offset; f32 softmax with the vectors' row sums (the cube's would be of dropped P).
     dropout: bool = False
-    # A unit is two Q blocks of one (batch, head) (the last alone for an odd count): per KV tile the cube
-    # does QK and PV of the first, loading K and V into L1 whole (TILE_S1 <= 512), then of the second from
-    # L1, so K and V cross the shared L2 once per two blocks; the vectors keep each block's statistics and
-    # O, in half-height row slices (UB room). Dense forward only: no mask, LSE or score modification.
+    # A unit is two Q blocks of one (batch, head) sharing each KV tile loaded once into L1 (`pair_o_view`, fa_fwd).
     q_pair: bool = False
     # The automatic fields this config resolved and the values they got. `dataclasses.replace`
     # carries them over: a field still at its resolved value is automatic again and re-resolved for
@@ -232,12 +229,12 @@ class FAConfig:
         if self.cube_s1 is None:
             narrow = self.qk_preload == 1 or (self.head > SPLIT_HEAD and self.tile_s1 < 512)
             object.__setattr__(self, "cube_s1", 128 if narrow else 64)
-        if self.cube_rowsum is None:
-            object.__setattr__(self, "cube_rowsum", self.softmax_dtype == "f32" and self.d_split == 1
-                               and not self.lse and not self.dropout and _fits(self, cube_rowsum=True))
         if self.qk_dtype is None:  # S in the input dtype where its accuracy was measured (no LSE, dropout, score mods)
             exact = (self.lse or self.dropout or any(m.scores for m in self.mods)) and self.softmax_dtype == "f32"
             object.__setattr__(self, "qk_dtype", "f32" if exact else self.in_dtype)
+        if self.cube_rowsum is None:  # (its plan with the S dtype above: the row max may take the input-dtype scores)
+            object.__setattr__(self, "cube_rowsum", self.softmax_dtype == "f32" and self.d_split == 1
+                               and not self.lse and not self.dropout and _fits(self, cube_rowsum=True))
         if self.exp_f16 is None:
             object.__setattr__(self, "exp_f16", bool(self.cube_rowsum) and self.in_dtype == "f16"
                                and self.softmax_dtype == "f32")
@@ -272,13 +269,16 @@ class FAConfig:
     def slice_factor(self) -> int:
         """Row slices per vector core and score tile (per slice buffer): a slice holds as many
         bytes as 128 f32 keys of the core's rows, so it spans vec_rows / (TILE_S1 / 128) rows
-        of f32 scores, or twice as many (up to all the core's rows) of f16 scores; half with `q_pair`."""
-        return max(1, self.tile_s1 // 128 * DTYPE_BYTES[self.softmax_dtype] // 4) * (2 if self.q_pair else 1)
+        of f32 scores, or twice as many (up to all the core's rows) of f16 scores."""
+        pair = 2 if self.q_pair and self.softmax_dtype == "f16" else 1  # (`pair_o_view`)
+        return max(1, self.tile_s1 // 128 * DTYPE_BYTES[self.softmax_dtype] // 4) * pair
 
     @property
-    def unit_rows(self) -> int:
-        """Query rows of one work unit: a Q block, or two with `q_pair`."""
-        return self.cube_s0 * (2 if self.q_pair else 1)
+    def pair_o_view(self) -> bool:
+        """UB room for `q_pair`'s second O: an f16 softmax halves its row slices (`slice_factor`); an f32 one (whose
+        vector work is the bound) keeps them and converts O into a view of p_half (free in `_finish`) where it fits."""
+        return (self.q_pair and self.softmax_dtype == "f32" and self.out_dtype == self.in_dtype
+                and self.vec_buffers == 1 and self.vec_s0 * self.tile_s1 == self.vec_rows * self.head)
 
     @property
     def cube_buffers(self) -> int:
@@ -546,9 +546,8 @@ def chunk_names(c: FAConfig, name: str) -> list[str]:
 
 
 QK_BUFFERED = ("k_right", "s_acc")  # cube tiles with `qk_buffers` buffers (the others: `cube_buffers`)
-PAIR_RESIDENT = ("k_mat", "v_mat")  # `q_pair`: L1 tiles holding the whole KV tile, one buffer per sub-tile
-# `q_pair`: the vector tiles (and the exp_max ring) each Q block has its own of, the second's named + PAIR_SUFFIX
-PAIR_STATE, PAIR_SUFFIX = ("m_all", "l_all", "m_all_h", "o_tile", "l_acc"), "_b"
+PAIR_RESIDENT = ("k_mat", "v_mat")  # `q_pair`: the L1 tiles of the whole KV tile, one buffer per sub-tile
+PAIR_STATE, PAIR_SUFFIX = ("m_all", "l_all", "m_all_h", "o_tile", "l_acc"), "_b"  # each block's own (+ exp_ring)
 
 
 def cube_buffer_names(c: FAConfig, name: str) -> list[str]:
@@ -652,7 +651,7 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
     tiles += [TileSpec(f"exp_ring{r}", "vector", "p", "vec", rows, 1, "f32", **col) for r in range(c.exp_ring)]
     if c.cube_rowsum:  # the PV slot's row-sum columns of this tile, and their running sum (also trowmax's tmp)
         tiles += [TileSpec(name, "vector", "gu", "vec", rows, ROWSUM_COLS, "f32") for name in ("l_pv", "l_acc")]
-    if c.out_dtype != "f32":  # (split-KV: a unit of one split stores O itself; the others fp32 partials)
+    if c.out_dtype != "f32" and not c.pair_o_view:  # (split-KV: a unit of one split stores O itself; the others fp32 partials)
         tiles.append(TileSpec("o_out", "vector", "gu", "vec", rows, d, c.out_dtype, **dyn))
     if c.key_padding:  # one key-mask row per tile: i8 from GM -> f16 -> f32 additive bias
         tiles += [TileSpec(name, "vector", "p", "vec", 1, ts1, name[4:], **dyn) for name in KEY_MASK_TILES[sd]]
@@ -668,8 +667,8 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
                   TileSpec("alibi_pos", "vector", "p", "vec", 1, vs0, "f32"),
                   TileSpec("alibi_neg", "vector", "p", "vec", 1, vs0, "f32")]
     if c.q_pair:  # the second block's Q in L1 (it takes turns with the first in L0A) and its own state
-        state = [t for t in tiles if t.name in PAIR_STATE or t.name.startswith("exp_ring")]
-        tiles += [replace(t, name=t.name + PAIR_SUFFIX) for t in tiles if t.name == "q_mat" or t in state]
+        tiles += [replace(t, name=t.name + PAIR_SUFFIX) for t in tiles
+                  if t.name in ("q_mat", *PAIR_STATE) or t.name.startswith("exp_ring")]
         if sd != "f32":  # the f32 broadcasts' scratch, which an f16 softmax's exp_tmp cannot be (`rowexpand_ops`)
             tiles.append(TileSpec("bcast_tmp", "vector", "gu", "vec", 1, EXPDIF_TMP_BYTES // 4, "f32"))
     if c.dropout:  # the generator's i32 tiles (`kernels/dropout.py`; its keep factor goes to red_tmp, its key

@@ -73,6 +73,7 @@ from ptofa.kernels.mods import RANGE_FIELDS, FinishSite, Site
 from ptofa.kernels.window import TileRange
 from ptofa.pipeline import (KEY_MASK_TILES, PAIR_STATE, PAIR_SUFFIX, ROWSUM_COLS, UNIT_FIELDS, UNIT_TABLE, FAConfig,
                             buffer_names, chunk_names, cube_buffer_name, cube_buffer_names, tile_plan)
+from ptofa.ir.dialect import DYN
 from ptofa.ir.textio import print_pto
 
 # The f16 softmax's mask value: finite in f16 even when added to a score (or twice, window and key
@@ -734,6 +735,8 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
                                          tiles["drop_rows"],
                                          tiles["drop_rows_tmp"], config.vec_s0, config.tile_s1)
         drop_keys = tuple(scalar.index_cast(scalar.index_cast(args[n]), I32, name=n) for n in ("drop_seed", "drop_offset"))
+    if config.pair_o_view:
+        tiles["o_out"] = tile.reshape(tiles["p_half"], config.vec_rows, config.head, name="o_out", v_row=DYN, v_col=DYN)
     views = [(tiles, rows, ring, l_col, l_all_col)]
     if config.q_pair:  # the second block's own state, under the names the stages use
         own = [n for n in (*PAIR_STATE, *(f"exp_ring{r}" for r in range(config.exp_ring))) if n in tiles]

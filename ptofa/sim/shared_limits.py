@@ -60,7 +60,7 @@ def hbm_bytes(config: FAConfig, shape: ProblemShape, spec: SocSpec, block_dim: i
     packed = shape.seqlens is not None
     kv_heads = shape.kv_heads * (1 if packed else shape.batch)
     kv_once = 2 * config.head * in_b * shape.kv_heads * (shape.s1 if packed else shape.batch * shape.s1)
-    kv_reads = shape.flops(config.head) * in_b / (2 * config.unit_rows)
+    kv_reads = shape.flops(config.head) * in_b / (2 * config.cube_s0 * (2 if config.q_pair else 1))
     concurrent = min(block_dim, spec.cube_cores)
     units_per_kv_head = max(1.0, shape.work_units(config) / kv_heads)
     in_flight = min(kv_heads, math.ceil(concurrent / units_per_kv_head) + 1)
