@@ -497,9 +497,10 @@ def _check_config(c: FAConfig) -> None:
         fail("dropout", "dropout=True with modification objects (mods / block_ranges) is not built: their scores and "
                         "masks are not dropped, got mods=" + "+".join(m.name for m in c.mods))
     others = ("masked", "key_padding", "varlen", "lse", "softcap", "alibi", "mods", "block_ranges", "dropout")
-    if c.q_pair and (any(getattr(c, n) for n in others) or c.d_split != 1 or c.tile_s1 > 512):
-        fail("paired Q blocks", f"q_pair=True is built for the dense forward with head <= {SPLIT_HEAD} and tile_s1 <= 512 "
-                                f"(a whole K and V tile in L1), got head={c.head}, tile_s1={c.tile_s1}, "
+    if c.q_pair and (any(getattr(c, n) for n in others) or c.d_split != 1 or (c.softmax_dtype != "f32" and c.tile_s1 > 512)):
+        fail("paired Q blocks", f"q_pair=True is built for the dense forward with head <= {SPLIT_HEAD} (and tile_s1 <= "
+                                f"512 for an f16 softmax, whose row slices it halves), got head={c.head}, tile_s1="
+                                f"{c.tile_s1}, softmax_dtype={c.softmax_dtype!r}, "
                                 + ", ".join(f"{n}={getattr(c, n)!r}" for n in others))
     if c.alibi and c.gqa_pack:
         fail("ALiBi", "alibi=True needs gqa_pack=False: a packed unit's rows are different heads, each with its own slope")
@@ -546,7 +547,7 @@ def chunk_names(c: FAConfig, name: str) -> list[str]:
 
 
 QK_BUFFERED = ("k_right", "s_acc")  # cube tiles with `qk_buffers` buffers (the others: `cube_buffers`)
-PAIR_RESIDENT = ("k_mat", "v_mat")  # `q_pair`: the L1 tiles of the whole KV tile, one buffer per sub-tile
+PAIR_RESIDENT = ("v_mat",)  # `q_pair`: the L1 tiles of a whole KV tile, one buffer per sub-tile
 PAIR_STATE, PAIR_SUFFIX = ("m_all", "l_all", "m_all_h", "o_tile", "l_acc"), "_b"  # each block's own (+ exp_ring)
 
 

@@ -1,5 +1,5 @@
 """Paired Q blocks (`FAConfig.q_pair`): a work unit is two Q blocks of one (batch, head) whose cube
-stages share each KV tile loaded once into L1, so K and V cross GM once per 256 query rows."""
+stages share each KV tile loaded once, so K and V cross GM once per 256 query rows."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ptofa.sim.timing import predict
 
 @pytest.mark.parametrize("switches", [dict(masked=True), dict(key_padding=True), dict(lse=True), dict(varlen=True),
                                       dict(softcap=True), dict(alibi=True), dict(dropout=True, cube_rowsum=False),
-                                      dict(head=256), dict(tile_s1=1024, qk_preload=2)])
+                                      dict(head=256), dict(tile_s1=1024, qk_preload=2, softmax_dtype="f16")])
 def test_q_pair_is_the_dense_forward_only(switches: dict) -> None:
     with pytest.raises(ConfigError, match="paired Q blocks"):
         FAConfig(q_pair=True, **switches)
@@ -32,6 +32,7 @@ def test_a_unit_is_two_q_blocks() -> None:
 
 CASES = {  # S0 with an odd number of Q blocks (the last unit single) and ragged tails
     "f16_d128_t512": (dict(head=128, tile_s1=512, qk_preload=3), ProblemShape(1, 2, 300, 1100)),
+    "f16_d128_t1024": (dict(head=128, tile_s1=1024, qk_preload=2), ProblemShape(1, 1, 400, 2100)),
     "bf16_d64_t256": (dict(head=64, tile_s1=256, qk_preload=3, in_dtype="bf16"), ProblemShape(2, 1, 520, 333)),
 }
 SLOW_CASES = {
@@ -42,6 +43,9 @@ SLOW_CASES = {
     "no_prescale_f32_out": (dict(tile_s1=512, qk_preload=3, prescale_q=False, out_dtype="f32"),
                             ProblemShape(1, 1, 384, 1000)),
     "one_key": (dict(tile_s1=256, qk_preload=2), ProblemShape(1, 1, 100, 1)),
+    # 32 units on 24 blocks (the persistent loop, Q scaled one unit ahead), GQA
+    "gqa_units_per_block": (dict(tile_s1=256, qk_preload=3), ProblemShape(2, 4, 1000, 300, kv_heads=2)),
+    "bf16_t1024": (dict(tile_s1=1024, qk_preload=2, in_dtype="bf16"), ProblemShape(1, 2, 520, 1500)),
 }
 
 

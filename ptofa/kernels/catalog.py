@@ -115,9 +115,10 @@ WIDE_SWITCHES: tuple[dict, ...] = (
     dict(softmax_dtype="f16", varlen=True, masked=True),
 )
 
-# Paired Q blocks (`FAConfig.q_pair`, the dense forward with whole KV tiles in L1): both softmax dtypes at
-# the widest tiles, bf16 at D = 64, and unscaled Q with an f32 O.
+# Paired Q blocks (`FAConfig.q_pair`, the dense forward): both softmax dtypes at their widest tiles (1024 and
+# 512 keys; the f32 one at 512 too), bf16 at D = 64, and unscaled Q with an f32 O.
 PAIR_CONFIGS: tuple[dict, ...] = (
+    dict(head=128, tile_s1=1024, qk_preload=2),
     dict(head=128, tile_s1=512, qk_preload=3),
     dict(head=128, tile_s1=512, qk_preload=2, softmax_dtype="f16"),
     dict(head=64, tile_s1=256, qk_preload=3, in_dtype="bf16"),

@@ -66,7 +66,7 @@ from ptofa.kernels import dropout
 from ptofa.kernels.scoremods import AlibiRows, alibi_bias, apply_finish, apply_forward
 from ptofa.kernels.common import (HALF_NEG, NEG_INIT, SPLIT, alloc, clamp, entry_type, fused, init_pipes, pipelined,
                                   push_scaled_q, ring_select, row_offset, snake_rank)
-from ptofa.kernels.fwd_units import Common as _Common, Unit as _Unit, common_values as _common
+from ptofa.kernels.fwd_units import Common as _Common, Unit as _Unit, common_values as _common, out_bases as _out_bases
 from ptofa.kernels.fwd_units import q_row_stride as _q_row_stride, split_range as _split_range, tile_keys as _tile_keys
 from ptofa.kernels.hostparam import mod_params
 from ptofa.kernels.mods import RANGE_FIELDS, FinishSite, Site
@@ -261,7 +261,7 @@ def _sub_tiles(s: _CubeState, sub: int, *names: str) -> list[SSAValue]:
 
 def compute_qk(s: _CubeState, kt: _KVTile, sub: int, entry: SSAValue, load: bool = True) -> None:
     """S[:, sub] = Q K_sub^T for tile t (summed over the D chunks), stored into column band `sub` of the QK slot
-    (`load` False: K_sub is in L1 already, loaded for a unit's first Q block, `q_pair`)."""
+    (`load` False: K_sub is in L0B already, moved there for the unit's other Q block, `_pair_tile`)."""
     cfg, tl = s.c.config, s.tiles
     dc = cfg.d_chunk
     k_mat, k_right, s_acc = _sub_tiles(s, sub, "k_mat", "k_right", "s_acc")
@@ -270,11 +270,11 @@ def compute_qk(s: _CubeState, kt: _KVTile, sub: int, entry: SSAValue, load: bool
         col0 = scalar.add(kt.col, sub * cfg.cube_s1, name="k_col") if sub else kt.col
         tile.set_valid(s_acc, s.u.q_rows, keys)
         for chunk, q_left in enumerate(chunk_names(cfg, "q_left")):
-            tile.set_valid(k_mat, dc, keys)
             if load:
+                tile.set_valid(k_mat, dc, keys)
                 pto.load(pto.slice_view(kt.k_view, [chunk * dc, col0], [dc, keys], name="k_part"), k_mat)
-            tile.set_valid(k_right, dc, keys)
-            tile.mov(k_mat, k_right)
+                tile.set_valid(k_right, dc, keys)
+                tile.mov(k_mat, k_right)
             tile.matmul(tl[q_left], k_right, out=s_acc, accumulate=chunk > 0)
         band = pto.slice_view(entry, [0, sub * cfg.cube_s1], [s.u.q_rows, keys], name="qk_band")
         pto.store(s_acc, band)
@@ -283,7 +283,8 @@ def compute_qk(s: _CubeState, kt: _KVTile, sub: int, entry: SSAValue, load: bool
 
 
 def compute_pv(s: _CubeState, kt: _KVTile, sub: int, p_entry: SSAValue, load: bool = True) -> None:
-    """O_acc (+)= P[:, sub] V_sub for tile t: the sub-tiles are the K dimension of P V (`load` as compute_qk's)."""
+    """O_acc (+)= P[:, sub] V_sub for tile t: the sub-tiles are the K dimension of P V (`load` False: V_sub is in
+    L1, loaded for the unit's other Q block, `_pair_tile`)."""
     cfg, tl = s.c.config, s.tiles
     p_mat, p_left, v_mat, v_right = _sub_tiles(s, sub, "p_mat", "p_left", "v_mat", "v_right")
 
@@ -309,17 +310,17 @@ def compute_pv(s: _CubeState, kt: _KVTile, sub: int, p_entry: SSAValue, load: bo
     _for_sub(s.c, kt.keys, sub, body)
 
 
-def _qk_tile(s: _CubeState, t: SSAValue, load: bool = True) -> None:
+def _qk_tile(s: _CubeState, t: SSAValue) -> None:
     """QK for a whole logical tile (prologue)."""
     qk = s.c.config.pipes[0]
     entry = pto.talloc("cube", qk.pipe_id, entry_type(qk, "cube"), SPLIT, name="qk_entry")
     kt = _kv_tile(s, t)
     for sub in range(s.c.config.tile_factor):
-        compute_qk(s, kt, sub, entry, load)
+        compute_qk(s, kt, sub, entry)
     pto.tpush("cube", qk.pipe_id, entry, SPLIT)
 
 
-def _pv_tile(s: _CubeState, t: SSAValue, interleave_qk_tile: SSAValue | None, load: bool = True) -> None:
+def _pv_tile(s: _CubeState, t: SSAValue, interleave_qk_tile: SSAValue | None) -> None:
     """PV(t), with QK(interleave_qk_tile) interleaved sub-tile by sub-tile (steady state).
 
     QK's first sub-tile comes before the pop of P(t): the cube works while the vectors finish
@@ -330,13 +331,13 @@ def _pv_tile(s: _CubeState, t: SSAValue, interleave_qk_tile: SSAValue | None, lo
     if interleave_qk_tile is not None:
         qk_entry = pto.talloc("cube", qk.pipe_id, entry_type(qk, "cube"), SPLIT, name="qk_entry")
         qk_kt = _kv_tile(s, interleave_qk_tile)
-        compute_qk(s, qk_kt, 0, qk_entry, load)
+        compute_qk(s, qk_kt, 0, qk_entry)
     p_entry = pto.tpop("cube", p.pipe_id, entry_type(p, "cube"), SPLIT, name="p_entry")
     pv_kt = _kv_tile(s, t)
     for sub in range(cfg.tile_factor):
-        compute_pv(s, pv_kt, sub, p_entry, load)
+        compute_pv(s, pv_kt, sub, p_entry)
         if qk_kt is not None and sub + 1 < cfg.tile_factor:
-            compute_qk(s, qk_kt, sub + 1, qk_entry, load)
+            compute_qk(s, qk_kt, sub + 1, qk_entry)
     pto.tfree("cube", p.pipe_id, p_entry, SPLIT)
     if qk_entry is not None:
         pto.tpush("cube", qk.pipe_id, qk_entry, SPLIT)
@@ -378,7 +379,7 @@ def _cube_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
         for chunk, (q_mat, q_left) in enumerate(zip(chunk_names(config, "q_mat"), chunk_names(config, "q_left"))):
             tile.set_valid(tiles[q_mat], u.q_rows, dc)
             pto.load(pto.slice_view(q_src, [0, chunk * dc], [u.q_rows, dc], name="q_part"), tiles[q_mat])
-            if not config.q_pair:  # (paired blocks take turns in L0A: `_pair_step`)
+            if not config.q_pair:  # (paired blocks take turns in L0A: `_pair_tile`)
                 tile.set_valid(tiles[q_left], u.q_rows, dc)
                 tile.mov(tiles[q_mat], tiles[q_left])
         if config.prescale_q:
@@ -390,26 +391,58 @@ def _cube_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
                 pto.load(pto.slice_view(q_src, [0, 0], [u_b.q_rows, dc], name="q_part"), tiles["q_mat" + PAIR_SUFFIX])
                 if config.prescale_q:
                     pto.tfree("cube", config.pipes[3].pipe_id, q_src, SPLIT)
-        states = [(_CubeState(c, u_b, tiles, k_view, v_view), has) for u_b, has in blocks]
-        pipelined(
-            u.tiles, preload,
-            prologue=lambda t: _pair_step(states, lambda s, load: _qk_tile(s, t, load), qk=True),
-            steady=lambda t: _pair_step(states, lambda s, load: _pv_tile(s, t, scalar.add(t, preload, name="t_ahead"),
-                                                                         load), qk=True),
-            epilogue=lambda t: _pair_step(states, lambda s, load: _pv_tile(s, t, None, load), qk=False),
-        )
+        s = _CubeState(c, u, tiles, k_view, v_view)
+        single = dict(prologue=lambda t: _qk_tile(s, t), epilogue=lambda t: _pv_tile(s, t, None),
+                      steady=lambda t: _pv_tile(s, t, scalar.add(t, preload, name="t_ahead")))
+        if not config.q_pair:
+            pipelined(u.tiles, preload, **single)
+        else:
+            _pair_unit(s, _CubeState(c, blocks[1][0], tiles, k_view, v_view), blocks[1][1], single)
 
 
-def _pair_step(states: list[tuple[_CubeState, SSAValue | None]], step, qk: bool) -> None:
-    """One step of the cube's schedule for each Q block of the unit, in turn: the first loads the KV
-    tile's sub-tiles from GM, the second (`q_pair`) finds them in L1 and, where the step computes QK,
-    first moves its Q into L0A, where the first block's Q was."""
-    for i, (s, has) in enumerate(states):
-        with _within(has):
-            if s.c.config.q_pair and qk:
-                tile.set_valid(s.tiles["q_left"], s.u.q_rows, s.c.config.head)
-                tile.mov(s.tiles["q_mat" + PAIR_SUFFIX * i], s.tiles["q_left"])
-            step(s, i == 0)
+def _pair_unit(a: _CubeState, b: _CubeState, has_b: SSAValue, single: dict) -> None:
+    """`q_pair`'s unit: both blocks (`_pair_tile`), or the first alone (an odd Q block count's last) as unpaired."""
+    preload = a.c.config.qk_preload
+    with pto.if_(has_b):
+        pipelined(a.u.tiles, preload, prologue=lambda t: _pair_tile(a, b, None, t),
+                  steady=lambda t: _pair_tile(a, b, t, scalar.add(t, preload, name="t_ahead")),
+                  epilogue=lambda t: _pair_tile(a, b, t, None))
+    with pto.if_(scalar.ge(scalar.add(a.u.q0, a.c.config.cube_s0), a.u.s0, name="lone_block")):  # (not has_b)
+        tile.set_valid(a.tiles["q_left"], a.u.q_rows, a.c.config.head)
+        tile.mov(a.tiles["q_mat"], a.tiles["q_left"])
+        pipelined(a.u.tiles, preload, **single)
+
+
+def _pair_tile(a: _CubeState, b: _CubeState, t: SSAValue | None, qk_tile: SSAValue | None) -> None:
+    """`q_pair`'s cube step: PV(t) of blocks a then b, interleaved with QK(qk_tile) of a and b sub-tile by sub-tile
+    (None: none). b uses each K sub-tile from L0B right after a, each V sub-tile from a buffer of its own in L1
+    (`pipeline.PAIR_RESIDENT`); each QK moves its block's Q into L0A, while the PV between two QKs works."""
+    cfg = a.c.config
+    qk, p, pv = cfg.pipes[:3]
+    qk_steps = [(s, sub) for sub in range(cfg.tile_factor) for s in (a, b)] if qk_tile is not None else []
+    pv_steps = [(s, sub) for s in (a, b) for sub in range(cfg.tile_factor)] if t is not None else []
+    entries = {id(s): pto.talloc("cube", qk.pipe_id, entry_type(qk, "cube"), SPLIT, name="qk_entry")
+               for s, _ in qk_steps[:2]}
+    qk_kt = _kv_tile(a, qk_tile) if qk_steps else None
+    pv_kt = _kv_tile(a, t) if pv_steps else None
+    for j in range(max(len(qk_steps), len(pv_steps))):
+        if j < len(qk_steps):
+            s, sub = qk_steps[j]
+            tile.set_valid(s.tiles["q_left"], s.u.q_rows, cfg.head)
+            tile.mov(s.tiles["q_mat" + ("" if s is a else PAIR_SUFFIX)], s.tiles["q_left"])
+            compute_qk(s, qk_kt, sub, entries[id(s)], load=s is a)
+            if sub + 1 == cfg.tile_factor:
+                pto.tpush("cube", qk.pipe_id, entries[id(s)], SPLIT)
+        if j < len(pv_steps):
+            s, sub = pv_steps[j]
+            if sub == 0:
+                p_entry = pto.tpop("cube", p.pipe_id, entry_type(p, "cube"), SPLIT, name="p_entry")
+            compute_pv(s, pv_kt, sub, p_entry, load=s is a)
+            if sub + 1 == cfg.tile_factor:
+                pto.tfree("cube", p.pipe_id, p_entry, SPLIT)
+                pv_entry = pto.talloc("cube", pv.pipe_id, entry_type(pv, "cube"), SPLIT, name="pv_entry")
+                pto.store(s.tiles["o_acc"], pto.slice_view(pv_entry, [0, 0], [cfg.cube_s0, cfg.pv_cols], name="pv_dst"))
+                pto.tpush("cube", pv.pipe_id, pv_entry, SPLIT)
 
 
 # ======================================================================================
@@ -655,7 +688,7 @@ def _store(s: _VecState, valid_rows: SSAValue, partial: bool) -> None:
     """Store O (and LSE) of the valid rows: the result in the output dtype (LSE + inf for empty
     rows), or (`partial`) fp32 to this split's partials (LSE - inf for empty rows)."""
     cfg, tl, c, u = s.c.config, s.tiles, s.c, s.u
-    o_base, lse_base = _out_bases(s) if partial else (c.args["o"], c.args.get("lse"))
+    o_base, lse_base = _out_bases(c, u) if partial else (c.args["o"], c.args.get("lse"))
     write_lse = cfg.lse or partial
     if write_lse and cfg.needs_row_fix:
         fix = tile.sub if partial else tile.add
@@ -679,16 +712,6 @@ def _store(s: _VecState, valid_rows: SSAValue, partial: bool) -> None:
                                      [valid_rows, 1], name="lse_view")
             tile.set_valid(tl["lse_row"], 1, valid_rows)
             pto.store(tl["lse_row"], pto.slice_view(lse_view, [0, 0], [1, valid_rows], name="lse_rows"))
-
-
-def _out_bases(s: _VecState) -> tuple[SSAValue, SSAValue]:
-    """This split's slice of the partials: split i's block O_i [total_q, N, D] then LSE_i [N, total_q]
-    lies at i * total_q * N * (D + 1) (`pipeline.partial_elems`), whatever the unit's split count."""
-    c = s.c
-    o_per_split = scalar.mul(c.s0, c.q_stride, name="o_per_split")
-    per_split = scalar.add(o_per_split, scalar.mul(c.s0, c.heads), name="per_split")
-    o_base = pto.add_ptr(c.args["partials"], scalar.mul(s.u.split[0], per_split), name="part_o")
-    return o_base, pto.add_ptr(o_base, o_per_split, name="part_lse")
 
 
 def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:

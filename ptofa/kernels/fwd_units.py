@@ -1,7 +1,7 @@
 """The forward kernel's runtime sizes on both of its functions: those of a launch and the slot rings
 of a block (`Common`), a unit's Q block and the KV tiles it visits (`Unit`, which `fa_fwd._unit`
 decodes with the same arithmetic on both functions, so they agree on every unit without talking;
-`ptofa.kernels.units` is the host's copy), and the valid keys of a KV tile.
+`ptofa.kernels.units` is the host's copy), the valid keys of a KV tile and where a split's partials lie.
 """
 
 from __future__ import annotations
@@ -111,3 +111,12 @@ def q_row_stride(c: Common) -> SSAValue | int:
 def tile_keys(c: Common, u: Unit, t: SSAValue) -> SSAValue:
     """Valid keys of KV tile t: TILE_S1, or fewer in the last tile."""
     return scalar.min(scalar.sub(u.s1, scalar.mul(t, c.config.tile_s1)), c.config.tile_s1, name="tile_keys")
+
+
+def out_bases(c: Common, u: Unit) -> tuple[SSAValue, SSAValue]:
+    """This split's slice of the partials: split i's block O_i [total_q, N, D] then LSE_i [N, total_q]
+    lies at i * total_q * N * (D + 1) (`pipeline.partial_elems`), whatever the unit's split count."""
+    o_per_split = scalar.mul(c.s0, c.q_stride, name="o_per_split")
+    per_split = scalar.add(o_per_split, scalar.mul(c.s0, c.heads), name="per_split")
+    o_base = pto.add_ptr(c.args["partials"], scalar.mul(u.split[0], per_split), name="part_o")
+    return o_base, pto.add_ptr(o_base, o_per_split, name="part_lse")
