@@ -48,13 +48,15 @@ The kernel family (switches of `FAConfig`, one builder):
 * `mods` (`kernels/mods.py`): modification objects at one hook of the softmax (on each row slice's
   scores) and one of `_finish` (on the row statistics); `block_ranges`: each unit's KV tile range
   (and the range no mask entry hides) from a host table, so FlexAttention's block sparsity skips tiles.
+* `q_pair` (dense): a unit is two Q blocks of one (batch, head); the cube computes both blocks' QK and
+  PV of each KV tile loaded once (`_pair_tile`), the vectors alternate between the blocks' entries,
+  each block with its own statistics and O; K and V cross GM once per two blocks.
 
 `build_fa(config)` returns the module; `emit_fa(config)` its text.
 """
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 from xdsl.dialects import builtin
@@ -68,6 +70,7 @@ from ptofa.kernels.common import (HALF_NEG, NEG_INIT, SPLIT, alloc, clamp, entry
                                   push_scaled_q, ring_select, row_offset, snake_rank)
 from ptofa.kernels.fwd_units import Common as _Common, Unit as _Unit, common_values as _common, out_bases as _out_bases
 from ptofa.kernels.fwd_units import q_row_stride as _q_row_stride, split_range as _split_range, tile_keys as _tile_keys
+from ptofa.kernels.fwd_units import within as _within
 from ptofa.kernels.hostparam import mod_params
 from ptofa.kernels.mods import RANGE_FIELDS, FinishSite, Site
 from ptofa.kernels.window import TileRange
@@ -201,11 +204,6 @@ def _unit_blocks(c: _Common, unit: SSAValue) -> list[tuple[_Unit, SSAValue | Non
     first = scalar.add(scalar.mul(scalar.div(unit, pairs), c.q_blocks), scalar.sub(second_block, 1), name="first_unit")
     has_second = scalar.lt(second_block, c.q_blocks, name="has_second")
     return [(_unit(c, first), None), (_unit(c, scalar.add(first, 1, name="second_unit")), has_second)]
-
-
-def _within(condition: SSAValue | None):
-    """The context under which a block of `_unit_blocks` runs: its `scf.if`, or none."""
-    return nullcontext() if condition is None else pto.if_(condition)
 
 
 # ======================================================================================

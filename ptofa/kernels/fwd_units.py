@@ -6,6 +6,7 @@ decodes with the same arithmetic on both functions, so they agree on every unit 
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -120,3 +121,8 @@ def out_bases(c: Common, u: Unit) -> tuple[SSAValue, SSAValue]:
     per_split = scalar.add(o_per_split, scalar.mul(c.s0, c.heads), name="per_split")
     o_base = pto.add_ptr(c.args["partials"], scalar.mul(u.split[0], per_split), name="part_o")
     return o_base, pto.add_ptr(o_base, o_per_split, name="part_lse")
+
+
+def within(condition: SSAValue | None):
+    """The context under which a block of `fa_fwd._unit_blocks` runs: its `scf.if`, or none."""
+    return nullcontext() if condition is None else pto.if_(condition)
