@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from ptofa.ir.target import (ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEXPAND_TMP_BYTES, KIB,  # noqa: F401 (re-exported)
                           SPACE_NAMES)
@@ -200,6 +200,8 @@ class FAConfig:
     # Dropout on P (`kernels/dropout.py`): the keep mask from an in-kernel generator of runtime
     # seed / offset; f32 softmax with the vectors' row sums (the cube's would be of dropped P).
     dropout: bool = False
+    # A unit is two Q blocks of one (batch, head) sharing each KV tile loaded once into L1 (`pair_o_view`, fa_fwd).
+    q_pair: bool = False
     # The automatic fields this config resolved and the values they got. `dataclasses.replace`
     # carries them over: a field still at its resolved value is automatic again and re-resolved for
     # the new switches (replace(config, lse=True) gets the LSE form's qk_dtype, cube_rowsum, ...);
@@ -221,12 +223,12 @@ class FAConfig:
         if self.cube_s1 is None:
             narrow = self.qk_preload == 1 or (self.head > SPLIT_HEAD and self.tile_s1 < 512)
             object.__setattr__(self, "cube_s1", 128 if narrow else 64)
-        if self.cube_rowsum is None:
-            object.__setattr__(self, "cube_rowsum", self.softmax_dtype == "f32" and self.d_split == 1
-                               and not self.lse and not self.dropout and _fits(self, cube_rowsum=True))
         if self.qk_dtype is None:  # S in the input dtype where its accuracy was measured (no LSE, dropout, score mods)
             exact = (self.lse or self.dropout or any(m.scores for m in self.mods)) and self.softmax_dtype == "f32"
             object.__setattr__(self, "qk_dtype", "f32" if exact else self.in_dtype)
+        if self.cube_rowsum is None:  # (its plan with the S dtype above: the row max may take the input-dtype scores)
+            object.__setattr__(self, "cube_rowsum", self.softmax_dtype == "f32" and self.d_split == 1
+                               and not self.lse and not self.dropout and _fits(self, cube_rowsum=True))
         if self.exp_f16 is None:
             object.__setattr__(self, "exp_f16", bool(self.cube_rowsum) and self.in_dtype == "f16"
                                and self.softmax_dtype == "f32")
@@ -262,7 +264,15 @@ class FAConfig:
         """Row slices per vector core and score tile (per slice buffer): a slice holds as many
         bytes as 128 f32 keys of the core's rows, so it spans vec_rows / (TILE_S1 / 128) rows
         of f32 scores, or twice as many (up to all the core's rows) of f16 scores."""
-        return max(1, self.tile_s1 // 128 * DTYPE_BYTES[self.softmax_dtype] // 4)
+        pair = 2 if self.q_pair and self.softmax_dtype == "f16" else 1  # (`pair_o_view`)
+        return max(1, self.tile_s1 // 128 * DTYPE_BYTES[self.softmax_dtype] // 4) * pair
+
+    @property
+    def pair_o_view(self) -> bool:
+        """UB room for `q_pair`'s second O: an f16 softmax halves its row slices (`slice_factor`); an f32 one (whose
+        vector work is the bound) keeps them and converts O into a view of p_half (free in `_finish`) where it fits."""
+        return (self.q_pair and self.softmax_dtype == "f32" and self.out_dtype == self.in_dtype
+                and self.vec_buffers == 1 and self.vec_s0 * self.tile_s1 == self.vec_rows * self.head)
 
     @property
     def cube_buffers(self) -> int:
@@ -321,8 +331,8 @@ class FAConfig:
         `target.EXPDIF_TMP_BYTES`. With `cube_rowsum` compute_gu's two trowexpandmul take the
         first `exp_tmp` too, which makes room for the row-sum tiles.) A test counts them in the
         emitted IR, and one checks the simulator's UB peak."""
-        if self.dropout:  # compute_gu's and the final trowexpand* take the first `exp_tmp`: room for the generator
-            return 0
+        if self.dropout or self.q_pair:  # compute_gu's and the final trowexpand* take the first `exp_tmp` (an f16
+            return 0  # softmax's pair: `bcast_tmp`): room for the generator, or for the second block's stages
         return 1 if self.cube_rowsum else 2
 
     @property
@@ -398,7 +408,7 @@ class FAConfig:
                                        *((m.name, True) for m in self.mods if m.builtin),
                                        ("mods=" + "+".join(m.name for m in self.mods if not m.builtin), others),
                                        ("block_ranges", self.block_ranges),
-                                       ("dropout", self.dropout)) if on]
+                                       ("dropout", self.dropout), ("q_pair", self.q_pair)) if on]
         return " ".join(parts)
 
     def summary(self) -> str:
@@ -483,6 +493,12 @@ def _check_config(c: FAConfig) -> None:
     if c.dropout and (not all(m.builtin for m in c.mods) or c.block_ranges):
         fail("dropout", "dropout=True with modification objects other than the built-in ones (mods / block_ranges) is not built: their "
                         "scores and masks are not dropped, got mods=" + "+".join(m.name for m in c.mods if not m.builtin))
+    others = ("masked", "key_padding", "varlen", "lse", "mods", "block_ranges", "dropout")
+    if c.q_pair and (any(getattr(c, n) for n in others) or c.d_split != 1 or (c.softmax_dtype != "f32" and c.tile_s1 > 512)):
+        fail("paired Q blocks", f"q_pair=True is built for the dense forward with head <= {SPLIT_HEAD} (and tile_s1 <= "
+                                f"512 for an f16 softmax, whose row slices it halves), got head={c.head}, tile_s1="
+                                f"{c.tile_s1}, softmax_dtype={c.softmax_dtype!r}, "
+                                + ", ".join(f"{n}={getattr(c, n)!r}" for n in others))
     vec_s0, stat_bytes = c.vec_s0, DTYPE_BYTES[c.softmax_dtype]
     if vec_s0 < MIN_VEC_S0 or (vec_s0 * 4) % 32 != 0 or (vec_s0 * stat_bytes) % 32 != 0:
         fail("vector row slice", f"vec_s0={vec_s0} rows: vec_s0*4 and vec_s0*{stat_bytes} bytes (softmax_dtype="
@@ -526,12 +542,15 @@ def chunk_names(c: FAConfig, name: str) -> list[str]:
 
 
 QK_BUFFERED = ("k_right", "s_acc")  # cube tiles with `qk_buffers` buffers (the others: `cube_buffers`)
+PAIR_RESIDENT = ("v_mat",)  # `q_pair`: the L1 tiles of a whole KV tile, one buffer per sub-tile
+PAIR_STATE, PAIR_SUFFIX = ("m_all", "l_all", "m_all_h", "o_tile", "l_acc"), "_b"  # each block's own (+ exp_ring)
 
 
 def cube_buffer_names(c: FAConfig, name: str) -> list[str]:
     """Names of a cube tile that sub-tiles alternate: an L1 staging tile, L0A/L0B operand or QK
     accumulator; two (sub-tile i uses buffer i % 2) with 64-key sub-tiles, else one."""
     n = c.qk_buffers if name in QK_BUFFERED else c.cube_buffers
+    n = c.tile_factor if c.q_pair and name in PAIR_RESIDENT else n  # (the whole KV tile: both blocks use it)
     return [f"{name}{i}" for i in range(n)] if n > 1 else [name]
 
 
@@ -634,7 +653,7 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
     tiles += [TileSpec(f"exp_ring{r}", "vector", "p", "vec", rows, 1, "f32", **col) for r in range(c.exp_ring)]
     if c.cube_rowsum:  # the PV slot's row-sum columns of this tile, and their running sum (also trowmax's tmp)
         tiles += [TileSpec(name, "vector", "gu", "vec", rows, ROWSUM_COLS, "f32") for name in ("l_pv", "l_acc")]
-    if c.out_dtype != "f32":  # (split-KV: a unit of one split stores O itself; the others fp32 partials)
+    if c.out_dtype != "f32" and not c.pair_o_view:  # (split-KV: a unit of one split stores O itself; the others fp32 partials)
         tiles.append(TileSpec("o_out", "vector", "gu", "vec", rows, d, c.out_dtype, **dyn))
     if c.key_padding:  # one key-mask row per tile: i8 from GM -> f16 -> f32 additive bias
         tiles += [TileSpec(name, "vector", "p", "vec", 1, ts1, name[4:], **dyn) for name in KEY_MASK_TILES[sd]]
@@ -642,6 +661,11 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
         tiles += [TileSpec("row_ok", "vector", "gu", "vec", 1, rows, "f32"), TileSpec("l_fix", "vector", "gu", "vec", 1, rows, "f32")]
     if c.lse or c.split_kv:
         tiles.append(TileSpec("lse_row", "vector", "gu", "vec", 1, rows, "f32", **dyn))
+    if c.q_pair:  # the second block's Q in L1 (it takes turns with the first in L0A) and its own state
+        tiles += [replace(t, name=t.name + PAIR_SUFFIX) for t in tiles
+                  if t.name in ("q_mat", *PAIR_STATE) or t.name.startswith("exp_ring")]
+        if sd != "f32":  # the f32 broadcasts' scratch, which an f16 softmax's exp_tmp cannot be (`rowexpand_ops`)
+            tiles.append(TileSpec("bcast_tmp", "vector", "gu", "vec", 1, EXPDIF_TMP_BYTES // 4, "f32"))
     if c.dropout:  # the generator's i32 tiles (`kernels/dropout.py`; its keep factor goes to red_tmp, its key
         # row to ALiBi's key positions `alibi_i32` when there are: ALiBi is done with them by then)
         tiles += [TileSpec("drop_bits", "vector", "p", "vec", vs0, ts1, "i32", **dyn),
@@ -770,11 +794,11 @@ class ProblemShape:
         return -(-self.s0 // (c.cube_s0 if c is not None else 128))
 
     def work_units(self, c: FAConfig | None = None) -> int:
-        """(batch, head, Q block) units shared by the persistent blocks."""
+        """(batch, head, Q block) units shared by the persistent blocks (two Q blocks a unit with `q_pair`)."""
         rows = c.cube_s0 if c is not None else 128
         if self.seqlens is not None:
             return self.heads * sum(-(-q // rows) for q, _ in self.seqlens)
-        return self.batch * self.heads * self.q_blocks(c)
+        return self.batch * self.heads * (-(-self.q_blocks(c) // 2) if c is not None and c.q_pair else self.q_blocks(c))
 
     def window_bounds(self) -> tuple[int, int]:
         """The kernel's window arguments: -1 (unbounded) becomes s0 + s1, which no offset reaches."""

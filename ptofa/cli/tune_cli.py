@@ -20,10 +20,11 @@ def print_ranking(result: TuneResult, console: Console) -> None:
     b = result.shape
     table = Table(title=f"ptofa tune: B={b.batch} N={b.heads}/{b.kv_heads} S0={b.s0} S1={b.s1} D={b.head} "
                         f"{b.in_dtype} window={b.window} ({b.soc})", box=box.SIMPLE_HEAD, padding=(0, 1))
-    for col in ("rank", "tile_s1", "qk_preload", "prescale_q", "predicted us", "TFLOP/s", "bound"):
+    for col in ("rank", "tile_s1", "qk_preload", "prescale_q", "q_pair", "predicted us", "TFLOP/s", "bound"):
         table.add_column(col, justify="right")
     for i, row in enumerate(result.table, 1):
-        knobs = (str(i), str(row.tile_s1), str(row.qk_preload), "on" if row.prescale_q else "off")
+        knobs = (str(i), str(row.tile_s1), str(row.qk_preload), "on" if row.prescale_q else "off",
+                 "on" if row.q_pair else "off")
         if row.predicted_us is None:
             table.add_row(*knobs, "-", "-", row.error or "-")
         else:

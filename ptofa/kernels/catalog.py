@@ -3,7 +3,7 @@
 The forward kernel's (head, tile_s1, qk_preload) grid at the head dims of `GRID_HEADS`, each
 switch of `FAConfig` on its own and in the combinations the calls use (`flash_attn_func`,
 varlen, paged decode, split-KV, GQA packing), those that fit 1024-key tiles (`WIDE_SWITCHES`), the
-split-KV reduce kernel, and the backward
+paired Q blocks' forms (`PAIR_CONFIGS`), the split-KV reduce kernel, and the backward
 kernels of every `BwdConfig` the calls build; the other kernel widths (`WIDTH_HEADS`: any head
 dim and any (D, Dv) pair runs on one of them) with the default tiles and the switches of
 `WIDTH_SWITCHES`, forward and backward; then the reusable kernels of `ptofa.kernels.lib` (row
@@ -121,6 +121,16 @@ WIDE_SWITCHES: tuple[dict, ...] = (
     dict(softmax_dtype="f16", varlen=True, masked=True),
 )
 
+# Paired Q blocks (`FAConfig.q_pair`, the dense forward): both softmax dtypes at their widest tiles (1024 and
+# 512 keys; the f32 one at 512 too), bf16 at D = 64, and unscaled Q with an f32 O.
+PAIR_CONFIGS: tuple[dict, ...] = (
+    dict(head=128, tile_s1=1024, qk_preload=2),
+    dict(head=128, tile_s1=512, qk_preload=3),
+    dict(head=128, tile_s1=512, qk_preload=2, softmax_dtype="f16"),
+    dict(head=64, tile_s1=256, qk_preload=3, in_dtype="bf16"),
+    dict(head=128, tile_s1=256, qk_preload=2, prescale_q=False, out_dtype="f32"),
+)
+
 
 def _flex_mods() -> list[tuple]:
     """Traced FlexAttention mods (kernels/flexmods.py): a relative bias under a causal mask, ALiBi from a
@@ -194,7 +204,7 @@ def _name(c: FAConfig) -> str:
     if c.out_dtype != c.in_dtype:
         parts.append(f"o{c.out_dtype}")
     parts += [flag for flag in ("masked", "key_padding", "lse", "varlen", "split_kv", "gqa_pack") if getattr(c, flag)]
-    parts += [m.name for m in c.mods if m.builtin] + (["dropout"] if c.dropout else [])
+    parts += [m.name for m in c.mods if m.builtin] + [flag for flag in ("dropout", "q_pair") if getattr(c, flag)]
     if c.page_size:
         parts.append(f"page{c.page_size}")
     if other_mods(c.mods):
@@ -221,6 +231,7 @@ def forward_configs() -> list[FAConfig]:
     configs += [FAConfig(head=128, tile_s1=1024, qk_preload=2, **switches) for switches in WIDE_SWITCHES]
     configs += [FAConfig(head=head, **switches) for head, switches in itertools.product(WIDTH_HEADS, WIDTH_SWITCHES)]
     configs += flex_configs() + kvcache_mod_configs()
+    configs += [FAConfig(q_pair=True, **switches) for switches in PAIR_CONFIGS]
     return list(dict.fromkeys(configs))
 
 

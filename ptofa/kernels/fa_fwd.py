@@ -48,6 +48,9 @@ The kernel family (switches of `FAConfig`, one builder):
 * `mods` (`kernels/mods.py`): modification objects at one hook of the softmax (on each row slice's
   scores) and one of `_finish` (on the row statistics); `block_ranges`: each unit's KV tile range
   (and the range no mask entry hides) from a host table, so FlexAttention's block sparsity skips tiles.
+* `q_pair` (dense): a unit is two Q blocks of one (batch, head); the cube computes both blocks' QK and
+  PV of each KV tile loaded once (`_pair_tile`), the vectors alternate between the blocks' entries,
+  each block with its own statistics and O; K and V cross GM once per two blocks.
 
 `build_fa(config)` returns the module; `emit_fa(config)` its text.
 """
@@ -65,11 +68,15 @@ from ptofa.kernels import dropout
 from ptofa.kernels.scoremods import apply_finish, apply_forward, apply_setup, apply_unit
 from ptofa.kernels.common import (HALF_NEG, NEG_INIT, SPLIT, alloc, clamp, entry_type, fused, init_pipes, pipelined,
                                   push_scaled_q, ring_select, row_offset, snake_rank)
+from ptofa.kernels.fwd_units import Common as _Common, Unit as _Unit, common_values as _common, out_bases as _out_bases
+from ptofa.kernels.fwd_units import q_row_stride as _q_row_stride, split_range as _split_range, tile_keys as _tile_keys
+from ptofa.kernels.fwd_units import within as _within
 from ptofa.kernels.hostparam import mod_params
 from ptofa.kernels.mods import RANGE_FIELDS, FinishSite, Site, UnitSite
 from ptofa.kernels.window import TileRange
-from ptofa.pipeline import (DTYPE_BYTES, KEY_MASK_TILES, ROWSUM_COLS, UNIT_FIELDS, UNIT_TABLE, FAConfig, buffer_names,
-                             chunk_names, cube_buffer_name, cube_buffer_names, tile_plan)
+from ptofa.pipeline import (KEY_MASK_TILES, PAIR_STATE, PAIR_SUFFIX, ROWSUM_COLS, UNIT_FIELDS, UNIT_TABLE, FAConfig,
+                            buffer_names, chunk_names, cube_buffer_name, cube_buffer_names, tile_plan)
+from ptofa.ir.dialect import DYN
 from ptofa.ir.textio import print_pto
 
 # The f16 softmax's mask value: finite in f16 even when added to a score (or twice, window and key
@@ -95,81 +102,6 @@ def mask_constants(config: FAConfig) -> tuple[float, float, float]:
 # ======================================================================================
 # Work units and the visible tile range (the same arithmetic on both kernels)
 # ======================================================================================
-
-
-@dataclass
-class _Common:
-    """Per-function values both kernels derive the same way."""
-
-    config: FAConfig
-    args: dict[str, SSAValue]
-    block_idx: SSAValue
-    block_num: SSAValue
-    batch: SSAValue
-    heads: SSAValue
-    group: SSAValue  # heads / kv_heads
-    s0: SSAValue
-    s1: SSAValue
-    units: SSAValue  # B * N * ceil(S0 / 128)
-    q_blocks: SSAValue
-    q_stride: SSAValue  # N * D: elements between two query positions in BSND
-    kv_stride: SSAValue  # KVN * D
-    kv_heads: SSAValue
-    slot_bases: dict[str, SSAValue]  # per-pipe slot ring base pointer of this block
-
-
-@dataclass
-class _Unit:
-    """One work unit: a Q block of one (sequence, head) and the KV tiles it visits."""
-
-    b: SSAValue  # batch (0 for varlen: the tensors are packed)
-    h: SSAValue  # query head
-    g: SSAValue  # kv head
-    q0: SSAValue  # first query row of the block within its sequence
-    q_rows: SSAValue  # valid query rows of the block (<= cube_s0)
-    s0: SSAValue  # this sequence's query length
-    s1: SSAValue  # this sequence's key length
-    q_row: SSAValue  # the block's first row in the Q / O tensors ([B*S0] or packed rows)
-    k_row: SSAValue  # the sequence's first row in the K / V tensors (unpaged)
-    seq: SSAValue  # the sequence (its block-table row, paged caches)
-    lse_row: SSAValue  # the block's first element in LSE ([B, N, S0], or [N, total_q] for varlen)
-    tiles: TileRange
-    window: tuple[SSAValue, SSAValue] | None = None  # (left, right) bounds of a masked kernel
-    split: tuple[SSAValue, SSAValue] | None = None  # split-KV: (this split, splits of the unit)
-    full: tuple[SSAValue, SSAValue] | None = None  # block ranges: the tiles no mask entry hides
-
-
-def _common(config: FAConfig, args: dict[str, SSAValue]) -> _Common:
-    """Runtime sizes, unit count and this block's slot-ring bases (same on both kernels)."""
-    batch = scalar.index_cast(args["batch"], name="batch")
-    heads = scalar.index_cast(args["heads"], name="heads")
-    kv_heads = scalar.index_cast(args["kv_heads"], name="kv_heads")
-    s0 = scalar.index_cast(args["s0"], name="s0")
-    s1 = scalar.index_cast(args["s1"], name="s1")
-    group = scalar.div(heads, kv_heads, name="group")
-    q_blocks = scalar.ceildiv(s0, config.cube_s0, name="q_blocks")
-    if config.varlen:  # the host's unit table has this many entries
-        units = scalar.index_cast(args["num_units"], name="units")
-    else:
-        units = scalar.mul(scalar.mul(batch, heads), q_blocks, name="units")
-    q_stride = scalar.mul(heads, config.head, name="q_stride")
-    kv_stride = scalar.mul(kv_heads, config.head, name="kv_stride")
-    block_idx = pto.get_block_idx()
-    block_num = pto.get_block_num()
-    # Slot workspace per block: the rings of the QK, PV, P and (prescale_q) scaled-Q pipes, one
-    # after the other; `slots` addresses it in f32 elements, `slots_h` in the input dtype (the
-    # dtype of the P and Q rings, and of an f16 softmax's QK ring).
-    f32_off = scalar.mul(block_idx, config.gm_slot_f32_per_block, name="slot_f32_off")
-    h_off = scalar.mul(block_idx, 2 * config.gm_slot_f32_per_block, name="slot_h_off")
-    block_base = {"f32": pto.add_ptr(args["slots"], f32_off, name="slot_f32_block"),
-                  config.in_dtype: pto.add_ptr(args["slots_h"], h_off, name="slot_h_block")}
-    bases, offset = {}, 0
-    for pipe in (config.pipes[0], config.pipes[2], config.pipes[1], *config.pipes[3:]):
-        elem = DTYPE_BYTES[pipe.dtype]
-        bases[pipe.name] = pto.add_ptr(block_base[pipe.dtype], offset // elem, name=f"{pipe.name}_ring")
-        offset += pipe.slot_bytes * config.slot_num
-    return _Common(config, args, block_idx, block_num, batch, heads, group, s0, s1, units, q_blocks,
-                   q_stride, kv_stride, kv_heads, bases)
 
 
 def _unit(c: _Common, unit: SSAValue) -> _Unit:
@@ -238,35 +170,16 @@ def _unit(c: _Common, unit: SSAValue) -> _Unit:
                  tuple(full) if full else None)
 
 
-def _split_range(lo: SSAValue, hi: SSAValue, split: SSAValue, splits: SSAValue) -> tuple[SSAValue, SSAValue]:
-    """Split i of S covers visible tiles [lo + n*i // S, lo + n*(i+1) // S), n = hi - lo: contiguous,
-    disjoint, sizes within one of each other; a split gets none when S > n (`varlen.split_tiles`)."""
-    n = scalar.sub(hi, lo, name="visible")
-    first = scalar.add(lo, scalar.div(scalar.mul(n, split), splits), name="split_lo")
-    last = scalar.add(lo, scalar.div(scalar.mul(n, scalar.add(split, 1)), splits), name="split_hi")
-    return first, last
-
-
 def _snake(c: _Common, unit: SSAValue) -> SSAValue:
     """The rank (0 = longest) a block works on (`common.snake_rank`: the snake over the waves, so the
     blocks finish together)."""
     return snake_rank(unit, c.block_num, c.units)
 
 
-def _q_row_stride(c: _Common) -> SSAValue | int:
-    """Elements between two rows of a Q / O block: the next query row, or (GQA packing) the next head."""
-    return c.config.head if c.config.gqa_pack else c.q_stride
-
-
 def _q_view(c: _Common, u: _Unit) -> SSAValue:
     """The unit's Q block in GM: [q_rows, D]."""
     return pto.as_tensor(pto.add_ptr(c.args["q"], row_offset(u.q_row, u.h, c.heads, c.config.head)),
                          [u.q_rows, c.config.head], [_q_row_stride(c), 1], name="q_view")
-
-
-def _tile_keys(c: _Common, u: _Unit, t: SSAValue) -> SSAValue:
-    """Valid keys of KV tile t: TILE_S1, or fewer in the last tile."""
-    return scalar.min(scalar.sub(u.s1, scalar.mul(t, c.config.tile_s1)), c.config.tile_s1, name="tile_keys")
 
 
 def _for_sub(c: _Common, tile_keys: SSAValue, sub: int, body) -> None:
@@ -278,6 +191,19 @@ def _for_sub(c: _Common, tile_keys: SSAValue, sub: int, body) -> None:
     keys = clamp(scalar.sub(tile_keys, sub * c.config.cube_s1), 0, c.config.cube_s1)
     with pto.if_(scalar.gt(keys, 0)):
         body(keys)
+
+
+def _unit_blocks(c: _Common, unit: SSAValue) -> list[tuple[_Unit, SSAValue | None]]:
+    """The Q blocks work unit `unit` runs, each with the condition it exists under (None: always).
+    With `q_pair` unit (b, h, i) is Q blocks 2i and 2i + 1 of (b, h), decoded as the unpaired units
+    they would be; the second lies past S0 when S0 has an odd number of Q blocks and i is the last."""
+    if not c.config.q_pair:
+        return [(_unit(c, unit), None)]
+    pairs = scalar.ceildiv(c.q_blocks, 2, name="pairs")
+    second_block = scalar.add(scalar.mul(scalar.rem(unit, pairs), 2), 1, name="second_q_block")
+    first = scalar.add(scalar.mul(scalar.div(unit, pairs), c.q_blocks), scalar.sub(second_block, 1), name="first_unit")
+    has_second = scalar.lt(second_block, c.q_blocks, name="has_second")
+    return [(_unit(c, first), None), (_unit(c, scalar.add(first, 1, name="second_unit")), has_second)]
 
 
 # ======================================================================================
@@ -331,8 +257,9 @@ def _sub_tiles(s: _CubeState, sub: int, *names: str) -> list[SSAValue]:
     return [s.tiles[cube_buffer_name(s.c.config, name, sub)] for name in names]
 
 
-def compute_qk(s: _CubeState, kt: _KVTile, sub: int, entry: SSAValue) -> None:
-    """S[:, sub] = Q K_sub^T for tile t (summed over the D chunks), stored into column band `sub` of the QK slot."""
+def compute_qk(s: _CubeState, kt: _KVTile, sub: int, entry: SSAValue, load: bool = True) -> None:
+    """S[:, sub] = Q K_sub^T for tile t (summed over the D chunks), stored into column band `sub` of the QK slot
+    (`load` False: K_sub is in L0B already, moved there for the unit's other Q block, `_pair_tile`)."""
     cfg, tl = s.c.config, s.tiles
     dc = cfg.d_chunk
     k_mat, k_right, s_acc = _sub_tiles(s, sub, "k_mat", "k_right", "s_acc")
@@ -341,10 +268,11 @@ def compute_qk(s: _CubeState, kt: _KVTile, sub: int, entry: SSAValue) -> None:
         col0 = scalar.add(kt.col, sub * cfg.cube_s1, name="k_col") if sub else kt.col
         tile.set_valid(s_acc, s.u.q_rows, keys)
         for chunk, q_left in enumerate(chunk_names(cfg, "q_left")):
-            tile.set_valid(k_mat, dc, keys)
-            pto.load(pto.slice_view(kt.k_view, [chunk * dc, col0], [dc, keys], name="k_part"), k_mat)
-            tile.set_valid(k_right, dc, keys)
-            tile.mov(k_mat, k_right)
+            if load:
+                tile.set_valid(k_mat, dc, keys)
+                pto.load(pto.slice_view(kt.k_view, [chunk * dc, col0], [dc, keys], name="k_part"), k_mat)
+                tile.set_valid(k_right, dc, keys)
+                tile.mov(k_mat, k_right)
             tile.matmul(tl[q_left], k_right, out=s_acc, accumulate=chunk > 0)
         band = pto.slice_view(entry, [0, sub * cfg.cube_s1], [s.u.q_rows, keys], name="qk_band")
         pto.store(s_acc, band)
@@ -352,8 +280,9 @@ def compute_qk(s: _CubeState, kt: _KVTile, sub: int, entry: SSAValue) -> None:
     _for_sub(s.c, kt.keys, sub, body)
 
 
-def compute_pv(s: _CubeState, kt: _KVTile, sub: int, p_entry: SSAValue) -> None:
-    """O_acc (+)= P[:, sub] V_sub for tile t: the sub-tiles are the K dimension of P V."""
+def compute_pv(s: _CubeState, kt: _KVTile, sub: int, p_entry: SSAValue, load: bool = True) -> None:
+    """O_acc (+)= P[:, sub] V_sub for tile t: the sub-tiles are the K dimension of P V (`load` False: V_sub is in
+    L1, loaded for the unit's other Q block, `_pair_tile`)."""
     cfg, tl = s.c.config, s.tiles
     p_mat, p_left, v_mat, v_right = _sub_tiles(s, sub, "p_mat", "p_left", "v_mat", "v_right")
 
@@ -368,7 +297,8 @@ def compute_pv(s: _CubeState, kt: _KVTile, sub: int, p_entry: SSAValue) -> None:
         dc = cfg.d_chunk
         for chunk, o_acc in enumerate(chunk_names(cfg, "o_acc")):  # O[:, chunk] (+)= P V[:, chunk]
             tile.set_valid(v_mat, keys, dc)  # the load writes D columns; the ones after them stay
-            pto.load(pto.slice_view(kt.v_view, [row0, chunk * dc], [keys, dc], name="v_part"), v_mat)
+            if load:
+                pto.load(pto.slice_view(kt.v_view, [row0, chunk * dc], [keys, dc], name="v_part"), v_mat)
             if width != dc:
                 tile.set_valid(v_mat, keys, width)
             tile.set_valid(v_right, keys, width)
@@ -434,7 +364,8 @@ def _cube_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
             tile.fill(one, out=tiles[name])
     preload = config.qk_preload
     with pto.range(c.block_idx, c.units, c.block_num, name="unit") as unit:
-        u = _unit(c, unit)
+        blocks = _unit_blocks(c, unit)
+        u = blocks[0][0]
         q_src = _scaled_q_entry(config) if config.prescale_q else _q_view(c, u)
         k_view = v_view = None
         if not config.page_size:
@@ -446,17 +377,70 @@ def _cube_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
         for chunk, (q_mat, q_left) in enumerate(zip(chunk_names(config, "q_mat"), chunk_names(config, "q_left"))):
             tile.set_valid(tiles[q_mat], u.q_rows, dc)
             pto.load(pto.slice_view(q_src, [0, chunk * dc], [u.q_rows, dc], name="q_part"), tiles[q_mat])
-            tile.set_valid(tiles[q_left], u.q_rows, dc)
-            tile.mov(tiles[q_mat], tiles[q_left])
+            if not config.q_pair:  # (paired blocks take turns in L0A: `_pair_tile`)
+                tile.set_valid(tiles[q_left], u.q_rows, dc)
+                tile.mov(tiles[q_mat], tiles[q_left])
         if config.prescale_q:
             pto.tfree("cube", config.pipes[3].pipe_id, q_src, SPLIT)
+        for u_b, has in blocks[1:]:  # q_pair: the second block's Q into L1 (one D chunk)
+            with _within(has):
+                q_src = _scaled_q_entry(config) if config.prescale_q else _q_view(c, u_b)
+                tile.set_valid(tiles["q_mat" + PAIR_SUFFIX], u_b.q_rows, dc)
+                pto.load(pto.slice_view(q_src, [0, 0], [u_b.q_rows, dc], name="q_part"), tiles["q_mat" + PAIR_SUFFIX])
+                if config.prescale_q:
+                    pto.tfree("cube", config.pipes[3].pipe_id, q_src, SPLIT)
         s = _CubeState(c, u, tiles, k_view, v_view)
-        pipelined(
-            u.tiles, preload,
-            prologue=lambda t: _qk_tile(s, t),
-            steady=lambda t: _pv_tile(s, t, scalar.add(t, preload, name="t_ahead")),
-            epilogue=lambda t: _pv_tile(s, t, None),
-        )
+        single = dict(prologue=lambda t: _qk_tile(s, t), epilogue=lambda t: _pv_tile(s, t, None),
+                      steady=lambda t: _pv_tile(s, t, scalar.add(t, preload, name="t_ahead")))
+        if not config.q_pair:
+            pipelined(u.tiles, preload, **single)
+        else:
+            _pair_unit(s, _CubeState(c, blocks[1][0], tiles, k_view, v_view), blocks[1][1], single)
+
+
+def _pair_unit(a: _CubeState, b: _CubeState, has_b: SSAValue, single: dict) -> None:
+    """`q_pair`'s unit: both blocks (`_pair_tile`), or the first alone (an odd Q block count's last) as unpaired."""
+    preload = a.c.config.qk_preload
+    with pto.if_(has_b):
+        pipelined(a.u.tiles, preload, prologue=lambda t: _pair_tile(a, b, None, t),
+                  steady=lambda t: _pair_tile(a, b, t, scalar.add(t, preload, name="t_ahead")),
+                  epilogue=lambda t: _pair_tile(a, b, t, None))
+    with pto.if_(scalar.ge(scalar.add(a.u.q0, a.c.config.cube_s0), a.u.s0, name="lone_block")):  # (not has_b)
+        tile.set_valid(a.tiles["q_left"], a.u.q_rows, a.c.config.head)
+        tile.mov(a.tiles["q_mat"], a.tiles["q_left"])
+        pipelined(a.u.tiles, preload, **single)
+
+
+def _pair_tile(a: _CubeState, b: _CubeState, t: SSAValue | None, qk_tile: SSAValue | None) -> None:
+    """`q_pair`'s cube step: PV(t) of blocks a then b, interleaved with QK(qk_tile) of a and b sub-tile by sub-tile
+    (None: none). b uses each K sub-tile from L0B right after a, each V sub-tile from a buffer of its own in L1
+    (`pipeline.PAIR_RESIDENT`); each QK moves its block's Q into L0A, while the PV between two QKs works."""
+    cfg = a.c.config
+    qk, p, pv = cfg.pipes[:3]
+    qk_steps = [(s, sub) for sub in range(cfg.tile_factor) for s in (a, b)] if qk_tile is not None else []
+    pv_steps = [(s, sub) for s in (a, b) for sub in range(cfg.tile_factor)] if t is not None else []
+    entries = {id(s): pto.talloc("cube", qk.pipe_id, entry_type(qk, "cube"), SPLIT, name="qk_entry")
+               for s, _ in qk_steps[:2]}
+    qk_kt = _kv_tile(a, qk_tile) if qk_steps else None
+    pv_kt = _kv_tile(a, t) if pv_steps else None
+    for j in range(max(len(qk_steps), len(pv_steps))):
+        if j < len(qk_steps):
+            s, sub = qk_steps[j]
+            tile.set_valid(s.tiles["q_left"], s.u.q_rows, cfg.head)
+            tile.mov(s.tiles["q_mat" + ("" if s is a else PAIR_SUFFIX)], s.tiles["q_left"])
+            compute_qk(s, qk_kt, sub, entries[id(s)], load=s is a)
+            if sub + 1 == cfg.tile_factor:
+                pto.tpush("cube", qk.pipe_id, entries[id(s)], SPLIT)
+        if j < len(pv_steps):
+            s, sub = pv_steps[j]
+            if sub == 0:
+                p_entry = pto.tpop("cube", p.pipe_id, entry_type(p, "cube"), SPLIT, name="p_entry")
+            compute_pv(s, pv_kt, sub, p_entry, load=s is a)
+            if sub + 1 == cfg.tile_factor:
+                pto.tfree("cube", p.pipe_id, p_entry, SPLIT)
+                pv_entry = pto.talloc("cube", pv.pipe_id, entry_type(pv, "cube"), SPLIT, name="pv_entry")
+                pto.store(s.tiles["o_acc"], pto.slice_view(pv_entry, [0, 0], [cfg.cube_s0, cfg.pv_cols], name="pv_dst"))
+                pto.tpush("cube", pv.pipe_id, pv_entry, SPLIT)
 
 
 # ======================================================================================
@@ -644,7 +628,7 @@ def compute_gu(s: _VecState, t: SSAValue) -> None:
     pto.tfree("vector", pv.pipe_id, pv_entry, SPLIT)
     ring_select(s.ring, t, lambda ring_tile: tile.mov(ring_tile, s.rows["alpha_cur"]))
     # (with the cube's row sums, no hidden scratch: the broadcast goes to compute_p's exp_tmp)
-    tmp = tl[buffer_names(cfg, "exp_tmp")[0]] if cfg.cube_rowsum or cfg.dropout else None
+    tmp = tl.get("bcast_tmp", tl[buffer_names(cfg, "exp_tmp")[0]]) if cfg.cube_rowsum or cfg.dropout or cfg.q_pair else None
     tile.row_expand_mul(tl["o_tile"], tl["alpha_cur"], out=tl["o_tile"], tmp=tmp)
     tile.add(tl["o_tile"], tl["pv_tile"], out=tl["o_tile"])
     if cfg.cube_rowsum:  # l = alpha_t * l + rowsum(P_t), in each of the ROWSUM_COLS equal columns
@@ -673,7 +657,7 @@ def _finish(s: _VecState, l_col: SSAValue) -> None:
         tile.div(tl["l_fix"], tl["row_ok"], out=tl["l_fix"])  # +inf for empty rows: O / inf = 0
     if cfg.dropout:  # kept entries weigh 1 / (1 - p); the broadcast's scratch is exp_tmp (`rowexpand_ops`)
         tile.muls(tl["o_tile"], s.c.args["drop_scale"], out=tl["o_tile"])
-    tmp = tl[buffer_names(cfg, "exp_tmp")[0]] if cfg.dropout else None
+    tmp = tl.get("bcast_tmp", tl[buffer_names(cfg, "exp_tmp")[0]]) if cfg.dropout or cfg.q_pair else None
     tile.row_expand_div(tl["o_tile"], l_col, out=tl["o_tile"], tmp=tmp)
     if cfg.lse or cfg.split_kv:
         lse = tl["lse_row"]
@@ -698,7 +682,7 @@ def _store(s: _VecState, valid_rows: SSAValue, partial: bool) -> None:
     """Store O (and LSE) of the valid rows: the result in the output dtype (LSE + inf for empty
     rows), or (`partial`) fp32 to this split's partials (LSE - inf for empty rows)."""
     cfg, tl, c, u = s.c.config, s.tiles, s.c, s.u
-    o_base, lse_base = _out_bases(s) if partial else (c.args["o"], c.args.get("lse"))
+    o_base, lse_base = _out_bases(c, u) if partial else (c.args["o"], c.args.get("lse"))
     write_lse = cfg.lse or partial
     if write_lse and cfg.needs_row_fix:
         fix = tile.sub if partial else tile.add
@@ -722,16 +706,6 @@ def _store(s: _VecState, valid_rows: SSAValue, partial: bool) -> None:
                                      [valid_rows, 1], name="lse_view")
             tile.set_valid(tl["lse_row"], 1, valid_rows)
             pto.store(tl["lse_row"], pto.slice_view(lse_view, [0, 0], [1, valid_rows], name="lse_rows"))
-
-
-def _out_bases(s: _VecState) -> tuple[SSAValue, SSAValue]:
-    """This split's slice of the partials: split i's block O_i [total_q, N, D] then LSE_i [N, total_q]
-    lies at i * total_q * N * (D + 1) (`pipeline.partial_elems`), whatever the unit's split count."""
-    c = s.c
-    o_per_split = scalar.mul(c.s0, c.q_stride, name="o_per_split")
-    per_split = scalar.add(o_per_split, scalar.mul(c.s0, c.heads), name="per_split")
-    o_base = pto.add_ptr(c.args["partials"], scalar.mul(s.u.split[0], per_split), name="part_o")
-    return o_base, pto.add_ptr(o_base, o_per_split, name="part_lse")
 
 
 def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
@@ -776,33 +750,57 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
                                          tiles["drop_rows"],
                                          tiles["drop_rows_tmp"], config.vec_s0, config.tile_s1)
         drop_keys = tuple(scalar.index_cast(scalar.index_cast(args[n]), I32, name=n) for n in ("drop_seed", "drop_offset"))
+    if config.pair_o_view:
+        tiles["o_out"] = tile.reshape(tiles["p_half"], config.vec_rows, config.head, name="o_out", v_row=DYN, v_col=DYN)
+    views = [(tiles, rows, ring, l_col, l_all_col)]
+    if config.q_pair:  # the second block's own state, under the names the stages use
+        own = [n for n in (*PAIR_STATE, *(f"exp_ring{r}" for r in range(config.exp_ring))) if n in tiles]
+        rows_b = {**rows, **{n: rows[n + PAIR_SUFFIX] for n in own if n in rows}}
+        l_col_b = tile.reshape(tiles["l_all" + PAIR_SUFFIX], config.vec_rows, 1, name="l_all_b_col", blayout="col_major")
+        views.append(({**tiles, **{n: tiles[n + PAIR_SUFFIX] for n in own}}, rows_b,
+                      [rows_b[f"exp_ring{r}"] for r in range(config.exp_ring)], l_col_b, l_col_b))
     preload = config.qk_preload
     if config.prescale_q:
         with pto.if_(scalar.lt(c.block_idx, c.units)):
-            u_q = _unit(c, c.block_idx)
-            push_scaled_q(c.config, tiles, args["scale"], row_base, u_q.q_rows, _q_view(c, u_q))
+            for u_q, has in _unit_blocks(c, c.block_idx):
+                with _within(has):
+                    push_scaled_q(c.config, tiles, args["scale"], row_base, u_q.q_rows, _q_view(c, u_q))
     with pto.range(c.block_idx, c.units, c.block_num, name="unit") as unit:
         if config.prescale_q:
             following = scalar.add(unit, c.block_num, name="next_unit")
             with pto.if_(scalar.lt(following, c.units)):
-                u_q = _unit(c, following)
-                push_scaled_q(c.config, tiles, args["scale"], row_base, u_q.q_rows, _q_view(c, u_q))
-        u = _unit(c, unit)
-        s = _VecState(c, u, tiles, rows, args["scale"], consts, ring, row_base, mod_state)
-        s.drop, s.drop_keys = drop, drop_keys
-        apply_unit(config.mods, UnitSite(tiles, args, mod_state, config.vec_s0, u.seq, u.h))
-        tile.fill(consts["neg"], out=rows["m_all"])
-        if config.softmax_dtype != "f32":
-            tile.fill(consts["neg_h"], out=rows["m_all_h"])
-        tile.fill(consts["zero"], out=rows["l_all"])
-        tile.set_valid(tiles["o_tile"], config.vec_rows, config.head)
-        tile.fill(consts["zero"], out=tiles["o_tile"])
-        if config.cube_rowsum:
-            tile.fill(consts["zero"], out=tiles["l_acc"])
-        fused(u.tiles, preload, consume=lambda t: compute_gu(s, t), produce=lambda t: compute_p(s, t))
-        if config.cube_rowsum:  # l: the accumulated row sums, ROWSUM_COLS equal columns -> one
-            tile.row_max(tiles["l_acc"], out=l_all_col, tmp=tiles["l_pv"])
-        _finish(s, l_col)
+                for u_q, has in _unit_blocks(c, following):
+                    with _within(has):
+                        push_scaled_q(c.config, tiles, args["scale"], row_base, u_q.q_rows, _q_view(c, u_q))
+        states = []
+        for (u, has), (tl, rw, rg, lc, lac) in zip(_unit_blocks(c, unit), views):
+            s = _VecState(c, u, tl, rw, args["scale"], consts, rg, row_base, mod_state)
+            s.drop, s.drop_keys = drop, drop_keys
+            apply_unit(config.mods, UnitSite(tl, args, mod_state, config.vec_s0, u.seq, u.h))
+            with _within(has):
+                tile.fill(consts["neg"], out=rw["m_all"])
+                if config.softmax_dtype != "f32":
+                    tile.fill(consts["neg_h"], out=rw["m_all_h"])
+                tile.fill(consts["zero"], out=rw["l_all"])
+                tile.set_valid(tl["o_tile"], config.vec_rows, config.head)
+                tile.fill(consts["zero"], out=tl["o_tile"])
+                if config.cube_rowsum:
+                    tile.fill(consts["zero"], out=tl["l_acc"])
+            states.append((s, has, lc, lac))
+        fused(states[0][0].u.tiles, preload, consume=lambda t: _each(states, lambda s: compute_gu(s, t)),
+              produce=lambda t: _each(states, lambda s: compute_p(s, t)))
+        for s, has, lc, lac in states:
+            with _within(has):
+                if config.cube_rowsum:  # l: the accumulated row sums, ROWSUM_COLS equal columns -> one
+                    tile.row_max(s.tiles["l_acc"], out=lac, tmp=tiles["l_pv"])
+                _finish(s, lc)
+
+
+def _each(states: list, stage) -> None:
+    """A vector stage for each Q block of the unit, in the order the cube handles them (`_pair_step`)."""
+    for s, has, *_ in states:
+        with _within(has):
+            stage(s)
 
 
 # ======================================================================================

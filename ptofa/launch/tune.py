@@ -6,7 +6,8 @@
 Candidates: every legal (TILE_S1, QK_PRELOAD) of `TILE_S1S` x `PRELOADS` with the
 call's head dim, dtypes and switches (QK_PRELOAD = 4 is left out: `FAConfig` warns of
 ptoas's event-id deadlock there; a config that breaks a legality rule or warns is
-skipped), with `prescale_q` on (off when the kernel writes LSE: `pipeline.lse_prescale`); then
+skipped), with `prescale_q` on (off when the kernel writes LSE: `pipeline.lse_prescale`), each also with
+paired Q blocks (`FAConfig.q_pair`: K and V loaded once per two Q blocks) where that is legal; then
 the fastest of them with `prescale_q` off (the scaled-Q pipe delays each block's first QK, which
 short units do not win back).
 
@@ -122,6 +123,7 @@ class Ranked:
     bound: str | None
     error: str | None = None
     prescale_q: bool = True
+    q_pair: bool = False
 
 
 @dataclass(frozen=True)
@@ -149,17 +151,18 @@ def model_digest() -> str:
 
 
 def candidates(base: FAConfig) -> list[FAConfig]:
-    """The legal (TILE_S1, QK_PRELOAD) variants of `base` that do not warn."""
+    """The legal (TILE_S1, QK_PRELOAD, q_pair) variants of `base` that do not warn."""
     legal = []
-    for tile_s1 in TILE_S1S:
-        for qk_preload in PRELOADS:
-            with warnings.catch_warnings():
-                warnings.simplefilter("error")
-                try:
-                    legal.append(dataclasses.replace(base, tile_s1=tile_s1, qk_preload=qk_preload, exp_ring=None,
-                                                     cube_s1=None))
-                except (ConfigError, Warning):
-                    continue
+    for q_pair in (False, True):
+        for tile_s1 in TILE_S1S:
+            for qk_preload in PRELOADS:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")
+                    try:
+                        legal.append(dataclasses.replace(base, tile_s1=tile_s1, qk_preload=qk_preload, exp_ring=None,
+                                                         cube_s1=None, q_pair=q_pair))
+                    except (ConfigError, Warning):
+                        continue
     return legal
 
 
@@ -278,7 +281,7 @@ def predict_config(config: FAConfig, shape: TuneShape) -> Ranked:
     block_dim = blocks_for(problem.work_units(config), spec)
     kernel_us, bound = launch_us(config, problem, spec, block_dim, busiest_block_us(config, shape, spec, block_dim))
     return Ranked(config.tile_s1, config.qk_preload, kernel_us, problem.flops(config.head) / kernel_us / 1e6, bound,
-                  prescale_q=config.prescale_q)
+                  prescale_q=config.prescale_q, q_pair=config.q_pair)
 
 
 def prediction_count() -> int:
@@ -323,7 +326,7 @@ def _result(bucket: TuneShape, table: tuple[Ranked, ...], note: str) -> TuneResu
 
 def _config_of(bucket: TuneShape, row: Ranked) -> FAConfig:
     return dataclasses.replace(bucket.base_config(), tile_s1=row.tile_s1, qk_preload=row.qk_preload,
-                               prescale_q=row.prescale_q, exp_ring=None, cube_s1=None)
+                               prescale_q=row.prescale_q, exp_ring=None, cube_s1=None, q_pair=row.q_pair)
 
 
 def rank(bucket: TuneShape) -> TuneResult:
@@ -343,11 +346,11 @@ def _ranked(config: FAConfig, bucket: TuneShape) -> Ranked:
         return predict_config(config, bucket)
     except (RuntimeError, ValueError) as exc:  # a simulator report or timing error: the candidate drops out
         return Ranked(config.tile_s1, config.qk_preload, None, None, None, f"{type(exc).__name__}: {exc}",
-                      config.prescale_q)
+                      config.prescale_q, config.q_pair)
 
 
 def _order(row: Ranked) -> tuple:
-    return row.predicted_us is None, row.predicted_us or 0.0, row.tile_s1, row.qk_preload, not row.prescale_q
+    return row.predicted_us is None, row.predicted_us or 0.0, row.tile_s1, row.qk_preload, not row.prescale_q, row.q_pair
 
 
 def tune(shape: TuneShape) -> TuneResult:

@@ -52,15 +52,15 @@ def hbm_bytes(config: FAConfig, shape: ProblemShape, spec: SocSpec, block_dim: i
     """Bytes a FlashAttention launch moves to and from HBM: Q, K, V and O once (`compulsory_bytes`),
     plus the K/V re-reads that miss the L2.
 
-    Each unit (one Q block of one head) reads the K and V of every key it sees, so K/V are read
-    once per Q block; the first read of each comes from HBM, the others hit the L2 while the K/V of
+    Each unit (one Q block of one head, or two with `q_pair`) reads the K and V of every key it sees,
+    so K/V are read once per unit; the first read of each comes from HBM, the others hit the L2 while the K/V of
     the heads in flight fit beside the blocks' slot rings (`FAConfig.gm_slot_bytes_per_block`, both
     live in GM and so in the L2). At long S they no longer fit and the re-reads come from HBM."""
     in_b = DTYPE_BYTES[config.in_dtype]
     packed = shape.seqlens is not None
     kv_heads = shape.kv_heads * (1 if packed else shape.batch)
     kv_once = 2 * config.head * in_b * shape.kv_heads * (shape.s1 if packed else shape.batch * shape.s1)
-    kv_reads = shape.flops(config.head) * in_b / (2 * config.cube_s0)
+    kv_reads = shape.flops(config.head) * in_b / (2 * config.cube_s0 * (2 if config.q_pair else 1))
     concurrent = min(block_dim, spec.cube_cores)
     units_per_kv_head = max(1.0, shape.work_units(config) / kv_heads)
     in_flight = min(kv_heads, math.ceil(concurrent / units_per_kv_head) + 1)
