@@ -198,7 +198,7 @@ class BwdConfig:
 
     def rows_cols(self, kernel: str) -> tuple[int, int]:
         """(rows, cols) of one step's score tile: [q rows, keys] for dq, [keys, q rows] for dkdv;
-        [q rows, D] of one unit for the vector-only prep and post kernels."""
+        [q rows, D] of one unit for the row-wise prep and post kernels."""
         if kernel in ("prep", "post"):
             return self.dq_block_q, self.head
         return (self.dq_block_q, self.dq_block_kv) if kernel == "dq" else (self.block_kv, self.block_q)
