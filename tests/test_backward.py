@@ -186,6 +186,7 @@ def test_pipe_faults_are_reported():
     (dict(block_kv=48), "block size"),
     (dict(dkdv_passes=3), "dkdv passes"),
     (dict(dq_block_q=256), "block size"),
+    (dict(dq_block_q=128, dq_block_kv=32), "D on the cube"),  # G [128, 128] in a [128, 64] sdp slot
     (dict(preload=0), "preload"),
     (dict(slot_num=5), "slot ring reuse"),
     (dict(slot_num=2, preload=2), "preload vs slot ring"),

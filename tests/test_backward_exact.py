@@ -23,8 +23,10 @@ import pytest
 import torch
 
 import ptofa
-from ptofa.attention.backward import attention_backward, reference_backward, reference_varlen_backward
-from ptofa.kernels.bwd_pipeline import default_config
+from ptofa.attention.backward import (BackwardBuffers, attention_backward, reference_backward,
+                                      reference_varlen_backward, run_backward)
+from ptofa.kernels.bwd_pipeline import BwdConfig, default_config
+from ptofa.pipeline import ProblemShape
 
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 
@@ -91,6 +93,23 @@ def test_dense_one_visible_key(dt, deterministic, s0, s1, window) -> None:
     out.backward(dout)
     ref = reference_backward(q.detach(), k.detach(), v.detach(), dout, 1 / math.sqrt(d), window)
     _check(out, (q.grad, k.grad, v.grad), ref.exact, ref.low, dtype)
+
+
+@pytest.mark.parametrize("dq_block_q, dq_block_kv", [(128, 64), (64, 32), (32, 128)])
+def test_dq_blocks_wider_or_narrower_than_the_key_tiles(dq_block_q, dq_block_kv) -> None:
+    """G = dO O^T goes to the vectors in column bands of dq_block_kv (two where the Q block is twice as
+    wide, the second one ragged here: 130 rows = 128 + 2) and D stays exact; D = 96 over two key tiles."""
+    dtype, gen = torch.bfloat16, torch.Generator().manual_seed(46)
+    batch, heads, kv_heads, s0, s1, d = 1, 2, 1, 130, 1, 96
+    q = torch.randn(batch, s0, heads, d, generator=gen).to(dtype)
+    k, v = (torch.randn(batch, s1, kv_heads, d, generator=gen).to(dtype) for _ in range(2))
+    dout = torch.randn(batch, s0, heads, d, generator=gen).to(dtype)
+    out, lse = ptofa.flash_attn_func(q, k, v, return_lse=True, backend="sim")
+    config = BwdConfig(head=d, in_dtype="bf16", dq_block_q=dq_block_q, dq_block_kv=dq_block_kv)
+    grads = BackwardBuffers.zeros(q, k)
+    run_backward(config, ProblemShape(batch, heads, s0, s1, kv_heads), q, k, v, out, lse, dout, grads, d ** -0.5)
+    ref = reference_backward(q, k, v, dout, d ** -0.5, (-1, -1))
+    _check(out, (grads.dq, grads.dk, grads.dv), ref.exact, ref.low, dtype)
 
 
 @pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "atomic"])
