@@ -8,7 +8,6 @@ from xdsl.ir import SSAValue
 
 from ptofa.api import pto, scalar, tile, view_type
 from ptofa.kernels.bwd_pipeline import BwdConfig, chunk_names, operand_tiles, resident_roles
-from ptofa.kernels.common import clamp
 from ptofa.pipeline import PipeSpec
 
 
@@ -106,7 +105,7 @@ def gram_to_entry(c: BwdConfig, tl: dict[str, SSAValue], ops: Operands, o_t: SSA
 
     band(0, scalar.min(rows, piece, name="gram_cols"))
     for p in range(1, -(-c.dq_block_q // piece)):
-        cols = clamp(scalar.sub(rows, p * piece), 0, piece)
+        cols = scalar.min(scalar.max(scalar.sub(rows, p * piece), 0), piece)  # in [0, piece] (common.clamp would lengthen the import chain)
         with pto.if_(scalar.gt(cols, 0)):
             band(p, cols)
 
