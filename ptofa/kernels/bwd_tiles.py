@@ -105,7 +105,8 @@ def gram_to_entry(c: BwdConfig, tl: dict[str, SSAValue], ops: Operands, o_t: SSA
 
     band(0, scalar.min(rows, piece, name="gram_cols"))
     for p in range(1, -(-c.dq_block_q // piece)):
-        cols = scalar.min(scalar.max(scalar.sub(rows, p * piece), 0), piece)  # in [0, piece] (common.clamp would lengthen the import chain)
+        # in [0, piece]; common.clamp would lengthen the import chain
+        cols = scalar.min(scalar.max(scalar.sub(rows, p * piece), 0), piece)
         with pto.if_(scalar.gt(cols, 0)):
             band(p, cols)
 
