@@ -50,6 +50,7 @@ Atomic-dQ mode (`BwdConfig.atomic_dq`; the dq kernel is not run):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from xdsl.dialects import builtin
@@ -703,7 +704,7 @@ def _prep(config: BwdConfig, args: dict[str, SSAValue]) -> _Prep:
     return _Prep(config, args, batch, heads, s0, scalar.ceildiv(s0, config.dq_block_q, name="q_blocks"))
 
 
-def _prep_units(p: _Prep, body) -> None:
+def _prep_units(p: _Prep, body: Callable[[SSAValue, SSAValue, SSAValue], None]) -> None:
     """body(b, h, q0): one unit per (batch, head, dq_block_q rows from q0), as the dq kernel's."""
     units = scalar.mul(scalar.mul(p.batch, p.heads), p.q_blocks, name="units")
     with pto.range(pto.get_block_idx(), units, pto.get_block_num(), name="unit") as unit:
@@ -712,7 +713,8 @@ def _prep_units(p: _Prep, body) -> None:
              scalar.mul(scalar.rem(unit, p.q_blocks), p.config.dq_block_q, name="q0"))
 
 
-def _gd_ring(config: BwdConfig, args: dict[str, SSAValue], core: str):
+def _gd_ring(config: BwdConfig, args: dict[str, SSAValue], core: str) -> PipeSpec:
+    """The prep kernel's `gd` pipe, initialised on this block's ring for `core`."""
     gd, = config.pipes("prep")
     ring = pto.add_ptr(args["slots"], scalar.mul(pto.get_block_idx(), config.slot_bytes_per_block("prep") // 4),
                        name="gd_ring")
