@@ -95,6 +95,20 @@ def test_dense_one_visible_key(dt, deterministic, s0, s1, window) -> None:
     _check(out, (q.grad, k.grad, v.grad), ref.exact, ref.low, dtype)
 
 
+@pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "atomic"])
+def test_two_d_chunks(deterministic) -> None:
+    """D = 256: the cube splits K in two chunks, G and dP alike (chunk 0 rounded to f32, chunk 1 added), and
+    dQ, dK stay exactly 0 with one visible key."""
+    dtype, gen = torch.float16, torch.Generator().manual_seed(47)
+    q = _rand(gen, dtype, 1, 70, 2, 256)
+    k, v = _rand(gen, dtype, 1, 1, 1, 256), _rand(gen, dtype, 1, 1, 1, 256)
+    dout = torch.randn(1, 70, 2, 256, generator=gen).to(dtype)
+    out = ptofa.flash_attn_func(q, k, v, deterministic=deterministic, backend="sim")
+    out.backward(dout)
+    ref = reference_backward(q.detach(), k.detach(), v.detach(), dout, 1 / 16, (-1, -1))
+    _check(out, (q.grad, k.grad, v.grad), ref.exact, ref.low, dtype)
+
+
 @pytest.mark.parametrize("dq_block_q, dq_block_kv", [(128, 64), (64, 32), (32, 128)])
 def test_dq_blocks_wider_or_narrower_than_the_key_tiles(dq_block_q, dq_block_kv) -> None:
     """G = dO O^T goes to the vectors in column bands of dq_block_kv (two where the Q block is twice as
