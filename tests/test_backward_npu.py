@@ -225,7 +225,7 @@ ATOMIC = ("prep", "dkdv", "post")
 def test_the_atomic_mode_launches_prep_dkdv_post_with_their_entry_arguments(calls, launches, tmp_path) -> None:
     """Each launcher gets the arguments of its `.pto` entry in signature order; prep, dkdv and post
     share one device f32 accumulator (prep zeroes it, dkdv adds into it, post casts it into dq),
-    and only the mixed dkdv kernel gets a slot workspace."""
+    and the mixed prep (D's dO O^T) and dkdv kernels get slot workspaces, post none."""
     q, k, v, out, lse, dout = _case()
     dq, dk, dv = attention_backward(q, k, v, out, lse, dout, window=(-1, 0), softmax_scale=0.2, backend="npu",
                                     deterministic=False)
@@ -240,7 +240,8 @@ def test_the_atomic_mode_launches_prep_dkdv_post_with_their_entry_arguments(call
         assert call.block_dim == launch.block_dims[kernel] == min(units, CORES) and call.stream == STREAM
         assert (call.values["batch"], call.values["heads"], call.values["s0"]) == (1, 4, 100)
     prep, dkdv, post = calls
-    assert set(launch.workspaces) == {"dkdv"} and "slots" not in prep.values and "slots" not in post.values
+    assert set(launch.workspaces) == {"prep", "dkdv"} and "slots" not in post.values
+    assert prep.values["slots"] == launch.workspaces["prep"].data_ptr()
     assert dkdv.values["slots"] == launch.workspaces["dkdv"].data_ptr()
     acc = launch.dq_acc
     assert acc.dtype == torch.float32 and acc.shape == q.shape

@@ -61,9 +61,11 @@ def test_the_backward_kernels_get_their_own_workspace_regions() -> None:
     config = BwdConfig(head=64, atomic_dq=True, block_q=64)
     plan = plan_backward(config, ProblemShape(1, 2, 128, 128), "910B2", scale=0.1)
     assert [c.name for c in plan.calls] == ["prep", "dkdv", "post"]
-    dkdv = plan.call("dkdv")
-    assert "slots" not in plan.call("prep").values and dkdv.values["slots"] == Workspace(0)
-    assert plan.workspace_bytes == config.slot_bytes_per_block("dkdv") * dkdv.block_dim
+    prep, dkdv = plan.call("prep"), plan.call("dkdv")  # prep's ring carries D's dO O^T; post has none
+    prep_bytes = config.slot_bytes_per_block("prep") * prep.block_dim
+    assert prep.values["slots"] == Workspace(0) and dkdv.values["slots"] == Workspace(prep_bytes)
+    assert "slots" not in plan.call("post").values
+    assert plan.workspace_bytes == prep_bytes + config.slot_bytes_per_block("dkdv") * dkdv.block_dim
 
 
 EMPTY_KERNEL = """module {

@@ -4,7 +4,7 @@
 `out = softmax(scale Q K^T + mask) V` whose `out` and `lse` the forward kernel wrote
 (`ptofa.flash_attn_func(..., return_lse=True)`): no S or P is kept between the passes.
 It launches the two kernels of `ptofa.kernels.fa_bwd` one after the other: `dq` (which
-also writes D = rowsum(dO * O)) and then `dkdv`, on the simulator or on an NPU (one
+also writes D = rowsum(dO * O), the diagonal of its cube's dO O^T) and then `dkdv`, on the simulator or on an NPU (one
 `plan.plan_backward` launched by `sim.launch` or `npu.launch`);
 with `deterministic=False` instead `prep` (D), `dkdv` with atomic-add dQ into an f32 buffer,
 and `post` (dQ f32 -> input dtype).
@@ -184,7 +184,7 @@ class BackwardBuffers:
     dq: torch.Tensor
     dk: torch.Tensor
     dv: torch.Tensor
-    dsum: torch.Tensor  # D = rowsum(dO * O), [B, N, S0] f32, written by the dq (or prep) kernel
+    dsum: torch.Tensor  # D = rowsum(dO * O) = diag(dO O^T), [B, N, S0] f32, written by the dq (or prep) kernel
     dq_acc: torch.Tensor | None = None  # [B, S0, N, D] f32, atomic mode only
 
     @classmethod

@@ -3,11 +3,11 @@
 The backward runs as two mixed cube/vector kernels (`ptofa.kernels.fa_bwd`):
 
 * `dq`   one work unit per (batch, q head, Q block of `dq_block_q` rows); the unit
-         loops over the KV tiles of `dq_block_kv` keys that its rows see. Its vectors
-         first compute D = rowsum(dO * O) of the block's rows (the preprocess step,
-         written to GM for the other kernel), then per tile P = exp(scale S - LSE) and
-         dS = scale * P * (dP - D); the cube accumulates dQ = dS K in L0C and stores it
-         once, in the input dtype.
+         loops over the KV tiles of `dq_block_kv` keys that its rows see. Its cube first
+         computes G = dO O^T of the block's rows and passes it to the vectors as the unit's
+         first sdp entry; the vectors take D = diag(G) (= rowsum(dO * O), written to GM for
+         the other kernel), then per tile P = exp(scale S - LSE) and dS = scale * P * (dP - D);
+         the cube accumulates dQ = dS K in L0C and stores it once, in the input dtype.
 * `dkdv` one work unit per (batch, kv head, KV block of `block_kv` keys); the unit loops
          over the group's q heads and the Q blocks of `block_q` rows that see the block.
          The cube computes the transposed scores S^T = K Q^T and dP^T = V dO^T (the
@@ -20,8 +20,9 @@ deterministic (bit-identical across runs and block counts).
 
 With `atomic_dq` the backward is instead three kernels, and the dq kernel is not run:
 
-* `prep` vector-only, one unit per (batch, q head, `dq_block_q` rows): D = rowsum(dO * O), and
-         zeros over those rows of the f32 dQ accumulator (so the launch needs no host memset).
+* `prep` one unit per (batch, q head, `dq_block_q` rows): the cube's G = dO O^T through pipe
+         `gd`, the vectors' D = diag(G), and zeros over those rows of the f32 dQ accumulator
+         (so the launch needs no host memset).
 * `dkdv` as above, and per step also dQ_part = dS K: each vector core transposes its
          dS^T rows (`ttrans`) and pushes them through a third pipe (`dsq`, whose cube slot
          holds the two cores' [block_q, block_kv / 2] pieces one under the other), the
@@ -29,6 +30,11 @@ With `atomic_dq` the backward is instead three kernels, and the dq kernel is not
          f32 GM accumulator (zeroed by prep). dS reuses the dS^T mat / left tiles, so
          this mode needs block_q == block_kv.
 * `post` vector-only: dQ f32 -> input dtype.
+
+D comes from the cube, not from the vectors' rowsum(dO * O), so that dP - D is exactly 0 where the
+references' is: with one visible key O = V, and dP_ij = dO_i . V_j and D_i = dO_i . O_i are the same
+products summed by the same matmul in the same K order (D chunks included), so dS, dQ and dK are exact
+zeros (the f32 products of a vector row sum, in another order, left 1e-6 of noise).
 
 In either mode dQ, dK and dV accumulate in f32 (L0C, or the atomic mode's GM accumulator) and are
 rounded to the input dtype once, when stored. `grads_f32` stores the f32 accumulators unrounded
@@ -192,16 +198,19 @@ class BwdConfig:
 
     def rows_cols(self, kernel: str) -> tuple[int, int]:
         """(rows, cols) of one step's score tile: [q rows, keys] for dq, [keys, q rows] for dkdv;
-        [q rows, D] of one unit for the vector-only prep and post kernels."""
+        [q rows, D] of one unit for the row-wise prep and post kernels."""
         if kernel in ("prep", "post"):
             return self.dq_block_q, self.head
         return (self.dq_block_q, self.dq_block_kv) if kernel == "dq" else (self.block_kv, self.block_q)
 
     def pipes(self, kernel: str) -> tuple[PipeSpec, ...]:
-        """C2V: the f32 scores and their gradients side by side; V2C: P (dkdv only) and dS in the input dtype;
-        with `atomic_dq`, V2C `dsq`: each vector core's dS piece [block_q, block_kv / 2] (cube slot: both, stacked)."""
-        if kernel in ("prep", "post"):
+        """C2V: the f32 scores and their gradients side by side (dq: first G = dO O^T of each unit, in its first
+        dq_block_q columns); V2C: P (dkdv only) and dS in the input dtype; with `atomic_dq`, V2C `dsq`: each vector
+        core's dS piece [block_q, block_kv / 2] (cube slot: both, stacked); prep: C2V `gd`, G of each unit."""
+        if kernel == "post":
             return ()
+        if kernel == "prep":
+            return (PipeSpec("gd", 0, 1, self.dq_block_q, self.dq_block_q, "f32"),)
         rows, cols = self.rows_cols(kernel)
         back = 2 * cols if kernel == "dkdv" else cols
         pipes = (PipeSpec("sdp", 0, 1, rows, 2 * cols, "f32"), PipeSpec("pds", 1, 2, rows, back, self.in_dtype))
@@ -282,6 +291,9 @@ def _check(c: BwdConfig) -> None:
         fail("slot ring reuse", f"slot_num={c.slot_num} must be >= 1 and a multiple of its sync period {c.sync_period}")
     if c.preload < 1:
         fail("preload", f"preload={c.preload} must be >= 1")
+    if c.dq_block_q > 2 * c.dq_block_kv:
+        fail("D on the cube", f"the dq kernel's G = dO O^T [dq_block_q, dq_block_q] rides its sdp slot [dq_block_q, "
+                              f"2 dq_block_kv]: dq_block_q={c.dq_block_q} must be <= 2 * dq_block_kv = {2 * c.dq_block_kv}")
     if c.atomic_dq and c.block_q != c.block_kv:
         fail("atomic dQ tiles", f"atomic_dq needs block_q == block_kv (dS [block_q, block_kv] reuses the dS^T "
                                 f"[block_kv, block_q] mat and left tiles), got block_q={c.block_q}, block_kv={c.block_kv}")
@@ -329,6 +341,9 @@ def operands(c: BwdConfig, kernel: str) -> list[Operand]:
                 + [Operand("ds", "pv", "left", rows, cols, False)]
                 + [Operand(r, "qk", "right", dc, cols, False) for r in chunk_names(c, "kt") + chunk_names(c, "vt")]
                 + [Operand(r, "pv", "right", cols, dc, False) for r in chunk_names(c, "k")])
+    if kernel == "prep":  # G = dO O^T
+        return ([Operand(r, "qk", "left", rows, dc, True) for r in chunk_names(c, "do")]
+                + [Operand(r, "qk", "right", dc, rows, False) for r in chunk_names(c, "ot")])
     if kernel != "dkdv":
         return []
     # S^T = K Q^T, dP^T = V dO^T (summed over the D chunks), dV[:, j] = P^T dO[:, j], dK[:, j] = dS^T Q[:, j]
@@ -387,8 +402,8 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
     dc, dt = c.d_chunk, c.in_dtype
     rows, cols = c.rows_cols(kernel)
     vr = rows // VEC_CORES
-    if kernel in ("prep", "post"):
-        return _vector_only_plan(c, kernel)
+    if kernel == "post":
+        return _post_plan(c)
     nz = dict(blayout="col_major", slayout="row_major", dynamic=True)
     zn = dict(slayout="col_major", dynamic=True)
     acc = dict(blayout="col_major", slayout="row_major", fractal=1024, dynamic=True)
@@ -397,7 +412,10 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
     def chunked(name: str, stage: str, loc: str, r: int, cc: int, dtype: str, **kw) -> list[TileSpec]:
         return [TileSpec(n, "cube", stage, loc, r, cc, dtype, **kw) for n in chunk_names(c, name)]
 
-    if kernel == "dq":  # rows = queries, cols = keys
+    if kernel == "prep":  # rows = queries: G = dO O^T (O^T loaded as the dq kernel's V^T)
+        mats = [*chunked("do_mat", "qk", "mat", rows, dc, dt, **nz), *chunked("ot_mat", "qk", "mat", dc, rows, dt, **zn)]
+        accs = [TileSpec("g_acc", "cube", "qk", "acc", rows, rows, "f32", **acc)]
+    elif kernel == "dq":  # rows = queries, cols = keys (G = dO O^T: through vt_mat, vt and dp_acc)
         mats = [
             *chunked("q_mat", "qk", "mat", rows, dc, dt, **nz),
             *chunked("do_mat", "qk", "mat", rows, dc, dt, **nz),
@@ -434,12 +452,14 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
         l0.setdefault(names[o.role], TileSpec(names[o.role], "cube", o.stage, o.loc, o.rows, o.cols, dt, dynamic=True,
                                               **layout))
     cube = mats + [t for t in l0.values() if t.loc == "left"] + [t for t in l0.values() if t.loc == "right"] + accs
+    if kernel == "prep":
+        return cube + [*gram_tiles(vr),
+                       TileSpec("dsum_col", "vector", "p", "vec", vr, 1, "f32", blayout="col_major"),
+                       TileSpec("stat_row", "vector", "p", "vec", 1, vr, "f32", **dyn),
+                       TileSpec("zeros", "vector", "p", "vec", vr, c.head, "f32", **dyn)]  # over the f32 dQ rows
     if kernel == "dq":
         vector = [
-            TileSpec("o_in", "vector", "p", "vec", vr, c.head, dt, **dyn),
-            TileSpec("do_in", "vector", "p", "vec", vr, c.head, dt, **dyn),
-            TileSpec("o_f32", "vector", "p", "vec", vr, c.head, "f32", **dyn),
-            TileSpec("do_f32", "vector", "p", "vec", vr, c.head, "f32", **dyn),
+            *gram_tiles(vr),
             TileSpec("dsum_col", "vector", "p", "vec", vr, 1, "f32", blayout="col_major"),
             TileSpec("stat_row", "vector", "p", "vec", 1, vr, "f32", **dyn),  # LSE, then D (row view)
             TileSpec("lse_all", "vector", "p", "vec", 1, vr, "f32"),
@@ -487,23 +507,17 @@ def _key_mask_tiles(c: BwdConfig, keys: int) -> list[TileSpec]:
     return [TileSpec(f"kpm_{dt}", "vector", "p", "vec", 1, cols, dt, dynamic=True) for dt in ("i8", "f16", "f32")]
 
 
-def _vector_only_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
-    """prep: one core's rows of O and dO (input dtype), as f32, D, and zeros for the f32 dQ accumulator;
-    post: dQ rows f32 -> input dtype."""
-    vr, d, dt = c.dq_block_q // VEC_CORES, c.head, c.in_dtype
-    dyn = dict(dynamic=True)
-    if kernel == "post":
-        return [TileSpec("dq_f32", "vector", "p", "vec", vr, d, "f32", **dyn),
-                TileSpec("dq_out", "vector", "p", "vec", vr, d, dt, **dyn)]
-    return [
-        TileSpec("o_in", "vector", "p", "vec", vr, d, dt, **dyn),
-        TileSpec("do_in", "vector", "p", "vec", vr, d, dt, **dyn),
-        TileSpec("o_f32", "vector", "p", "vec", vr, d, "f32", **dyn),
-        TileSpec("do_f32", "vector", "p", "vec", vr, d, "f32", **dyn),
-        TileSpec("dsum_col", "vector", "p", "vec", vr, 1, "f32", blayout="col_major"),
-        TileSpec("stat_row", "vector", "p", "vec", 1, vr, "f32", **dyn),
-        TileSpec("zeros", "vector", "p", "vec", vr, d, "f32", **dyn),  # stored over the f32 dQ accumulator's rows
-    ]
+def gram_tiles(vr: int) -> list[TileSpec]:
+    """A vector core's [vr, vr] block of G = dO O^T (its rows, their own columns), the identity that keeps
+    its diagonal, and the row sum's scratch (`bwd_tiles.gram_diagonal`)."""
+    return [TileSpec(name, "vector", "p", "vec", vr, vr, "f32", dynamic=True) for name in ("gram", "gram_eye", "gram_tmp")]
+
+
+def _post_plan(c: BwdConfig) -> list[TileSpec]:
+    """post: dQ rows f32 -> input dtype."""
+    vr, d = c.dq_block_q // VEC_CORES, c.head
+    return [TileSpec("dq_f32", "vector", "p", "vec", vr, d, "f32", dynamic=True),
+            TileSpec("dq_out", "vector", "p", "vec", vr, d, c.in_dtype, dynamic=True)]
 
 
 def budget(c: BwdConfig, kernel: str) -> Budget:
@@ -537,6 +551,8 @@ def entry_args(c: BwdConfig, kernel: str) -> tuple[tuple[str, str], ...]:
         ptrs += ("dq_acc",)
     elem = {"lse": "f32", "dsum": "f32", "dq_acc": "f32", **{g: c.grad_dtype for g in ("dq", "dk", "dv")}}
     args = [("ffts", "!pto.ptr<i64>")]
+    if kernel == "prep":  # the `gd` ring (f32)
+        args.append(("slots", "!pto.ptr<f32>"))
     if kernel in ("prep", "post"):
         return tuple(args + [(n, f"!pto.ptr<{elem.get(n, dt)}>") for n in ptrs]
                      + [(n, "i64") for n in ("batch", "heads", "s0")])

@@ -1,13 +1,13 @@
 """The backward kernels' tile plumbing that needs nothing of the kernels' state (`ptofa.kernels.fa_bwd`):
 pipe entry types, the cube's L0 operands, column chunks between GM and L1 / L0C, the first-or-accumulate
-matmul and the key mask's additive bias."""
+matmul, the key mask's additive bias, and D = diag(dO O^T) from the cube to the vectors."""
 
 from __future__ import annotations
 
 from xdsl.ir import SSAValue
 
 from ptofa.api import pto, scalar, tile, view_type
-from ptofa.kernels.bwd_pipeline import BwdConfig, operand_tiles, resident_roles
+from ptofa.kernels.bwd_pipeline import BwdConfig, chunk_names, operand_tiles, resident_roles
 from ptofa.pipeline import PipeSpec
 
 
@@ -81,3 +81,56 @@ def key_bias(args: dict[str, SSAValue], tl: dict[str, SSAValue], consts: dict[st
     tile.cvt(tl["kpm_f16"], out=tl["kpm_f32"])
     tile.muls(tl["kpm_f32"], consts["pos"], out=tl["kpm_f32"])  # 1 -> 3e38, 0 -> 0
     tile.adds(tl["kpm_f32"], consts["neg"], out=tl["kpm_f32"])  # -> 0 / -3e38
+
+
+def gram_to_entry(c: BwdConfig, tl: dict[str, SSAValue], ops: Operands, o_t: SSAValue, rows: SSAValue, piece: int,
+                  mat: str, right: str, acc: str, entry: SSAValue) -> None:
+    """G = dO O^T of a unit's `rows` query rows (f32) -> columns [0, rows) of C2V `entry`, `piece` columns at
+    a time through L0C tile `acc`. The left operands are the unit's dO tiles (roles `do`, per D chunk), the
+    ones dP = dO V^T takes; O^T comes through the DN view `o_t` [D, rows] into ZN mat tiles `mat` and right
+    operands `right` (per D chunk), as V^T does for dP. Where O_i = V_j (one visible key) G_ii and dP_ij are
+    then the same products summed in the same K order: bit-equal (`ptofa.sim.tileops.tmatmul`)."""
+    dc = c.d_chunk
+
+    def band(p: int, cols: SSAValue) -> None:
+        tile.set_valid(tl[acc], rows, cols)
+        for j, (m, r, lr, lm) in enumerate(zip(chunk_names(c, mat), chunk_names(c, right), chunk_names(c, "do"),
+                                               chunk_names(c, "do_mat"))):
+            tile.set_valid(tl[m], dc, cols)
+            pto.load(pto.slice_view(o_t, [j * dc, p * piece], [dc, cols], name="oT_part"), tl[m])
+            rt = ops.use(r, tl[m], dc, cols)
+            lt = ops.use(lr, tl[lm], rows, dc)
+            tile.matmul(lt, rt, out=tl[acc], accumulate=j > 0)
+        pto.store(tl[acc], pto.slice_view(entry, [0, p * piece], [rows, cols], name="gram_band"))
+
+    band(0, scalar.min(rows, piece, name="gram_cols"))
+    for p in range(1, -(-c.dq_block_q // piece)):
+        # in [0, piece]; common.clamp would lengthen the import chain
+        cols = scalar.min(scalar.max(scalar.sub(rows, p * piece), 0), piece)
+        with pto.if_(scalar.gt(cols, 0)):
+            band(p, cols)
+
+
+def gram_eye(tl: dict[str, SSAValue], vr: int) -> None:
+    """gram_eye = the [vr, vr] identity, once per kernel: ttri's upper triangle (col >= row) times its
+    lower one (col <= row), the lower one built in `gram` (free until the first unit)."""
+    for name in ("gram", "gram_eye"):
+        tile.set_valid(tl[name], vr, vr)
+    tile.tri(0, out=tl["gram_eye"], upper=True)
+    tile.tri(0, out=tl["gram"])
+    tile.mul(tl["gram_eye"], tl["gram"], out=tl["gram_eye"])
+
+
+def gram_diagonal(tl: dict[str, SSAValue], entry: SSAValue, row_base: SSAValue, n: SSAValue, vr: int,
+                  out_col: SSAValue) -> None:
+    """out_col[r] = G[row_base + r, row_base + r] for this core's n > 0 rows (`entry`: its half of the
+    C2V slot, G in the first columns): its [n, n] diagonal block times the identity, row-summed. The
+    products off the diagonal are +-0, so each sum is G_ii exactly. Rows n .. vr - 1 of `out_col` get
+    the sums of stale rows (as every per-row tile of a ragged block: never stored)."""
+    for name in ("gram", "gram_eye"):
+        tile.set_valid(tl[name], n, n)
+    pto.load(pto.slice_view(entry, [0, row_base], [n, n], name="gram_rows"), tl["gram"])
+    tile.mul(tl["gram"], tl["gram_eye"], out=tl["gram"])
+    for name in ("gram", "gram_tmp"):  # the columns past n are stale: sum the n products of each row
+        tile.set_valid(tl[name], vr, n)
+    tile.row_sum(tl["gram"], out=out_col, tmp=tl["gram_tmp"])

@@ -1,13 +1,19 @@
 """The FlashAttention-2 backward as two mixed cube/vector kernels (see `ptofa.kernels.bwd_pipeline`).
 
-dq kernel, unit = (batch, q head, Q block); per visible KV tile t:
+dq kernel, unit = (batch, q head, Q block); first
+
+    cube:    G = dO O^T                             -> sdp slot  (the unit's first entry)
+    vectors: D = diag(G) of each core's rows        -> GM (`dsum`), for this kernel and the dkdv kernel
+
+then per visible KV tile t:
 
     cube:    S = Q K_t^T, dP = dO V_t^T           -> sdp slot  (produce, `preload` tiles ahead)
     vectors: P = exp(scale S - LSE), dS = scale P (dP - D)   -> pds slot
     cube:    dQ (+)= dS K_t                         (consume; dQ stays in L0C, stored once)
 
-  Before its first tile each vector core computes D = rowsum(dO * O) of its rows and
-  writes it to GM (`dsum`), for this kernel and for the dkdv kernel that runs next.
+  D = rowsum(dO * O) comes from the cube so that it is dP's own sum where O is a row of V (one
+  visible key): the same dO operands, O^T loaded as V^T is, the same K order; dP - D is then exactly
+  0 as in the references (`bwd_tiles.gram_to_entry`), and so are dQ and dK.
 
 dkdv kernel, unit = (batch, kv head, KV block); per step (q head h of the group, visible Q block):
 
@@ -33,7 +39,8 @@ rows are is `ptofa.kernels.bwd_varlen`.
 
 Atomic-dQ mode (`BwdConfig.atomic_dq`; the dq kernel is not run):
 
-    prep (vectors):  D = rowsum(dO * O) -> GM, and the f32 dQ accumulator's rows zeroed
+    prep:            cube: G = dO O^T -> gd slot; vectors: D = diag(G) -> GM, and the f32 dQ
+                     accumulator's rows zeroed
     dkdv, per step, after dK:  vectors: dS = (dS^T rows)^T by `ttrans` -> dsq slot
                                cube:    dQ_part = dS_0 K_0 + dS_1 K_1 (K_i: the keys of vector
                                         core i, in L1 for the whole unit), atomic-add tstore
@@ -43,6 +50,7 @@ Atomic-dQ mode (`BwdConfig.atomic_dq`; the dq kernel is not run):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from xdsl.dialects import builtin
@@ -52,28 +60,17 @@ from ptofa.kernels.argspec import BWD_ENTRY_NAMES
 from ptofa.api import F32, I32, KernelModule, parse_ir_type, pto, scalar, tile
 from ptofa.kernels.bwd_pipeline import BwdConfig, chunk_names, dkdv_passes, entry_args, grad_accs, tile_plan
 from ptofa.kernels.bwd_varlen import packed_key, packed_row, sequence_window, stat, stat_view, table_unit, table_units
-from ptofa.kernels.bwd_tiles import Operands, key_bias, load_chunks, matmul_first_or_acc, pipe_entry, store_chunks
+from ptofa.kernels.bwd_tiles import (Operands, gram_diagonal, gram_eye, gram_to_entry, key_bias, load_chunks,
+                                     matmul_first_or_acc, pipe_entry, store_chunks)
 from ptofa.kernels.common import SPLIT, alloc, clamp, init_pipes, produce_ahead, row_offset, snake_rank
 from ptofa.kernels import dropout
 from ptofa.kernels.mods import RANGE_FIELDS, Site, UnitSite
 from ptofa.kernels.scoremods import apply_backward, apply_setup, apply_unit
 from ptofa.kernels.window import TileRange, Window, keys_seen, mask_tile, queries_seeing
-from ptofa.pipeline import VEC_CORES
+from ptofa.pipeline import VEC_CORES, PipeSpec
 from ptofa.ir.textio import print_pto
 
 NEG = -3.0e38  # additive mask value: finite, exp gives exactly 0
-
-
-@dataclass
-class _Rows:
-    """What the D preprocess needs of a kernel: its arguments and sizes, the rows of one vector core."""
-
-    args: dict[str, SSAValue]
-    heads: SSAValue
-    s0: SSAValue
-    q_stride: SSAValue
-    head: int
-    vec_rows: int
 
 
 @dataclass
@@ -244,6 +241,10 @@ def _dq_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
         for name in ("q", "do"):
             view = pto.as_tensor(pto.add_ptr(args[name], q_off), [u.q_rows, d], [c.q_stride, 1], name=f"{name}_view")
             load_chunks(tl, chunk_names(config, f"{name}_mat"), view, u.q_rows, dc, ops, chunk_names(config, name))
+        ot = pto.as_tensor(pto.add_ptr(args["o"], q_off), [d, u.q_rows], [1, c.q_stride], layout="dn", name="oT_view")
+        entry = pto.talloc("cube", sdp.pipe_id, pipe_entry(sdp, "cube"), SPLIT, name="gram_entry")
+        gram_to_entry(config, tl, ops, ot, u.q_rows, bkv, "vt_mat", "vt", "dp_acc", entry)
+        pto.tpush("cube", sdp.pipe_id, entry, SPLIT)
         kt = pto.as_tensor(pto.add_ptr(args["k"], kv_off), [d, u.s1], [1, c.kv_stride], layout="dn", name="kT_view")
         vt = pto.as_tensor(pto.add_ptr(args["v"], kv_off), [d, u.s1], [1, c.kv_stride], layout="dn", name="vT_view")
         k_view = pto.as_tensor(pto.add_ptr(args["k"], kv_off), [u.s1, d], [c.kv_stride, 1], name="k_view")
@@ -296,11 +297,11 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     consts = {"neg": scalar.const(NEG, F32, name="neg"), "zero": scalar.const(0.0, F32, name="zero"), "scale": args["scale"]}
     if config.key_padding:
         consts["pos"] = scalar.const(-NEG, F32, name="pos")
-    d, vr, bkv = config.head, config.vec_rows("dq"), config.dq_block_kv
+    vr, bkv = config.vec_rows("dq"), config.dq_block_kv
     v = _Vec(c, tl, consts, scalar.mul(pto.get_subblock_idx(), vr, name="row_base"))
     lse_col = tile.reshape(tl["lse_all"], vr, 1, name="lse_col", blayout="col_major")
     dsum_row = tile.reshape(tl["dsum_col"], 1, vr, name="dsum_row")
-    rows = _Rows(c.args, c.heads, c.s0, c.q_stride, d, vr)
+    gram_eye(tl, vr)
     apply_setup(config.mods, UnitSite(tl, c.args, v.mod_state, vr))
     v.drop = _drop_tiles(config, tl, vr, config.dq_block_kv)
     with pto.range(c.block_idx, _dq_units(c), c.block_num, name="unit") as unit:
@@ -310,7 +311,7 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
         apply_unit(config.mods, UnitSite(tl, c.args, v.mod_state, vr, _seq(u), u.h))
         has_rows = scalar.gt(n, 0)
         packed0 = row0 if u.q_start is None else scalar.add(u.q_start, row0, name="packed_q0")
-        _preprocess(rows, tl, consts["zero"], u.b, u.h, packed0, n, has_rows, dsum_row)
+        _dsum(c, tl, v.row_base, consts["zero"], u.b, u.h, packed0, n, has_rows, dsum_row, sdp)
         with pto.if_(has_rows):
             tile.set_valid(tl["stat_row"], 1, n)
             pto.load(stat_view(c, "lse", u.h, u.b, packed0, n), tl["stat_row"])
@@ -345,28 +346,20 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             pto.tpush("vector", pds.pipe_id, out, SPLIT)
 
 
-def _preprocess(r: _Rows, tl: dict[str, SSAValue], zero: SSAValue, b: SSAValue | None, h: SSAValue, row0: SSAValue,
-                n: SSAValue, has_rows: SSAValue, dsum_row: SSAValue) -> None:
-    """D = rowsum(dO * O) of this core's rows -> dsum_col, and to GM for the dkdv kernel (b None:
-    row0 is a packed row)."""
-    d, vr = r.head, r.vec_rows
-    off = row_offset(row0 if b is None else scalar.add(scalar.mul(b, r.s0), row0), h, r.heads, d)
+def _dsum(c: _Common | _Prep, tl: dict[str, SSAValue], row_base: SSAValue, zero: SSAValue, b: SSAValue | None,
+          h: SSAValue, row0: SSAValue, n: SSAValue, has_rows: SSAValue, dsum_row: SSAValue, pipe: PipeSpec) -> None:
+    """D = diag(G) of this core's rows (G = dO O^T, the cube's C2V entry on `pipe`) -> dsum_col, and to GM
+    for the dkdv kernel (b None: row0 is a packed row)."""
+    vr = c.config.vec_rows(c.kernel)
+    entry = pto.tpop("vector", pipe.pipe_id, pipe_entry(pipe, "vector"), SPLIT, name="gram_entry")
     with pto.if_(has_rows):
-        for name, src in (("o_in", "o"), ("do_in", "do")):
-            view = pto.as_tensor(pto.add_ptr(r.args[src], off), [n, d], [r.q_stride, 1], name=f"{src}_rows")
-            tile.set_valid(tl[name], n, d)
-            pto.load(pto.slice_view(view, [0, 0], [n, d], name=f"{src}_part"), tl[name])
-    for name in ("o_in", "do_in", "o_f32", "do_f32"):
-        tile.set_valid(tl[name], vr, d)
-    tile.cvt(tl["o_in"], out=tl["o_f32"])
-    tile.cvt(tl["do_in"], out=tl["do_f32"])
-    tile.mul(tl["o_f32"], tl["do_f32"], out=tl["o_f32"])
-    tile.row_sum(tl["o_f32"], out=tl["dsum_col"], tmp=tl["do_f32"])
+        gram_diagonal(tl, entry, row_base, n, vr, tl["dsum_col"])
+    pto.tfree("vector", pipe.pipe_id, entry, SPLIT)
     with pto.if_(has_rows):
         tile.set_valid(tl["stat_row"], 1, vr)
         tile.adds(dsum_row, zero, out=tl["stat_row"])
         tile.set_valid(tl["stat_row"], 1, n)
-        pto.store(tl["stat_row"], stat_view(r, "dsum", h, b, row0, n))
+        pto.store(tl["stat_row"], stat_view(c, "dsum", h, b, row0, n))
 
 
 # ======================================================================================
@@ -660,38 +653,93 @@ def _push_ds_piece(v: _Vec, n: SSAValue) -> None:
 
 
 # ======================================================================================
-# Prep and post kernels (atomic dQ mode, vector-only)
+# Prep and post kernels (atomic dQ mode; post vector-only)
 # ======================================================================================
 
 
-def _prep_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
-    """D = rowsum(dO * O) for every (batch, head, row): the dq kernel's preprocess on its own,
-    one unit per (batch, head, dq_block_q rows) as the dq kernel's. It also zeroes the same rows
-    of the f32 dQ accumulator the dkdv kernel adds into: in the launch sequence itself, so the
-    adds never depend on a host memset being ordered before them on the right stream."""
-    tl = {spec.name: alloc(spec) for spec in tile_plan(config, "prep")}
-    d, vr = config.head, config.vec_rows("prep")
+@dataclass
+class _Prep:
+    """The prep kernel's sizes, as `_Common` names them for `_dsum` and `stat_view`."""
+
+    config: BwdConfig
+    args: dict[str, SSAValue]
+    batch: SSAValue
+    heads: SSAValue
+    s0: SSAValue
+    q_blocks: SSAValue
+    kernel: str = "prep"
+
+
+def _prep(config: BwdConfig, args: dict[str, SSAValue]) -> _Prep:
     batch, heads, s0 = (scalar.index_cast(args[n], name=n) for n in ("batch", "heads", "s0"))
-    q_blocks = scalar.ceildiv(s0, config.dq_block_q, name="q_blocks")
-    units = scalar.mul(scalar.mul(batch, heads), q_blocks, name="units")
-    rows = _Rows(args, heads, s0, scalar.mul(heads, d, name="q_stride"), d, vr)
+    return _Prep(config, args, batch, heads, s0, scalar.ceildiv(s0, config.dq_block_q, name="q_blocks"))
+
+
+def _prep_units(p: _Prep, body: Callable[[SSAValue, SSAValue, SSAValue], None]) -> None:
+    """body(b, h, q0): one unit per (batch, head, dq_block_q rows from q0), as the dq kernel's."""
+    units = scalar.mul(scalar.mul(p.batch, p.heads), p.q_blocks, name="units")
+    with pto.range(pto.get_block_idx(), units, pto.get_block_num(), name="unit") as unit:
+        bh = scalar.div(unit, p.q_blocks, name="bh")
+        body(scalar.div(bh, p.heads, name="b"), scalar.rem(bh, p.heads, name="h"),
+             scalar.mul(scalar.rem(unit, p.q_blocks), p.config.dq_block_q, name="q0"))
+
+
+def _gd_ring(config: BwdConfig, args: dict[str, SSAValue], core: str) -> PipeSpec:
+    """The prep kernel's `gd` pipe, initialised on this block's ring for `core`."""
+    gd, = config.pipes("prep")
+    ring = pto.add_ptr(args["slots"], scalar.mul(pto.get_block_idx(), config.slot_bytes_per_block("prep") // 4),
+                       name="gd_ring")
+    init_pipes((gd,), {"gd": ring}, core, config.slot_num)
+    return gd
+
+
+def _prep_cube(config: BwdConfig, args: dict[str, SSAValue]) -> None:
+    """G = dO O^T of each unit's rows -> gd slot (the dq kernel's first message, on its own)."""
+    p, gd = _prep(config, args), _gd_ring(config, args, "cube")
+    tl = {spec.name: alloc(spec) for spec in tile_plan(config, "prep") if spec.core == "cube"}
+    ops = Operands(config, "prep", tl)
+    d, stride = config.head, scalar.mul(p.heads, config.head, name="q_stride")
+
+    def unit(b: SSAValue, h: SSAValue, q0: SSAValue) -> None:
+        rows = scalar.min(scalar.sub(p.s0, q0), config.dq_block_q, name="q_rows")
+        off = row_offset(scalar.add(scalar.mul(b, p.s0), q0), h, p.heads, d)
+        view = pto.as_tensor(pto.add_ptr(args["do"], off), [rows, d], [stride, 1], name="do_view")
+        load_chunks(tl, chunk_names(config, "do_mat"), view, rows, config.d_chunk, ops, chunk_names(config, "do"))
+        ot = pto.as_tensor(pto.add_ptr(args["o"], off), [d, rows], [1, stride], layout="dn", name="oT_view")
+        entry = pto.talloc("cube", gd.pipe_id, pipe_entry(gd, "cube"), SPLIT, name="gram_entry")
+        gram_to_entry(config, tl, ops, ot, rows, config.dq_block_q, "ot_mat", "ot", "g_acc", entry)
+        pto.tpush("cube", gd.pipe_id, entry, SPLIT)
+
+    _prep_units(p, unit)
+
+
+def _prep_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
+    """D = diag(G) for every (batch, head, row), G from the cube: the dq kernel's first step on its own.
+    It also zeroes the same rows of the f32 dQ accumulator the dkdv kernel adds into: in the launch
+    sequence itself, so the adds never depend on a host memset being ordered before them on the right stream."""
+    p, gd = _prep(config, args), _gd_ring(config, args, "vector")
+    tl = {spec.name: alloc(spec) for spec in tile_plan(config, "prep") if spec.core == "vector"}
+    d, vr = config.head, config.vec_rows("prep")
     zero = scalar.const(0.0, F32, name="zero")
     row_base = scalar.mul(pto.get_subblock_idx(), vr, name="row_base")
     dsum_row = tile.reshape(tl["dsum_col"], 1, vr, name="dsum_row")
+    gram_eye(tl, vr)
     tile.set_valid(tl["zeros"], vr, d)
     tile.fill(zero, tl["zeros"])
-    with pto.range(pto.get_block_idx(), units, pto.get_block_num(), name="unit") as unit:
-        bh = scalar.div(unit, q_blocks, name="bh")
-        b, h = scalar.div(bh, heads, name="b"), scalar.rem(bh, heads, name="h")
-        row0 = scalar.add(scalar.mul(scalar.rem(unit, q_blocks), config.dq_block_q), row_base, name="core_q0")
-        n = clamp(scalar.sub(s0, row0), 0, vr)
+
+    def unit(b: SSAValue, h: SSAValue, q0: SSAValue) -> None:
+        row0 = scalar.add(q0, row_base, name="core_q0")
+        n = clamp(scalar.sub(p.s0, row0), 0, vr)
         has_rows = scalar.gt(n, 0)
-        _preprocess(rows, tl, zero, b, h, row0, n, has_rows, dsum_row)
+        _dsum(p, tl, row_base, zero, b, h, row0, n, has_rows, dsum_row, gd)
         with pto.if_(has_rows):
-            off = row_offset(scalar.add(scalar.mul(b, s0), row0), h, heads, d)
-            view = pto.as_tensor(pto.add_ptr(args["dq_acc"], off), [n, d], [rows.q_stride, 1], name="dq_acc_rows")
+            off = row_offset(scalar.add(scalar.mul(b, p.s0), row0), h, p.heads, d)
+            view = pto.as_tensor(pto.add_ptr(args["dq_acc"], off), [n, d], [scalar.mul(p.heads, d), 1],
+                                 name="dq_acc_rows")
             tile.set_valid(tl["zeros"], n, d)
             pto.store(tl["zeros"], pto.slice_view(view, [0, 0], [n, d], name="dq_acc_part"))
+
+    _prep_units(p, unit)
 
 
 def _post_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
@@ -720,7 +768,7 @@ def _post_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
 # Modules
 # ======================================================================================
 
-_BUILDERS = {"dq": (_dq_cube, _dq_vector), "dkdv": (_dkdv_cube, _dkdv_vector), "prep": (None, _prep_vector),
+_BUILDERS = {"dq": (_dq_cube, _dq_vector), "dkdv": (_dkdv_cube, _dkdv_vector), "prep": (_prep_cube, _prep_vector),
              "post": (None, _post_vector)}
 
 

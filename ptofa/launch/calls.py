@@ -289,7 +289,7 @@ def backward_plan(kernels: Mapping[str, object], config: BwdConfig, shape: Probl
                   tables: Mapping[str, torch.Tensor] | None = None,
                   dropout: tuple[float, int, int] | None = None) -> LaunchPlan:
     """`config.kernels` in order (dq, dkdv; or prep, dkdv, post; built: `kernels` by name), each with its
-    own region of slot rings in the workspace (the vector-only prep and post have none).
+    own region of slot rings in the workspace (the vector-only post has none).
 
     A `varlen` config runs packed sequences (`shape` of `varlen.varlen_shape`) as one batch of
     S0 = total_q query and S1 = total_k key rows: the dq and dkdv kernels walk `tables`, their unit

@@ -8,7 +8,9 @@ L2 and HBM allow (`shared_limits.shared_floor_us`: every traced load and store a
 compulsory bytes at the HBM rate). Matmul work: the dq kernel computes S, dP and dQ, the dkdv kernel S^T, dP^T,
 dV and dK: 7 of the forward's 2 GEMMs per visible score (FlashAttention-2's single
 fused pass has 5; the split into two deterministic kernels recomputes S and dP). The
-atomic-dQ mode's dkdv kernel adds dQ: 5 GEMMs, between two vector-only kernels (prep, post).
+atomic-dQ mode's dkdv kernel adds dQ: 5 GEMMs, between two row-wise kernels (prep: D from the cube's
+dO O^T, one [dq_block_q, dq_block_q] GEMM per row block; post: vector-only). The dq kernel's G = dO O^T
+(D) is one such GEMM per unit, beside the per-score ones `GEMMS` counts.
 Its atomic-add tstore is timed as a plain FIX-pipe store: CANN documents what the atomic
 mode does (the GM destination is read, added to and written back) but publishes no cost for
 it, so only its extra GM read is modelled, in the launch's HBM floor (`compulsory_bytes`).
@@ -58,6 +60,17 @@ def gemms(config: BwdConfig, kernel: str) -> int:
     """Matmuls per visible score entry of `kernel` (the atomic-dQ dkdv kernel also computes dQ = dS K;
     with two dkdv passes S^T is computed twice)."""
     return GEMMS[kernel] + int(kernel == "dkdv") * (int(config.atomic_dq) + config.dkdv_passes - 1)
+
+
+def gram_macs(config: BwdConfig, shape: ProblemShape, kernel: str) -> int:
+    """MACs of D's G = dO O^T: a [rows, rows] x D GEMM per block of `dq_block_q` query rows (the dq kernel's
+    units: each sequence's own blocks; the row-wise prep's: blocks of all packed rows)."""
+    if kernel not in ("dq", "prep"):
+        return 0
+    lengths = ([q for q, _ in shape.seqlens] if shape.seqlens is not None and kernel == "dq"
+               else [shape.s0] * launch_batch(shape))
+    bq = config.dq_block_q
+    return shape.heads * config.head * sum((n // bq) * bq * bq + (n % bq) ** 2 for n in lengths)
 
 
 def launch_batch(shape: ProblemShape) -> int:
@@ -140,7 +153,7 @@ def predict_kernel(sim: SimResult, config: BwdConfig, shape: ProblemShape, kerne
 
     `flops` (and so the TFLOPS the summary prints) keeps the forward's convention,
     4 * N * D per visible score, so kernels compare on one scale; `cube_bound_us` counts
-    this kernel's own GEMMs."""
+    this kernel's own GEMMs (D's `gram_macs` included)."""
     return _predict(sim, config, shape, kernel, soc, table)[0]
 
 
@@ -168,7 +181,7 @@ def _predict(sim: SimResult, config: BwdConfig, shape: ProblemShape, kernel: str
     else:
         units = work_units(config, kernel, launch_batch(shape), shape.heads, shape.kv_heads, shape.s0, shape.s1)
         cycles, waves, note = launch_cycles({b: r.cycles for b, r in replays.items()}, sim.block_dim, units, spec)
-    macs = shape.flops(config.head) // 2 // FORWARD_GEMMS * gemms(config, kernel)
+    macs = shape.flops(config.head) // 2 // FORWARD_GEMMS * gemms(config, kernel) + gram_macs(config, shape, kernel)
     cores = min(sim.block_dim, spec.cube_cores)
     cube_us = spec.cycles_to_us(macs / (cores * spec.cube_macs_per_cycle))
     traced = sum(gm_bytes(ops) for ops in sim.trace.cores.values())

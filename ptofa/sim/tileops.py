@@ -320,27 +320,27 @@ def _subview_valid(vals, t, r, c, rows, cols, valid, res, name, space) -> None:
 # Matmul --------------------------------------------------------------------------------
 
 
-def _as_f32(a: np.ndarray, scratch: dict, key: str) -> torch.Tensor:
-    """An f32 torch view of `a` (converted into a reusable scratch buffer when needed)."""
-    if a.dtype == F32:
-        return torch.from_numpy(a)
-    if a.dtype == BF16:
-        return torch.from_numpy(bf16_decode(a))
-    buf = scratch.get(key)
-    if buf is None or buf.shape != a.shape:
-        buf = scratch[key] = torch.empty(a.shape, dtype=torch.float32)
-    return buf.copy_(torch.from_numpy(a))
+def _as_f64(a: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(bf16_decode(a) if a.dtype == BF16 else a).double()
 
 
 @semantics(d.TMatmulOp, d.TMatmulAccOp)
 def tmatmul(op, slot: Slot) -> Fn:
     """C[:m, :n] = A @ B (or C_in + A @ B), m, k = lhs valid rows / cols, n = rhs valid cols;
-    f16 / bf16 operands are widened to f32 and accumulate in f32 (i8 in i32); the rest of C
-    is left untouched."""
+    f16 / bf16 operands accumulate in f32 (i8 in i32); the rest of C is left untouched.
+
+    Each element is the f64 sum of its K exact products (f16 / bf16 products are exact; the sum is
+    exact unless the products span more than f64's 53 bits), plus C_in, rounded once to f32: a value
+    of row i of A and column j of B alone, whatever M and N. That is the property the backward's
+    D = diag(dO O^T) rests on (`kernels/fa_bwd.py`: it must equal dP = dO V^T bit for bit where
+    O = V): one Mmad instruction (Ascend C API reference, "Mmad") takes K whole for every element of
+    its [M, N] result, so the cube's K order does not depend on M or N (assumed, not measured on an
+    NPU). A CPU BLAS f32 GEMM's does: its K blocking and vector paths change with the shape, and one
+    column against N = 64 columns gives other low bits.
+    """
     accumulate = isinstance(op, d.TMatmulAccOp)
     a_s, b_s, c_s = slot(op.lhs), slot(op.rhs), slot(op.dst)
     cin_s = slot(op.acc_in) if accumulate else -1
-    scratch: dict = {}
     integer = d.elem_name(op.dst.type.dtype) == "i32"
 
     def fn(vals):
@@ -351,28 +351,19 @@ def tmatmul(op, slot: Slot) -> Fn:
             raise SimError(f"matmul: rhs %{b.name} has {b.vr} valid rows, lhs %{a.name} has k={k} valid columns")
         if m > c.data.shape[0] or n > c.data.shape[1]:
             raise SimError(f"matmul: the {m}x{n} result does not fit the {c.data.shape[0]}x{c.data.shape[1]} dst %{c.name}")
+        out = c.data[:m, :n]
         if integer:
-            out = c.data[:m, :n]
             prod = a.v.astype(np.int64) @ b.data[:k, :n].astype(np.int64)
             if accumulate:
                 prod += vals[cin_s].data[:m, :n]
             np.copyto(out, prod, casting="unsafe")
             return
-        ta = _as_f32(a.v, scratch, "a")
-        tb = _as_f32(b.data[:k, :n], scratch, "b")
-        out = c.data[:m, :n]
         if out.dtype != F32:
             raise SimError(f"matmul: accumulator dtype {out.dtype} is not f32")
-        tc = torch.from_numpy(out)
+        prod = torch.mm(_as_f64(a.v), _as_f64(b.data[:k, :n]))
         if accumulate:
-            cin = vals[cin_s].data[:m, :n]
-            if cin is not out and not np.shares_memory(cin, out):
-                tc.copy_(torch.from_numpy(cin))
-            tc.addmm_(ta, tb)
-        elif out.flags.c_contiguous:
-            torch.mm(ta, tb, out=tc)
-        else:
-            tc.copy_(torch.mm(ta, tb))
+            prod += torch.from_numpy(vals[cin_s].data[:m, :n])
+        np.copyto(out, prod.numpy(), casting="same_kind")
 
     return fn
 
