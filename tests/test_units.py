@@ -168,7 +168,7 @@ BACKWARD_CASES = [  # (batch, heads, kv_heads, s0, s1, window)
 
 @pytest.mark.parametrize("batch, heads, kv_heads, s0, s1, window", BACKWARD_CASES)
 def test_backward_visits_the_host_tiles(batch, heads, kv_heads, s0, s1, window):
-    """dq: per Q block the KV tiles it sees; dkdv: per KV block the group's Q blocks that see it;
+    """dq: per Q block the KV tiles it sees (and the G entry); dkdv: per KV block the group's Q blocks that see it;
     both kernels hand units out in plain round robin."""
     masked = window != (-1, -1)
     config = BwdConfig(head=64, masked=masked)
@@ -180,10 +180,10 @@ def test_backward_visits_the_host_tiles(batch, heads, kv_heads, s0, s1, window):
     bounds = _bounds(window, s0, s1) if masked else None
     group = heads // kv_heads
 
-    def dq_tiles(unit: int) -> int:
+    def dq_tiles(unit: int) -> int:  # the unit's visible tiles and its first entry, G = dO O^T (D on the cube)
         q0 = unit % -(-s0 // config.dq_block_q) * config.dq_block_q
         lo, hi = units.keys_seen(q0, min(config.dq_block_q, s0 - q0), s0, s1, bounds, config.dq_block_kv)
-        return hi - lo
+        return hi - lo + 1
 
     def dkdv_steps(unit: int) -> int:
         k0 = unit % -(-s1 // config.block_kv) * config.block_kv
