@@ -154,7 +154,7 @@ def test_tune_picks_the_argmin_of_its_table() -> None:
     times = [row.predicted_us for row in result.table]
     assert all(t is not None and t > 0 for t in times), result.table
     # every candidate with prescale_q on, and the fastest of them again with it off
-    assert times == sorted(times) and len(times) == len(tune.candidates(SMALL.base_config())) + 1
+    assert times == sorted(times) and len(times) == len(tune.candidates(SMALL.base_config(), SMALL.s0)) + 1
     (off,) = [row for row in result.table if not row.prescale_q]
     fastest_on = min((row for row in result.table if row.prescale_q), key=lambda row: row.predicted_us)
     assert (off.tile_s1, off.qk_preload) == (fastest_on.tile_s1, fastest_on.qk_preload)

@@ -234,6 +234,8 @@ def run_attention(
     if alibi is not None and alibi.device != q.device:
         raise ValueError(f"alibi_slopes: on {alibi.device}, but {names[0]} is on {q.device}")
     mods = dict(softcap=softcap > 0, alibi=alibi is not None, dropout=dropout is not None)
+    if block_dim is not None and (isinstance(block_dim, bool) or not isinstance(block_dim, int) or block_dim < 1):
+        raise ValueError(f"block_dim: {block_dim!r} must be an int >= 1")
     soc = backend_soc(backend)
     if config is None:
         tuned = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads, window=tune_window(bounds, s0, s1))
@@ -252,8 +254,6 @@ def run_attention(
     shape.check(config)
     if config.key_padding and key_mask is None:  # a key-padding kernel run without a mask: every key takes part
         key_mask = torch.ones(s1, dtype=torch.int8)
-    if block_dim is not None and (isinstance(block_dim, bool) or not isinstance(block_dim, int) or block_dim < 1):
-        raise ValueError(f"block_dim: {block_dim!r} must be an int >= 1")
     plan = plan_forward(config, shape, soc, scale=float(scale), bounds=bounds, key_mask=key_mask, block_dim=block_dim,
                         softcap=softcap, alibi=alibi, dropout=dropout)
     o = out if out is not None and width == head_v else torch.full(

@@ -150,10 +150,12 @@ def model_digest() -> str:
     return digest.hexdigest()
 
 
-def candidates(base: FAConfig) -> list[FAConfig]:
-    """The legal (TILE_S1, QK_PRELOAD, q_pair) variants of `base` that do not warn."""
+def candidates(base: FAConfig, s0: int | None = None) -> list[FAConfig]:
+    """The legal (TILE_S1, QK_PRELOAD, q_pair) variants of `base` that do not warn; paired Q blocks only
+    where a head has two Q blocks to pair (`s0` rows, when given, more than one block's): a unit of one
+    block shares no K or V tile with anything."""
     legal = []
-    for q_pair in (False, True):
+    for q_pair in (False, True) if s0 is None or s0 > base.cube_s0 else (False,):
         for tile_s1 in TILE_S1S:
             for qk_preload in PRELOADS:
                 with warnings.catch_warnings():
@@ -331,7 +333,7 @@ def _config_of(bucket: TuneShape, row: Ranked) -> FAConfig:
 
 def rank(bucket: TuneShape) -> TuneResult:
     """Predict every candidate of `bucket` (no cache) and rank them, fastest first."""
-    rows = sorted((_ranked(config, bucket) for config in candidates(bucket.base_config())), key=_order)
+    rows = sorted((_ranked(config, bucket) for config in candidates(bucket.base_config(), bucket.s0)), key=_order)
     if rows and rows[0].predicted_us is not None and rows[0].prescale_q:
         rows = sorted([*rows, _ranked(dataclasses.replace(_config_of(bucket, rows[0]), prescale_q=False), bucket)],
                       key=_order)
