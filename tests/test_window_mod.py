@@ -9,7 +9,7 @@ import torch
 
 from ptofa.kernels import argspec
 from ptofa.kernels.builtin_mods.window import WINDOW
-from ptofa.kernels.bwd_pipeline import BwdConfig, entry_args as bwd_entry_args
+from ptofa.kernels.bwd_pipeline import BwdConfig, entry_args as bwd_entry_args, tile_plan as bwd_tile_plan
 from ptofa.pipeline import FAConfig
 from ptofa.reference import visible_mask
 
@@ -43,3 +43,13 @@ def test_kernel_arguments_are_the_mods() -> None:
     for kernel in ("dq", "dkdv"):
         assert [n for n, _ in bwd_entry_args(BwdConfig(masked=True), kernel) if n in names] == names
         assert not set(names) & {n for n, _ in bwd_entry_args(BwdConfig(), kernel)}
+
+
+def test_not_yet_one_of_the_mods() -> None:
+    """Until the kernels take the window from `mods`, a config holding it is refused (it would bring its
+    arguments but no mask), naming the switch that asks for it."""
+    with pytest.raises(NotImplementedError, match="masked=True"):
+        FAConfig(mods=(WINDOW,))
+    for kernel in ("dq", "dkdv"):
+        with pytest.raises(NotImplementedError, match="masked=True"):
+            bwd_tile_plan(BwdConfig(mods=(WINDOW,)), kernel)
