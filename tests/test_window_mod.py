@@ -34,6 +34,11 @@ def test_values_bound_an_unbounded_side_by_the_lengths() -> None:
     assert WINDOW.values((3, -1), 5, 7) == {"win_left": 3, "win_right": 12}
 
 
+def test_is_a_hiding_mask() -> None:
+    """`Mod.mask` (its IR skipped on full tiles) and `Mod.hides` (a row may see no key) are flags."""
+    assert WINDOW.mask is True and WINDOW.hides is True and WINDOW.builtin is True
+
+
 def test_kernel_arguments_are_the_mods() -> None:
     names = [p.name for p in WINDOW.params()]
     assert names == ["win_left", "win_right"]

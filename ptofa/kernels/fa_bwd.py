@@ -329,8 +329,8 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
                             u.full, NEG, seq_lens=(u.s0, u.s1), state=v.mod_state)
                 apply_backward(config.mods, site, tl["dp_tile"])
             if config.masked:
-                WINDOW.mask(u.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], row0, scalar.mul(t, bkv), vr, cols,
-                          transposed=False)
+                WINDOW.mask_tile(u.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], row0, scalar.mul(t, bkv), vr, cols,
+                                 transposed=False)
             if config.key_padding:
                 key_bias(c.args, tl, consts, u.b, scalar.mul(t, bkv), cols)
                 tile.col_expand_add(tl["s_tile"], tl["kpm_f32"], out=tl["s_tile"])
@@ -585,8 +585,8 @@ def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: t
         pto.load(stat(c, u, "lse", h, q0, n), tl["stat_row"])
         tile.muls(tl["stat_row"], consts["minus_one"], out=tl["nlse_row"])
         if config.masked:
-            WINDOW.mask(u.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], scalar.add(u.k0, v.row_base), q0, vr, n,
-                      transposed=True)
+            WINDOW.mask_tile(u.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], scalar.add(u.k0, v.row_base), q0, vr, n,
+                             transposed=True)
         if kbias_col is not None:
             tile.row_expand_add(tl["s_tile"], kbias_col, out=tl["s_tile"])
         tile.col_expand_add(tl["s_tile"], tl["nlse_row"], out=tl["s_tile"])

@@ -27,4 +27,5 @@ def mod_params(mods: tuple) -> list[HostParam]:
 # The window's kernel arguments (`builtin_mods/window.py`'s `Window.params`), here so that the argument
 # lists, which are built on the host without the IR builder, read them from where the mod does.
 WINDOW_PARAMS = (HostParam("win_left", "int64_t", ctypes.c_int64, "window left bound (unbounded: s0 + s1)"),
-                 HostParam("win_right", "int64_t", ctypes.c_int64, "window right bound (causal: 0; unbounded: s0 + s1)"))
+                 HostParam("win_right", "int64_t", ctypes.c_int64,
+                           "window right bound (causal: 0; unbounded: s0 + s1)"))

@@ -8,9 +8,9 @@ the bounds two i64 kernel arguments (`Window.values`: an unbounded side is S0 + 
 arguments (`params`), the tiles a unit visits, from the query side (`forward_tiles` in the forward
 kernel's op order, `visible_keys` for the dq kernel: the KV tiles a Q block sees) and from the key
 side (`visible_queries`, the dkdv kernel: the Q blocks that see a KV block), the mask of a tile the
-window's edge crosses (`mask_forward`, `mask`) and its torch reference. The host's copy in plain
-integers is `ptofa.visibility` and `ptofa.kernels.units` (`keys_seen`, `queries_seeing`);
-`tests/test_units.py` checks on the simulator that the kernels visit what it says.
+window's edge crosses (`mask_forward`; the backward kernels' `mask_tile`) and its torch reference.
+The host's copy in plain integers is `ptofa.visibility` and `ptofa.kernels.units` (`keys_seen`,
+`queries_seeing`); `tests/test_units.py` checks on the simulator that the kernels visit what it says.
 
 Transition (issue #42): the kernels still ask `FAConfig.masked` / `BwdConfig.masked` whether the
 window applies, and then call `WINDOW`; the window is not yet one of `config.mods`.
@@ -146,8 +146,8 @@ class Window(Mod):
         return _blocks(i_lo, i_hi, s0, block)
 
     @staticmethod
-    def mask(w: WindowBounds, scores: SSAValue, tmp: SSAValue, neg: SSAValue, rows0: SSAValue, cols0: SSAValue,
-             rows: int, cols: SSAValue, transposed: bool) -> None:
+    def mask_tile(w: WindowBounds, scores: SSAValue, tmp: SSAValue, neg: SSAValue, rows0: SSAValue, cols0: SSAValue,
+                  rows: int, cols: SSAValue, transposed: bool) -> None:
         """Add `neg` to the entries of `scores` the window hides (only if some entry may be hidden).
 
         Row r, column c of the tile are (query rows0 + r, key cols0 + c), or (key rows0 + r,
