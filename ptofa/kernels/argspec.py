@@ -19,7 +19,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from ptofa.kernels.hostparam import HostParam, mod_params
+from ptofa.kernels.hostparam import WINDOW_PARAMS, HostParam, mod_params
 
 ENTRY_NAME = "fa_fwd"
 CUBE_FUNC_NAME = "fa_cube"
@@ -92,10 +92,7 @@ def host_params(config=None) -> tuple[HostParam, ...]:
         params.append(HostParam("max_pages", "int64_t", ctypes.c_int64, "block table row length"))
     params.append(HostParam("scale", "float", ctypes.c_float, "softmax scale, 1/sqrt(D) by default"))
     if c.masked:
-        params += [
-            HostParam("win_left", "int64_t", ctypes.c_int64, "window left bound (unbounded: s0 + s1)"),
-            HostParam("win_right", "int64_t", ctypes.c_int64, "window right bound (causal: 0; unbounded: s0 + s1)"),
-        ]
+        params += WINDOW_PARAMS
     if c.key_padding:
         params.append(HostParam("key_mask_stride", "int64_t", ctypes.c_int64, "elements between batches of the key mask (0: shared)"))
     if c.dropout:

@@ -100,7 +100,7 @@ from ptofa.ir.target import (ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEX
                               serves_as_rowexpand_tmp)
 from ptofa.ir.target import align as _align
 from ptofa.ir.target import HIDDEN_TCI_TMP
-from ptofa.kernels.hostparam import mod_params
+from ptofa.kernels.hostparam import WINDOW_PARAMS, mod_params
 from ptofa.kernels.mods import other_mods
 
 KERNELS = ("dq", "dkdv")
@@ -561,7 +561,7 @@ def entry_args(c: BwdConfig, kernel: str) -> tuple[tuple[str, str], ...]:
     args += [(n, "i64") for n in ("batch", "heads", "kv_heads", "s0", "s1")]
     args.append(("scale", "f32"))
     if c.masked:
-        args += [("win_left", "i64"), ("win_right", "i64")]
+        args += [(p.name, "i64") for p in WINDOW_PARAMS]
     if c.key_padding:  # the forward kernel's names: a [B, S1] mask has stride S1, a shared [S1] one 0
         args.insert(args.index(("batch", "i64")), ("key_mask", "!pto.ptr<i8>"))
         args.append(("key_mask_stride", "i64"))

@@ -18,7 +18,7 @@ from ptofa.api import pto, scalar
 from ptofa.pipeline import UNIT_FIELDS, UNIT_TABLE
 
 if TYPE_CHECKING:
-    from ptofa.kernels.window import Window
+    from ptofa.kernels.builtin_mods.window import WindowBounds
 
 
 def stat_view(c, name: str, h: SSAValue, b: SSAValue | None, q0: SSAValue, n: SSAValue):
@@ -50,7 +50,7 @@ def table_units(c) -> SSAValue:
     return scalar.index_cast(c.args["num_units"], name="units")
 
 
-def sequence_window(c, f: dict[str, SSAValue]) -> Window | None:
+def sequence_window(c, f: dict[str, SSAValue]) -> WindowBounds | None:
     """The window of a unit's sequence: the launch's bounds on its own diagonal k_len - q_len."""
     if c.window is None:
         return None

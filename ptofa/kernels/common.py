@@ -16,7 +16,7 @@ from ptofa.api import pto, scalar, tile, tile_type, view_type
 from ptofa.pipeline import FAConfig, PipeSpec, TileSpec
 
 if TYPE_CHECKING:
-    from ptofa.kernels.window import TileRange
+    from ptofa.kernels.builtin_mods.window import TileRange
 
 DEFAULT_SLOT_NUM = 8  # ptoas's default for one-way pipes: written only when a kernel differs
 SPLIT = 1  # TILE_UP_DOWN: vector core 0 gets the upper rows, core 1 the lower rows

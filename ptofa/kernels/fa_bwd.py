@@ -66,7 +66,7 @@ from ptofa.kernels.common import SPLIT, alloc, clamp, init_pipes, produce_ahead,
 from ptofa.kernels import dropout
 from ptofa.kernels.mods import RANGE_FIELDS, Site, UnitSite
 from ptofa.kernels.scoremods import apply_backward, apply_setup, apply_unit
-from ptofa.kernels.window import TileRange, Window, keys_seen, mask_tile, queries_seeing
+from ptofa.kernels.builtin_mods.window import WINDOW, TileRange, WindowBounds
 from ptofa.pipeline import VEC_CORES, PipeSpec
 from ptofa.ir.textio import print_pto
 
@@ -90,7 +90,7 @@ class _Common:
     s1: SSAValue
     q_stride: SSAValue
     kv_stride: SSAValue
-    window: Window | None
+    window: WindowBounds | None
     bases: dict[str, SSAValue]
 
 
@@ -107,9 +107,7 @@ def _common(config: BwdConfig, kernel: str, args: dict[str, SSAValue]) -> _Commo
         bases["dsq"] = pto.add_ptr(pds_base, pds.slot_bytes * config.slot_num // 2, name="dsq_ring")
     window = None
     if config.masked:  # packed sequences: each unit's own diagonal (`bwd_varlen.sequence_window`)
-        window = Window(scalar.index_cast(args["win_left"], name="win_left"),
-                        scalar.index_cast(args["win_right"], name="win_right"),
-                        None if config.varlen else scalar.sub(s1, s0, name="diag"))
+        window = WINDOW.bounds(args) if config.varlen else WINDOW.bounds(args, s0, s1)
     return _Common(config, kernel, args, block_idx, block_num, batch, heads, kv_heads,
                    scalar.div(heads, kv_heads, name="group"), s0, s1,
                    scalar.mul(heads, config.head, name="q_stride"), scalar.mul(kv_heads, config.head, name="kv_stride"),
@@ -179,7 +177,7 @@ class _QUnit:
     tiles: TileRange
     s0: SSAValue  # the sequence's queries and keys (S0, S1 of a uniform batch)
     s1: SSAValue
-    window: Window | None
+    window: WindowBounds | None
     q_start: SSAValue | None = None  # packed sequences: the sequence's first query and key row
     k_start: SSAValue | None = None
     seq: SSAValue | None = None  # packed sequences with ALiBi or dropout: the sequence's index
@@ -207,7 +205,7 @@ def _q_unit(c: _Common, unit: SSAValue) -> _QUnit:
         q_rows = scalar.min(scalar.sub(f["q_len"], q0), cfg.dq_block_q, name="q_rows")
         window = sequence_window(c, f)
         return _QUnit(None, f["head"], scalar.div(f["head"], c.group, name="g"), q0, q_rows,
-                      keys_seen(window, q0, q_rows, f["k_len"], cfg.dq_block_kv), f["q_len"], f["k_len"], window,
+                      WINDOW.visible_keys(window, q0, q_rows, f["k_len"], cfg.dq_block_kv), f["q_len"], f["k_len"], window,
                       f["q_start"], f["k_start"], f.get("seq"))
     q_blocks = scalar.ceildiv(c.s0, cfg.dq_block_q, name="q_blocks")
     q_block = scalar.rem(unit, q_blocks, name="q_block")
@@ -217,7 +215,7 @@ def _q_unit(c: _Common, unit: SSAValue) -> _QUnit:
     q_rows = scalar.min(scalar.sub(c.s0, q0), cfg.dq_block_q, name="q_rows")
     g = scalar.div(h, c.group, name="g")
     tiles, full = _unit_ranges(c, unit, "q_tile_ranges") if cfg.block_ranges else (
-        keys_seen(c.window, q0, q_rows, c.s1, cfg.dq_block_kv), None)
+        WINDOW.visible_keys(c.window, q0, q_rows, c.s1, cfg.dq_block_kv), None)
     return _QUnit(b, h, g, q0, q_rows, tiles, c.s0, c.s1, c.window, full=full)
 
 
@@ -331,8 +329,8 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
                             u.full, NEG, seq_lens=(u.s0, u.s1), state=v.mod_state)
                 apply_backward(config.mods, site, tl["dp_tile"])
             if config.masked:
-                mask_tile(u.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], row0, scalar.mul(t, bkv), vr, cols,
-                          transposed=False)
+                WINDOW.mask_tile(u.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], row0, scalar.mul(t, bkv), vr, cols,
+                                 transposed=False)
             if config.key_padding:
                 key_bias(c.args, tl, consts, u.b, scalar.mul(t, bkv), cols)
                 tile.col_expand_add(tl["s_tile"], tl["kpm_f32"], out=tl["s_tile"])
@@ -377,7 +375,7 @@ class _KvUnit:
     steps: TileRange  # group x visible Q blocks, flattened
     s0: SSAValue  # the sequence's queries and keys (S0, S1 of a uniform batch)
     s1: SSAValue
-    window: Window | None
+    window: WindowBounds | None
     q_start: SSAValue | None = None  # packed sequences: the sequence's first query and key row
     k_start: SSAValue | None = None
     seq: SSAValue | None = None  # packed sequences with ALiBi or dropout: the sequence's index
@@ -397,7 +395,7 @@ def _kv_unit(c: _Common, unit: SSAValue) -> _KvUnit:
         k0 = scalar.mul(f["q_block"], cfg.block_kv, name="k0")
         k_rows = scalar.min(scalar.sub(f["k_len"], k0), cfg.block_kv, name="k_rows")
         window = sequence_window(c, f)
-        blocks = queries_seeing(window, k0, k_rows, f["q_len"], cfg.block_q)
+        blocks = WINDOW.visible_queries(window, k0, k_rows, f["q_len"], cfg.block_q)
         per_head = scalar.sub(blocks.hi, blocks.lo, name="q_steps")
         return _KvUnit(None, f["head"], k0, k_rows, blocks,
                        TileRange(scalar.const(0), scalar.mul(per_head, c.group, name="steps")), f["q_len"], f["k_len"],
@@ -408,7 +406,7 @@ def _kv_unit(c: _Common, unit: SSAValue) -> _KvUnit:
     k0 = scalar.mul(kv_block, cfg.block_kv, name="k0")
     k_rows = scalar.min(scalar.sub(c.s1, k0), cfg.block_kv, name="k_rows")
     blocks, full = _unit_ranges(c, unit, "kv_tile_ranges") if cfg.block_ranges else (
-        queries_seeing(c.window, k0, k_rows, c.s0, cfg.block_q), None)
+        WINDOW.visible_queries(c.window, k0, k_rows, c.s0, cfg.block_q), None)
     per_head = scalar.sub(blocks.hi, blocks.lo, name="q_steps")
     return _KvUnit(scalar.div(bg, c.kv_heads, name="b"), scalar.rem(bg, c.kv_heads, name="g"), k0, k_rows, blocks,
                    TileRange(scalar.const(0), scalar.mul(per_head, c.group, name="steps")), c.s0, c.s1, c.window,
@@ -587,8 +585,8 @@ def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: t
         pto.load(stat(c, u, "lse", h, q0, n), tl["stat_row"])
         tile.muls(tl["stat_row"], consts["minus_one"], out=tl["nlse_row"])
         if config.masked:
-            mask_tile(u.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], scalar.add(u.k0, v.row_base), q0, vr, n,
-                      transposed=True)
+            WINDOW.mask_tile(u.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], scalar.add(u.k0, v.row_base), q0, vr, n,
+                             transposed=True)
         if kbias_col is not None:
             tile.row_expand_add(tl["s_tile"], kbias_col, out=tl["s_tile"])
         tile.col_expand_add(tl["s_tile"], tl["nlse_row"], out=tl["s_tile"])

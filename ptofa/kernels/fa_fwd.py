@@ -73,7 +73,7 @@ from ptofa.kernels.fwd_units import q_row_stride as _q_row_stride, split_range a
 from ptofa.kernels.fwd_units import within as _within
 from ptofa.kernels.hostparam import mod_params
 from ptofa.kernels.mods import RANGE_FIELDS, FinishSite, Site, UnitSite
-from ptofa.kernels.window import TileRange
+from ptofa.kernels.builtin_mods.window import WINDOW, TileRange
 from ptofa.pipeline import (KEY_MASK_TILES, PAIR_STATE, PAIR_SUFFIX, ROWSUM_COLS, UNIT_FIELDS, UNIT_TABLE, FAConfig,
                             buffer_names, chunk_names, cube_buffer_name, cube_buffer_names, tile_plan)
 from ptofa.ir.dialect import DYN
@@ -146,14 +146,8 @@ def _unit(c: _Common, unit: SSAValue) -> _Unit:
         lse_row = scalar.add(scalar.mul(scalar.add(scalar.mul(b, c.heads), h), c.s0), lse_in_head, name="lse_row")
     window = None
     if cfg.masked:
-        left = scalar.index_cast(c.args["win_left"], name="win_left")
-        right = scalar.index_cast(c.args["win_right"], name="win_right")
-        diag = scalar.sub(s1, s0, name="diag")  # query row i is aligned with key i + S1 - S0
-        j_lo = scalar.max(scalar.sub(scalar.add(q0, diag), left), 0, name="j_lo")
-        j_hi = scalar.min(scalar.add(scalar.add(scalar.add(q0, q_rows), diag), right), s1, name="j_hi")
-        lo = scalar.floordiv(j_lo, cfg.tile_s1, name="t_lo")
-        hi = scalar.select(scalar.gt(j_hi, j_lo), scalar.ceildiv(j_hi, cfg.tile_s1), lo, name="t_hi")
-        window = (left, right)
+        tiles, window = WINDOW.forward_tiles(c.args, q0, q_rows, s0, s1, cfg.tile_s1)
+        lo, hi = tiles.lo, tiles.hi
     else:
         lo = scalar.const(0)
         hi = scalar.ceildiv(s1, cfg.tile_s1, name="t_hi")
@@ -463,29 +457,6 @@ class _VecState:
     drop_keys: tuple[SSAValue, SSAValue] | None = None  # `dropout`: seed and offset as i32
 
 
-def _mask_bounds(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_tile: SSAValue) -> None:
-    """Add -3e38 where the window hides a key from a row of this slice (only if any does)."""
-    cfg, tl = s.c.config, s.tiles
-    i0 = scalar.add(scalar.add(s.u.q0, s.row_base), r0, name="slice_q")  # first query row of the slice
-    j0 = scalar.mul(t, cfg.tile_s1, name="tile_k")
-    diag = scalar.sub(s.u.s1, s.u.s0)
-    left, right = s.u.window
-    right_edge = scalar.add(scalar.add(i0, diag), right)  # last key row i0 sees
-    left_edge = scalar.sub(scalar.add(i0, diag), left)  # first key row i0 sees
-    last_key = scalar.sub(scalar.add(j0, keys), 1)
-    crosses_right = scalar.gt(last_key, right_edge)
-    crosses_left = scalar.lt(j0, scalar.add(left_edge, cfg.vec_s0 - 1))
-    with pto.if_(scalar.or_(crosses_right, crosses_left)):
-        # (r, col) is hidden iff col >= r + (right_edge - j0 + 1)  (upper triangle) ...
-        tile.tri(scalar.index_cast(scalar.add(scalar.sub(right_edge, j0), 1), I32), out=tl["red_tmp"], upper=True)
-        tile.muls(tl["red_tmp"], s.consts["mask"], out=tl["red_tmp"])
-        tile.add(s_tile, tl["red_tmp"], out=s_tile)
-        # ... or col <= r + (left_edge - j0 - 1)  (lower triangle); never both for one entry.
-        tile.tri(scalar.index_cast(scalar.sub(scalar.sub(left_edge, j0), 1), I32), out=tl["red_tmp"], upper=False)
-        tile.muls(tl["red_tmp"], s.consts["mask"], out=tl["red_tmp"])
-        tile.add(s_tile, tl["red_tmp"], out=s_tile)
-
-
 def _key_bias(s: _VecState, t: SSAValue, keys: SSAValue) -> None:
     """The key mask row of tile t as an additive bias in the softmax dtype: 0 for a key that
     takes part, the mask value (-3e38, or -30000 for an f16 softmax) else."""
@@ -569,7 +540,8 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
                                 cfg.tile_s1, t, s.u.full, mask_constants(cfg)[1], seq_lens=(s.u.s0, s.u.s1),
                                 state=s.mod_state))
     if cfg.masked:
-        _mask_bounds(s, t, r0, keys, s_tile)
+        WINDOW.mask_forward(s.u.window, scalar.add(scalar.add(s.u.q0, s.row_base), r0, name="slice_q"), t, cfg.tile_s1,
+                            s.u.s0, s.u.s1, keys, cfg.vec_s0, s_tile, tl["red_tmp"], s.consts["mask"])
     if cfg.key_padding:
         tile.col_expand_add(s_tile, tl[KEY_MASK_TILES[cfg.softmax_dtype][-1]], out=s_tile)
     if cfg.softmax_dtype == "f32":

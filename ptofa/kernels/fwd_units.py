@@ -16,7 +16,7 @@ from ptofa.api import pto, scalar
 from ptofa.pipeline import DTYPE_BYTES, FAConfig
 
 if TYPE_CHECKING:  # (a type only: importing the window module would lengthen the forward's import chain)
-    from ptofa.kernels.window import TileRange
+    from ptofa.kernels.builtin_mods.window import TileRange
 
 
 @dataclass

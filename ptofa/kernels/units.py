@@ -2,7 +2,7 @@
 unit visits, and which block of the persistent loop runs which unit.
 
 The kernels compute the same in IR with `scalar.*` ops (`fa_fwd._unit`, `common.snake_rank`,
-`kernels/window.py` for the backward); `tests/test_units.py` runs the kernels on the
+`kernels/builtin_mods/window.py`); `tests/test_units.py` runs the kernels on the
 simulator and checks that every block visits the tiles this module says it does.
 Every host-side copy (unit tables, split plans, the tuner, the timing model, FLOP counts)
 calls these functions.
