@@ -229,6 +229,7 @@ def test_two_ranks_more() -> None:
         check_case(case, results)
 
 
+@pytest.mark.slow  # four ranks on CI's two cores (~100 s); two ranks run by default, four in the slow grid too
 def test_four_ranks() -> None:
     results = run_ranks(4, FOUR_RANKS)
     for case in FOUR_RANKS:
