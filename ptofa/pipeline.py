@@ -20,6 +20,7 @@ from ptofa.ir.target import (ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEX
                           SPACE_NAMES)
 from ptofa.ir.target import align as _align
 from ptofa.ir.target import HIDDEN_TCI_TMP
+from ptofa.modlist import ModsMixin, canonical
 from ptofa.visibility import UNBOUNDED, kernel_bounds, visible_pairs  # noqa: F401 (re-exported)
 
 # The varlen kernel's unit table: UNIT_FIELDS int32 per work unit, in this order (ptofa.launch.varlen builds it).
@@ -124,7 +125,7 @@ AUTO_FIELDS = ("exp_ring", "out_dtype", "cube_s0", "cube_s1", "cube_rowsum", "qk
 
 
 @dataclass(frozen=True)
-class FAConfig:
+class FAConfig(ModsMixin):
     """Compile-time knobs of the FlashAttention kernel, validated on creation."""
 
     head: int = 128
@@ -141,7 +142,6 @@ class FAConfig:
     exp_ring: int | None = None  # defaults to qk_preload; any other value is rejected
     in_dtype: str = "f16"  # Q, K, V and P
     out_dtype: str | None = None  # O; defaults to in_dtype
-    masked: bool = False  # causal / sliding-window mask; the bounds are runtime arguments
     key_padding: bool = False  # an i8 [B, S1] (or [S1]) key mask is an argument
     lse: bool = False  # write LSE [B, heads, S0] fp32 ([heads, total_q] for varlen)
     varlen: bool = False  # packed ragged sequences; work units come from a host-built table
@@ -209,7 +209,7 @@ class FAConfig:
     auto: tuple = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "mods", tuple(self.mods))  # (a JSON round trip gives a list)
+        object.__setattr__(self, "mods", canonical(self.mods))  # (a tuple: a JSON round trip gives a list)
         for name, resolved in self.auto:
             if getattr(self, name) == resolved:
                 object.__setattr__(self, name, None)
@@ -224,7 +224,7 @@ class FAConfig:
             narrow = self.qk_preload == 1 or (self.head > SPLIT_HEAD and self.tile_s1 < 512)
             object.__setattr__(self, "cube_s1", 128 if narrow else 64)
         if self.qk_dtype is None:  # S in the input dtype where its accuracy was measured (no LSE, dropout, score mods)
-            exact = (self.lse or self.dropout or any(m.scores for m in self.mods)) and self.softmax_dtype == "f32"
+            exact = (self.lse or self.dropout or any(m.scores for m in self.score_mods)) and self.softmax_dtype == "f32"
             object.__setattr__(self, "qk_dtype", "f32" if exact else self.in_dtype)
         if self.cube_rowsum is None:  # (its plan with the S dtype above: the row max may take the input-dtype scores)
             object.__setattr__(self, "cube_rowsum", self.softmax_dtype == "f32" and self.d_split == 1
@@ -352,7 +352,7 @@ class FAConfig:
         values), before they are widened: half the vector repeats and column folds of the f32 max.
         Where nothing changes the scores on the vectors (Q prescaled; no mask or score modification)
         and red_tmp serves nothing else (the cube's row sums)."""
-        changed = self.masked or self.key_padding or self.mods or self.block_ranges
+        changed = self.mods or self.key_padding or self.block_ranges
         return (self.softmax_dtype == "f32" and self.qk_dtype == "f16" and bool(self.cube_rowsum) and self.prescale_q
                 and not changed)
 
@@ -384,7 +384,7 @@ class FAConfig:
     @property
     def needs_row_fix(self) -> bool:
         """A query row may see no key at all (mask or key padding): O = 0, LSE = +inf there."""
-        return self.masked or self.key_padding or self.varlen or any(m.hides for m in self.mods) or self.block_ranges
+        return self.key_padding or self.varlen or any(m.hides for m in self.mods) or self.block_ranges
 
     @property
     def gm_slot_bytes_per_block(self) -> int:
@@ -398,15 +398,15 @@ class FAConfig:
     @property
     def variant(self) -> str:
         """The kernel's switches in one word list (empty for the plain forward kernel)."""
-        others = not all(m.builtin for m in self.mods)
-        parts = [name for name, on in (("masked", self.masked), ("key_padding", self.key_padding), ("lse", self.lse),
+        others = not all(m.builtin for m in self.score_mods)
+        parts = [name for name, on in (("masked", self.narrowing is not None), ("key_padding", self.key_padding), ("lse", self.lse),
                                        ("varlen", self.varlen), (f"page_size={self.page_size}", self.page_size),
                                        ("split_kv", self.split_kv), ("gqa_pack", self.gqa_pack),
                                        ("no_prescale_q", not self.prescale_q),
                                        ("softmax_f16", self.softmax_dtype == "f16"),
                                        ("qk_f32", self.qk_dtype == "f32"),
-                                       *((m.name, True) for m in self.mods if m.builtin),
-                                       ("mods=" + "+".join(m.name for m in self.mods if not m.builtin), others),
+                                       *((m.name, True) for m in self.score_mods if m.builtin),
+                                       ("mods=" + "+".join(m.name for m in self.score_mods if not m.builtin), others),
                                        ("block_ranges", self.block_ranges),
                                        ("dropout", self.dropout), ("q_pair", self.q_pair)) if on]
         return " ".join(parts)
@@ -432,9 +432,9 @@ def _check_config(c: FAConfig) -> None:
                             f"one page) and needs varlen=True (the unit table), got varlen={c.varlen}")
     if c.split_kv and not c.varlen:
         fail("split-KV", "split_kv=True needs varlen=True: the split of each unit comes from the unit table")
-    if c.gqa_pack and (not c.varlen or c.masked):
-        fail("GQA packing", f"gqa_pack=True needs varlen=True (the unit table) and masked=False (a packed block's rows "
-                            f"share one query position), got varlen={c.varlen}, masked={c.masked}")
+    if c.gqa_pack and (not c.varlen or c.narrowing):
+        fail("GQA packing", f"gqa_pack=True needs varlen=True (the unit table) and no window in mods (a packed block's rows "
+                            f"share one query position), got varlen={c.varlen}, mods={c.mods}")
     if c.varlen and c.key_padding:
         fail("varlen", "varlen kernels take their key lengths from cu_seqlens; a key-padding mask is not supported with them")
     if c.target not in ("a2", "a3"):
@@ -474,26 +474,27 @@ def _check_config(c: FAConfig) -> None:
     if c.qk_dtype not in ("f32", c.in_dtype) or (c.softmax_dtype == "f16" and c.qk_dtype != "f16"):
         fail("QK slot dtype", f"qk_dtype={c.qk_dtype!r} must be 'f32' or the input dtype {c.in_dtype!r} ('f16' with "
                               f"softmax_dtype='f16', whose scores are f16 tiles)")
-    if c.mods and c.softmax_dtype != "f32":
-        fail("score modification", f"mods={'+'.join(m.name for m in c.mods)} are computed on f32 scores: they need "
+    c.check_mods(fail)
+    if c.score_mods and c.softmax_dtype != "f32":
+        fail("score modification", f"mods={'+'.join(m.name for m in c.score_mods)} are computed on f32 scores: they need "
                                    f"softmax_dtype='f32', got {c.softmax_dtype!r}")
-    if len({m.name for m in c.mods if m.builtin}) < sum(m.builtin for m in c.mods):  # (their names: unprefixed)
-        fail("modification objects", "mods=" + "+".join(m.name for m in c.mods) + " holds a built-in mod twice")
-    if c.gqa_pack and any(m.indexed for m in c.mods):  # (a packed unit's rows: heads at one position)
-        fail("modification objects", f"mods={'+'.join(m.name for m in c.mods if m.indexed)} read a row's head or "
+    if len({m.name for m in c.score_mods if m.builtin}) < sum(m.builtin for m in c.score_mods):  # (their names: unprefixed)
+        fail("modification objects", "mods=" + "+".join(m.name for m in c.score_mods) + " holds a built-in mod twice")
+    if c.gqa_pack and any(m.indexed for m in c.score_mods):  # (a packed unit's rows: heads at one position)
+        fail("modification objects", f"mods={'+'.join(m.name for m in c.score_mods if m.indexed)} read a row's head or "
                                      f"position (a packed unit's rows are heads), got gqa_pack=True")
-    if c.block_ranges and (c.softmax_dtype != "f32" or c.varlen or c.masked):
+    if c.block_ranges and (c.softmax_dtype != "f32" or c.varlen or c.narrowing):
         fail("block ranges", f"block_ranges=True is built for an f32 softmax over uniform batches without a window "
                              f"(the mods mask; the table is in the uniform unit order), got "
-                             f"softmax_dtype={c.softmax_dtype!r}, varlen={c.varlen}, masked={c.masked}")
+                             f"softmax_dtype={c.softmax_dtype!r}, varlen={c.varlen}, mods={c.mods}")
     if c.dropout and (c.softmax_dtype != "f32" or c.cube_rowsum or c.split_kv):
         fail("dropout", f"dropout=True drops P after its row sums on f32 scores: it needs softmax_dtype='f32', "
                         f"cube_rowsum=False and split_kv=False, got softmax_dtype={c.softmax_dtype!r}, "
                         f"cube_rowsum={c.cube_rowsum}, split_kv={c.split_kv}")
-    if c.dropout and (not all(m.builtin for m in c.mods) or c.block_ranges):
+    if c.dropout and (not all(m.builtin for m in c.score_mods) or c.block_ranges):
         fail("dropout", "dropout=True with modification objects other than the built-in ones (mods / block_ranges) is not built: their "
-                        "scores and masks are not dropped, got mods=" + "+".join(m.name for m in c.mods if not m.builtin))
-    others = ("masked", "key_padding", "varlen", "lse", "mods", "block_ranges", "dropout")
+                        "scores and masks are not dropped, got mods=" + "+".join(m.name for m in c.score_mods if not m.builtin))
+    others = ("key_padding", "varlen", "lse", "mods", "block_ranges", "dropout")
     if c.q_pair and (any(getattr(c, n) for n in others) or c.d_split != 1 or (c.softmax_dtype != "f32" and c.tile_s1 > 512)):
         fail("paired Q blocks", f"q_pair=True is built for the dense forward with head <= {SPLIT_HEAD} (and tile_s1 <= "
                                 f"512 for an f16 softmax, whose row slices it halves), got head={c.head}, tile_s1="
@@ -572,7 +573,7 @@ def tile_plan(c: FAConfig) -> list[TileSpec]:
     block), a sub-tile's keys (a ragged last KV tile), the rows a vector core stores.
     """
     tiles = _main_plan(c)
-    for mod, prefix in zip(c.mods, mod_prefixes(c.mods)):
+    for mod, prefix in zip(c.score_mods, mod_prefixes(c.score_mods)):
         tiles += [] if mod.builtin else mod.tiles(c, prefix)
     if c.prescale_q:
         tiles += _prescale_tiles(c, c.prescale_rows)
@@ -669,11 +670,11 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
     if c.dropout:  # the generator's i32 tiles (`kernels/dropout.py`; its keep factor goes to red_tmp, its key
         # row to ALiBi's key positions `alibi_i32` when there are: ALiBi is done with them by then)
         tiles += [TileSpec("drop_bits", "vector", "p", "vec", vs0, ts1, "i32", **dyn),
-                  *([] if any(m.name == "alibi" for m in c.mods) else [TileSpec("drop_cols", "vector", "p", "vec", 1,
+                  *([] if any(m.name == "alibi" for m in c.score_mods) else [TileSpec("drop_cols", "vector", "p", "vec", 1,
                                                                                   ts1, "i32", **dyn)]),
                   TileSpec("drop_rows", "vector", "p", "vec", 1, vs0, "i32", **dyn),
                   TileSpec("drop_rows_tmp", "vector", "p", "vec", 1, vs0, "i32", **dyn)]
-    for mod, prefix in zip(c.mods, mod_prefixes(c.mods)):  # (a built-in mod's count in choosing the slices and
+    for mod, prefix in zip(c.score_mods, mod_prefixes(c.score_mods)):  # (a built-in mod's count in choosing the slices and
         tiles += mod.tiles(c, prefix) if mod.builtin else []  # prescale rows, as the kernel's own; the others' do not)
     return tiles
 
@@ -720,7 +721,7 @@ def _space_items(c: FAConfig, tiles: list[TileSpec], space: str, hidden: bool) -
     if hidden:
         items += [(f"hidden_rowexpand_tmp{i}", HIDDEN_ROWEXPAND_TMP_BYTES) for i in range(c.rowexpand_ops)]
         items += [(f"hidden_tci_tmp{i}", HIDDEN_TCI_TMP[32][1])
-                  for i in range(2 * c.dropout + sum(m.setup_tci_ops + c.vec_buffers * m.tci_ops for m in c.mods))]
+                  for i in range(2 * c.dropout + sum(m.setup_tci_ops + c.vec_buffers * m.tci_ops for m in c.score_mods))]
     return items
 
 
@@ -775,8 +776,8 @@ class ProblemShape:
             raise ConfigError(f"grouped heads: heads={self.heads} must be a multiple of kv_heads={self.kv_heads}")
         if len(self.window) != 2 or min(self.window) < -1:
             raise ConfigError(f"window: {self.window} must be (left, right) with each >= -1 (-1 = unbounded)")
-        if self.window != (-1, -1) and not c.masked:
-            raise ConfigError(f"window: {self.window} needs a masked kernel (FAConfig(masked=True), --causal or --window)")
+        if self.window != (-1, -1) and not c.narrowing:
+            raise ConfigError(f"window: {self.window} needs a kernel with the window mod (FAConfig(mods=(WINDOW,)), --causal or --window)")
         if (self.seqlens is not None) != c.varlen:
             raise ConfigError("varlen: sequence lengths go with a varlen kernel (FAConfig(varlen=True)) and only with it")
         if self.seqlens is not None and any(q < 0 or k < 0 for q, k in self.seqlens):

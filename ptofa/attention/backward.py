@@ -144,13 +144,13 @@ def attention_backward(
     padded = key_mask is not None
     softcap = check_softcap(softcap)
     slopes = check_alibi_slopes(alibi_slopes, b, n)
-    mods = dict(mods=with_builtin_mods((), softcap=softcap > 0, alibi=slopes is not None), dropout=dropout is not None,
-                grads_f32=grads_f32)
-    cfg = config or default_config(width, dtype, masked=masked, atomic_dq=atomic, key_padding=padded, **mods)
-    if (cfg.head != width or cfg.in_dtype != dtype or cfg.masked != masked or cfg.atomic_dq != atomic or cfg.key_padding != padded
+    mods = dict(mods=with_builtin_mods((), softcap=softcap > 0, alibi=slopes is not None, window=masked),
+                dropout=dropout is not None, grads_f32=grads_f32)
+    cfg = config or default_config(width, dtype, atomic_dq=atomic, key_padding=padded, **mods)
+    if (cfg.head != width or cfg.in_dtype != dtype or cfg.atomic_dq != atomic or cfg.key_padding != padded
             or cfg.mods != mods["mods"] or cfg.dropout != mods["dropout"]
             or cfg.grads_f32 != grads_f32):
-        raise ConfigError(f"attention_backward: config (head={cfg.head}, in_dtype={cfg.in_dtype}, masked={cfg.masked}, "
+        raise ConfigError(f"attention_backward: config (head={cfg.head}, in_dtype={cfg.in_dtype}, "
                           f"atomic_dq={cfg.atomic_dq}, key_padding={cfg.key_padding}, mods={cfg.mods}, "
                           f"grads_f32={cfg.grads_f32}) does not match the inputs (kernel width "
                           f"kernel_head(D={d}, Dv={d_v}) = {width}, {dtype}, window={win}, deterministic="
@@ -232,7 +232,7 @@ def run_backward(config: BwdConfig, shape: ProblemShape, q, k, v, out, lse, dout
     options = {}
     for call in plan.calls:
         units = work_units(config, call.name, shape.batch, shape.heads, shape.kv_heads, shape.s0, shape.s1)
-        traced = None if config.masked or config.varlen else blocks_to_trace(call.block_dim, units)
+        traced = None if config.narrowing or config.varlen else blocks_to_trace(call.block_dim, units)
         options[call.name] = RunOptions(trace=trace, trace_blocks=traced if trace else None)
     results = sim.launch(plan, _tensors(q, k, v, out, lse, dout, grads, key_mask, alibi_slopes), options=options)
     return {call.name: result for call, result in zip(plan.calls, results)}
@@ -306,8 +306,8 @@ def run_varlen_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
     width = kernel_head(d, d_v)
     q4, k4, v4, out4, lse4, dout4 = (x.detach().contiguous() for x in (*pad_heads(width, q4, k4, v4, out4), lse4,
                                                                        *pad_heads(width, dout4)))
-    cfg = default_config(width, _DTYPE_NAMES[q.dtype], masked=window != (-1, -1), atomic_dq=atomic, varlen=True,
-                         mods=with_builtin_mods((), softcap=softcap > 0, alibi=slopes is not None),
+    cfg = default_config(width, _DTYPE_NAMES[q.dtype], atomic_dq=atomic, varlen=True,
+                         mods=with_builtin_mods((), softcap=softcap > 0, alibi=slopes is not None, window=window != (-1, -1)),
                          dropout=dropout is not None)
     shape = varlen_shape(list(q_lens), list(k_lens), heads, kv_heads, window)
     tables = backward_tables(cfg, list(q_lens), list(k_lens), heads, kv_heads, window)

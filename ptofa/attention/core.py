@@ -98,9 +98,12 @@ def check_config(config: FAConfig, *, head: int, in_dtype: str, out_dtype: str |
         raise ConfigError(f"config: out_dtype={config.out_dtype!r} but out_dtype={TORCH_DTYPES[out_dtype]} was asked for")
     if config.varlen:
         raise ConfigError("config: varlen=True kernels take packed sequences (ptofa.launch.varlen), not [B, S, N, D] tensors")
-    for name, needed in (("masked", masked), ("key_padding", key_padding), ("lse", lse)):
+    if masked and not config.narrowing:
+        raise ConfigError(f"config: a window / causal mask needs the window mod in mods (mods=(WINDOW,) from "
+                          f"ptofa.kernels.builtin_mods.window), the given config has mods={config.mods}")
+    for name, needed in (("key_padding", key_padding), ("lse", lse)):
         if needed and not getattr(config, name):
-            why = {"masked": "a window / causal mask", "key_padding": "a key_padding_mask", "lse": "return_lse=True"}[name]
+            why = {"key_padding": "a key_padding_mask", "lse": "return_lse=True"}[name]
             raise ConfigError(f"config: {why} needs {name}=True, the given config has {name}=False")
     have = {"softcap": has_mod(config.mods, "softcap"), "alibi": has_mod(config.mods, "alibi"), "dropout": config.dropout}
     for name, needed, why in (("softcap", softcap, "softcap > 0"), ("alibi", alibi, "alibi_slopes"),

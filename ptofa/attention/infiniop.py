@@ -60,6 +60,7 @@ from dataclasses import dataclass
 import torch
 
 from ptofa.attention.core import auto_config, resolve_backend, run_attention, run_dense_split
+from ptofa.kernels.builtin_mods.window import window_mods
 from ptofa.launch.base import BackendUnavailable
 from ptofa.launch.dispatch import backend_soc
 from ptofa.launch.plan import blocks_for
@@ -463,7 +464,8 @@ def flash_attention(desc: FlashAttentionDescriptor, workspace: torch.Tensor | No
         run_dense_split(split, four(q), four(k), four(v), return_lse=False, backend=desc.backend,
                         out=four(out), workspace=buffer[:desc.workspace_size], stream=stream)
         return Status.SUCCESS
-    config = dataclasses.replace(desc.config, masked=bounds is not None, key_padding=key_mask is not None)
+    config = dataclasses.replace(desc.config, mods=window_mods(bounds is not None),
+                                 key_padding=key_mask is not None)
     slots = buffer[:workspace_bytes(config, desc.shape, desc.block_dim)]
     run_attention(four(q), four(k), four(v), scale=desc.scale, bounds=bounds, key_padding_mask=key_mask,
                   backend=desc.backend, config=config, block_dim=desc.block_dim, out=four(out), workspace=slots,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from ptofa.kernels.builtin_mods.window import window_mods
 from ptofa.launch.base import TORCH_DTYPES
 from ptofa.pipeline import ConfigError, FAConfig, kernel_head, lse_prescale
 
@@ -25,7 +26,7 @@ def fixed_config(head: int, in_dtype: str = "f16", *, s1: int, out_dtype: str | 
     for tile_s1, qk_preload in candidates:
         try:
             return FAConfig(head=head, tile_s1=tile_s1, qk_preload=qk_preload, in_dtype=in_dtype, out_dtype=out_dtype,
-                            masked=masked, key_padding=key_padding, lse=lse, prescale_q=lse_prescale(lse))
+                            mods=window_mods(masked), key_padding=key_padding, lse=lse, prescale_q=lse_prescale(lse))
         except ConfigError as error:
             first_error = first_error or error
     assert first_error is not None

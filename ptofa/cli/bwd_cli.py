@@ -29,7 +29,7 @@ def backward_config(config: FAConfig, atomic: bool = False) -> BwdConfig:
         raise InputError(f"--backward: --out-dtype not supported by the backward kernels (dq, dk, dv are in the "
                          f"input dtype {config.in_dtype}, not {config.out_dtype})")
     try:
-        return default_config(config.head, config.in_dtype, masked=config.masked, target=config.target,
+        return default_config(config.head, config.in_dtype, target=config.target,
                               atomic_dq=atomic, key_padding=config.key_padding, mods=config.mods,
                               varlen=config.varlen)
     except ConfigError as exc:

@@ -14,6 +14,7 @@ import torch
 
 import ptofa
 from ptofa.cli.switches import UNBOUNDED
+from ptofa.kernels.builtin_mods.window import window_mods
 from ptofa.launch.base import RunResult
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, kernel_head
 
@@ -201,7 +202,7 @@ def validate_point(point: SweepPoint) -> tuple[FAConfig | None, str, list[str]]:
                 raise ConfigError(f"--balance: head dim {point.head} is no kernel width; the balanced launch runs "
                                   f"kernel widths only")
             config = FAConfig(head=kernel_head(point.head), tile_s1=point.tile_s1, qk_preload=point.qk_preload,
-                              in_dtype=point.in_dtype, out_dtype=point.out_dtype, masked=point.window != UNBOUNDED,
+                              in_dtype=point.in_dtype, out_dtype=point.out_dtype, mods=window_mods(point.window != UNBOUNDED),
                               key_padding=point.key_padding, lse=point.lse, prescale_q=point.prescale_q,
                               softmax_dtype=point.softmax_dtype)
             point.shape.check(config)

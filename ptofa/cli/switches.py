@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ptofa.kernels.builtin_mods.registry import with_builtin_mods
+from ptofa.kernels.builtin_mods.window import window_mods
 from ptofa.pipeline import MAX_HEAD, SUPPORTED_HEAD, ConfigError, FAConfig
 
 # --dtype / --out-dtype spelling -> FAConfig dtype name (None: O in the input dtype).
@@ -83,8 +84,8 @@ def window_of(causal: bool, window: tuple[int, int] | None) -> tuple[int, int]:
 def config_knobs(dtype: str = "fp16", out_dtype: str | None = None, causal: bool = False,
                  window: tuple[int, int] | None = None, key_padding: bool = False, lse: bool = False,
                  prescale_q: bool = True, softmax_dtype: str = "f32") -> dict:
-    """The switches as `FAConfig` keyword arguments (a window other than unbounded needs a masked kernel)."""
-    return dict(in_dtype=DTYPES[dtype], out_dtype=DTYPES[out_dtype], masked=window_of(causal, window) != UNBOUNDED,
+    """The switches as `FAConfig` keyword arguments (a window other than unbounded needs the window mod)."""
+    return dict(in_dtype=DTYPES[dtype], out_dtype=DTYPES[out_dtype], mods=window_mods(window_of(causal, window) != UNBOUNDED),
                 key_padding=key_padding, lse=lse, prescale_q=prescale_q, softmax_dtype=softmax_dtype)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from ptofa.kernels.hostparam import WINDOW_PARAMS, HostParam, mod_params
+from ptofa.kernels.hostparam import HostParam, mod_params
 
 ENTRY_NAME = "fa_fwd"
 CUBE_FUNC_NAME = "fa_cube"
@@ -91,8 +91,8 @@ def host_params(config=None) -> tuple[HostParam, ...]:
     if c.page_size:
         params.append(HostParam("max_pages", "int64_t", ctypes.c_int64, "block table row length"))
     params.append(HostParam("scale", "float", ctypes.c_float, "softmax scale, 1/sqrt(D) by default"))
-    if c.masked:
-        params += WINDOW_PARAMS
+    if c.narrowing:  # (the window's bounds)
+        params += c.narrowing.params("")
     if c.key_padding:
         params.append(HostParam("key_mask_stride", "int64_t", ctypes.c_int64, "elements between batches of the key mask (0: shared)"))
     if c.dropout:
@@ -103,7 +103,7 @@ def host_params(config=None) -> tuple[HostParam, ...]:
     if c.block_ranges:
         params.append(HostParam("tile_ranges", ptr, ctypes.c_void_p, "each unit's KV tile ranges [units, 4] i32 "
                                                                      "(kernels/mods.py)"))
-    return tuple(params + mod_params(c.mods))
+    return tuple(params + mod_params(c.score_mods))
 
 
 def entry_args(config=None) -> tuple[EntryArg, ...]:

@@ -100,8 +100,9 @@ from ptofa.ir.target import (ALIGNMENT, CAPACITY, EXPDIF_TMP_BYTES, HIDDEN_ROWEX
                               serves_as_rowexpand_tmp)
 from ptofa.ir.target import align as _align
 from ptofa.ir.target import HIDDEN_TCI_TMP
-from ptofa.kernels.hostparam import WINDOW_PARAMS, mod_params
+from ptofa.kernels.hostparam import mod_params
 from ptofa.kernels.mods import other_mods
+from ptofa.modlist import ModsMixin, canonical
 
 KERNELS = ("dq", "dkdv")
 ATOMIC_KERNELS = ("prep", "dkdv", "post")
@@ -130,19 +131,18 @@ def tci_ops(c: BwdConfig, kernel: str) -> int:
     """tci ops (each with ptoas's hidden UB scratch) in `kernel`'s vector function: ALiBi's row index
     once, and its column positions once per pass over the steps."""
     steps = c.dkdv_passes if kernel == "dkdv" else 1  # passes over the steps
-    setup = sum(m.setup_tci_ops for m in c.mods)  # (ALiBi's row index)
+    setup = sum(m.setup_tci_ops for m in c.score_mods)  # (ALiBi's row index)
     dropout = 2 * steps if c.dropout else 0  # the generator's query and key lines
-    mods = steps * sum(m.grad_tci_ops for m in c.mods)  # the mods' index leaves
+    mods = steps * sum(m.grad_tci_ops for m in c.score_mods)  # the mods' index leaves
     return setup + dropout + mods if kernel in ("dq", "dkdv") else 0
 
 
 @dataclass(frozen=True)
-class BwdConfig:
+class BwdConfig(ModsMixin):
     """Compile-time knobs of the backward kernels, validated on creation."""
 
     head: int = 128
     in_dtype: str = "f16"  # Q, K, V, O, dO, dQ, dK, dV
-    masked: bool = False  # causal / sliding window; the bounds are runtime arguments
     block_kv: int = 64  # dkdv: keys per work unit (dK, dV accumulators live in L0C)
     block_q: int = 128  # dkdv: query rows per step
     dq_block_q: int = 64  # dq: query rows per work unit
@@ -160,7 +160,7 @@ class BwdConfig:
     block_ranges: bool = False  # each unit's tiles / Q blocks [lo, hi) and unmasked ones from a host table
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "mods", tuple(self.mods))  # (a JSON round trip gives a list)
+        object.__setattr__(self, "mods", canonical(self.mods))  # (a tuple: a JSON round trip gives a list)
         _check(self)
         for kernel in self.kernels:
             over = [row for row in budget(self, kernel).rows if row.used > row.capacity]
@@ -227,12 +227,12 @@ class BwdConfig:
     def summary(self) -> str:
         return (f"head={self.head} in={self.in_dtype} block_kv={self.block_kv} block_q={self.block_q} "
                 f"dq_block_q={self.dq_block_q} dq_block_kv={self.dq_block_kv} preload={self.preload} "
-                f"slot_num={self.slot_num}" + (" masked" if self.masked else "") + (" atomic_dq" if self.atomic_dq else "")
+                f"slot_num={self.slot_num}" + (" masked" if self.narrowing else "") + (" atomic_dq" if self.atomic_dq else "")
                 + (" key_padding" if self.key_padding else "") + (" dkdv_passes=2" if self.dkdv_passes == 2 else "")
-                + "".join(f" {m.name}" for m in self.mods if m.builtin)
+                + "".join(f" {m.name}" for m in self.score_mods if m.builtin)
                 + (" varlen" if self.varlen else "") + (" dropout" if self.dropout else "")
                 + (" grads_f32" if self.grads_f32 else "")
-                + (" mods=" + "+".join(m.name for m in other_mods(self.mods)) if other_mods(self.mods) else "")
+                + (" mods=" + "+".join(m.name for m in other_mods(self.score_mods)) if other_mods(self.score_mods) else "")
                 + (" block_ranges" if self.block_ranges else ""))
 
 
@@ -250,7 +250,7 @@ DEFAULT_BLOCKS = {
 TUNED_HEADS = tuple(sorted({head for head, _ in DEFAULT_BLOCKS}))  # the widths the block sizes were chosen at
 
 
-def default_config(head: int, in_dtype: str = "f16", *, masked: bool = False, atomic_dq: bool = False,
+def default_config(head: int, in_dtype: str = "f16", *, atomic_dq: bool = False,
                    key_padding: bool = False, target: str = "a3", varlen: bool = False, dropout: bool = False, grads_f32: bool = False,
                    mods: tuple = (), block_ranges: bool = False) -> BwdConfig:
     """The backward kernels for a head dim and switches, with the block sizes and dkdv passes of
@@ -261,7 +261,7 @@ def default_config(head: int, in_dtype: str = "f16", *, masked: bool = False, at
                           f"head dims run on kernel_head(D, Dv) with zero-padded columns)")
     tuned = min(d for d in TUNED_HEADS if d >= head)
     block_kv, block_q, passes, dq_block_kv = DEFAULT_BLOCKS[(tuned, atomic_dq)]
-    return BwdConfig(head=head, in_dtype=in_dtype, masked=masked, atomic_dq=atomic_dq, key_padding=key_padding,
+    return BwdConfig(head=head, in_dtype=in_dtype, atomic_dq=atomic_dq, key_padding=key_padding,
                      target=target, block_kv=block_kv, block_q=block_q, dkdv_passes=passes, dq_block_kv=dq_block_kv,
                      varlen=varlen, dropout=dropout, grads_f32=grads_f32, mods=mods,
                      block_ranges=block_ranges)
@@ -270,6 +270,8 @@ def default_config(head: int, in_dtype: str = "f16", *, masked: bool = False, at
 def _check(c: BwdConfig) -> None:
     def fail(rule: str, detail: str) -> None:
         raise ConfigError(f"{rule}: {detail}")
+
+    c.check_mods(fail)
 
     if c.in_dtype not in IN_DTYPES:
         fail("dtypes", f"in_dtype={c.in_dtype!r} must be one of {IN_DTYPES}")
@@ -297,9 +299,9 @@ def _check(c: BwdConfig) -> None:
     if c.atomic_dq and c.block_q != c.block_kv:
         fail("atomic dQ tiles", f"atomic_dq needs block_q == block_kv (dS [block_q, block_kv] reuses the dS^T "
                                 f"[block_kv, block_q] mat and left tiles), got block_q={c.block_q}, block_kv={c.block_kv}")
-    if (other_mods(c.mods) or c.block_ranges) and (c.masked or c.key_padding or c.varlen or c.dropout):
+    if (other_mods(c.score_mods) or c.block_ranges) and (c.narrowing or c.key_padding or c.varlen or c.dropout):
         fail("modification objects", "mods other than the built-in ones are built for uniform batches without the "
-                                     "switches (masked, key_padding, varlen, dropout: write them as mods), got "
+                                     "window and switches (key_padding, varlen, dropout: write them as mods), got "
                                      + c.summary())
     if c.varlen and c.key_padding:
         fail("varlen key padding", "varlen=True with key_padding=True: packed sequences have no padding keys "
@@ -485,9 +487,9 @@ def tile_plan(c: BwdConfig, kernel: str) -> list[TileSpec]:
                    TileSpec("drop_rows", "vector", "p", "vec", 1, vr, "i32", **dyn),
                    TileSpec("drop_cols", "vector", "p", "vec", 1, cols, "i32", **dyn),
                    TileSpec("drop_tmp", "vector", "p", "vec", 1, max(vr, cols), "i32", **dyn)]
-    for mod, prefix in zip(c.mods, mod_prefixes(c.mods)):  # (the first full scratch is mask_tmp)
+    for mod, prefix in zip(c.score_mods, mod_prefixes(c.score_mods)):  # (the first full scratch is mask_tmp)
         vector += mod.grad_tiles(vr, cols, prefix)
-    if any(m.row_scratch for m in c.mods) and kernel == "dkdv":  # the mods' row-broadcast scratch (dq's: exp_tmp)
+    if any(m.row_scratch for m in c.score_mods) and kernel == "dkdv":  # the mods' row-broadcast scratch (dq's: exp_tmp)
         vector.append(TileSpec("mods_row_tmp", "vector", "p", "vec", 1, EXPDIF_TMP_BYTES // DTYPE_BYTES["f32"], "f32"))
     vector += [
         TileSpec("s_tile", "vector", "p", "vec", vr, cols, "f32", **dyn),
@@ -560,8 +562,8 @@ def entry_args(c: BwdConfig, kernel: str) -> tuple[tuple[str, str], ...]:
     args += [(n, f"!pto.ptr<{elem.get(n, dt)}>") for n in ptrs]
     args += [(n, "i64") for n in ("batch", "heads", "kv_heads", "s0", "s1")]
     args.append(("scale", "f32"))
-    if c.masked:
-        args += [(p.name, "i64") for p in WINDOW_PARAMS]
+    if c.narrowing:  # (the window's bounds)
+        args += [(p.name, "i64") for p in c.narrowing.params("")]
     if c.key_padding:  # the forward kernel's names: a [B, S1] mask has stride S1, a shared [S1] one 0
         args.insert(args.index(("batch", "i64")), ("key_mask", "!pto.ptr<i8>"))
         args.append(("key_mask_stride", "i64"))
@@ -572,7 +574,7 @@ def entry_args(c: BwdConfig, kernel: str) -> tuple[tuple[str, str], ...]:
         args.insert(args.index(("scale", "f32")), ("num_units", "i64"))
     if c.block_ranges and kernel in ("dq", "dkdv"):
         args.insert(args.index(("batch", "i64")), (f"{'q' if kernel == 'dq' else 'kv'}_tile_ranges", "!pto.ptr<i32>"))
-    for p in mod_params(c.mods):  # the forward kernel's names (a pointer's doc names its element type last)
+    for p in mod_params(c.score_mods):  # the forward kernel's names (a pointer's doc names its element type last)
         args.append((p.name, f"!pto.ptr<{p.doc.split()[-1]}>" if p.c_type.endswith("*")
                      else {"float": "f32", "int64_t": "i64"}[p.c_type]))
     return tuple(args)

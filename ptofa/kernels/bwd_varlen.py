@@ -41,7 +41,7 @@ def table_unit(c, rank: SSAValue) -> dict[str, SSAValue]:
     on the host)."""
     rec = scalar.mul(rank, UNIT_FIELDS, name="unit_rec")
     # seq: the row of [B, N] ALiBi slopes, and dropout's sequence index b (`kernels/dropout.py`)
-    names = _TABLE_FIELDS + (("seq",) if any(m.indexed for m in c.config.mods) or c.config.dropout else ())
+    names = _TABLE_FIELDS + (("seq",) if any(m.indexed for m in c.config.score_mods) or c.config.dropout else ())
     return {name: scalar.index_cast(pto.load_scalar(c.args["units"], scalar.add(rec, UNIT_TABLE.index(name))),
                                     name=name) for name in names}
 

@@ -27,6 +27,7 @@ import torch
 
 from ptofa.kernels.builtin_mods.alibi import Alibi
 from ptofa.kernels.builtin_mods.softcap import Softcap
+from ptofa.kernels.builtin_mods.window import WINDOW
 from ptofa.kernels.bwd_pipeline import TUNED_HEADS, BwdConfig, default_config
 from ptofa.kernels.mods import other_mods
 from ptofa.pipeline import SUPPORTED_HEAD, SUPPORTED_TILE_S1, ConfigError, FAConfig
@@ -36,8 +37,9 @@ from ptofa.pipeline import SUPPORTED_HEAD, SUPPORTED_TILE_S1, ConfigError, FACon
 # same at every width, only the numbers differ.
 GRID_HEADS = TUNED_HEADS  # (64, 96, 128, 192, 256)
 WIDTH_HEADS = tuple(d for d in SUPPORTED_HEAD if d not in GRID_HEADS)
+WIN = (WINDOW,)  # the window (causal and every sliding window: its bounds are runtime arguments)
 # What a width runs: the plain kernel, the autograd op's (LSE on) masked bf16 kernel, packed varlen.
-WIDTH_SWITCHES: tuple[dict, ...] = (dict(), dict(masked=True, lse=True, in_dtype="bf16"), dict(varlen=True, lse=True))
+WIDTH_SWITCHES: tuple[dict, ...] = (dict(), dict(mods=WIN, lse=True, in_dtype="bf16"), dict(varlen=True, lse=True))
 
 
 @dataclass(frozen=True)
@@ -65,60 +67,60 @@ BOTH = SOFTCAP + ALIBI
 
 # Switch sets on top of a (head, tile_s1) base; every one must be legal (a test builds them all).
 SWITCHES: tuple[dict, ...] = (
-    dict(masked=True),
+    dict(mods=WIN),
     dict(key_padding=True),
     dict(lse=True),
     dict(in_dtype="bf16"),
     dict(out_dtype="f32"),
-    dict(masked=True, key_padding=True, lse=True, in_dtype="bf16", out_dtype="f32"),
+    dict(mods=WIN, key_padding=True, lse=True, in_dtype="bf16", out_dtype="f32"),
     dict(varlen=True),
-    dict(varlen=True, masked=True, lse=True),
+    dict(varlen=True, mods=WIN, lse=True),
     dict(varlen=True, page_size=256),
-    dict(varlen=True, page_size=256, masked=True),
+    dict(varlen=True, page_size=256, mods=WIN),
     dict(varlen=True, split_kv=True),
-    dict(varlen=True, split_kv=True, masked=True, lse=True),
+    dict(varlen=True, split_kv=True, mods=WIN, lse=True),
     dict(varlen=True, split_kv=True, gqa_pack=True, page_size=256),
     dict(varlen=True, gqa_pack=True, page_size=256, in_dtype="bf16"),
     dict(prescale_q=False),
-    dict(prescale_q=False, masked=True, lse=True, in_dtype="bf16"),
+    dict(prescale_q=False, mods=WIN, lse=True, in_dtype="bf16"),
     dict(prescale_q=False, varlen=True, split_kv=True, gqa_pack=True, page_size=256),
     dict(softmax_dtype="f16"),
     dict(softmax_dtype="f16", out_dtype="f32", prescale_q=False),
     dict(softmax_dtype="f16", varlen=True, page_size=256, gqa_pack=True),
-    dict(softmax_dtype="f16", masked=True, key_padding=True),
-    dict(softmax_dtype="f16", varlen=True, masked=True),
-    dict(softmax_dtype="f16", varlen=True, split_kv=True, masked=True),
+    dict(softmax_dtype="f16", mods=WIN, key_padding=True),
+    dict(softmax_dtype="f16", varlen=True, mods=WIN),
+    dict(softmax_dtype="f16", varlen=True, split_kv=True, mods=WIN),
     # the f32 softmax's row sums on the vectors (trowsum) and its exp in f32, as before cube_rowsum /
     # exp_f16 (benchmarks/validate_model.py models the published kernels with them)
     dict(cube_rowsum=False, exp_f16=False),
-    dict(cube_rowsum=False, exp_f16=False, prescale_q=False, masked=True, lse=True),
+    dict(cube_rowsum=False, exp_f16=False, prescale_q=False, mods=WIN, lse=True),
     dict(exp_f16=False),
     # the built-in mods (kernels/builtin_mods/): softcapping and ALiBi, alone and with the calls' other switches
     dict(mods=SOFTCAP),
     dict(mods=ALIBI),
-    dict(mods=BOTH, masked=True, lse=True, in_dtype="bf16"),
-    dict(mods=BOTH, varlen=True, split_kv=True, masked=True, lse=True),
+    dict(mods=BOTH + WIN, lse=True, in_dtype="bf16"),
+    dict(mods=BOTH + WIN, varlen=True, split_kv=True, lse=True),
     dict(mods=BOTH, varlen=True, page_size=256),
     dict(mods=SOFTCAP, varlen=True, split_kv=True, gqa_pack=True, page_size=256),
     # dropout (kernels/dropout.py): the dense and varlen calls' kernels, with the score modifications
     dict(dropout=True),
-    dict(dropout=True, masked=True, lse=True, in_dtype="bf16"),
-    dict(dropout=True, varlen=True, masked=True, lse=True),
+    dict(dropout=True, mods=WIN, lse=True, in_dtype="bf16"),
+    dict(dropout=True, varlen=True, mods=WIN, lse=True),
     dict(dropout=True, varlen=True),
     dict(dropout=True, varlen=True, page_size=256),
-    dict(dropout=True, mods=BOTH, masked=True, lse=True),
+    dict(dropout=True, mods=BOTH + WIN, lse=True),
 )
 SWITCH_BASES = ((64, 128), (128, 256), (256, 256))
 # TILE_S1 = 1024 (D <= 128, QK_PRELOAD = 2) with the calls' switches whose plans fit the UB beside
 # its 1024-key rows (the key mask's, dropout's and ALiBi's do not).
 WIDE_SWITCHES: tuple[dict, ...] = (
-    dict(masked=True),
-    dict(masked=True, lse=True, in_dtype="bf16"),
-    dict(varlen=True, split_kv=True, masked=True, lse=True),
+    dict(mods=WIN),
+    dict(mods=WIN, lse=True, in_dtype="bf16"),
+    dict(varlen=True, split_kv=True, mods=WIN, lse=True),
     dict(varlen=True, split_kv=True, gqa_pack=True),
     dict(prescale_q=False, out_dtype="f32"),
     dict(softmax_dtype="f16"),
-    dict(softmax_dtype="f16", varlen=True, masked=True),
+    dict(softmax_dtype="f16", varlen=True, mods=WIN),
 )
 
 # Paired Q blocks (`FAConfig.q_pair`, the dense forward): both softmax dtypes at their widest tiles (1024 and
@@ -186,8 +188,8 @@ def kvcache_mod_configs() -> list[FAConfig]:
     for form in forms:
         for buffers, prescale in ((0, True), (2, True), (0, False), (2, False)):  # as attention.flex.with_mods
             try:
-                configs.append(FAConfig(head=128, tile_s1=128, qk_preload=2, varlen=True, masked=True,
-                                        slice_buffers=buffers, prescale_q=prescale, **form))
+                configs.append(FAConfig(head=128, tile_s1=128, qk_preload=2, varlen=True, slice_buffers=buffers,
+                                        prescale_q=prescale, **{**form, "mods": form["mods"] + WIN}))
                 break
             except ConfigError:
                 continue
@@ -203,12 +205,13 @@ def _name(c: FAConfig) -> str:
     parts = [f"fa_d{c.head}_t{c.tile_s1}_p{c.qk_preload}_{c.in_dtype}"]
     if c.out_dtype != c.in_dtype:
         parts.append(f"o{c.out_dtype}")
-    parts += [flag for flag in ("masked", "key_padding", "lse", "varlen", "split_kv", "gqa_pack") if getattr(c, flag)]
-    parts += [m.name for m in c.mods if m.builtin] + [flag for flag in ("dropout", "q_pair") if getattr(c, flag)]
+    parts += ["masked"] * (c.narrowing is not None)
+    parts += [flag for flag in ("key_padding", "lse", "varlen", "split_kv", "gqa_pack") if getattr(c, flag)]
+    parts += [m.name for m in c.score_mods if m.builtin] + [flag for flag in ("dropout", "q_pair") if getattr(c, flag)]
     if c.page_size:
         parts.append(f"page{c.page_size}")
-    if other_mods(c.mods):
-        parts.append(_flex_name(other_mods(c.mods))[1:])
+    if other_mods(c.score_mods):
+        parts.append(_flex_name(other_mods(c.score_mods))[1:])
     if not c.prescale_q:
         parts.append("no_prescale_q")
     if c.softmax_dtype != "f32":
@@ -241,38 +244,38 @@ def backward_configs() -> list[BwdConfig]:
     key-padding mask on top of a window; then the other widths, each mode once (f16 deterministic,
     bf16 masked atomic); then the varlen form (packed sequences, unit tables) of both modes of every
     grid head dim, without and with a window, in bf16 with one, and with softcap and ALiBi on a window."""
-    grid = [default_config(head, dtype, masked=masked, atomic_dq=atomic)
+    grid = [default_config(head, dtype, mods=WIN * masked, atomic_dq=atomic)
             for atomic, head, dtype, masked in itertools.product((False, True), GRID_HEADS, ("f16", "bf16"),
                                                                  (False, True))]
-    varlen = [default_config(head, dtype, masked=masked, atomic_dq=atomic, varlen=True, mods=BOTH * mods)
+    varlen = [default_config(head, dtype, atomic_dq=atomic, varlen=True, mods=BOTH * mods + WIN * masked)
               for atomic, head, (dtype, masked, mods) in itertools.product(
                   (False, True), GRID_HEADS, (("f16", False, False), ("f16", True, False), ("bf16", True, False),
                                               ("f16", True, True)))]
-    return (grid + [default_config(head, masked=True, key_padding=True, atomic_dq=atomic)
+    return (grid + [default_config(head, mods=WIN, key_padding=True, atomic_dq=atomic)
                     for atomic, head in itertools.product((False, True), GRID_HEADS)]
-            + [default_config(head, masked=True, mods=BOTH, atomic_dq=atomic)
+            + [default_config(head, mods=BOTH + WIN, atomic_dq=atomic)
                for atomic, head in itertools.product((False, True), GRID_HEADS)]
             + [default_config(128, dtype, mods=SOFTCAP if softcap else ALIBI)
                for dtype, softcap in itertools.product(("f16", "bf16"), (False, True))]
-            + [default_config(head, dtype, masked=masked, atomic_dq=atomic)
+            + [default_config(head, dtype, mods=WIN * masked, atomic_dq=atomic)
                for head, (dtype, masked, atomic) in itertools.product(WIDTH_HEADS, (("f16", False, False),
                                                                                   ("bf16", True, True)))]
             + varlen
             # dropout (kernels/dropout.py): both modes of every grid head dim, the masked bf16 and the
             # score modifications' forms on a key mask
-            + [default_config(head, dtype, masked=masked, atomic_dq=atomic, dropout=True)
+            + [default_config(head, dtype, mods=WIN * masked, atomic_dq=atomic, dropout=True)
                for atomic, head, (dtype, masked) in itertools.product((False, True), GRID_HEADS,
                                                                       (("f16", False), ("bf16", True)))]
-            + [default_config(128, masked=True, key_padding=True, mods=BOTH, atomic_dq=atomic, dropout=True)
+            + [default_config(128, key_padding=True, mods=BOTH + WIN, atomic_dq=atomic, dropout=True)
                for atomic in (False, True)]
             # and its varlen form (each packed sequence's own positions), both modes of every grid head dim
-            + [default_config(head, dtype, masked=masked, atomic_dq=atomic, varlen=True, dropout=True)
+            + [default_config(head, dtype, mods=WIN * masked, atomic_dq=atomic, varlen=True, dropout=True)
                for atomic, head, (dtype, masked) in itertools.product((False, True), GRID_HEADS,
                                                                       (("f16", False), ("bf16", True)))]
-            + [default_config(128, masked=True, mods=BOTH, atomic_dq=atomic, varlen=True, dropout=True)
+            + [default_config(128, mods=BOTH + WIN, atomic_dq=atomic, varlen=True, dropout=True)
                for atomic in (False, True)]
             # f32 gradient outputs (ring attention's steps): both modes of every grid head dim, f16 and masked bf16
-            + [default_config(head, dtype, masked=masked, atomic_dq=atomic, grads_f32=True)
+            + [default_config(head, dtype, mods=WIN * masked, atomic_dq=atomic, grads_f32=True)
                for atomic, head, (dtype, masked) in itertools.product((False, True), GRID_HEADS,
                                                                       (("f16", False), ("bf16", True)))]
             # the forward's flex mods (kernels/flexmods.py: their forward IR and derivative) with block ranges,
@@ -304,18 +307,18 @@ def kernels() -> list[Kernel]:
                               lambda c=c: emit_reduce(c)))
     for b in backward_configs():
         for kernel in backward_kernels(b):
-            name = (f"fa_bwd_{kernel}_d{b.head}_{b.in_dtype}" + ("_masked" if b.masked else "")
+            name = (f"fa_bwd_{kernel}_d{b.head}_{b.in_dtype}" + ("_masked" if b.narrowing else "")
                     + ("_atomic" if b.atomic_dq else "") + ("_key_padding" if b.key_padding else "")
-                    + "".join(f"_{m.name}" for m in b.mods if m.builtin)
+                    + "".join(f"_{m.name}" for m in b.score_mods if m.builtin)
                     + ("_varlen" if b.varlen else "") + ("_dropout" if b.dropout else "")
                     + ("_grads_f32" if b.grads_f32 else "")
-                    + (_flex_name(other_mods(b.mods)) if other_mods(b.mods) else "") + ("_ranges" if b.block_ranges else ""))
-            mods = ("".join(f" {m.name}" for m in b.mods if m.builtin)
+                    + (_flex_name(other_mods(b.score_mods)) if other_mods(b.score_mods) else "") + ("_ranges" if b.block_ranges else ""))
+            mods = ("".join(f" {m.name}" for m in b.score_mods if m.builtin)
                     + (" varlen=True" if b.varlen else "") + (" dropout" if b.dropout else "")
                     + (" grads_f32" if b.grads_f32 else "")
-                    + (" mods=" + "+".join(m.name for m in other_mods(b.mods)) if other_mods(b.mods) else "")
+                    + (" mods=" + "+".join(m.name for m in other_mods(b.score_mods)) if other_mods(b.score_mods) else "")
                     + (" block_ranges" if b.block_ranges else ""))
-            out.append(Kernel(name, f"backward {kernel}: head={b.head} {b.in_dtype} masked={b.masked} "
+            out.append(Kernel(name, f"backward {kernel}: head={b.head} {b.in_dtype} masked={b.narrowing is not None} "
                                     f"atomic_dq={b.atomic_dq} key_padding={b.key_padding}{mods}",
                               lambda b=b, k=kernel: emit_bwd(b, k)))
     out += [Kernel(k.name, k.summary, lambda k=k: print_pto(k.build())) for k in library()]

@@ -106,8 +106,8 @@ def _common(config: BwdConfig, kernel: str, args: dict[str, SSAValue]) -> _Commo
     if more:  # the dsq ring follows the pds ring (both in the input dtype)
         bases["dsq"] = pto.add_ptr(pds_base, pds.slot_bytes * config.slot_num // 2, name="dsq_ring")
     window = None
-    if config.masked:  # packed sequences: each unit's own diagonal (`bwd_varlen.sequence_window`)
-        window = WINDOW.bounds(args) if config.varlen else WINDOW.bounds(args, s0, s1)
+    if config.narrowing:  # packed sequences: each unit's own diagonal (`bwd_varlen.sequence_window`)
+        window = config.narrowing.bounds(args) if config.varlen else config.narrowing.bounds(args, s0, s1)
     return _Common(config, kernel, args, block_idx, block_num, batch, heads, kv_heads,
                    scalar.div(heads, kv_heads, name="group"), s0, s1,
                    scalar.mul(heads, config.head, name="q_stride"), scalar.mul(kv_heads, config.head, name="kv_stride"),
@@ -205,7 +205,7 @@ def _q_unit(c: _Common, unit: SSAValue) -> _QUnit:
         q_rows = scalar.min(scalar.sub(f["q_len"], q0), cfg.dq_block_q, name="q_rows")
         window = sequence_window(c, f)
         return _QUnit(None, f["head"], scalar.div(f["head"], c.group, name="g"), q0, q_rows,
-                      WINDOW.visible_keys(window, q0, q_rows, f["k_len"], cfg.dq_block_kv), f["q_len"], f["k_len"], window,
+                      (cfg.narrowing or WINDOW).visible_keys(window, q0, q_rows, f["k_len"], cfg.dq_block_kv), f["q_len"], f["k_len"], window,
                       f["q_start"], f["k_start"], f.get("seq"))
     q_blocks = scalar.ceildiv(c.s0, cfg.dq_block_q, name="q_blocks")
     q_block = scalar.rem(unit, q_blocks, name="q_block")
@@ -215,7 +215,7 @@ def _q_unit(c: _Common, unit: SSAValue) -> _QUnit:
     q_rows = scalar.min(scalar.sub(c.s0, q0), cfg.dq_block_q, name="q_rows")
     g = scalar.div(h, c.group, name="g")
     tiles, full = _unit_ranges(c, unit, "q_tile_ranges") if cfg.block_ranges else (
-        WINDOW.visible_keys(c.window, q0, q_rows, c.s1, cfg.dq_block_kv), None)
+        (cfg.narrowing or WINDOW).visible_keys(c.window, q0, q_rows, c.s1, cfg.dq_block_kv), None)
     return _QUnit(b, h, g, q0, q_rows, tiles, c.s0, c.s1, c.window, full=full)
 
 
@@ -300,13 +300,13 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     lse_col = tile.reshape(tl["lse_all"], vr, 1, name="lse_col", blayout="col_major")
     dsum_row = tile.reshape(tl["dsum_col"], 1, vr, name="dsum_row")
     gram_eye(tl, vr)
-    apply_setup(config.mods, UnitSite(tl, c.args, v.mod_state, vr))
+    apply_setup(config.score_mods, UnitSite(tl, c.args, v.mod_state, vr))
     v.drop = _drop_tiles(config, tl, vr, config.dq_block_kv)
     with pto.range(c.block_idx, _dq_units(c), c.block_num, name="unit") as unit:
         u = _q_unit(c, unit)
         n = clamp(scalar.sub(u.q_rows, v.row_base), 0, vr)
         row0 = scalar.add(u.q0, v.row_base, name="core_q0")
-        apply_unit(config.mods, UnitSite(tl, c.args, v.mod_state, vr, _seq(u), u.h))
+        apply_unit(config.score_mods, UnitSite(tl, c.args, v.mod_state, vr, _seq(u), u.h))
         has_rows = scalar.gt(n, 0)
         packed0 = row0 if u.q_start is None else scalar.add(u.q_start, row0, name="packed_q0")
         _dsum(c, tl, v.row_base, consts["zero"], u.b, u.h, packed0, n, has_rows, dsum_row, sdp)
@@ -322,20 +322,20 @@ def _dq_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
             _load_scores(v, entry, cols, bkv)
             if config.dropout:  # (before the mods' dP - D)
                 _drop_dp(v, _seq(u), u.h, row0, scalar.mul(t, bkv), cols, transposed=False)
-            if config.mods:  # dP - D now, times the mods' derivative (key positions for mods that read them)
+            if config.score_mods:  # dP - D now, times the mods' derivative (key positions for mods that read them)
                 tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
-                k0 = scalar.mul(t, bkv) if any(m.indexed for m in config.mods) else None
+                k0 = scalar.mul(t, bkv) if any(m.indexed for m in config.score_mods) else None
                 site = Site(tl["s_tile"], tl["mask_tmp"], tl["exp_tmp"], tl, c.args, _seq(u), u.h, row0, k0, cols, vr, bkv, t,
                             u.full, NEG, seq_lens=(u.s0, u.s1), state=v.mod_state)
-                apply_backward(config.mods, site, tl["dp_tile"])
-            if config.masked:
-                WINDOW.mask_tile(u.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], row0, scalar.mul(t, bkv), vr, cols,
+                apply_backward(config.score_mods, site, tl["dp_tile"])
+            if config.narrowing:
+                config.narrowing.mask_tile(u.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], row0, scalar.mul(t, bkv), vr, cols,
                                  transposed=False)
             if config.key_padding:
                 key_bias(c.args, tl, consts, u.b, scalar.mul(t, bkv), cols)
                 tile.col_expand_add(tl["s_tile"], tl["kpm_f32"], out=tl["s_tile"])
             tile.row_expand_expdif(tl["s_tile"], lse_col, out=tl["s_tile"], tmp=tl["exp_tmp"])  # P = exp(scale S - LSE)
-            if not config.mods:
+            if not config.score_mods:
                 tile.row_expand_sub(tl["dp_tile"], tl["dsum_col"], out=tl["dp_tile"])
             tile.mul(tl["s_tile"], tl["dp_tile"], out=tl["s_tile"])
             tile.muls(tl["s_tile"], consts["scale"], out=tl["s_tile"])  # dS, with the softmax scale folded in
@@ -395,7 +395,7 @@ def _kv_unit(c: _Common, unit: SSAValue) -> _KvUnit:
         k0 = scalar.mul(f["q_block"], cfg.block_kv, name="k0")
         k_rows = scalar.min(scalar.sub(f["k_len"], k0), cfg.block_kv, name="k_rows")
         window = sequence_window(c, f)
-        blocks = WINDOW.visible_queries(window, k0, k_rows, f["q_len"], cfg.block_q)
+        blocks = (cfg.narrowing or WINDOW).visible_queries(window, k0, k_rows, f["q_len"], cfg.block_q)
         per_head = scalar.sub(blocks.hi, blocks.lo, name="q_steps")
         return _KvUnit(None, f["head"], k0, k_rows, blocks,
                        TileRange(scalar.const(0), scalar.mul(per_head, c.group, name="steps")), f["q_len"], f["k_len"],
@@ -406,7 +406,7 @@ def _kv_unit(c: _Common, unit: SSAValue) -> _KvUnit:
     k0 = scalar.mul(kv_block, cfg.block_kv, name="k0")
     k_rows = scalar.min(scalar.sub(c.s1, k0), cfg.block_kv, name="k_rows")
     blocks, full = _unit_ranges(c, unit, "kv_tile_ranges") if cfg.block_ranges else (
-        WINDOW.visible_queries(c.window, k0, k_rows, c.s0, cfg.block_q), None)
+        (cfg.narrowing or WINDOW).visible_queries(c.window, k0, k_rows, c.s0, cfg.block_q), None)
     per_head = scalar.sub(blocks.hi, blocks.lo, name="q_steps")
     return _KvUnit(scalar.div(bg, c.kv_heads, name="b"), scalar.rem(bg, c.kv_heads, name="g"), k0, k_rows, blocks,
                    TileRange(scalar.const(0), scalar.mul(per_head, c.group, name="steps")), c.s0, c.s1, c.window,
@@ -550,7 +550,7 @@ def _dkdv_vector(config: BwdConfig, args: dict[str, SSAValue]) -> None:
     vr = config.vec_rows("dkdv")
     v = _Vec(c, tl, consts, scalar.mul(pto.get_subblock_idx(), vr, name="row_base"))
     kbias_col = tile.reshape(tl["kbias_row"], vr, 1, name="kbias_col", blayout="col_major") if config.key_padding else None
-    apply_setup(config.mods, UnitSite(tl, c.args, v.mod_state, vr))
+    apply_setup(config.score_mods, UnitSite(tl, c.args, v.mod_state, vr))
     v.drop = _drop_tiles(config, tl, vr, config.block_q)
     with pto.range(c.block_idx, _kv_units(c), c.block_num, name="unit") as unit:
         u = _kv_unit(c, unit)
@@ -574,18 +574,18 @@ def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: t
             _drop_dp(v, _seq(u), h, q0, scalar.add(u.k0, v.row_base), n, transposed=True, with_dp="dk" in grads)
         for name in ("stat_row", "nlse_row"):
             tile.set_valid(tl[name], 1, n)
-        if config.mods:  # dP^T - D now, times the mods' derivative; rows are keys, columns queries
+        if config.score_mods:  # dP^T - D now, times the mods' derivative; rows are keys, columns queries
             if "dk" in grads:
                 _minus_dsum(v, u, h, q0, n)
             k0, t = ((scalar.add(u.k0, v.row_base), scalar.div(q0, bq, name="q_block"))
-                     if any(m.indexed for m in config.mods) else (None, None))  # (positions for mods that read them)
+                     if any(m.indexed for m in config.score_mods) else (None, None))  # (positions for mods that read them)
             site = Site(tl["s_tile"], tl["mask_tmp"], tl.get("mods_row_tmp"), tl, c.args, _seq(u), h, q0, k0, n, vr, bq, t,
                         u.full, NEG, transposed=True, seq_lens=(u.s0, u.s1), state=v.mod_state)
-            apply_backward(config.mods, site, tl["dp_tile"] if "dk" in grads else None)
+            apply_backward(config.score_mods, site, tl["dp_tile"] if "dk" in grads else None)
         pto.load(stat(c, u, "lse", h, q0, n), tl["stat_row"])
         tile.muls(tl["stat_row"], consts["minus_one"], out=tl["nlse_row"])
-        if config.masked:
-            WINDOW.mask_tile(u.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], scalar.add(u.k0, v.row_base), q0, vr, n,
+        if config.narrowing:
+            config.narrowing.mask_tile(u.window, tl["s_tile"], tl["mask_tmp"], consts["neg"], scalar.add(u.k0, v.row_base), q0, vr, n,
                              transposed=True)
         if kbias_col is not None:
             tile.row_expand_add(tl["s_tile"], kbias_col, out=tl["s_tile"])
@@ -597,7 +597,7 @@ def _dkdv_vector_steps(v: _Vec, u: _KvUnit, kbias_col: SSAValue | None, grads: t
         elif "dv" in grads:
             _store_half(v, out, 0, n)
         if "dk" in grads:
-            if not config.mods:
+            if not config.score_mods:
                 _minus_dsum(v, u, h, q0, n)
             tile.mul(tl["s_tile"], tl["dp_tile"], out=tl["s_tile"])
             tile.muls(tl["s_tile"], consts["scale"], out=tl["s_tile"])  # dS^T, with the softmax scale folded in

@@ -73,7 +73,7 @@ from ptofa.kernels.fwd_units import q_row_stride as _q_row_stride, split_range a
 from ptofa.kernels.fwd_units import within as _within
 from ptofa.kernels.hostparam import mod_params
 from ptofa.kernels.mods import RANGE_FIELDS, FinishSite, Site, UnitSite
-from ptofa.kernels.builtin_mods.window import WINDOW, TileRange
+from ptofa.kernels.builtin_mods.window import TileRange
 from ptofa.pipeline import (KEY_MASK_TILES, PAIR_STATE, PAIR_SUFFIX, ROWSUM_COLS, UNIT_FIELDS, UNIT_TABLE, FAConfig,
                             buffer_names, chunk_names, cube_buffer_name, cube_buffer_names, tile_plan)
 from ptofa.ir.dialect import DYN
@@ -113,7 +113,7 @@ def _unit(c: _Common, unit: SSAValue) -> _Unit:
     longest first). Ranks are handed out in a snake over the persistent loop's waves.
     """
     cfg = c.config
-    if cfg.masked or cfg.varlen:  # units of unequal work: snake the longest-first ranks over the waves
+    if cfg.narrowing or cfg.varlen:  # units of unequal work: snake the longest-first ranks over the waves
         unit = _snake(c, unit)
     if cfg.varlen:
         rec = scalar.mul(unit, UNIT_FIELDS, name="unit_rec")
@@ -124,7 +124,7 @@ def _unit(c: _Common, unit: SSAValue) -> _Unit:
         q_start, k_row = field["q_start"], field["k_start"]
     else:
         bh_count = scalar.mul(c.batch, c.heads, name="bh_count")
-        if cfg.masked:
+        if cfg.narrowing:
             q_block = scalar.sub(scalar.sub(c.q_blocks, 1), scalar.div(unit, bh_count), name="q_block")
             bh = scalar.rem(unit, bh_count, name="bh")
         else:
@@ -145,8 +145,8 @@ def _unit(c: _Common, unit: SSAValue) -> _Unit:
         lse_in_head = q_row if cfg.varlen else q0
         lse_row = scalar.add(scalar.mul(scalar.add(scalar.mul(b, c.heads), h), c.s0), lse_in_head, name="lse_row")
     window = None
-    if cfg.masked:
-        tiles, window = WINDOW.forward_tiles(c.args, q0, q_rows, s0, s1, cfg.tile_s1)
+    if cfg.narrowing:
+        tiles, window = cfg.narrowing.forward_tiles(c.args, q0, q_rows, s0, s1, cfg.tile_s1)
         lo, hi = tiles.lo, tiles.hi
     else:
         lo = scalar.const(0)
@@ -533,14 +533,14 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
         tile.cvt(p_half, out=s_tile)
     if not cfg.prescale_q:
         tile.muls(s_tile, s.scale, out=s_tile)
-    if cfg.mods:  # (positions only for mods that read them)
+    if cfg.score_mods:  # (positions only for mods that read them)
         i0, k0 = ((scalar.add(scalar.add(s.u.q0, s.row_base), r0, name="mod_q0"), scalar.mul(t, cfg.tile_s1, name="mod_k0"))
-                  if any(m.indexed for m in cfg.mods) else (None, None))
+                  if any(m.indexed for m in cfg.score_mods) else (None, None))
         apply_forward(cfg, Site(s_tile, tl["red_tmp"], exp_tmp, tl, s.c.args, s.u.seq, s.u.h, i0, k0, keys, vs0,
                                 cfg.tile_s1, t, s.u.full, mask_constants(cfg)[1], seq_lens=(s.u.s0, s.u.s1),
                                 state=s.mod_state))
-    if cfg.masked:
-        WINDOW.mask_forward(s.u.window, scalar.add(scalar.add(s.u.q0, s.row_base), r0, name="slice_q"), t, cfg.tile_s1,
+    if cfg.narrowing:
+        cfg.narrowing.mask_forward(s.u.window, scalar.add(scalar.add(s.u.q0, s.row_base), r0, name="slice_q"), t, cfg.tile_s1,
                             s.u.s0, s.u.s1, keys, cfg.vec_s0, s_tile, tl["red_tmp"], s.consts["mask"])
     if cfg.key_padding:
         tile.col_expand_add(s_tile, tl[KEY_MASK_TILES[cfg.softmax_dtype][-1]], out=s_tile)
@@ -616,7 +616,7 @@ def _finish(s: _VecState, l_col: SSAValue) -> None:
     them exp(-inf) = 0; a unit of one split stores its result as the unsplit kernel does."""
     cfg, tl, rows = s.c.config, s.tiles, s.rows
     k = s.consts
-    if cfg.mods:  # (compute_p's first exp_tmp, free here, is the row-broadcast scratch: no hidden one)
+    if cfg.score_mods:  # (compute_p's first exp_tmp, free here, is the row-broadcast scratch: no hidden one)
         apply_finish(cfg, FinishSite(rows["m_all"], rows["l_all"], tl["o_tile"], tl, s.c.args, s.u.seq, s.u.h,
                                      cfg.vec_rows, tl[buffer_names(cfg, "exp_tmp")[0]],
                                      s.u.split[0] if cfg.split_kv else None))
@@ -715,7 +715,7 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
         consts[name] = made[key]
     row_base = scalar.mul(pto.get_subblock_idx(), config.vec_rows, name="row_base")
     mod_state: dict = {}
-    apply_setup(config.mods, UnitSite(tiles, args, mod_state, config.vec_s0))
+    apply_setup(config.score_mods, UnitSite(tiles, args, mod_state, config.vec_s0))
     drop = drop_keys = None
     if config.dropout:  # the generator works in red_tmp (free once a slice's row sums are taken)
         drop = dropout.DropoutTiles.make(tiles["drop_bits"], tiles["red_tmp"], tiles["alibi_i32" if "alibi_i32" in tiles else "drop_cols"],
@@ -748,7 +748,7 @@ def _vector_kernel(config: FAConfig, args: dict[str, SSAValue]) -> None:
         for (u, has), (tl, rw, rg, lc, lac) in zip(_unit_blocks(c, unit), views):
             s = _VecState(c, u, tl, rw, args["scale"], consts, rg, row_base, mod_state)
             s.drop, s.drop_keys = drop, drop_keys
-            apply_unit(config.mods, UnitSite(tl, args, mod_state, config.vec_s0, u.seq, u.h))
+            apply_unit(config.score_mods, UnitSite(tl, args, mod_state, config.vec_s0, u.seq, u.h))
             with _within(has):
                 tile.fill(consts["neg"], out=rw["m_all"])
                 if config.softmax_dtype != "f32":
@@ -792,7 +792,7 @@ def build_fa(config: FAConfig) -> builtin.ModuleOp:
     vector_reads_q = config.prescale_q  # the vectors scale Q; the cube reads it from the Q pipe
     cube_args = [n for n in _CUBE_ARGS if n in entry_types and (n != "q" or not vector_reads_q)]
     vector_args = [n for n in _VECTOR_ARGS if n in entry_types and (n != "q" or vector_reads_q)]
-    vector_args += [p.name for p in mod_params(config.mods)]
+    vector_args += [p.name for p in mod_params(config.score_mods)]
     with km.function(argspec.ENTRY_NAME, list(entry_types.items()), entry=True) as args:
         pto.set_ffts(args["ffts"])
         pto.call(argspec.CUBE_FUNC_NAME, [args[n] for n in cube_args])

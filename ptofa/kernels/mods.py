@@ -106,6 +106,10 @@ class Mod:
     indexed: bool = True  # it reads a row's batch, head or positions (not with gqa_pack, whose rows are heads)
     hides: bool = True  # it may leave a query row no visible key (the kernels then fix O = 0, LSE = +inf)
     row_scratch: bool = True  # the backward's dkdv kernel gives it a row-broadcast scratch (`Site.row_tmp`)
+    # It narrows the KV tiles a unit visits (the window, `builtin_mods/window.py`): the kernels ask the one
+    # such mod of a config (`modlist.ModsMixin.narrowing`) for a unit's tile range and its crossing tiles' masks,
+    # instead of calling the score hooks above, and its arguments follow the scale.
+    narrows: bool = False
 
     def tiles(self, config, prefix: str) -> list:
         return []

@@ -80,7 +80,7 @@ def _each_mod(mods: tuple, site: Site, emit) -> None:
 
 def apply_forward(config, site: Site) -> None:
     """The hook: `config.mods` in order; a mask's IR only on tiles outside the unit's full range."""
-    _each_mod(config.mods, site, lambda mod, prefix: mod.emit_forward(site, prefix))
+    _each_mod(config.score_mods, site, lambda mod, prefix: mod.emit_forward(site, prefix))
 
 
 def apply_backward(mods: tuple, site: Site, grad: SSAValue | None) -> None:
@@ -108,5 +108,5 @@ def apply_unit(mods: tuple, site: UnitSite) -> None:
 
 def apply_finish(config, site: FinishSite) -> None:
     """The finish hook: each of `config.mods` in order."""
-    for mod, prefix in zip(config.mods, mod_prefixes(config.mods)):
+    for mod, prefix in zip(config.score_mods, mod_prefixes(config.score_mods)):
         mod.emit_finish(site, prefix)

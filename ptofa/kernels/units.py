@@ -149,7 +149,7 @@ def backward_table_steps(c, kernel: str, rows: Sequence[Sequence[int]], window: 
     steps = []
     for row in rows:
         q_len, k_len, block = row[f["q_len"]], row[f["k_len"]], row[f["q_block"]]
-        bounds = kernel_bounds(window, q_len, k_len) if c.masked else None
+        bounds = kernel_bounds(window, q_len, k_len) if c.narrowing else None
         steps.append(dq_unit_tiles(block, q_len, k_len, bounds, c.dq_block_q, c.dq_block_kv) if kernel == "dq" else
                      dkdv_unit_steps(block, q_len, k_len, bounds, c.block_kv, c.block_q, group))
     return steps

@@ -34,6 +34,7 @@ import torch
 from ptofa.ir.textio import ParsedModule, check_text
 from ptofa.kernels import argspec
 from ptofa.kernels.builtin_mods.softcap import Softcap
+from ptofa.kernels.builtin_mods.window import window_mods
 from ptofa.kernels.dropout import cut as dropout_cut
 from ptofa.kernels.bwd_pipeline import BwdConfig, work_units
 from ptofa.launch.varlen import reduce_table, unit_table, varlen_shape
@@ -267,7 +268,7 @@ def dense_as_varlen(config: FAConfig, batch: int, s0: int, s1: int, heads: int, 
                     window: tuple[int, int]):
     """A dense problem as B equal packed sequences: the varlen config, its shape and `table_of(config,
     num_splits)`, its unit table (the one conversion the split dense calls and `--balance` use)."""
-    vconfig = dataclasses.replace(config, varlen=True, masked=config.masked or window != (-1, -1))
+    vconfig = dataclasses.replace(config, varlen=True, mods=config.mods + window_mods(window != (-1, -1) and not config.narrowing))
     vshape = varlen_shape([s0] * batch, [s1] * batch, heads, kv_heads, window)
     vshape.check(vconfig)
 

@@ -331,7 +331,7 @@ def run_npu(
     check_output(result, o.cpu(), q, k, v, scale, window=shape.window, key_mask=key_mask,
                  lse=None if lse is None else lse.cpu(), out_dtype=config.out_dtype, softcap=softcap,
                  alibi_slopes=slopes)
-    plain = not (config.masked or config.key_padding or config.mods) and shape.kv_heads == shape.heads and config.in_dtype == "f16"
+    plain = not (config.key_padding or config.mods) and shape.kv_heads == shape.heads and config.in_dtype == "f16"
     if compare_fused and plain:
         result.extra.update(compare_with_fused(launched, scale))
         if result.extra.get("fused_close") is False:

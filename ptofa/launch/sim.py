@@ -156,7 +156,7 @@ class SimBackend:
         options = request.options
         if request.timing:
             # Masks and key padding give units unequal work: then every block is replayed.
-            varied = config.masked or config.key_padding or config.varlen
+            varied = config.narrowing or config.key_padding or config.varlen
             blocks = None if varied else blocks_to_trace(block_dim, shape.work_units(config))
             options = dataclasses.replace(options, trace=True, trace_blocks=blocks)
         try:

@@ -307,7 +307,7 @@ def plan_dense_split(config: FAConfig, batch: int, s0: int, s1: int, heads: int,
     if window is None:
         return None
     soc = get_soc(soc)
-    vconfig, vshape, table_of = dense_as_varlen(dataclasses.replace(config, masked=False), batch, s0, s1, heads,
+    vconfig, vshape, table_of = dense_as_varlen(dataclasses.replace(config, mods=config.score_mods), batch, s0, s1, heads,
                                                 kv_heads, window)
     split = plan_varlen(vconfig, vshape, table_of, num_splits, soc)
     if split is None or split.num_splits == 1:

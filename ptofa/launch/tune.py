@@ -53,6 +53,7 @@ import torch
 
 import ptofa
 from ptofa.kernels import units as schedule
+from ptofa.kernels.builtin_mods.window import window_mods
 from ptofa.launch.base import TORCH_DTYPES
 from ptofa.launch.calls import blocks_for, forward_plan
 from ptofa.launch.kernel_cache import atomic_write, builder_digest, cache_root, get_kernel
@@ -108,7 +109,7 @@ class TuneShape:
         """The kernel at the width the head dim runs on (`kernel_head`: other head dims are zero-padded to it);
         `prescale_q` only without LSE (`lse_prescale`)."""
         return FAConfig(head=kernel_head(self.head), in_dtype=self.in_dtype, out_dtype=self.out_dtype,
-                        masked=self.window != (-1, -1), key_padding=self.key_padding, lse=self.lse,
+                        mods=window_mods(self.window != (-1, -1)), key_padding=self.key_padding, lse=self.lse,
                         prescale_q=lse_prescale(self.lse))
 
 
@@ -170,7 +171,7 @@ def candidates(base: FAConfig, s0: int | None = None) -> list[FAConfig]:
 
 def probe_shape(shape: TuneShape, config: FAConfig) -> ProblemShape:
     """One head's rows on one block: S0 capped (see the module docstring), everything else as the call."""
-    cap = MASKED_PROBE_ROWS if config.masked else PROBE_ROWS
+    cap = MASKED_PROBE_ROWS if config.narrowing else PROBE_ROWS
     rows = min(shape.s0, max(cap, config.cube_s0))
     return ProblemShape(1, 1, rows, shape.s1, kv_heads=1, window=shape.window)
 
@@ -253,12 +254,12 @@ def busiest_block_us(config: FAConfig, shape: TuneShape, spec, block_dim: int) -
     """(the launch's busiest block in us, the bound the probe's replay names, the GM bytes one unit
     moves); see the module docstring."""
     units = shape.problem().work_units(config)
-    if config.masked and shape.window[1] == 0:
+    if config.narrowing and shape.window[1] == 0:
         unit_us, bound, gm_bytes = left_window_unit_us(config, shape, spec)
         return masked_makespan(unit_us, shape.batch * shape.heads, block_dim), bound, gm_bytes
     probe = probe_shape(shape, config)
     probe_units = probe.work_units(config)
-    if config.masked:  # unequal units: one per probe block, then dealt to the launch's blocks
+    if config.narrowing:  # unequal units: one per probe block, then dealt to the launch's blocks
         timed = _probe_block_us(config, probe, spec, probe_units)
         unit_us = sorted(list(timed.block_us.values()) * math.ceil(units / probe_units), reverse=True)
         return schedule.makespan(unit_us[:units], block_dim), timed.bound, timed.gm_bytes_per_unit

@@ -64,7 +64,7 @@ def varlen_shape(q_lens: list[int], k_lens: list[int], heads: int, kv_heads: int
 
 def _visible_tiles(c: FAConfig, q0: int, q_rows: int, q_len: int, k_len: int, window: tuple[int, int]) -> int:
     """KV tiles the kernel visits for one unit (`units.visible_tiles`; no window without a mask)."""
-    bounds = kernel_bounds(window, q_len, k_len) if c.masked else None
+    bounds = kernel_bounds(window, q_len, k_len) if c.narrowing else None
     return visible_tiles(q0, q_rows, q_len, k_len, bounds, c.tile_s1)
 
 
@@ -146,7 +146,7 @@ def backward_tables(c: BwdConfig, q_lens: list[int], k_lens: list[int], heads: i
     dq, dkdv = [], []
     q_start = k_start = 0
     for seq, (q_len, k_len) in enumerate(zip(q_lens, k_lens)):
-        bounds = kernel_bounds(window, q_len, k_len) if c.masked else None
+        bounds = kernel_bounds(window, q_len, k_len) if c.narrowing else None
         for block in range(-(-q_len // c.dq_block_q)):
             tiles = dq_unit_tiles(block, q_len, k_len, bounds, c.dq_block_q, c.dq_block_kv)
             dq += [(tiles, (q_start, q_len, k_start, k_len, h, block, seq, 0, 1)) for h in range(heads)]

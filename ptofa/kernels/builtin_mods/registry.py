@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from ptofa.kernels.builtin_mods.alibi import Alibi
 from ptofa.kernels.builtin_mods.softcap import Softcap
+from ptofa.kernels.builtin_mods.window import WINDOW, Window
 
-BUILTIN_MODS = {mod.name: mod for mod in (Softcap, Alibi)}  # name -> class (a config's JSON names them)
+BUILTIN_MODS = {mod.name: mod for mod in (Softcap, Alibi, Window)}  # name -> class (a config's JSON names them)
 
 
-def with_builtin_mods(mods: tuple, *, softcap: bool, alibi: bool = False) -> tuple:
+def with_builtin_mods(mods: tuple, *, softcap: bool, alibi: bool = False, window: bool | None = None) -> tuple:
     """`mods` with the built-in mods a call asks for, and without those it does not: softcap before the
-    others, ALiBi after them (flash-attn's order; a score_mod applies after softcap, before ALiBi)."""
+    others, ALiBi after them (flash-attn's order; a score_mod applies after softcap, before ALiBi), the
+    window last (`window=None`: as in `mods`)."""
     others = tuple(m for m in mods if not m.builtin)
-    return (Softcap(),) * softcap + others + (Alibi(),) * alibi
+    window = any(m.narrows for m in mods) if window is None else window
+    return (Softcap(),) * softcap + others + (Alibi(),) * alibi + (WINDOW,) * window
 
 
 def revive(mods: list) -> tuple:

@@ -12,8 +12,8 @@ window's edge crosses (`mask_forward`; the backward kernels' `mask_tile`) and it
 The host's copy in plain integers is `ptofa.visibility` and `ptofa.kernels.units` (`keys_seen`,
 `queries_seeing`); `tests/test_units.py` checks on the simulator that the kernels visit what it says.
 
-Transition (issue #42): the kernels still ask `FAConfig.masked` / `BwdConfig.masked` whether the
-window applies, and then call `WINDOW`; the window is not yet one of `config.mods`.
+A config with a window holds `WINDOW` in its `mods` (`FAConfig.narrowing` finds it); its arguments
+follow the softmax scale in the kernel's entry, and its mask applies after the score mods'.
 """
 
 from __future__ import annotations
@@ -63,15 +63,7 @@ class Window(Mod):
     builtin = True
     mask = True
     hides = True  # a row whose window holds no key (a window left of key 0, or right of the last)
-
-    def tiles(self, config, prefix: str) -> list:
-        """(Refused as one of `config.mods` until the kernels take the window from there: it would bring
-        its arguments but no mask. The tile plans ask every built-in mod for its tiles.)"""
-        raise NotImplementedError("mods: the window is not yet one of FAConfig.mods / BwdConfig.mods; ask for it "
-                                  "with masked=True and the window bounds (causal=, window_size=, --causal, --window)")
-
-    def grad_tiles(self, rows: int, cols: int, prefix: str) -> list:
-        return self.tiles(None, prefix)
+    narrows = True  # the kernels ask it for each unit's tiles and its edge tiles' masks (`mods.Mod.narrows`)
 
     def params(self, prefix: str = "") -> list:
         return list(WINDOW_PARAMS)
@@ -173,3 +165,8 @@ class Window(Mod):
 
 
 WINDOW = Window()
+
+
+def window_mods(on: bool = True) -> tuple:
+    """The mods of a config with the window (`(WINDOW,)`) or without it: `mods=... + window_mods(causal)`."""
+    return (WINDOW,) if on else ()
