@@ -30,6 +30,7 @@ from ptofa.attention.functional import flash_attn_func, scaled_dot_product_atten
 from ptofa.attention.infiniop import Status, TensorDescriptor
 from ptofa.pipeline import ConfigError, FAConfig
 from ptofa.reference import check_accuracy, check_lse, reference_fa
+from ptofa.kernels.builtin_mods.window import window_mods
 
 S0, S1, HEADS, KV_HEADS = 70, 300, 4, 2
 UNAVAILABLE = "npu backend: torch_npu is not installed (on an Ascend host with CANN: pip install '.[npu]')"
@@ -152,7 +153,7 @@ def test_sdpa_equal_heads_and_scale() -> None:
 def test_attend_with_window_padding_lse_and_a_given_config() -> None:
     q, k, v = bsnd(2, S0, S1, 64, torch.float16)
     mask = lengths_mask([200, 290], S1).to(torch.int8)
-    config = FAConfig(head=64, tile_s1=256, qk_preload=3, masked=True, key_padding=True, lse=True)
+    config = FAConfig(head=64, tile_s1=256, qk_preload=3, mods=window_mods(), key_padding=True, lse=True)
     out, lse = attend(q, k, v, scale=0.125, window=(30, 0), key_padding_mask=mask, return_lse=True, config=config,
                       backend="sim", block_dim=3)
     assert_close_to(out, reference_fa(q, k, v, 0.125, (30, 0), mask), lse)
@@ -164,7 +165,7 @@ def test_attend_with_window_padding_lse_and_a_given_config() -> None:
 def test_auto_config_follows_the_call() -> None:
     short = auto_config(64, "bf16", s1=300, masked=True, lse=True)
     assert (short.tile_s1, short.qk_preload, short.in_dtype, short.out_dtype) == (128, 2, "bf16", "bf16")
-    assert short.masked and short.lse and not short.key_padding
+    assert short.narrowing and short.lse and not short.key_padding
     long = auto_config(128, "f16", s1=4096, out_dtype="f32", key_padding=True)
     assert (long.tile_s1, long.qk_preload, long.out_dtype, long.key_padding) == (256, 3, "f32", True)
 
@@ -216,7 +217,8 @@ QB, KB, VB = (t.transpose(1, 2) for t in (Q, K, V))  # BNSD for the SDPA-shaped 
     (lambda: attend(Q, K, V, scale=0.1, config=FAConfig(head=64, in_dtype="bf16")), ConfigError,
      "config: in_dtype='bf16' but q/k/v are torch.float16"),
     (lambda: attend(Q, K, V, scale=0.1, window=(-1, 0), config=FAConfig(head=64)), ConfigError,
-     "config: a window / causal mask needs masked=True, the given config has masked=False"),
+     "config: a window / causal mask needs the window mod in mods (mods=(WINDOW,) from ptofa.kernels.builtin_mods.window), "
+     "the given config has mods=()"),
     (lambda: attend(Q, K, V, scale=0.1, return_lse=True, config=FAConfig(head=64)), ConfigError,
      "config: return_lse=True needs lse=True, the given config has lse=False"),
     (lambda: attend(Q, K, V, scale=0.1, out_dtype=torch.float32, config=FAConfig(head=64)), ConfigError,
@@ -456,7 +458,7 @@ def test_npu_launch_arguments_carry_the_bounds_and_the_workspace() -> None:
     from ptofa.launch.plan import BuiltKernel, plan_forward
     from ptofa.pipeline import ProblemShape
 
-    config = FAConfig(head=64, tile_s1=128, qk_preload=2, masked=True, key_padding=True, lse=True)
+    config = FAConfig(head=64, tile_s1=128, qk_preload=2, mods=window_mods(), key_padding=True, lse=True)
     shape = ProblemShape(2, HEADS, S0, S1, kv_heads=KV_HEADS)
     q, k, v = bsnd(2, S0, S1, 64, torch.float16)
     o, lse = torch.empty_like(q), torch.empty(2, HEADS, S0)

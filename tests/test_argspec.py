@@ -16,6 +16,7 @@ from ptofa.launch.npu import NpuLaunchError, call_values, check_launch_code, hos
 from ptofa.launch.plan import BuiltKernel, plan_forward
 from ptofa.pipeline import ProblemShape
 from ptofa.launch.toolchain import caller_cpp_path, render_caller_cpp
+from ptofa.kernels.builtin_mods.window import window_mods
 
 CALLER_TEXT = caller_cpp_path().read_text()
 
@@ -114,7 +115,7 @@ def test_ctypes_call_delivers_every_host_argument(tmp_path: Path, variant: bool)
     """A C launcher with argspec's signature, called through load_launcher with a launch plan's values."""
     from ptofa.pipeline import FAConfig
 
-    config = FAConfig(masked=True, key_padding=True, lse=True, in_dtype="bf16") if variant else FAConfig()
+    config = FAConfig(mods=window_mods(), key_padding=True, lse=True, in_dtype="bf16") if variant else FAConfig()
     params = argspec.host_params(config)
     pointers = [p.name for p in params if p.c_type.endswith("*")]
     ints = [p.name for p in params if p.c_type == "int64_t"]

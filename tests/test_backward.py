@@ -23,6 +23,7 @@ from ptofa.pipeline import ConfigError, ProblemShape
 from ptofa.reference import visible_mask
 from ptofa.sim import SimImbalance, simulate
 from ptofa.ir.textio import check_text, parse_pto, print_pto
+from ptofa.kernels.builtin_mods.window import window_mods
 
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 
@@ -142,7 +143,7 @@ def test_reference_backward_matches_torch_sdpa():
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("kernel", ["dq", "dkdv"])
 def test_emitted_pto_round_trips_and_verifies(kernel, masked):
-    config = BwdConfig(masked=masked)
+    config = BwdConfig(mods=window_mods(masked))
     text = emit_bwd(config, kernel)
     check_text(text, f"{kernel}.pto")
     assert print_pto(parse_pto(text).module) == text
@@ -158,7 +159,7 @@ def test_builder_allocates_exactly_the_tile_plan(kernel):
 
 
 def test_entry_signature_is_entry_args():
-    config = BwdConfig(masked=True)
+    config = BwdConfig(mods=window_mods())
     for kernel in ("dq", "dkdv"):
         entry = next(op for op in build_bwd(config, kernel).body.block.ops if "pto.entry" in op.attributes)
         assert [arg.name_hint for arg in entry.body.block.args] == [name for name, _ in entry_args(config, kernel)]
@@ -302,7 +303,7 @@ def test_masked_kernels_visit_exactly_the_visible_tiles(window):
     visible entry, counted from the reference mask: fully hidden tiles are skipped on both sides (and
     the dq kernel pushes each unit's G = dO O^T first, for D)."""
     b, n, kvn, s0, s1 = 1, 2, 1, 300, 260
-    config, shape = BwdConfig(head=64, masked=True), ProblemShape(b, n, s0, s1, kvn, window)
+    config, shape = BwdConfig(head=64, mods=window_mods()), ProblemShape(b, n, s0, s1, kvn, window)
     q, k, v, dout = _inputs(b, n, kvn, s0, s1, 64, torch.float16)
     out, lse = _forward(q, k, v, window)
     grads = BackwardBuffers.zeros(q, k)
@@ -325,7 +326,7 @@ def test_masked_kernels_visit_exactly_the_visible_tiles(window):
 @pytest.mark.parametrize("head", [64, 128])
 def test_simulator_memory_peak_equals_the_budget(head):
     """Each kernel's budget (tile plan + hidden row-expand scratch) equals the simulator's live-byte peak."""
-    config, shape = BwdConfig(head=head, masked=True), ProblemShape(1, 1, 130, 140, window=(-1, 0))
+    config, shape = BwdConfig(head=head, mods=window_mods()), ProblemShape(1, 1, 130, 140, window=(-1, 0))
     q, k, v, dout = _inputs(1, 1, 1, 130, 140, head, torch.float16)
     out, lse = _forward(q, k, v, (-1, 0))
     results = run_backward(config, shape, q, k, v, out, lse, dout, BackwardBuffers.zeros(q, k), 0.1, block_dim=1)

@@ -23,6 +23,7 @@ from ptofa.pipeline import ConfigError, ProblemShape
 from ptofa.reference import check_accuracy
 from ptofa.sim import simulate
 from ptofa.ir.textio import check_text, parse_pto, print_pto
+from ptofa.kernels.builtin_mods.window import window_mods
 from test_backward import _inputs
 
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
@@ -159,7 +160,7 @@ def test_atomic_budget_fills_l0c_at_d128():
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("kernel", ["prep", "dkdv", "post"])
 def test_atomic_pto_round_trips_and_verifies(kernel, masked):
-    config = BwdConfig(masked=masked, atomic_dq=True, block_q=64, in_dtype="bf16")
+    config = BwdConfig(mods=window_mods(masked), atomic_dq=True, block_q=64, in_dtype="bf16")
     text = emit_bwd(config, kernel)
     check_text(text, f"{kernel}.pto")
     assert print_pto(parse_pto(text).module) == text
@@ -192,7 +193,7 @@ def test_run_backward_needs_the_f32_accumulator():
 
 
 def test_simulator_memory_peak_equals_the_budget():
-    config, shape = BwdConfig(head=128, masked=True, atomic_dq=True, block_q=64), ProblemShape(1, 1, 130, 140, window=(-1, 0))
+    config, shape = BwdConfig(head=128, mods=window_mods(), atomic_dq=True, block_q=64), ProblemShape(1, 1, 130, 140, window=(-1, 0))
     (q, k, v, out, lse, dout), _ = _case(1, 1, 1, 130, 140, 128, "f16", (-1, 0))
     grads = BackwardBuffers.zeros(q, k, atomic=True)
     results = run_backward(config, shape, q, k, v, out, lse, dout, grads, 0.1, block_dim=1)

@@ -27,6 +27,7 @@ from ptofa.attention.backward import (BackwardBuffers, attention_backward, refer
                                       reference_varlen_backward, run_backward)
 from ptofa.kernels.bwd_pipeline import BwdConfig, default_config
 from ptofa.pipeline import ProblemShape
+from ptofa.kernels.builtin_mods.window import window_mods
 
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 
@@ -144,5 +145,5 @@ def test_f32_gradients_are_the_unrounded_accumulators(deterministic) -> None:
         assert f32.dtype == torch.float32, name
         assert torch.equal(f32.to(dtype), low), f"{name}: the f32 output rounds to other values than the default's"
         assert (f32 != low.float()).any(), f"{name}: the f32 output was rounded already"
-    kernels = default_config(64, "bf16", masked=True, atomic_dq=not deterministic, grads_f32=True).kernels
+    kernels = default_config(64, "bf16", mods=window_mods(), atomic_dq=not deterministic, grads_f32=True).kernels
     assert kernels == (("dq", "dkdv") if deterministic else ("prep", "dkdv"))

@@ -23,6 +23,7 @@ from ptofa.kernels.bwd_pipeline import (
 from ptofa.kernels.fa_bwd import emit_bwd
 from ptofa.pipeline import ConfigError
 from ptofa.ir.textio import check_text
+from ptofa.kernels.builtin_mods.window import window_mods
 from test_backward import _inputs
 
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
@@ -119,7 +120,7 @@ def test_gradient_grid(d, dt, deterministic, window):
 @pytest.mark.parametrize("atomic", [False, True])
 @pytest.mark.parametrize("d", BWD_HEADS)
 def test_default_configs_fit_and_verify(d, atomic):
-    config = default_config(d, "bf16", masked=True, atomic_dq=atomic, key_padding=True)
+    config = default_config(d, "bf16", mods=window_mods(), atomic_dq=atomic, key_padding=True)
     tuned = min(t for t in TUNED_HEADS if t >= d)  # a width between the tuned ones takes the next one's blocks
     assert (config.block_kv, config.block_q, config.dkdv_passes, config.dq_block_kv) == DEFAULT_BLOCKS[(tuned, atomic)]
     for kernel in config.kernels:

@@ -12,6 +12,7 @@ from ptofa.attention.backward import attention_backward, check_gradients, refere
 from ptofa.kernels.bwd_pipeline import BwdConfig, budget, entry_args
 from ptofa.kernels.fa_bwd import emit_bwd
 from ptofa.pipeline import ConfigError
+from ptofa.kernels.builtin_mods.window import window_mods
 
 from fake_npu import install_fake_npu
 from test_backward_npu import _nbytes, _replay_on_sim
@@ -112,7 +113,7 @@ def test_the_npu_launch_passes_the_mask_and_its_stride(monkeypatch, deterministi
     q, k, v, dout = _inputs(2, 4, 2, 77, 93)
     mask = _mask(2, 93, shared=False)
     out, lse = ptofa.flash_attn_func(q, k, v, window_size=(-1, 0), key_padding_mask=mask, return_lse=True, backend="sim")
-    config = BwdConfig(head=64, masked=True, key_padding=True, atomic_dq=not deterministic,
+    config = BwdConfig(head=64, mods=window_mods(), key_padding=True, atomic_dq=not deterministic,
                        block_q=128 if deterministic else 64)
     _replay_on_sim(calls, config, {**_nbytes(q, k, lse), "key_mask": mask.numel()})
     grads = attention_backward(q, k, v, out.contiguous(), lse.contiguous(), dout, window=(-1, 0), key_padding_mask=mask,

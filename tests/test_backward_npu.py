@@ -25,6 +25,7 @@ from ptofa.pipeline import ProblemShape
 from ptofa.sim import GmPointer, simulate
 from ptofa.ir.textio import check_text
 from ptofa.launch.toolchain import ToolchainError, caller_for, entry_signature
+from ptofa.kernels.builtin_mods.window import window_mods
 
 from fake_npu import STREAM, Call, Calls, install_fake_npu
 from test_backward import _inputs
@@ -80,7 +81,7 @@ def test_dq_then_dkdv_get_the_entry_arguments_in_signature_order(calls, launches
     q, k, v, out, lse, dout = _case()
     dq, dk, dv = attention_backward(q, k, v, out, lse, dout, window=(-1, 0), softmax_scale=0.2, backend="npu")
     (launch,) = launches
-    config = BwdConfig(head=64, masked=True)
+    config = BwdConfig(head=64, mods=window_mods())
     assert [call.entry for call in calls] == [entry_name("dq"), entry_name("dkdv")]
     for call, kernel in zip(calls, ("dq", "dkdv")):
         assert call.text == emit_bwd(config, kernel)
@@ -150,7 +151,7 @@ def test_the_marshalled_arguments_run_the_kernels_to_the_reference(calls, window
     """Causal and non-causal GQA (4 q heads on 2 or 1 kv heads), S0 != S1 with tails."""
     q, k, v, out, lse, dout = _case(window, kvn=kvn)
     masked = window != (-1, -1)
-    _replay_on_sim(calls, BwdConfig(head=64, masked=masked), _nbytes(q, k, lse))
+    _replay_on_sim(calls, BwdConfig(head=64, mods=window_mods(masked)), _nbytes(q, k, lse))
     dq, dk, dv = attention_backward(q, k, v, out, lse, dout, window=window if masked else None, backend="npu")
     assert [call.entry for call in calls] == [entry_name("dq"), entry_name("dkdv")]
     acc = check_gradients(dq, dk, dv, reference_backward(q, k, v, dout, window=window))
@@ -161,7 +162,7 @@ def test_a_wrong_marshalling_fails_the_accuracy_rule(calls, monkeypatch) -> None
     """k and v passed in each other's place (same shape, so nothing else notices): the replayed
     gradients fail the rule, so the replay test above can see a marshalling mistake."""
     q, k, v, out, lse, dout = _case()
-    _replay_on_sim(calls, BwdConfig(head=64, masked=True), _nbytes(q, k, lse))
+    _replay_on_sim(calls, BwdConfig(head=64, mods=window_mods()), _nbytes(q, k, lse))
     real = npu.host_values
     monkeypatch.setattr(npu, "host_values",
                         lambda args, values: real(args, {**values, "k": values["v"], "v": values["k"]}))
@@ -230,7 +231,7 @@ def test_the_atomic_mode_launches_prep_dkdv_post_with_their_entry_arguments(call
     dq, dk, dv = attention_backward(q, k, v, out, lse, dout, window=(-1, 0), softmax_scale=0.2, backend="npu",
                                     deterministic=False)
     (launch,) = launches
-    config = BwdConfig(head=64, masked=True, atomic_dq=True, block_q=64)
+    config = BwdConfig(head=64, mods=window_mods(), atomic_dq=True, block_q=64)
     assert [call.entry for call in calls] == [entry_name(kernel) for kernel in ATOMIC]
     for call, kernel in zip(calls, ATOMIC):
         assert call.text == emit_bwd(config, kernel)
@@ -258,7 +259,7 @@ def test_the_atomic_launches_replayed_give_the_reference_gradients(calls, launch
     (the accumulator starts as whatever torch.empty held: prep must zero it), pass the rule."""
     q, k, v, out, lse, dout = _case(window, kvn=kvn)
     masked = window != (-1, -1)
-    _replay_on_sim(calls, BwdConfig(head=64, masked=masked, atomic_dq=True, block_q=64), _nbytes(q, k, lse))
+    _replay_on_sim(calls, BwdConfig(head=64, mods=window_mods(masked), atomic_dq=True, block_q=64), _nbytes(q, k, lse))
     dq, dk, dv = attention_backward(q, k, v, out, lse, dout, window=window if masked else None, backend="npu",
                                     deterministic=False)
     assert [call.entry for call in calls] == [entry_name(kernel) for kernel in ATOMIC]
@@ -275,7 +276,7 @@ def test_npu_backend_without_an_npu_is_refused_with_one_line(monkeypatch) -> Non
 
 
 def test_kernel_launcher_builds_the_text_and_loads_its_entry(monkeypatch, tmp_path) -> None:
-    config = BwdConfig(head=128, in_dtype="bf16", masked=True)
+    config = BwdConfig(head=128, in_dtype="bf16", mods=window_mods())
     built, loaded = [], []
 
     def compile_pto(path, config_summary):
@@ -308,12 +309,12 @@ def test_run_backward_case_on_the_npu_backend_checks_the_replayed_gradients(call
     monkeypatch.setattr(ptofa, "flash_attn_func", lambda *a, **kw: forward(*a, **{**kw, "backend": "sim"}))
     shape = ProblemShape(1, 4, 100, 140, 2, (-1, 0))
     lse_bytes, q_bytes, k_bytes = 4 * 100 * 4, 100 * 4 * 64 * 2, 140 * 2 * 64 * 2
-    bwd = BwdConfig(head=64, masked=True, atomic_dq=atomic, block_q=64 if atomic else 128)
+    bwd = BwdConfig(head=64, mods=window_mods(), atomic_dq=atomic, block_q=64 if atomic else 128)
     _replay_on_sim(calls, bwd,
                    {**dict.fromkeys(("q", "o", "do", "dq"), q_bytes), **dict.fromkeys(("k", "v", "dk", "dv"), k_bytes),
                     "lse": lse_bytes, "dsum": lse_bytes, "dq_acc": 2 * q_bytes})
     lines: list[str] = []
-    config = FAConfig(head=64, masked=True)
+    config = FAConfig(head=64, mods=window_mods())
     assert run_backward_case(config, shape, None, 0, "910B2", None, lines.append, backend="npu", atomic=atomic)
     assert [call.entry for call in calls] == [entry_name(kernel) for kernel in bwd.kernels]
     assert [line.split(":")[0] for line in lines[:3]] == ["dq", "dk", "dv"] and all("pass" in x for x in lines[:3])

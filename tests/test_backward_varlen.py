@@ -25,6 +25,7 @@ from ptofa.launch.toolchain import entry_signature
 from ptofa.launch.varlen import backward_tables, varlen_shape
 from ptofa.pipeline import UNIT_FIELDS, UNIT_TABLE, ConfigError
 from ptofa.sim import GmPointer, simulate
+from ptofa.kernels.builtin_mods.window import window_mods
 
 from fake_npu import install_fake_npu
 from test_backward_npu import _gm, _launcher_params
@@ -141,7 +142,7 @@ def test_backward_tables_list_every_unit_with_work_longest_first(window) -> None
     """dq: every (sequence, head, Q block) of a sequence with queries; dkdv: exactly the (sequence, KV
     head, KV block) some query row sees (brute force over `units.row_keys`), work non-increasing."""
     q_lens, k_lens, heads, kv_heads = [0, 1, 127, 129, 65], [5, 130, 127, 0, 300], 4, 2
-    c = default_config(64, masked=window != (-1, -1), varlen=True)
+    c = default_config(64, mods=window_mods(window != (-1, -1)), varlen=True)
     tables = backward_tables(c, q_lens, k_lens, heads, kv_heads, window)
     f = {name: i for i, name in enumerate(UNIT_TABLE)}
     assert all(t.dtype == torch.int32 and t.shape[1] == UNIT_FIELDS for t in tables.values())
@@ -158,11 +159,11 @@ def test_backward_tables_list_every_unit_with_work_longest_first(window) -> None
     work = {"dq": [], "dkdv": []}
     for r in tables["dq"].tolist():
         q, k, b = r[f["q_len"]], r[f["k_len"]], r[f["q_block"]] * c.dq_block_q
-        bounds = kernel_bounds(window, q, k) if c.masked else None
+        bounds = kernel_bounds(window, q, k) if c.narrowing else None
         work["dq"].append(visible_tiles(b, min(c.dq_block_q, q - b), q, k, bounds, c.dq_block_kv))
     for r in tables["dkdv"].tolist():
         q, k, b = r[f["q_len"]], r[f["k_len"]], r[f["q_block"]] * c.block_kv
-        lo, hi = queries_seeing(b, min(c.block_kv, k - b), q, k, kernel_bounds(window, q, k) if c.masked else None,
+        lo, hi = queries_seeing(b, min(c.block_kv, k - b), q, k, kernel_bounds(window, q, k) if c.narrowing else None,
                                 c.block_q)
         work["dkdv"].append(hi - lo)
     assert all(w == sorted(w, reverse=True) for w in work.values()) and work["dq"][0] > work["dq"][-1]
@@ -195,7 +196,7 @@ def test_the_npu_launches_carry_the_tables_and_replay_to_the_reference(monkeypat
     q_lens, k_lens, n, kvn = [0, 1, 127, 70], [5, 130, 127, 0], 4, 2
     q, k, v, out, lse, dout = _case(q_lens, k_lens, n, kvn, 64, window=(-1, 0), seed=5)
     calls = install_fake_npu(monkeypatch, npu, 24)
-    config = default_config(64, masked=True, atomic_dq=not deterministic, varlen=True)
+    config = default_config(64, mods=window_mods(), atomic_dq=not deterministic, varlen=True)
     tables = backward_tables(config, q_lens, k_lens, n, kvn, (-1, 0))
     qb, kb, lb = q.numel() * 2, k.numel() * 2, lse.numel() * 4
     sizes = {**dict.fromkeys(("q", "o", "do", "dq"), qb), **dict.fromkeys(("k", "v", "dk", "dv"), kb), "lse": lb,

@@ -13,6 +13,7 @@ from ptofa.attention import backward
 from ptofa.cli.main import main
 from ptofa.kernels.bwd_pipeline import default_config
 from ptofa.launch.varlen import backward_tables
+from ptofa.kernels.builtin_mods.window import window_mods
 
 NUMBER = r"([0-9.]+(?:e[+-]?[0-9]+)?)"
 
@@ -43,7 +44,7 @@ def test_cli_varlen_backward_passes_and_predicts_from_the_tables(q_lens, k_lens,
     assert list(kernels) == (["prep", "dkdv", "post"] if atomic else ["dq", "dkdv"])
     assert float(total[1]) == pytest.approx(sum(kernels.values()), abs=0.02) and float(total[1]) > 0
     window = {"--causal": (-1, 0), "--window": (40, 3)}.get(mask[0] if mask else None, (-1, -1))
-    config = default_config(64, masked=window != (-1, -1), atomic_dq=atomic, varlen=True)
+    config = default_config(64, mods=window_mods(window != (-1, -1)), atomic_dq=atomic, varlen=True)
     lens = [int(x) for x in q_lens.split(",")], [int(x) for x in k_lens.split(",")]
     tables = backward_tables(config, *lens, heads, kv_heads, window)
     for kernel in ("dq", "dkdv"):

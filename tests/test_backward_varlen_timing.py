@@ -21,6 +21,7 @@ from ptofa.launch.varlen import backward_tables
 from ptofa.pipeline import ProblemShape
 from ptofa.sim.bwd_timing import predict_backward, table_schedule
 from ptofa.sim.timing import units_of_block
+from ptofa.kernels.builtin_mods.window import window_mods
 
 D = 64
 # The dense and the varlen kernels of one shape differ in per-unit scalar work (the table's loads and
@@ -47,7 +48,7 @@ def _varlen(q_lens, k_lens, n=2, kvn=1, window=(-1, -1), deterministic=True, blo
 
 def _dense(batch, s0, s1, n=2, kvn=1, window=(-1, -1), deterministic=True):
     shape = ProblemShape(batch, n, s0, s1, kvn, window)
-    config = default_config(D, masked=window != (-1, -1), atomic_dq=not deterministic)
+    config = default_config(D, mods=window_mods(window != (-1, -1)), atomic_dq=not deterministic)
     g = torch.Generator().manual_seed(0)
     q = torch.randn(batch, s0, n, D, generator=g).half()
     k, v = (torch.randn(batch, s1, kvn, D, generator=g).half() for _ in range(2))
@@ -157,7 +158,7 @@ def test_a_sequence_without_rows_changes_nothing_and_a_longer_one_costs_more():
 
 def test_backward_tables_are_ordered_by_the_step_functions():
     """The tables' order is `units.longest_first` of the steps the timing model reads from them."""
-    c = default_config(D, masked=True, varlen=True)
+    c = default_config(D, mods=window_mods(), varlen=True)
     tables = backward_tables(c, *RAGGED, 4, 2, (-1, 0))
     for kernel, table in tables.items():
         steps = units.backward_table_steps(c, kernel, table.tolist(), (-1, 0), 2)

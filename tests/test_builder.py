@@ -26,6 +26,7 @@ from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, TileSpec, budget
 from ptofa.sim.faults import fault_text
 from ptofa.sim.options import RunOptions
 from ptofa.ir.textio import ParsedModule, PtoCheckError, check_text, print_pto
+from ptofa.kernels.builtin_mods.window import window_mods
 from pairwise import grid_params, pairwise_cover
 
 GRID = list(itertools.product((64, 96, 128, 192, 256), (128, 256, 512), (1, 2, 3, 4)))
@@ -161,7 +162,7 @@ SHAPES = {
     "kv_heads_zero": (ProblemShape(kv_heads=0), "problem shape: kv_heads=0 must be >= 1"),
     "window_below_minus_one": (ProblemShape(window=(3, -5)), "window: (3, -5) must be (left, right) with each >= -1 (-1 = unbounded)"),
     "window_without_mask": (ProblemShape(window=(-1, 0)),
-                            "window: (-1, 0) needs a masked kernel (FAConfig(masked=True), --causal or --window)"),
+                            "window: (-1, 0) needs a kernel with the window mod (FAConfig(mods=(WINDOW,)), --causal or --window)"),
     "batch_zero": (ProblemShape(batch=0), "problem shape: batch=0 must be >= 1"),
     "heads_zero": (ProblemShape(heads=0, kv_heads=1), "problem shape: heads=0 must be >= 1"),
 }

@@ -15,6 +15,7 @@ from xdsl.dialects import func
 from ptofa.kernels import argspec
 from ptofa.ir import dialect as d
 from ptofa.pipeline import FAConfig, ProblemShape, budget, tile_plan
+from ptofa.kernels.builtin_mods.window import window_mods
 
 PER_SUB_TILE = ("k_mat", "v_mat", "p_mat", "p_left", "k_right", "v_right", "s_acc")
 
@@ -68,7 +69,7 @@ def test_ir_alternates_buffers_sub_tile_by_sub_tile() -> None:
 
 @pytest.mark.parametrize("knobs, dims", [
     (dict(tile_s1=256), dict(batch=2, heads=2, s0=200, s1=700)),
-    (dict(tile_s1=512, masked=True, lse=True), dict(heads=2, s0=300, s1=1000, window=(-1, 0))),
+    (dict(tile_s1=512, mods=window_mods(), lse=True), dict(heads=2, s0=300, s1=1000, window=(-1, 0))),
     (dict(head=256, tile_s1=512, in_dtype="bf16"), dict(heads=2, kv_heads=1, s0=70, s1=600)),
 ])
 def test_both_widths_pass_the_rule_and_agree(knobs, dims) -> None:

@@ -8,6 +8,7 @@ from ptofa.kernels import argspec
 from ptofa.fa_builder import emit_fa
 from ptofa.pipeline import ROWSUM_COLS, ConfigError, FAConfig, ProblemShape, cube_buffer_names, tile_plan
 from ptofa.runner import run_case
+from ptofa.kernels.builtin_mods.window import window_mods
 
 
 def _funcs(config: FAConfig) -> tuple[str, str]:
@@ -66,7 +67,7 @@ def test_emitted_forms() -> None:
 @pytest.mark.parametrize("rowsum, exp16", [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("head, shape, switches", [
     (128, ProblemShape(1, 2, 200, 700), dict(lse=True)),
-    (64, ProblemShape(2, 2, 150, 300, window=(40, 0)), dict(masked=True, lse=True, key_padding=True)),
+    (64, ProblemShape(2, 2, 150, 300, window=(40, 0)), dict(mods=window_mods(), lse=True, key_padding=True)),
 ])
 def test_o_and_lse_meet_the_rule(rowsum: bool, exp16: bool, head: int, shape: ProblemShape, switches: dict) -> None:
     """Every combination passes the accuracy rule on O and LSE, with ragged tiles, a window (rows with no

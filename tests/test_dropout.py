@@ -19,6 +19,7 @@ from ptofa.launch.dispatch import launch_on
 from ptofa.launch.plan import plan_forward
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
 from ptofa.reference import check_accuracy, check_lse, reference_fa
+from ptofa.kernels.builtin_mods.window import window_mods
 
 
 def _rand(*shape, seed: int, dtype=torch.float16) -> torch.Tensor:
@@ -76,7 +77,7 @@ def test_forward_equals_reference_of_the_replica_mask(name: str, dtype: torch.dt
         _rand(b, s1, kv_heads, d, seed=3, dtype=dtype)
     p, seed, offset = 0.25, -123456789, 987654321
     masked = window != (-1, -1)
-    config = FAConfig(head=d, in_dtype=dtype_name(dtype), masked=masked, lse=True, dropout=True)
+    config = FAConfig(head=d, in_dtype=dtype_name(dtype), mods=window_mods(masked), lse=True, dropout=True)
     out, lse = run_attention(
         q, k, v, scale=1 / math.sqrt(d), bounds=window_to_bounds(window, s0, s1) if masked else None,
         return_lse=True, backend="sim", config=config, dropout=(p, seed, offset))

@@ -16,6 +16,7 @@ from ptofa.kernels.bwd_pipeline import BwdConfig, default_config
 from ptofa.launch.base import pad_heads
 from ptofa.pipeline import SUPPORTED_HEAD, ConfigError, FAConfig, kernel_head
 from ptofa.reference import check_accuracy, check_lse, reference_fa
+from ptofa.kernels.builtin_mods.window import window_mods
 
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 
@@ -62,10 +63,10 @@ def test_width_rule_names_the_numbers(head):
 def test_new_widths_fit(head):
     """The widths off the tuned grid build forward (both dtypes, masked + LSE) and backward (both modes)."""
     for dtype in ("f16", "bf16"):
-        config = FAConfig(head=head, in_dtype=dtype, masked=True, lse=True)
+        config = FAConfig(head=head, in_dtype=dtype, mods=window_mods(), lse=True)
         assert config.d_chunk % 16 == 0 and config.d_split == (1 if head <= 128 else 2)
         for atomic in (False, True):
-            assert default_config(head, dtype, masked=True, atomic_dq=atomic).head == head
+            assert default_config(head, dtype, mods=window_mods(), atomic_dq=atomic).head == head
 
 
 def test_pad_heads_zero_columns():
@@ -109,7 +110,7 @@ def test_forward_backward(d, dv, dt, causal, heads, deterministic):
     q, k, v, dout = _inputs(d, dv, DTYPES[dt], *heads)
     leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
     # a config at the kernel width (the automatic one would rank tile sizes on the simulator first: slow)
-    config = FAConfig(head=kernel_head(d, dv), tile_s1=128, qk_preload=2, in_dtype=dt, masked=causal, lse=True)
+    config = FAConfig(head=kernel_head(d, dv), tile_s1=128, qk_preload=2, in_dtype=dt, mods=window_mods(causal), lse=True)
     out, lse = ptofa.flash_attn_func(*leaves, causal=causal, deterministic=deterministic, return_lse=True,
                                      backend="sim", config=config)
     assert out.shape == (1, q.shape[1], heads[0], dv) and out.is_contiguous()

@@ -25,6 +25,7 @@ from ptofa.launch.kernel_cache import clear_kernel_cache, get_kernel, kernel_cac
 from ptofa.pipeline import FAConfig
 from ptofa.reference import check_accuracy, reference_fa
 from ptofa.launch.tune import TuneShape, prediction_count
+from ptofa.kernels.builtin_mods.window import window_mods
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +53,7 @@ def fresh_cache(tmp_path, monkeypatch: pytest.MonkeyPatch):
     tune.clear_tune_memory()
 
 
-CONFIG = FAConfig(head=64, tile_s1=128, qk_preload=2, masked=True, lse=True)
+CONFIG = FAConfig(head=64, tile_s1=128, qk_preload=2, mods=window_mods(), lse=True)
 
 
 def inputs(s0: int = 70, s1: int = 300, head: int = 64):
@@ -86,10 +87,10 @@ def test_a_new_process_reads_the_disk_entry_instead_of_emitting(fresh_cache) -> 
 
 def test_disk_entries_are_keyed_by_config_version_and_builder(monkeypatch: pytest.MonkeyPatch) -> None:
     key = kernel_key(CONFIG)
-    assert kernel_key(FAConfig(head=64, tile_s1=128, qk_preload=2, masked=True, lse=True)) == key
-    assert kernel_key(FAConfig(head=64, tile_s1=128, qk_preload=2, masked=True)) != key  # a switch
-    assert kernel_key(FAConfig(head=64, tile_s1=128, qk_preload=2, masked=True, lse=True, in_dtype="bf16")) != key
-    assert kernel_key(FAConfig(head=64, tile_s1=128, qk_preload=2, masked=True, lse=True, target="a2")) != key
+    assert kernel_key(FAConfig(head=64, tile_s1=128, qk_preload=2, mods=window_mods(), lse=True)) == key
+    assert kernel_key(FAConfig(head=64, tile_s1=128, qk_preload=2, mods=window_mods())) != key  # a switch
+    assert kernel_key(FAConfig(head=64, tile_s1=128, qk_preload=2, mods=window_mods(), lse=True, in_dtype="bf16")) != key
+    assert kernel_key(FAConfig(head=64, tile_s1=128, qk_preload=2, mods=window_mods(), lse=True, target="a2")) != key
     monkeypatch.setattr(ptofa, "__version__", "0.0.0-other")
     assert kernel_key(CONFIG) != key
     monkeypatch.undo()

@@ -15,6 +15,7 @@ from ptofa.pipeline import ConfigError
 from ptofa.reference import check_accuracy, check_lse
 from ptofa.sim import simulate
 from ptofa.launch.sim import sim_kernel_args
+from ptofa.kernels.builtin_mods.window import window_mods
 
 
 def make_cache(paged: bool, batch: int, capacity: int, kv_heads: int, head: int, page_size: int = 256, seed: int = 0,
@@ -63,10 +64,10 @@ def run_decode(base, cache: KVCache, cache_seqlens: list[int], s0: int = 1, head
 
 @pytest.mark.parametrize("paged, lens, s0, window, knobs", [
     (False, [0, 5, 300], 1, (-1, -1), dict(lse=True)),
-    (False, [700, 129], 3, (-1, 0), dict(masked=True, lse=True, tile_s1=128, qk_preload=2)),
+    (False, [700, 129], 3, (-1, 0), dict(mods=window_mods(), lse=True, tile_s1=128, qk_preload=2)),
     (True, [300, 513, 1], 1, (-1, -1), dict(lse=True)),
-    (True, [600, 257], 4, (-1, 0), dict(masked=True, lse=True, in_dtype="bf16", out_dtype="f32")),
-    (True, [1000, 0], 2, (64, 0), dict(masked=True, tile_s1=128, qk_preload=3)),
+    (True, [600, 257], 4, (-1, 0), dict(mods=window_mods(), lse=True, in_dtype="bf16", out_dtype="f32")),
+    (True, [1000, 0], 2, (64, 0), dict(mods=window_mods(), tile_s1=128, qk_preload=3)),
 ])
 def test_decode_matches_gathered_reference(paged, lens, s0, window, knobs) -> None:
     dtype = TORCH_DTYPES[knobs.get("in_dtype", "f16")]

@@ -15,6 +15,7 @@ from ptofa.launch import sim
 from ptofa.launch.plan import BuiltKernel, Workspace, bind, key_mask_stride, plan_backward, plan_forward, plan_kernel
 from ptofa.pipeline import FAConfig, ProblemShape
 from ptofa.sim import GmPointer
+from ptofa.kernels.builtin_mods.window import window_mods
 
 BALANCE = ["run", "--backend", "sim", "--batch", "1", "--heads", "26", "--s0", "128", "--s1", "512", "--head", "64",
            "--tile-s1", "128", "--qk-preload", "2", "--balance"]
@@ -42,7 +43,7 @@ def test_the_default_block_count_is_the_chips_core_count(soc: str, cores: int) -
 
 
 def test_bind_takes_the_plans_values_then_the_callers_and_names_a_missing_one() -> None:
-    config = FAConfig(head=64, masked=True, key_padding=True)
+    config = FAConfig(head=64, mods=window_mods(), key_padding=True)
     shape = ProblemShape(2, 4, 100, 300, kv_heads=2)
     mask = torch.ones(2, 300, dtype=torch.int8)
     kernel = BuiltKernel("", config.summary(), argspec.ENTRY_NAME, argspec.entry_args(config))

@@ -22,8 +22,9 @@ from ptofa.launch.toolchain import entry_signature
 from ptofa.attention.ops import config_to_json, flash_attn_fwd
 from ptofa.pipeline import ConfigError, FAConfig
 from ptofa.reference import check_accuracy, reference_fa
+from ptofa.kernels.builtin_mods.window import window_mods
 
-CONFIG = FAConfig(head=64, tile_s1=128, qk_preload=2, masked=True, lse=True)
+CONFIG = FAConfig(head=64, tile_s1=128, qk_preload=2, mods=window_mods(), lse=True)
 
 
 @pytest.fixture(autouse=True)
@@ -244,11 +245,11 @@ def test_npu_launch_marshals_the_arguments_in_argspec_order(monkeypatch: pytest.
     q, k, v = bsnd(batch=2, s0=300, heads=4)
     mask = torch.ones(2, 200, dtype=torch.bool)
     out, lse = ptofa.flash_attn_func(q, k, v, causal=True, key_padding_mask=mask, return_lse=True, backend="npu",
-                                     config=FAConfig(head=64, tile_s1=128, qk_preload=2, masked=True, key_padding=True,
+                                     config=FAConfig(head=64, tile_s1=128, qk_preload=2, mods=window_mods(), key_padding=True,
                                                      lse=True))
     (_, pointer, size), (block_dim, stream, args) = calls
     assert stream == FakeStream._as_parameter_ and block_dim == 24  # 2 x 4 x 3 = 24 units on 24 cores
-    config = FAConfig(head=64, tile_s1=128, qk_preload=2, masked=True, key_padding=True, lse=True)
+    config = FAConfig(head=64, tile_s1=128, qk_preload=2, mods=window_mods(), key_padding=True, lse=True)
     names = [p.name for p in argspec.host_params(config)]
     by_name = dict(zip(names, args))
     assert len(args) == len(names)

@@ -27,15 +27,16 @@ from ptofa.pipeline import ConfigError, ProblemShape, budget, workspace_bytes
 from ptofa.reference import make_inputs
 from ptofa.sim import GmPointer, SimError, simulate
 from ptofa.launch.sim import sim_kernel_args
+from ptofa.kernels.builtin_mods.window import window_mods
 
 Q_PIPE = 3
 
 CASES = {
     "f16_d64_ragged": (dict(head=64, lse=True, tile_s1=128, qk_preload=2), dict(s0=129, s1=300)),
     "bf16_d128_lse": (dict(in_dtype="bf16", lse=True), dict(s0=150, s1=300)),
-    "causal_lse": (dict(masked=True, lse=True), dict(s0=200, s1=200, window=(-1, 0))),
+    "causal_lse": (dict(mods=window_mods(), lse=True), dict(s0=200, s1=200, window=(-1, 0))),
     "gqa_4": (dict(lse=True, out_dtype="f32"), dict(heads=8, kv_heads=2, s0=70, s1=300)),
-    "d192_causal": (dict(head=192, masked=True, lse=True), dict(s0=150, s1=333, window=(-1, 0))),
+    "d192_causal": (dict(head=192, mods=window_mods(), lse=True), dict(s0=150, s1=333, window=(-1, 0))),
     "d256_gqa_bf16": (dict(head=256, in_dtype="bf16", lse=True, tile_s1=512, qk_preload=2),
                       dict(heads=4, kv_heads=2, s0=65, s1=700)),
 }
@@ -55,10 +56,10 @@ def test_on_and_off_are_within_the_rule(knobs, dims) -> None:
     assert torch.allclose(on.float(), off.float(), atol=2e-2)
 
 
-@pytest.mark.parametrize("knobs", [dict(masked=True, lse=True), dict(lse=True, head=64, tile_s1=512, qk_preload=2)])
+@pytest.mark.parametrize("knobs", [dict(mods=window_mods(), lse=True), dict(lse=True, head=64, tile_s1=512, qk_preload=2)])
 def test_varlen_with_prescale_off(knobs) -> None:
     run_varlen(config(varlen=True, prescale_q=False, **knobs), [0, 1, 127, 129, 300], [5, 1, 127, 129, 300], 4, 2,
-               (-1, 0) if knobs.get("masked") else (-1, -1))
+               (-1, 0) if knobs.get("mods") else (-1, -1))
 
 
 def _stage_ops(cfg) -> list[str]:

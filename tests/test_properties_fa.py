@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from ptofa.pipeline import ProblemShape
+from ptofa.kernels.builtin_mods.window import window_mods
 from test_variants import config, run_variant
 
 # (head, tile_s1, qk_preload): legal, and between them every tile width and preload depth.
@@ -55,7 +56,7 @@ class Case:
     seed: int
 
     def fa_config(self):
-        return config(head=self.head, tile_s1=self.tile_s1, qk_preload=self.qk_preload, masked=self.mask != "none",
+        return config(head=self.head, tile_s1=self.tile_s1, qk_preload=self.qk_preload, mods=window_mods(self.mask != "none"),
                       key_padding=self.key_lengths is not None, lse=self.lse, in_dtype=self.in_dtype,
                       out_dtype=self.out_dtype)
 

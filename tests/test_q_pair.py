@@ -16,9 +16,10 @@ from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
 from ptofa.runner import run_case
 from ptofa.sim.options import RunOptions
 from ptofa.sim.timing import predict
+from ptofa.kernels.builtin_mods.window import window_mods
 
 
-@pytest.mark.parametrize("switches", [dict(masked=True), dict(key_padding=True), dict(lse=True), dict(varlen=True),
+@pytest.mark.parametrize("switches", [dict(mods=window_mods()), dict(key_padding=True), dict(lse=True), dict(varlen=True),
                                       dict(mods=(Softcap(),)), dict(mods=(Alibi(),)), dict(dropout=True, cube_rowsum=False),
                                       dict(head=256), dict(tile_s1=1024, qk_preload=2, softmax_dtype="f16")])
 def test_q_pair_is_the_dense_forward_only(switches: dict) -> None:

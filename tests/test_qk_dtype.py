@@ -12,6 +12,7 @@ from ptofa.kernels import argspec
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
 from ptofa.reference import check_accuracy, check_lse, make_key_mask, reference_fa
 from ptofa.runner import run_case
+from ptofa.kernels.builtin_mods.window import window_mods
 
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 
@@ -43,9 +44,9 @@ def test_the_vectors_widen_each_slice_once() -> None:
 CASES = {  # head, shape, switches, scale (None: 1/sqrt(D)); scale 1.0 gives scores of magnitude ~ sqrt(D)
     "lse_ragged": (128, ProblemShape(1, 2, 200, 700), dict(lse=True), None),
     "large_scores": (128, ProblemShape(1, 2, 300, 600), dict(), 1.0),
-    "causal_large_lse": (128, ProblemShape(1, 1, 384, 512, window=(-1, 0)), dict(masked=True, lse=True), 0.5),
+    "causal_large_lse": (128, ProblemShape(1, 1, 384, 512, window=(-1, 0)), dict(mods=window_mods(), lse=True), 0.5),
     "window_padding_gqa": (64, ProblemShape(2, 4, 150, 300, kv_heads=2, window=(40, 0)),
-                           dict(masked=True, lse=True, key_padding=True), None),
+                           dict(mods=window_mods(), lse=True, key_padding=True), None),
 }
 
 

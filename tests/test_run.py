@@ -20,6 +20,7 @@ from ptofa.cli.main import main
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape
 from ptofa.runner import run_case
 from ptofa.sim.options import RunOptions
+from ptofa.kernels.builtin_mods.window import window_mods
 from pairwise import grid_params, pairwise_cover
 
 
@@ -202,9 +203,9 @@ def test_timeline_written(tmp_path):
 
 @pytest.mark.parametrize("head,tile_s1,qk_preload,variant", [
     (128, 256, 3, {}), (128, 512, 4, {}), (64, 128, 1, {}), (64, 512, 2, {}),
-    (128, 512, 4, dict(masked=True, key_padding=True, lse=True)), (96, 256, 2, dict(in_dtype="bf16", out_dtype="f32", lse=True)),
-    (192, 256, 3, dict(masked=True, lse=True)), (256, 512, 4, dict(key_padding=True, in_dtype="bf16")),
-    (128, 1024, 2, {}), (64, 1024, 3, dict(masked=True, lse=True)),
+    (128, 512, 4, dict(mods=window_mods(), key_padding=True, lse=True)), (96, 256, 2, dict(in_dtype="bf16", out_dtype="f32", lse=True)),
+    (192, 256, 3, dict(mods=window_mods(), lse=True)), (256, 512, 4, dict(key_padding=True, in_dtype="bf16")),
+    (128, 1024, 2, {}), (64, 1024, 3, dict(mods=window_mods(), lse=True)),
 ])
 def test_simulator_memory_peak_equals_the_budget(head, tile_s1, qk_preload, variant):
     """The budget (from tile_plan + hidden scratch) and the simulator's live-byte count agree exactly."""
@@ -221,7 +222,7 @@ def test_simulator_memory_peak_equals_the_budget(head, tile_s1, qk_preload, vari
         warnings.simplefilter("ignore")
         config = FAConfig(head=head, tile_s1=tile_s1, qk_preload=qk_preload, **variant)
     s1 = qk_preload * tile_s1
-    shape = ProblemShape(1, 1, 128, s1, window=(-1, 0) if config.masked else (-1, -1))
+    shape = ProblemShape(1, 1, 128, s1, window=(-1, 0) if config.narrowing else (-1, -1))
     dt = TORCH_DTYPES[config.in_dtype]
     q, kv = torch.zeros((1, 128, 1, head), dtype=dt), torch.zeros((1, s1, 1, head), dtype=dt)
     o = torch.zeros((1, 128, 1, head), dtype=TORCH_DTYPES[config.out_dtype])  # two units at 64-row Q blocks

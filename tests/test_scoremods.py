@@ -20,6 +20,7 @@ from ptofa.kernels.builtin_mods.softcap import Softcap
 from ptofa.kernels.catalog import kernels
 from ptofa.pipeline import ConfigError, FAConfig
 from ptofa.reference import alibi_bias, check_accuracy, check_lse, modify_scores, reference_fa
+from ptofa.kernels.builtin_mods.window import window_mods
 
 SOFTCAP, ALIBI = (Softcap(),), (Alibi(),)  # the built-in mods of a call (softcap first)
 
@@ -94,7 +95,7 @@ def test_forward_against_reference(name: str, dtype: torch.dtype) -> None:
     slopes = _slopes(*case["alibi"]) if "alibi" in case else None
     softcap = case.get("softcap", 0.0)
     window = (-1, 0) if case.get("causal") else case.get("window", (-1, -1))
-    config = _config(dtype, mods=SOFTCAP * (softcap > 0) + ALIBI * (slopes is not None), masked=window != (-1, -1))
+    config = _config(dtype, mods=SOFTCAP * (softcap > 0) + ALIBI * (slopes is not None) + window_mods(window != (-1, -1)))
     out, lse = ptofa.flash_attn_func(q, k, v, softcap=softcap, alibi_slopes=slopes, causal=case.get("causal", False),
                                      window_size=case.get("window", (-1, -1)), return_lse=True, backend="sim",
                                      config=config)
@@ -186,7 +187,7 @@ def test_backward_against_reference(name: str, dtype: torch.dtype) -> None:
     softcap, window = case.get("softcap", 0.0), case.get("window", (-1, -1))
     mods = dict(softcap=softcap, alibi_slopes=slopes)
     masked = window != (-1, -1)
-    config = _config(dtype, mods=SOFTCAP * (softcap > 0) + ALIBI * (slopes is not None), masked=masked)
+    config = _config(dtype, mods=SOFTCAP * (softcap > 0) + ALIBI * (slopes is not None) + window_mods(masked))
     out, lse = ptofa.flash_attn_func(q, k, v, window_size=window, return_lse=True, backend="sim", config=config, **mods)
     grads = attention_backward(q, k, v, out, lse, dout, window=window if masked else None, backend="sim",
                                deterministic=case.get("deterministic", True), **mods)
@@ -269,7 +270,7 @@ def test_builtin_mods_come_back_from_json_and_leave_the_others_names() -> None:
     from ptofa.kernels.scoremods import Sinks
     from ptofa.pipeline import mod_prefixes
 
-    config = FAConfig(mods=SOFTCAP + ALIBI, masked=True, lse=True, in_dtype="bf16")
+    config = FAConfig(mods=SOFTCAP + ALIBI + window_mods(), lse=True, in_dtype="bf16")
     assert config_from_json(config.json_text) == config and config_from_json(config.json_text).mods == SOFTCAP + ALIBI
     assert mod_prefixes((Softcap(), Sinks(), Alibi(), Sinks())) == ["", "mod0_", "", "mod1_"]
     with pytest.raises(NotImplementedError, match="do not come back from JSON"):

@@ -23,6 +23,7 @@ from ptofa.ir import dialect as d
 from ptofa.cli.main import main
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, tile_plan
 from ptofa.cli.sweep import SweepGrid
+from ptofa.kernels.builtin_mods.window import window_mods
 
 F16 = dict(softmax_dtype="f16")
 
@@ -33,9 +34,9 @@ CASES = {
     "d256_out_f32": (dict(head=256, out_dtype="f32"), dict(heads=2, kv_heads=1, s0=65, s1=700)),
     "d192_no_prescale": (dict(head=192, prescale_q=False), dict(heads=2, s0=100, s1=513)),
     "d128_one_key": (dict(), dict(heads=2, s0=300, s1=1)),
-    "causal": (dict(masked=True), dict(batch=2, heads=2, s0=300, s1=1000, window=(-1, 0))),
-    "causal_more_queries": (dict(masked=True, head=256), dict(heads=2, s0=700, s1=300, window=(-1, 0))),
-    "window_t512": (dict(masked=True, tile_s1=512, qk_preload=2), dict(heads=2, s0=500, s1=1300, window=(300, 40))),
+    "causal": (dict(mods=window_mods()), dict(batch=2, heads=2, s0=300, s1=1000, window=(-1, 0))),
+    "causal_more_queries": (dict(mods=window_mods(), head=256), dict(heads=2, s0=700, s1=300, window=(-1, 0))),
+    "window_t512": (dict(mods=window_mods(), tile_s1=512, qk_preload=2), dict(heads=2, s0=500, s1=1300, window=(300, 40))),
 }
 
 
@@ -52,7 +53,7 @@ def test_dense_kernels_pass_the_accuracy_rule(knobs, dims) -> None:
 @pytest.mark.parametrize("window", [(-1, -1), (-1, 0)])
 def test_varlen_with_empty_sequences(window) -> None:
     """Packed sequences, some with no query or no key rows: rows without keys get O = 0."""
-    run_varlen(config(varlen=True, masked=window != (-1, -1), **F16), [0, 1, 127, 129, 300], [5, 0, 127, 129, 300],
+    run_varlen(config(varlen=True, mods=window_mods(window != (-1, -1)), **F16), [0, 1, 127, 129, 300], [5, 0, 127, 129, 300],
                4, 2, window)
 
 
@@ -63,7 +64,7 @@ def test_key_padding_and_window() -> None:
     mask[0, 400:] = False
     mask[1, 50:] = False  # batch 1: query i sees keys from i + 100 on, none of them valid
     mask[2, 1::3] = False
-    out, _, _ = run_variant(config(masked=True, key_padding=True, **F16), shape, key_mask=mask)
+    out, _, _ = run_variant(config(mods=window_mods(), key_padding=True, **F16), shape, key_mask=mask)
     assert torch.count_nonzero(out[1].float()) == 0 and torch.count_nonzero(out[0].float()) > 0
 
 
@@ -82,7 +83,7 @@ def test_slice_rows_of_minus_inf_scores_give_no_nan() -> None:
     mask = torch.ones(1, s, dtype=torch.bool)
     mask[:, :128] = False
     window = (100, 0)
-    cfg = config(tile_s1=128, qk_preload=2, masked=True, key_padding=True, **F16)
+    cfg = config(tile_s1=128, qk_preload=2, mods=window_mods(), key_padding=True, **F16)
     out, _ = attend(q, k, v, scale=d ** -0.5, window=window, key_padding_mask=mask, backend="sim", config=cfg)
     assert not torch.isnan(out).any()
     ref = reference_fa(q, k, v, d ** -0.5, window, key_padding_mask=mask)
@@ -239,13 +240,13 @@ def test_attend_runs_it_and_the_torch_op_refuses_it() -> None:
 
     shape = ProblemShape(batch=2, heads=2, s0=200, s1=500, window=(-1, 0))
     q, k, v = make_inputs(shape, 128, 3, torch.float16, 2)
-    out, lse = attend(q, k, v, scale=None, window=(-1, 0), backend="sim", config=config(masked=True, **F16))
+    out, lse = attend(q, k, v, scale=None, window=(-1, 0), backend="sim", config=config(mods=window_mods(), **F16))
     assert lse is None
     ref = reference_fa(q, k, v, 128 ** -0.5, (-1, 0))
     acc = check_accuracy(out.float(), ref.out32, ref.out_low)
     assert acc.passed, acc.summary()
     with pytest.raises(ConfigError, match=r"^config: softmax_dtype='f16' computes no LSE, and this op always returns one"):
-        flash_attn_func(q, k, v, causal=True, backend="sim", config=config(masked=True, **F16))
+        flash_attn_func(q, k, v, causal=True, backend="sim", config=config(mods=window_mods(), **F16))
 
 
 @pytest.mark.parametrize("extra", [[], ["--causal"]])

@@ -26,6 +26,7 @@ from ptofa.launch.sim import sim_kernel_args
 from ptofa.launch.splitkv import Plan, plan_splits
 from ptofa.ir.textio import check_text, print_pto
 from ptofa.launch.varlen import make_varlen_inputs, reference_varlen, split_tiles, unit_table, varlen_shape
+from ptofa.kernels.builtin_mods.window import window_mods
 
 
 def _unsplit(cfg: FAConfig, shape: ProblemShape, q, k, v, table, scale, block_table=None):
@@ -75,7 +76,7 @@ VARLEN_CASES = [((-1, -1), s) for s in (2, 5)] + [((-1, 0), s) for s in range(1,
 @pytest.mark.parametrize("window, num_splits", VARLEN_CASES)
 def test_varlen_split_equals_unsplit(window, num_splits) -> None:
     lens = [0, 1, 127, 129, 1000]
-    base = config(head=64, varlen=True, lse=True, masked=window != (-1, -1), tile_s1=128, qk_preload=2)
+    base = config(head=64, varlen=True, lse=True, mods=window_mods(window != (-1, -1)), tile_s1=128, qk_preload=2)
     cfg = dataclasses.replace(base, split_kv=True)
     shape = varlen_shape(lens, lens, 2, 1, window)
     q, k, v = make_varlen_inputs(shape, base, seed=3)
@@ -99,7 +100,7 @@ def _paged_cache(batch: int, capacity: int, page_size: int, kv_heads: int, head:
 def test_paged_decode_split_equals_unsplit(s0, window, num_splits) -> None:
     cache = _paged_cache(2, 1024, 256, 2, 128)
     lens, heads = [900, 131], 8  # both end mid-page; 131 keys: 2 tiles, so most splits are empty
-    base = config(varlen=True, lse=True, page_size=256, masked=window != (-1, -1))
+    base = config(varlen=True, lse=True, page_size=256, mods=window_mods(window != (-1, -1)))
     cfg = dataclasses.replace(base, split_kv=True)
     shape = decode_shape(cache, 2, s0, lens, heads, window)
     q = torch.randn(2, s0, heads, 128, generator=torch.Generator().manual_seed(5)).half()
@@ -256,8 +257,8 @@ def test_gqa_packing_rules() -> None:
         ptofa.flash_attn_with_kvcache(q2, cache.k, cache.v, cache_seqlens=torch.tensor([10], dtype=torch.int32),
                                       block_table=cache.block_table,
                                       pack_gqa=True, backend="sim")
-    with pytest.raises(ConfigError, match="gqa_pack=True needs varlen=True .* and masked=False"):
-        FAConfig(varlen=True, masked=True, gqa_pack=True)
+    with pytest.raises(ConfigError, match="gqa_pack=True needs varlen=True .* and no window in mods"):
+        FAConfig(varlen=True, mods=window_mods(), gqa_pack=True)
     with pytest.raises(ConfigError, match="GQA packing: needs one query row per sequence"):
         decode_units(config(varlen=True, page_size=256, gqa_pack=True), cache, 1, 2, [10], 8, (-1, -1))
 

@@ -338,7 +338,7 @@ def test_switches_reach_every_point_and_row(tmp_path: Path) -> None:
     outcome = run_sweep(SWITCHED, tmp_path, jobs=1, run_fn=recording_run, console=quiet())
     assert len(seen) == 2
     for config, shape, key_mask in seen:
-        assert (config.masked, config.key_padding, config.lse, config.in_dtype, config.out_dtype) == (
+        assert (config.narrowing is not None, config.key_padding, config.lse, config.in_dtype, config.out_dtype) == (
             True, True, True, "bf16", "f32")
         assert shape.window == (-1, 0) and shape.kv_heads == 2
         assert key_mask is not None and tuple(key_mask.shape) == (1, 300)

@@ -23,6 +23,7 @@ from ptofa.pipeline import MAX_SPLITS, ConfigError, workspace_bytes
 from ptofa.reference import check_accuracy, check_lse, reference_fa
 from ptofa.launch.splitkv import SplitCosts, balanced_splits, plan_splits, plan_varlen
 from ptofa.launch.varlen import make_varlen_inputs, reduce_table, reference_varlen, unit_table, unit_visible_tiles, varlen_shape
+from ptofa.kernels.builtin_mods.window import window_mods
 
 LENS = [0, 300, 640]
 # A unit split 7 or 16 ways has more splits than its at most 5 tiles: empty splits (LSE -inf, O 0).
@@ -36,7 +37,7 @@ def _counts(units: int) -> list[int]:
 @pytest.mark.parametrize("window, heads, kv_heads", [((-1, -1), 2, 2), ((-1, 0), 2, 2), ((100, 20), 2, 2),
                                                      ((-1, -1), 4, 2), ((-1, 0), 4, 1)])
 def test_mixed_split_counts_equal_unsplit_and_reference(window, heads, kv_heads) -> None:
-    base = config(head=64, varlen=True, lse=True, masked=window != (-1, -1), tile_s1=128, qk_preload=2)
+    base = config(head=64, varlen=True, lse=True, mods=window_mods(window != (-1, -1)), tile_s1=128, qk_preload=2)
     cfg = dataclasses.replace(base, split_kv=True)
     shape = varlen_shape(LENS, LENS, heads, kv_heads, window)
     q, k, v = make_varlen_inputs(shape, base, seed=4)

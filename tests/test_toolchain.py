@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from ptofa.launch import toolchain
 from ptofa.launch.toolchain import (
+from ptofa.kernels.builtin_mods.window import window_mods
     PTOAS_FLAGS,
     Tools,
     ToolchainError,
@@ -469,18 +470,19 @@ def _random_switch_sets(count: int, seed: int = 20261127):
                 if coin() < 0.6:
                     kw = dict(head=rng.choice(SUPPORTED_HEAD), tile_s1=rng.choice(SUPPORTED_TILE_S1),
                               qk_preload=rng.randint(1, 4), in_dtype=rng.choice(["f16", "bf16"]),
-                              out_dtype=rng.choice([None, "f32", "f16", "bf16"]), masked=coin() < .5,
+                              out_dtype=rng.choice([None, "f32", "f16", "bf16"]), window=coin() < .5,
                               key_padding=coin() < .3, lse=coin() < .4, varlen=coin() < .4, prescale_q=coin() < .7,
                               softmax_dtype=rng.choice(["f32", "f32", "f16"]),
                               mods=(Softcap(),) * (coin() < .3) + (Alibi(),) * (coin() < .3))
+                    kw["mods"] += window_mods(kw.pop("window"))
                     if kw["varlen"]:
                         kw.update(page_size=rng.choice([0, 256]), split_kv=coin() < .3, gqa_pack=coin() < .3)
                     config = FAConfig(**kw)
                     found.append((f"fwd {config.summary()}", lambda c=config: emit_fa(c)))
                 else:
-                    config = BwdConfig(head=rng.choice(SUPPORTED_HEAD), in_dtype=rng.choice(["f16", "bf16"]),
-                                       masked=coin() < .5, atomic_dq=coin() < .4, key_padding=coin() < .3,
-                                       mods=(Softcap(),) * (coin() < .3) + (Alibi(),) * (coin() < .3),
+                    head, dtype, window = rng.choice(SUPPORTED_HEAD), rng.choice(["f16", "bf16"]), coin() < .5
+                    config = BwdConfig(head=head, in_dtype=dtype, atomic_dq=coin() < .4, key_padding=coin() < .3,
+                                       mods=(Softcap(),) * (coin() < .3) + (Alibi(),) * (coin() < .3) + window_mods(window),
                                        varlen=coin() < .3)
                     kernel = rng.choice(["dq", "dkdv"])
                     found.append((f"bwd {kernel} {config}", lambda c=config, k=kernel: emit_bwd(c, k)))

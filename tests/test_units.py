@@ -27,6 +27,7 @@ from ptofa.launch.varlen import make_varlen_inputs, unit_table, unit_visible_til
 from ptofa.pipeline import FAConfig, ProblemShape
 from ptofa.reference import make_inputs, visible_mask
 from ptofa.sim.timing import units_of_block
+from ptofa.kernels.builtin_mods.window import window_mods
 
 WINDOWS = [(-1, -1), (-1, 0), (0, 0), (5, 0), (130, 3), (-1, 70), (200, -1), (1, 1)]
 
@@ -127,7 +128,7 @@ FORWARD_CASES = [  # (tile_s1, batch, heads, s0, s1, window, blocks)
 def test_forward_visits_the_host_tiles(tile_s1, batch, heads, s0, s1, window, blocks):
     """Dense forward: block b's QK pushes are the visible tiles of the ranks the snake gives it."""
     masked = window != (-1, -1)
-    config = FAConfig(head=64, tile_s1=tile_s1, qk_preload=2, masked=masked)
+    config = FAConfig(head=64, tile_s1=tile_s1, qk_preload=2, mods=window_mods(masked))
     assert config.pipes[0].name == "qk" and config.pipes[0].cols == tile_s1  # one push per visited tile
     shape = ProblemShape(batch, heads, s0, s1, window=window)
     result = _forward(config, shape, blocks)
@@ -148,7 +149,7 @@ def test_forward_visits_the_host_tiles(tile_s1, batch, heads, s0, s1, window, bl
 
 def test_varlen_forward_visits_the_table_tiles():
     """Varlen: the host table's order (longest first) handed out in the snake, tiles from the table."""
-    config = FAConfig(head=64, tile_s1=128, qk_preload=2, masked=True, varlen=True)
+    config = FAConfig(head=64, tile_s1=128, qk_preload=2, mods=window_mods(), varlen=True)
     q_lens, k_lens, window = [300, 5, 520, 129], [400, 900, 520, 60], (-1, 0)
     shape = varlen_shape(q_lens, k_lens, 2, 2, window)
     table = unit_table(config, q_lens, k_lens, 2, window)
@@ -171,7 +172,7 @@ def test_backward_visits_the_host_tiles(batch, heads, kv_heads, s0, s1, window):
     """dq: per Q block the KV tiles it sees (and the G entry); dkdv: per KV block the group's Q blocks that see it;
     both kernels hand units out in plain round robin."""
     masked = window != (-1, -1)
-    config = BwdConfig(head=64, masked=masked)
+    config = BwdConfig(head=64, mods=window_mods(masked))
     shape = ProblemShape(batch, heads, s0, s1, kv_heads=kv_heads, window=window)
     q, k, v = make_inputs(shape, 64, 0, torch.float16, kv_heads)
     out, dout = torch.zeros_like(q), torch.randn_like(q)

@@ -23,6 +23,7 @@ from ptofa.reference import check_accuracy, check_lse, make_inputs, make_key_mas
 from ptofa.sim import GmPointer, simulate
 from ptofa.launch.sim import sim_kernel_args
 from ptofa.ir.textio import check_text
+from ptofa.kernels.builtin_mods.window import window_mods
 
 GUARD = 48  # elements of guard on each side of every tensor
 GUARD_BYTE = 0x5A
@@ -99,17 +100,17 @@ def run_variant(cfg: FAConfig, shape: ProblemShape, key_mask=None, seed: int = 0
 # The grid (small shapes; the default suite)
 # ---------------------------------------------------------------------------------------------
 
-MASKED = dict(masked=True)
+MASKED = dict(mods=window_mods())
 CASES = {
     # causal, bottom-right aligned: S0 = S1, S0 < S1, S0 > S1 (the first S0 - S1 rows see no key)
-    "causal_square": (dict(masked=True, lse=True), dict(s0=200, s1=200, window=(-1, 0))),
-    "causal_s0_lt_s1": (dict(masked=True, lse=True), dict(s0=100, s1=300, window=(-1, 0))),
-    "causal_s0_gt_s1": (dict(masked=True, lse=True), dict(s0=300, s1=100, window=(-1, 0))),
-    "window_left_only": (dict(masked=True, lse=True, tile_s1=128, qk_preload=2), dict(s0=257, s1=300, window=(40, -1))),
-    "window_right_only": (dict(masked=True, tile_s1=128), dict(s0=140, s1=260, window=(-1, 17))),
-    "window_both": (dict(masked=True, lse=True), dict(s0=333, s1=333, window=(64, 8))),
-    "window_zero": (dict(masked=True, lse=True, tile_s1=128), dict(s0=130, s1=130, window=(0, 0))),
-    "masked_kernel_unbounded": (dict(masked=True), dict(s0=130, s1=300)),
+    "causal_square": (dict(mods=window_mods(), lse=True), dict(s0=200, s1=200, window=(-1, 0))),
+    "causal_s0_lt_s1": (dict(mods=window_mods(), lse=True), dict(s0=100, s1=300, window=(-1, 0))),
+    "causal_s0_gt_s1": (dict(mods=window_mods(), lse=True), dict(s0=300, s1=100, window=(-1, 0))),
+    "window_left_only": (dict(mods=window_mods(), lse=True, tile_s1=128, qk_preload=2), dict(s0=257, s1=300, window=(40, -1))),
+    "window_right_only": (dict(mods=window_mods(), tile_s1=128), dict(s0=140, s1=260, window=(-1, 17))),
+    "window_both": (dict(mods=window_mods(), lse=True), dict(s0=333, s1=333, window=(64, 8))),
+    "window_zero": (dict(mods=window_mods(), lse=True, tile_s1=128), dict(s0=130, s1=130, window=(0, 0))),
+    "masked_kernel_unbounded": (dict(mods=window_mods()), dict(s0=130, s1=300)),
     # ragged sizes
     "s0_1_s1_1": (dict(lse=True), dict(s0=1, s1=1)),
     "s0_1_s1_127": (dict(), dict(s0=1, s1=127)),
@@ -118,7 +119,7 @@ CASES = {
     "s0_3_s1_4097": (dict(lse=True), dict(s0=3, s1=4097)),
     # GQA / MQA
     "gqa_4": (dict(lse=True), dict(heads=8, kv_heads=2, s0=70, s1=300)),
-    "gqa_8_mqa": (dict(masked=True, lse=True), dict(heads=8, kv_heads=1, s0=64, s1=200, window=(-1, 0))),
+    "gqa_8_mqa": (dict(mods=window_mods(), lse=True), dict(heads=8, kv_heads=1, s0=64, s1=200, window=(-1, 0))),
     "gqa_1": (dict(), dict(heads=3, kv_heads=3, s0=50, s1=90)),
     # dtypes
     "bf16_in_bf16_out": (dict(in_dtype="bf16", lse=True), dict(s0=150, s1=300)),
@@ -127,16 +128,16 @@ CASES = {
     "f16_in_bf16_out": (dict(in_dtype="f16", out_dtype="bf16"), dict(s0=64, s1=200)),
     "f16_in_f32_out": (dict(in_dtype="f16", out_dtype="f32"), dict(s0=64, s1=200)),
     # preload deeper than the visible tiles; every preload
-    "preload_4_one_tile": (dict(masked=True, tile_s1=128, qk_preload=4, lse=True), dict(s0=256, s1=256, window=(-1, 0))),
-    "preload_3_window": (dict(masked=True, tile_s1=128, qk_preload=3), dict(s0=300, s1=700, window=(20, 20))),
+    "preload_4_one_tile": (dict(mods=window_mods(), tile_s1=128, qk_preload=4, lse=True), dict(s0=256, s1=256, window=(-1, 0))),
+    "preload_3_window": (dict(mods=window_mods(), tile_s1=128, qk_preload=3), dict(s0=300, s1=700, window=(20, 20))),
     "preload_2": (dict(tile_s1=256, qk_preload=2), dict(s0=128, s1=700)),
-    "preload_1": (dict(tile_s1=128, qk_preload=1, masked=True), dict(s0=200, s1=500, window=(-1, 0))),
+    "preload_1": (dict(tile_s1=128, qk_preload=1, mods=window_mods()), dict(s0=200, s1=500, window=(-1, 0))),
     # head dims, tile widths
     "d64_t512": (dict(head=64, tile_s1=512, qk_preload=2, lse=True), dict(s0=200, s1=1100)),
-    "d96": (dict(head=96, lse=True, masked=True), dict(s0=150, s1=400, window=(-1, 0))),
+    "d96": (dict(head=96, lse=True, mods=window_mods()), dict(s0=150, s1=400, window=(-1, 0))),
     "d128_t128": (dict(head=128, tile_s1=128, qk_preload=3), dict(s0=129, s1=300)),
     # head dims above 128: 64-row Q blocks, the cube splits D in two chunks
-    "d192_causal": (dict(head=192, masked=True, lse=True), dict(s0=150, s1=333, window=(-1, 0))),
+    "d192_causal": (dict(head=192, mods=window_mods(), lse=True), dict(s0=150, s1=333, window=(-1, 0))),
     "d256_gqa_bf16": (dict(head=256, in_dtype="bf16", lse=True, tile_s1=512, qk_preload=2), dict(heads=4, kv_heads=2, s0=65, s1=700)),
     "d256_f32_out": (dict(head=256, out_dtype="f32", tile_s1=128, qk_preload=1), dict(s0=1, s1=129)),
 }
@@ -149,7 +150,7 @@ def test_variant(knobs, dims) -> None:
 
 
 def test_rows_without_a_visible_key_get_zero_and_inf() -> None:
-    out, lse, _ = run_variant(config(masked=True, lse=True, out_dtype="f32"),
+    out, lse, _ = run_variant(config(mods=window_mods(), lse=True, out_dtype="f32"),
                               ProblemShape(1, 2, 300, 100, window=(-1, 0)))
     empty = 300 - 100  # query rows i < S0 - S1 see no key under bottom-right causal
     assert torch.all(out[:, :empty] == 0)
@@ -170,7 +171,7 @@ def test_key_padding_mask_with_ragged_lengths(lengths) -> None:
 
 def test_key_padding_shared_mask_and_integer_dtypes() -> None:
     mask = torch.randint(0, 3, (260,), generator=torch.Generator().manual_seed(1), dtype=torch.int32)
-    run_variant(config(key_padding=True, masked=True, lse=True), ProblemShape(2, 2, 90, 260, window=(-1, 0)), key_mask=mask)
+    run_variant(config(key_padding=True, mods=window_mods(), lse=True), ProblemShape(2, 2, 90, 260, window=(-1, 0)), key_mask=mask)
 
 
 def test_random_key_mask_helper_is_ragged_and_deterministic() -> None:
@@ -182,7 +183,7 @@ def test_random_key_mask_helper_is_ragged_and_deterministic() -> None:
 
 def test_causal_kernel_skips_invisible_tiles() -> None:
     """The cube computes only the visible tiles: count the QK matmuls in a traced run."""
-    cfg = config(masked=True, tile_s1=128, qk_preload=2)
+    cfg = config(mods=window_mods(), tile_s1=128, qk_preload=2)
     dense = config(tile_s1=128, qk_preload=2)
     counts = {}
     for name, c, window in (("causal", cfg, (-1, 0)), ("dense", dense, (-1, -1))):
@@ -201,8 +202,8 @@ def test_causal_kernel_skips_invisible_tiles() -> None:
 
 @pytest.mark.parametrize("bad, message", [
     (lambda: ProblemShape(1, 6, 10, 10, kv_heads=4).check(config()), "grouped heads: heads=6 must be a multiple of kv_heads=4"),
-    (lambda: ProblemShape(1, 1, 10, 10, window=(-2, 0)).check(config(masked=True)), "window: (-2, 0) must be (left, right) with each >= -1"),
-    (lambda: ProblemShape(1, 1, 10, 10, window=(-1, 0)).check(config()), "needs a masked kernel"),
+    (lambda: ProblemShape(1, 1, 10, 10, window=(-2, 0)).check(config(mods=window_mods())), "window: (-2, 0) must be (left, right) with each >= -1"),
+    (lambda: ProblemShape(1, 1, 10, 10, window=(-1, 0)).check(config()), "needs a kernel with the window mod"),
     (lambda: normalize_key_mask(torch.ones(3, 9), 3, 9), "key padding mask: dtype torch.float32 must be bool or an integer type"),
     (lambda: normalize_key_mask(torch.ones(2, 8, dtype=torch.bool), 3, 9), "key padding mask: shape (2, 8) must be [B, S1] = [3, 9] or [S1] = [9]"),
     (lambda: config(in_dtype="f32"), "dtypes: in_dtype='f32', out_dtype='f32'"),
@@ -228,8 +229,8 @@ def test_causal_is_predicted_faster_than_dense() -> None:
     predicts it at under 0.75x of the same (masked) kernel over every tile (the fast analog of the slow
     16384 test). The same kernel: the unmasked one takes its row max on the f16 scores
     (`FAConfig.input_row_max`), a per-tile saving the masked one cannot have."""
-    dense = _predicted_us(config(masked=True), ProblemShape(1, 1, 4096, 4096, window=(-1, -1)))
-    causal = _predicted_us(config(masked=True), ProblemShape(1, 1, 4096, 4096, window=(-1, 0)))
+    dense = _predicted_us(config(mods=window_mods()), ProblemShape(1, 1, 4096, 4096, window=(-1, -1)))
+    causal = _predicted_us(config(mods=window_mods()), ProblemShape(1, 1, 4096, 4096, window=(-1, 0)))
     assert causal < 0.75 * dense
 
 
@@ -237,6 +238,6 @@ def test_causal_is_predicted_faster_than_dense() -> None:
 def test_issue_causal_figure() -> None:
     """B=1, heads=1, S0=S1=16384, D=128: causal predicted at <= 0.6x of the same (masked) kernel over
     every tile."""
-    dense = _predicted_us(config(masked=True), ProblemShape(1, 1, 16384, 16384, window=(-1, -1)))
-    causal = _predicted_us(config(masked=True), ProblemShape(1, 1, 16384, 16384, window=(-1, 0)))
+    dense = _predicted_us(config(mods=window_mods()), ProblemShape(1, 1, 16384, 16384, window=(-1, -1)))
+    causal = _predicted_us(config(mods=window_mods()), ProblemShape(1, 1, 16384, 16384, window=(-1, 0)))
     assert causal <= 0.6 * dense

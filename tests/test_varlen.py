@@ -18,6 +18,7 @@ from ptofa.reference import check_accuracy, check_lse
 from ptofa.sim import simulate
 from ptofa.launch.sim import sim_kernel_args
 from ptofa.launch.varlen import reference_varlen, seqlens_of, unit_table, varlen_shape
+from ptofa.kernels.builtin_mods.window import window_mods
 
 
 def run_varlen(cfg, q_lens, k_lens, heads=2, kv_heads=1, window=(-1, -1), block_dim=3, seed=0):
@@ -53,9 +54,9 @@ def run_varlen(cfg, q_lens, k_lens, heads=2, kv_heads=1, window=(-1, -1), block_
 
 @pytest.mark.parametrize("knobs, q_lens, k_lens, window, heads", [
     (dict(lse=True), [0, 1, 127, 129, 300], [5, 1, 127, 129, 300], (-1, -1), (4, 2)),
-    (dict(masked=True, lse=True), [0, 1, 127, 129, 300], [0, 1, 127, 129, 300], (-1, 0), (4, 1)),
-    (dict(masked=True, lse=True, tile_s1=128, qk_preload=2), [200, 17, 140], [260, 300, 10], (30, 5), (2, 2)),
-    (dict(masked=True, in_dtype="bf16", out_dtype="f32"), [64, 300], [500, 100], (-1, 0), (8, 2)),
+    (dict(mods=window_mods(), lse=True), [0, 1, 127, 129, 300], [0, 1, 127, 129, 300], (-1, 0), (4, 1)),
+    (dict(mods=window_mods(), lse=True, tile_s1=128, qk_preload=2), [200, 17, 140], [260, 300, 10], (30, 5), (2, 2)),
+    (dict(mods=window_mods(), in_dtype="bf16", out_dtype="f32"), [64, 300], [500, 100], (-1, 0), (8, 2)),
     (dict(lse=True, head=64, tile_s1=512, qk_preload=2), [129, 0, 3], [1000, 7, 0], (-1, -1), (2, 1)),
 ])
 def test_varlen_matches_per_sequence_reference(knobs, q_lens, k_lens, window, heads) -> None:
@@ -69,7 +70,7 @@ def test_sequence_without_keys_gives_zero_and_inf() -> None:
 
 
 def test_unit_table_is_longest_first_and_complete() -> None:
-    cfg = config(varlen=True, masked=True, tile_s1=128, qk_preload=2)
+    cfg = config(varlen=True, mods=window_mods(), tile_s1=128, qk_preload=2)
     table = unit_table(cfg, [300, 0, 20], [300, 5, 2000], heads=2, window=(-1, 0))
     assert table.dtype == torch.int32 and table.shape == (2 * (3 + 1), UNIT_FIELDS)
     rows = {tuple(r) for r in table.tolist()}
@@ -142,7 +143,7 @@ def test_longest_first_snake_order_is_predicted_faster() -> None:
     from ptofa.launch.varlen import make_varlen_inputs
 
     s, blocks = 2560, 8
-    cfg = config(varlen=True, masked=True)
+    cfg = config(varlen=True, mods=window_mods())
     shape = varlen_shape([s], [s], 1, 1, (-1, 0))
     q, k, v = make_varlen_inputs(shape, cfg, 0)
     table = unit_table(cfg, [s], [s], 1, (-1, 0))

@@ -11,6 +11,7 @@ from ptofa.kernels.builtin_mods.alibi import Alibi
 from ptofa.kernels.builtin_mods.softcap import Softcap
 from ptofa.pipeline import ConfigError, FAConfig, ProblemShape, budget
 from ptofa.runner import run_case
+from ptofa.kernels.builtin_mods.window import window_mods
 
 
 def test_wide_tiles_are_legal_up_to_d128() -> None:
@@ -29,7 +30,7 @@ def test_wide_tiles_are_legal_up_to_d128() -> None:
 CASES = {  # switches, shape: ragged tails, a single partial tile, a window with LSE and GQA, varlen
     "ragged": (dict(), ProblemShape(1, 2, 200, 2500)),
     "one_partial_tile": (dict(qk_preload=3), ProblemShape(1, 1, 130, 700)),
-    "causal_lse_gqa": (dict(masked=True, lse=True), ProblemShape(1, 2, 200, 1500, kv_heads=1, window=(-1, 0))),
+    "causal_lse_gqa": (dict(mods=window_mods(), lse=True), ProblemShape(1, 2, 200, 1500, kv_heads=1, window=(-1, 0))),
     "softmax_f16": (dict(softmax_dtype="f16"), ProblemShape(1, 2, 256, 2300)),
     "bf16": (dict(in_dtype="bf16"), ProblemShape(1, 1, 128, 1100)),
     "varlen": (dict(varlen=True), ProblemShape(2, 1, 300, 2400, seqlens=((100, 1300), (200, 1100)))),
@@ -54,11 +55,11 @@ def test_input_row_max_where_nothing_changes_the_scores() -> None:
     8-row slices of 1024-key tiles take the max into an ND tile (an f16 [8, 1] column is not 32 bytes)."""
     for on in (dict(), dict(tile_s1=512, qk_preload=2), dict(tile_s1=1024, qk_preload=2), dict(varlen=True)):
         assert FAConfig(**on).input_row_max, on
-    for off in (dict(masked=True), dict(key_padding=True), dict(prescale_q=False), dict(mods=(Softcap(),)),
+    for off in (dict(mods=window_mods()), dict(key_padding=True), dict(prescale_q=False), dict(mods=(Softcap(),)),
                 dict(mods=(Alibi(),)), dict(qk_dtype="f32"), dict(lse=True), dict(in_dtype="bf16"),
                 dict(cube_rowsum=False), dict(softmax_dtype="f16")):
         assert not FAConfig(**off).input_row_max, off
-    on, off = _vector_func(FAConfig()), _vector_func(FAConfig(masked=True))
+    on, off = _vector_func(FAConfig()), _vector_func(FAConfig(mods=window_mods()))
     assert "pto.trowmax ins(%p_half" in on and "pto.trowmax ins(%p_half" not in off and "m_wide" not in on
     wide = _vector_func(FAConfig(tile_s1=1024, qk_preload=2))
     assert "outs(%m_half : !pto.tile_buf<vec, 8x16xf16, valid=8x1>)" in wide and "pto.trowmax ins(%m_wide" in wide

@@ -12,6 +12,7 @@ from ptofa.kernels.builtin_mods.window import WINDOW
 from ptofa.kernels.bwd_pipeline import BwdConfig, entry_args as bwd_entry_args, tile_plan as bwd_tile_plan
 from ptofa.pipeline import FAConfig
 from ptofa.reference import visible_mask
+from ptofa.kernels.builtin_mods.window import window_mods
 
 WINDOWS = [(-1, 0), (-1, -1), (0, 0), (2, 1), (3, -1), (-1, 2), (0, 5)]
 
@@ -42,19 +43,29 @@ def test_is_a_hiding_mask() -> None:
 def test_kernel_arguments_are_the_mods() -> None:
     names = [p.name for p in WINDOW.params()]
     assert names == ["win_left", "win_right"]
-    fwd = [p.name for p in argspec.host_params(FAConfig(masked=True))]
+    fwd = [p.name for p in argspec.host_params(FAConfig(mods=window_mods()))]
     assert [n for n in fwd if n in names] == names
     assert not set(names) & {p.name for p in argspec.host_params(FAConfig())}
     for kernel in ("dq", "dkdv"):
-        assert [n for n, _ in bwd_entry_args(BwdConfig(masked=True), kernel) if n in names] == names
+        assert [n for n, _ in bwd_entry_args(BwdConfig(mods=window_mods()), kernel) if n in names] == names
         assert not set(names) & {n for n, _ in bwd_entry_args(BwdConfig(), kernel)}
 
 
-def test_not_yet_one_of_the_mods() -> None:
-    """Until the kernels take the window from `mods`, a config holding it is refused (it would bring its
-    arguments but no mask), naming the switch that asks for it."""
-    with pytest.raises(NotImplementedError, match="masked=True"):
-        FAConfig(mods=(WINDOW,))
-    for kernel in ("dq", "dkdv"):
-        with pytest.raises(NotImplementedError, match="masked=True"):
-            bwd_tile_plan(BwdConfig(mods=(WINDOW,)), kernel)
+def test_one_of_the_mods() -> None:
+    """The window is one of a config's mods: after the score mods whatever order it is given in, back from
+    the config's JSON, at most one mod that narrows the tiles, and its kernel arguments after the scale."""
+    from ptofa.attention.ops import config_from_json
+    from ptofa.kernels.builtin_mods.softcap import Softcap
+    from ptofa.pipeline import ConfigError
+
+    config = FAConfig(mods=(WINDOW, Softcap()), lse=True)
+    assert config == FAConfig(mods=(Softcap(), WINDOW), lse=True) and config.mods == (Softcap(), WINDOW)
+    assert config.narrowing is WINDOW and config.score_mods == (Softcap(),)
+    assert config_from_json(config.json_text) == config
+    assert FAConfig().narrowing is None and BwdConfig(mods=window_mods()).narrowing == WINDOW
+    names = [p.name for p in argspec.host_params(config)]
+    assert names[names.index("scale") + 1:names.index("scale") + 3] == ["win_left", "win_right"]
+    for make in (FAConfig, BwdConfig):
+        with pytest.raises(ConfigError, match="at most one is built"):
+            make(mods=(WINDOW, WINDOW))
+
