@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from ptofa.launch import toolchain
-from ptofa.launch.toolchain import (
 from ptofa.kernels.builtin_mods.window import window_mods
+from ptofa.launch.toolchain import (
     PTOAS_FLAGS,
     Tools,
     ToolchainError,
