@@ -189,7 +189,7 @@ def _cycle_in(graph: dict[str, set[str]], component: set[str]) -> list[str]:
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("ir",),
     ("api",),
-    ("pipeline", "visibility", "kernels", "fa_builder", "reference", "optable"),
+    ("modlist", "pipeline", "visibility", "kernels", "fa_builder", "reference", "optable"),
     ("sim",),
     ("launch",),
     ("attention",),

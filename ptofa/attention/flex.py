@@ -178,7 +178,8 @@ def with_mods(config: FAConfig, mods: tuple) -> FAConfig:
     """`config` (any kernel: varlen, paged, windowed) with the mods among its built-in ones and an f32 softmax; when their scratch
     does not fit the UB, the fallbacks of `flex_config` (128-key tiles, half-height slices, no prescaled Q)."""
     small = dict(tile_s1=128, qk_preload=min(2, config.qk_preload), exp_ring=None, cube_s1=None)
-    mods = with_builtin_mods(mods, softcap=has_mod(config.mods, "softcap"), alibi=has_mod(config.mods, "alibi"))
+    mods = with_builtin_mods(mods, softcap=has_mod(config.mods, "softcap"), alibi=has_mod(config.mods, "alibi"),
+                             window=config.narrowing is not None)
     first = None
     for changes in ({}, small, dict(small, slice_buffers=2), dict(small, prescale_q=False),
                     dict(small, slice_buffers=2, prescale_q=False)):

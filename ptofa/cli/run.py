@@ -121,7 +121,7 @@ def run(kernel_file: Path | None, kernel_args: tuple[str, ...], kernel_out: Path
         if backward:
             raise InputError("--backward: not with --decode / --num-splits (the backward kernels run prefill batches: "
                              "dense, or packed with --seqlens)")
-        if config.mods:
+        if config.score_mods:
             raise InputError("--softcap / --alibi: not with --decode / --num-splits in run_fa (flash_attn_with_kvcache "
                              "and flash_attn_varlen_func take softcap and alibi_slopes)")
         from ptofa.cli.serving_run import run_serving
