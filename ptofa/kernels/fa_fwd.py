@@ -28,10 +28,10 @@ The kernel family (switches of `FAConfig`, one builder):
   runtime valid shapes, so padded keys never enter a matmul or a softmax and padded
   query rows are never stored; nothing outside Q, K, V, O, LSE is read or written;
 * GQA/MQA: q head h reads kv head h // (heads / kv_heads) in place;
-* `masked`: bottom-right aligned window (left, right) from runtime arguments (causal
-  is (-1, 0)); both kernels compute the unit's visible tile range with the same
-  arithmetic and skip the rest; tiles crossing a bound are masked on the vectors
-  with `ttri` (additive -3e38, finite, so exp gives exactly 0);
+* the window mod in `mods` (`config.narrowing`, `builtin_mods/window.py`): bottom-right aligned
+  window (left, right) from runtime arguments (causal is (-1, 0)); both kernels compute the unit's
+  visible tile range with the same arithmetic and skip the rest; tiles crossing a bound are masked
+  on the vectors with `ttri` (additive -3e38, finite, so exp gives exactly 0);
 * `key_padding`: an i8 key mask row per tile becomes an additive bias (`tcolexpandadd`);
 * rows that see no key get O = 0 and LSE = +inf;
 * `lse`: LSE = m + ln(l) per query row; dtypes fp16/bf16 in, fp16/bf16/fp32 out;
