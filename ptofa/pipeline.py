@@ -132,11 +132,10 @@ class FAConfig(ModsMixin):
     tile_s1: int = 256
     qk_preload: int = 3
     cube_s0: int | None = None  # Q rows per work unit: 128, or 64 for head dims above 128
-    # Keys per cube sub-tile: 64 (the L1 staging tiles, L0A/L0B operands and QK accumulator
-    # double-buffered, so the next sub-tile's loads overlap this one's matmul), or 128
-    # (single-buffered; the only width with QK_PRELOAD = 1, which needs one sub-tile per
-    # tile). None: 128 with QK_PRELOAD = 1, and for head dims above 128 with TILE_S1 below 512
-    # (64-row Q blocks: the timing model puts 64x64 matmuls 1-7 % behind there), else 64.
+    # Keys per cube sub-tile: 64 (L1 staging, L0A/L0B operands and QK accumulator double-buffered: the next
+    # sub-tile's loads overlap this one's matmul), or 128 (single-buffered; the only width with QK_PRELOAD =
+    # 1). None: 128 with QK_PRELOAD = 1, and for D > 128 with TILE_S1 < 512 (64-row Q blocks: the timing
+    # model puts 64x64 matmuls 1-7 % behind there), else 64.
     cube_s1: int | None = None
     slot_num: int = 8
     exp_ring: int | None = None  # defaults to qk_preload; any other value is rejected
@@ -173,12 +172,10 @@ class FAConfig(ModsMixin):
     # the accuracy rule when many scores tie (a clamp; tests/test_cube_rowsum.py); O divides the
     # PV matmul of the same rounded P by them and meets it.
     cube_rowsum: bool | None = None
-    # An f32 softmax's exp in f16: x = S - m_new in f32 (trowexpandsub), x rounded to f16 (the
-    # tcvt that P needs anyway), then exp on the f16 tile (half the vector repeats of an f32 exp),
-    # which is P in f16 already. The statistics (row max, row sums, rescale, LSE) stay f32.
-    # Rounding x <= 0 to f16 perturbs P by |x| * 2^-12 relatively; P itself is rounded to f16 for
-    # the PV matmul in either case. fp16 inputs only (P is the exp's tile, and A2/A3 have no bf16
-    # exp). None: with `cube_rowsum` for fp16 inputs.
+    # An f32 softmax's exp in f16: x = S - m_new rounded to f16 (in f32 then the tcvt P needs anyway, or
+    # `sub_f16`), exp on the f16 tile (half the vector repeats), which is P in f16 already; the statistics
+    # stay f32. Rounding x <= 0 to f16 perturbs P by |x| * 2^-12 relatively; P is rounded to f16 for the
+    # PV matmul in either case. fp16 inputs (A2/A3 have no bf16 exp). None: with `cube_rowsum` for fp16.
     exp_f16: bool | None = None
     # The dtype of S in the QK slot (the GM pipe between the cube's QK and the vectors' softmax):
     # "f32", or the input dtype, in which the cube's FIX pipe rounds the accumulator on its store
@@ -194,11 +191,9 @@ class FAConfig(ModsMixin):
     target: str = "a3"
     # Score / mask modifications as objects with their IR, tiles and arguments (`kernels/mods.py`, `builtin_mods/`).
     mods: tuple = ()
-    # A [units, 4] i32 table (`kernels/mods.py`, RANGE_FIELDS) gives each unit its visible KV tiles
-    # [lo, hi) and the tiles [full_lo, full_hi) no mask entry hides: block sparsity.
+    # Block sparsity: a [units, 4] i32 table (`kernels/mods.py`) gives each unit's KV tiles [lo, hi), [full_lo, full_hi) unmasked.
     block_ranges: bool = False
-    # Dropout on P (`kernels/dropout.py`): the keep mask from an in-kernel generator of runtime
-    # seed / offset; f32 softmax with the vectors' row sums (the cube's would be of dropped P).
+    # Dropout on P (`kernels/dropout.py`): an in-kernel generator's keep mask; f32 softmax, the vectors' row sums.
     dropout: bool = False
     # A unit is two Q blocks of one (batch, head) sharing each KV tile loaded once into L1 (`pair_o_view`, fa_fwd).
     q_pair: bool = False
@@ -227,8 +222,9 @@ class FAConfig(ModsMixin):
             exact = (self.lse or self.dropout or any(m.scores for m in self.score_mods)) and self.softmax_dtype == "f32"
             object.__setattr__(self, "qk_dtype", "f32" if exact else self.in_dtype)
         if self.cube_rowsum is None:  # (its plan with the S dtype above: the row max may take the input-dtype scores)
+            f16_exp = {} if self.exp_f16 is not None else dict(exp_f16=self.in_dtype == "f16")  # (as resolved below)
             object.__setattr__(self, "cube_rowsum", self.softmax_dtype == "f32" and self.d_split == 1
-                               and not self.lse and not self.dropout and _fits(self, cube_rowsum=True))
+                               and not self.lse and not self.dropout and _fits(self, cube_rowsum=True, **f16_exp))
         if self.exp_f16 is None:
             object.__setattr__(self, "exp_f16", bool(self.cube_rowsum) and self.in_dtype == "f16"
                                and self.softmax_dtype == "f32")
@@ -325,15 +321,13 @@ class FAConfig(ModsMixin):
 
     @property
     def rowexpand_ops(self) -> int:
-        """trowexpand* ops with ptoas's hidden UB scratch in the vector function as the builder
-        emits it: compute_gu's trowexpandmul and the final trowexpanddiv. (compute_p's
-        trowexpandexpdif, once per slice buffer, takes the plan's `exp_tmp` tiles instead:
-        `target.EXPDIF_TMP_BYTES`. With `cube_rowsum` compute_gu's two trowexpandmul take the
-        first `exp_tmp` too, which makes room for the row-sum tiles.) A test counts them in the
-        emitted IR, and one checks the simulator's UB peak."""
-        if self.dropout or self.q_pair:  # compute_gu's and the final trowexpand* take the first `exp_tmp` (an f16
-            return 0  # softmax's pair: `bcast_tmp`): room for the generator, or for the second block's stages
-        return 1 if self.cube_rowsum else 2
+        """trowexpand* ops with ptoas's hidden UB scratch: compute_gu's trowexpandmul (none with `cube_rowsum`:
+        the first `exp_tmp`), the final trowexpanddiv, sub_f16's subtraction (compute_p's trowexpandexpdif takes
+        `exp_tmp`). Tests count them in the emitted IR and check the simulator's UB peak."""
+        # (dropout, q_pair: compute_gu's and the final trowexpand* take the first `exp_tmp`, an f16 softmax's pair
+        # `bcast_tmp`; sub_f16's f16 broadcast has no f16 scratch to take)
+        return (0 if self.dropout or self.q_pair else 1 if self.cube_rowsum else 2) + self.sub_f16 * self.vec_buffers * (
+            1 + self.q_pair)  # (one subtraction per slice buffer and block)
 
     @property
     def prescale_rows(self) -> int:
@@ -355,6 +349,12 @@ class FAConfig(ModsMixin):
         changed = self.mods or self.key_padding or self.block_ranges
         return (self.softmax_dtype == "f32" and self.qk_dtype == "f16" and bool(self.cube_rowsum) and self.prescale_q
                 and not changed)
+
+    @property
+    def sub_f16(self) -> bool:
+        """With `input_row_max` and `exp_f16`, S and the new row max m are f16 values: x = S - m is one f16
+        subtraction, the f16 rounding the f32 form gives x after its f32 subtraction (`_softmax_slice`)."""
+        return self.input_row_max and bool(self.exp_f16)
 
     @property
     def sync_period(self) -> int:
@@ -617,7 +617,7 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
         *[TileSpec(name, "cube", "pv", "acc", s0, vc, "f32", **acc) for name in chunk_names(c, "o_acc")],
         # vector: softmax working set for one row slice (red_tmp is also the mask tile), in the
         # softmax dtype; an f32 softmax converts P into p_half, an f16 one computes it in place.
-        *[TileSpec(name, "vector", "p", "vec", vs0, ts1, sd, **dyn) for name in buffer_names(c, "s_tile")],
+        *[TileSpec(name, "vector", "p", "vec", vs0, ts1, sd, **dyn) for name in buffer_names(c, "s_tile") * (not c.sub_f16)],
         TileSpec("red_tmp", "vector", "p", "vec", vs0, ts1, "f16" if c.input_row_max else sd, **dyn),
         # trowexpandexpdif's explicit scratch, one per slice buffer (`target.EXPDIF_TMP_BYTES`)
         *[TileSpec(name, "vector", "p", "vec", 1, EXPDIF_TMP_BYTES // DTYPE_BYTES[sd], sd)
@@ -633,6 +633,9 @@ def _main_plan(c: FAConfig) -> list[TileSpec]:
           [TileSpec(name, "vector", "p", "vec", vs0, 16, dt_, valid_cols=1) for name, dt_ in (("m_half", "f16"),
                                                                                            ("m_wide", "f32"))]
           if c.input_row_max else []),
+        # sub_f16 with 8-row slices: m as a row-major 32-byte block per row, f32 then f16 (the f16 column is 16 B)
+        *([TileSpec(n, "vector", "p", "vec", vs0, 16, t) for n, t in (("m_bc", "f32"), ("m_bch", "f16"))]
+          if c.sub_f16 and vs0 < 16 else []),
         # an f16 softmax keeps an f16 copy of the running max (exact: a max of f16 scores) and
         # the tile's f16 row sums; compute_p converts them to the f32 statistics once per tile
         *([TileSpec(name, "vector", "p", "vec", 1, rows, sd) for name in ("m_all_h", "l_tile_h")]

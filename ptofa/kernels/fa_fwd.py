@@ -490,14 +490,14 @@ def compute_p(s: _VecState, t: SSAValue) -> None:
     p_entry = pto.talloc("vector", p.pipe_id, entry_type(p, "vector"), SPLIT, name="p_entry")
     p_names = "p_half" if cfg.softmax_dtype == "f32" else "s_tile"  # an f16 softmax computes P in place
     buffers = list(zip(buffer_names(cfg, "s_tile"), buffer_names(cfg, p_names), buffer_names(cfg, "exp_tmp")))
-    for name in ("red_tmp", *dict.fromkeys(n for names in buffers for n in names[:2])):
+    for name in ("red_tmp", *dict.fromkeys(n for names in buffers for n in names[:2] if n in tl)):  # (sub_f16: no s_tile)
         tile.set_valid(tl[name], vs0, keys)
     if cfg.key_padding:
         _key_bias(s, t, keys)
     with pto.range(0, cfg.slice_factor, name="slice") as sl:
         for b, (s_name, p_name, tmp_name) in enumerate(buffers):
             r0 = scalar.mul(scalar.add(scalar.mul(sl, nbuf), b), vs0, name="slice_row")
-            _softmax_slice(s, t, r0, keys, tl[s_name], tl[p_name], tl[tmp_name], qk_entry, p_entry)
+            _softmax_slice(s, t, r0, keys, tl.get(s_name), tl[p_name], tl[tmp_name], qk_entry, p_entry)
     if cfg.softmax_dtype != "f32":  # the tile's f16 statistics, exactly as f32
         tile.cvt(rows["m_all_h"], out=rows["m_new"])
         tile.cvt(rows["l_tile_h"], out=rows["l_tile"])
@@ -528,9 +528,10 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
     qk_rows = pto.slice_view(qk_entry, [r0, 0], [vs0, keys], name="qk_rows")
     if cfg.qk_dtype == cfg.softmax_dtype:
         pto.load(qk_rows, s_tile)
-    else:  # input-dtype S into the P tile (free until P), widened to the f32 softmax's tile
+    else:  # input-dtype S into the P tile (free until P), widened to the f32 softmax's tile (sub_f16: stays f16)
         pto.load(qk_rows, p_half)
-        tile.cvt(p_half, out=s_tile)
+        if not cfg.sub_f16:
+            tile.cvt(p_half, out=s_tile)
     if not cfg.prescale_q:
         tile.muls(s_tile, s.scale, out=s_tile)
     if cfg.score_mods:  # (positions only for mods that read them)
@@ -553,7 +554,14 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
                 tile.row_max(tl["m_wide"], out=tl["m_slice"], tmp=exp_tmp)
         tile.max(rows["m_slice"], m_old, out=rows["m_slice"])  # m_new (finite: m_old starts at -3e38)
         tile.adds(rows["m_slice"], s.consts["zero"], out=m_new)  # a tmov into a subview is rejected
-        if cfg.exp_f16:  # x = S - m_new in f32, rounded to f16, P = exp(x) on the f16 tile
+        if cfg.sub_f16:  # x = S - m_new, both f16 values, in f16; P = exp(x) in place
+            if "m_bch" in tl:  # (8 rows: m_new as a row-major 32-byte block per row, 0 + m, then f16)
+                tile.fill(0.0, out=tl["m_bc"])
+                tile.row_expand_add(tl["m_bc"], tl["m_slice"], out=tl["m_bc"], tmp=exp_tmp)
+            tile.cvt(tl["m_bc"] if "m_bch" in tl else tl["m_slice"], out=tl.get("m_bch", tl["m_half"]))
+            tile.row_expand_sub(p_half, tl.get("m_bch", tl["m_half"]), out=p_half)
+            tile.exp(p_half, out=p_half)
+        elif cfg.exp_f16:  # x = S - m_new in f32, rounded to f16, P = exp(x) on the f16 tile
             tile.row_expand_sub(s_tile, tl["m_slice"], out=s_tile, tmp=exp_tmp)
             tile.cvt(s_tile, out=p_half)
             tile.exp(p_half, out=p_half)
