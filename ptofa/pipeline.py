@@ -326,8 +326,7 @@ class FAConfig(ModsMixin):
         `exp_tmp`). Tests count them in the emitted IR and check the simulator's UB peak."""
         # (dropout, q_pair: compute_gu's and the final trowexpand* take the first `exp_tmp`, an f16 softmax's pair
         # `bcast_tmp`; sub_f16's f16 broadcast has no f16 scratch to take)
-        return (0 if self.dropout or self.q_pair else 1 if self.cube_rowsum else 2) + self.sub_f16 * self.vec_buffers * (
-            1 + self.q_pair)  # (one subtraction per slice buffer and block)
+        return (0 if self.dropout or self.q_pair else 1 if self.cube_rowsum else 2) + self.sub_f16 * self.vec_buffers * (1 + self.q_pair)
 
     @property
     def prescale_rows(self) -> int:

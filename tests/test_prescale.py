@@ -62,15 +62,15 @@ def test_varlen_with_prescale_off(knobs) -> None:
                (-1, 0) if knobs.get("mods") else (-1, -1))
 
 
-def _stage_ops(cfg) -> list[str]:
-    """Ops of the vector function's softmax stage that read a score tile (`s_tile*`), in order."""
+def _stage_ops(cfg, tile: str = "s_tile") -> list[str]:
+    """Ops of the vector function's softmax stage that read a score tile (`s_tile*`, or `tile`), in order."""
     module = parsed(cfg).module
     (vec,) = [op for op in module.walk() if isinstance(op, func.FuncOp) and op.sym_name.data == argspec.VECTOR_FUNC_NAME]
     reads = []
     for op in vec.walk():
         if isinstance(op, d.TLoadOp) or not isinstance(op, d._InsOutsOp):
             continue
-        if any((v.name_hint or "").startswith("s_tile") for v in op.operands[:-1]):  # the last operand is dst
+        if any((v.name_hint or "").startswith(tile) for v in op.operands[:-1]):  # the last operand is dst
             reads.append(op.name)
     return reads
 
@@ -79,10 +79,12 @@ def _stage_ops(cfg) -> list[str]:
 def test_score_tile_passes_before_and_after(tile_s1: int) -> None:
     """Vector passes over a score slice: 4 without prescale_q, 2 with it (the tmuls is gone, and the row
     max is taken on the f16 scores before they are widened: `input_row_max`); the row sums come from
-    the cube (cube_rowsum) and the exp runs on the f16 P after the tcvt (exp_f16)."""
+    the cube (cube_rowsum) and the exp runs on the f16 P after the tcvt (exp_f16). With both (`sub_f16`)
+    no f32 score tile is left: S - m and the exp run on the f16 P tile."""
     passes = ["pto.trowexpandsub", "pto.tcvt"]
-    for on, want in ((False, ["pto.tmuls", "pto.trowmax", *passes]), (True, passes)):
+    for on, want in ((False, ["pto.tmuls", "pto.trowmax", *passes]), (True, [])):
         cfg = config(tile_s1=tile_s1, qk_preload=2, prescale_q=on)
+        assert cfg.sub_f16 == on
         assert _stage_ops(cfg) == want * cfg.vec_buffers  # the slice loop body handles one slice per buffer
 
 

@@ -36,9 +36,11 @@ def _vector_func(config: FAConfig) -> str:
 def test_the_vectors_widen_each_slice_once() -> None:
     """One tcvt more per row slice than the f32 slot (the load into the P tile, widened into S's), and
     one for the row max the default takes on the f16 scores before (`FAConfig.input_row_max`)."""
-    old, new = _vector_func(FAConfig(qk_dtype="f32")), _vector_func(FAConfig())
-    assert FAConfig().input_row_max and not FAConfig(qk_dtype="f32").input_row_max
+    old, new = _vector_func(FAConfig(qk_dtype="f32", exp_f16=False)), _vector_func(FAConfig(exp_f16=False))
+    assert FAConfig(exp_f16=False).input_row_max and not FAConfig(qk_dtype="f32").input_row_max
     assert new.count("pto.tcvt") == old.count("pto.tcvt") + 2 * FAConfig().vec_buffers
+    # with the f16 exp as well (sub_f16, the default) S is never widened: no f32 score tile at all
+    assert FAConfig().sub_f16 and "s_tile" not in _vector_func(FAConfig()) and "s_tile" in new
 
 
 CASES = {  # head, shape, switches, scale (None: 1/sqrt(D)); scale 1.0 gives scores of magnitude ~ sqrt(D)

@@ -178,8 +178,10 @@ def test_ir_stores_f16_scores_and_computes_p_in_place() -> None:
     # P is stored from the score tile itself
     assert _stage_ops(config(**F16)) == ["pto.trowmax", "pto.trowexpandexpdif", "pto.trowsum", "pto.tstore"]
     # the f32 softmax: S - m (its exp runs on the f16 P, exp_f16), the conversion; no row sum
-    # (cube_rowsum), and the row max on the f16 scores as loaded (input_row_max), not on the f32 tile
-    assert _stage_ops(config()) == ["pto.trowexpandsub", "pto.tcvt"]
+    # (cube_rowsum), and the row max on the f16 scores as loaded (input_row_max), not on the f32 tile;
+    # with both (sub_f16, the default) S - m is an f16 subtraction on P's tile and nothing reads an f32 S
+    assert _stage_ops(config(exp_f16=False)) == ["pto.trowexpandexpdif", "pto.tcvt"]
+    assert _stage_ops(config()) == [] and config().sub_f16
 
 
 def test_timing_model_sees_half_the_vector_work_per_pass(tmp_path) -> None:

@@ -619,7 +619,7 @@ def test_real_trace_records_rows_and_element_widths() -> None:
     from ptofa.launch import sim
     from ptofa.launch.plan import plan_forward
 
-    config, shape = FAConfig(tile_s1=256, qk_preload=2), ProblemShape(1, 1, 128, 512)
+    config, shape = FAConfig(tile_s1=256, qk_preload=2, exp_f16=False), ProblemShape(1, 1, 128, 512)  # (f32 S)
     q, k, v = make_inputs(shape, config.head, 0, torch.float16, shape.kv_heads)
     o = torch.full((1, 128, 1, config.head), math.nan, dtype=torch.float16)
     (result,) = sim.launch(plan_forward(config, shape, "910B2", scale=128 ** -0.5, block_dim=1),
