@@ -555,11 +555,13 @@ def _softmax_slice(s: _VecState, t: SSAValue, r0: SSAValue, keys: SSAValue, s_ti
         tile.max(rows["m_slice"], m_old, out=rows["m_slice"])  # m_new (finite: m_old starts at -3e38)
         tile.adds(rows["m_slice"], s.consts["zero"], out=m_new)  # a tmov into a subview is rejected
         if cfg.sub_f16:  # x = S - m_new, both f16 values, in f16; P = exp(x) in place
+            m_wide, m_h = tl["m_slice"], tl["m_half"]
             if "m_bch" in tl:  # (8 rows: m_new as a row-major 32-byte block per row, 0 + m, then f16)
-                tile.fill(0.0, out=tl["m_bc"])
-                tile.row_expand_add(tl["m_bc"], tl["m_slice"], out=tl["m_bc"], tmp=exp_tmp)
-            tile.cvt(tl["m_bc"] if "m_bch" in tl else tl["m_slice"], out=tl.get("m_bch", tl["m_half"]))
-            tile.row_expand_sub(p_half, tl.get("m_bch", tl["m_half"]), out=p_half)
+                m_wide, m_h = tl["m_bc"], tl["m_bch"]
+                tile.fill(0.0, out=m_wide)
+                tile.row_expand_add(m_wide, tl["m_slice"], out=m_wide, tmp=exp_tmp)
+            tile.cvt(m_wide, out=m_h)
+            tile.row_expand_sub(p_half, m_h, out=p_half)
             tile.exp(p_half, out=p_half)
         elif cfg.exp_f16:  # x = S - m_new in f32, rounded to f16, P = exp(x) on the f16 tile
             tile.row_expand_sub(s_tile, tl["m_slice"], out=s_tile, tmp=exp_tmp)

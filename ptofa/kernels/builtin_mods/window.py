@@ -55,6 +55,17 @@ def _blocks(lo_pos: SSAValue, hi_pos: SSAValue, limit: SSAValue, block: int) -> 
     return TileRange(lo, scalar.select(scalar.gt(hi_pos, lo_pos), scalar.ceildiv(hi_pos, block), lo, name="b_hi"))
 
 
+def _band(w: WindowBounds | None, start: SSAValue, rows: SSAValue, limit: SSAValue, block: int, shift,
+          before: str, after: str) -> TileRange:
+    """Blocks of the other side's positions that rows [start, start + rows) see through the window `w`:
+    [shift(start, diag) - w.before, shift(start + rows, diag) + w.after), within [0, limit)."""
+    if w is None:
+        return TileRange(scalar.const(0), scalar.ceildiv(limit, block, name="b_hi"))
+    lo = scalar.sub(shift(start, w.diag), getattr(w, before))
+    hi = scalar.add(shift(scalar.add(start, rows), w.diag), getattr(w, after))
+    return _blocks(lo, hi, limit, block)
+
+
 @dataclass(frozen=True)
 class Window(Mod):
     """The window; its arguments keep the kernels' names, win_left and win_right."""
@@ -121,21 +132,15 @@ class Window(Mod):
 
     @staticmethod
     def visible_keys(w: WindowBounds | None, q0: SSAValue, q_rows: SSAValue, s1: SSAValue, block: int) -> TileRange:
-        """KV tiles of `block` keys seen by query rows [q0, q0 + q_rows) (all of them without a window)."""
-        if w is None:
-            return TileRange(scalar.const(0), scalar.ceildiv(s1, block, name="b_hi"))
-        j_lo = scalar.sub(scalar.add(q0, w.diag), w.left)
-        j_hi = scalar.add(scalar.add(scalar.add(q0, q_rows), w.diag), w.right)
-        return _blocks(j_lo, j_hi, s1, block)
+        """KV tiles of `block` keys seen by query rows [q0, q0 + q_rows) (all of them without a window):
+        keys [q0 + diag - left, q0 + q_rows + diag + right)."""
+        return _band(w, q0, q_rows, s1, block, scalar.add, "left", "right")
 
     @staticmethod
     def visible_queries(w: WindowBounds | None, k0: SSAValue, k_rows: SSAValue, s0: SSAValue, block: int) -> TileRange:
-        """Q blocks of `block` rows with a row that sees a key of [k0, k0 + k_rows)."""
-        if w is None:
-            return TileRange(scalar.const(0), scalar.ceildiv(s0, block, name="b_hi"))
-        i_lo = scalar.sub(scalar.sub(k0, w.diag), w.right)
-        i_hi = scalar.add(scalar.sub(scalar.add(k0, k_rows), w.diag), w.left)
-        return _blocks(i_lo, i_hi, s0, block)
+        """Q blocks of `block` rows with a row that sees a key of [k0, k0 + k_rows): the same band from the
+        key side, queries [k0 - diag - right, k0 + k_rows - diag + left)."""
+        return _band(w, k0, k_rows, s0, block, scalar.sub, "right", "left")
 
     @staticmethod
     def mask_tile(w: WindowBounds, scores: SSAValue, tmp: SSAValue, neg: SSAValue, rows0: SSAValue, cols0: SSAValue,
