@@ -221,13 +221,12 @@ class FAConfig(ModsMixin):
         if self.qk_dtype is None:  # S in the input dtype where its accuracy was measured (no LSE, dropout, score mods)
             exact = (self.lse or self.dropout or any(m.scores for m in self.score_mods)) and self.softmax_dtype == "f32"
             object.__setattr__(self, "qk_dtype", "f32" if exact else self.in_dtype)
+        def exp_f16(rowsum) -> bool:  # as given, or the automatic rule (for the budget trial below and for the field)
+            return self.exp_f16 if self.exp_f16 is not None else bool(rowsum) and self.in_dtype == "f16" and self.softmax_dtype == "f32"
         if self.cube_rowsum is None:  # (its plan with the S dtype above: the row max may take the input-dtype scores)
-            f16_exp = {} if self.exp_f16 is not None else dict(exp_f16=self.in_dtype == "f16")  # (as resolved below)
             object.__setattr__(self, "cube_rowsum", self.softmax_dtype == "f32" and self.d_split == 1
-                               and not self.lse and not self.dropout and _fits(self, cube_rowsum=True, **f16_exp))
-        if self.exp_f16 is None:
-            object.__setattr__(self, "exp_f16", bool(self.cube_rowsum) and self.in_dtype == "f16"
-                               and self.softmax_dtype == "f32")
+                               and not self.lse and not self.dropout and _fits(self, cube_rowsum=True, exp_f16=exp_f16(True)))
+        object.__setattr__(self, "exp_f16", exp_f16(self.cube_rowsum))
         _check_config(self)
         plan = budget(self)
         over = [row for row in plan.rows if row.used > row.capacity]
